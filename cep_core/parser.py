@@ -1,0 +1,515 @@
+"""Query text -> AST, with the grammar in `grammar.lark` (lark, LALR).
+
+Syntax errors and malformed constructs become `QueryError`s at file:line:col.
+Semantic checks (names, types, ranges) are in `cep_core.checker`.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import lark
+from lark import Token, Transformer, v_args
+
+from cep_core import ast
+from cep_core.errors import QueryError
+
+GRAMMAR = Path(__file__).with_name("grammar.lark")
+
+DURATION_UNITS = {
+    "ms": "ms", "millisecond": "ms", "milliseconds": "ms", "msec": "ms",
+    "s": "s", "sec": "s", "secs": "s", "second": "s", "seconds": "s",
+    "min": "min", "mins": "min", "minute": "min", "minutes": "min",
+    "h": "h", "hr": "h", "hour": "h", "hours": "h",
+    "d": "d", "day": "d", "days": "d",
+    "tick": "ticks", "ticks": "ticks",
+}
+
+AGGREGATES = {
+    "count": ast.AggFunc.COUNT, "first": ast.AggFunc.FIRST, "last": ast.AggFunc.LAST,
+    "max": ast.AggFunc.MAX, "min": ast.AggFunc.MIN, "sum": ast.AggFunc.SUM,
+    "avg": ast.AggFunc.AVG, "average": ast.AggFunc.AVG, "delta": ast.AggFunc.DELTA,
+    "collect": ast.AggFunc.COLLECT,
+}
+
+# Readable names for the grammar's terminals, used in "expected ..." messages.
+TERMINAL_NAMES = {
+    "NAME": "a name", "INT": "an integer", "DECIMAL": "a number", "STRING": "a string",
+    "LPAR": "'('", "RPAR": "')'", "COMMA": "','", "SEMICOLON": "';'", "DOT": "'.'",
+    "LSQB": "'['", "RSQB": "']'", "LBRACE": "'{'", "RBRACE": "'}'", "STAR": "'*'",
+    "VBAR": "'|'", "EQUAL": "'='", "MINUS": "'-'", "PLUS": "'+'", "REPEAT": "'*', '+' or '?'",
+    "COMP_OP": "a comparison", "ADD_OP": "'+' or '-'", "MUL_OP": "'*', '/' or '%'",
+    "POLICY": "EACH, LAST or FIRST", "STRATEGY": "a selection strategy",
+    "TRUE": "TRUE", "FALSE": "FALSE", "NOT_IN": "NOT IN", "$END": "end of file",
+}
+
+
+@lru_cache(maxsize=1)
+def _lark() -> lark.Lark:
+    return lark.Lark(GRAMMAR.read_text(), parser="lalr", propagate_positions=True,
+                     maybe_placeholders=True)
+
+
+def parse(text: str, path: str = "<query>") -> ast.QueryFile:
+    """Parse query text into an unchecked `QueryFile`."""
+    try:
+        tree = _lark().parse(text)
+    except lark.UnexpectedCharacters as e:
+        raise QueryError(f"unexpected character {text[e.pos_in_stream]!r}",
+                         ast.Pos(path, e.line, e.column), text) from None
+    except lark.UnexpectedToken as e:
+        raise QueryError(_unexpected_token_message(e), _token_pos(path, e.token, text),
+                         text) from None
+    except lark.UnexpectedEOF as e:
+        raise QueryError("unexpected end of file", _end_pos(path, text), text) from None
+    try:
+        queries = _ToAst(path).transform(tree)
+    except lark.exceptions.VisitError as e:
+        if isinstance(e.orig_exc, QueryError):
+            raise e.orig_exc.with_source(text) from None
+        raise
+    for query in queries:
+        for node in ast.walk(query):
+            if isinstance(node, _CallMember):
+                raise QueryError("'.attribute' after a call is only for window aggregates, as "
+                                 "in avg(Temp(area = s.area).value WITHIN 5 minutes FROM s)",
+                                 node.pos, text)
+    return ast.QueryFile(path, queries)
+
+
+def parse_file(path: str | Path) -> ast.QueryFile:
+    return parse(Path(path).read_text(), str(path))
+
+
+def _unexpected_token_message(e: lark.UnexpectedToken) -> str:
+    token = e.token
+    found = "end of file" if token.type == "$END" else repr(str(token))
+    expected = sorted({_describe_terminal(t) for t in e.expected if not t.startswith("_")})
+    if len(expected) > 8:
+        return f"unexpected {found}"
+    return f"unexpected {found}; expected {', '.join(expected)}"
+
+
+def _describe_terminal(name: str) -> str:
+    if name in TERMINAL_NAMES:
+        return TERMINAL_NAMES[name]
+    pattern = _lark().get_terminal(name).pattern
+    if isinstance(pattern, lark.lexer.PatternStr):
+        return pattern.value.upper()
+    return name.lower()
+
+
+def _token_pos(path: str, token: Token, text: str) -> ast.Pos:
+    if token.type == "$END" or token.line is None:
+        return _end_pos(path, text)
+    return ast.Pos(path, token.line, token.column)
+
+
+def _end_pos(path: str, text: str) -> ast.Pos:
+    lines = text.rstrip().splitlines() or [""]
+    return ast.Pos(path, len(lines), len(lines[-1]) + 1)
+
+
+@v_args(meta=True, inline=True)
+class _ToAst(Transformer):
+    def __init__(self, path: str):
+        super().__init__()
+        self.path = path
+
+    def _pos(self, meta_or_token) -> ast.Pos:
+        return ast.Pos(self.path, getattr(meta_or_token, "line", 0) or 0,
+                       getattr(meta_or_token, "column", 0) or 0)
+
+    # ------------------------------------------------------------ file and query
+    @v_args(meta=True, inline=False)
+    def start(self, meta, queries):
+        return queries
+
+    @v_args(meta=True, inline=False)
+    def query(self, meta, children):
+        name, *headers, body = children
+        clauses: dict[str, tuple] = {}
+        for kind, value, pos in headers:
+            if kind in clauses:
+                raise QueryError(f"{_HEADER_WORDS[kind]} given twice in query '{name}'", pos)
+            clauses[kind] = (value, pos)
+        stream = clauses.get("from", (None, None))[0]
+        if isinstance(body, ast.WindowQuery):
+            if stream is not None and stream != body.stream:
+                raise QueryError(f"query reads '{stream}' in its header but '{body.stream}' "
+                                 "in SELECT ... FROM", clauses["from"][1])
+            stream = body.stream
+            if "partition" in clauses:
+                raise QueryError("a WINDOW query groups with GROUP BY, not PARTITION BY",
+                                 clauses["partition"][1])
+        elif stream is None:
+            raise QueryError(f"query '{name}' names no input stream (FROM stream)",
+                             self._pos(name))
+        output = clauses.get("into", (f"{name}",))[0]
+        partition = clauses.get("partition", ([],))[0]
+        return ast.Query(str(name), stream, output, partition, body, self._pos(meta))
+
+    def from_stream(self, meta, name):
+        return ("from", str(name), self._pos(meta))
+
+    def into_topic(self, meta, name):
+        return ("into", str(name), self._pos(meta))
+
+    def partition_by(self, meta, attrs):
+        return ("partition", attrs, self._pos(meta))
+
+    @v_args(meta=True, inline=False)
+    def attr_list(self, meta, attrs):
+        return attrs
+
+    # ------------------------------------------------------------ MATCH
+    @v_args(meta=True, inline=False)
+    def match_body(self, meta, children):
+        regex, *rest = children
+        emit = rest.pop() if rest and isinstance(rest[-1], list) else []
+        if rest and rest[-1] is None:
+            rest.pop()
+        return ast.MatchQuery(regex, rest, emit or [], self._pos(meta))
+
+    def define(self, meta, name, expr):
+        return ast.Define(str(name), expr, self._pos(name))
+
+    @v_args(meta=True, inline=False)
+    def regex_alt(self, meta, options):
+        if len(options) == 1:
+            return options[0]
+        return ast.RAlt(options, self._pos(meta))
+
+    @v_args(meta=True, inline=False)
+    def regex_cat(self, meta, items):
+        if not items:
+            return ast.REmpty(self._pos(meta))
+        if len(items) == 1:
+            return items[0]
+        return ast.RCat(items, self._pos(meta))
+
+    @v_args(meta=True, inline=False)
+    def regex_rep(self, meta, children):
+        item, *marks = children
+        for mark in marks:
+            low, high = {"*": (0, None), "+": (1, None), "?": (0, 1)}[str(mark)]
+            item = ast.RRepeat(item, low, high, self._pos(mark))
+        return item
+
+    def regex_sym(self, meta, name):
+        return ast.RSym(str(name), self._pos(name))
+
+    def regex_any(self, meta):
+        return ast.RAny(self._pos(meta))
+
+    @v_args(meta=True, inline=False)
+    def emit(self, meta, items):
+        return items
+
+    def emit_item(self, meta, name, expr):
+        return ast.EmitItem(str(name), expr, self._pos(name))
+
+    # ------------------------------------------------------------ SEQ
+    @v_args(meta=True, inline=False)
+    def seq_body(self, meta, children):
+        items = [c for c in children if not isinstance(c, tuple)]
+        clauses = [c for c in children if isinstance(c, tuple)]
+        return self._seq_query(items, clauses, tesla=False, pos=self._pos(meta))
+
+    def _seq_query(self, items, clauses, tesla, pos):
+        found: dict[str, object] = {}
+        for kind, value, cpos in clauses:
+            if kind in found:
+                raise QueryError(f"{_CLAUSE_WORDS[kind]} given twice", cpos)
+            found[kind] = value
+        return ast.SeqQuery(
+            steps=items,
+            where=found.get("where"),
+            within=found.get("within"),
+            strategy=found.get("strategy", ast.Strategy.SKIP_TILL_ANY_MATCH),
+            order_by=found.get("order"),
+            emit=found.get("emit", []),
+            tesla=tesla,
+            pos=pos,
+        )
+
+    @v_args(meta=True, inline=False)
+    def and_group(self, meta, steps):
+        return ast.AndGroup(steps, self._pos(meta))
+
+    def event_step(self, meta, policy, event_type, plus, var, flt):
+        kind = ast.StepKind.KLEENE if plus is not None else ast.StepKind.EVENT
+        return ast.Step(kind, str(event_type), str(var), flt,
+                        ast.Policy(str(policy).lower()) if policy else None,
+                        pos=self._pos(event_type if policy is None else policy))
+
+    def negated_step(self, meta, event_type, var, flt):
+        return ast.Step(ast.StepKind.NEGATED, str(event_type), str(var), flt,
+                        pos=self._pos(meta))
+
+    def kleene_step(self, meta, event_type, var, flt, bounds):
+        low, high = bounds if bounds is not None else (1, None)
+        return ast.Step(ast.StepKind.KLEENE, str(event_type), str(var), flt,
+                        min=low, max=high, pos=self._pos(meta))
+
+    def step_filter(self, meta, expr):
+        return expr
+
+    def bounds_exact(self, meta, n):
+        return (int(n), int(n))
+
+    def bounds_range(self, meta, low, high):
+        return (int(low), int(high) if high is not None else None)
+
+    def where_clause(self, meta, expr):
+        return ("where", expr, self._pos(meta))
+
+    def within_clause(self, meta, duration):
+        return ("within", duration, self._pos(meta))
+
+    def strategy_clause(self, meta, token):
+        name = str(token).lower().replace("_", "-")
+        return ("strategy", ast.Strategy(name), self._pos(meta))
+
+    def order_clause(self, meta, name):
+        # "seq" keeps stream order; any other name must be the time attribute (checker).
+        if str(name).lower() == "seq":
+            return ("order", None, self._pos(meta))
+        return ("order", ast.Attr(str(name), None, self._pos(name)), self._pos(meta))
+
+    def emit_clause(self, meta, items):
+        return ("emit", items, self._pos(meta))
+
+    # ------------------------------------------------------------ TESLA
+    @v_args(meta=True, inline=False)
+    def tesla_body(self, meta, children):
+        terminator, *rest = children
+        steps = [c for c in rest if isinstance(c, ast.Step)]
+        clauses = [c for c in rest if isinstance(c, tuple)]
+        # TESLA lists the terminator first and then goes back in time; SEQ order is reversed.
+        return self._seq_query(list(reversed(steps)) + [terminator], clauses, tesla=True,
+                               pos=self._pos(meta))
+
+    def tesla_terminator(self, meta, event_type, var, flt):
+        return ast.Step(ast.StepKind.EVENT, str(event_type), str(var), flt,
+                        pos=self._pos(event_type))
+
+    def tesla_step(self, meta, policy, event_type, var, flt, duration, anchor):
+        return ast.Step(ast.StepKind.EVENT, str(event_type), str(var), flt,
+                        ast.Policy(str(policy).lower()), duration, str(anchor),
+                        pos=self._pos(policy))
+
+    # ------------------------------------------------------------ WINDOW
+    @v_args(meta=True, inline=False)
+    def window_body(self, meta, children):
+        items = [c for c in children if isinstance(c, ast.SelectItem)]
+        rest = [c for c in children if not isinstance(c, ast.SelectItem)]
+        stream, window, where, group_by = rest
+        return ast.WindowQuery(items, str(stream), window, where, group_by or [],
+                               self._pos(meta))
+
+    def select_item(self, meta, expr, alias):
+        return ast.SelectItem(expr, str(alias) if alias is not None else None, self._pos(meta))
+
+    def time_window(self, meta, rng, slide, attr):
+        return ast.TimeWindow(rng, slide, str(attr) if attr is not None else None,
+                              self._pos(meta))
+
+    def row_window(self, meta, rows, slide):
+        return ast.RowWindow(int(rows), int(slide), self._pos(meta))
+
+    def window_where(self, meta, expr):
+        return expr
+
+    def group_by(self, meta, attrs):
+        return attrs
+
+    # ------------------------------------------------------------ shared
+    def duration(self, meta, amount, unit):
+        if unit is None:
+            return ast.Duration(int(amount), "ticks", self._pos(meta))
+        canonical = DURATION_UNITS.get(str(unit).lower())
+        if canonical is None:
+            raise QueryError(f"unknown time unit '{unit}' (use ms, seconds, minutes, hours, "
+                             "days or ticks)", self._pos(unit))
+        return ast.Duration(int(amount), canonical, self._pos(meta))
+
+    @v_args(meta=True, inline=False)
+    def or_(self, meta, operands):
+        return self._fold("OR", operands, meta)
+
+    @v_args(meta=True, inline=False)
+    def and_(self, meta, operands):
+        return self._fold("AND", operands, meta)
+
+    def _fold(self, op, operands, meta):
+        result = operands[0]
+        for operand in operands[1:]:
+            result = ast.Binary(op, result, operand, _pos_of(result))
+        return result
+
+    def not_(self, meta, operand):
+        return ast.Unary("NOT", operand, self._pos(meta))
+
+    @v_args(meta=True, inline=False)
+    def compare(self, meta, children):
+        if len(children) == 1:
+            return children[0]
+        # `a = b = c` means `a = b AND b = c` (TESLA writes `a.p = b.p = c.p`).
+        result = None
+        left = children[0]
+        for i in range(1, len(children), 2):
+            op, right = str(children[i]), children[i + 1]
+            op = "!=" if op == "<>" else op
+            comparison = ast.Binary(op, left, right, self._pos(children[i]))
+            result = comparison if result is None else ast.Binary(
+                "AND", result, comparison, comparison.pos)
+            left = right
+        return result
+
+    @v_args(meta=True, inline=False)
+    def in_list(self, meta, children):
+        operand, *options = children
+        return ast.InList(operand, options, False, self._pos(meta))
+
+    @v_args(meta=True, inline=False)
+    def not_in_list(self, meta, children):
+        operand, _not_in, *options = children
+        return ast.InList(operand, options, True, self._pos(meta))
+
+    @v_args(meta=True, inline=False)
+    def arith(self, meta, children):
+        result = children[0]
+        for i in range(1, len(children), 2):
+            result = ast.Binary(str(children[i]), result, children[i + 1],
+                                self._pos(children[i]))
+        return result
+
+    def neg(self, meta, operand):
+        if isinstance(operand, ast.Literal) and not isinstance(operand.value, (str, bool)):
+            return ast.Literal(-operand.value, self._pos(meta))
+        return ast.Unary("-", operand, self._pos(meta))
+
+    def int_lit(self, meta, token):
+        return ast.Literal(int(token), self._pos(token))
+
+    def float_lit(self, meta, token):
+        return ast.Literal(float(token), self._pos(token))
+
+    def string_lit(self, meta, token):
+        quote = token[0]
+        return ast.Literal(token[1:-1].replace(quote * 2, quote), self._pos(token))
+
+    def true_lit(self, meta, token):
+        return ast.Literal(True, self._pos(token))
+
+    def false_lit(self, meta, token):
+        return ast.Literal(False, self._pos(token))
+
+    def bare_attr(self, meta, name):
+        return ast.Attr(str(name), None, self._pos(name))
+
+    def var_attr(self, meta, var, name):
+        return ast.Attr(str(name), str(var), self._pos(var))
+
+    def func_name(self, meta, token):
+        return token
+
+    def star(self, meta):
+        return _STAR
+
+    def call_window(self, meta, duration, anchor):
+        return _CallWindow(duration, str(anchor))
+
+    @v_args(meta=True, inline=False)
+    def call(self, meta, children):
+        name, *args = children
+        window = args.pop() if args and isinstance(args[-1], (_CallWindow, type(None))) else None
+        args = [a for a in args if a is not None]
+        pos = self._pos(name)
+        lname = str(name).lower()
+        if window is not None:
+            return self._window_aggregate(lname, args, window, pos)
+        if lname in AGGREGATES:
+            return self._aggregate(AGGREGATES[lname], args, pos)
+        if any(a is _STAR for a in args):
+            raise QueryError(f"'*' is an argument of count only, not of {name}", pos)
+        return ast.Call(str(name), args, pos)
+
+    def _aggregate(self, func, args, pos):
+        if func is ast.AggFunc.COUNT:
+            if not args or args == [_STAR]:
+                return ast.Aggregate(func, None, pos)
+            if len(args) == 1 and isinstance(args[0], ast.Attr) and args[0].var is None:
+                # count(dup): the number of events bound to a Kleene variable.
+                return ast.Aggregate(func, ast.Attr("", args[0].name, args[0].pos), pos)
+            raise QueryError("count takes no argument, '*' or a variable", pos)
+        if len(args) != 1 or not isinstance(args[0], ast.Attr):
+            raise QueryError(f"{func.value} takes one attribute, as in {func.value}(price)", pos)
+        return ast.Aggregate(func, args[0], pos)
+
+    def _window_aggregate(self, lname, args, window, pos):
+        func = AGGREGATES.get(lname)
+        if func is None or func in (ast.AggFunc.DELTA, ast.AggFunc.COLLECT):
+            raise QueryError(f"'{lname}' is not an aggregate over a time window "
+                             "(use count, sum, min, max, avg, first or last)", pos)
+        if len(args) != 1:
+            raise QueryError("a window aggregate takes one argument, as in "
+                             "avg(Temp(area = s.area).value WITHIN 5 minutes FROM s)", pos)
+        arg = args[0]
+        event_type, flt, attr = None, None, None
+        if isinstance(arg, ast.Attr) and arg.var is None:  # count(Temp WITHIN ...)
+            event_type = arg.name
+        elif isinstance(arg, ast.Attr):  # avg(Temp.value WITHIN ...)
+            event_type, attr = arg.var, arg.name
+        elif isinstance(arg, _CallMember):  # avg(Temp(cond).value WITHIN ...)
+            event_type, flt, attr = arg.call_name, arg.filter, arg.member
+        elif isinstance(arg, ast.Call) and len(arg.args) == 1 and arg.args[0] is not _STAR:
+            # count(Temp(cond) WITHIN ...)
+            event_type, flt = arg.name, arg.args[0]
+        if event_type is None:
+            raise QueryError("expected Type, Type.attr or Type(condition).attr before WITHIN",
+                             pos)
+        if attr is None and func is not ast.AggFunc.COUNT:
+            raise QueryError(f"{func.value} over a window needs an attribute, as in "
+                             f"{func.value}({event_type}.value WITHIN ...)", pos)
+        return ast.WindowAggregate(func, event_type, flt, attr, window.duration,
+                                   window.anchor, pos)
+
+    @v_args(meta=True, inline=False)
+    def call_member(self, meta, children):
+        call, member = children
+        if not isinstance(call, ast.Call) or len(call.args) != 1:
+            raise QueryError("'.attribute' after a call is only for window aggregates, as in "
+                             "avg(Temp(area = s.area).value WITHIN 5 minutes FROM s)",
+                             self._pos(meta))
+        return _CallMember(call.name, call.args[0], str(member), self._pos(meta))
+
+
+class _Star:
+    """The `*` of `count(*)`."""
+
+
+_STAR = _Star()
+
+
+class _CallWindow:
+    def __init__(self, duration, anchor):
+        self.duration, self.anchor = duration, anchor
+
+
+class _CallMember:
+    """`Temp(cond).value` inside a window aggregate; never left in the AST."""
+
+    def __init__(self, call_name, flt, member, pos):
+        self.call_name, self.filter, self.member, self.pos = call_name, flt, member, pos
+
+
+_HEADER_WORDS = {"from": "FROM", "into": "INTO", "partition": "PARTITION BY"}
+_CLAUSE_WORDS = {"where": "WHERE", "within": "WITHIN", "strategy": "USING", "order": "ORDER BY",
+                 "emit": "EMIT"}
+
+
+def _pos_of(node) -> ast.Pos:
+    return getattr(node, "pos", ast.NOPOS)

@@ -1,0 +1,53 @@
+"""The reference interpreter: plain Python that follows SEMANTICS.md line by line.
+
+It is the oracle every faster engine is tested against, so it favours clarity over speed.
+Each query kind has one module; all share the `Interpreter` shape:
+
+    process(event) -> composite events released by this event
+    punctuate(ts)  -> composite events released because event time reached ts
+    flush()        -> composite events still pending at the end of the stream
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Protocol
+
+from cep_core.checker import CheckedQuery
+from cep_core.composite import sort_key
+from cep_core.events import Event, Punctuation
+
+
+class Interpreter(Protocol):
+    def process(self, event: Event) -> list[dict]: ...
+
+    def punctuate(self, ts: int) -> list[dict]: ...
+
+    def flush(self) -> list[dict]: ...
+
+
+def interpreter_for(checked: CheckedQuery) -> Interpreter:
+    from cep_core.reference.match import MatchInterpreter
+    from cep_core.reference.seq import SeqInterpreter
+    from cep_core.reference.window import WindowInterpreter
+
+    kinds = {"match": MatchInterpreter, "seq": SeqInterpreter, "window": WindowInterpreter}
+    return kinds[checked.query.kind](checked)
+
+
+def run(queries: list[CheckedQuery], stream: Iterable[Event | Punctuation],
+        flush: bool = True) -> list[dict]:
+    """Every composite event of `queries` over a finite stream, in deterministic order.
+
+    All queries must read the same stream. With `flush`, the end of the stream closes
+    whatever is pending (open windows, matches waiting for a trailing negation)."""
+    interpreters = [(q, interpreter_for(q)) for q in queries]
+    found: list[tuple[tuple, dict]] = []
+    for item in stream:
+        for q, interp in interpreters:
+            out = interp.process(item) if isinstance(item, Event) else interp.punctuate(item.ts)
+            found.extend((sort_key(c, q.index), c) for c in out)
+    if flush:
+        for q, interp in interpreters:
+            found.extend((sort_key(c, q.index), c) for c in interp.flush())
+    found.sort(key=lambda pair: pair[0])
+    return [c for _, c in found]

@@ -1,0 +1,125 @@
+"""Expression evaluation for the reference interpreters: plain Python over the checked AST.
+
+Values are Python ints, floats, strings and bools; `None` is the value of an aggregate over
+nothing (the min of no events) and of a division by zero. Rules every engine follows:
+
+- arithmetic with None gives None; `/` is true division (always float); `%` follows Python
+  (the result has the divisor's sign); dividing by zero gives None;
+- a comparison with None is False; `x IN (...)` with x None is False (and NOT IN too);
+- AND, OR and NOT work on bools (comparisons never give None), short-circuiting left first.
+
+What an attribute or an aggregate means depends on the query kind, so evaluation asks an
+`Env` for those; the rest is the same for MATCH, SEQ and WINDOW.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from cep_core import ast
+from cep_core.functions import lookup
+
+
+class Env:
+    """Resolves the context-dependent leaves of an expression. The checker guarantees that
+    only the leaves a query kind supports reach its Env; the others fail loudly."""
+
+    def attr(self, node: ast.Attr):
+        raise TypeError(f"{type(self).__name__} cannot resolve attribute {node.name}")
+
+    def aggregate(self, node: ast.Aggregate):
+        raise TypeError(f"{type(self).__name__} cannot resolve aggregates")
+
+    def window_aggregate(self, node: ast.WindowAggregate):
+        raise TypeError(f"{type(self).__name__} cannot resolve window aggregates")
+
+
+def fold(func: ast.AggFunc, values: list):
+    """An aggregate over values in stream order (DELTA is the caller's: it needs times).
+
+    Empty input: count 0, sum 0, collect [], the others None. Sums add left to right.
+    """
+    if func is ast.AggFunc.COUNT:
+        return len(values)
+    if func is ast.AggFunc.COLLECT:
+        return list(values)
+    if func is ast.AggFunc.SUM:
+        total = 0
+        for v in values:
+            total = total + v
+        return total
+    if not values:
+        return None
+    if func is ast.AggFunc.FIRST:
+        return values[0]
+    if func is ast.AggFunc.LAST:
+        return values[-1]
+    if func is ast.AggFunc.MAX:
+        return max(values)
+    if func is ast.AggFunc.MIN:
+        return min(values)
+    if func is ast.AggFunc.AVG:
+        return fold(ast.AggFunc.SUM, values) / len(values)
+    raise ValueError(f"fold does not compute {func.value}")
+
+
+_COMPARE = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+            ">": operator.gt, ">=": operator.ge}
+
+
+def _arith(op: str, a, b):
+    if a is None or b is None:
+        return None
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    if op == "/":
+        return None if b == 0 else a / b
+    if op == "%":
+        return None if b == 0 else a % b
+    raise ValueError(f"unknown operator {op}")
+
+
+def evaluate(expr, env: Env):
+    """The value of `expr` in `env`."""
+    match expr:
+        case ast.Literal(value=value):
+            return value
+        case ast.Attr():
+            return env.attr(expr)
+        case ast.Aggregate():
+            return env.aggregate(expr)
+        case ast.WindowAggregate():
+            return env.window_aggregate(expr)
+        case ast.Unary(op="NOT", operand=operand):
+            return not evaluate(operand, env)
+        case ast.Unary(op="-", operand=operand):
+            value = evaluate(operand, env)
+            return None if value is None else -value
+        case ast.Binary(op="AND", left=left, right=right):
+            return bool(evaluate(left, env)) and bool(evaluate(right, env))
+        case ast.Binary(op="OR", left=left, right=right):
+            return bool(evaluate(left, env)) or bool(evaluate(right, env))
+        case ast.Binary(op=op, left=left, right=right) if op in _COMPARE:
+            a, b = evaluate(left, env), evaluate(right, env)
+            return a is not None and b is not None and _COMPARE[op](a, b)
+        case ast.Binary(op=op, left=left, right=right):
+            return _arith(op, evaluate(left, env), evaluate(right, env))
+        case ast.InList(operand=operand, options=options, negated=negated):
+            value = evaluate(operand, env)
+            if value is None:
+                return False
+            found = any(value == evaluate(option, env) for option in options)
+            return found != negated
+        case ast.Call(name=name, args=args):
+            function = lookup(name)
+            return function.impl(*(evaluate(arg, env) for arg in args))
+    raise TypeError(f"cannot evaluate {type(expr).__name__}")
+
+
+def holds(expr, env: Env) -> bool:
+    """Whether a condition is true (an absent condition always is)."""
+    return expr is None or bool(evaluate(expr, env))
