@@ -24,6 +24,8 @@ class Interpreter(Protocol):
 
     def flush(self) -> list[dict]: ...
 
+    dead_letters: list  # (event, reason) for each event the interpreter rejected
+
 
 def interpreter_for(checked: CheckedQuery) -> Interpreter:
     from cep_core.reference.match import MatchInterpreter
@@ -35,11 +37,13 @@ def interpreter_for(checked: CheckedQuery) -> Interpreter:
 
 
 def run(queries: list[CheckedQuery], stream: Iterable[Event | Punctuation],
-        flush: bool = True) -> list[dict]:
+        flush: bool = True, rejected: list | None = None) -> list[dict]:
     """Every composite event of `queries` over a finite stream, in deterministic order.
 
     All queries must read the same stream. With `flush`, the end of the stream closes
-    whatever is pending (open windows, matches waiting for a trailing negation)."""
+    whatever is pending (open windows, matches waiting for a trailing negation).
+    Events an interpreter rejected (time going backwards, late for a window) are appended
+    to `rejected` as (query, event, reason)."""
     interpreters = [(q, interpreter_for(q)) for q in queries]
     found: list[tuple[tuple, dict]] = []
     for item in stream:
@@ -50,4 +54,7 @@ def run(queries: list[CheckedQuery], stream: Iterable[Event | Punctuation],
         for q, interp in interpreters:
             found.extend((sort_key(c, q.index), c) for c in interp.flush())
     found.sort(key=lambda pair: pair[0])
+    if rejected is not None:
+        for q, interp in interpreters:
+            rejected.extend((q, event, reason) for event, reason in interp.dead_letters)
     return [c for _, c in found]

@@ -1,0 +1,91 @@
+"""Columnar batches: what the jitted engines consume.
+
+A `Batch` holds one numpy column per attribute of a stream (ints and timestamps as int64,
+floats as float64, bools as bool, strings dictionary-encoded to int64 codes) plus `seq` and
+`ts` (int64). Strings are encoded with a `StringDictionary` shared by everything that works
+on the stream, so that string constants in queries and partition keys can be compared as
+integers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cep_core.events import Event
+from cep_core.schema import StreamSchema
+
+NUMPY_TYPES = {"int": np.int64, "timestamp": np.int64, "float": np.float64, "bool": np.bool_,
+               "string": np.int64}
+
+
+class StringDictionary:
+    """Append-only mapping between strings and dense int64 codes (0, 1, 2, ...)."""
+
+    def __init__(self, strings: list[str] | None = None):
+        self.strings: list[str] = []
+        self.codes: dict[str, int] = {}
+        for s in strings or []:
+            self.code(s)
+
+    def code(self, s: str) -> int:
+        code = self.codes.get(s)
+        if code is None:
+            code = self.codes[s] = len(self.strings)
+            self.strings.append(s)
+        return code
+
+    def encode(self, values) -> np.ndarray:
+        return np.fromiter((self.code(v) for v in values), dtype=np.int64, count=len(values))
+
+    def decode(self, code: int) -> str:
+        return self.strings[code]
+
+    def __len__(self) -> int:
+        return len(self.strings)
+
+
+@dataclass
+class Batch:
+    seq: np.ndarray
+    ts: np.ndarray
+    columns: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    def slice(self, start: int, stop: int) -> "Batch":
+        return Batch(self.seq[start:stop], self.ts[start:stop],
+                     {k: v[start:stop] for k, v in self.columns.items()})
+
+
+class BatchEncoder:
+    """Turns events of one stream into Batches, encoding strings with one dictionary."""
+
+    def __init__(self, schema: StreamSchema, strings: StringDictionary | None = None):
+        self.schema = schema
+        self.strings = strings if strings is not None else StringDictionary()
+
+    def from_events(self, events: list[Event]) -> Batch:
+        n = len(events)
+        columns = {}
+        for name, kind in self.schema.attributes.items():
+            values = [e.attrs[name] for e in events]
+            if kind == "string":
+                columns[name] = self.strings.encode(values)
+            else:
+                columns[name] = np.array(values, dtype=NUMPY_TYPES[kind]).reshape(n)
+        return Batch(np.fromiter((e.seq for e in events), np.int64, n),
+                     np.fromiter((e.ts for e in events), np.int64, n), columns)
+
+    def decode_value(self, name: str, value):
+        """A column value back as the Python value the reference interpreter would see."""
+        kind = self.schema.attributes[name]
+        if kind == "string":
+            return self.strings.decode(int(value))
+        if kind == "float":
+            return float(value)
+        if kind == "bool":
+            return bool(value)
+        return int(value)

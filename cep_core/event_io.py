@@ -1,0 +1,298 @@
+"""Reading simple events from files and writing composite events as JSON lines.
+
+Input formats, chosen by extension: JSON lines (`.jsonl`, `.ndjson`, `.json`; a `.json`
+file may also hold one JSON array of objects), CSV with a header row (`.csv`) and Parquet
+(`.parquet`). Every record is validated against the stream's schema:
+
+- `seq` is the record's field `seq` when present, else its 0-based position in the file
+  (bad records count as positions too); seqs must strictly increase.
+- `ts` is the schema's time attribute: an integer in the schema's time unit, or (for a
+  `timestamp` attribute) an ISO-8601 string, converted to that unit since the epoch
+  (naive times are UTC).
+- Attributes are coerced by type: CSV text becomes int / float / bool (`true`/`false`);
+  an integer is accepted where a float belongs; nothing else is guessed.
+
+A bad record never stops reading: it becomes a `DeadLetter` with the reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO
+
+import orjson
+
+from cep_core.errors import EventError
+from cep_core.events import Event
+from cep_core.schema import StreamSchema
+
+JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
+FORMATS = {**{s: "jsonl" for s in JSON_SUFFIXES}, ".csv": "csv", ".parquet": "parquet"}
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_UNITS_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A record that could not become an event: where it came from, as read, and why."""
+
+    source: str  # file name (or a query name for events an engine rejected)
+    position: int  # 0-based record position in the source (or the event's seq)
+    raw: bytes | str
+    reason: str
+
+    def to_json(self) -> dict:
+        raw = self.raw.decode("utf-8", "replace") if isinstance(self.raw, bytes) else self.raw
+        return {"source": self.source, "position": self.position, "reason": self.reason,
+                "raw": raw}
+
+
+class InputError(ValueError):
+    """The input file as a whole cannot be read (missing, unknown format, bad header)."""
+
+
+# ------------------------------------------------------------------ decoding one record
+
+
+def decode_record(record: dict, schema: StreamSchema, seq: int, text: bool = False) -> Event:
+    """One record (field name -> value) as an Event, or EventError with the reason.
+
+    `seq` is used when the record has no `seq` field. `text`: the values are strings
+    (CSV) and are parsed by the attribute types."""
+    if not isinstance(record, dict):
+        raise EventError("not a JSON object")
+    if "seq" in record and record["seq"] not in (None, ""):
+        seq = _coerce_int("seq", record["seq"], text)
+        if seq < 0:
+            raise EventError(f"seq must not be negative, got {seq}")
+    attrs = {}
+    for name, kind in schema.attributes.items():
+        value = record.get(name)
+        if value is None or (text and value == "" and kind != "string"):
+            raise EventError(f"missing attribute '{name}'")
+        attrs[name] = _coerce(name, kind, value, text, schema.time_unit)
+    if schema.type_attribute is not None and schema.types is not None:
+        event_type = attrs[schema.type_attribute]
+        if event_type not in schema.types:
+            raise EventError(f"unknown event type '{event_type}' for stream {schema.stream} "
+                             f"(one of {', '.join(schema.types)})")
+    return Event(seq, attrs[schema.time], attrs)
+
+
+def _coerce(name: str, kind: str, value, text: bool, time_unit: str):
+    if kind == "string":
+        if not isinstance(value, str):
+            raise EventError(f"attribute '{name}': expected string, got {_describe(value)}")
+        return value
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if text and isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        raise EventError(f"attribute '{name}': expected bool, got {_describe(value)}")
+    if kind == "float":
+        if text and isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise EventError(f"attribute '{name}': expected float, got "
+                                 f"{_describe(value)}") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise EventError(f"attribute '{name}': expected float, got {_describe(value)}")
+        if not math.isfinite(value):
+            raise EventError(f"attribute '{name}': not a finite number ({value})")
+        return float(value)
+    if kind == "timestamp":
+        if isinstance(value, datetime):  # Parquet timestamp columns
+            return _datetime_to_units(name, value, time_unit)
+        if isinstance(value, str) and not (text and _is_int_text(value)):
+            return _iso_to_units(name, value, time_unit)
+    return _coerce_int(name, value, text)  # int, and timestamps given as numbers
+
+
+def _coerce_int(name: str, value, text: bool) -> int:
+    if text and isinstance(value, str) and _is_int_text(value):
+        return int(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise EventError(f"attribute '{name}': not a finite number ({value})")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise EventError(f"attribute '{name}': expected int, got {_describe(value)}")
+    return value
+
+
+def _is_int_text(value: str) -> bool:
+    s = value.strip()
+    return s.lstrip("+-").isdigit()
+
+
+def _iso_to_units(name: str, value: str, time_unit: str) -> int:
+    try:
+        when = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise EventError(f"attribute '{name}': expected an integer time or an ISO-8601 "
+                         f"time, got {_describe(value)}") from None
+    return _datetime_to_units(name, when, time_unit)
+
+
+def _datetime_to_units(name: str, when: datetime, time_unit: str) -> int:
+    if time_unit not in _UNITS_PER_SECOND:
+        raise EventError(f"attribute '{name}': a stream timed in {time_unit} takes integer "
+                         "times, not dates")
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    delta = when - _EPOCH  # exact integer arithmetic, no float rounding
+    micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    per_second = _UNITS_PER_SECOND[time_unit]
+    return micros * per_second // 1_000_000
+
+
+def _describe(value) -> str:
+    if isinstance(value, str):
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        return f"a string ({shown!r})"
+    if isinstance(value, bool):
+        return f"a bool ({str(value).lower()})"
+    if isinstance(value, (int, float)):
+        return f"a number ({value})"
+    if value is None:
+        return "null"
+    return f"a {type(value).__name__}"
+
+
+# ------------------------------------------------------------------ reading files
+
+
+def iter_events(path: str | Path, schema: StreamSchema) -> Iterator[Event | DeadLetter]:
+    """Events and dead letters of a file, in file order."""
+    path = Path(path)
+    fmt = FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise InputError(f"{path}: unknown event file format '{path.suffix}' "
+                         f"(use {', '.join(FORMATS)})")
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    records = {"jsonl": _jsonl_records, "csv": _csv_records,
+               "parquet": _parquet_records}[fmt](path)
+    source = str(path)
+    last_seq = None
+    for position, (raw, record, error) in enumerate(records):
+        if error is None:
+            try:
+                event = decode_record(record, schema, position, text=(fmt == "csv"))
+                if last_seq is not None and event.seq <= last_seq:
+                    raise EventError(f"seq {event.seq} does not increase (previous seq "
+                                     f"{last_seq})")
+            except EventError as e:
+                error = str(e)
+        if error is not None:
+            yield DeadLetter(source, position, raw, error)
+            continue
+        last_seq = event.seq
+        yield event
+
+
+def read_events(path: str | Path, schema: StreamSchema) -> tuple[list[Event], list[DeadLetter]]:
+    """All events of a file and its dead letters."""
+    events: list[Event] = []
+    dead: list[DeadLetter] = []
+    for item in iter_events(path, schema):
+        (dead if isinstance(item, DeadLetter) else events).append(item)
+    return events, dead
+
+
+# Each reader yields (raw, record, error): error is None or why the record is unreadable.
+
+
+def _jsonl_records(path: Path) -> Iterator[tuple]:
+    with path.open("rb") as f:
+        head = f.read(4096).lstrip()
+        f.seek(0)
+        if head.startswith(b"["):  # a .json file holding one array
+            try:
+                items = orjson.loads(f.read())
+            except orjson.JSONDecodeError as e:
+                raise InputError(f"{path}: not valid JSON: {e}") from None
+            for item in items:
+                yield orjson.dumps(item), item, None
+            return
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                yield line, orjson.loads(line), None
+            except orjson.JSONDecodeError as e:
+                yield line, None, f"not valid JSON: {e}"
+
+
+def _csv_records(path: Path) -> Iterator[tuple]:
+    with path.open(newline="", encoding="utf-8", errors="replace") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            return
+        header = [h.strip() for h in header]
+        for row in reader:
+            if not row or row == [""]:
+                continue
+            raw = io.StringIO()
+            csv.writer(raw, lineterminator="").writerow(row)
+            if len(row) != len(header):
+                yield raw.getvalue(), None, (f"{len(row)} fields where the header has "
+                                             f"{len(header)}")
+            else:
+                yield raw.getvalue(), dict(zip(header, row)), None
+
+
+def _parquet_records(path: Path) -> Iterator[tuple]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(path)
+    except (OSError, ValueError, pa.ArrowException) as e:
+        raise InputError(f"{path}: not a readable Parquet file: {e}") from None
+    for batch in parquet.iter_batches():
+        for record in batch.to_pylist():
+            yield orjson.dumps(record, default=str), record, None
+
+
+# ------------------------------------------------------------------ writing JSON lines
+
+
+def write_jsonl(objects: Iterable[dict], out: str | Path | IO[bytes] | None = None) -> int:
+    """One orjson line per object, field order kept; `out` a path, a binary stream, or
+    None / "-" for stdout. Returns the number of lines."""
+    if out is None or str(out) == "-":
+        return _write_lines(objects, sys.stdout.buffer)
+    if isinstance(out, (str, Path)):
+        with open(out, "wb") as f:
+            return _write_lines(objects, f)
+    return _write_lines(objects, out)
+
+
+def _write_lines(objects: Iterable[dict], f: IO[bytes]) -> int:
+    n = 0
+    for obj in objects:
+        f.write(orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE))
+        n += 1
+    f.flush()
+    return n
+
+
+def write_composites_jsonl(composites: Iterable[dict],
+                           out: str | Path | IO[bytes] | None = None) -> int:
+    return write_jsonl(composites, out)
+
+
+def write_dead_letters_jsonl(dead_letters: Iterable[DeadLetter],
+                             out: str | Path | IO[bytes] | None = None) -> int:
+    return write_jsonl((d.to_json() for d in dead_letters), out)

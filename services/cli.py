@@ -1,0 +1,257 @@
+"""The `cep` command line: check query files, run them offline over event files, list schemas.
+
+Messages go to stderr (rich); data (composite events, `check` results, tables) to stdout.
+Exit codes: 0 ok, 1 a problem with the queries or the input, 2 a usage error. Errors are
+one clean message, never a traceback (set CEP_DEBUG=1 to see the traceback of an internal
+error).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from cep_core.errors import QueryError, QueryErrors
+from cep_core.schema import SchemaError, SchemaRegistry
+
+app = typer.Typer(
+    name="cep",
+    help="Complex event processing: check and run queries (MATCH, SEQ, WINDOW).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+stderr = Console(stderr=True, soft_wrap=True, highlight=False, emoji=False)
+stdout = Console(soft_wrap=True, highlight=False, emoji=False)
+
+
+class CliError(Exception):
+    """A clean error: printed as `error: message` and exits with `code`."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+class Engine(str, Enum):
+    reference = "reference"
+    jit = "jit"
+
+
+SchemaOption = Annotated[
+    list[Path] | None,
+    typer.Option("--schema", "-s", help="A schema file, or a directory of <stream>.json files "
+                 "(repeatable); schemas/ is always searched last."),
+]
+
+
+def _error(message: str) -> None:
+    stderr.print(message, markup=False, style="red")
+
+
+def _registry(schemas: list[Path] | None) -> SchemaRegistry:
+    registry = SchemaRegistry()
+    for path in schemas or []:
+        if not path.exists():
+            raise CliError(f"schema {path}: no such file or directory", 2)
+        try:
+            registry.add_path(path)
+        except SchemaError as e:
+            raise CliError(f"schema {path}: {e}") from None
+    return registry
+
+
+def _load(path: Path, registry: SchemaRegistry):
+    """Checked queries of one file; CliError with every located message otherwise."""
+    from cep_core.checker import load_queries
+
+    if not path.is_file():
+        raise CliError(f"{path}: no such file", 2 if not path.exists() else 1)
+    try:
+        return load_queries(path, registry)
+    except QueryErrors as e:
+        raise CliError("\n".join(str(err) for err in e.errors)) from None
+    except QueryError as e:
+        raise CliError(str(e)) from None
+    except (SchemaError, UnicodeDecodeError) as e:
+        raise CliError(f"{path}: {e}") from None
+
+
+def _guard(body) -> None:
+    """Run a command body, turning errors into clean messages and exit codes."""
+    try:
+        body()
+    except CliError as e:
+        _error(f"error: {e}" if not _is_located(str(e)) else str(e))
+        raise typer.Exit(e.code) from None
+    except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        raise
+    except Exception as e:  # an internal error: still no traceback unless asked for
+        if os.environ.get("CEP_DEBUG"):
+            raise
+        _error(f"internal error: {type(e).__name__}: {e} (set CEP_DEBUG=1 for the traceback)")
+        raise typer.Exit(2) from None
+
+
+def _is_located(message: str) -> bool:
+    """Whether the message already starts `file:line:col: error:`."""
+    return ": error: " in message.split("\n", 1)[0]
+
+
+# ------------------------------------------------------------------ cep check
+
+
+@app.command()
+def check(
+    files: Annotated[list[Path], typer.Argument(help="Query files to parse and check.")],
+    schema: SchemaOption = None,
+) -> None:
+    """Parse and check query files; errors name file:line:col."""
+
+    def body():
+        registry = _registry(schema)
+        failed = 0
+        for path in files:
+            try:
+                queries = _load(path, registry)
+            except CliError as e:
+                _error(f"error: {e}" if not _is_located(str(e)) else str(e))
+                failed = max(failed, e.code)
+                continue
+            names = ", ".join(q.name for q in queries)
+            plural = "query" if len(queries) == 1 else "queries"
+            stdout.print(f"{path}: {len(queries)} {plural} OK ({names})", markup=False)
+        if failed:
+            raise typer.Exit(failed)
+
+    _guard(body)
+
+
+# ------------------------------------------------------------------ cep run
+
+
+@app.command()
+def run(
+    query_file: Annotated[Path, typer.Argument(help="The query file.")],
+    events: Annotated[Path, typer.Option("--events", "-e", help="Events: .jsonl/.json/"
+                                         ".ndjson, .csv or .parquet.")],
+    schema: SchemaOption = None,
+    engine: Annotated[Engine, typer.Option(help="Which engine runs the queries.")] =
+    Engine.reference,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Where composite events "
+                                                "go, as JSON lines (default: stdout).")] = None,
+    dead_letters: Annotated[Path | None, typer.Option(
+        "--dead-letters", help="Write bad events here as JSON lines (default: a summary on "
+        "stderr).")] = None,
+) -> None:
+    """Run the queries of a file over a file of events; composite events as JSON lines."""
+
+    def body():
+        from cep_core.event_io import (
+            InputError,
+            read_events,
+            write_composites_jsonl,
+            write_dead_letters_jsonl,
+        )
+
+        if engine is not Engine.reference:
+            raise CliError(f"engine '{engine.value}' is not available yet (use --engine "
+                           "reference)", 2)
+        registry = _registry(schema)
+        queries = _load(query_file, registry)
+        streams = sorted({q.schema.stream for q in queries})
+        if len(streams) != 1:
+            raise CliError(f"{query_file}: the queries read several streams "
+                           f"({', '.join(streams)}); cep run takes one stream per file")
+        stream_schema = queries[0].schema
+
+        started = time.perf_counter()
+        try:
+            simple, dead = read_events(events, stream_schema)
+        except InputError as e:
+            raise CliError(str(e)) from None
+        except OSError as e:
+            raise CliError(f"{events}: {e.strerror or e}") from None
+        read_s = time.perf_counter() - started
+
+        started = time.perf_counter()
+        composites, rejected = run_reference(queries, simple)
+        run_s = time.perf_counter() - started
+        dead.extend(rejected)
+
+        try:
+            write_composites_jsonl(composites, out)
+            if dead_letters is not None:
+                write_dead_letters_jsonl(dead, dead_letters)
+        except OSError as e:
+            raise CliError(f"{e.filename or out}: {e.strerror or e}") from None
+
+        if dead and dead_letters is None:
+            first = dead[0]
+            stderr.print(f"{len(dead)} bad event{'s' if len(dead) != 1 else ''}: first "
+                         f"{first.source}:{first.position}: {first.reason}", markup=False,
+                         style="yellow")
+        rate = len(simple) / run_s if run_s > 0 else float("inf")
+        stderr.print(f"{len(simple)} events ({len(dead)} bad) read in {read_s:.2f}s; "
+                     f"{engine.value} engine: {len(composites)} composite events in "
+                     f"{run_s:.2f}s ({rate:,.0f} events/s)", markup=False, style="dim")
+
+    _guard(body)
+
+
+def run_reference(queries, events) -> tuple[list[dict], list]:
+    """`cep_core.reference.run`, with the events the interpreters rejected as DeadLetters."""
+    from cep_core import reference
+    from cep_core.event_io import DeadLetter
+
+    rejected: list = []
+    composites = reference.run(queries, events, rejected=rejected)
+    return composites, [DeadLetter(f"query {q.name}", event.seq,
+                                   orjson.dumps(event.to_json()), reason)
+                        for q, event, reason in rejected]
+
+
+# ------------------------------------------------------------------ cep schemas
+
+
+@app.command()
+def schemas(schema: SchemaOption = None) -> None:
+    """List the known streams and their attributes."""
+
+    def body():
+        registry = _registry(schema)
+        table = Table(title="Streams")
+        for column in ("stream", "attributes", "time", "type attribute"):
+            table.add_column(column)
+        for name in registry.names():
+            try:
+                s = registry.get(name)
+            except SchemaError as e:
+                _error(f"error: {e}")
+                continue
+            if s is None:
+                continue
+            attrs = ", ".join(f"{a}: {t}" for a, t in s.attributes.items())
+            typed = "-" if s.type_attribute is None else s.type_attribute + (
+                f" ({', '.join(s.types)})" if s.types else "")
+            table.add_row(s.stream, attrs, f"{s.time} ({s.time_unit})", typed)
+        stdout.print(table)
+
+    _guard(body)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""Reading events (JSONL, JSON arrays, CSV, Parquet) and dead letters; writing JSON lines."""
+
+import io
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from cep_core.errors import EventError
+from cep_core.event_io import (
+    DeadLetter,
+    InputError,
+    decode_record,
+    read_events,
+    write_composites_jsonl,
+    write_dead_letters_jsonl,
+)
+from cep_core.events import Event
+from cep_core.schema import StreamSchema
+
+SCHEMA = StreamSchema(
+    stream="things",
+    attributes={"kind": "string", "n": "int", "x": "float", "ok": "bool", "ts": "timestamp"},
+    time="ts", time_unit="ms", type_attribute="kind", types=("A", "B"))
+
+GOOD = [
+    {"kind": "A", "n": 1, "x": 1.5, "ok": True, "ts": 1000},
+    {"kind": "B", "n": 2, "x": 2, "ok": False, "ts": 2000},  # an int where a float belongs
+]
+
+
+def write_jsonl(path, lines):
+    path.write_bytes(b"".join((line if isinstance(line, bytes) else orjson.dumps(line)) + b"\n"
+                              for line in lines))
+    return path
+
+
+def test_jsonl_good_events(tmp_path):
+    events, dead = read_events(write_jsonl(tmp_path / "e.jsonl", GOOD), SCHEMA)
+    assert dead == []
+    assert events == [
+        Event(0, 1000, {"kind": "A", "n": 1, "x": 1.5, "ok": True, "ts": 1000}),
+        Event(1, 2000, {"kind": "B", "n": 2, "x": 2.0, "ok": False, "ts": 2000}),
+    ]
+    assert isinstance(events[1].attrs["x"], float)
+    assert list(events[0].attrs) == list(SCHEMA.attributes)  # schema order, extras dropped
+
+
+@pytest.mark.parametrize("suffix", [".json", ".ndjson"])
+def test_other_json_suffixes(tmp_path, suffix):
+    events, dead = read_events(write_jsonl(tmp_path / f"e{suffix}", GOOD), SCHEMA)
+    assert [e.seq for e in events] == [0, 1] and dead == []
+
+
+def test_json_array_file(tmp_path):
+    path = tmp_path / "e.json"
+    path.write_bytes(orjson.dumps(GOOD + [{"kind": "A"}]))
+    events, dead = read_events(path, SCHEMA)
+    assert [e.seq for e in events] == [0, 1]
+    assert [(d.position, d.reason) for d in dead] == [(2, "missing attribute 'n'")]
+
+
+def test_seq_from_input_and_blank_lines(tmp_path):
+    lines = [{**GOOD[0], "seq": 10}, b"", {**GOOD[1], "seq": 12}]
+    events, dead = read_events(write_jsonl(tmp_path / "e.jsonl", lines), SCHEMA)
+    assert [e.seq for e in events] == [10, 12] and dead == []
+
+
+BAD_CASES = [
+    (b'{"kind": "A", "n": 1,', "not valid JSON"),
+    (b"[1, 2]", "not a JSON object"),
+    ({"kind": "A", "x": 1.0, "ok": True, "ts": 5}, "missing attribute 'n'"),
+    ({**GOOD[0], "n": None}, "missing attribute 'n'"),
+    ({**GOOD[0], "n": "12"}, "attribute 'n': expected int, got a string ('12')"),
+    ({**GOOD[0], "n": 1.5}, "attribute 'n': expected int, got a number (1.5)"),
+    ({**GOOD[0], "n": True}, "attribute 'n': expected int, got a bool (true)"),
+    ({**GOOD[0], "x": "1.5"}, "attribute 'x': expected float, got a string ('1.5')"),
+    ({**GOOD[0], "kind": 3}, "attribute 'kind': expected string, got a number (3)"),
+    ({**GOOD[0], "ok": "true"}, "attribute 'ok': expected bool, got a string ('true')"),
+    ({**GOOD[0], "ts": "yesterday"}, "attribute 'ts': expected an integer time or an ISO-8601"),
+    ({**GOOD[0], "kind": "Z"}, "unknown event type 'Z' for stream things (one of A, B)"),
+    ({**GOOD[0], "seq": "x"}, "attribute 'seq': expected int"),
+]
+
+
+@pytest.mark.parametrize("bad,reason", BAD_CASES)
+def test_bad_record_goes_to_dead_letters(tmp_path, bad, reason):
+    path = write_jsonl(tmp_path / "e.jsonl", [GOOD[0], bad, GOOD[1]])
+    events, dead = read_events(path, SCHEMA)
+    assert [e.seq for e in events] == [0, 2]  # good records around it still come through
+    [letter] = dead
+    assert letter.source == str(path) and letter.position == 1
+    assert reason in letter.reason
+    raw = bad if isinstance(bad, bytes) else orjson.dumps(bad)
+    assert letter.raw == raw
+
+
+def test_nan_and_infinity_are_dead_letters(tmp_path):
+    path = tmp_path / "e.jsonl"  # orjson refuses NaN literals: they are invalid JSON
+    path.write_bytes(orjson.dumps(GOOD[0]) + b"\n" + b'{"kind": "A", "n": 1, "x": NaN, '
+                     b'"ok": true, "ts": 5}\n')
+    events, dead = read_events(path, SCHEMA)
+    assert len(events) == 1 and "not valid JSON" in dead[0].reason
+    for value in (float("nan"), float("inf"), float("-inf")):
+        with pytest.raises(EventError, match="not a finite number"):
+            decode_record({**GOOD[0], "x": value}, SCHEMA, 0)
+
+
+def test_seq_must_increase(tmp_path):
+    lines = [{**GOOD[0], "seq": 5}, {**GOOD[1], "seq": 5}, {**GOOD[1], "seq": 3},
+             {**GOOD[1], "seq": 6}]
+    events, dead = read_events(write_jsonl(tmp_path / "e.jsonl", lines), SCHEMA)
+    assert [e.seq for e in events] == [5, 6]
+    assert [d.reason for d in dead] == ["seq 5 does not increase (previous seq 5)",
+                                        "seq 3 does not increase (previous seq 5)"]
+
+
+def test_iso_timestamps():
+    def ts(value, unit="ms"):
+        schema = StreamSchema("s", {"ts": "timestamp"}, "ts", unit)
+        return decode_record({"ts": value}, schema, 0).ts
+
+    assert ts("1970-01-01T00:00:01Z") == 1000
+    assert ts("2024-01-02T09:30:00Z") == 1_704_187_800_000
+    assert ts("2024-01-02T09:30:00.250+00:00") == 1_704_187_800_250
+    assert ts("2024-01-02T10:30:00+01:00") == 1_704_187_800_000
+    assert ts("2024-01-02T09:30:00") == 1_704_187_800_000  # naive: UTC
+    assert ts("2024-01-02T09:30:00.000001Z", "us") == 1_704_187_800_000_001
+    assert ts("2024-01-02T09:30:00Z", "ns") == 1_704_187_800_000_000_000
+    assert ts("2024-01-02T09:30:00.9Z", "s") == 1_704_187_800
+    assert ts(42) == 42
+    with pytest.raises(EventError, match="ticks takes integer times"):
+        ts("2024-01-02T09:30:00Z", "ticks")
+    # An `int` time attribute takes integers only.
+    schema = StreamSchema("s", {"t": "int"}, "t")
+    with pytest.raises(EventError, match="expected int"):
+        decode_record({"t": "2024-01-02T09:30:00Z"}, schema, 0)
+
+
+def test_csv(tmp_path):
+    path = tmp_path / "e.csv"
+    path.write_text(
+        "kind,n,x,ok,ts\n"
+        "A,1,1.5,true,1000\n"
+        "B,2,2,FALSE,2024-01-02T09:30:00Z\n"
+        "A,x,1.0,true,3\n"          # a string where a number belongs
+        "A,1,1.0,maybe,3\n"         # not a bool
+        "A,,1.0,true,3\n"           # empty: missing
+        "A,1,nan,true,3\n"          # NaN
+        "A,1,1.0\n"                 # too few fields
+        "\"B\",7,-0.5,True,4000\n"
+    )
+    events, dead = read_events(path, SCHEMA)
+    assert [(e.seq, e.attrs) for e in events] == [
+        (0, {"kind": "A", "n": 1, "x": 1.5, "ok": True, "ts": 1000}),
+        (1, {"kind": "B", "n": 2, "x": 2.0, "ok": False, "ts": 1_704_187_800_000}),
+        (7, {"kind": "B", "n": 7, "x": -0.5, "ok": True, "ts": 4000}),
+    ]
+    assert [(d.position, d.reason) for d in dead] == [
+        (2, "attribute 'n': expected int, got a string ('x')"),
+        (3, "attribute 'ok': expected bool, got a string ('maybe')"),
+        (4, "missing attribute 'n'"),
+        (5, "attribute 'x': not a finite number (nan)"),
+        (6, "3 fields where the header has 5"),
+    ]
+    assert dead[0].raw == "A,x,1.0,true,3"
+
+
+def test_csv_seq_column(tmp_path):
+    path = tmp_path / "e.csv"
+    path.write_text("seq,kind,n,x,ok,ts\n3,A,1,1,true,1\n9,B,1,1,false,2\n")
+    events, dead = read_events(path, SCHEMA)
+    assert [e.seq for e in events] == [3, 9] and dead == []
+
+
+def test_parquet(tmp_path):
+    path = tmp_path / "e.parquet"
+    table = pa.table({
+        "kind": ["A", "B", "C", "A", "A"],
+        "n": pa.array([1, 2, 3, None, 5], pa.int64()),
+        "x": [1.5, 2.0, 3.0, 4.0, float("nan")],
+        "ok": [True, False, True, True, False],
+        "ts": pa.array([1000, 2000, 3000, 4000, 5000], pa.int64()),
+    })
+    pq.write_table(table, path)
+    events, dead = read_events(path, SCHEMA)
+    assert [(e.seq, e.ts, e.attrs["n"]) for e in events] == [(0, 1000, 1), (1, 2000, 2)]
+    assert [(d.position, d.reason) for d in dead] == [
+        (2, "unknown event type 'C' for stream things (one of A, B)"),
+        (3, "missing attribute 'n'"),
+        (4, "attribute 'x': not a finite number (nan)"),
+    ]
+
+
+def test_parquet_timestamp_column(tmp_path):
+    path = tmp_path / "e.parquet"
+    schema = StreamSchema("s", {"v": "int", "ts": "timestamp"}, "ts", "ms")
+    pq.write_table(pa.table({"v": [1], "ts": pa.array([1_704_187_800_250], pa.timestamp("ms"))}),
+                   path)
+    events, dead = read_events(path, schema)
+    assert dead == [] and events[0].ts == 1_704_187_800_250
+
+
+def test_unknown_format_and_missing_file(tmp_path):
+    with pytest.raises(InputError, match="unknown event file format"):
+        read_events(tmp_path / "e.txt", SCHEMA)
+    with pytest.raises(InputError, match="no such file"):
+        read_events(tmp_path / "absent.jsonl", SCHEMA)
+
+
+def test_write_composites_keeps_field_order(tmp_path):
+    composites = [{"query": "q", "key": None, "seq": 3, "start_seq": 1, "zeta": 1, "alpha": 2.5},
+                  {"query": "q", "key": ["a", 1], "seq": 4, "start_seq": 4, "events": {}}]
+    buffer = io.BytesIO()
+    assert write_composites_jsonl(composites, buffer) == 2
+    assert buffer.getvalue() == (
+        b'{"query":"q","key":null,"seq":3,"start_seq":1,"zeta":1,"alpha":2.5}\n'
+        b'{"query":"q","key":["a",1],"seq":4,"start_seq":4,"events":{}}\n')
+    path = tmp_path / "out.jsonl"
+    write_composites_jsonl(composites, path)
+    assert [orjson.loads(line) for line in path.read_bytes().splitlines()] == composites
+
+
+def test_write_dead_letters(tmp_path):
+    path = tmp_path / "dead.jsonl"
+    write_dead_letters_jsonl([DeadLetter("f.jsonl", 3, b"{bad", "not valid JSON")], path)
+    assert orjson.loads(path.read_bytes()) == {"source": "f.jsonl", "position": 3,
+                                               "reason": "not valid JSON", "raw": "{bad"}
