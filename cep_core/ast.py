@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Union
+from typing import ClassVar
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ class WindowAggregate:
     type: str | None = None  # filled in by the checker
 
 
-Expr = Union[Literal, Attr, Unary, Binary, InList, Call, Aggregate, WindowAggregate]
+Expr = Literal | Attr | Unary | Binary | InList | Call | Aggregate | WindowAggregate
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ class Duration:
     unit: str  # "ms", "s", "min", "h", "d" or "ticks"
     pos: Pos = NOPOS
 
-    UNIT_MS = {"ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+    UNIT_MS: ClassVar[dict[str, int]] = {"ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 
     def in_time_units(self, time_unit: str) -> int:
         """The duration in a stream's time unit ("ms", "s", "us", "ns" or "ticks")."""
@@ -207,7 +207,7 @@ class RRepeat:
     pos: Pos = NOPOS
 
 
-Regex = Union[RSym, RAny, REmpty, RCat, RAlt, RRepeat]
+Regex = RSym | RAny | REmpty | RCat | RAlt | RRepeat
 
 
 @dataclass(eq=False)
@@ -275,7 +275,7 @@ class AndGroup:
     pos: Pos = NOPOS
 
 
-SeqItem = Union[Step, AndGroup]
+SeqItem = Step | AndGroup
 
 
 @dataclass(eq=False)

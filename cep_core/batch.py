@@ -55,7 +55,7 @@ class Batch:
     def __len__(self) -> int:
         return len(self.seq)
 
-    def slice(self, start: int, stop: int) -> "Batch":
+    def slice(self, start: int, stop: int) -> Batch:
         return Batch(self.seq[start:stop], self.ts[start:stop],
                      {k: v[start:stop] for k, v in self.columns.items()})
 

@@ -14,7 +14,7 @@ class QueryError(Exception):
         self.pos = pos
         self.source = source
 
-    def with_source(self, source: str) -> "QueryError":
+    def with_source(self, source: str) -> QueryError:
         self.source = source
         return self
 

@@ -61,7 +61,7 @@ def parse(text: str, path: str = "<query>") -> ast.QueryFile:
     except lark.UnexpectedToken as e:
         raise QueryError(_unexpected_token_message(e), _token_pos(path, e.token, text),
                          text) from None
-    except lark.UnexpectedEOF as e:
+    except lark.UnexpectedEOF:
         raise QueryError("unexpected end of file", _end_pos(path, text), text) from None
     try:
         queries = _ToAst(path).transform(tree)

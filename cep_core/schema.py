@@ -49,7 +49,7 @@ class StreamSchema:
                               "must be a string attribute")
 
     @classmethod
-    def from_dict(cls, data: dict) -> "StreamSchema":
+    def from_dict(cls, data: dict) -> StreamSchema:
         try:
             types = data.get("types")
             return cls(stream=data["stream"], attributes=dict(data["attributes"]),

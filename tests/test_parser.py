@@ -72,7 +72,7 @@ def test_seq_steps_and_clauses():
     q = one("QUERY s FROM rfid PATTERN SEQ(O o, NOT(C c), KLEENE(O dup){2,3}, R+ r, "
             "AND(D d, C c2)) WITHIN 1 hour USING skip_till_next_match ORDER BY ts "
             "EMIT n = count(dup)")
-    o, c, dup, r, group = q.body.steps
+    _o, c, dup, r, group = q.body.steps
     assert c.kind is ast.StepKind.NEGATED
     assert (dup.kind, dup.min, dup.max) == (ast.StepKind.KLEENE, 2, 3)
     assert (r.kind, r.min, r.max) == (ast.StepKind.KLEENE, 1, None)

@@ -10,7 +10,8 @@ Each query kind has one module; all share the `Interpreter` shape:
 
 from __future__ import annotations
 
-from typing import Iterable, Protocol
+from collections.abc import Iterable
+from typing import Protocol
 
 from cep_core.checker import CheckedQuery
 from cep_core.composite import sort_key
