@@ -6,6 +6,7 @@ Semantic checks (names, types, ranges) are in `cep_core.checker`.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -154,7 +155,17 @@ class _ToAst(Transformer):
         return ("from", str(name), self._pos(meta))
 
     def into_topic(self, meta, name):
-        return ("into", str(name), self._pos(meta))
+        return ("into", name, self._pos(meta))
+
+    @v_args(meta=True, inline=False)
+    def topic(self, meta, parts):
+        if len(parts) == 1 and parts[0].type == "STRING":
+            name = parts[0][1:-1]
+            if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", name):
+                raise QueryError(f"'{name}' is not a Kafka topic name (letters, digits, '.', "
+                                 "'_' and '-', at most 249)", self._pos(parts[0]))
+            return name
+        return ".".join(str(p) for p in parts)
 
     def partition_by(self, meta, attrs):
         return ("partition", attrs, self._pos(meta))

@@ -36,6 +36,19 @@ def test_output_defaults_to_query_name():
     assert one("QUERY m FROM trades PATTERN (a) DEFINE a AS TRUE").output == "m"
 
 
+def test_topic_names():
+    assert one("QUERY m FROM trades INTO alerts.big PATTERN (a) DEFINE a AS TRUE").output \
+        == "alerts.big"
+    assert one("QUERY m FROM trades INTO 'alerts-big_2' PATTERN (a) DEFINE a AS TRUE").output \
+        == "alerts-big_2"
+    try:
+        one("QUERY m FROM trades INTO 'a b' PATTERN (a) DEFINE a AS TRUE")
+    except QueryError as e:
+        assert "not a Kafka topic name" in e.message and e.pos.column == 26
+    else:
+        raise AssertionError("no error")
+
+
 def test_chained_comparison_becomes_conjunction():
     q = one("QUERY s FROM abc PATTERN SEQ(A a, B b, C c) WHERE a.p = b.p = c.p")
     where = q.body.where
