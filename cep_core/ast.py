@@ -9,7 +9,7 @@ interpreters and compilers work from the checked tree only, never from text.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import ClassVar
 
 
@@ -84,7 +84,7 @@ class Call:
     type: str | None = None  # filled in by the checker
 
 
-class AggFunc(str, Enum):
+class AggFunc(StrEnum):
     COUNT = "count"
     FIRST = "first"
     LAST = "last"
@@ -143,7 +143,8 @@ class Duration:
     unit: str  # "ms", "s", "min", "h", "d" or "ticks"
     pos: Pos = NOPOS
 
-    UNIT_MS: ClassVar[dict[str, int]] = {"ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+    UNIT_MS: ClassVar[dict[str, int]] = {
+        "ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 
     def in_time_units(self, time_unit: str) -> int:
         """The duration in a stream's time unit ("ms", "s", "us", "ns" or "ticks")."""
@@ -235,19 +236,19 @@ class MatchQuery:
 # ---------------------------------------------------------------- SEQ
 
 
-class Strategy(str, Enum):
+class Strategy(StrEnum):
     SKIP_TILL_ANY_MATCH = "skip-till-any-match"
     SKIP_TILL_NEXT_MATCH = "skip-till-next-match"
     STRICT_CONTIGUITY = "strict-contiguity"
 
 
-class Policy(str, Enum):
+class Policy(StrEnum):
     EACH = "each"
     LAST = "last"
     FIRST = "first"
 
 
-class StepKind(str, Enum):
+class StepKind(StrEnum):
     EVENT = "event"  # `T x`
     NEGATED = "negated"  # `NOT(T x)`
     KLEENE = "kleene"  # `KLEENE(T x)`, `T+ x`, with optional bounds

@@ -35,13 +35,20 @@ def _nullsafe(f: Callable) -> Callable:
     return call
 
 
+def _widen(result, *args):
+    """A float when any argument is one, as the checker types the result."""
+    return float(result) if any(isinstance(a, float) for a in args) else result
+
+
 FUNCTIONS: dict[str, Function] = {f.name: f for f in [
     Function("abs", ("number",), "same", _nullsafe(abs)),
     Function("sqrt", ("number",), "float", _nullsafe(lambda x: math.sqrt(x) if x >= 0 else None)),
     Function("floor", ("number",), "int", _nullsafe(math.floor)),
     Function("ceil", ("number",), "int", _nullsafe(math.ceil)),
-    Function("least", ("number", "number"), "same", _nullsafe(min)),
-    Function("greatest", ("number", "number"), "same", _nullsafe(max)),
+    Function("least", ("number", "number"), "same",
+             _nullsafe(lambda a, b: _widen(min(a, b), a, b))),
+    Function("greatest", ("number", "number"), "same",
+             _nullsafe(lambda a, b: _widen(max(a, b), a, b))),
     Function("lower", ("string",), "string", _nullsafe(str.lower)),
     Function("upper", ("string",), "string", _nullsafe(str.upper)),
     Function("length", ("string",), "int", _nullsafe(len)),

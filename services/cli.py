@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -42,7 +42,7 @@ class CliError(Exception):
         self.code = code
 
 
-class Engine(str, Enum):
+class Engine(StrEnum):
     reference = "reference"
     jit = "jit"
 

@@ -8,7 +8,7 @@ import pytest
 from cep_core.checker import load_query_text
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "queries.md"
-BLOCKS = [b for b in re.findall(r"```\n(.*?)```", DOC.read_text(), re.S) if "QUERY" in b]
+BLOCKS = [b for b in re.findall(r"```\n(.*?)```", DOC.read_text(), re.DOTALL) if "QUERY" in b]
 
 
 def test_the_reference_shows_queries():

@@ -36,7 +36,7 @@ def strip(rows, *fields):
     return [{f: r[f] for f in fields} for r in rows]
 
 
-# ---------------------------------------------------------------- CQPH: bids, RANGE 4 min SLIDE 1 min
+# ------------------------------------------------ CQPH: bids, RANGE 4 min SLIDE 1 min
 
 CQPH = ("QUERY top SELECT max(bid_price), timestamp "
         "FROM bids [RANGE 4 minutes SLIDE 1 minute WATTR timestamp]")
@@ -218,7 +218,7 @@ def test_ticks_spec_query_range_300s_slide_5s():
         sorted((r["window_end"], r["symbol"]) for r in flushed)
 
 
-# ---------------------------------------------------------------- punctuation, boundaries, late events
+# ------------------------------------------------ punctuation, boundaries, late events
 
 PUNCT = "QUERY p SELECT count(*), sum(bid_price) FROM bids [RANGE 2 minutes SLIDE 1 minute]"
 

@@ -1,0 +1,199 @@
+"""Checked expression AST -> numba-compatible Python expression text.
+
+Code generation works from the checked AST only: identifiers in the output are made up here
+(`c3`, `sc`, ...), numbers are written with `repr` of the parsed int/float, and strings
+never appear — a string value is its int64 code in the stream's `StringDictionary`, string
+literals are read from the constants array `sc`, and what needs the text of a string
+(ordering, lower/upper/length) reads per-code tables (`StringTables`).
+
+Each compiled expression is a `Code`: its value and a flag that is true when the value is
+null (see `cep_core/reference/expr.py` for the null rules every engine follows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cep_core import ast
+from cep_core.batch import StringDictionary
+
+FALSE = "False"
+
+
+@dataclass(frozen=True)
+class Code:
+    value: str
+    null: str = FALSE
+
+    @property
+    def nullable(self) -> bool:
+        return self.null != FALSE
+
+
+def _or(*flags: str) -> str:
+    flags = tuple(dict.fromkeys(f for f in flags if f != FALSE))
+    if not flags:
+        return FALSE
+    return flags[0] if len(flags) == 1 else "(" + " or ".join(flags) + ")"
+
+
+def _not_null(code: Code) -> str:
+    return FALSE if not code.nullable else f"(not {code.null})"
+
+
+class StringConstants:
+    """The string literals of a query, in order; kernels read their codes from `sc`."""
+
+    def __init__(self):
+        self.values: list[str] = []
+
+    def index(self, value: str) -> int:
+        if value not in self.values:
+            self.values.append(value)
+        return self.values.index(value)
+
+    def codes(self, strings: StringDictionary) -> np.ndarray:
+        return np.array([strings.code(v) for v in self.values] or [0], dtype=np.int64)
+
+
+class StringTables:
+    """Per-code tables kernels use for what needs a string's text.
+
+    `rank[c]`: the string's place in sorted order (for <, <=, >, >=); `lower[c]` and
+    `upper[c]`: codes of the lower/upper-cased string; `length[c]`: its length.
+    Refreshed whenever the dictionary has grown.
+    """
+
+    def __init__(self, strings: StringDictionary):
+        self.strings = strings
+        self.size = -1
+        self.refresh()
+
+    def refresh(self) -> None:
+        if self.size == len(self.strings):
+            return
+        # lower/upper may add strings to the dictionary, so close over it first.
+        for s in list(self.strings.strings):
+            self.strings.code(s.lower())
+            self.strings.code(s.upper())
+        texts = self.strings.strings
+        order = sorted(range(len(texts)), key=texts.__getitem__)
+        self.rank = np.empty(max(len(texts), 1), dtype=np.int64)
+        self.rank[order] = np.arange(len(texts), dtype=np.int64)
+        self.lower = np.array([self.strings.codes[s.lower()] for s in texts] or [0], np.int64)
+        self.upper = np.array([self.strings.codes[s.upper()] for s in texts] or [0], np.int64)
+        self.length = np.array([len(s) for s in texts] or [0], dtype=np.int64)
+        self.size = len(texts)
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """In the order of the kernels' parameters `s_rank, s_lower, s_upper, s_length`."""
+        return (self.rank, self.lower, self.upper, self.length)
+
+
+STRING_TABLE_PARAMS = "s_rank, s_lower, s_upper, s_length"
+
+_COMPARE = {"=": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+
+
+class ExpressionCompiler:
+    """Compiles expressions; what attributes and aggregates are is up to `leaves`.
+
+    `leaves` has `attr(node) -> Code`, `aggregate(node) -> Code` and
+    `window_aggregate(node) -> Code`, each returning code over names the kernel defines.
+    """
+
+    def __init__(self, leaves, constants: StringConstants):
+        self.leaves = leaves
+        self.constants = constants
+
+    def compile(self, expr) -> Code:
+        method = getattr(self, "_" + type(expr).__name__.lower())
+        return method(expr)
+
+    def condition(self, expr) -> str:
+        """A boolean expression that is False where the value would be null."""
+        if expr is None:
+            return "True"
+        code = self.compile(expr)
+        return code.value if not code.nullable else f"({_not_null(code)} and {code.value})"
+
+    # ------------------------------------------------------------ leaves
+
+    def _literal(self, node: ast.Literal) -> Code:
+        value = node.value
+        if isinstance(value, bool):
+            return Code("True" if value else "False")
+        if isinstance(value, str):
+            return Code(f"sc[{self.constants.index(value)}]")
+        return Code(repr(value))  # an int or float the parser built: never query text
+
+    def _attr(self, node: ast.Attr) -> Code:
+        return self.leaves.attr(node)
+
+    def _aggregate(self, node: ast.Aggregate) -> Code:
+        return self.leaves.aggregate(node)
+
+    def _windowaggregate(self, node: ast.WindowAggregate) -> Code:
+        return self.leaves.window_aggregate(node)
+
+    # ------------------------------------------------------------ operators
+
+    def _unary(self, node: ast.Unary) -> Code:
+        operand = self.compile(node.operand)
+        if node.op == "NOT":
+            return Code(f"(not {operand.value})")
+        return Code(f"(-{operand.value})", operand.null)
+
+    def _binary(self, node: ast.Binary) -> Code:
+        if node.op in ("AND", "OR"):
+            left, right = self.condition(node.left), self.condition(node.right)
+            return Code(f"({left} {node.op.lower()} {right})")
+        left, right = self.compile(node.left), self.compile(node.right)
+        if node.op in _COMPARE:
+            a, b = left.value, right.value
+            if node.left.type == "string" and node.op not in ("=", "!="):
+                a, b = f"s_rank[{a}]", f"s_rank[{b}]"
+            guard = _or(left.null, right.null)
+            test = f"({a} {_COMPARE[node.op]} {b})"
+            return Code(test if guard == FALSE else f"((not {guard}) and {test})")
+        null = _or(left.null, right.null)
+        a, b = left.value, right.value
+        if node.op in ("+", "-", "*"):
+            return Code(f"({a} {node.op} {b})", null)
+        if node.op == "/":
+            return Code(f"(({a}) / ({b}) if ({b}) != 0 else np.float64(0.0))",
+                        _or(null, f"(({b}) == 0)"))
+        if node.op == "%":
+            zero = "np.float64(0.0)" if node.type == "float" else "np.int64(0)"
+            return Code(f"(({a}) % ({b}) if ({b}) != 0 else {zero})", _or(null, f"(({b}) == 0)"))
+        raise ValueError(f"unknown operator {node.op}")
+
+    def _inlist(self, node: ast.InList) -> Code:
+        operand = self.compile(node.operand)
+        options = [self.compile(option) for option in node.options]
+        tests = " or ".join(f"({operand.value} == {o.value})" for o in options)
+        found = f"({tests})" if not node.negated else f"(not ({tests}))"
+        guard = operand.null
+        return Code(found if guard == FALSE else f"((not {guard}) and {found})")
+
+    def _call(self, node: ast.Call) -> Code:
+        args = [self.compile(arg) for arg in node.args]
+        null = _or(*(a.null for a in args))
+        v = [a.value for a in args]
+        name = node.name.lower()
+        if name == "abs":
+            return Code(f"abs({v[0]})", null)
+        if name == "sqrt":
+            return Code(f"(math.sqrt({v[0]}) if {v[0]} >= 0 else np.float64(0.0))",
+                        _or(null, f"({v[0]} < 0)"))
+        if name in ("floor", "ceil"):
+            return Code(f"np.int64(math.{name}({v[0]}))", null)
+        if name == "least":
+            return Code(f"min({v[0]}, {v[1]})", null)
+        if name == "greatest":
+            return Code(f"max({v[0]}, {v[1]})", null)
+        if name in ("lower", "upper", "length"):
+            return Code(f"s_{name}[{v[0]}]", null)
+        raise ValueError(f"function {node.name} has no compiled form")

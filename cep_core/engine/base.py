@@ -1,0 +1,88 @@
+"""What every jitted engine shares: the Engine interface, decoding results, snapshots."""
+
+from __future__ import annotations
+
+import io
+from abc import ABC, abstractmethod
+
+import numpy as np
+import orjson
+
+from cep_core.batch import Batch, StringDictionary
+from cep_core.checker import CheckedQuery
+
+
+class Engine(ABC):
+    """Runs one checked query over columnar batches, keeping per-key state between them.
+
+    `process(batch)`, `punctuate(ts)` and `flush()` return composite events exactly as the
+    reference interpreter would (same dicts); `dead_letters` collects (seq, reason) of the
+    events the engine rejected. `snapshot()` is the whole state as bytes; `restore(bytes)`
+    puts it back into a new engine of the same query.
+    """
+
+    def __init__(self, checked: CheckedQuery, strings: StringDictionary):
+        self.checked = checked
+        self.query = checked.query
+        self.schema = checked.schema
+        self.strings = strings
+        self.dead_letters: list[tuple[int, str]] = []
+
+    @abstractmethod
+    def process(self, batch: Batch) -> list[dict]: ...
+
+    def punctuate(self, ts: int) -> list[dict]:
+        return []
+
+    def flush(self) -> list[dict]:
+        return []
+
+    @abstractmethod
+    def state(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """(JSON-able metadata, named numpy arrays) that make up the whole state."""
+
+    @abstractmethod
+    def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None: ...
+
+    def snapshot(self) -> bytes:
+        meta, arrays = self.state()
+        meta = {"query": self.checked.name, "kind": self.query.kind, "strings":
+                self.strings.strings, "dead_letters": self.dead_letters, **meta}
+        buffer = io.BytesIO()
+        np.savez(buffer, __meta__=np.frombuffer(orjson.dumps(meta), dtype=np.uint8), **arrays)
+        return buffer.getvalue()
+
+    def restore(self, data: bytes) -> None:
+        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+            arrays = {name: archive[name] for name in archive.files}
+        meta = orjson.loads(arrays.pop("__meta__").tobytes())
+        if meta["query"] != self.checked.name or meta["kind"] != self.query.kind:
+            raise ValueError(f"snapshot of {meta['kind']} query {meta['query']!r} cannot "
+                             f"restore {self.query.kind} query {self.checked.name!r}")
+        for s in meta["strings"]:
+            self.strings.code(s)
+        if self.strings.strings[:len(meta["strings"])] != meta["strings"]:
+            raise ValueError("snapshot was taken with another string dictionary")
+        self.dead_letters = [tuple(d) for d in meta["dead_letters"]]
+        self.load_state(meta, arrays)
+
+    # ------------------------------------------------------------ decoding results
+
+    def decode(self, kind: str, value):
+        """A column or kernel value as the Python value the reference interpreter gives."""
+        if kind == "string":
+            return self.strings.decode(int(value))
+        if kind == "float":
+            return float(value)
+        if kind == "bool":
+            return bool(value)
+        if kind in ("int", "timestamp"):
+            return int(value)
+        raise TypeError(f"cannot decode a {kind}")
+
+    def decode_key(self, attrs: list[str], key: tuple):
+        """A KeyIndex value as the composite event's `key` (None, a value, or a list)."""
+        if not attrs:
+            return None
+        values = [self.decode(self.schema.attributes[a], v) for a, v in zip(attrs, key)]
+        return values[0] if len(values) == 1 else values

@@ -1,0 +1,65 @@
+"""Partition keys -> dense ids, so per-key state lives in arrays indexed by id."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cep_core.batch import Batch
+
+
+class KeyIndex:
+    """Dense ids 0, 1, 2, ... for the values of PARTITION BY / GROUP BY attributes.
+
+    Ids are assigned in order of first appearance. `values[id]` is the key as columns hold it
+    (a tuple of column values: string codes, ints, floats, bools); no attributes: one key.
+    """
+
+    def __init__(self, attrs: list[str]):
+        self.attrs = attrs
+        self.ids: dict[tuple, int] = {}
+        self.values: list[tuple] = []
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def assign(self, batch: Batch) -> np.ndarray:
+        """The key id of every event of the batch (int64)."""
+        n = len(batch)
+        if not self.attrs:
+            if not self.values:
+                self._new(())
+            return np.zeros(n, dtype=np.int64)
+        if n == 0:
+            return np.zeros(0, dtype=np.int64)
+        columns = [batch.columns[a] for a in self.attrs]
+        if len(columns) == 1:
+            uniques, inverse = np.unique(columns[0], return_inverse=True)
+            keys = [(u,) for u in uniques.tolist()]
+        else:
+            records = np.rec.fromarrays(columns)
+            uniques, inverse = np.unique(records, return_inverse=True)
+            keys = [tuple(u) for u in uniques.tolist()]
+        # First appearance order: walk uniques by the first row each occurs in.
+        first_row = np.full(len(keys), n, dtype=np.int64)
+        np.minimum.at(first_row, inverse.reshape(-1), np.arange(n, dtype=np.int64))
+        mapping = np.empty(len(keys), dtype=np.int64)
+        for u in np.argsort(first_row, kind="stable"):
+            key = keys[u]
+            found = self.ids.get(key)
+            mapping[u] = found if found is not None else self._new(key)
+        return mapping[inverse.reshape(-1)]
+
+    def _new(self, key: tuple) -> int:
+        self.ids[key] = len(self.values)
+        self.values.append(key)
+        return len(self.values) - 1
+
+    def to_state(self) -> list[list]:
+        return [list(k) for k in self.values]
+
+    @classmethod
+    def from_state(cls, attrs: list[str], values: list[list]) -> KeyIndex:
+        index = cls(attrs)
+        for key in values:
+            index._new(tuple(key))
+        return index

@@ -1,0 +1,83 @@
+"""Shared harness for differential tests: the jitted engine against the reference.
+
+`jit_run` feeds a stream to engines in batches of the given sizes and, optionally, at a
+given event count snapshots every engine, throws it away and continues with engines
+restored from the bytes (as a restarted worker would).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from cep_core import reference
+from cep_core.batch import BatchEncoder, StringDictionary
+from cep_core.composite import sort_key
+from cep_core.engine import create_engine
+from cep_core.events import Event, Punctuation
+
+
+def jit_run(queries, stream, sizes=(7,), restore_at: int | None = None, **options):
+    strings = StringDictionary()
+    encoder = BatchEncoder(queries[0].schema, strings)
+    engines = [create_engine(q, strings, **options) for q in queries]
+    found = []
+    items = list(stream)
+    position, sizes_cycle, consumed = 0, itertools.cycle(sizes), 0
+
+    def collect(q, out):
+        found.extend((sort_key(c, q.index), c) for c in out)
+
+    while position < len(items):
+        item = items[position]
+        if isinstance(item, Punctuation):
+            for q, engine in zip(queries, engines):
+                collect(q, engine.punctuate(item.ts))
+            position += 1
+            continue
+        size = next(sizes_cycle)
+        chunk = []
+        while position < len(items) and len(chunk) < size and \
+                isinstance(items[position], Event):
+            chunk.append(items[position])
+            position += 1
+        batch = encoder.from_events(chunk)
+        for q, engine in zip(queries, engines):
+            collect(q, engine.process(batch))
+        consumed += len(chunk)
+        if restore_at is not None and consumed >= restore_at:
+            restore_at = None
+            snapshots = [engine.snapshot() for engine in engines]
+            strings = StringDictionary()
+            encoder = BatchEncoder(queries[0].schema, strings)
+            engines = [create_engine(q, strings, **options) for q in queries]
+            for engine, data in zip(engines, snapshots):
+                engine.restore(data)
+    for q, engine in zip(queries, engines):
+        collect(q, engine.flush())
+    found.sort(key=lambda pair: pair[0])
+    dead = sorted((q.name, seq, reason) for q, engine in zip(queries, engines)
+                  for seq, reason in engine.dead_letters)
+    return [c for _, c in found], dead
+
+
+def reference_run(queries, stream):
+    rejected = []
+    out = reference.run(queries, list(stream), rejected=rejected)
+    return out, sorted((q.name, e.seq, reason) for q, e, reason in rejected)
+
+
+def assert_same(queries, stream, sizes=(7,), restore_at=None, **options):
+    """The engine's composite events and rejected events equal the reference's."""
+    stream = list(stream)
+    expected, expected_dead = reference_run(queries, stream)
+    got, got_dead = jit_run(queries, stream, sizes, restore_at, **options)
+    assert got == expected, _diff(expected, got)
+    assert got_dead == expected_dead
+    return got
+
+
+def _diff(expected, got) -> str:
+    for i, (e, g) in enumerate(zip(expected, got)):
+        if e != g:
+            return f"first difference at #{i}:\n reference {e}\n jit       {g}"
+    return f"reference gives {len(expected)} composite events, jit {len(got)}"
