@@ -163,9 +163,6 @@ def run(
             write_dead_letters_jsonl,
         )
 
-        if engine is not Engine.reference:
-            raise CliError(f"engine '{engine.value}' is not available yet (use --engine "
-                           "reference)", 2)
         registry = _registry(schema)
         queries = _load(query_file, registry)
         streams = sorted({q.schema.stream for q in queries})
@@ -184,7 +181,7 @@ def run(
         read_s = time.perf_counter() - started
 
         started = time.perf_counter()
-        composites, rejected = run_reference(queries, simple)
+        composites, rejected = run_queries(queries, simple, engine)
         run_s = time.perf_counter() - started
         dead.extend(rejected)
 
@@ -208,13 +205,23 @@ def run(
     _guard(body)
 
 
-def run_reference(queries, events) -> tuple[list[dict], list]:
-    """`cep_core.reference.run`, with the events the interpreters rejected as DeadLetters."""
-    from cep_core import reference
+def run_queries(queries, events, engine: Engine = Engine.reference) -> tuple[list[dict], list]:
+    """Composite events of the queries over the events, in deterministic order, with the
+    events the engines rejected (time going backwards, late for a window) as DeadLetters."""
     from cep_core.event_io import DeadLetter
 
     rejected: list = []
-    composites = reference.run(queries, events, rejected=rejected)
+    if engine is Engine.reference:
+        from cep_core import reference
+
+        composites = reference.run(queries, events, rejected=rejected)
+        rejected = [(q, event, reason) for q, event, reason in rejected]
+    else:
+        from cep_core import engine as jit
+
+        composites = jit.run(queries, events, rejected=rejected)
+        by_seq = {event.seq: event for event in events}
+        rejected = [(q, by_seq[seq], reason) for q, seq, reason in rejected]
     return composites, [DeadLetter(f"query {q.name}", event.seq,
                                    orjson.dumps(event.to_json()), reason)
                         for q, event, reason in rejected]
@@ -245,6 +252,59 @@ def schemas(schema: SchemaOption = None) -> None:
                 f" ({', '.join(s.types)})" if s.types else "")
             table.add_row(s.stream, attrs, f"{s.time} ({s.time_unit})", typed)
         stdout.print(table)
+
+    _guard(body)
+
+
+# ------------------------------------------------------------------ cep gen
+
+
+class EventFormat(StrEnum):
+    parquet = "parquet"
+    jsonl = "jsonl"
+
+
+@app.command()
+def gen(
+    workload: Annotated[str, typer.Argument(help="finance0 .. finance5, twitter1, twitter2, "
+                                            "marathon, r5, q9 or hyper.")],
+    events: Annotated[int, typer.Option("--events", "-n", min=0, help="How many events.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write into "
+                                      "(created if missing).")],
+    seed: Annotated[int, typer.Option(min=0, help="Random seed; the same seed gives the same "
+                                      "events and queries.")] = 0,
+    fmt: Annotated[EventFormat, typer.Option("--format", help="Format of the events file.")] =
+    EventFormat.parquet,
+    queries: Annotated[int | None, typer.Option(min=1, help="q9 only: how many concurrent "
+                                                "queries (default 1).")] = None,
+) -> None:
+    """Write a benchmark workload: OUT/<stream>.<format> (events) and OUT/<workload>.cep."""
+
+    def body():
+        from cep_core.workloads import WORKLOADS, write_events
+
+        chosen = WORKLOADS.get(workload)
+        if chosen is None:
+            raise CliError(f"unknown workload '{workload}' (one of {', '.join(WORKLOADS)})", 2)
+        options = {}
+        if queries is not None:
+            if "queries" not in chosen.options:
+                raise CliError(f"workload '{workload}' takes no --queries (only q9 does)", 2)
+            options["queries"] = queries
+        started = time.perf_counter()
+        table = chosen.generate(events, seed)
+        events_path = out / f"{chosen.stream}.{fmt.value}"
+        query_path = out / f"{workload}.cep"
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            write_events(table, events_path, fmt.value)
+            query_path.write_text(chosen.query_text(seed=seed, **options))
+        except OSError as e:
+            raise CliError(f"{e.filename or out}: {e.strerror or e}") from None
+        stderr.print(f"{workload}: {events} events (seed {seed}) in {events_path}, queries in "
+                     f"{query_path} ({time.perf_counter() - started:.2f}s)\n"
+                     f"run them: cep run {query_path} --events {events_path}",
+                     markup=False, style="dim")
 
     _guard(body)
 

@@ -117,9 +117,6 @@ def test_run_out_and_dead_letters_files(tmp_path, trades_file):
 def test_run_unknown_engine(tmp_path, trades_file):
     query = tmp_path / "q.cep"
     query.write_text(RISE)
-    result = cep("run", query, "--events", trades_file, "--engine", "jit")
-    assert result.returncode == 2
-    assert "engine 'jit' is not available yet" in result.stderr
     result = cep("run", query, "--events", trades_file, "--engine", "warp")
     assert result.returncode == 2 and "warp" in result.stderr
 

@@ -76,10 +76,10 @@ def test_cli_runner_agrees_with_reference_run():
     from cep_core.checker import load_queries
     from cep_core.event_io import read_events
     from cep_core.reference import run
-    from services.cli import run_reference
+    from services.cli import run_queries
 
     queries = load_queries(EXAMPLES / "finance.cep")
     events, _ = read_events(data_for(EXAMPLES / "finance.cep"), queries[0].schema)
-    composites, rejected = run_reference(queries, events)
+    composites, rejected = run_queries(queries, events)
     assert composites == run(queries, events)
     assert rejected == []
