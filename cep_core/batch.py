@@ -79,6 +79,30 @@ class BatchEncoder:
         return Batch(np.fromiter((e.seq for e in events), np.int64, n),
                      np.fromiter((e.ts for e in events), np.int64, n), columns)
 
+    def from_arrow(self, table) -> Batch:
+        """A pyarrow Table with the schema's attributes (and optionally `seq`) as a Batch,
+        column by column: strings are dictionary-encoded once per distinct value."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        n = table.num_rows
+        columns = {}
+        for name, kind in self.schema.attributes.items():
+            column = table.column(name).combine_chunks()
+            if kind == "string":
+                encoded = column if pa.types.is_dictionary(column.type) \
+                    else pc.dictionary_encode(column)
+                mapping = self.strings.encode(encoded.dictionary.to_pylist())
+                columns[name] = mapping[encoded.indices.to_numpy(zero_copy_only=False)]
+            else:
+                if pa.types.is_timestamp(column.type):
+                    column = column.cast(pa.int64())
+                columns[name] = column.to_numpy(zero_copy_only=False).astype(
+                    NUMPY_TYPES[kind], copy=False)
+        seq = table.column("seq").to_numpy().astype(np.int64) if "seq" in table.column_names \
+            else np.arange(n, dtype=np.int64)
+        return Batch(seq, columns[self.schema.time].astype(np.int64, copy=False), columns)
+
     def decode_value(self, name: str, value):
         """A column value back as the Python value the reference interpreter would see."""
         kind = self.schema.attributes[name]

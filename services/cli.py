@@ -309,6 +309,47 @@ def gen(
     _guard(body)
 
 
+# ------------------------------------------------------------------ cep bench
+
+bench_app = typer.Typer(help="Benchmarks (throughput against the reference interpreter).",
+                        no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("core")
+def bench_core(
+    workload: Annotated[str, typer.Option(help="A workload name (see cep gen).")],
+    events: Annotated[int, typer.Option("--events", "-n", min=1, help="Events.")] = 1_000_000,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 1,
+    queries: Annotated[int | None, typer.Option(help="Concurrent queries (q9).")] = None,
+    reference_events: Annotated[int | None, typer.Option(
+        help="Events for the reference baseline (default: per workload).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """A workload's events, already in columns, through the jitted engine (events/s), with
+    the reference interpreter as the baseline in the same run."""
+
+    def body():
+        from cep_core.benchmark import core
+        from cep_core.workloads import WORKLOADS
+
+        if workload not in WORKLOADS:
+            raise CliError(f"unknown workload '{workload}' (one of {', '.join(WORKLOADS)})", 2)
+        options = {"queries": queries} if queries is not None else {}
+        result = core(workload, events, seed, reference_events, **options)
+        if as_json:
+            print(orjson.dumps(result).decode())
+            return
+        table = Table(title=f"cep bench core --workload {workload}")
+        for name in result:
+            table.add_column(name, justify="right")
+        table.add_row(*(f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
+                        for v in result.values()))
+        stdout.print(table)
+
+    _guard(body)
+
+
 def main() -> None:
     app()
 
