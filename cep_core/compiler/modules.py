@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
@@ -48,6 +49,9 @@ def load_module(body: str) -> ModuleType:
         os.replace(tmp, path)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    # Registered before running it: numba's on-disk cache re-imports a cached function's
+    # module by name when it loads it in a later process.
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     _loaded[digest] = module
     return module

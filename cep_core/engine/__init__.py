@@ -45,6 +45,52 @@ def batches(stream: Iterable[Event | Punctuation], size: int):
         yield pending
 
 
+class StreamEngines:
+    """Every query over one stream: WINDOW queries share one WindowQuerySet (each distinct
+    predicate evaluated once per event); MATCH and SEQ queries get an engine each.
+
+    `process`, `punctuate` and `flush` return (sort key, composite event) pairs."""
+
+    def __init__(self, queries: list[CheckedQuery], strings: StringDictionary, **options):
+        self.queries = {q.name: q for q in queries}
+        self.engines = [create_engine(q, strings, **options) for q in queries
+                        if q.query.kind != "window"]
+        windows = [q for q in queries if q.query.kind == "window"]
+        self.windows = None
+        if windows:
+            from cep_core.engine.window import WindowQuerySet
+            known = ("chunk", "rows_capacity", "groups", "masked_at")
+            self.windows = WindowQuerySet(windows[0].schema, strings,
+                                          **{k: v for k, v in options.items() if k in known})
+            for q in windows:
+                self.windows.add(q)
+
+    def _parts(self):
+        yield from self.engines
+        if self.windows is not None:
+            yield self.windows
+
+    def _keyed(self, composites: list[dict]) -> list[tuple[tuple, dict]]:
+        return [(sort_key(c, self.queries[c["query"]].index), c) for c in composites]
+
+    def process(self, batch) -> list[tuple[tuple, dict]]:
+        return [pair for part in self._parts() for pair in self._keyed(part.process(batch))]
+
+    def punctuate(self, ts: int) -> list[tuple[tuple, dict]]:
+        return [pair for part in self._parts() for pair in self._keyed(part.punctuate(ts))]
+
+    def flush(self) -> list[tuple[tuple, dict]]:
+        return [pair for part in self._parts() for pair in self._keyed(part.flush())]
+
+    def dead_letters(self) -> list[tuple[CheckedQuery, int, str]]:
+        """(query, seq, reason) of every event an engine rejected."""
+        out = [(e.checked, seq, reason) for e in self.engines for seq, reason in e.dead_letters]
+        if self.windows is not None:
+            out.extend((self.queries[name], seq, reason) for name in self.windows.names
+                       for seq, reason in self.windows.dead_letters(name))
+        return out
+
+
 def run(queries: list[CheckedQuery], stream: Iterable[Event | Punctuation],
         batch_size: int = 65536, flush: bool = True, rejected: list | None = None,
         **options) -> list[dict]:
@@ -55,21 +101,16 @@ def run(queries: list[CheckedQuery], stream: Iterable[Event | Punctuation],
         return []
     strings = StringDictionary()
     encoder = BatchEncoder(queries[0].schema, strings)
-    engines = [(q, create_engine(q, strings, **options)) for q in queries]
+    engines = StreamEngines(queries, strings, **options)
     found: list[tuple[tuple, dict]] = []
     for chunk in batches(stream, batch_size):
         if isinstance(chunk, Punctuation):
-            for q, engine in engines:
-                found.extend((sort_key(c, q.index), c) for c in engine.punctuate(chunk.ts))
-            continue
-        batch = encoder.from_events(chunk)
-        for q, engine in engines:
-            found.extend((sort_key(c, q.index), c) for c in engine.process(batch))
+            found.extend(engines.punctuate(chunk.ts))
+        else:
+            found.extend(engines.process(encoder.from_events(chunk)))
     if flush:
-        for q, engine in engines:
-            found.extend((sort_key(c, q.index), c) for c in engine.flush())
+        found.extend(engines.flush())
     found.sort(key=lambda pair: pair[0])
     if rejected is not None:
-        for q, engine in engines:
-            rejected.extend((q, seq, reason) for seq, reason in engine.dead_letters)
+        rejected.extend(engines.dead_letters())
     return [c for _, c in found]

@@ -70,8 +70,8 @@ class GroupEnv(Env):
     """SELECT: one group of one window.
 
     An aggregate folds over the group's events in stream order, skipping missing (None)
-    values; a GROUP BY attribute is the group's value; the window attribute is the window
-    end."""
+    values; a sum or average of floats is exactly rounded (math.fsum). A GROUP BY
+    attribute is the group's value; the window attribute is the window end."""
 
     def __init__(self, events: list[Event], group_attrs: set[str], window_attr: str,
                  window_end: int):
@@ -94,8 +94,15 @@ class GroupEnv(Env):
         name = aggregate_attr(node)
         if name is None:  # count(*)
             return len(self.events)
-        values = [e.attrs.get(name) for e in self.events]
-        return fold(node.func, [v for v in values if v is not None])
+        values = [v for v in (e.attrs.get(name) for e in self.events) if v is not None]
+        if node.func in (ast.AggFunc.SUM, ast.AggFunc.AVG) and \
+                any(isinstance(v, float) for v in values):
+            # Float sums are exactly rounded (the exact sum, rounded once), so they do not
+            # depend on the order the values are added in: pane-wise and partial
+            # aggregation give the same result (docs/semantics-decisions.md, WINDOW).
+            total = math.fsum(values)
+            return total if node.func is ast.AggFunc.SUM else total / len(values)
+        return fold(node.func, values)
 
 
 def key_order(key) -> bytes:

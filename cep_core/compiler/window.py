@@ -1,0 +1,296 @@
+"""WINDOW queries -> kernel inputs: shared WHERE predicates (generated numba) and plans.
+
+A WINDOW query's WHERE is split into its top-level conjuncts. Each distinct conjunct
+(identical AST structure and constants: `canonical`) is one *predicate*, evaluated once per
+event for every query that has it (CQPH's shared selection): its kernel writes one bit per
+event into a row of the batch's predicate matrix, and a query's selection is the AND of
+its rows.
+
+Predicate kernels are generated from the AST by `ExpressionCompiler` with number literals
+turned into parameters (`ki[0]`, `kf[1]`; strings are `sc[i]` already), so conjuncts that
+differ only in constants (`volume > 100` / `volume > 500`) share one compiled kernel:
+queries added at run time usually compile nothing. A predicate over a single string
+attribute is also evaluated once per dictionary code into a table (`dense`), and per event
+it is a table look-up.
+
+Everything else about a query (window kind and size, aggregates, output items) is data for
+the one pane kernel in `cep_core/engine/window_kernels.py`: `WindowPlan`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cep_core import ast
+from cep_core.checker import CheckedQuery, select_name
+from cep_core.compiler.expressions import (
+    STRING_TABLE_PARAMS,
+    Code,
+    ExpressionCompiler,
+    StringConstants,
+)
+from cep_core.compiler.modules import load_module
+from cep_core.engine import window_kernels as wk
+
+# ---------------------------------------------------------------- predicates
+
+
+def conjuncts(where: ast.Expr | None) -> list[ast.Expr]:
+    """The top-level conjuncts of a WHERE (none for no WHERE), duplicates removed."""
+    if where is None:
+        return []
+    found: list[ast.Expr] = []
+    keys: set = set()
+
+    def split(expr):
+        if isinstance(expr, ast.Binary) and expr.op == "AND":
+            split(expr.left)
+            split(expr.right)
+        elif canonical(expr) not in keys:
+            keys.add(canonical(expr))
+            found.append(expr)
+
+    split(where)
+    return found
+
+
+def canonical(expr) -> tuple:
+    """The structure of an expression with its constants: equal for identical conjuncts."""
+    match expr:
+        case ast.Literal(value=value):
+            return ("lit", type(value).__name__, value)
+        case ast.Attr(name=name, var=var):
+            return ("attr", var, name)
+        case ast.Unary(op=op, operand=operand):
+            return ("unary", op, canonical(operand))
+        case ast.Binary(op=op, left=left, right=right):
+            return ("binary", op, canonical(left), canonical(right))
+        case ast.InList(operand=operand, options=options, negated=negated):
+            return ("in", negated, canonical(operand), tuple(canonical(o) for o in options))
+        case ast.Call(name=name, args=args):
+            return ("call", name.lower(), tuple(canonical(a) for a in args))
+    raise TypeError(f"{type(expr).__name__} cannot appear in a WINDOW WHERE")
+
+
+class _Leaves:
+    """WHERE leaves: attributes of the current event, read from column parameters `c<k>`
+    (k: the attribute's position in the schema)."""
+
+    def __init__(self, attributes: list[str]):
+        self.position = {name: k for k, name in enumerate(attributes)}
+        self.used: dict[str, int] = {}
+
+    def attr(self, node: ast.Attr) -> Code:
+        k = self.position[node.name]
+        self.used[node.name] = k
+        return Code(f"c{k}[i]")
+
+    def aggregate(self, node) -> Code:
+        raise TypeError("aggregates cannot appear in a WINDOW WHERE")
+
+    def window_aggregate(self, node) -> Code:
+        raise TypeError("window aggregates cannot appear in a WINDOW WHERE")
+
+
+class _TemplateCompiler(ExpressionCompiler):
+    """Number literals become parameters, so the code depends on structure only; AND, OR
+    and IN are evaluated without branches (`&`, `|`: every operand is a bool and compiled
+    expressions never fail, so short-circuiting is not needed), which lets the per-event
+    loop run without mispredicted jumps."""
+
+    def __init__(self, leaves, constants: StringConstants):
+        super().__init__(leaves, constants)
+        self.ints: list[int] = []
+        self.floats: list[float] = []
+
+    def _literal(self, node: ast.Literal) -> Code:
+        value = node.value
+        if isinstance(value, bool) or isinstance(value, str):
+            return super()._literal(node)
+        if isinstance(value, int):
+            self.ints.append(value)
+            return Code(f"ki[{len(self.ints) - 1}]")
+        self.floats.append(float(value))
+        return Code(f"kf[{len(self.floats) - 1}]")
+
+    def condition(self, expr) -> str:
+        if expr is None:
+            return "True"
+        code = self.compile(expr)
+        return code.value if not code.nullable else f"((not {code.null}) & {code.value})"
+
+    def _binary(self, node: ast.Binary) -> Code:
+        if node.op in ("AND", "OR"):
+            left, right = self.condition(node.left), self.condition(node.right)
+            return Code(f"({left} {'&' if node.op == 'AND' else '|'} {right})")
+        return super()._binary(node)
+
+    def _inlist(self, node: ast.InList) -> Code:
+        operand = self.compile(node.operand)
+        options = [self.compile(option) for option in node.options]
+        tests = " | ".join(f"({operand.value} == {o.value})" for o in options)
+        found = f"({tests})" if not node.negated else f"(not ({tests}))"
+        if not operand.nullable:
+            return Code(found)
+        return Code(f"((not {operand.null}) & {found})")
+
+
+_PREDICATE = '''
+@njit(cache=True)
+def predicate(out, n, {columns}ki, kf, sc, {tables}):
+    """Bit i of out[i >> 6]: whether event i satisfies the conjunct."""
+    nw = (n + 63) >> 6
+    for w in range(nw):
+        first = w << 6
+        m = np.uint64(0)
+        for b in range(min(64, n - first)):
+            i = first + b
+            m |= np.uint64({condition}) << np.uint64(b)
+        out[w] = m
+'''
+
+
+@dataclass
+class CompiledPredicate:
+    """One WHERE conjunct: its kernel, the columns it reads (in parameter order) and its
+    constants. `dense`: the string attribute it alone reads (evaluated per code)."""
+
+    key: tuple
+    source: str
+    columns: list[str]
+    ints: np.ndarray
+    floats: np.ndarray
+    constants: StringConstants
+    dense: str | None
+    uses_tables: bool
+    kernel: object = field(repr=False, default=None)
+
+
+def compile_predicate(expr: ast.Expr, schema) -> CompiledPredicate:
+    attributes = list(schema.attributes)
+    leaves = _Leaves(attributes)
+    constants = StringConstants()
+    compiler = _TemplateCompiler(leaves, constants)
+    condition = compiler.condition(expr)
+    used = sorted(leaves.used.items(), key=lambda item: item[1])
+    source = _PREDICATE.format(columns="".join(f"c{k}, " for _, k in used),
+                               tables=STRING_TABLE_PARAMS, condition=condition)
+    columns = [name for name, _ in used]
+    dense = (columns[0] if len(columns) == 1 and schema.attributes[columns[0]] == "string"
+             else None)
+    return CompiledPredicate(
+        key=canonical(expr), source=source, columns=columns,
+        ints=np.array(compiler.ints or [0], dtype=np.int64),
+        floats=np.array(compiler.floats or [0.0], dtype=np.float64),
+        constants=constants, dense=dense,
+        uses_tables=any(f"s_{t}[" in condition for t in ("rank", "lower", "upper", "length")),
+        kernel=load_module(source).predicate)
+
+
+# ---------------------------------------------------------------- plans
+
+
+def aggregate_attr(node: ast.Aggregate) -> str | None:
+    """The attribute an aggregate reads (None: count(*)); count(price) is parsed as
+    Attr(name="", var="price")."""
+    if node.arg is None:
+        return None
+    if node.arg.name == "" and node.arg.var is not None:
+        return node.arg.var
+    return node.arg.name
+
+
+@dataclass
+class WindowPlan:
+    """What the pane kernel needs to know about one WINDOW query.
+
+    `int_accs`/`float_accs`: (kind, column) of the int64 / float64 pane accumulators
+    (kinds in window_kernels: I_*, F_*); `exact_sums`: float columns summed exactly.
+    `items`: (output name, how to read it from a result row):
+    ("count",), ("int", a, decode kind), ("float", a), ("xsum", a), ("avg_int", a),
+    ("avg_x", a), ("key", position in GROUP BY), ("end",)."""
+
+    name: str
+    rows: bool
+    slide: int
+    range: int
+    panes: int
+    window_attr: str | None  # time windows: the attribute giving window time
+    group_by: list[str]
+    where: list[ast.Expr]
+    int_accs: list[tuple[int, str]]
+    float_accs: list[tuple[int, str]]
+    exact_sums: list[str]
+    items: list[tuple[str, tuple]]
+
+    def config(self, nconj: int) -> np.ndarray:
+        cfg = np.zeros(wk.CF_SIZE, dtype=np.int64)
+        cfg[wk.CF_MODE] = wk.MODE_ROWS if self.rows else wk.MODE_TIME
+        cfg[wk.CF_SLIDE] = self.slide
+        cfg[wk.CF_PANES] = self.panes
+        cfg[wk.CF_RANGE] = self.range
+        cfg[wk.CF_NCONJ] = nconj
+        return cfg
+
+
+def plan(checked: CheckedQuery) -> WindowPlan:
+    body = checked.query.body
+    if not isinstance(body, ast.WindowQuery):
+        raise TypeError(f"query {checked.name} is not a WINDOW query")
+    schema = checked.schema
+    window = body.window
+    if isinstance(window, ast.RowWindow):
+        rows, slide, size, window_attr = True, window.slide, window.rows, None
+    else:
+        rows = False
+        slide, size = checked.time_units(window.slide), checked.time_units(window.range)
+        window_attr = window.attr or schema.time
+    group_by = [a.name for a in body.group_by]
+    int_accs: list[tuple[int, str]] = []
+    float_accs: list[tuple[int, str]] = []
+    exact_sums: list[str] = []
+
+    def slot(table: list, entry) -> int:
+        if entry not in table:
+            table.append(entry)
+        return table.index(entry)
+
+    items: list[tuple[str, tuple]] = []
+    for item in body.items:
+        name, expr = select_name(item), item.expr
+        if isinstance(expr, ast.Attr):
+            if expr.name in group_by:
+                items.append((name, ("key", group_by.index(expr.name))))
+            else:  # the window attribute: its value is the window end
+                items.append((name, ("end",)))
+            continue
+        func, attr = expr.func, aggregate_attr(expr)
+        kind = None if attr is None else schema.attributes[attr]
+        A = ast.AggFunc
+        if func is A.COUNT:  # batches hold no nulls: count(attr) = count(*)
+            items.append((name, ("count",)))
+        elif func in (A.SUM, A.AVG):
+            if kind == "float":
+                a = slot(exact_sums, attr)
+                items.append((name, ("xsum" if func is A.SUM else "avg_x", a)))
+            else:
+                a = slot(int_accs, (wk.I_SUM, attr))
+                items.append((name, ("int", a, "int") if func is A.SUM else ("avg_int", a)))
+        elif func in (A.MIN, A.MAX):
+            if kind == "float":
+                a = slot(float_accs, (wk.F_MIN if func is A.MIN else wk.F_MAX, attr))
+                items.append((name, ("float", a)))
+            elif kind == "string":
+                a = slot(int_accs, (wk.I_SMIN if func is A.MIN else wk.I_SMAX, attr))
+                items.append((name, ("int", a, "string")))
+            else:
+                a = slot(int_accs, (wk.I_MIN if func is A.MIN else wk.I_MAX, attr))
+                items.append((name, ("int", a, "int")))
+        else:
+            raise TypeError(f"{func.value} is not a WINDOW aggregate")
+    return WindowPlan(name=checked.name, rows=rows, slide=slide, range=size,
+                      panes=size // slide, window_attr=window_attr, group_by=group_by,
+                      where=conjuncts(body.where), int_accs=int_accs, float_accs=float_accs,
+                      exact_sums=exact_sums, items=items)

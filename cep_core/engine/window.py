@@ -1,0 +1,673 @@
+"""The jitted WINDOW engine: pane-based sliding windows, many queries over one stream.
+
+`WindowQuerySet` evaluates any number of WINDOW queries over one stream together (CQPH):
+each distinct WHERE conjunct is computed once per event into a shared predicate matrix
+(one bit per event and predicate), then every query folds the events it selects into its
+panes (`window_kernels.run_query`) and releases the windows whose end event time has
+passed. Queries are added (`add`), changed (`update`) and removed (`remove`) between
+batches; the others keep their state. `WindowEngine`, what `create_engine` builds for a
+WINDOW query, is the set with one query.
+
+Per batch (in chunks of `chunk` events): predicate kernels fill the matrix (a predicate on
+one string attribute is a per-code table look-up; `masked_at` or more on one attribute are
+one look-up of a per-code bit mask per event, transposed 64 x 64), prefix maxima of each
+window attribute give event time before every event, key ids come from the dictionary
+codes (one string GROUP BY attribute) or a shared `KeyIndex`; then one kernel call per
+query folds its selected events (found 64 at a time from the AND of its predicate rows)
+and releases windows. Python orchestrates the calls, turns result rows into composite
+events (once per call, in bulk) and late events into dead letters.
+
+Memory: per query and group, P pane slots (P = RANGE / SLIDE, or ROWS n / SLIDE m) of a
+few int64s per aggregate (576 bytes per exact float sum); groups are kept once seen. The
+id -> group table of a query grouped by one string attribute has one entry per dictionary
+code.
+
+Results and dead letters are identical to `cep_core/reference/window.py` (see there and
+docs/semantics-decisions.md); sums of floats are exact (the reference uses math.fsum).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import orjson
+
+from cep_core.batch import Batch, StringDictionary
+from cep_core.checker import CheckedQuery
+from cep_core.compiler.expressions import StringTables
+from cep_core.compiler.window import (
+    CompiledPredicate,
+    WindowPlan,
+    canonical,
+    compile_predicate,
+    plan,
+)
+from cep_core.engine import window_kernels as wk
+from cep_core.engine.base import Engine
+from cep_core.engine.keys import KeyIndex
+from cep_core.schema import StreamSchema
+
+CHUNK = 1 << 16
+FIRST_GROUPS = 8
+FIRST_ROWS = 256
+MASKED_AT = 4  # this many predicates on one string attribute are evaluated together
+_EMPTY_I = np.zeros(0, dtype=np.int64)
+
+
+class _Predicate:
+    """A shared WHERE conjunct and the queries that use it."""
+
+    def __init__(self, compiled: CompiledPredicate):
+        self.compiled = compiled
+        self.users: set[str] = set()
+        self.codes = np.zeros(1, dtype=np.int64)  # string constants' dictionary codes
+        self.table = np.zeros(0, dtype=np.uint8)  # dense: result per dictionary code
+
+
+class _Grouping:
+    """Key ids for one GROUP BY attribute list, shared by the queries that group so.
+
+    none: one key (id 0); dense (one string attribute): the dictionary code is the id;
+    general: a KeyIndex over the batch."""
+
+    def __init__(self, attrs: tuple[str, ...], schema: StreamSchema):
+        self.attrs = attrs
+        if not attrs:
+            self.kind = "none"
+        elif len(attrs) == 1 and schema.attributes[attrs[0]] == "string":
+            self.kind = "dense"
+        else:
+            self.kind = "general"
+        self.index = KeyIndex(list(attrs)) if self.kind == "general" else None
+        self.users: set[str] = set()
+
+    def ids(self, batch: Batch, a: int, b: int, zeros: np.ndarray) -> np.ndarray:
+        if self.kind == "none":
+            return zeros[:b - a]
+        if self.kind == "dense":
+            return np.ascontiguousarray(batch.columns[self.attrs[0]][a:b], dtype=np.int64)
+        return self.index.assign(batch.slice(a, b))
+
+    def size(self, strings: StringDictionary) -> int:
+        """Bound on the ids: what a query's id -> group table must cover."""
+        if self.kind == "none":
+            return 1
+        if self.kind == "dense":
+            return len(strings)
+        return len(self.index)
+
+    def key(self, kid: int) -> tuple:
+        if self.kind == "none":
+            return ()
+        if self.kind == "dense":
+            return (kid,)
+        return self.index.values[kid]
+
+
+class _Query:
+    """One query's plan and state: kernel arrays, its groups' keys, its dead letters."""
+
+    def __init__(self, checked: CheckedQuery, plan_: WindowPlan, rows_capacity: int,
+                 groups: int):
+        self.checked = checked
+        self.name = checked.name
+        self.plan = plan_
+        self.group_attrs = tuple(plan_.group_by)
+        self.st = np.zeros(wk.ST_SIZE, dtype=np.int64)
+        self.st[wk.ST_T] = wk.NEG_INF
+        self.st[wk.ST_R] = wk.NEG_INF
+        self.st[wk.ST_NEXTJ] = wk.NO_WINDOW
+        self.cfg = plan_.config(len(plan_.where))
+        self.ikind = np.array([k for k, _ in plan_.int_accs] or [0], dtype=np.int64)
+        self.fkind = np.array([k for k, _ in plan_.float_accs] or [0], dtype=np.int64)
+        self.crow = np.zeros(max(1, len(plan_.where)), dtype=np.int64)
+        self.icol = np.zeros(max(1, len(plan_.int_accs)), dtype=np.int64)
+        self.fcol = np.zeros(max(1, len(plan_.float_accs)), dtype=np.int64)
+        self.xcol = np.zeros(max(1, len(plan_.exact_sums)), dtype=np.int64)
+        self.keys: list[tuple] = []  # group -> key tuple (column values)
+        self.key_values: list = []  # group -> decoded key (the composite event's "key")
+        self.key_parts: list[list] = []  # group -> decoded GROUP BY values
+        self.key_rank = np.zeros(0, dtype=np.int64)  # group -> place in key order
+        self.make_row = _row_maker(("query", "key", "seq", "start_seq", "window_start",
+                                    "window_end", *(name for name, _ in plan_.items)))
+        self.predicate_keys = [canonical(expr) for expr in plan_.where]
+        self.dead: list[tuple[int, str]] = []
+        self.loc = np.full(1, -1, dtype=np.int64)
+        self.first_groups = groups if self.group_attrs else 1
+        self._allocate(self.first_groups)
+        self.out_i = np.zeros((rows_capacity, wk.O_SIZE + len(plan_.int_accs)), np.int64)
+        self.out_f = np.zeros((rows_capacity, len(plan_.float_accs) + len(plan_.exact_sums)),
+                              np.float64)
+
+    # ------------------------------------------------------------ state arrays
+
+    def _allocate(self, groups: int, old: dict | None = None) -> None:
+        P, plan_ = self.plan.panes, self.plan
+        base = np.zeros((groups * P, wk.B_SIZE), dtype=np.int64)
+        base[:, wk.B_TAG] = wk.I64_MIN
+        ist = np.zeros((groups * P, len(plan_.int_accs)), dtype=np.int64)
+        fst = np.zeros((groups * P, len(plan_.float_accs)), dtype=np.float64)
+        xst = np.zeros((groups * P, len(plan_.exact_sums), wk.XSIZE), dtype=np.int64)
+        xst[:, :, wk.XLO] = wk.XLIMBS
+        xst[:, :, wk.XHI] = -1
+        lastpane = np.zeros(groups, dtype=np.int64)
+        isact = np.zeros(groups, dtype=np.uint8)
+        active = np.zeros(groups, dtype=np.int64)
+        if old is not None:
+            rows, g = old["base"].shape[0], old["lastpane"].shape[0]
+            base[:rows] = old["base"]
+            ist[:rows] = old["ist"]
+            fst[:rows] = old["fst"]
+            xst[:rows] = old["xst"]
+            lastpane[:g] = old["lastpane"]
+            isact[:g] = old["isact"]
+            active[:g] = old["active"]
+        self.base, self.ist, self.fst, self.xst = base, ist, fst, xst
+        self.lastpane, self.isact, self.active = lastpane, isact, active
+        self.newk = np.zeros(groups, dtype=np.int64)
+
+    def grow_groups(self) -> None:
+        self._allocate(2 * self.lastpane.shape[0], self.arrays())
+
+    def cover(self, size: int) -> None:
+        """The id -> group table covers ids below `size`."""
+        if self.loc.shape[0] < size:
+            loc = np.full(max(size, 2 * self.loc.shape[0]), -1, dtype=np.int64)
+            loc[:self.loc.shape[0]] = self.loc
+            self.loc = loc
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {"base": self.base, "ist": self.ist, "fst": self.fst, "xst": self.xst,
+                "lastpane": self.lastpane, "isact": self.isact, "active": self.active}
+
+    # ------------------------------------------------------------ snapshots
+
+    def state(self) -> tuple[dict, dict[str, np.ndarray]]:
+        groups = int(self.st[wk.ST_NG])
+        rows = groups * self.plan.panes
+        arrays = {"cfg": self.cfg, "st": self.st, "loc": self.loc,
+                  "base": self.base[:rows], "ist": self.ist[:rows], "fst": self.fst[:rows],
+                  "xst": self.xst[:rows], "lastpane": self.lastpane[:groups],
+                  "isact": self.isact[:groups], "active": self.active[:groups]}
+        return {"name": self.name, "keys": [list(k) for k in self.keys],
+                "dead": self.dead}, arrays
+
+    def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        if not np.array_equal(arrays["cfg"], self.cfg):
+            raise ValueError(f"snapshot of query {self.name!r} has another window or WHERE")
+        groups = int(arrays["st"][wk.ST_NG])
+        self._allocate(max(groups, self.first_groups),
+                       {k: arrays[k] for k in ("base", "ist", "fst", "xst", "lastpane",
+                                               "isact", "active")})
+        self.st = arrays["st"].astype(np.int64).copy()
+        self.loc = arrays["loc"].astype(np.int64).copy()
+        self.keys = [tuple(k) for k in meta["keys"]]
+        self.key_values, self.key_parts = [], []
+        self.dead = [tuple(d) for d in meta["dead"]]
+
+
+class WindowQuerySet:
+    """Many WINDOW queries over one stream, evaluated together with shared predicates.
+
+    `process(batch)`, `punctuate(ts)` and `flush()` return the composite events of every
+    query (each query's in the order its reference interpreter would give them);
+    `dead_letters(name)` is a query's rejected events as (seq, reason)."""
+
+    def __init__(self, schema: StreamSchema, strings: StringDictionary,
+                 chunk: int = CHUNK, rows_capacity: int = FIRST_ROWS,
+                 groups: int = FIRST_GROUPS, masked_at: int = MASKED_AT):
+        if chunk <= 0 or chunk % 64:
+            raise ValueError("chunk must be a positive multiple of 64")
+        if rows_capacity < 1 or groups < 1:
+            raise ValueError("rows_capacity and groups must be at least 1")
+        self.groups = groups
+        self.masked_at = masked_at
+        self.schema = schema
+        self.strings = strings
+        self.chunk = chunk
+        self.rows_capacity = rows_capacity
+        self.queries: dict[str, _Query] = {}
+        self.predicates: dict[tuple, _Predicate] = {}
+        self.groupings: dict[tuple, _Grouping] = {}
+        self._tables: StringTables | None = None
+        self._dummy_tables = tuple(np.zeros(1, dtype=np.int64) for _ in range(4))
+        self._seen_strings = -1
+        self._layout()
+
+    # ------------------------------------------------------------ queries
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.queries
+
+    def __len__(self) -> int:
+        return len(self.queries)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.queries)
+
+    def add(self, checked: CheckedQuery) -> None:
+        """Start evaluating a query (from the next batch on, with fresh state)."""
+        if checked.name in self.queries:
+            raise ValueError(f"query {checked.name!r} is already in the set")
+        if checked.schema.stream != self.schema.stream:
+            raise ValueError(f"query {checked.name!r} reads stream {checked.schema.stream!r}, "
+                             f"this set reads {self.schema.stream!r}")
+        plan_ = plan(checked)
+        for expr in plan_.where:
+            compiled = compile_predicate(expr, self.schema)
+            predicate = self.predicates.get(compiled.key)
+            if predicate is None:
+                predicate = self.predicates[compiled.key] = _Predicate(compiled)
+            predicate.users.add(checked.name)
+        attrs = tuple(plan_.group_by)
+        grouping = self.groupings.get(attrs)
+        if grouping is None:
+            grouping = self.groupings[attrs] = _Grouping(attrs, self.schema)
+        grouping.users.add(checked.name)
+        self.queries[checked.name] = _Query(checked, plan_, self.rows_capacity, self.groups)
+        self._layout()
+
+    def remove(self, name: str) -> None:
+        """Stop evaluating a query and drop its state; the others are untouched."""
+        query = self.queries.pop(name)
+        for key in [k for k, p in self.predicates.items() if name in p.users]:
+            self.predicates[key].users.discard(name)
+            if not self.predicates[key].users:
+                del self.predicates[key]
+        grouping = self.groupings[query.group_attrs]
+        grouping.users.discard(name)
+        if not grouping.users:
+            del self.groupings[query.group_attrs]
+        self._layout()
+
+    def update(self, checked: CheckedQuery) -> None:
+        """Replace a query by a new version of the same name; it starts afresh (windows,
+        event time and row numbers), the others keep their state."""
+        if checked.name in self.queries:
+            self.remove(checked.name)
+        self.add(checked)
+
+    def _layout(self) -> None:
+        """Predicate rows and stacked columns after the set of queries changed."""
+        self._order = list(self.predicates.values())
+        row = {id(p): r for r, p in enumerate(self._order)}
+        # Many predicates on one string attribute are evaluated together (mask_rows).
+        by_attr: dict[str, list[int]] = {}
+        for r, predicate in enumerate(self._order):
+            if predicate.compiled.dense is not None:
+                by_attr.setdefault(predicate.compiled.dense, []).append(r)
+        self._masked = {attr: np.array(rows, dtype=np.int64)
+                        for attr, rows in by_attr.items() if len(rows) >= self.masked_at}
+        self._masks: dict[str, np.ndarray] = {}
+        self._int_columns: list[str] = []
+        self._float_columns: list[str] = []
+        self._window_attrs: list[str] = []
+        self._needs_tables = any(p.compiled.uses_tables for p in self._order)
+        for query in self.queries.values():
+            plan_ = query.plan
+            for r, key in enumerate(query.predicate_keys):
+                query.crow[r] = row[id(self.predicates[key])]
+            for a, (kind, column) in enumerate(plan_.int_accs):
+                query.icol[a] = _slot(self._int_columns, column)
+                if kind in (wk.I_SMIN, wk.I_SMAX):
+                    self._needs_tables = True
+            for a, (_, column) in enumerate(plan_.float_accs):
+                query.fcol[a] = _slot(self._float_columns, column)
+            for a, column in enumerate(plan_.exact_sums):
+                query.xcol[a] = _slot(self._float_columns, column)
+            if not plan_.rows and plan_.window_attr not in self._window_attrs:
+                self._window_attrs.append(plan_.window_attr)
+        self._seen_strings = -1  # recompute constants' codes and tables
+
+    # ------------------------------------------------------------ strings
+
+    def _refresh_strings(self) -> tuple[np.ndarray, ...]:
+        """Constants' codes, string tables and per-code predicate tables for the current
+        dictionary; the string tables the kernels take."""
+        strings = self.strings
+        if self._seen_strings != len(strings):
+            for predicate in self._order:
+                predicate.codes = predicate.compiled.constants.codes(strings)
+            if self._needs_tables:
+                if self._tables is None:
+                    self._tables = StringTables(strings)
+                self._tables.refresh()
+            size = len(strings)
+            tables = self._tables.arrays() if self._needs_tables else self._dummy_tables
+            for predicate in self._order:
+                if predicate.compiled.dense is not None and predicate.table.shape[0] < size:
+                    predicate.table = self._per_code(predicate, predicate.table.shape[0], size,
+                                                     tables)
+            for attr, rows in self._masked.items():  # extended for the new codes only
+                old = self._masks.get(attr)
+                done = 0 if old is None else old.shape[0]
+                masks = np.zeros((size, (len(rows) + 63) >> 6), dtype=np.uint64)
+                if old is not None:
+                    masks[:done] = old
+                for p, r in enumerate(rows):
+                    masks[done:, p >> 6] |= (self._order[r].table[done:size].astype(np.uint64)
+                                             << np.uint64(p & 63))
+                self._masks[attr] = masks
+            for query in self.queries.values():
+                query.cover(self.groupings[query.group_attrs].size(strings))
+            self._seen_strings = size
+        return self._tables.arrays() if self._needs_tables else self._dummy_tables
+
+    def _per_code(self, predicate: _Predicate, old: int, size: int, tables) -> np.ndarray:
+        """A dense predicate's table extended to codes old..size-1 (the result for a code
+        never changes: it is a function of the string)."""
+        codes = np.arange(old, size, dtype=np.int64)
+        words = np.zeros((size - old + 63) >> 6, dtype=np.uint64)
+        compiled = predicate.compiled
+        compiled.kernel(words, size - old, codes, compiled.ints, compiled.floats,
+                        predicate.codes, *tables)
+        table = np.zeros(size, dtype=np.uint8)
+        table[:old] = predicate.table[:old]
+        wk.unpack_bits(words, size - old, table[old:])
+        return table
+
+    # ------------------------------------------------------------ streams
+
+    def process(self, batch: Batch) -> list[dict]:
+        n = len(batch)
+        if n == 0 or not self.queries:
+            return []
+        found: dict[str, list] = {name: [] for name in self.queries}
+        for a in range(0, n, self.chunk):
+            self._chunk(batch, a, min(n, a + self.chunk), found)
+        return self._ordered(found)
+
+    def punctuate(self, ts: int) -> list[dict]:
+        """Event time reaches ts: time windows ending below it are released."""
+        return self._advance(int(ts))
+
+    def flush(self) -> list[dict]:
+        """End of the stream: every time window still holding events is released."""
+        return self._advance(wk.POS_INF)
+
+    def dead_letters(self, name: str) -> list[tuple[int, str]]:
+        return self.queries[name].dead
+
+    def _chunk(self, batch: Batch, a: int, b: int, found: dict[str, list]) -> None:
+        tables = self._refresh_strings()
+        n = b - a
+        columns: dict[str, np.ndarray] = {}
+
+        def column(name: str) -> np.ndarray:
+            if name not in columns:
+                columns[name] = np.ascontiguousarray(batch.columns[name][a:b])
+            return columns[name]
+
+        pv = np.empty((len(self._order), (n + 63) >> 6), dtype=np.uint64)
+        for attr, rows in self._masked.items():
+            wk.mask_rows(pv, rows, self._masks[attr], column(attr))
+        for r, predicate in enumerate(self._order):
+            compiled = predicate.compiled
+            if compiled.dense is not None:
+                if compiled.dense not in self._masked:
+                    wk.table_bits(pv[r], predicate.table, column(compiled.dense))
+            else:
+                compiled.kernel(pv[r], n, *(column(c) for c in compiled.columns),
+                                compiled.ints, compiled.floats, predicate.codes, *tables)
+        times: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for attr in self._window_attrs:
+            wt = (np.ascontiguousarray(batch.ts[a:b], dtype=np.int64)
+                  if attr == self.schema.time else column(attr).astype(np.int64, copy=False))
+            pmx = np.empty(n + 1, dtype=np.int64)
+            wk.prefix_max(wt, pmx)
+            times[attr] = (wt, pmx)
+        zeros = np.zeros(n, dtype=np.int64)
+        kids = {attrs: grouping.ids(batch, a, b, zeros)
+                for attrs, grouping in self.groupings.items()}
+        for grouping in self.groupings.values():
+            if grouping.kind == "general":  # the index may have grown
+                size = grouping.size(self.strings)
+                for name in grouping.users:
+                    self.queries[name].cover(size)
+        imat = _stack([column(c) for c in self._int_columns], n, np.int64)
+        fmat = _stack([column(c) for c in self._float_columns], n, np.float64)
+        seq = np.ascontiguousarray(batch.seq[a:b], dtype=np.int64)
+        dl = np.empty(n, dtype=np.int64)
+        for query in self.queries.values():
+            plan_ = query.plan
+            wt, pmx = times[plan_.window_attr] if not plan_.rows else (zeros, zeros)
+            kid = kids[query.group_attrs]
+            self._run(query, pv, n, wt, pmx, seq, kid, imat, fmat, tables[0], dl,
+                      found[query.name])
+            for i in dl[:query.st[wk.ST_DLN]].tolist():
+                t = int(wt[i])
+                end = -(-t // plan_.slide) * plan_.slide
+                query.dead.append((int(seq[i]), f"late event: window time {t} is not above "
+                                                f"the end {end} of an already emitted window "
+                                                f"of query {query.name}"))
+
+    def _advance(self, clock: int) -> list[dict]:
+        found: dict[str, list] = {name: [] for name in self.queries}
+        tables = self._refresh_strings()
+        pv = np.zeros((len(self._order), 0), dtype=np.uint64)
+        pmx = np.array([clock], dtype=np.int64)
+        imat = np.zeros((len(self._int_columns), 0), dtype=np.int64)
+        fmat = np.zeros((len(self._float_columns), 0), dtype=np.float64)
+        for query in self.queries.values():
+            if query.plan.rows:
+                continue
+            self._run(query, pv, 0, _EMPTY_I, pmx, _EMPTY_I, _EMPTY_I, imat, fmat, tables[0],
+                      _EMPTY_I, found[query.name])
+        return self._ordered(found)
+
+    def _run(self, query: _Query, pv, n, wt, pmx, seq, kid, imat, fmat, s_rank, dl,
+             found: list) -> None:
+        st = query.st
+        st[wk.ST_DLN] = 0
+        start = 0
+        grouping = self.groupings[query.group_attrs]
+        while True:
+            st[wk.ST_NNEW] = 0
+            status = wk.run_query(
+                query.cfg, st, pv, query.crow, start, n, wt, pmx, seq, kid, query.loc,
+                imat, fmat, s_rank, query.ikind, query.icol, query.fkind, query.fcol,
+                query.xcol, query.base, query.ist, query.fst, query.xst, query.lastpane,
+                query.isact, query.active, query.newk, query.out_i, query.out_f, dl)
+            for kid_ in query.newk[:st[wk.ST_NNEW]].tolist():
+                query.keys.append(grouping.key(kid_))
+            self._drain(query, found)
+            if status == wk.DONE:
+                return
+            if status == wk.NEED_GROUPS:
+                query.grow_groups()
+            elif st[wk.ST_NACT] > query.out_i.shape[0]:  # NEED_ROOM with an empty buffer
+                size = 2 * int(st[wk.ST_NACT])
+                query.out_i = np.zeros((size, query.out_i.shape[1]), np.int64)
+                query.out_f = np.zeros((size, query.out_f.shape[1]), np.float64)
+            start = int(st[wk.ST_POS])
+
+    # ------------------------------------------------------------ results
+
+    def _drain(self, query: _Query, found: list) -> None:
+        """Take the result rows out of the kernel's buffer (turned into composite events
+        once per call, by `_ordered`)."""
+        count = int(query.st[wk.ST_OUTN])
+        if count:
+            query.st[wk.ST_OUTN] = 0
+            found.append((query.out_i[:count].copy(), query.out_f[:count].copy()))
+
+    def _ordered(self, found: dict[str, list]) -> list[dict]:
+        """Composite events of each query, in (window end, key) order, query after query."""
+        out: list[dict] = []
+        for name, blocks in found.items():
+            if blocks:
+                out.extend(self._rows(self.queries[name], blocks))
+        return out
+
+    def _rows(self, query: _Query, blocks: list) -> list[dict]:
+        ints = np.concatenate([b[0] for b in blocks]) if len(blocks) > 1 else blocks[0][0]
+        floats = np.concatenate([b[1] for b in blocks]) if len(blocks) > 1 else blocks[0][1]
+        plan_ = query.plan
+        self._decode_keys(query)
+        groups = ints[:, wk.O_GROUP]
+        order = np.lexsort((query.key_rank[groups], ints[:, wk.O_WINDOW]))
+        ints, floats, groups = ints[order], floats[order], groups[order]
+        counts = ints[:, wk.O_COUNT]
+        ends = ints[:, wk.O_WINDOW] * plan_.slide
+        group_list = groups.tolist()
+        nf = len(plan_.float_accs)
+        columns = [itertools.repeat(query.name), [query.key_values[g] for g in group_list],
+                   ints[:, wk.O_LSEQ].tolist(), ints[:, wk.O_FSEQ].tolist(),
+                   (ends - plan_.range).tolist(), ends.tolist()]
+        for _, how in plan_.items:
+            tag = how[0]
+            if tag == "count":
+                column = counts.tolist()
+            elif tag == "int":
+                column = ints[:, wk.O_SIZE + how[1]].tolist()
+                if how[2] == "string":
+                    decode = self.strings.decode
+                    column = [decode(code) for code in column]
+            elif tag == "float":
+                column = floats[:, how[1]].tolist()
+            elif tag == "xsum":
+                column = floats[:, nf + how[1]].tolist()
+            elif tag == "avg_x":  # float / int count: what Python's sum / len gives
+                column = (floats[:, nf + how[1]] / counts).tolist()
+            elif tag == "avg_int":
+                sums = ints[:, wk.O_SIZE + how[1]]
+                if sums.size and np.abs(sums).max() > 2 ** 53:  # int / int, exactly rounded
+                    column = [a / b for a, b in zip(sums.tolist(), counts.tolist())]
+                else:
+                    column = (sums.astype(np.float64) / counts).tolist()
+            elif tag == "key":
+                column = [query.key_parts[g][how[1]] for g in group_list]
+            else:  # the window attribute: the window end
+                column = ends.tolist()
+            columns.append(column)
+        return list(itertools.starmap(query.make_row, zip(*columns)))
+
+    def _decode_keys(self, query: _Query) -> None:
+        """Decoded keys of the query's groups and their ranks in key order."""
+        if len(query.key_values) == len(query.keys):
+            return
+        kinds = self.schema.attributes
+        for key in query.keys[len(query.key_values):]:
+            parts = [_decode(self.strings, kinds[attr], value)
+                     for attr, value in zip(query.group_attrs, key)]
+            query.key_parts.append(parts)
+            query.key_values.append(None if not parts else parts[0] if len(parts) == 1
+                                    else parts)
+        orders = [orjson.dumps(k) for k in query.key_values]
+        rank = np.empty(len(orders), dtype=np.int64)
+        rank[sorted(range(len(orders)), key=orders.__getitem__)] = np.arange(len(orders))
+        query.key_rank = rank
+
+    # ------------------------------------------------------------ snapshots
+
+    def state(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """The whole state of every query (and the shared key indexes)."""
+        meta: dict = {"queries": [], "groupings": []}
+        arrays: dict[str, np.ndarray] = {}
+        for number, query in enumerate(self.queries.values()):
+            query_meta, query_arrays = query.state()
+            meta["queries"].append(query_meta)
+            arrays.update({f"q{number}_{k}": v for k, v in query_arrays.items()})
+        for attrs, grouping in self.groupings.items():
+            if grouping.index is not None:
+                meta["groupings"].append({"attrs": list(attrs),
+                                          "keys": grouping.index.to_state()})
+        return meta, arrays
+
+    def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        """Put back a state taken from a set with the same queries."""
+        names = [q["name"] for q in meta["queries"]]
+        if sorted(names) != sorted(self.queries):
+            raise ValueError(f"snapshot holds queries {names}, this set {list(self.queries)}")
+        for number, query_meta in enumerate(meta["queries"]):
+            prefix = f"q{number}_"
+            self.queries[query_meta["name"]].load_state(
+                query_meta, {k[len(prefix):]: v for k, v in arrays.items()
+                             if k.startswith(prefix)})
+        for entry in meta["groupings"]:
+            grouping = self.groupings[tuple(entry["attrs"])]
+            grouping.index = KeyIndex.from_state(list(grouping.attrs), entry["keys"])
+        self._seen_strings = -1
+
+
+class WindowEngine(Engine):
+    """One WINDOW query: a WindowQuerySet holding just it. Options: `chunk` (events per
+    kernel call, a multiple of 64), `rows_capacity` (result rows per kernel call before
+    Python drains them), `groups` (initial group capacity), `masked_at` (how many
+    predicates on one string attribute are evaluated together); options meant for other
+    engines are ignored."""
+
+    def __init__(self, checked: CheckedQuery, strings: StringDictionary, **options):
+        self.set = WindowQuerySet(checked.schema, strings,
+                                  chunk=options.get("chunk", CHUNK),
+                                  rows_capacity=options.get("rows_capacity", FIRST_ROWS),
+                                  groups=options.get("groups", FIRST_GROUPS),
+                                  masked_at=options.get("masked_at", MASKED_AT))
+        self.set.add(checked)
+        super().__init__(checked, strings)
+
+    @property
+    def dead_letters(self) -> list[tuple[int, str]]:
+        return self.set.queries[self.checked.name].dead
+
+    @dead_letters.setter
+    def dead_letters(self, value: list) -> None:
+        self.set.queries[self.checked.name].dead = value
+
+    def process(self, batch: Batch) -> list[dict]:
+        return self.set.process(batch)
+
+    def punctuate(self, ts: int) -> list[dict]:
+        return self.set.punctuate(ts)
+
+    def flush(self) -> list[dict]:
+        return self.set.flush()
+
+    def state(self) -> tuple[dict, dict[str, np.ndarray]]:
+        return self.set.state()
+
+    def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        dead = self.dead_letters  # Engine.restore has set them already
+        self.set.load_state(meta, arrays)
+        self.dead_letters = dead
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _row_maker(fields: tuple[str, ...]):
+    """fields -> a function (v0, v1, ...) -> {fields[0]: v0, ...}: a dict display, about a
+    third faster than dict(zip(fields, values)). The generated text holds only positions;
+    the names are bound as values, never written into code."""
+    params = ", ".join(f"v{k}" for k in range(len(fields)))
+    items = ", ".join(f"F{k}: v{k}" for k in range(len(fields)))
+    namespace = {f"F{k}": name for k, name in enumerate(fields)}
+    exec(f"def make_row({params}):\n    return {{{items}}}\n", namespace)  # noqa: S102
+    return namespace["make_row"]
+
+
+def _slot(names: list[str], name: str) -> int:
+    if name not in names:
+        names.append(name)
+    return names.index(name)
+
+
+def _stack(columns: list[np.ndarray], n: int, dtype) -> np.ndarray:
+    if not columns:
+        return np.zeros((0, n), dtype=dtype)
+    out = np.empty((len(columns), n), dtype=dtype)
+    for r, column in enumerate(columns):
+        out[r] = column
+    return out
+
+
+def _decode(strings: StringDictionary, kind: str, value):
+    if kind == "string":
+        return strings.decode(int(value))
+    if kind == "float":
+        return float(value)
+    if kind == "bool":
+        return bool(value)
+    return int(value)
