@@ -23,6 +23,7 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_reference.py
+	$(BIN)/python bench/bench_core.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check cep_core services accel tests

@@ -1,0 +1,51 @@
+"""`make bench`: every workload through the jitted engine, events already in columns,
+against the reference interpreter measured in the same run (on a prefix of the events).
+
+    .venv/bin/python bench/bench_core.py [--events N] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from cep_core.benchmark import core
+
+RUNS = [("finance0", {}), ("finance1", {}), ("finance2", {}), ("finance3", {}),
+        ("finance4", {}), ("finance5", {}), ("twitter1", {}), ("twitter2", {}),
+        ("marathon", {}), ("r5", {}), ("hyper", {}),
+        ("q9", {"queries": 1}), ("q9", {"queries": 8}), ("q9", {"queries": 64})]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=2_000_000)
+    parser.add_argument("--only", nargs="*", help="workload names to run")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    table = Table(title=f"cep bench core: {args.events:,} events per workload, one core")
+    for column in ("workload", "queries", "events/s", "composite", "reference events/s",
+                   "speedup", "agrees"):
+        table.add_column(column, justify="left" if column == "workload" else "right")
+    for name, options in RUNS:
+        if args.only and name not in args.only:
+            continue
+        try:
+            r = core(name, args.events, **options)
+        except Exception as e:  # one unsupported workload must not hide the others
+            table.add_row(name, "", f"error: {e}", "", "", "", "")
+            continue
+        if args.json:
+            print(orjson.dumps(r).decode())
+        table.add_row(name, str(r["queries"]), f"{r['events_per_s']:,}",
+                      f"{r['composite_events']:,}", f"{r['reference_events_per_s']:,}",
+                      f"{r['speedup']:,}x", "yes" if r["agrees_with_reference"] else "NO")
+    if not args.json:
+        Console().print(table)
+
+
+if __name__ == "__main__":
+    main()
