@@ -49,7 +49,8 @@ class StreamEngines:
     """Every query over one stream: WINDOW queries share one WindowQuerySet (each distinct
     predicate evaluated once per event); MATCH and SEQ queries get an engine each.
 
-    `process`, `punctuate` and `flush` return (sort key, composite event) pairs."""
+    `process`, `punctuate` and `flush` return composite events, query after query;
+    `order()` puts any list of them in the deterministic output order."""
 
     def __init__(self, queries: list[CheckedQuery], strings: StringDictionary, **options):
         self.queries = {q.name: q for q in queries}
@@ -70,17 +71,18 @@ class StreamEngines:
         if self.windows is not None:
             yield self.windows
 
-    def _keyed(self, composites: list[dict]) -> list[tuple[tuple, dict]]:
-        return [(sort_key(c, self.queries[c["query"]].index), c) for c in composites]
+    def order(self, composites: list[dict]) -> list[dict]:
+        index = {name: q.index for name, q in self.queries.items()}
+        return sorted(composites, key=lambda c: sort_key(c, index[c["query"]]))
 
-    def process(self, batch) -> list[tuple[tuple, dict]]:
-        return [pair for part in self._parts() for pair in self._keyed(part.process(batch))]
+    def process(self, batch) -> list[dict]:
+        return [c for part in self._parts() for c in part.process(batch)]
 
-    def punctuate(self, ts: int) -> list[tuple[tuple, dict]]:
-        return [pair for part in self._parts() for pair in self._keyed(part.punctuate(ts))]
+    def punctuate(self, ts: int) -> list[dict]:
+        return [c for part in self._parts() for c in part.punctuate(ts)]
 
-    def flush(self) -> list[tuple[tuple, dict]]:
-        return [pair for part in self._parts() for pair in self._keyed(part.flush())]
+    def flush(self) -> list[dict]:
+        return [c for part in self._parts() for c in part.flush()]
 
     def dead_letters(self) -> list[tuple[CheckedQuery, int, str]]:
         """(query, seq, reason) of every event an engine rejected."""
@@ -102,7 +104,7 @@ def run(queries: list[CheckedQuery], stream: Iterable[Event | Punctuation],
     strings = StringDictionary()
     encoder = BatchEncoder(queries[0].schema, strings)
     engines = StreamEngines(queries, strings, **options)
-    found: list[tuple[tuple, dict]] = []
+    found: list[dict] = []
     for chunk in batches(stream, batch_size):
         if isinstance(chunk, Punctuation):
             found.extend(engines.punctuate(chunk.ts))
@@ -110,7 +112,6 @@ def run(queries: list[CheckedQuery], stream: Iterable[Event | Punctuation],
             found.extend(engines.process(encoder.from_events(chunk)))
     if flush:
         found.extend(engines.flush())
-    found.sort(key=lambda pair: pair[0])
     if rejected is not None:
         rejected.extend(engines.dead_letters())
-    return [c for _, c in found]
+    return engines.order(found)

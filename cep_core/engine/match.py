@@ -1,0 +1,583 @@
+"""The jitted MATCH engine: one generated kernel per query (`cep_core.compiler.match`).
+
+Python gives each event its key id (`_Keys`), calls the kernel, which processes every
+event of the batch and writes matches into preallocated output arrays, and turns only those
+matches into composite events. When an output array or a state array is full the kernel
+stops before the event that needs more room, Python grows the array and the kernel
+resumes there.
+
+State, all numpy arrays (so a snapshot is arrays plus a little JSON):
+
+- per key id (`key_i`/`key_f`): its slot (0: none, see below), the time of its last
+  accepted event (for the "event time goes backwards" check), how many candidates its slot
+  holds, and the values `Last()` reads (the key's previous event);
+- per *slot*: the partial matches of one key that has some. A key takes a slot when a
+  partial match has to be kept and gives it back (to a free list) when it has none left,
+  so candidate storage is bounded by the number of keys with live partial matches; a slot
+  holds up to `cap` candidates, rows `slot * cap + j` of `rec_i`/`rec_f` (with
+  aggregate-free predicates never more than the number of positions; with aggregates
+  `cap` doubles when a key needs more). Slot 0 stays empty: keys without partial matches
+  point to it. Slots are reserved for the keys seen so far while that stays within 64 MiB
+  (growing by doubling mid-batch costs copies), and reused through the free list;
+- with `Collect` in EMIT: a log of the collected values of the events of keys that have a
+  slot, chained per key (`log_prev`), compacted when full to what live candidates need.
+
+Option `idle_timeout` (event-time units): after a batch or punctuation, a key whose last
+event is at least that far behind the engine's clock (the largest event time seen) loses
+its partial matches and its slot (`metrics["evicted_keys"]` counts them). The time of its
+last event stays, so rejections are unaffected; results are unaffected when
+`idle_timeout` exceeds every match's duration plus how far a key's events may lag behind
+the other keys' times.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+
+import numpy as np
+import orjson
+from numba import njit
+
+from cep_core.batch import Batch, StringDictionary
+from cep_core.checker import CheckedQuery
+from cep_core.compiler import match as compiler
+from cep_core.compiler.expressions import StringTables
+from cep_core.engine.base import Engine
+from cep_core.engine.keys import KeyIndex
+
+INT64_MIN = np.iinfo(np.int64).min
+_CTR = {name: i for i, name in enumerate(compiler.CTR)}
+
+
+class MatchEngine(Engine):
+    """A MATCH query over columnar batches (see the module docstring). Options:
+    `idle_timeout` (event-time units, None: never evict)."""
+
+    def __init__(self, checked: CheckedQuery, strings: StringDictionary,
+                 idle_timeout: int | None = None, **options):
+        # Other options belong to the engines of other query kinds (create_engine passes
+        # the same options to every engine of a file).
+        super().__init__(checked, strings)
+        self.program = compiler.compile_match(checked)
+        self.key_attrs = [a.name for a in self.query.partition_by]
+        self.keys = _Keys(self.key_attrs, self.schema)
+        if idle_timeout is not None and idle_timeout <= 0:
+            raise ValueError("idle_timeout must be positive")
+        self.idle_timeout = idle_timeout
+        self.metrics = {"evicted_keys": 0}
+        self._tables: StringTables | None = None
+        self._key_cache: dict[int, object] = {}
+        self._rows = _row_builder(["query", "key", "seq", "start_seq"] +
+                                  [spec.name for spec in self.program.emit])
+        self._last_sweep = INT64_MIN
+        program = self.program
+        cap = min(2, program.automaton.size) if not program.aggregate_mode else 4
+        self._allocate(nkeys=16, nslots=16, cap=cap, out_cap=256, log_cap=256, coll_cap=256)
+
+    # ------------------------------------------------------------ arrays
+
+    def _allocate(self, nkeys, nslots, cap, out_cap, log_cap, coll_cap) -> None:
+        p = self.program
+        self.cap, self.nslots = cap, nslots
+        self.out_cap, self.log_cap, self.coll_cap = out_cap, log_cap, coll_cap
+        a: dict[str, np.ndarray] = {}
+        a["ctr"] = np.zeros(len(compiler.CTR), np.int64)
+        a["ctr"][_CTR["clock"]] = INT64_MIN
+        a["ctr"][_CTR["high"]] = 1  # slot 0: reserved, always empty (keys without one)
+        a["ftab"] = p.ftab
+        self._new_keys(a, nkeys)
+        a["free"] = np.zeros(nslots, np.int64)
+        for name, width, dtype in p.slots.arrays():
+            a[name] = _zeros((nslots, width), dtype)
+        for name, width, dtype in p.records.arrays():
+            a[name] = _zeros((nslots * cap + 1, width), dtype)
+        self._out_arrays(a, out_cap)
+        if p.collect:
+            a["log_prev"] = np.zeros(log_cap, np.int64)
+            for name, dtype in p.log_fields:
+                a[name] = np.zeros(log_cap, dtype)
+            for j, spec in enumerate(p.emit):
+                if spec.kind == "list":
+                    a[f"cv{j}"] = np.zeros(coll_cap, compiler._dtype(spec.element))
+        a["dead"] = np.zeros(1, np.int64)
+        self.arrays = a
+
+    def _out_arrays(self, a: dict, size: int, keep: int = 0) -> None:
+        def make(name, dtype):
+            new = np.zeros(size, dtype)
+            if keep and name in a:
+                new[:keep] = a[name][:keep]
+            a[name] = new
+        for name in ("out_key", "out_start", "out_end"):
+            make(name, np.int64)
+        for j, spec in enumerate(self.program.emit):
+            if spec.kind == "list":
+                continue
+            make(f"e{j}", compiler._dtype(spec.kind))
+            if spec.nullable:
+                make(f"e{j}n", np.bool_)
+        if self.program.collect:
+            make("coll_off", np.int64)
+
+    def _grow(self, status: int) -> None:
+        a, p = self.arrays, self.program
+        ctr = a["ctr"]
+        if status == compiler.FULL_OUTPUT:
+            self.out_cap *= 2
+            self._out_arrays(a, self.out_cap, keep=int(ctr[_CTR["out_n"]]))
+        elif status == compiler.FULL_SLOTS:
+            self._resize_slots(self.nslots * 2)
+        elif status == compiler.FULL_CANDIDATES:
+            old, new = self.cap, self.cap * 2
+            for name, width, dtype in p.records.arrays():
+                grown = _zeros((self.nslots * new + 1, width), dtype)
+                grown[:self.nslots * new].reshape(self.nslots, new, width)[:, :old] = \
+                    a[name][:self.nslots * old].reshape(self.nslots, old, width)
+                a[name] = grown
+            self.cap = new
+        elif status == compiler.FULL_LOG:
+            self._compact_log()
+        elif status == compiler.FULL_COLLECT:
+            self.coll_cap *= 2
+            for j, spec in enumerate(p.emit):
+                if spec.kind == "list":
+                    a[f"cv{j}"] = _grown(a[f"cv{j}"], self.coll_cap)
+        else:
+            raise RuntimeError(f"MATCH kernel returned unknown status {status}")
+
+    def _resize_slots(self, new: int) -> None:
+        a, p, old = self.arrays, self.program, self.nslots
+        a["free"] = _grown(a["free"], new)
+        for name, _, _ in p.slots.arrays():
+            a[name] = _grown(a[name], new)
+        for name, _, _ in p.records.arrays():
+            a[name] = _grown(a[name][:old * self.cap], new * self.cap + 1)
+        self.nslots = new
+
+    def _reserve_slots(self) -> None:
+        """As many slots as keys (each key has at most one), while that stays within
+        64 MiB of candidates: growing them one doubling at a time costs copies."""
+        row = sum(width * np.dtype(dtype).itemsize
+                  for _, width, dtype in self.program.records.arrays())
+        want = min(len(self.keys) + 1, (64 << 20) // (self.cap * row))
+        if want > self.nslots:
+            self._resize_slots(1 << (want - 1).bit_length())
+
+    def _compact_log(self) -> None:
+        a, p = self.arrays, self.program
+        ctr = a["ctr"]
+        used = int(ctr[_CTR["log_n"]])
+        keep = _log_keep(a["log_prev"], used, a["slot_i"], p.slots.ints[compiler.HEAD],
+                         a["key_i"], a["rec_i"], p.records.ints[compiler.COUNT], self.cap,
+                         int(ctr[_CTR["high"]]))
+        kept = len(keep)
+        if kept > self.log_cap // 2:
+            self.log_cap *= 2
+        for name in ["log_prev"] + [n for n, _ in p.log_fields]:
+            grown = np.zeros(self.log_cap, a[name].dtype)
+            grown[:kept] = a[name][keep]
+            a[name] = grown
+        ctr[_CTR["log_n"]] = kept
+
+    def _new_keys(self, a: dict, nkeys: int) -> None:
+        """Per key id: slot (0: none), time of its last accepted event (none yet: the
+        smallest int64), candidate count, then the values Last() reads."""
+        for name, width, dtype in self.program.keys.arrays():
+            a[name] = _zeros((nkeys, width), dtype)
+        a["key_i"][:, 1] = INT64_MIN
+
+    def _ensure_keys(self, nkeys: int) -> None:
+        a = self.arrays
+        size = len(a["key_i"])
+        if nkeys <= size:
+            return
+        while size < nkeys:
+            size *= 2
+        old = {name: a[name] for name, _, _ in self.program.keys.arrays()}
+        self._new_keys(a, size)
+        for name, array in old.items():
+            a[name][:len(array)] = array
+
+    # ------------------------------------------------------------ processing
+
+    def process(self, batch: Batch) -> list[dict]:
+        n = len(batch)
+        if n == 0:
+            return []
+        p, a = self.program, self.arrays
+        kid = self.keys.assign(batch)
+        self._ensure_keys(len(self.keys))
+        self._reserve_slots()
+        a["kid"] = kid
+        a["seq"] = np.ascontiguousarray(batch.seq, dtype=np.int64)
+        a["ts"] = np.ascontiguousarray(batch.ts, dtype=np.int64)
+        for j, (name, dtype) in enumerate(p.columns):
+            a[f"col{j}"] = np.ascontiguousarray(batch.columns[name], dtype=dtype)
+        self._strings()
+        a["dead"] = np.empty(n, np.int64)
+        ctr = a["ctr"]
+        ctr[_CTR["out_n"]] = ctr[_CTR["dead_n"]] = ctr[_CTR["coll_n"]] = 0
+        kernel, names = p.kernel, p.array_args
+        i = 0
+        while True:
+            # Matrices go in flattened (the kernel knows their widths).
+            status, i = kernel(i, n, self.cap, self.nslots, self.out_cap, self.log_cap,
+                               self.coll_cap, *[a[name].reshape(-1) for name in names])
+            if status == compiler.DONE:
+                break
+            self._grow(status)
+        out = self._results(int(ctr[_CTR["out_n"]]))
+        nd = int(ctr[_CTR["dead_n"]])
+        if nd:
+            rows = a["dead"][:nd]
+            for seq, k in zip(a["seq"][rows].tolist(), kid[rows].tolist()):
+                key = orjson.dumps(self._key(k)).decode()
+                self.dead_letters.append((seq, "event time goes backwards in partition " + key))
+        for name in ["kid", "seq", "ts"] + [f"col{j}" for j in range(len(p.columns))]:
+            a[name] = None  # do not keep the batch alive
+        self._sweep()
+        return out
+
+    def punctuate(self, ts: int) -> list[dict]:
+        ctr = self.arrays["ctr"]
+        if ts > ctr[_CTR["clock"]]:
+            ctr[_CTR["clock"]] = ts
+        self._sweep()
+        return []
+
+    def _strings(self) -> None:
+        a, p = self.arrays, self.program
+        a["sc"] = p.constants.codes(self.strings)
+        if p.uses_tables:
+            if self._tables is None:
+                self._tables = StringTables(self.strings)
+            self._tables.refresh()
+            arrays = self._tables.arrays()
+        else:
+            arrays = (_EMPTY,) * 4
+        for name, array in zip(("s_rank", "s_lower", "s_upper", "s_length"), arrays):
+            a[name] = array
+
+    def _sweep(self) -> None:
+        if self.idle_timeout is None:
+            return
+        a = self.arrays
+        ctr = a["ctr"]
+        clock = int(ctr[_CTR["clock"]])
+        if clock == INT64_MIN or clock - self._last_sweep < max(1, self.idle_timeout // 8):
+            return
+        self._last_sweep = clock
+        self.metrics["evicted_keys"] += int(_evict(
+            clock, self.idle_timeout, ctr, a["slot_i"], a["key_i"], a["free"]))
+
+    # ------------------------------------------------------------ results
+
+    def _key(self, k: int):
+        key = self._key_cache.get(k, _MISSING)
+        if key is _MISSING:
+            if len(self._key_cache) > 100_000:
+                self._key_cache.clear()
+            key = self._key_cache[k] = self.decode_key(self.key_attrs, self.keys.value(k))
+        return key
+
+    def _results(self, no: int) -> list[dict]:
+        if no == 0:
+            return []
+        a, p = self.arrays, self.program
+        columns = [itertools.repeat(self.checked.name), self._keys_of(a["out_key"][:no]),
+                   a["out_end"][:no].tolist(), a["out_start"][:no].tolist()]
+        columns += [self._emit_values(j, spec, no) for j, spec in enumerate(p.emit)]
+        # Many new dicts in a row would trigger the cyclic collector again and again
+        # (dicts of plain values make no cycles): pause it while building them.
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            return self._rows(zip(*columns))
+        finally:
+            if paused:
+                gc.enable()
+
+    def _keys_of(self, ids: np.ndarray) -> list:
+        if not self.key_attrs:
+            return [None] * len(ids)
+        if self.keys.fast:
+            kind = self.schema.attributes[self.key_attrs[0]]
+            return self._decode_column(kind, self.keys.codes[ids])
+        return [self._key(k) for k in ids.tolist()]
+
+    def _emit_values(self, j: int, spec: compiler.EmitSpec, no: int) -> list:
+        a = self.arrays
+        if spec.kind == "list":
+            offsets = a["coll_off"][:no].tolist() + [int(a["ctr"][_CTR["coll_n"]])]
+            values = self._decode_column(spec.element, a[f"cv{j}"][:offsets[-1]])
+            return [values[offsets[m]:offsets[m + 1]] for m in range(no)]
+        values = self._decode_column(spec.kind, a[f"e{j}"][:no])
+        if spec.nullable:
+            nulls = a[f"e{j}n"][:no].tolist()
+            values = [None if null else v for v, null in zip(values, nulls)]
+        return values
+
+    def _decode_column(self, kind: str, column: np.ndarray) -> list:
+        """Column values as the reference gives them (`tolist` makes Python ints, floats
+        and bools of int64, float64 and bool arrays; strings are codes)."""
+        values = column.tolist()
+        if kind == "string":
+            return list(map(self.strings.strings.__getitem__, values))
+        return values
+
+    # ------------------------------------------------------------ snapshots
+
+    def state(self) -> tuple[dict, dict[str, np.ndarray]]:
+        a, p = self.arrays, self.program
+        ctr = a["ctr"]
+        nkeys, high = len(self.keys), int(ctr[_CTR["high"]])
+        keys, codes = self.keys.to_state()
+        meta = {"keys": keys, "cap": self.cap, "nslots": self.nslots, "ctr": ctr.tolist(),
+                "metrics": dict(self.metrics), "last_sweep": self._last_sweep}
+        arrays = {"free": a["free"][:int(ctr[_CTR["free_top"]])]}
+        for name, _, _ in p.keys.arrays():
+            arrays[name] = a[name][:nkeys]
+        if codes is not None:
+            arrays["key_codes"] = codes
+        for name, _, _ in p.slots.arrays():
+            arrays[name] = a[name][:high]
+        for name, _, _ in p.records.arrays():
+            arrays[name] = a[name][:high * self.cap]
+        if p.collect:
+            used = int(ctr[_CTR["log_n"]])
+            for name in ["log_prev"] + [n for n, _ in p.log_fields]:
+                arrays[name] = a[name][:used]
+        return meta, arrays
+
+    def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        p = self.program
+        ctr = meta["ctr"]
+        self.keys = _Keys.from_state(self.key_attrs, self.schema, meta["keys"],
+                                     arrays.get("key_codes"))
+        nkeys = len(self.keys)
+        self._key_cache = {}
+        self.metrics = dict(meta["metrics"])
+        self._last_sweep = meta["last_sweep"]
+        used = ctr[_CTR["log_n"]]
+        self._allocate(nkeys=max(16, nkeys), nslots=meta["nslots"], cap=meta["cap"],
+                       out_cap=256, log_cap=max(256, 2 * used), coll_cap=256)
+        a = self.arrays
+        a["ctr"][:] = ctr
+        names = ["free"] + [n for n, _, _ in p.keys.arrays()] + \
+            [n for n, _, _ in p.slots.arrays()] + \
+            [n for n, _, _ in p.records.arrays()]
+        if p.collect:
+            names += ["log_prev"] + [n for n, _ in p.log_fields]
+        for name in names:
+            a[name][:len(arrays[name])] = arrays[name]
+
+
+_EMPTY = np.zeros(1, np.int64)
+
+
+def _row_builder(names: list[str]):
+    """`rows -> [dict, ...]` with the given field names, as a dict display (about twice as
+    fast as dict(zip(names, row))). The source holds only made-up names: the field names
+    are bound to K0, K1, ... as globals."""
+    width = len(names)
+    values = ", ".join(f"v{i}" for i in range(width))
+    display = ", ".join(f"K{i}: v{i}" for i in range(width))
+    scope = {f"K{i}": name for i, name in enumerate(names)}
+    return eval(f"lambda rows: [{{{display}}} for {values} in rows]", scope)  # noqa: S307
+
+
+def _zeros(shape: tuple, dtype) -> np.ndarray:
+    """np.zeros, 64-byte aligned (rows of state then sit in as few cache lines as can be)."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape)) * dtype.itemsize
+    buffer = np.zeros(size + 64, np.uint8)
+    offset = -buffer.ctypes.data % 64
+    return buffer[offset:offset + size].view(dtype).reshape(shape)
+
+
+def _grown(array: np.ndarray, rows: int) -> np.ndarray:
+    """A zero-filled array of `rows` rows that starts with `array`."""
+    grown = _zeros((rows,) + array.shape[1:], array.dtype)
+    grown[:len(array)] = array
+    return grown
+
+
+_MISSING = object()
+
+
+# ---------------------------------------------------------------- partition keys
+
+
+class _Keys:
+    """Partition keys -> dense ids (order of first appearance, as `KeyIndex`).
+
+    One partition attribute coded as an integer (an int, a timestamp or a string code)
+    takes a fast path: a lookup table from value to id filled by a jitted loop, and the key
+    values kept in a numpy array, so a million new keys cost no Python objects. Values too
+    spread out for a table switch the engine to `KeyIndex` for good."""
+
+    def __init__(self, attrs: list[str], schema):
+        self.attrs = attrs
+        self.fast = len(attrs) == 1 and schema.attributes[attrs[0]] in (
+            "int", "timestamp", "string")
+        self.index = None if self.fast else KeyIndex(attrs)
+        self.codes = np.zeros(16, np.int64)  # fast path: the key of each id
+        self.count = 0
+        self.lut: np.ndarray | None = None
+        self.lo = 0
+        self.ids = np.empty(0, np.int64)
+
+    def __len__(self) -> int:
+        return self.count if self.fast else len(self.index)
+
+    def value(self, k: int) -> tuple:
+        return (int(self.codes[k]),) if self.fast else self.index.values[k]
+
+    def assign(self, batch: Batch) -> np.ndarray:
+        if not self.fast:
+            return self.index.assign(batch)
+        n = len(batch)
+        column = np.ascontiguousarray(batch.columns[self.attrs[0]], dtype=np.int64)
+        if self.count + n > len(self.codes):
+            grown = np.zeros(max(2 * len(self.codes), self.count + n), np.int64)
+            grown[:self.count] = self.codes[:self.count]
+            self.codes = grown
+        if len(self.ids) < n:  # kept between batches: fresh memory costs page faults
+            self.ids = np.empty(max(n, 2 * len(self.ids)), np.int64)
+        ids = self.ids[:n]
+        position = 0
+        while True:
+            if self.lut is not None:
+                added, position = _map_keys(column, position, self.lo, self.lut, ids,
+                                            self.count, self.codes)
+                self.count += added
+                if position == n:
+                    return ids
+            rest = column[position:]  # a value outside the table: widen it for the rest
+            if not self._cover(int(rest.min()), int(rest.max()) + 1, n):
+                self._slow()  # known keys keep their ids
+                return self.index.assign(batch)
+
+    def _cover(self, lo: int, hi: int, batch: int) -> bool:
+        """Widens the table to values lo..hi-1 (with room to spare where it grows); False
+        when it would get too big for the number of keys."""
+        old_lo, old_hi = (lo, lo) if self.lut is None else (self.lo, self.lo + len(self.lut))
+        new_lo, new_hi = min(lo, old_lo), max(hi, old_hi)
+        spare = (new_hi - new_lo) // 2 + 16
+        if new_hi - new_lo > max(1 << 20, 8 * (self.count + batch)):
+            return False
+        if self.lut is not None and new_lo < old_lo:
+            new_lo -= spare
+        if self.lut is None or new_hi > old_hi:
+            new_hi += spare
+        lut = np.full(new_hi - new_lo, -1, np.int64)
+        if self.lut is not None:
+            lut[old_lo - new_lo:old_hi - new_lo] = self.lut
+        self.lut, self.lo = lut, new_lo
+        return True
+
+    def _slow(self) -> None:
+        self.index = KeyIndex(self.attrs)
+        for code in self.codes[:self.count].tolist():
+            self.index._new((code,))
+        self.fast, self.lut, self.codes = False, None, None
+
+    def to_state(self) -> tuple[list | None, np.ndarray | None]:
+        """(JSON-able keys, or None; the fast path's key array, or None)."""
+        if self.fast:
+            return None, self.codes[:self.count].copy()
+        return self.index.to_state(), None
+
+    @classmethod
+    def from_state(cls, attrs, schema, values: list | None, codes: np.ndarray | None):
+        keys = cls(attrs, schema)
+        if values is None:
+            keys.codes = np.array(codes, dtype=np.int64)
+            keys.count = len(codes)
+            if keys.count:  # the table is rebuilt from the codes
+                if keys._cover(int(keys.codes.min()), int(keys.codes.max()) + 1, 0):
+                    keys.lut[keys.codes - keys.lo] = np.arange(keys.count, dtype=np.int64)
+                else:
+                    keys._slow()
+            if len(keys.codes) == 0:
+                keys.codes = np.zeros(16, np.int64)
+        else:
+            keys.fast = False
+            keys.index = KeyIndex.from_state(attrs, values)
+        return keys
+
+
+@njit(cache=True)
+def _map_keys(values, start, lo, lut, ids, next_id, codes):
+    """Ids of `values` from `start` on by the lookup table; new values get the next ids
+    (and are written to `codes` at their id). Returns how many were new and where it
+    stopped: the end, or a value outside the table."""
+    u = np.uint64  # unsigned indexes: no negative-index wraparound code
+    size = lut.shape[0]
+    added = 0
+    for i in range(start, values.shape[0]):
+        v = values[u(i)]
+        if v - lo < 0 or v - lo >= size:
+            return added, i
+        k = lut[u(v - lo)]
+        if k < 0:
+            k = next_id + added
+            lut[u(v - lo)] = k
+            codes[u(k)] = v
+            added += 1
+        ids[u(i)] = k
+    return added, values.shape[0]
+
+
+# ---------------------------------------------------------------- helpers
+
+
+@njit(cache=True)
+def _evict(clock, timeout, ctr, slot_i, key_i, free):
+    """Frees the slots of keys idle for `timeout` or longer; returns how many."""
+    evicted = 0
+    free_top = ctr[0]
+    for s in range(1, ctr[1]):
+        k = slot_i[s, 0]
+        if key_i[k, 0] == s and clock - key_i[k, 1] >= timeout:
+            key_i[k, 0] = 0
+            key_i[k, 2] = 0
+            free[free_top] = s
+            free_top += 1
+            evicted += 1
+    ctr[0] = free_top
+    return evicted
+
+
+@njit(cache=True)
+def _log_keep(log_prev, used, slot_i, head, key_i, rec_i, count, cap, high):
+    """Compacts the Collect log to the entries live candidates need: per live slot, the
+    newest `count of its oldest candidate` entries of its chain. Rewrites the `log_prev`
+    links and the slots' heads for the new positions; returns the old positions kept, in
+    order."""
+    keep = np.zeros(used, np.bool_)
+    for s in range(1, high):
+        if key_i[slot_i[s, 0], 0] == s:
+            need = rec_i[s * cap, count]
+            e = slot_i[s, head]
+            while need > 0 and e >= 0:
+                keep[e] = True
+                e = log_prev[e]
+                need -= 1
+    new_index = np.full(used, -1, np.int64)
+    kept = 0
+    for e in range(used):
+        if keep[e]:
+            new_index[e] = kept
+            kept += 1
+    order = np.empty(kept, np.int64)
+    for e in range(used):
+        if keep[e]:
+            order[new_index[e]] = e
+            prev = log_prev[e]
+            log_prev[e] = new_index[prev] if prev >= 0 else -1
+    for s in range(high):
+        live = s > 0 and key_i[slot_i[s, 0], 0] == s
+        slot_i[s, head] = new_index[slot_i[s, head]] if live and slot_i[s, head] >= 0 else -1
+    return order
