@@ -16,10 +16,12 @@ from cep_core.engine import create_engine
 from cep_core.events import Event, Punctuation
 
 
-def jit_run(queries, stream, sizes=(7,), restore_at: int | None = None, **options):
+def jit_run(queries, stream, sizes=(7,), restore_at: int | None = None,
+            factory=create_engine, **options):
+    """`factory(checked, strings, **options)` makes each engine (default: create_engine)."""
     strings = StringDictionary()
     encoder = BatchEncoder(queries[0].schema, strings)
-    engines = [create_engine(q, strings, **options) for q in queries]
+    engines = [factory(q, strings, **options) for q in queries]
     found = []
     items = list(stream)
     position, sizes_cycle, consumed = 0, itertools.cycle(sizes), 0
@@ -49,7 +51,7 @@ def jit_run(queries, stream, sizes=(7,), restore_at: int | None = None, **option
             snapshots = [engine.snapshot() for engine in engines]
             strings = StringDictionary()
             encoder = BatchEncoder(queries[0].schema, strings)
-            engines = [create_engine(q, strings, **options) for q in queries]
+            engines = [factory(q, strings, **options) for q in queries]
             for engine, data in zip(engines, snapshots):
                 engine.restore(data)
     for q, engine in zip(queries, engines):
@@ -66,11 +68,12 @@ def reference_run(queries, stream):
     return out, sorted((q.name, e.seq, reason) for q, e, reason in rejected)
 
 
-def assert_same(queries, stream, sizes=(7,), restore_at=None, **options):
+def assert_same(queries, stream, sizes=(7,), restore_at=None, factory=create_engine,
+                **options):
     """The engine's composite events and rejected events equal the reference's."""
     stream = list(stream)
     expected, expected_dead = reference_run(queries, stream)
-    got, got_dead = jit_run(queries, stream, sizes, restore_at, **options)
+    got, got_dead = jit_run(queries, stream, sizes, restore_at, factory, **options)
     assert got == expected, _diff(expected, got)
     assert got_dead == expected_dead
     return got
