@@ -83,3 +83,14 @@ def test_cli_runner_agrees_with_reference_run():
     composites, rejected = run_queries(queries, events)
     assert composites == run(queries, events)
     assert rejected == []
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_jit_engine_agrees_with_reference_on_example(path):
+    from cep_core.checker import load_queries
+    from cep_core.event_io import read_events
+    from services.cli import Engine, run_queries
+
+    queries = load_queries(path)
+    events, _ = read_events(data_for(path), queries[0].schema)
+    assert run_queries(queries, events, Engine.jit) == run_queries(queries, events)

@@ -1,0 +1,1524 @@
+"""Incremental automata (AIP, Cugola & Margara) for SEQ queries: one numba kernel module per
+query, generated from its `SeqPlan` (the checked AST only, never query text).
+
+Events are kept as in CDP: per partition and per channel (an event type that a step, a
+negation or a window aggregate reads, or ANY) in seq order, evicted by the query's
+horizon; bound events are referred to by their absolute row in their channel. What differs
+is how matches are found: partial matches are *automaton instances* that every arriving
+event advances, instead of being built back from a terminator.
+
+An instance is one int64 row: its deadline (the latest event time at which it can still
+grow: first.ts + WITHIN, and each bound step's ts plus its TESLA distance to the
+terminator), the smallest ts bound, the mask of *final* variables (a single variable once
+bound, a Kleene variable once it can take no more elements), its position (the item being
+filled), a hole count (see LAST/FIRST) and per variable its row (single) or its Kleene
+list (head node in the pool, element count, first row); under ORDER BY ts also each item's
+smallest ts.
+
+skip-till-any-match. An event e is offered to every instance of its key (the partition;
+under an equality class, see below, the partition and the class value) and to an empty one;
+every way e can extend an instance makes a *new* instance (the old one stays: that is what
+"any" means). In stream order an instance fills the items left to right: e may fill the
+current item (a single step, a not yet bound AND member, one more Kleene element) or, once
+a Kleene item has its minimum, close it and fill the next item. Under ORDER BY ts events
+with equal times may fill positions in either order: e may fill any position whose later
+positions hold only events of e's time; an instance that can no longer be completed (a gap
+below a position whose time has passed) dies. A WHERE conjunct is checked as soon as all
+its variables are final (a condition read element by element on one Kleene variable also
+on each element as it is added), so an instance that would fail it is never created.
+An instance that fills its last item *completes*: the completed matches of one event are
+then finalized as the reference does (negations, pending for a trailing NOT, output).
+
+EACH / LAST / FIRST (TESLA). The reference resolves a LAST/FIRST step backwards from the
+terminator, among every event satisfying the step's conditions given the later steps,
+whether or not earlier steps can be bound to it. So every event that can fill a LAST/FIRST
+step j also starts a *witness* instance with items 0..j-1 left as holes (hole count j);
+witnesses advance like instances but never produce output. When an event completes
+instances, they are resolved backwards: for j from the last LAST/FIRST step down, the
+completed instances with hole count <= j that agree on every item after j keep only the
+one(s) whose step j has the largest (LAST) or smallest (FIRST) seq; survivors without holes
+are the matches. (Not under ORDER BY ts, where a later event with an equal time could still
+change the choice: refused.)
+
+Negation. `NOT` between two items, in stream order, when its cancel conditions read only
+variables bound before it: an instance waiting for the item after the NOT (nothing of it
+bound yet) is *killed* by a cancelling event (after e had its chance to fill the item).
+Every other negation (start, end, ORDER BY ts, conditions on later variables) is checked
+when an instance completes, against the negated type's channel, like the reference; a match
+a future event could still cancel waits in a pending table until event time passes.
+
+skip-till-next-match and strict-contiguity. Runs, as the reference: every event that can
+fill the first item starts a run; a run takes the first event that can fill its current
+item (or, at a Kleene item with its minimum, the next item wins), ignores (next-match) or
+dies on (strict) the others, and dies when the window is exceeded. A run is an instance
+that is moved, not copied.
+
+Equality classes. When WHERE equates one attribute across all positive variables
+(`a.att = b.att AND b.att = c.att`, any spanning set of such conjuncts), only events with
+the same value can ever be in one match: under skip-till-any-match instances are then kept
+per (partition, value), so an event visits only the instances it could extend. Events are
+still stored per partition (negations and window aggregates see them all).
+
+Memory. Instances past their deadline are dropped when their key is visited, and every
+key's at a sweep between batches; Kleene pool nodes are reclaimed between batches. The
+number of live instances per key is capped (`max_instances`); see the engine.
+
+Generated names: `I{c}`/`F{c}` the partition's channel tables, `er{c}`/`ea{c}` the
+arriving event's relative/absolute row in channel c, `a{v}`/`r{v}` a single variable's
+absolute/relative row, `h{v}`/`n{v}`/`f{v}` a Kleene variable's list head, count and first
+row, `kk{v}`/`kn{v}` its elements materialized as relative rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cep_core import ast
+from cep_core.compiler.expressions import (
+    STRING_TABLE_PARAMS,
+    Code,
+    ExpressionCompiler,
+    StringConstants,
+)
+from cep_core.compiler.modules import load_module
+from cep_core.compiler.seq_aip_runtime import (
+    AIP_RUNTIME_VERSION,
+    R_DL,
+    R_FIRST,
+    R_FIXED,
+    R_HOLE,
+    R_MASK,
+    R_POS,
+)
+from cep_core.compiler.seq_cdp import Layout
+from cep_core.compiler.seq_plan import ANY, Conjunct, SeqPlan
+from cep_core.compiler.seq_runtime import RUNTIME_VERSION
+
+A = ast.AggFunc
+INT64_MIN = -(2 ** 63)
+INT64_MAX = 2 ** 63 - 1
+
+# ctr slots (an int64 array the kernels update in place); 0 and 1 as seq_runtime's
+# compact_pending expects
+PN, PKN, PALIVE, PEL, OVF, ERR, POOL = range(7)
+CTR_SIZE = 8
+# pending record columns before the per-variable slots (compact_pending reads P_NEXT = 3)
+P_PART, P_DEC, P_FIRST, P_NEXT, P_CNT = range(5)
+P_FIXED = 5
+
+
+class AipUnsupported(ValueError):
+    """The query uses a construct the AIP kernel does not evaluate."""
+
+
+def _indent(lines: list[str], n: int = 1) -> list[str]:
+    return ["    " * n + line for line in lines]
+
+
+def _zero(kind: str | None) -> str:
+    return "np.float64(0.0)" if kind == "float" else ("False" if kind == "bool"
+                                                         else "np.int64(0)")
+
+
+# ---------------------------------------------------------------- analysis
+
+
+@dataclass(frozen=True)
+class EqualityClass:
+    """`attr` is equated across every positive variable by top-level WHERE conjuncts."""
+
+    attr: str
+
+
+def equality_class(plan: SeqPlan) -> EqualityClass | None:
+    """The attribute (if any) that top-level `u.x = v.x` conjuncts equate across all
+    positive variables (a spanning set of them: the equality graph is connected)."""
+    names = [v.name for v in plan.positive]
+    if len(names) < 2:
+        return None
+    edges: dict[str, list[tuple[str, str]]] = {}
+    for c in plan.conjuncts:
+        e = c.expr
+        if not (isinstance(e, ast.Binary) and e.op == "=" and isinstance(e.left, ast.Attr)
+                and isinstance(e.right, ast.Attr)):
+            continue
+        u, v = e.left.var, e.right.var
+        if u is None or v is None or u == v or e.left.name != e.right.name:
+            continue
+        if u not in plan.variables or v not in plan.variables:
+            continue
+        if plan.variables[u].kind == "negated" or plan.variables[v].kind == "negated":
+            continue
+        edges.setdefault(e.left.name, []).append((u, v))
+    for attr, pairs in edges.items():
+        group = {n: {n} for n in names}  # each variable's component
+        for u, v in pairs:
+            if group[u] is not group[v]:
+                merged = group[u] | group[v]
+                for x in merged:
+                    group[x] = merged
+        if len(group[names[0]]) == len(names):
+            return EqualityClass(attr)
+    return None
+
+
+def chain_distances(plan: SeqPlan) -> dict[str, int] | None:
+    """TESLA: each positive variable's largest possible distance (in time) to the
+    terminator, when every step is chained to it by `WITHIN w FROM y`; else None."""
+    last = plan.items[-1]
+    if last.kind != "single":
+        return None
+    steps = {s.var: s for item in plan.items for s in item.steps}
+    dist = {last.step.var: 0}
+
+    def distance(var: str, depth: int = 0) -> int | None:
+        if var in dist:
+            return dist[var]
+        step = steps[var]
+        if step.anchor is None or depth > len(steps):
+            return None
+        base = distance(step.anchor, depth + 1)
+        if base is None:
+            return None
+        dist[var] = base + plan.checked.time_units(step.within)
+        return dist[var]
+
+    found = {v: distance(v) for v in steps}
+    return None if any(d is None for d in found.values()) else found
+
+
+class _Leaves:
+    """Expression leaves: `rows` maps a variable to (channel, row code) (single variables,
+    negated ones, one element of a Kleene variable); `kleene` maps a Kleene variable to
+    (channel, rows array, count); `subject` is the row bare attributes read."""
+
+    def __init__(self, gen: AipGenerator, rows: dict, kleene: dict,
+                 subject: tuple | None = None):
+        self.gen = gen
+        self.rows = rows
+        self.kleene = kleene
+        self.subject = subject
+        self.pre: list[str] = []
+
+    def attr(self, node: ast.Attr) -> Code:
+        if node.var is None:
+            if self.subject is None:
+                raise ValueError(f"bare attribute '{node.name}' outside a step filter")
+            channel, row = self.subject
+        else:
+            channel, row = self.rows[node.var]
+        return Code(self.gen.column(channel, row, node.name))
+
+    def aggregate(self, node: ast.Aggregate) -> Code:
+        channel, arr, count = self.kleene[node.arg.var]
+        if node.arg.name == "" or node.func is A.COUNT:
+            return Code(count)
+        t = self.gen.fresh("g")
+        j = self.gen.fresh("j")
+        kind = self.gen.kind(node.arg.name)
+        value = self.gen.column(channel, f"{arr}[{j}]", node.arg.name)
+        self.pre.extend(self._fold(node.func, t, j, f"range({count})", value, kind))
+        return self._result(node.func, t)
+
+    @staticmethod
+    def _fold(func, t: str, j: str, loop: str, value: str, kind: str | None,
+              guard: str | None = None) -> list[str]:
+        lines = [f"{t} = {_zero(kind)}", f"{t}_n = 0"]
+        body = [f"{t}_w = {value}"]
+        if func in (A.SUM, A.AVG):
+            body.append(f"{t} += {t}_w")
+        elif func in (A.MIN, A.MAX):
+            op = "<" if func is A.MIN else ">"
+            test = f"s_rank[{t}_w] {op} s_rank[{t}]" if kind == "string" else f"{t}_w {op} {t}"
+            body += [f"if {t}_n == 0 or {test}:", f"    {t} = {t}_w"]
+        elif func is A.FIRST:
+            body += [f"if {t}_n == 0:", f"    {t} = {t}_w"]
+        elif func is A.LAST:
+            body.append(f"{t} = {t}_w")
+        body.append(f"{t}_n += 1")
+        if func is A.COUNT:
+            body = [f"{t}_n += 1"]
+        if guard is not None:
+            body = [f"if {guard}:"] + _indent(body)
+        return lines + [f"for {j} in {loop}:"] + _indent(body)
+
+    @staticmethod
+    def _result(func, t: str) -> Code:
+        if func is A.COUNT:
+            return Code(f"{t}_n")
+        if func is A.SUM:
+            return Code(t)
+        if func is A.AVG:
+            return Code(f"({t} / {t}_n if {t}_n > 0 else np.float64(0.0))", f"({t}_n == 0)")
+        return Code(t, f"({t}_n == 0)")
+
+    def window_aggregate(self, node: ast.WindowAggregate) -> Code:
+        gen = self.gen
+        use = gen.plan.window_aggregates[id(node)]
+        ca, ra = self.rows[node.anchor]
+        cw = use.channel
+        t = gen.fresh("g")
+        rw = gen.fresh("w")
+        lo = f"_lb_ts(I{cw}, I{ca}[{ra}, 1] - {use.within})"
+        hi = f"_lb_ts(I{cw}, I{ca}[{ra}, 1])" if gen.by_ts else f"_lb_seq(I{cw}, I{ca}[{ra}, 0])"
+        guard = None
+        if node.filter is not None:
+            inner = _Leaves(gen, self.rows, self.kleene, subject=(cw, rw))
+            guard = ExpressionCompiler(inner, gen.constants).condition(node.filter)
+            self.pre.extend(inner.pre)
+        kind = gen.kind(node.attr) if node.attr else None
+        value = gen.column(cw, rw, node.attr) if node.attr else "0"
+        self.pre.extend(self._fold(node.func, t, rw, f"range({lo}, {hi})", value, kind, guard))
+        return self._result(node.func, t)
+
+
+# ---------------------------------------------------------------- the generator
+
+
+class AipGenerator:
+    """Source text of the AIP kernel module of one SEQ query."""
+
+    def __init__(self, plan: SeqPlan):
+        self.plan = plan
+        self.schema = plan.schema
+        self.layout = Layout.of(plan.schema)
+        self.constants = StringConstants()
+        self.type_consts = {}
+        if plan.schema.type_attribute is not None:
+            for name in plan.channels:
+                if name != ANY:
+                    self.type_consts[name] = self.constants.index(name)
+        self._counter = 0
+        self.W = plan.window
+        self.by_ts = plan.by_ts
+        self.runs = plan.uses_runs
+        self.strict = plan.strategy is ast.Strategy.STRICT_CONTIGUITY
+        self.items = plan.items
+        self.n_items = len(plan.items)
+        self.positive = plan.positive
+        self.var = {v.name: v for v in self.positive}
+        self.bit = {v.name: 1 << v.index for v in self.positive}
+        self.all_mask = (1 << len(self.positive)) - 1
+        self.item_mask = [sum(self.bit[s.var] for s in item.steps) for item in self.items]
+        self.kleene = [v for v in self.positive if v.kind == "kleene"]
+        self.singles = [v for v in self.positive if v.kind == "single"]
+
+        # policies: LAST / FIRST steps that need resolution (not the terminator's item)
+        self.policy_items = [item.index for item in self.items
+                             if item.kind == "single" and item.index < self.n_items - 1
+                             and item.step.policy in (ast.Policy.LAST, ast.Policy.FIRST)]
+        if self.runs and self.policy_items:
+            raise AipUnsupported("EACH/LAST/FIRST with a run strategy")
+        if self.by_ts and self.policy_items and not self.runs:
+            raise AipUnsupported(
+                "LAST/FIRST under ORDER BY ts: a later event with an equal time can still "
+                "change the selected event after the match completes")
+        self.holes = [0] + [j for j in self.policy_items if j > 0]
+
+        # instance row layout
+        width = R_FIXED
+        self.slot = {}
+        for v in self.positive:
+            self.slot[v.name] = width
+            width += 3 if v.kind == "kleene" else 1
+        self.mt_slot = {}
+        if self.by_ts and not self.runs:
+            for item in self.items:
+                self.mt_slot[item.index] = width
+                width += 1
+        self.width = width
+        self.kslots = [self.slot[v.name] for v in self.kleene]
+
+        # pending record layout (as CDP's, so compact_pending applies)
+        self.pslot = {}
+        pw = P_FIXED
+        for v in self.positive:
+            self.pslot[v.name] = pw
+            pw += 2 if v.kind == "kleene" else 1
+        self.record_width = pw
+        self.n_emit = max(len(plan.body.emit), 1)
+        self.channels = list(range(len(plan.channels)))
+
+        # instance lists per key and stage (position): an event visits only the stages it
+        # can advance; under ORDER BY ts (skip-till-any-match) any position can be filled
+        self.S = 1 if (self.by_ts and not self.runs) else self.n_items
+        self.dist = chain_distances(plan)
+        self.eq = equality_class(plan) if not self.runs else None
+        self.killable = self._killable()
+        self.pending_possible = any(
+            (n.where == "end" or self.by_ts) for n in plan.negations)
+
+    # ------------------------------------------------------------ analysis helpers
+
+    def _killable(self) -> set[int]:
+        """Negations an arriving event kills waiting instances for (see the module doc)."""
+        if self.runs or self.by_ts or self.policy_items:
+            return set()
+        out = set()
+        for neg in self.plan.negations:
+            if neg.where != "between" or self.items[neg.before].kind == "kleene":
+                continue
+            earlier = {s.var for item in self.items[:neg.before + 1] for s in item.steps}
+            if not all(c.vars - {neg.step.var} <= earlier for c in neg.conjuncts):
+                continue
+            if self.eq is not None and not self._linked(neg):
+                continue
+            out.add(neg.index)
+        return out
+
+    def _linked(self, neg) -> bool:
+        """A cancel conjunct equates the negated variable's class attribute with a positive
+        variable's (so a cancelling event has the instance's class value)."""
+        x = neg.step.var
+        for c in neg.conjuncts:
+            e = c.expr
+            if isinstance(e, ast.Binary) and e.op == "=" and isinstance(e.left, ast.Attr) \
+                    and isinstance(e.right, ast.Attr) and e.left.name == self.eq.attr \
+                    and e.right.name == self.eq.attr and \
+                    {e.left.var, e.right.var} - {x} and x in (e.left.var, e.right.var) and \
+                    all(v == x or v in self.var for v in (e.left.var, e.right.var)):
+                return True
+        return False
+
+    def fresh(self, prefix: str) -> str:
+        self._counter += 1
+        return f"{prefix}{self._counter}"
+
+    def kind(self, name: str) -> str:
+        kind = self.schema.attributes[name]
+        return "int" if kind == "timestamp" else kind
+
+    def column(self, channel: int, row: str, name: str) -> str:
+        where, col = self.layout.slots[name]
+        if where == "f":
+            return f"F{channel}[{row}, {col}]"
+        if self.schema.attributes[name] == "bool":
+            return f"(I{channel}[{row}, {col}] != 0)"
+        return f"I{channel}[{row}, {col}]"
+
+    def cmask(self, c: Conjunct) -> int:
+        return sum(self.bit[v] for v in c.vars if v in self.bit)
+
+    def kleene_needed(self, c: Conjunct, override: dict) -> list:
+        return [self.var[v] for v in sorted(c.vars) if v in self.var and
+                self.var[v].kind == "kleene" and v not in override]
+
+    def channel_params(self) -> str:
+        return ", ".join(f"I{c}, F{c}" for c in self.channels)
+
+    def arena_params(self) -> str:
+        return ", ".join(f"AI{c}, AF{c}" for c in self.channels)
+
+    def fetch_lines(self) -> list[str]:
+        return [line for c in self.channels for line in (
+            f"I{c} = AI{c}[base[p, {c}]:base[p, {c}] + cnt[p, {c}]]",
+            f"F{c} = AF{c}[base[p, {c}]:base[p, {c}] + cnt[p, {c}]]")]
+
+    def binding_params(self) -> str:
+        names = []
+        for v in self.positive:
+            names += [f"k{v.index}", f"n{v.index}"] if v.kind == "kleene" else [f"r{v.index}"]
+        return ", ".join(names)
+
+    def binding_args(self) -> str:
+        """The process kernel's materialized bindings, in binding_params order."""
+        names = []
+        for v in self.positive:
+            names += [f"kk{v.index}", f"kn{v.index}"] if v.kind == "kleene" \
+                else [f"r{v.index}"]
+        return ", ".join(names)
+
+    def element_count(self, prefix: str = "n") -> str:
+        parts = [f"{prefix}{v.index}" for v in self.kleene]
+        return " + ".join([str(len(self.singles))] + parts)
+
+    def filter_code(self, step: ast.Step, channel: int, row: str) -> str | None:
+        if step.filter is None:
+            return None
+        leaves = _Leaves(self, {}, {}, subject=(channel, row))
+        code = ExpressionCompiler(leaves, self.constants).condition(step.filter)
+        if leaves.pre:
+            raise AipUnsupported("a step filter with an aggregate")
+        return code
+
+    # ------------------------------------------------------------ conjunct code
+
+    def conjunct_lines(self, c: Conjunct, rows: dict, kleene: dict, flag: str) -> list[str]:
+        """Lines that set `flag` False unless c holds; Kleene variables read element by
+        element (not given a row in `rows`) must hold for every element."""
+        kvars = sorted(v for v in c.elementwise if v not in rows)
+        full = dict(rows)
+        for v in kvars:
+            channel, arr, _ = kleene[v]
+            full[v] = (channel, f"{arr}[j{self.var[v].index}]")
+        leaves = _Leaves(self, full, kleene)
+        cond = ExpressionCompiler(leaves, self.constants).condition(c.expr)
+        fail = [f"if not {cond}:", f"    {flag} = False"]
+        if not kvars:
+            return leaves.pre + fail
+
+        def loops(d: int) -> list[str]:
+            v = kvars[d]
+            _, _, count = kleene[v]
+            inner = loops(d + 1) if d + 1 < len(kvars) else leaves.pre + fail + ["    break"]
+            out = [f"for j{self.var[v].index} in range({count}):"] + _indent(inner)
+            if d + 1 < len(kvars):
+                out += _indent([f"if not {flag}:", "    break"])
+            return out
+
+        return loops(0)
+
+    def instance_rows(self, override: dict | None = None) -> dict:
+        rows = {v.name: (v.channel, f"r{v.index}") for v in self.singles}
+        rows.update(override or {})
+        return rows
+
+    def kleene_map(self) -> dict:
+        return {v.name: (v.channel, f"kk{v.index}", f"kn{v.index}") for v in self.kleene}
+
+    def materialize(self, var, adding: str | None) -> list[str]:
+        """kk{v}/kn{v} from the instance's list (plus the arriving event if it is the
+        variable being extended)."""
+        v, c = var.index, var.channel
+        extra = f"er{c}" if adding == var.name else "np.int64(-1)"
+        return [f"kk{v}, kn{v} = _kmat(NR, NP, h{v}, n{v}, evicted[p, {c}], kb{v}, {extra})",
+                f"kb{v} = kk{v}"]
+
+    def checks(self, conjs: list[Conjunct], mask: str, flag: str, override: dict,
+               adding: str | None, minus: int = 0) -> list[str]:
+        """Check each conjunct whose variables (less `minus`) are all in `mask`."""
+        lines = []
+        for c in conjs:
+            cm = self.cmask(c) & ~minus
+            body = []
+            for var in self.kleene_needed(c, override):
+                body += self.materialize(var, adding)
+            body += self.conjunct_lines(c, self.instance_rows(override), self.kleene_map(),
+                                        flag)
+            test = f"({mask} & {cm}) == {cm}" if cm else "True"
+            lines += [f"if {flag} and {test}:"] + _indent(body)
+        return lines
+
+    def touching(self, names: set[str]) -> list[Conjunct]:
+        """Conjuncts that mention one of `names` (those that may become checkable when
+        they become final)."""
+        return [c for c in self.plan.conjuncts if c.vars & names]
+
+    def element_conjuncts(self, x: str) -> list[Conjunct]:
+        return [c for c in self.plan.conjuncts
+                if x in c.elementwise and x not in c.aggregated]
+
+    # ------------------------------------------------------------ module
+
+    def source(self) -> str:
+        out = [HELPERS]
+        out += self.gen_cancel()
+        out += self.gen_emit()
+        out += self.gen_release()
+        out += self.gen_release_all()
+        out += self.gen_process()
+        return "\n".join(out) + "\n"
+
+    # ------------------------------------------------------------ negations
+
+    def item_summary_lines(self, i: int) -> list[str]:
+        item = self.items[i]
+        if item.kind == "kleene":
+            var = self.var[item.step.var]
+            c, v = var.channel, var.index
+            return [f"s_lo{i} = I{c}[k{v}[0], 0]", f"s_hi{i} = I{c}[k{v}[n{v} - 1], 0]",
+                    f"t_lo{i} = I{c}[k{v}[0], 1]", f"t_hi{i} = I{c}[k{v}[n{v} - 1], 1]"]
+        lines = []
+        for j, step in enumerate(item.steps):
+            var = self.var[step.var]
+            s, t = f"I{var.channel}[r{var.index}, 0]", f"I{var.channel}[r{var.index}, 1]"
+            if j == 0:
+                lines += [f"s_lo{i} = {s}", f"s_hi{i} = {s}", f"t_lo{i} = {t}", f"t_hi{i} = {t}"]
+            else:
+                lines += [f"s_lo{i} = min(s_lo{i}, {s})", f"s_hi{i} = max(s_hi{i}, {s})",
+                          f"t_lo{i} = min(t_lo{i}, {t})", f"t_hi{i} = max(t_hi{i}, {t})"]
+        return lines
+
+    def span_lines(self) -> list[str]:
+        body = []
+        for i in range(self.n_items):
+            body += self.item_summary_lines(i)
+        body += ["first_seq = s_lo0", f"last_seq = s_hi{self.n_items - 1}",
+                 "first_ts = t_lo0", f"last_ts_ = t_hi{self.n_items - 1}"]
+        for i in range(1, self.n_items):
+            body += [f"first_ts = min(first_ts, t_lo{i})", f"last_ts_ = max(last_ts_, t_hi{i})",
+                     f"first_seq = min(first_seq, s_lo{i})",
+                     f"last_seq = max(last_seq, s_hi{i})"]
+        return body
+
+    def bound_seq_test(self, seq: str, flag: str) -> list[str]:
+        lines = [f"{flag} = False"]
+        for var in self.positive:
+            c, v = var.channel, var.index
+            if var.kind == "kleene":
+                j = self.fresh("j")
+                lines += [f"for {j} in range(n{v}):",
+                          f"    if I{c}[k{v}[{j}], 0] == {seq}:",
+                          f"        {flag} = True",
+                          "        break"]
+            else:
+                lines += [f"if I{c}[r{v}, 0] == {seq}:", f"    {flag} = True"]
+        return lines
+
+    def gen_cancel(self) -> list[str]:
+        """_cancel: does a stored event cancel the match (negations not killed early)?"""
+        plan, W = self.plan, self.W
+        L = ["@njit(cache=True)",
+             f"def _cancel({self.channel_params()}, {self.binding_params()}, sc, "
+             f"{STRING_TABLE_PARAMS}):"]
+        negs = [n for n in plan.negations if n.index not in self.killable]
+        if not negs:
+            return L + ["    return False", ""]
+        body = self.span_lines()
+        rows = {v.name: (v.channel, f"r{v.index}") for v in self.singles}
+        kleene = {v.name: (v.channel, f"k{v.index}", f"n{v.index}") for v in self.kleene}
+        for neg in negs:
+            var = plan.variables[neg.step.var]
+            c, x = var.channel, f"x{var.index}"
+            if self.by_ts:
+                if neg.where == "start":
+                    lo, hi = f"_lb_ts(I{c}, last_ts_ - {W})", f"_ub_ts(I{c}, first_ts)"
+                elif neg.where == "end":
+                    lo, hi = f"_lb_ts(I{c}, last_ts_)", f"_ub_ts(I{c}, first_ts + {W})"
+                else:
+                    lo = f"_lb_ts(I{c}, t_hi{neg.before})"
+                    hi = f"_ub_ts(I{c}, t_lo{neg.after})"
+            else:
+                if neg.where == "start":
+                    lo, hi = f"_lb_ts(I{c}, last_ts_ - {W})", f"_lb_seq(I{c}, first_seq)"
+                elif neg.where == "end":
+                    lo, hi = f"_ub_seq(I{c}, last_seq)", f"_ub_ts(I{c}, first_ts + {W})"
+                else:
+                    lo = f"_ub_seq(I{c}, s_hi{neg.before})"
+                    hi = f"_lb_seq(I{c}, s_lo{neg.after})"
+            loop = []
+            if self.by_ts:
+                loop += self.bound_seq_test(f"I{c}[{x}, 0]", "isb")
+                loop += ["if isb:", "    continue"]
+            flt = self.filter_code(neg.step, c, x)
+            if flt is not None:
+                loop += [f"if not {flt}:", "    continue"]
+            nrows = dict(rows)
+            nrows[neg.step.var] = (c, x)
+            loop.append("cok = True")
+            for conj in neg.conjuncts:
+                loop += ["if cok:"] + _indent(self.conjunct_lines(conj, nrows, kleene, "cok"))
+            loop += ["if cok:", "    return True"]
+            body += [f"for {x} in range({lo}, {hi}):"] + _indent(loop)
+        body.append("return False")
+        return L + _indent(body) + [""]
+
+    def decide_lines(self) -> list[str]:
+        """`decide`: the event time after which no future event can cancel the match
+        (bindings as _cancel's parameters, with kk/kn names); INT64_MIN: decide now."""
+        times = []
+        lines = []
+        for neg in self.plan.negations:
+            if neg.where == "end":
+                times.append(f"dft + {self.W}")
+            elif self.by_ts and neg.where == "start":
+                times.append("dft")
+            elif self.by_ts:
+                i = neg.after
+                item = self.items[i]
+                name = f"dnt{neg.index}"
+                if item.kind == "kleene":
+                    var = self.var[item.step.var]
+                    lines.append(f"{name} = I{var.channel}[kk{var.index}[0], 1]")
+                else:
+                    parts = [f"I{self.var[s.var].channel}[r{self.var[s.var].index}, 1]"
+                             for s in item.steps]
+                    lines.append(f"{name} = " + (parts[0] if len(parts) == 1 else
+                                                 f"min({', '.join(parts)})"))
+                times.append(name)
+        if not times:
+            return ["decide = np.int64(INT64_MIN)"]
+        return lines + ["decide = " + (times[0] if len(times) == 1 else
+                                       f"max({', '.join(times)})")]
+
+    # ------------------------------------------------------------ output
+
+    def gen_emit(self) -> list[str]:
+        L = ["@njit(cache=True)",
+             f"def _emit(p, {self.channel_params()}, {self.binding_params()}, om, oe_i, oe_f, "
+             f"ovi, ovf, ovn, n_out, n_el, sc, {STRING_TABLE_PARAMS}):"]
+        body = ["om[n_out, 0] = p", "om[n_out, 1] = n_el"]
+        nI, nF = self.layout.n_int, self.layout.n_float
+        for var in self.positive:
+            c, v = var.channel, var.index
+            if var.kind == "kleene":
+                body += [f"for j in range(n{v}):",
+                         f"    oe_i[n_el, 0] = {v}",
+                         f"    for z in range({nI}):",
+                         f"        oe_i[n_el, z + 1] = I{c}[k{v}[j], z]",
+                         f"    for z in range({nF}):",
+                         f"        oe_f[n_el, z] = F{c}[k{v}[j], z]",
+                         "    n_el += 1"]
+            else:
+                body += [f"oe_i[n_el, 0] = {v}",
+                         f"for z in range({nI}):",
+                         f"    oe_i[n_el, z + 1] = I{c}[r{v}, z]",
+                         f"for z in range({nF}):",
+                         f"    oe_f[n_el, z] = F{c}[r{v}, z]",
+                         "n_el += 1"]
+        body.append("om[n_out, 2] = n_el - om[n_out, 1]")
+        rows = {v.name: (v.channel, f"r{v.index}") for v in self.singles}
+        kleene = {v.name: (v.channel, f"k{v.index}", f"n{v.index}") for v in self.kleene}
+        for j, item in enumerate(self.plan.body.emit):
+            leaves = _Leaves(self, rows, kleene)
+            code = ExpressionCompiler(leaves, self.constants).compile(item.expr)
+            body += leaves.pre
+            target = "ovf" if item.expr.type == "float" else "ovi"
+            value = code.value
+            if item.expr.type == "bool":
+                value = f"(1 if {value} else 0)"
+            elif item.expr.type == "float":
+                value = f"np.float64({value})"
+            store = [f"ovn[n_out, {j}] = 0", f"{target}[n_out, {j}] = {value}"]
+            if code.nullable:
+                body += [f"if {code.null}:", f"    ovn[n_out, {j}] = 1", "else:"] + \
+                    _indent(store)
+            else:
+                body += store
+        body.append("return n_out + 1, n_el")
+        return L + _indent(body) + [""]
+
+    def ensure_emit_capacity(self, elements: str) -> list[str]:
+        return ["if n_out >= om.shape[0]:",
+                "    om, ovi, ovf, ovn = _grow_out(om, ovi, ovf, ovn, n_out + 1)",
+                f"if n_el + {elements} > oe_i.shape[0]:",
+                f"    oe_i, oe_f = _grow_el(oe_i, oe_f, n_el + {elements})"]
+
+    # ------------------------------------------------------------ pending matches
+
+    def gen_release(self) -> list[str]:
+        L = ["@njit(cache=True)",
+             f"def _release(p, now, force, {self.channel_params()}, evp, pd, pk, phead, ptail, "
+             f"pdec, pfirst, ctr, om, oe_i, oe_f, ovi, ovf, ovn, n_out, n_el, sc, "
+             f"{STRING_TABLE_PARAMS}):"]
+        body = ["rec = phead[p]", "prev = -1", f"newdec = np.int64({INT64_MAX})",
+                f"newfirst = np.int64({INT64_MAX})",
+                "while rec >= 0:",
+                f"    nxt = pd[rec, {P_NEXT}]",
+                f"    if force or now > pd[rec, {P_DEC}]:",
+                "        if prev >= 0:",
+                f"            pd[prev, {P_NEXT}] = nxt",
+                "        else:",
+                "            phead[p] = nxt",
+                "        if nxt < 0:",
+                "            ptail[p] = prev",
+                f"        ctr[{PEL}] -= pd[rec, {P_CNT}]",
+                f"        ctr[{PALIVE}] -= 1"]
+        rebuild = []
+        for var in self.positive:
+            c, v, s = var.channel, var.index, self.pslot[var.name]
+            if var.kind == "kleene":
+                rebuild += [f"n{v} = pd[rec, {s + 1}]",
+                            f"k{v} = np.empty(n{v}, np.int64)",
+                            f"for j in range(n{v}):",
+                            f"    k{v}[j] = pk[pd[rec, {s}] + j] - evp[{c}]"]
+            else:
+                rebuild.append(f"r{v} = pd[rec, {s}] - evp[{c}]")
+        rebuild += [f"if not _cancel({self.channel_params()}, {self.binding_params()}, sc, "
+                    f"{STRING_TABLE_PARAMS}):",
+                    f"    n_out, n_el = _emit(p, {self.channel_params()}, "
+                    f"{self.binding_params()}, om, oe_i, oe_f, ovi, ovf, ovn, n_out, n_el, sc, "
+                    f"{STRING_TABLE_PARAMS})"]
+        body += _indent(rebuild, 2)
+        body += ["    else:",
+                 f"        newdec = min(newdec, pd[rec, {P_DEC}])",
+                 f"        newfirst = min(newfirst, pd[rec, {P_FIRST}])",
+                 "        prev = rec",
+                 "    rec = nxt",
+                 "pdec[p] = newdec",
+                 "pfirst[p] = newfirst",
+                 "return n_out, n_el"]
+        return L + _indent(body) + [""]
+
+    def ensure_release_capacity(self) -> list[str]:
+        return [f"if n_out + ctr[{PALIVE}] > om.shape[0]:",
+                f"    om, ovi, ovf, ovn = _grow_out(om, ovi, ovf, ovn, n_out + ctr[{PALIVE}])",
+                f"if n_el + ctr[{PEL}] > oe_i.shape[0]:",
+                f"    oe_i, oe_f = _grow_el(oe_i, oe_f, n_el + ctr[{PEL}])"]
+
+    def output_init(self, size: int) -> list[str]:
+        return ["n_out = np.int64(0)", "n_el = np.int64(0)",
+                f"om = np.empty(({size}, 3), np.int64)",
+                f"oe_i = np.empty(({size}, {self.layout.n_int + 1}), np.int64)",
+                f"oe_f = np.empty(({size}, {self.layout.n_float}), np.float64)",
+                f"ovi = np.empty(({size}, {self.n_emit}), np.int64)",
+                f"ovf = np.empty(({size}, {self.n_emit}), np.float64)",
+                f"ovn = np.empty(({size}, {self.n_emit}), np.int64)"]
+
+    def gen_release_all(self) -> list[str]:
+        """Punctuation (force=False: event time reached `punct`) and flush (force=True)."""
+        L = ["@njit(cache=True)",
+             f"def release_all(punct, force, {self.arena_params()}, base, cnt, evicted, last_ts, "
+             f"pd, pk, phead, ptail, pdec, pfirst, ctr, sc, "
+             f"{STRING_TABLE_PARAMS}):"]
+        body = self.output_init(16)
+        body += ["for p in range(phead.shape[0]):",
+                 "    if phead[p] < 0:",
+                 "        continue",
+                 "    now = max(last_ts[p], punct)",
+                 "    if not force and not now > pdec[p]:",
+                 "        continue"]
+        inner = self.ensure_release_capacity() + self.fetch_lines()
+        inner += [f"n_out, n_el = _release(p, now, force, {self.channel_params()}, "
+                  f"evicted[p], pd, pk, phead, ptail, pdec, pfirst, ctr, om, oe_i, oe_f, ovi, "
+                  f"ovf, ovn, n_out, n_el, sc, {STRING_TABLE_PARAMS})"]
+        body += _indent(inner)
+        body.append("return n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn")
+        return L + _indent(body) + [""]
+
+    # ------------------------------------------------------------ the main kernel
+
+    def gen_process(self) -> list[str]:
+        plan = self.plan
+        L = ["@njit(cache=True)",
+             f"def process(n, pid, qid, EI, EF, {self.arena_params()}, base, size, cnt, evicted, "
+             "top, last_ts, IT, ibase, isize, icnt, itop, TPL, NR, NP, pd, pk, phead, ptail, "
+             f"pdec, pfirst, ctr, punct, sc, {STRING_TABLE_PARAMS}, cap_i, "
+             "stop_on_overflow):"]
+        body = self.output_init(64)
+        body += ["dead = np.empty(n, np.int64)", "n_dead = 0",
+                 f"NEW = np.empty((16, {self.width}), np.int64)",
+                 f"CMP = np.empty((16, {self.width}), np.int64)",
+                 f"RUN = np.empty({self.width}, np.int64)",
+                 f"VIS = np.empty({self.S}, np.bool_)",
+                 "const_ok = True"]
+        body += [f"kb{v.index} = np.empty(16, np.int64)" for v in self.kleene]
+        for c in plan.constant_conjuncts:
+            body += ["if const_ok:"] + _indent(self.conjunct_lines(c, {}, {}, "const_ok"))
+        loop = ["p = pid[t]", "q = qid[t]", "eseq = EI[t, 0]", "ets = EI[t, 1]",
+                "if ets < last_ts[p]:",
+                "    dead[n_dead] = t",
+                "    n_dead += 1",
+                "    continue",
+                "last_ts[p] = ets",
+                "now = max(ets, punct)"]
+        if self.pending_possible:
+            loop += ["if phead[p] >= 0 and now > pdec[p]:"]
+            inner = self.ensure_release_capacity() + self.fetch_lines()
+            inner += [f"n_out, n_el = _release(p, now, False, {self.channel_params()}, "
+                      f"evicted[p], pd, pk, phead, ptail, pdec, pfirst, ctr, om, oe_i, oe_f, "
+                      f"ovi, ovf, ovn, n_out, n_el, sc, {STRING_TABLE_PARAMS})"]
+            loop += _indent(inner)
+        loop += self.append_lines()
+        loop += self.fetch_lines()
+        loop += self.event_lines()
+        if self.runs:
+            loop += self.runs_lines()
+        else:
+            loop += self.any_lines()
+        loop += ["if ncmp > 0:"] + _indent(self.finalize_lines())
+        body += ["for t in range(n):"] + _indent(loop)
+        body.append("return n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn, n_dead, dead, pd, pk, "
+                    f"IT, NR, NP, ({self.arena_params()},)")
+        return L + _indent(body) + [""]
+
+    def append_lines(self) -> list[str]:
+        plan = self.plan
+        lines = []
+        type_attr = self.schema.type_attribute
+        if type_attr is not None and self.type_consts:
+            lines.append(f"tc = EI[t, {self.layout.slots[type_attr][1]}]")
+        if plan.horizon is not None:
+            lines.append(f"thr = min(ets, pfirst[p]) - {plan.horizon}")
+            evict, horizon = "np.int64(1)", f"np.int64({plan.horizon})"
+        else:
+            lines.append("thr = ets")
+            evict, horizon = "np.int64(0)", "np.int64(0)"
+        for c, name in enumerate(plan.channels):
+            if name == ANY:
+                lines.append(f"ein{c} = True")
+            else:
+                lines.append(f"ein{c} = tc == sc[{self.type_consts[name]}]")
+            lines += [f"if ein{c}:",
+                      f"    AI{c}, AF{c} = _append_row(AI{c}, AF{c}, base, size, cnt, evicted, "
+                      f"top, p, np.int64({c}), EI, EF, t, thr, {evict}, last_ts, pfirst, "
+                      f"{horizon})"]
+        return lines
+
+    def event_lines(self) -> list[str]:
+        """The arriving event's rows, which steps / negations it fits and which stages
+        (instance lists by position) it must visit."""
+        lines = []
+        for c in self.channels:
+            lines += [f"er{c} = I{c}.shape[0] - 1", f"ea{c} = evicted[p, {c}] + er{c}"]
+        fits = []
+        for var in self.positive:
+            c, v = var.channel, var.index
+            flt = self.filter_code(var.step, c, f"er{c}")
+            lines.append(f"fit{v} = ein{c}" + (f" and {flt}" if flt else ""))
+            fits.append(f"fit{v}")
+        kills = {}
+        for neg in self.plan.negations:
+            if neg.index in self.killable:
+                var = self.plan.variables[neg.step.var]
+                c = var.channel
+                flt = self.filter_code(neg.step, c, f"er{c}")
+                lines.append(f"kx{neg.index} = ein{c}" + (f" and {flt}" if flt else ""))
+                fits.append(f"kx{neg.index}")
+                kills.setdefault(neg.after, []).append(f"kx{neg.index}")
+        lines += ["nn = 0", "ncmp = 0"]
+        if self.runs and self.strict:
+            # an event that no run takes kills every run of the partition
+            lines += [f"if not ({' or '.join(fits)}):",
+                      f"    for st in range({self.S}):",
+                      f"        icnt[q * {self.S} + st] = 0",
+                      "    continue"]
+        else:
+            lines += [f"if not ({' or '.join(fits)}):", "    continue"]
+        if self.S == 1:
+            lines.append("VIS[0] = True")
+            return lines
+        for item in self.items:
+            i = item.index
+            conds = [f"fit{self.var[s.var].index}" for s in item.steps]
+            if item.kind == "kleene" and i + 1 < self.n_items:
+                conds += [f"fit{self.var[s.var].index}" for s in self.items[i + 1].steps]
+            conds += kills.get(i, [])
+            lines.append(f"VIS[{i}] = " + " or ".join(conds))
+        return lines
+
+    # ------------------------------------------------------------ instances
+
+    def load_lines(self) -> list[str]:
+        lines = [f"ft = src[ri, {R_FIRST}]", f"M = src[ri, {R_MASK}]", f"pos = src[ri, {R_POS}]"]
+        for var in self.singles:
+            v, c, s = var.index, var.channel, self.slot[var.name]
+            lines += [f"a{v} = src[ri, {s}]", f"r{v} = a{v} - evicted[p, {c}]"]
+        for var in self.kleene:
+            v, s = var.index, self.slot[var.name]
+            lines += [f"h{v} = src[ri, {s}]", f"n{v} = src[ri, {s + 1}]",
+                      f"f{v} = src[ri, {s + 2}]"]
+        for i, s in self.mt_slot.items():
+            lines.append(f"mt{i} = src[ri, {s}]")
+        return lines
+
+    def row_lines(self, dst: str, idx: str, fields: dict) -> list[str]:
+        """Append a copy of the current instance, with `fields` (column -> code) changed,
+        to table `dst` at row `idx` (grown as needed; idx incremented)."""
+        lines = [f"if {idx} >= {dst}.shape[0]:",
+                 f"    {dst} = _grow_rows({dst}, {idx} + 1)",
+                 f"for z in range({self.width}):",
+                 f"    {dst}[{idx}, z] = src[ri, z]"]
+        lines += [f"{dst}[{idx}, {col}] = {code}" for col, code in fields.items()]
+        lines.append(f"{idx} += 1")
+        return lines
+
+    def node_lines(self, var) -> list[str]:
+        v, c = var.index, var.channel
+        return [f"if ctr[{POOL}] >= NR.shape[0]:",
+                f"    NR, NP = _grow_pool(NR, NP, ctr[{POOL}] + 1)",
+                f"nd = ctr[{POOL}]", f"NR[nd] = ea{c}", f"NP[nd] = h{v}",
+                f"ctr[{POOL}] = nd + 1"]
+
+    def anchor_lines(self, var, flag: str) -> list[str]:
+        """TESLA `WITHIN w FROM y` between the variable being bound and bound ones."""
+        lines = []
+        plan = self.plan
+        for u in self.positive:
+            if u.step.anchor != var.name:
+                continue
+            w = plan.step_within(u.step)
+            cu = u.channel
+            if u.kind == "kleene":
+                lines += [f"if {flag} and n{u.index} > 0 and "
+                          f"I{cu}[f{u.index} - evicted[p, {cu}], 1] < ets - {w}:",
+                          f"    {flag} = False"]
+            else:
+                lines += [f"if {flag} and (M & {self.bit[u.name]}) != 0 and "
+                          f"I{cu}[r{u.index}, 1] < ets - {w}:", f"    {flag} = False"]
+        if var.step.anchor is not None:
+            y = self.var[var.step.anchor]
+            w = plan.step_within(var.step)
+            lines += [f"if {flag} and (M & {self.bit[y.name]}) != 0 and "
+                      f"ets < I{y.channel}[r{y.index}, 1] - {w}:", f"    {flag} = False"]
+        return lines
+
+    def deadline_code(self, var) -> str:
+        parts = ["dl"]
+        if self.W is not None:
+            parts.append(f"nft + {self.W}")
+        if self.dist is not None:
+            parts.append(f"ets + {self.dist[var.name]}")
+        return parts[0] if len(parts) == 1 else f"min({', '.join(parts)})"
+
+    def complete_code(self, mask: str, counts: dict) -> str:
+        """Every item has what it needs (mask: final variables; counts: Kleene counts)."""
+        parts = []
+        for item in self.items:
+            if item.kind == "kleene":
+                var = self.var[item.step.var]
+                parts.append(f"{counts.get(var.name, f'n{var.index}')} >= {item.step.min}")
+            else:
+                m = self.item_mask[item.index]
+                parts.append(f"({mask} & {m}) == {m}")
+        return " and ".join(parts)
+
+    def any_lines(self) -> list[str]:
+        """skip-till-any-match: offer e to the instances of key q in the stages it can
+        advance, then to the empty ones (templates)."""
+        nvirt = len(self.holes)
+        S = self.S
+        lines = [f"for st in range({S + 1}):"]
+        head = [f"if st < {S}:",
+                "    if not VIS[st]:",
+                "        continue",
+                f"    seg = q * {S} + st",
+                "    b = ibase[seg]",
+                "    nv = icnt[seg]",
+                "else:",
+                "    seg = -1",
+                "    b = 0",
+                f"    nv = {nvirt}",
+                "w = 0",
+                "for r in range(nv):"]
+        visit = [f"if st < {S}:",
+                 "    src = IT",
+                 "    ri = b + r",
+                 f"    dl = src[ri, {R_DL}]",
+                 "    if ets > dl:",
+                 "        continue",
+                 "else:",
+                 "    src = TPL",
+                 "    ri = r",
+                 f"    dl = src[ri, {R_DL}]"]
+        visit += self.load_lines()
+        if self.by_ts:
+            visit += [f"if st < {S}:"] + _indent(self.viability_lines() +
+                                                 ["if not viable:", "    continue"])
+        if self.W is not None:
+            visit.append(f"if ft == {INT64_MAX} or ets - ft <= {self.W}:")
+        else:
+            visit.append("if True:")
+        trials = []
+        for var in self.positive:
+            trials += self.trial_lines(var)
+        visit += _indent(trials)
+        keep = [f"if st < {S}:"]
+        keep += _indent(self.kill_lines() + [
+            "if w != r:",
+            f"    for z in range({self.width}):",
+            "        IT[b + w, z] = IT[b + r, z]",
+            "w += 1"])
+        visit += keep
+        head += _indent(visit)
+        head += [f"if st < {S}:", "    icnt[seg] = w"]
+        lines += _indent(head)
+        lines += self.append_new_lines()
+        if self.policy_items:
+            lines += ["if ncmp > 1:"] + _indent(self.resolution_lines())
+        return lines
+
+    def append_new_lines(self) -> list[str]:
+        """The new instances (and moved runs) of this event into their stages' lists,
+        at most `cap_i` live per key."""
+        S = self.S
+        return ["if nn > 0:",
+                "    tot = 0",
+                f"    for st in range({S}):",
+                f"        tot += icnt[q * {S} + st]",
+                "    if tot + nn > cap_i:",
+                f"        ctr[{OVF}] += tot + nn - cap_i",
+                "        nn = max(cap_i - tot, 0)",
+                "        if stop_on_overflow:",
+                f"            ctr[{ERR}] = t",
+                "            break",
+                f"    for st in range({S}):",
+                "        k = 0",
+                "        for y in range(nn):",
+                f"            if {S} == 1 or NEW[y, {R_POS}] == st:",
+                "                k += 1",
+                "        if k == 0:",
+                "            continue",
+                f"        seg = q * {S} + st",
+                "        w = icnt[seg]",
+                "        IT = _seg_reserve(IT, ibase, isize, icnt, itop, seg, w + k)",
+                "        b = ibase[seg]",
+                "        for y in range(nn):",
+                f"            if {S} == 1 or NEW[y, {R_POS}] == st:",
+                f"                for z in range({self.width}):",
+                "                    IT[b + w, z] = NEW[y, z]",
+                "                w += 1",
+                "        icnt[seg] = w"]
+
+    def viability_lines(self) -> list[str]:
+        """ORDER BY ts: can the instance still complete, and can it still change?"""
+        lines = ["viable = True", "grow = False", f"sm = np.int64({INT64_MAX})"]
+        for item in reversed(self.items):
+            i = item.index
+            if item.kind == "kleene":
+                var = self.var[item.step.var]
+                incomplete = f"n{var.index} < {item.step.min}"
+                avail = "True" if item.step.max is None else f"n{var.index} < {item.step.max}"
+            else:
+                m = self.item_mask[i]
+                incomplete = f"(M & {m}) != {m}"
+                avail = incomplete
+            lines += ["if sm >= ets:",
+                      f"    if {avail}:",
+                      "        grow = True",
+                      f"elif {incomplete}:",
+                      "    viable = False",
+                      f"sm = min(sm, mt{i})"]
+        lines.append("viable = viable and grow")
+        return lines
+
+    def trial_lines(self, var) -> list[str]:
+        """Every way e can be added to `var` of the instance."""
+        i = self.plan.variables[var.name].item
+        item = self.items[i]
+        v = var.index
+        modes = []
+        if self.by_ts:
+            avail = f"(M & {self.bit[var.name]}) == 0" if var.kind == "single" else \
+                ("True" if item.step.max is None else f"n{v} < {item.step.max}")
+            later = [f"mt{k} >= ets" for k in range(i + 1, self.n_items)]
+            modes.append((" and ".join([avail] + later), None))
+        else:
+            if var.kind == "kleene":
+                direct = f"pos == {i}" + ("" if item.step.max is None
+                                          else f" and n{v} < {item.step.max}")
+            elif item.kind == "and":
+                direct = f"pos == {i} and (M & {self.bit[var.name]}) == 0"
+            else:
+                direct = f"pos == {i}"
+            modes.append((direct, None))
+            if i > 0 and self.items[i - 1].kind == "kleene":
+                prev = self.var[self.items[i - 1].step.var]
+                modes.append((f"pos == {i - 1} and n{prev.index} >= "
+                               f"{self.items[i - 1].step.min}", prev))
+        out = []
+        for gate, closing in modes:
+            out += [f"if fit{v} and {gate}:"] + _indent(self.trial_body(var, item, closing))
+        return out
+
+    def trial_body(self, var, item, closing) -> list[str]:
+        v, c, i = var.index, var.channel, item.index
+        last = i == self.n_items - 1
+        bit = self.bit[var.name]
+        closebit = self.bit[closing.name] if closing is not None else 0
+        lines = ["tok = True", f"bM = M | {closebit}"]
+        if var.kind == "kleene":
+            lines.append("nM = bM")
+        else:
+            lines.append(f"nM = bM | {bit}")
+        lines += self.anchor_lines(var, "tok")
+        override = {}
+        if var.kind == "kleene":
+            # the element's own conditions (other variables final)
+            override = {var.name: (c, f"er{c}")}
+            lines += self.checks(self.element_conjuncts(var.name), "bM", "tok", override,
+                                 None, minus=bit)
+        newly = set()
+        if closing is not None:
+            newly.add(closing.name)
+        if var.kind != "kleene":
+            newly.add(var.name)
+        if newly:
+            ov = {} if var.kind == "kleene" else {var.name: (c, f"er{c}")}
+            lines += self.checks(self.touching(newly), "nM", "tok", ov, None)
+        body = ["nft = min(ft, ets)", f"ndl = {self.deadline_code(var)}"]
+        fields = {R_DL: "ndl", R_FIRST: "nft", R_MASK: "nM"}
+        if self.by_ts:
+            fields[self.mt_slot[i]] = f"min(mt{i}, ets)"
+        if var.kind == "kleene":
+            body += self.node_lines(var)
+            s = self.slot[var.name]
+            fields.update({R_POS: str(i), s: "nd", s + 1: f"n{v} + 1"})
+            fields[s + 2] = f"ea{c} if n{v} == 0 else f{v}"
+        else:
+            fields[self.slot[var.name]] = f"ea{c}"
+            if item.kind == "and":
+                fields[R_POS] = f"{i + 1} if (nM & {self.item_mask[i]}) == " \
+                                f"{self.item_mask[i]} else {i}"
+            else:
+                fields[R_POS] = str(i + 1)
+        if self.by_ts:
+            body += self.by_ts_result(var, item, fields)
+        elif var.kind == "kleene":
+            keep = not last or item.step.max is None or item.step.max > 1
+            if keep:
+                grow = [] if (not last or item.step.max is None) else \
+                    [f"if n{v} + 1 < {item.step.max}:"]
+                rows = self.row_lines("NEW", "nn", fields)
+                body += grow + (_indent(rows) if grow else rows)
+            if last:
+                done = ["cok = True", f"cM = nM | {bit}"]
+                done += self.checks(self.touching({var.name}), "cM", "cok", {}, var.name)
+                cf = dict(fields)
+                cf.update({R_MASK: "cM", R_POS: str(i + 1)})
+                done += ["if cok:"] + _indent(self.row_lines("CMP", "ncmp", cf))
+                body += [f"if n{v} + 1 >= {item.step.min}:"] + _indent(done)
+        elif last and item.kind == "single":
+            body += self.row_lines("CMP", "ncmp", fields)
+        elif last:
+            m = self.item_mask[i]
+            body += [f"if (nM & {m}) == {m}:"] + _indent(self.row_lines("CMP", "ncmp", fields))
+            body += ["else:"] + _indent(self.row_lines("NEW", "nn", fields))
+        else:
+            body += self.row_lines("NEW", "nn", fields)
+        lines += ["if tok:"] + _indent(body)
+        return lines
+
+    def by_ts_result(self, var, item, fields) -> list[str]:
+        """ORDER BY ts: the new instance (while it can change) and, when every item is
+        filled, a completion (the conditions on Kleene variables checked on it)."""
+        v = var.index
+        counts = {var.name: f"n{v} + 1"} if var.kind == "kleene" else {}
+        lines = [f"full = {self.complete_code('nM', counts)}"]
+        growable = []
+        for k in self.kleene:
+            mx = self.items[k.item].step.max
+            cnt = counts.get(k.name, f"n{k.index}")
+            growable.append("True" if mx is None else f"{cnt} < {mx}")
+        can_change = " or ".join(growable) if growable else "False"
+        lines += [f"if not full or {can_change}:"] + _indent(
+            self.row_lines("NEW", "nn", fields))
+        done = ["cok = True", f"cM = nM | {self.all_mask}"]
+        if self.kleene:
+            names = {k.name for k in self.kleene}
+            ov = {} if var.kind == "kleene" else {var.name: (var.channel, f"er{var.channel}")}
+            done += self.checks(self.touching(names), "cM", "cok", ov,
+                                var.name if var.kind == "kleene" else None)
+        cf = dict(fields)
+        cf[R_MASK] = "cM"
+        done += ["if cok:"] + _indent(self.row_lines("CMP", "ncmp", cf))
+        lines += ["if full:"] + _indent(done)
+        return lines
+
+    def kill_lines(self) -> list[str]:
+        """Negations between items: a cancelling event kills a waiting instance."""
+        lines = []
+        for neg in self.plan.negations:
+            if neg.index not in self.killable:
+                continue
+            i = neg.after
+            item = self.items[i]
+            if item.kind == "kleene":
+                empty = f"n{self.var[item.step.var].index} == 0"
+            else:
+                empty = f"(M & {self.item_mask[i]}) == 0"
+            nvar = self.plan.variables[neg.step.var]
+            override = {neg.step.var: (nvar.channel, f"er{nvar.channel}")}
+            body = ["kok = True"]
+            body += self.checks(neg.conjuncts, "M", "kok", override, None,
+                                minus=0)
+            body += ["if kok:", "    continue"]
+            lines += [f"if kx{neg.index} and pos == {i} and {empty}:"] + _indent(body)
+        return lines
+
+    def resolution_lines(self) -> list[str]:
+        """LAST / FIRST: among completed instances agreeing on the items after step j,
+        keep those whose step j is the latest / earliest (see the module doc)."""
+        lines = ["sel = np.empty(ncmp, np.int64)"]
+        for j in sorted(self.policy_items, reverse=True):
+            u = self.var[self.items[j].step.var]
+            s = self.slot[u.name]
+            better = ">" if self.items[j].step.policy is ast.Policy.LAST else "<"
+            same = self.same_suffix_code(j)
+            lines += ["for z in range(ncmp):",
+                      f"    sel[z] = CMP[z, {s}]",
+                      f"    if CMP[z, {R_MASK}] < 0 or CMP[z, {R_HOLE}] > {j}:",
+                      "        continue",
+                      "    for y in range(ncmp):",
+                      f"        if y == z or CMP[y, {R_MASK}] < 0 or CMP[y, {R_HOLE}] > {j}:",
+                      "            continue",
+                      f"        if CMP[y, {s}] {better} sel[z] and {same}:",
+                      f"            sel[z] = CMP[y, {s}]",
+                      "for z in range(ncmp):",
+                      f"    if CMP[z, {R_MASK}] >= 0 and CMP[z, {R_HOLE}] <= {j} and "
+                      f"CMP[z, {s}] != sel[z]:",
+                      f"        CMP[z, {R_MASK}] = -1"]
+        return lines
+
+    def same_suffix_code(self, j: int) -> str:
+        parts = []
+        for item in self.items[j + 1:]:
+            for step in item.steps:
+                var = self.var[step.var]
+                s = self.slot[var.name]
+                if var.kind == "kleene":
+                    parts.append(f"CMP[y, {s + 1}] == CMP[z, {s + 1}]")
+                    parts.append(f"_same_list(NR, NP, CMP[y, {s}], CMP[z, {s}], "
+                                 f"CMP[z, {s + 1}])")
+                else:
+                    parts.append(f"CMP[y, {s}] == CMP[z, {s}]")
+        return "(" + " and ".join(parts) + ")" if parts else "True"
+
+    # ------------------------------------------------------------ runs
+
+    def runs_lines(self) -> list[str]:
+        """skip-till-next-match / strict-contiguity: offer e to the runs of the partition
+        in the stages it can advance (a run dies past its window; under strict also when
+        it does not take e, and every run of a stage e cannot advance dies), then let e
+        start a run."""
+        S = self.S
+        lines = [f"for st in range({S + 1}):"]
+        head = [f"if st < {S}:",
+                "    seg = q * " + str(S) + " + st",
+                "    if not VIS[st]:"]
+        head += ["        icnt[seg] = 0"] if self.strict else []
+        head += ["        continue",
+                 "    b = ibase[seg]",
+                 "    nv = icnt[seg]",
+                 "else:",
+                 "    seg = -1",
+                 "    b = 0",
+                 "    nv = 1",
+                 "w = 0",
+                 "for r in range(nv):"]
+        visit = [f"if st < {S}:",
+                 "    src = IT",
+                 "    ri = b + r",
+                 "else:",
+                 "    src = TPL",
+                 "    ri = 0"]
+        visit += self.load_lines()
+        visit += [f"if st == {S}:", "    ft = ets"]
+        if self.W is not None:
+            visit += [f"elif ets - ft > {self.W}:", "    continue"]
+        visit += ["for z in range(RUN.shape[0]):", "    RUN[z] = src[ri, z]",
+                  f"RUN[{R_FIRST}] = ft",
+                  "taken = False", "cmpl = False"]
+        if self.W is not None:
+            visit += [f"if st == {S}:", f"    RUN[{R_DL}] = ets + {self.W}"]
+        take = []
+        for item in self.items:
+            take += [f"if pos == {item.index}:"] + _indent(self.take_lines(item))
+        visit += [f"if st < {S}:"] + _indent(take)
+        visit += ["else:"] + _indent(self.enter_lines(self.items[0], "M"))
+        keep = ["if taken and cmpl:"] + _indent(self.run_to_cmp())
+        keep += ["elif taken:",
+                 "    if nn >= NEW.shape[0]:",
+                 "        NEW = _grow_rows(NEW, nn + 1)",
+                 f"    for z in range({self.width}):",
+                 "        NEW[nn, z] = RUN[z]",
+                 "    nn += 1"]
+        if not self.strict:
+            keep += [f"elif st < {S}:",
+                     "    if w != r:",
+                     f"        for z in range({self.width}):",
+                     "            IT[b + w, z] = IT[b + r, z]",
+                     "    w += 1"]
+        visit += keep
+        head += _indent(visit)
+        head += [f"if st < {S}:", "    icnt[seg] = w"]
+        lines += _indent(head)
+        lines += self.append_new_lines()
+        return lines
+
+    def run_to_cmp(self) -> list[str]:
+        return ["if ncmp >= CMP.shape[0]:",
+                "    CMP = _grow_rows(CMP, ncmp + 1)",
+                f"for z in range({self.width}):",
+                "    CMP[ncmp, z] = RUN[z]",
+                "ncmp += 1"]
+
+    def take_lines(self, item) -> list[str]:
+        if item.kind != "kleene":
+            return self.enter_lines(item, "M")
+        var = self.var[item.step.var]
+        v = var.index
+        lines = []
+        if item.index + 1 < self.n_items:
+            close = ["cM = M | " + str(self.bit[var.name]), "cok = True"]
+            close += self.checks(self.touching({var.name}), "cM", "cok", {}, None)
+            close += ["if cok:"] + _indent(self.enter_lines(self.items[item.index + 1], "cM"))
+            lines += [f"if n{v} >= {item.step.min}:"] + _indent(close)
+        grow = self.enter_lines(item, "M")
+        cond = "not taken" + ("" if item.step.max is None else f" and n{v} < {item.step.max}")
+        lines += [f"if {cond}:"] + _indent(grow)
+        return lines
+
+    def enter_lines(self, item, closed: str) -> list[str]:
+        """e fills (part of) item j of the run (as the reference's _enter): sets `taken`,
+        `cmpl` and the run's new fields in RUN."""
+        j = item.index
+        last = j == self.n_items - 1
+        if item.kind == "kleene":
+            var = self.var[item.step.var]
+            v, c = var.index, var.channel
+            bit = self.bit[var.name]
+            lines = [f"if fit{v}:"]
+            body = ["eok = True"]
+            body += self.checks(self.element_conjuncts(var.name), closed, "eok",
+                                {var.name: (c, f"er{c}")}, None, minus=bit)
+            grown = self.node_lines(var) + [
+                "taken = True",
+                f"RUN[{R_MASK}] = {closed}", f"RUN[{R_POS}] = {j}",
+                f"RUN[{self.slot[var.name]}] = nd",
+                f"RUN[{self.slot[var.name] + 1}] = n{v} + 1",
+                f"if n{v} == 0:", f"    RUN[{self.slot[var.name] + 2}] = ea{c}"]
+            if last:
+                done = ["dM = " + closed + f" | {bit}", "dok = True"]
+                done += self.checks(self.touching({var.name}), "dM", "dok", {}, var.name)
+                done += ["if dok:", "    cmpl = True", f"    RUN[{R_MASK}] = dM",
+                         f"    RUN[{R_POS}] = {j + 1}"]
+                grown += [f"if n{v} + 1 >= {item.step.min}:"] + _indent(done)
+            body += ["if eok:"] + _indent(grown)
+            return lines + _indent(body)
+        lines = []
+        for step in item.steps:
+            var = self.var[step.var]
+            v, c = var.index, var.channel
+            bit = self.bit[var.name]
+            gate = f"not taken and fit{v}"
+            if item.kind == "and":
+                gate += f" and ({closed} & {bit}) == 0"
+            body = [f"aM = {closed} | {bit}", "aok = True"]
+            body += self.checks(self.touching({var.name}), "aM", "aok",
+                                {var.name: (c, f"er{c}")}, None)
+            done = ["taken = True", f"RUN[{R_MASK}] = aM", f"RUN[{self.slot[var.name]}] = ea{c}"]
+            if item.kind == "and":
+                m = self.item_mask[j]
+                done += [f"if (aM & {m}) == {m}:", f"    RUN[{R_POS}] = {j + 1}"]
+                if last:
+                    done.append("    cmpl = True")
+                done += ["else:", f"    RUN[{R_POS}] = {j}"]
+            else:
+                done.append(f"RUN[{R_POS}] = {j + 1}")
+                if last:
+                    done.append("cmpl = True")
+            body += ["if aok:"] + _indent(done)
+            lines += [f"if {gate}:"] + _indent(body)
+        return lines
+
+    # ------------------------------------------------------------ completed matches
+
+    def finalize_lines(self) -> list[str]:
+        """Every completed instance without holes: negations, pending or output."""
+        lines = ["for z in range(ncmp):"]
+        body = [f"if CMP[z, {R_MASK}] < 0 or CMP[z, {R_HOLE}] != 0:", "    continue",
+                "if not const_ok:", "    continue"]
+        for var in self.singles:
+            v, c, s = var.index, var.channel, self.slot[var.name]
+            body.append(f"r{v} = CMP[z, {s}] - evicted[p, {c}]")
+        for var in self.kleene:
+            v, c, s = var.index, var.channel, self.slot[var.name]
+            body += [f"kk{v}, kn{v} = _kmat(NR, NP, CMP[z, {s}], CMP[z, {s + 1}], "
+                     f"evicted[p, {c}], kb{v}, np.int64(-1))", f"kb{v} = kk{v}"]
+        body.append(f"dft = CMP[z, {R_FIRST}]")
+        emit = self.ensure_emit_capacity(self.element_count("kn")) + [
+            f"n_out, n_el = _emit(p, {self.channel_params()}, {self.binding_args()}, om, "
+            f"oe_i, oe_f, ovi, ovf, ovn, n_out, n_el, sc, {STRING_TABLE_PARAMS})"]
+        if any(n.index not in self.killable for n in self.plan.negations):
+            decided = [f"if not _cancel({self.channel_params()}, {self.binding_args()}, sc, "
+                       f"{STRING_TABLE_PARAMS}):"] + _indent(emit)
+        else:
+            decided = emit
+        if self.pending_possible:
+            body += self.decide_lines()
+            body += ["if not now > decide:"] + _indent(self.pending_lines())
+            body += ["else:"] + _indent(decided)
+        else:
+            body += decided
+        return lines + _indent(body)
+
+    def pending_lines(self) -> list[str]:
+        total = self.element_count("kn")
+        lines = [f"rec = ctr[{PN}]",
+                 "if rec >= pd.shape[0]:",
+                 "    pd = _grow_rows(pd, rec + 1)"]
+        if self.kleene:
+            ks = " + ".join(f"kn{v.index}" for v in self.kleene)
+            lines += [f"if ctr[{PKN}] + {ks} > pk.shape[0]:",
+                      f"    pk = _grow_1d(pk, ctr[{PKN}] + {ks})"]
+        lines += [f"pd[rec, {P_PART}] = p", f"pd[rec, {P_DEC}] = decide",
+                  f"pd[rec, {P_FIRST}] = dft", f"pd[rec, {P_NEXT}] = -1",
+                  f"pd[rec, {P_CNT}] = {total}"]
+        for var in self.positive:
+            c, v, s = var.channel, var.index, self.pslot[var.name]
+            if var.kind == "kleene":
+                lines += [f"pd[rec, {s}] = ctr[{PKN}]", f"pd[rec, {s + 1}] = kn{v}",
+                          f"for j in range(kn{v}):",
+                          f"    pk[ctr[{PKN}] + j] = kk{v}[j] + evicted[p, {c}]",
+                          f"ctr[{PKN}] += kn{v}"]
+            else:
+                lines.append(f"pd[rec, {s}] = r{v} + evicted[p, {c}]")
+        lines += ["if ptail[p] >= 0:",
+                  f"    pd[ptail[p], {P_NEXT}] = rec",
+                  "else:",
+                  "    phead[p] = rec",
+                  "ptail[p] = rec",
+                  "pdec[p] = min(pdec[p], decide)",
+                  "pfirst[p] = min(pfirst[p], dft)",
+                  f"ctr[{PN}] += 1", f"ctr[{PALIVE}] += 1",
+                  f"ctr[{PEL}] += {total}"]
+        return lines
+
+
+HELPERS = f"""
+# runtime versions {RUNTIME_VERSION} / {AIP_RUNTIME_VERSION}
+from cep_core.compiler.seq_aip_runtime import (
+    grow_pool as _grow_pool,
+    kmat as _kmat,
+    same_list as _same_list,
+    seg_reserve as _seg_reserve,
+)
+from cep_core.compiler.seq_runtime import (
+    append_row as _append_row,
+    grow_1d as _grow_1d,
+    grow_el as _grow_el,
+    grow_out as _grow_out,
+    grow_rows as _grow_rows,
+    lb_seq as _lb_seq,
+    lb_ts as _lb_ts,
+    ub_seq as _ub_seq,
+    ub_ts as _ub_ts,
+)
+
+INT64_MIN = np.int64({INT64_MIN})
+INT64_MAX = np.int64({INT64_MAX})
+
+"""
+
+
+class AipKernel:
+    """The loaded kernel module of one query and what running and decoding it needs."""
+
+    def __init__(self, plan: SeqPlan):
+        self.plan = plan
+        self.generator = gen = AipGenerator(plan)
+        self.source = gen.source()
+        self.module = load_module(self.source)
+        self.layout = gen.layout
+        self.constants = gen.constants
+        self.width = gen.width
+        self.record_width = gen.record_width
+        self.n_emit = gen.n_emit
+        self.holes = gen.holes
+        self.kslots = gen.kslots
+        self.pkslots = [gen.pslot[v.name] for v in plan.positive if v.kind == "kleene"]
+        self.equality = gen.eq
+
+    def templates(self):
+        """The empty instances every event is offered to (hole 0, then witnesses)."""
+        import numpy as np
+
+        gen = self.generator
+        tpl = np.zeros((len(self.holes), self.width), np.int64)
+        for k, hole in enumerate(self.holes):
+            tpl[k, R_DL] = INT64_MAX
+            tpl[k, R_FIRST] = INT64_MAX
+            tpl[k, R_POS] = hole
+            tpl[k, R_HOLE] = hole
+            for v in gen.positive:
+                s = gen.slot[v.name]
+                if v.kind == "kleene":
+                    tpl[k, s] = -1
+                    tpl[k, s + 1] = 0
+                    tpl[k, s + 2] = -1
+                else:
+                    tpl[k, s] = -1
+            for s in gen.mt_slot.values():
+                tpl[k, s] = INT64_MAX
+        return tpl

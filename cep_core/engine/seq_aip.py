@@ -1,0 +1,490 @@
+"""The jitted SEQ engine by incremental automata (AIP, Cugola & Margara).
+
+`SeqAipEngine(checked, strings, max_instances=1_000_000, on_overflow="error")` plans the
+query (`cep_core.compiler.seq_plan`) and runs it with a generated numba kernel
+(`cep_core.compiler.seq_aip`: how instances advance, LAST/FIRST witnesses, negation,
+equality classes). Results — composite events, dead letters ("event time goes backwards"),
+pending matches released by punctuations or flush — are identical to the reference
+interpreter's (`cep_core.reference.seq`).
+
+Evaluated: skip-till-any-match (with EACH / LAST / FIRST, parameters, negation at the start,
+between steps and at the end, bounded and unbounded Kleene closure with aggregates, AND
+groups, window aggregates, WITHIN and TESLA's WITHIN ... FROM, ORDER BY ts),
+skip-till-next-match and strict-contiguity (runs). Refused at construction with
+`NotSupportedError` naming the construct: LAST/FIRST under ORDER BY ts (the selected event
+can change after a match completed, when a later event has an equal time).
+
+Memory. Events are kept per partition and channel only as far back as the query's horizon
+(WITHIN, the TESLA chain, window aggregates), instances only until their deadline (window
+eviction, per key when an event visits it and for all keys in a sweep between batches).
+Under skip-till-any-match the number of instances is exponential in the worst case (every
+subset of a Kleene step's candidates), so live instances per key (partition, or partition
+and equality-class value) are capped by `max_instances`:
+- `on_overflow="error"` (default): the batch stops at the event that would exceed the cap
+  and `AipOverflowError` names it (the engine's state is then undefined: restore a
+  snapshot);
+- `on_overflow="count"`: the new instances beyond the cap are dropped (the matches they
+  would have led to are lost) and counted in `metrics()["overflows"]`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cep_core.batch import Batch, StringDictionary
+from cep_core.checker import CheckedQuery
+from cep_core.compiler.expressions import StringTables
+from cep_core.compiler.seq_aip import (
+    CTR_SIZE,
+    ERR,
+    INT64_MAX,
+    INT64_MIN,
+    OVF,
+    PALIVE,
+    PKN,
+    PN,
+    POOL,
+    AipKernel,
+    AipUnsupported,
+)
+from cep_core.compiler.seq_aip_runtime import (
+    assign_subkeys,
+    expire,
+    fill_subkeys,
+    pool_compact,
+)
+from cep_core.compiler.seq_plan import SeqPlan
+from cep_core.compiler.seq_runtime import compact_pending
+from cep_core.engine.base import Engine
+from cep_core.engine.keys import KeyIndex
+from cep_core.engine.seq import NotSupportedError
+
+BACKWARDS_TIME = "event time goes backwards"
+
+_kernels: dict[str, AipKernel] = {}
+
+
+class AipOverflowError(RuntimeError):
+    """An event would make a key's live automaton instances exceed `max_instances`."""
+
+
+def _kernel(plan: SeqPlan) -> AipKernel:
+    from cep_core.compiler.seq_aip import AipGenerator
+
+    source = AipGenerator(plan).source()
+    kernel = _kernels.get(source)
+    if kernel is None:
+        kernel = _kernels[source] = AipKernel(plan)
+    return kernel
+
+
+class SeqAipEngine(Engine):
+    def __init__(self, checked: CheckedQuery, strings: StringDictionary,
+                 max_instances: int = 1_000_000, on_overflow: str = "error",
+                 **_other_options):
+        super().__init__(checked, strings)
+        if on_overflow not in ("error", "count"):
+            raise ValueError("on_overflow is 'error' or 'count'")
+        if max_instances < 1:
+            raise ValueError("max_instances must be at least 1")
+        self.plan = plan = SeqPlan(checked)
+        try:
+            self.kernel = _kernel(plan)
+        except AipUnsupported as e:
+            raise NotSupportedError(
+                f"query {checked.name!r}: the AIP SEQ kernel does not evaluate {e}") from None
+        self.algorithm = "aip"
+        self.max_instances = int(max_instances)
+        self.on_overflow = on_overflow
+        self.module = self.kernel.module
+        self.layout = self.kernel.layout
+        self.n_channels = len(plan.channels)
+        self.width = self.kernel.width
+        self.templates = self.kernel.templates()
+        self.S = self.kernel.generator.S
+        attrs = [a.name for a in self.query.partition_by]
+        self.keys = KeyIndex(attrs)
+        eq = self.kernel.equality
+        # instances keyed by (partition, value of the equality class's attribute)
+        self.class_attr = eq.attr if eq is not None and eq.attr not in attrs else None
+        self.uses_tables = any(f"s_{t}[" in self.kernel.source
+                               for t in ("rank", "lower", "upper", "length"))
+        self._tables: StringTables | None = None
+        self._decoded_keys: dict[int, object] = {}
+        self.pkslots = np.array(self.kernel.pkslots, np.int64)
+        self.kslots = np.array(self.kernel.kslots, np.int64)
+        self._decoders()
+        self._reset()
+
+    # ------------------------------------------------------------ state
+
+    def _reset(self) -> None:
+        C = self.n_channels
+        self.P = 0
+        self.Q = 0
+        self.last_ts = np.full(0, INT64_MIN, np.int64)
+        self.base = np.zeros((0, C), np.int64)
+        self.size = np.zeros((0, C), np.int64)
+        self.cnt = np.zeros((0, C), np.int64)
+        self.evicted = np.zeros((0, C), np.int64)
+        self.top = np.zeros(C, np.int64)
+        self.phead = np.full(0, -1, np.int64)
+        self.ptail = np.full(0, -1, np.int64)
+        self.pdec = np.full(0, INT64_MAX, np.int64)
+        self.pfirst = np.full(0, INT64_MAX, np.int64)
+        self.ibase = np.zeros(0, np.int64)
+        self.isize = np.zeros(0, np.int64)
+        self.icnt = np.zeros(0, np.int64)
+        self.qpart = np.zeros(0, np.int64)
+        self.kv = np.zeros(0, np.int64)
+        self.subkeys = self._new_subkeys()
+        self.itop = np.zeros(1, np.int64)
+        self.IT = np.zeros((64, self.width), np.int64)
+        self.NR = np.zeros(64, np.int64)
+        self.NP = np.zeros(64, np.int64)
+        self.pd = np.zeros((16, self.kernel.record_width), np.int64)
+        self.pk = np.zeros(16, np.int64)
+        self.ctr = np.zeros(CTR_SIZE, np.int64)
+        self.ctr[ERR] = -1
+        self.punct = INT64_MIN
+        nI, nF = self.layout.n_int, self.layout.n_float
+        self.AI = [np.zeros((64, nI), np.int64) for _ in range(C)]
+        self.AF = [np.zeros((64, nF), np.float64) for _ in range(C)]
+        self._live_after_sweep = 0
+        self._pool_after_compact = 0
+
+    _PER_PARTITION = {"last_ts": INT64_MIN, "phead": -1, "ptail": -1, "pdec": INT64_MAX,
+                      "pfirst": INT64_MAX}
+    _PER_CHANNEL = ("base", "size", "cnt", "evicted")
+    _PER_SEGMENT = ("ibase", "isize", "icnt")
+
+    def _grow_partitions(self, P: int) -> None:
+        if P <= self.P:
+            return
+        cap = len(self.last_ts)
+        if P > cap:
+            extra = max(P, 2 * cap, 16) - cap
+            for name, fill in self._PER_PARTITION.items():
+                setattr(self, name, np.concatenate([getattr(self, name),
+                                                    np.full(extra, fill, np.int64)]))
+            for name in self._PER_CHANNEL:
+                setattr(self, name, np.concatenate([
+                    getattr(self, name), np.zeros((extra, self.n_channels), np.int64)]))
+        self.P = P
+
+    def _grow_keys(self, Q: int) -> None:
+        """Instance lists for keys < Q: one segment per key and stage."""
+        if Q <= self.Q:
+            return
+        cap = len(self.icnt)
+        if Q * self.S > cap:
+            extra = max(Q * self.S, 2 * cap, 16) - cap
+            for name in self._PER_SEGMENT:
+                setattr(self, name, np.concatenate([getattr(self, name),
+                                                    np.zeros(extra, np.int64)]))
+        self.Q = Q
+
+    @staticmethod
+    def _new_subkeys():
+        from numba import types
+        from numba.typed import Dict
+
+        return Dict.empty(key_type=types.UniTuple(types.int64, 2), value_type=types.int64)
+
+    def _class_values(self, batch: Batch) -> np.ndarray:
+        """The class attribute as int64 (floats by their bits, -0.0 as 0.0)."""
+        column = batch.columns[self.class_attr]
+        if column.dtype == np.float64:
+            return np.ascontiguousarray(column + 0.0).view(np.int64)
+        return np.ascontiguousarray(column, dtype=np.int64)
+
+    def _strings(self):
+        sc = self.kernel.constants.codes(self.strings)
+        if self.uses_tables:
+            if self._tables is None:
+                self._tables = StringTables(self.strings)
+            self._tables.refresh()
+            tables = self._tables.arrays()
+        else:
+            dummy = np.zeros(1, np.int64)
+            tables = (dummy, dummy, dummy, dummy)
+        return sc, tables
+
+    def _arenas(self) -> list:
+        out = []
+        for c in range(self.n_channels):
+            out += [self.AI[c], self.AF[c]]
+        return out
+
+    # ------------------------------------------------------------ processing
+
+    def _columns(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        n = len(batch)
+        EI = np.empty((n, self.layout.n_int), np.int64)
+        EI[:, 0] = batch.seq
+        EI[:, 1] = batch.ts
+        for k, name in enumerate(self.layout.int_names):
+            EI[:, 2 + k] = batch.columns[name]
+        EF = np.zeros((n, self.layout.n_float), np.float64)
+        for k, name in enumerate(self.layout.float_names):
+            EF[:, k] = batch.columns[name]
+        return EI, EF
+
+    def process(self, batch: Batch) -> list[dict]:
+        n = len(batch)
+        if n == 0:
+            return []
+        pid = self.keys.assign(batch)
+        self._grow_partitions(len(self.keys))
+        if self.class_attr is not None:
+            qid, self.qpart, self.kv, Q = assign_subkeys(
+                pid, self._class_values(batch), self.subkeys, self.qpart, self.kv, self.Q)
+            self._grow_keys(Q)
+        else:
+            qid = pid
+            if len(self.qpart) < self.P:
+                self.qpart = np.arange(max(2 * self.P, 16), dtype=np.int64)
+            self._grow_keys(self.P)
+        EI, EF = self._columns(batch)
+        sc, tables = self._strings()
+        stop = self.on_overflow == "error"
+        (n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn, n_dead, dead, self.pd, self.pk,
+         self.IT, self.NR, self.NP, arenas) = self.module.process(
+            n, pid, qid, EI, EF, *self._arenas(), self.base, self.size, self.cnt,
+            self.evicted, self.top, self.last_ts, self.IT, self.ibase, self.isize, self.icnt,
+            self.itop, self.templates, self.NR, self.NP, self.pd, self.pk, self.phead,
+            self.ptail, self.pdec, self.pfirst, self.ctr, self.punct,
+            sc, *tables, self.max_instances, stop)
+        self.AI = list(arenas[0::2])
+        self.AF = list(arenas[1::2])
+        for t in dead[:n_dead].tolist():
+            self.dead_letters.append((int(batch.seq[t]), BACKWARDS_TIME))
+        if self.ctr[ERR] >= 0:
+            t = int(self.ctr[ERR])
+            raise AipOverflowError(
+                f"query {self.checked.name!r}: the event with seq {int(batch.seq[t])} would "
+                f"make more than {self.max_instances} live automaton instances in its "
+                "partition (option max_instances; on_overflow='count' drops the excess and "
+                "counts it)")
+        out = self._decode(n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn)
+        self._maintain()
+        return out
+
+    def punctuate(self, ts: int) -> list[dict]:
+        if ts > self.punct:
+            self.punct = int(ts)
+        return self._release_all(False)
+
+    def flush(self) -> list[dict]:
+        return self._release_all(True)
+
+    def _release_all(self, force: bool) -> list[dict]:
+        if self.ctr[PALIVE] == 0:
+            return []
+        sc, tables = self._strings()
+        res = self.module.release_all(
+            self.punct, force, *self._arenas(), self.base, self.cnt, self.evicted,
+            self.last_ts, self.pd, self.pk, self.phead, self.ptail, self.pdec, self.pfirst,
+            self.ctr, sc, *tables)
+        out = self._decode(*res)
+        self._maybe_compact_pending()
+        return out
+
+    # ------------------------------------------------------------ memory
+
+    def _maintain(self, force: bool = False) -> None:
+        """Between batches: drop expired instances of every key, reclaim pool nodes,
+        compact the pending table."""
+        G = self.Q * self.S
+        live = int(self.icnt[:G].sum())
+        if force or live > 2 * self._live_after_sweep + 4096:
+            segpart = np.repeat(self.qpart[:self.Q], self.S)
+            self._live_after_sweep = int(expire(self.IT, self.ibase[:G], self.icnt[:G],
+                                                segpart, self.last_ts))
+        top = int(self.ctr[POOL])
+        if len(self.kslots) and (force or top > 2 * self._pool_after_compact + 4096):
+            self.NR, self.NP, m = pool_compact(self.IT, self.ibase[:G], self.icnt[:G],
+                                               self.kslots, self.NR, self.NP, top)
+            self.ctr[POOL] = m
+            self._pool_after_compact = int(m)
+        self._maybe_compact_pending(force)
+
+    def _maybe_compact_pending(self, force: bool = False) -> None:
+        used, alive = int(self.ctr[PN]), int(self.ctr[PALIVE])
+        if used == 0 or (not force and used - alive < max(1024, alive)):
+            return
+        self.pd, self.pk = compact_pending(
+            self.pd, self.pk, self.phead[:self.P], self.ptail[:self.P], self.ctr,
+            self.pkslots, alive, int(self.ctr[PKN]))
+
+    def metrics(self) -> dict:
+        return {"partitions": self.P, "keys": self.Q, "overflows": int(self.ctr[OVF]),
+                "instances": int(self.icnt[:self.Q * self.S].sum()),
+                "pending": int(self.ctr[PALIVE]),
+                "pool_nodes": int(self.ctr[POOL]),
+                "stored_events": int(self.cnt[:self.P].sum())}
+
+    # ------------------------------------------------------------ decoding
+
+    def _decoders(self) -> None:
+        self.attr_plan = []
+        for name, kind in self.schema.attributes.items():
+            where, col = self.layout.slots[name]
+            self.attr_plan.append((name, where, col + 1 if where == "i" else col, kind))
+        self.var_names = [v.name for v in self.plan.positive]
+        self.var_kleene = [v.kind == "kleene" for v in self.plan.positive]
+        self.emit_plan = [(item.name, item.expr.type) for item in self.plan.body.emit]
+
+    def _key(self, p: int):
+        if p not in self._decoded_keys:
+            self._decoded_keys[p] = self.decode_key(self.keys.attrs, self.keys.values[p])
+        return self._decoded_keys[p]
+
+    def _column(self, values: np.ndarray, kind: str) -> list:
+        if kind == "string":
+            strings = self.strings.strings
+            return [strings[c] for c in values.tolist()]
+        if kind == "bool":
+            return (values != 0).tolist()
+        if kind == "float":
+            return values.astype(np.float64).tolist()
+        return values.tolist()
+
+    def _decode(self, n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn) -> list[dict]:
+        if n_out == 0:
+            return []
+        oe_i, oe_f, om = oe_i[:n_el], oe_f[:n_el], om[:n_out]
+        seqs = oe_i[:, 1]
+        unique, first, inverse = np.unique(seqs, return_index=True, return_inverse=True)
+        names = ["seq"]
+        columns = [unique.tolist()]
+        for name, where, col, kind in self.attr_plan:
+            source = oe_f[first, col] if where == "f" else oe_i[first, col]
+            names.append(name)
+            columns.append(self._column(source, kind))
+        base = [dict(zip(names, row)) for row in zip(*columns)]
+        elements = [base[k] for k in inverse.reshape(-1).tolist()]
+        starts = om[:, 1]
+        lows = np.minimum.reduceat(seqs, starts).tolist()
+        highs = np.maximum.reduceat(seqs, starts).tolist()
+        keys = [self._key(p) for p in om[:, 0].tolist()] if self.keys.attrs else \
+            [None] * n_out
+        names_of = self.var_names
+        if not any(self.var_kleene):
+            width = len(names_of)
+            grouped = [dict(zip(names_of, elements[s:s + width]))
+                       for s in range(0, n_el, width)]
+        else:
+            var_of = oe_i[:, 0].tolist()
+            kleene = self.var_kleene
+            grouped = []
+            for start, count in om[:, 1:3].tolist():
+                events: dict = {}
+                for e in range(start, start + count):
+                    var = var_of[e]
+                    if kleene[var]:
+                        events.setdefault(names_of[var], []).append(elements[e])
+                    else:
+                        events[names_of[var]] = elements[e]
+                grouped.append(events)
+        query = self.query.name
+        out = [{"query": query, "key": k, "seq": h, "start_seq": lo, "events": ev}
+               for k, h, lo, ev in zip(keys, highs, lows, grouped)]
+        for j, (name, kind) in enumerate(self.emit_plan):
+            source = ovf[:n_out, j] if kind == "float" else ovi[:n_out, j]
+            values = self._column(source, kind)
+            for m in np.flatnonzero(ovn[:n_out, j]).tolist():
+                values[m] = None
+            for composite, value in zip(out, values):
+                composite[name] = value
+        return out
+
+    # ------------------------------------------------------------ snapshots
+
+    def state(self) -> tuple[dict, dict[str, np.ndarray]]:
+        self._maintain(force=True)
+        P, Q = self.P, self.Q
+        G = Q * self.S
+        meta = {"keys": self.keys.to_state(), "punct": int(self.punct), "partitions": P,
+                "instance_keys": Q, "algorithm": self.algorithm}
+        arrays = {name: getattr(self, name)[:P] for name in self._PER_PARTITION}
+        arrays.update({"cnt": self.cnt[:P], "evicted": self.evicted[:P], "ctr": self.ctr,
+                       "pd": self.pd[:int(self.ctr[PN])], "pk": self.pk[:int(self.ctr[PKN])],
+                       "icnt": self.icnt[:G], "qpart": self.qpart[:Q], "kv": self.kv[:Q],
+                       "NR": self.NR[:int(self.ctr[POOL])], "NP": self.NP[:int(self.ctr[POOL])]})
+        rows = [self.IT[self.ibase[g]:self.ibase[g] + self.icnt[g]] for g in range(G)]
+        arrays["IT"] = np.concatenate(rows) if rows else np.zeros((0, self.width), np.int64)
+        nI, nF = self.layout.n_int, self.layout.n_float
+        for c in range(self.n_channels):
+            parts_i = [self.AI[c][self.base[p, c]:self.base[p, c] + self.cnt[p, c]]
+                       for p in range(P)]
+            parts_f = [self.AF[c][self.base[p, c]:self.base[p, c] + self.cnt[p, c]]
+                       for p in range(P)]
+            arrays[f"ch{c}_i"] = np.concatenate(parts_i) if parts_i else \
+                np.zeros((0, nI), np.int64)
+            arrays[f"ch{c}_f"] = np.concatenate(parts_f) if parts_f else np.zeros((0, nF))
+        return meta, arrays
+
+    def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        self._reset()
+        attrs = self.keys.attrs
+        self.keys = KeyIndex.from_state(attrs, meta["keys"])
+        self._decoded_keys = {}
+        P, Q = int(meta["partitions"]), int(meta["instance_keys"])
+        self._grow_partitions(P)
+        self._grow_keys(Q)
+        self.punct = int(meta["punct"])
+        for name in (*self._PER_PARTITION, "cnt", "evicted"):
+            getattr(self, name)[:P] = arrays[name]
+        self.ctr = arrays["ctr"].astype(np.int64).copy()
+        pd, pk = arrays["pd"], arrays["pk"]
+        self.pd = np.zeros((max(16, 2 * len(pd)), self.kernel.record_width), np.int64)
+        self.pd[:len(pd)] = pd
+        self.pk = np.zeros(max(16, 2 * len(pk)), np.int64)
+        self.pk[:len(pk)] = pk
+        nr, np_ = arrays["NR"], arrays["NP"]
+        self.NR = np.zeros(max(64, 2 * len(nr)), np.int64)
+        self.NP = np.zeros(max(64, 2 * len(nr)), np.int64)
+        self.NR[:len(nr)] = nr
+        self.NP[:len(nr)] = np_
+        self._pool_after_compact = len(nr)
+        # keys and their instances: one segment per key and stage
+        self.qpart = np.zeros(max(2 * Q, 16), np.int64)
+        self.kv = np.zeros(max(2 * Q, 16), np.int64)
+        self.qpart[:Q] = arrays["qpart"]
+        self.kv[:len(arrays["kv"])] = arrays["kv"]
+        if self.class_attr is not None:
+            fill_subkeys(self.subkeys, self.qpart, self.kv, Q)
+        icnt = arrays["icnt"].astype(np.int64)
+        sizes = np.where(icnt > 0, np.maximum(2 * icnt, 8), 0)
+        total = max(64, 2 * int(sizes.sum()))
+        self.IT = np.zeros((total, self.width), np.int64)
+        rows = arrays["IT"]
+        at = offset = 0
+        for g in range(len(icnt)):
+            k = int(icnt[g])
+            self.IT[at:at + k] = rows[offset:offset + k]
+            self.ibase[g] = at
+            self.isize[g] = sizes[g]
+            self.icnt[g] = k
+            at += int(sizes[g])
+            offset += k
+        self.itop[0] = at
+        self._live_after_sweep = int(icnt.sum())
+        nI, nF = self.layout.n_int, self.layout.n_float
+        for c in range(self.n_channels):
+            rows_i, rows_f = arrays[f"ch{c}_i"], arrays[f"ch{c}_f"]
+            sizes_c = [max(8, 2 * int(k)) for k in self.cnt[:P, c]]
+            total = max(64, 2 * sum(sizes_c))
+            self.AI[c] = np.zeros((total, nI), np.int64)
+            self.AF[c] = np.zeros((total, nF), np.float64)
+            at = offset = 0
+            for p in range(P):
+                k = int(self.cnt[p, c])
+                self.AI[c][at:at + k] = rows_i[offset:offset + k]
+                self.AF[c][at:at + k] = rows_f[offset:offset + k]
+                self.base[p, c] = at
+                self.size[p, c] = sizes_c[p]
+                at += sizes_c[p]
+                offset += k
+            self.top[c] = at
