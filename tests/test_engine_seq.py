@@ -278,7 +278,7 @@ def test_cdp_equals_reference_on_random_queries(seed):
 # ---------------------------------------------------------------- the examples
 
 
-def _any_match_queries():
+def _seq_example_queries():
     out = []
     for path in sorted(EXAMPLES.glob("*.cep")):
         for q in load_queries(path):
@@ -287,14 +287,11 @@ def _any_match_queries():
     return out
 
 
-@pytest.mark.parametrize("path, name", _any_match_queries())
+@pytest.mark.parametrize("path, name", _seq_example_queries())
 def test_examples_equal_reference(path, name):
+    """Every SEQ example through the planner (CDP for skip-till-any-match)."""
     [q] = [q for q in load_queries(path) if q.name == name]
     events, _ = read_events(EXAMPLES / "data" / f"{q.schema.stream}.jsonl", q.schema)
-    if q.query.body.strategy.value != "skip-till-any-match":
-        with pytest.raises(NotSupportedError, match=q.query.body.strategy.value):
-            create_engine(q, StringDictionary())
-        return
     out = assert_same([q], events, sizes=(1000, 7), restore_at=len(events) // 2)
     assert out, f"{name} finds nothing in its sample data"
 
@@ -358,16 +355,19 @@ def test_kleene_blowup_is_capped():
 
 
 def test_algorithm_choice():
+    [q] = load_query_text("QUERY q FROM abc PATTERN SEQ(A a, B b) WITHIN 5")
+    engine = create_engine(q, StringDictionary())
+    assert isinstance(engine, SeqEngine) and engine.algorithm == "cdp"
+    assert create_engine(q, StringDictionary(), algorithm="cdp").algorithm == "cdp"
+    with pytest.raises(NotSupportedError, match="algorithm 'aip'"):
+        SeqEngine(q, StringDictionary(), algorithm="aip")
+    with pytest.raises(ValueError, match="unknown SEQ algorithm"):
+        SeqEngine(q, StringDictionary(), algorithm="nfa")
     [q] = load_query_text("QUERY q FROM abc PATTERN SEQ(A a, B b) WITHIN 5 "
                           "USING skip-till-next-match")
     with pytest.raises(NotSupportedError, match="skip-till-next-match"):
         SeqEngine(q, StringDictionary())
-    [q] = load_query_text("QUERY q FROM abc PATTERN SEQ(A a, B b) WITHIN 5")
-    assert SeqEngine(q, StringDictionary()).algorithm == "cdp"
-    with pytest.raises(NotSupportedError, match="AIP"):
-        SeqEngine(q, StringDictionary(), algorithm="aip")
-    with pytest.raises(ValueError, match="unknown SEQ algorithm"):
-        SeqEngine(q, StringDictionary(), algorithm="nfa")
+    assert create_engine(q, StringDictionary()).algorithm == "aip"
 
 
 def test_memory_is_bounded_by_the_window():

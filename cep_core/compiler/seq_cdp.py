@@ -611,7 +611,8 @@ class CdpGenerator:
                 lines.append(f"ein{c} = tc == sc[{self.type_consts[name]}]")
             lines += [f"if ein{c}:",
                       f"    AI{c}, AF{c} = append_row(AI{c}, AF{c}, base, size, cnt, evicted, "
-                      f"top, p, np.int64({c}), EI, EF, t, thr, {evict}, last_ts, pfirst, {horizon})"]
+                      f"top, p, np.int64({c}), EI, EF, t, thr, {evict}, last_ts, pfirst, "
+                      f"{horizon})"]
         return lines
 
     def terminator_gate(self) -> str:

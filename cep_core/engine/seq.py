@@ -1,15 +1,14 @@
-"""The jitted SEQ engine: PATTERN SEQ queries and TESLA rules over columnar batches.
+"""The jitted SEQ engine by column-based delayed processing (CDP, Cugola & Margara).
 
-`SeqEngine(checked, strings, algorithm="auto"|"cdp"|"aip", **options)` plans the query
-(`cep_core.compiler.seq_plan`) and runs it with a generated numba kernel:
+`SeqEngine(checked, strings, algorithm="auto"|"cdp", **options)` plans the query
+(`cep_core.compiler.seq_plan`) and runs it with a generated numba kernel
+(`cep_core.compiler.seq_cdp`): per-type columns per partition, matches built back from each
+terminator. It evaluates skip-till-any-match queries (with TESLA's EACH / LAST / FIRST).
 
-- "cdp": column-based delayed processing (`cep_core.compiler.seq_cdp`): per-type columns
-  per partition, matches built back from each terminator. It evaluates skip-till-any-match
-  queries (with TESLA's EACH / LAST / FIRST).
-- "aip": incremental automata. Not available in this engine yet: forcing it, or a query
-  under skip-till-next-match or strict-contiguity (which only runs evaluate), raises
-  `NotSupportedError` naming the strategy.
-- "auto" (the planner): CDP for skip-till-any-match, AIP for the run strategies.
+The planner is `cep_core.engine.create_engine`: skip-till-next-match, strict-contiguity and
+a forced `algorithm="aip"` go to the incremental automata (`cep_core.engine.seq_aip`),
+everything else here. Asked directly for "aip" or a run strategy, SeqEngine raises
+`NotSupportedError` naming it.
 
 Options (others are ignored, so one option set can serve every engine kind):
 - `max_matches_per_event` (default 1,000,000) and `max_subsets_per_event` (Kleene subsets
@@ -34,6 +33,7 @@ compacted. Without any window the events are kept, as the reference keeps them.
 from __future__ import annotations
 
 import numpy as np
+
 from cep_core.batch import Batch, StringDictionary
 from cep_core.checker import CheckedQuery
 from cep_core.compiler.expressions import StringTables
@@ -84,20 +84,14 @@ class SeqEngine(Engine):
         if on_overflow not in ("error", "count"):
             raise ValueError("on_overflow is 'error' or 'count'")
         self.plan = plan = SeqPlan(checked)
-        if algorithm == "auto":
-            algorithm = "aip" if plan.uses_runs else "cdp"
-        if algorithm == "aip":
+        if algorithm == "aip" or plan.uses_runs:
+            why = "algorithm 'aip'" if algorithm == "aip" else \
+                f"USING {plan.strategy.value} (runs)"
             raise NotSupportedError(
-                f"query {checked.name!r}: the AIP (incremental automata) SEQ kernel is not "
-                f"implemented yet; it is needed for USING {plan.strategy.value}"
-                if plan.uses_runs else
-                f"query {checked.name!r}: the AIP (incremental automata) SEQ kernel is not "
-                "implemented yet; use algorithm='cdp' or 'auto'")
-        if plan.uses_runs:
-            raise NotSupportedError(
-                f"query {checked.name!r}: CDP builds skip-till-any-match matches back from "
-                f"the terminator; USING {plan.strategy.value} needs runs (algorithm 'aip', "
-                "not implemented yet)")
+                f"query {checked.name!r}: {why} is evaluated by incremental automata "
+                "(cep_core.engine.seq_aip.SeqAipEngine; create_engine plans it), not by "
+                "the CDP engine")
+        algorithm = "cdp"
         self.algorithm = algorithm
         self.max_matches = int(max_matches_per_event)
         self.max_subsets = int(max_subsets_per_event)
