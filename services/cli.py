@@ -309,6 +309,44 @@ def gen(
     _guard(body)
 
 
+# ------------------------------------------------------------------ cep broker
+
+
+@app.command()
+def broker(
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: a free one).")] = 9092,
+    storage: Annotated[str, typer.Option(help="tansu storage URL (memory://tansu/ or "
+                                         "s3://tansu/ with AWS_* variables set).")]
+    = "memory://tansu/",
+) -> None:
+    """Run the embedded Kafka-protocol broker (tansu) in the foreground until Ctrl-C or
+    SIGTERM."""
+    import signal
+
+    from services.broker import BrokerError, EmbeddedBroker
+
+    def body():
+        embedded = EmbeddedBroker(port=port, storage=storage)
+        try:
+            embedded.start()
+        except BrokerError as e:
+            raise CliError(str(e)) from None
+        stderr.print(f"broker listening on {embedded.bootstrap} (storage {storage}); "
+                     f"export KAFKA_BOOTSTRAP={embedded.bootstrap}", markup=False)
+        def interrupt(*_):
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, interrupt)
+        try:
+            embedded.process.wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            embedded.stop()
+
+    _guard(body)
+
+
 # ------------------------------------------------------------------ cep bench
 
 bench_app = typer.Typer(help="Benchmarks (throughput against the reference interpreter).",

@@ -1,0 +1,36 @@
+"""Shared fixtures. `kafka_bootstrap`: a real Kafka-protocol broker for the session:
+the one named by KAFKA_BOOTSTRAP, else a testcontainers Kafka where a Docker engine is
+reachable, else the embedded tansu broker (services/broker.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def _docker_reachable() -> bool:
+    if not (os.path.exists("/var/run/docker.sock") or os.environ.get("DOCKER_HOST")):
+        return False
+    try:
+        import docker
+        docker.from_env().ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap():
+    named = os.environ.get("KAFKA_BOOTSTRAP")
+    if named:
+        yield named
+        return
+    if _docker_reachable():
+        from testcontainers.kafka import KafkaContainer
+        with KafkaContainer() as kafka:
+            yield kafka.get_bootstrap_server()
+        return
+    from services.broker import EmbeddedBroker
+    with EmbeddedBroker() as broker:
+        yield broker.bootstrap
