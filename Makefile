@@ -24,6 +24,8 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_reference.py
 	$(BIN)/python bench/bench_core.py
+	$(BIN)/python bench/bench_fpga.py
+	$(BIN)/python bench/bench_gpu.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check cep_core services accel tests

@@ -47,6 +47,12 @@ class Engine(StrEnum):
     jit = "jit"
 
 
+class Placement(StrEnum):
+    cpu = "cpu"
+    gpu = "gpu"
+    auto = "auto"
+
+
 SchemaOption = Annotated[
     list[Path] | None,
     typer.Option("--schema", "-s", help="A schema file, or a directory of <stream>.json files "
@@ -152,6 +158,9 @@ def run(
     dead_letters: Annotated[Path | None, typer.Option(
         "--dead-letters", help="Write bad events here as JSON lines (default: a summary on "
         "stderr).")] = None,
+    placement: Annotated[Placement | None, typer.Option(
+        help="jit engine: where SEQ queries run (auto: costly ones on a real GPU; gpu: every "
+        "query the GPU engine supports; see docs/gpu.md).")] = None,
 ) -> None:
     """Run the queries of a file over a file of events; composite events as JSON lines."""
 
@@ -181,7 +190,7 @@ def run(
         read_s = time.perf_counter() - started
 
         started = time.perf_counter()
-        composites, rejected = run_queries(queries, simple, engine)
+        composites, rejected = run_queries(queries, simple, engine, placement)
         run_s = time.perf_counter() - started
         dead.extend(rejected)
 
@@ -205,7 +214,8 @@ def run(
     _guard(body)
 
 
-def run_queries(queries, events, engine: Engine = Engine.reference) -> tuple[list[dict], list]:
+def run_queries(queries, events, engine: Engine = Engine.reference,
+                placement: Placement | None = None) -> tuple[list[dict], list]:
     """Composite events of the queries over the events, in deterministic order, with the
     events the engines rejected (time going backwards, late for a window) as DeadLetters."""
     from cep_core.event_io import DeadLetter
@@ -219,7 +229,16 @@ def run_queries(queries, events, engine: Engine = Engine.reference) -> tuple[lis
     else:
         from cep_core import engine as jit
 
-        composites = jit.run(queries, events, rejected=rejected)
+        if placement is None:
+            composites = jit.run(queries, events, rejected=rejected)
+        else:
+            from accel.gpu import placement as placed
+
+            report: list = []
+            composites = placed.run(queries, events, placement.value, rejected=rejected,
+                                    report=report)
+            for where in report:
+                stderr.print(f"placement: {where.line()}", markup=False, style="dim")
         by_seq = {event.seq: event for event in events}
         rejected = [(q, by_seq[seq], reason) for q, seq, reason in rejected]
     return composites, [DeadLetter(f"query {q.name}", event.seq,
@@ -386,6 +405,32 @@ def bench_core(
         stdout.print(table)
 
     _guard(body)
+
+
+@bench_app.command("gpu")
+def bench_gpu(
+    events: Annotated[int, typer.Option("--events", "-n", min=1, help="Events per run.")] =
+    60_000,
+    quick: Annotated[bool, typer.Option(help="Fewer points (a smoke run).")] = False,
+) -> None:
+    """Cugola & Margara's R5 scenario: microseconds per event on CPU (AIP, CDP) and, on a
+    real GPU only, GPU CDP; varying window, sequence length and number of rules."""
+
+    def body():
+        from accel.gpu.benchmark import main as bench_main
+
+        bench_main(events, quick)
+
+    _guard(body)
+
+
+from accel.gpu.cli import gpu_app  # noqa: E402
+
+app.add_typer(gpu_app, name="gpu")
+
+from accel.fpga.cli import fpga_app  # noqa: E402
+
+app.add_typer(fpga_app, name="fpga")
 
 
 def main() -> None:

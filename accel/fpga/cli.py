@@ -1,0 +1,191 @@
+"""`cep fpga ...`: the FPGA adapter's commands (registered by services/cli.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+fpga_app = typer.Typer(help="The FPGA adapter: UDP wire protocol, circuit emulator, "
+                       "verification (docs/fpga.md).", no_args_is_help=True)
+
+QueryFile = Annotated[Path, typer.Argument(help="The query file.")]
+EventsOption = Annotated[Path, typer.Option("--events", "-e", help="Events: .jsonl, .csv or "
+                                            ".parquet.")]
+SchemaOption = Annotated[list[Path] | None, typer.Option(
+    "--schema", "-s", help="A schema file or directory (repeatable).")]
+QueryOption = Annotated[str | None, typer.Option(
+    "--query", "-q", help="Which query of the file (default: the only one).")]
+ElementsOption = Annotated[int, typer.Option(min=1, help="Pipeline elements of the stream "
+                                             "partitioner.")]
+TickOption = Annotated[int, typer.Option(min=1, help="Received tuples per timer tick.")]
+
+
+def _address(text: str) -> tuple[str, int]:
+    from services.cli import CliError
+
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise CliError(f"{text!r} is not HOST:PORT", 2)
+    return host, int(port)
+
+
+def _queries(query_file: Path, schema, name: str | None, one: bool):
+    """The checked queries to run (each compiled for the FPGA, so unsupported ones fail
+    here with the construct named)."""
+    from accel.fpga.plan import FpgaUnsupported, compile_fpga
+    from cep_core.batch import StringDictionary
+    from services import cli
+
+    queries = cli._load(query_file, cli._registry(schema))
+    if name is not None:
+        queries = [q for q in queries if q.name == name]
+        if not queries:
+            raise cli.CliError(f"{query_file}: no query named {name!r}")
+    if one and len(queries) != 1:
+        raise cli.CliError(f"{query_file} has {len(queries)} queries; pick one with --query")
+    source = query_file.read_text()
+    for q in queries:
+        try:
+            compile_fpga(q, StringDictionary())
+        except FpgaUnsupported as e:
+            raise cli.CliError(str(e.with_source(source))) from None
+    return queries
+
+
+def _events(path: Path, checked):
+    from cep_core.event_io import InputError, read_events
+    from services import cli
+
+    try:
+        simple, dead = read_events(path, checked.schema)
+    except InputError as e:
+        raise cli.CliError(str(e)) from None
+    if dead:
+        cli.stderr.print(f"{len(dead)} bad events skipped", markup=False)
+    return simple
+
+
+@fpga_app.command()
+def send(
+    query_file: QueryFile,
+    events: EventsOption,
+    device: Annotated[str, typer.Option(help="The device's HOST:PORT.")],
+    bind: Annotated[str, typer.Option(help="Local HOST:PORT (port 0: any).")] = "0.0.0.0:0",
+    per_datagram: Annotated[int | None, typer.Option(
+        min=1, max=90, help="Tuples per datagram (default: as many as fit).")] = None,
+    sync_every: Annotated[int | None, typer.Option(
+        min=1, help="Wait for the device after this many datagrams (default: line rate).")]
+    = None,
+    batch_size: Annotated[int, typer.Option(min=1, help="Events per batch.")] = 65536,
+    schema: SchemaOption = None,
+    query: QueryOption = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the device.")] = 5.0,
+) -> None:
+    """Stream events to a device (or `cep fpga emulate`); print its matches as composite
+    events (JSON lines)."""
+    from services import cli
+
+    def body():
+        from accel.fpga.adapter import FpgaAdapter
+        from cep_core.event_io import write_composites_jsonl
+
+        [checked] = _queries(query_file, schema, query, one=True)
+        simple = _events(events, checked)
+        adapter = FpgaAdapter(checked, _address(device), bind=_address(bind),
+                              per_datagram=per_datagram, sync_every=sync_every,
+                              timeout=timeout)
+        found: list[dict] = []
+        try:
+            for start in range(0, len(simple), batch_size):
+                found += adapter.send_events(simple[start:start + batch_size])
+            found += adapter.sync()
+        finally:
+            adapter.close()
+        found.sort(key=lambda c: (c["seq"], c["start_seq"]))
+        write_composites_jsonl(found)
+        counts = adapter.status
+        cli.stderr.print(f"sent {adapter.wire_seq} tuples; device: {counts['reports']} "
+                         f"matches, {counts['discarded']} discarded, {counts['expired']} "
+                         f"expired, {counts['lost_tuples']} lost", markup=False)
+
+    cli._guard(body)
+
+
+@fpga_app.command()
+def emulate(
+    query_file: QueryFile,
+    listen: Annotated[str, typer.Option(help="HOST:PORT to listen on.")],
+    peer: Annotated[str, typer.Option(help="The host adapter's HOST:PORT: the only sender "
+                                      "accepted, and where reports go.")],
+    elements: ElementsOption = 64,
+    tick_tuples: TickOption = 4096,
+    duration: Annotated[float | None, typer.Option(help="Stop after this many seconds.")]
+    = None,
+    schema: SchemaOption = None,
+    query: QueryOption = None,
+) -> None:
+    """Serve the circuit of one query over UDP (a functional emulator of the FPGA)."""
+    from services import cli
+
+    def body():
+        from accel.fpga.emulator import Circuit, EmulatorServer
+        from accel.fpga.plan import CircuitConfig, compile_fpga
+        from cep_core.batch import StringDictionary
+
+        [checked] = _queries(query_file, schema, query, one=True)
+        circuit = Circuit(compile_fpga(checked, StringDictionary()),
+                          CircuitConfig(elements=elements, tick_tuples=tick_tuples))
+        server = EmulatorServer(circuit, _address(listen), _address(peer))
+        host, port = server.address
+        cli.stderr.print(f"emulating query {checked.name} on {host}:{port} for {peer}",
+                         markup=False)
+        try:
+            server.serve(duration)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.close()
+        cli.stderr.print(f"counts: {circuit.counts()}", markup=False)
+
+    cli._guard(body)
+
+
+@fpga_app.command()
+def verify(
+    query_file: QueryFile,
+    events: EventsOption,
+    elements: ElementsOption = 1024,
+    tick_tuples: TickOption = 4096,
+    schema: SchemaOption = None,
+    query: QueryOption = None,
+) -> None:
+    """Run the stream through adapter + emulator (UDP), every device leg (emulator, HDL
+    simulation) and the reference interpreter; print whether all agree (exit 0 only if
+    they do)."""
+    from services import cli
+
+    def body():
+        from accel.fpga.plan import CircuitConfig
+        from accel.fpga.verify import verify as run_verify
+
+        queries = _queries(query_file, schema, query, one=False)
+        simple = _events(events, queries[0])
+        config = CircuitConfig(elements=elements, tick_tuples=tick_tuples)
+        agree = True
+        for checked in queries:
+            verdict = run_verify(checked, simple, config)
+            for outcome in verdict.outcomes:
+                mark = "agree" if outcome.agrees else "DISAGREE"
+                cli.stdout.print(f"{checked.name}: {outcome.name}: {mark} ({outcome.detail})",
+                                 markup=False)
+            for module in verdict.skipped:
+                cli.stdout.print(f"{checked.name}: {module}: not installed, not run",
+                                 markup=False)
+            agree = agree and verdict.agrees
+        cli.stdout.print("all agree" if agree else "paths disagree", markup=False)
+        if not agree:
+            raise typer.Exit(1)
+
+    cli._guard(body)

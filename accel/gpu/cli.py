@@ -1,0 +1,63 @@
+"""`cep gpu ...`: the GPU adapter's commands (registered by services/cli.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+gpu_app = typer.Typer(help="The GPU adapter: CDP kernels on numba's CUDA target (the CUDA "
+                      "simulator where no GPU exists).", no_args_is_help=True)
+
+
+@gpu_app.command()
+def verify(
+    query_file: Annotated[Path, typer.Argument(help="The query file.")],
+    events: Annotated[Path, typer.Option("--events", "-e", help="Events: .jsonl, .csv or "
+                                         ".parquet.")],
+    schema: Annotated[list[Path] | None, typer.Option(
+        "--schema", "-s", help="A schema file or directory (repeatable).")] = None,
+    batch_size: Annotated[int, typer.Option(min=1, help="Events per batch.")] = 64,
+    memory_budget: Annotated[int | None, typer.Option(
+        help="Device memory budget in bytes (small: host-resident columns).")] = None,
+) -> None:
+    """Run the stream through the GPU path and the reference interpreter; print whether they
+    agree (exit 0 only if they do)."""
+    from services import cli
+
+    def body():
+        from accel.gpu import device
+        from accel.gpu import placement as placed
+        from cep_core import reference
+        from cep_core.event_io import InputError, read_events
+
+        target = device.use_simulator_if_no_gpu()
+        queries = cli._load(query_file, cli._registry(schema))
+        try:
+            simple, _ = read_events(events, queries[0].schema)
+        except InputError as e:
+            raise cli.CliError(str(e)) from None
+        cli.stdout.print(f"target: {device.name()} ({target})", markup=False)
+        options = {} if memory_budget is None else {"device_memory_budget": memory_budget}
+        disagree = 0
+        for q in queries:
+            report: list = []
+            got_dead: list = []
+            got = placed.run([q], simple, placement="gpu", batch_size=batch_size,
+                             rejected=got_dead, report=report, **options)
+            dead_ref: list = []
+            expected = reference.run([q], simple, rejected=dead_ref)
+            same = got == expected and sorted(s for _, s, _ in got_dead) == \
+                sorted(e.seq for _, e, _ in dead_ref)
+            disagree += not same
+            verdict = "agree" if same else "DISAGREE"
+            cli.stdout.print(f"{verdict}: {report[0].line()}; {len(got)} composite events "
+                             f"(reference {len(expected)})", markup=False)
+        if disagree:
+            raise cli.CliError(f"{disagree} of {len(queries)} queries disagree with the "
+                               "reference interpreter")
+        cli.stdout.print(f"all {len(queries)} queries agree with the reference interpreter",
+                         markup=False)
+
+    cli._guard(body)

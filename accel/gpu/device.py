@@ -1,0 +1,67 @@
+"""Which CUDA target numba gives this process: a real device, the CUDA simulator, or none.
+
+`numba.cuda` picks the simulator when it is first imported with `NUMBA_ENABLE_CUDASIM=1`;
+nothing here imports it before it is needed, so `use_simulator_if_no_gpu()` can still turn
+the simulator on for a process without a GPU (as `cep gpu verify` does).
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+import sys
+
+
+def cuda():
+    from numba import cuda as module
+    return module
+
+
+def simulated() -> bool:
+    from numba.core import config
+    return bool(config.ENABLE_CUDASIM)
+
+
+def usable() -> bool:
+    """Kernels can run: a real device, or the simulator."""
+    try:
+        return bool(cuda().is_available())
+    except Exception:  # a broken driver reads as no device
+        return False
+
+
+def real_gpu() -> bool:
+    return usable() and not simulated()
+
+
+def target() -> str:
+    """'device', 'simulator' or 'none'."""
+    if not usable():
+        return "none"
+    return "simulator" if simulated() else "device"
+
+
+def name() -> str:
+    if target() == "device":
+        device = cuda().get_current_device()
+        label = device.name
+        return label.decode() if isinstance(label, bytes) else str(label)
+    return "CUDA simulator (numba, no GPU)" if target() == "simulator" else "no GPU"
+
+
+def free_memory() -> int | None:
+    """Free device memory in bytes; None where it is not a constraint (the simulator)."""
+    if target() != "device":
+        return None
+    return int(cuda().current_context().get_memory_info().free)
+
+
+def use_simulator_if_no_gpu() -> str:
+    """Turn numba's CUDA simulator on when no CUDA driver is installed and numba.cuda is
+    not imported yet; returns target()."""
+    if "numba.cuda" not in sys.modules and "NUMBA_ENABLE_CUDASIM" not in os.environ \
+            and ctypes.util.find_library("cuda") is None:
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+        from numba.core import config
+        config.reload_config()
+    return target()

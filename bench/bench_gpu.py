@@ -1,0 +1,15 @@
+"""GPU benchmark (Cugola & Margara's R5 scenario): CPU AIP and CDP, and GPU CDP on a real
+GPU only. Usage: python bench/bench_gpu.py [EVENTS] [--quick]. See accel/gpu/benchmark.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from accel.gpu.benchmark import main  # noqa: E402
+
+if __name__ == "__main__":
+    numbers = [int(a) for a in sys.argv[1:] if a.isdigit()]
+    main(numbers[0] if numbers else 60_000, "--quick" in sys.argv)

@@ -1,0 +1,64 @@
+"""`cep gpu verify` and `cep run --placement` in fresh processes (the GPU path needs the
+CUDA simulator chosen before numba.cuda is first imported), and placement decisions."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from accel.gpu.placement import estimated_cost, place
+from cep_core.checker import load_queries, load_query_text
+
+ROOT = Path(__file__).resolve().parent.parent
+CEP = [sys.executable, "-c", "from services.cli import main; main()"]
+
+
+def cep(*args, **env):
+    environment = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    environment.update(env)
+    return subprocess.run([*CEP, *args], cwd=ROOT, capture_output=True, text=True,
+                          env=environment, timeout=600)
+
+
+def test_verify_agrees_on_r4_with_host_resident_columns(tmp_path):
+    events = tmp_path / "abc.jsonl"
+    lines = (ROOT / "examples/data/abc.jsonl").read_text().splitlines()[:120]
+    events.write_text("\n".join(lines) + "\n")
+    done = cep("gpu", "verify", "examples/r4.cep", "--events", str(events),
+               "--batch-size", "40", "--memory-budget", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "agree: r4: gpu" in done.stdout
+    assert "all 1 queries agree" in done.stdout
+
+
+def test_verify_reports_cpu_placement_with_reason(tmp_path):
+    events = tmp_path / "stocks.jsonl"
+    lines = (ROOT / "examples/data/stocks.jsonl").read_text().splitlines()[:60]
+    events.write_text("\n".join(lines) + "\n")
+    done = cep("gpu", "verify", "examples/stocks.cep", "--events", str(events))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ": cpu" in done.stdout
+
+
+def test_run_placement_cpu_equals_reference():
+    args = ["run", "examples/r4.cep", "--events", "examples/data/abc.jsonl"]
+    jit = cep(*args, "--engine", "jit", "--placement", "cpu")
+    ref = cep(*args)
+    assert jit.returncode == 0, jit.stderr
+    assert jit.stdout == ref.stdout and jit.stdout
+    assert "placement: r4: cpu" in jit.stderr
+
+
+def test_placement_decisions():
+    [r4] = load_queries(ROOT / "examples/r4.cep")
+    assert place(r4, "cpu").target == "cpu"
+    assert estimated_cost(r4) == (480_000 + 180_000) * 3
+    [kleene] = load_query_text("QUERY k FROM abc INTO k PATTERN SEQ(A a, B+ b, C c) "
+                               "WITHIN 10 ms EMIT n = count(b);")
+    where = place(kleene, "gpu")
+    assert where.target == "cpu" and "Kleene" in where.reason
+    marathon = load_queries(ROOT / "examples/marathon.cep")[0]
+    where = place(marathon, "auto")
+    assert where.target == "cpu" and "MATCH" in where.reason
