@@ -433,6 +433,13 @@ from accel.fpga.cli import fpga_app  # noqa: E402
 app.add_typer(fpga_app, name="fpga")
 
 
+# ------------------------------------------------------------------ the streaming service
+
+from services.serve_cli import register as _register_service  # noqa: E402
+
+_register_service(app, bench_app, _guard, CliError)
+
+
 def main() -> None:
     app()
 

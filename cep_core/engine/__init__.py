@@ -62,6 +62,7 @@ class StreamEngines:
 
     def __init__(self, queries: list[CheckedQuery], strings: StringDictionary, **options):
         self.queries = {q.name: q for q in queries}
+        self._strings = strings
         self.engines = [create_engine(q, strings, **options) for q in queries
                         if q.query.kind != "window"]
         windows = [q for q in queries if q.query.kind == "window"]
@@ -91,6 +92,72 @@ class StreamEngines:
 
     def flush(self) -> list[dict]:
         return [c for part in self._parts() for c in part.flush()]
+
+    # ------------------------------------------------------------ run-time changes
+
+    def add(self, checked: CheckedQuery, **options) -> None:
+        """Start a query (fresh state) without touching the others."""
+        if checked.name in self.queries:
+            raise ValueError(f"query {checked.name!r} is already running")
+        self.queries[checked.name] = checked
+        if checked.query.kind != "window":
+            self.engines.append(create_engine(checked, self._strings, **options))
+            return
+        if self.windows is None:
+            from cep_core.engine.window import WindowQuerySet
+            self.windows = WindowQuerySet(checked.schema, self._strings)
+        self.windows.add(checked)
+
+    def remove(self, name: str) -> None:
+        """Stop a query and drop its state; the others keep theirs."""
+        checked = self.queries.pop(name)
+        if checked.query.kind == "window":
+            self.windows.remove(name)
+        else:
+            self.engines = [e for e in self.engines if e.checked.name != name]
+
+    def update(self, checked: CheckedQuery, **options) -> None:
+        if checked.name in self.queries:
+            self.remove(checked.name)
+        self.add(checked, **options)
+
+    def snapshot(self) -> bytes:
+        """The state of every query (and the string dictionary) as bytes."""
+        import io
+
+        import numpy as np
+        import orjson
+
+        arrays = {f"e{i}": np.frombuffer(e.snapshot(), dtype=np.uint8)
+                  for i, e in enumerate(self.engines)}
+        meta = {"strings": self._strings.strings,
+                "engines": [e.checked.name for e in self.engines], "windows": None}
+        if self.windows is not None:
+            window_meta, window_arrays = self.windows.state()
+            meta["windows"] = window_meta
+            arrays.update({f"w_{k}": v for k, v in window_arrays.items()})
+        buffer = io.BytesIO()
+        np.savez(buffer, __meta__=np.frombuffer(orjson.dumps(meta), dtype=np.uint8), **arrays)
+        return buffer.getvalue()
+
+    def restore(self, data: bytes) -> None:
+        """Put back a snapshot taken from engines with the same queries."""
+        import io
+
+        import numpy as np
+        import orjson
+
+        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+            arrays = {name: archive[name] for name in archive.files}
+        meta = orjson.loads(arrays.pop("__meta__").tobytes())
+        for s in meta["strings"]:
+            self._strings.code(s)
+        by_name = {e.checked.name: e for e in self.engines}
+        for i, name in enumerate(meta["engines"]):
+            by_name[name].restore(arrays[f"e{i}"].tobytes())
+        if meta["windows"] is not None:
+            self.windows.load_state(meta["windows"], {k[2:]: v for k, v in arrays.items()
+                                                      if k.startswith("w_")})
 
     def dead_letters(self) -> list[tuple[CheckedQuery, int, str]]:
         """(query, seq, reason) of every event an engine rejected."""

@@ -1,0 +1,215 @@
+"""`cep bench e2e`: the pipeline's throughput and latency on this machine.
+
+Everything runs here together: the embedded broker (unless --bootstrap), `cep serve all`
+(splitter, workers, coordinator as processes) and the load generator. Measured:
+
+- `raw_consume_events_per_s`: a bare confluent-kafka consumer reading the source topic.
+- `events_per_s`: source topic to composite-event topic, M-shape query: N JSON events
+  (one per message) produced before the clock starts are taken in by the running pipeline;
+  time from the splitter's first read to the coordinator's release of end of input.
+- `framed_events_per_s`: the same with framed input (Arrow batches of 10k events).
+- `p50_ms`/`p99_ms`: produce to composite event (its Kafka timestamp) at half of
+  `events_per_s`, JSON input.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import orjson
+import typer
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from services.demo import STREAM, demo_queries, stop_services, trade_lines
+
+
+def _frames(lines_table, size: int) -> list[bytes]:
+    from services.frames import encode_table
+    return [encode_table(lines_table.slice(i, size)) for i in range(0, lines_table.num_rows,
+                                                                   size)]
+
+
+def _status(settings, topic: str, since: int):
+    """(offset, record) of the status records from offset `since` on."""
+    consumer = settings.consumer()
+    consumer.assign([TopicPartition(topic, 0, since)])
+    out = []
+    quiet = time.monotonic()
+    while time.monotonic() - quiet < 0.05:
+        for m in consumer.consume(1000, 0.02):
+            if not m.error():
+                out.append((m.offset(), orjson.loads(m.value()), m.timestamp()[1]))
+                quiet = time.monotonic()
+    consumer.close()
+    return out
+
+
+class Bench:
+    def __init__(self, bootstrap: str, workers: int):
+        from services.kafka import KafkaSettings, Topics
+        from services.pipeline import create_topics
+
+        self.settings = KafkaSettings(bootstrap, session_timeout_ms=2000)
+        self.topics = Topics(STREAM, source=f"bench.{STREAM}.{os.getpid()}",
+                             control=f"bench.queries.{os.getpid()}")
+        create_topics(self.settings, self.topics, 4, ["double_tops"])
+        self.producer = self.settings.producer()
+        self.status_seen = 0
+        self.last_seq = -1
+        self.workers = workers
+
+    def start(self) -> None:
+        from services.control import ControlMessage, publish
+
+        name, text = demo_queries()[0]
+        publish(self.settings, self.topics.control, ControlMessage("add", name, text))
+        log = open(Path(tempfile.gettempdir()) / f"cep-bench-{os.getpid()}.log", "ab")
+        self.services = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", "serve", "all", "--workers",
+             str(self.workers), "--stream", STREAM, "--source", self.topics.source,
+             "--control", self.topics.control],
+            env={**os.environ, "KAFKA_BOOTSTRAP": self.settings.bootstrap,
+                 "CEP_SESSION_TIMEOUT_MS": "2000"}, stdout=log, stderr=log,
+            start_new_session=True)
+
+    def stop(self) -> None:
+        stop_services(self.services)
+
+    def send(self, values: list[bytes], framed: bool = False, end: bool = True) -> None:
+        from services.kafka import produce
+        headers = [("kind", b"events")] if framed else None
+        for value in values:
+            produce(self.producer, self.topics.source, value, headers=headers)
+        if end:
+            produce(self.producer, self.topics.source, b"", headers=[("kind", b"end")])
+        self.producer.flush(60)
+
+    def wait_end(self, timeout_s: float = 120) -> float:
+        """Wall time at which the coordinator announced the next end of input."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for offset, record, ts in _status(self.settings, self.topics.status,
+                                              self.status_seen):
+                self.status_seen = offset + 1
+                if record.get("event") == "end_of_input":
+                    return ts / 1000
+            time.sleep(0.02)
+        raise TimeoutError("end of input not released")
+
+
+def raw_consume(settings, topic: str, n: int) -> float:
+    consumer = settings.consumer()
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    got = 0
+    started = None
+    while got < n:
+        messages = consumer.consume(10000, 1.0)
+        if started is None and messages:
+            started = time.perf_counter()
+        got += len(messages)
+    rate = got / (time.perf_counter() - started)
+    consumer.close()
+    return rate
+
+
+def run_bench(events: int, workers: int, bootstrap: str | None, latency_s: float) -> dict:
+    from cep_core.workloads import WORKLOADS
+    from services.broker import EmbeddedBroker
+
+    broker = None
+    if not bootstrap:
+        broker = EmbeddedBroker().start()
+        bootstrap = broker.bootstrap
+    try:
+        bench = Bench(bootstrap, workers)
+        lines = trade_lines(events)
+        table = WORKLOADS["finance1"].generate(events, 1).drop_columns(["seq"])
+        bench.start()
+        bench.send(lines[:2000])  # warm-up: joins, kernels compiled or loaded
+        bench.wait_end()
+        # The load is produced as fast as possible; the clock runs from its first record.
+        started = time.time()
+        bench.send(lines)
+        json_s = bench.wait_end() - started
+        started = time.time()
+        bench.send(_frames(table, 10000), framed=True)
+        framed_s = bench.wait_end() - started
+        # seq of the next record: warm-up + JSON run (one each) + framed run (one per event)
+        base = 2000 + 2 * events
+        p50, p99 = latency(bench, lines, 0.5 * events / json_s, latency_s, base)
+        raw = raw_consume(bench.settings, bench.topics.source, 2 * events)
+        bench.stop()
+    finally:
+        if broker is not None:
+            broker.kill()
+    rate = events / json_s
+    return {"events": events, "workers": workers, "events_per_s": round(rate),
+            "raw_consume_events_per_s": round(raw), "ratio": round(rate / raw, 3),
+            "framed_events_per_s": round(events / framed_s), "p50_ms": p50, "p99_ms": p99}
+
+
+def latency(bench: Bench, lines: list[bytes], rate: float, seconds: float, base: int):
+    """Produce at `rate` for `seconds`; latency of each composite event from the produce
+    time of its last event."""
+    from services.kafka import produce
+
+    consumer = bench.settings.consumer()
+    consumer.assign([TopicPartition("double_tops", 0, OFFSET_BEGINNING)])
+    while consumer.consume(10000, 0.2):
+        pass  # skip the earlier runs' output
+    n = min(len(lines), int(rate * seconds))
+    chunk = max(1, int(rate / 200))
+    sent = np.zeros(n)
+    started = time.time()
+    for i in range(0, n, chunk):
+        due = started + i / rate
+        while time.time() < due:
+            time.sleep(0.0005)
+        now = time.time()
+        for line in lines[i:i + chunk]:
+            produce(bench.producer, bench.topics.source, line)
+        sent[i:i + chunk] = now
+        bench.producer.poll(0)
+    produce(bench.producer, bench.topics.source, b"", headers=[("kind", b"end")])
+    bench.producer.flush(30)
+    bench.wait_end()
+    delays = []
+    for m in iter(lambda: consumer.consume(10000, 0.3), []):
+        for message in m:
+            c = orjson.loads(message.value())
+            index = c["seq"] - base
+            if 0 <= index < n:
+                delays.append(message.timestamp()[1] / 1000 - sent[index])
+    consumer.close()
+    if not delays:
+        return None, None
+    return (round(float(np.percentile(delays, 50)) * 1000, 1),
+            round(float(np.percentile(delays, 99)) * 1000, 1))
+
+
+def register_bench(bench_app: typer.Typer, guard, cli_error) -> None:
+    @bench_app.command("e2e")
+    def e2e(
+        events: Annotated[int, typer.Option("--events", "-n", min=1000)] = 200_000,
+        workers: Annotated[int, typer.Option(min=1)] = 1,
+        latency_s: Annotated[float, typer.Option(help="Seconds of the latency run.")] = 8,
+        bootstrap: Annotated[str | None, typer.Option("--bootstrap",
+                                                      envvar="KAFKA_BOOTSTRAP")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+    ) -> None:
+        """Source topic to composite-event topic throughput and latency (M-shape)."""
+
+        def body():
+            result = run_bench(events, workers, bootstrap, latency_s)
+            print(orjson.dumps(result).decode() if as_json else result)
+
+        guard(body)
+
+

@@ -1,0 +1,262 @@
+"""`cep demo`: the whole pipeline on a synthetic trade stream.
+
+Starts the embedded broker (unless KAFKA_BOOTSTRAP / --bootstrap names one), `cep serve
+all` (splitter, K workers, coordinator as processes), registers the M-shape and a WINDOW
+query, produces trades (one JSON per message) and an end-of-input marker, and shows the
+composite events as they arrive (rich), or with --verify compares the output topics with
+`cep run --engine reference` on the same events and prints one summary line.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+
+STREAM = "trades"
+ACTIVITY = """QUERY activity FROM trades INTO trade_stats
+SELECT symbol, count(*) AS trades, sum(volume) AS volume, max(price) AS hi
+FROM trades [RANGE 5 seconds SLIDE 1 second]
+WHERE volume > 100
+GROUP BY symbol;"""
+
+
+def demo_queries() -> list[tuple[str, str]]:
+    from cep_core.workloads import WORKLOADS
+
+    mshape = WORKLOADS["finance1"].query_text(seed=1)
+    mshape = mshape[mshape.index("QUERY"):].replace("QUERY finance1 FROM trades INTO "
+                                                    "finance1", "QUERY mshape FROM trades "
+                                                    "INTO double_tops")
+    return [("mshape", mshape), ("activity", ACTIVITY)]
+
+
+def trade_lines(events: int, seed: int = 1) -> list[bytes]:
+    """Synthetic trades as JSON lines (no seq field: the splitter assigns positions)."""
+    from cep_core.workloads import WORKLOADS
+
+    table = WORKLOADS["finance1"].generate(events, seed).drop_columns(["seq"])
+    return [orjson.dumps(r) for r in table.to_pylist()]
+
+
+def start_services(bootstrap: str, workers: int, log_path: Path, control: str,
+                   source: str) -> subprocess.Popen:
+    log = open(log_path, "ab")
+    return subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "serve", "all", "--workers", str(workers),
+         "--stream", STREAM, "--source", source, "--control", control],
+        env={**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "CEP_SESSION_TIMEOUT_MS": "2000"},
+        stdout=log, stderr=log, start_new_session=True)
+
+
+def stop_services(process: subprocess.Popen, timeout_s: float = 60) -> int:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        return process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        return process.wait()
+
+
+def wait_status(settings, event: str, timeout_s: float, **match) -> dict:
+    from services.kafka import Topics, read_all
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for message in read_all(settings, Topics(STREAM).status, idle_s=0.1):
+            record = orjson.loads(message.value())
+            if record.get("event") == event and all(record.get(k) == v
+                                                    for k, v in match.items()):
+                return record
+        time.sleep(0.2)
+    raise TimeoutError(f"no {event} {match} on the status topic after {timeout_s} s")
+
+
+def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rate: float,
+             console) -> bool:
+    from services.broker import EmbeddedBroker
+    from services.control import ControlMessage, publish
+    from services.kafka import KafkaSettings, Topics, produce
+    from services.pipeline import create_topics
+
+    broker = None
+    if not bootstrap:
+        broker = EmbeddedBroker().start()
+        bootstrap = broker.bootstrap
+    settings = KafkaSettings(bootstrap, session_timeout_ms=2000)
+    run_id = f"{os.getpid()}-{int(time.time())}"
+    topics = Topics(STREAM, source=f"demo.{STREAM}.{run_id}", control=f"demo.queries.{run_id}")
+    queries = demo_queries()
+    log_path = Path(tempfile.gettempdir()) / f"cep-demo-{run_id}.log"
+    create_topics(settings, topics, 4, ["double_tops", "trade_stats"])
+    for name, text in queries:
+        publish(settings, topics.control, ControlMessage("add", name, text))
+    services = start_services(bootstrap, workers, log_path, topics.control, topics.source)
+    try:
+        wait_status(settings, "query_live", 120, op="set")
+        lines = trade_lines(events)
+        output = _consumer(settings, ["double_tops", "trade_stats"])
+        producer = settings.producer()
+        started = time.perf_counter()
+        chunk = 1000 if rate else len(lines)
+        received: list[tuple[str, dict]] = []
+        view = _LiveView(console) if not verify else None
+        for start in range(0, len(lines), chunk):
+            for line in lines[start:start + chunk]:
+                produce(producer, topics.source, line)
+            producer.poll(0)
+            if rate:
+                time.sleep(chunk / rate)
+            _collect(output, received, view)
+        produce(producer, topics.source, b"", headers=[("kind", b"end")])
+        producer.flush(30)
+        last = len(lines) - 1
+        deadline = time.monotonic() + 300
+        done = False
+        from services.kafka import read_all
+        while time.monotonic() < deadline and not done:
+            _collect(output, received, view)
+            done = any(orjson.loads(m.value()).get("event") == "end_of_input" and
+                       orjson.loads(m.value()).get("upto") == last
+                       for m in read_all(settings, topics.status, idle_s=0.05))
+        for _ in range(5):
+            _collect(output, received, view)
+        elapsed = time.perf_counter() - started
+        if view is not None:
+            view.stop()
+        ok = True
+        summary = (f"demo: {events} events, {workers} worker{'s' if workers != 1 else ''}, "
+                   f"{len(received)} composite events, {events / elapsed:,.0f} events/s "
+                   f"(produce to last composite event)")
+        if verify:
+            mismatches = _verify(queries, lines, received, settings)
+            ok = not mismatches
+            summary += "; verify: " + ("identical to cep run --engine reference" if ok
+                                      else "DIFFERS: " + "; ".join(mismatches))
+        print(summary)
+        output.close()
+        return ok and done
+    finally:
+        code = stop_services(services)
+        if code != 0:
+            print(f"services exited with code {code} (log: {log_path})", file=sys.stderr)
+        if broker is not None:
+            broker.stop()
+
+
+def _consumer(settings, topics: list[str]):
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    consumer = settings.consumer()
+    consumer.assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in topics])
+    return consumer
+
+
+def _collect(consumer, received: list, view) -> None:
+    for message in consumer.consume(10000, 0.05):
+        if message.error():
+            continue
+        composite = orjson.loads(message.value())
+        received.append((message.topic(), composite))
+        if view is not None:
+            view.add(message.topic(), composite)
+    if view is not None:
+        view.refresh()
+
+
+def _verify(queries, lines: list[bytes], received, settings) -> list[str]:
+    from cep_core import reference
+    from cep_core.event_io import DeadLetter  # noqa: F401 (same decoder as cep run)
+    from services.control import check_query_text
+
+    checked = [check_query_text(name, text) for name, text in queries]
+    for i, q in enumerate(checked):
+        q.index = i
+    with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as f:
+        f.write(b"\n".join(lines) + b"\n")
+    try:
+        from cep_core.event_io import read_events
+        events, _ = read_events(f.name, checked[0].schema)
+    finally:
+        os.unlink(f.name)
+    expected = reference.run(checked, events)
+    problems = []
+    for q in checked:
+        want = [c for c in expected if c["query"] == q.name]
+        got = [c for topic, c in received if topic == q.query.output]
+        if got != want:
+            problems.append(f"{q.query.output}: {len(got)} composite events, reference "
+                            f"{len(want)}")
+    return problems
+
+
+class _LiveView:
+    """The last composite events and counts per output topic, redrawn in place."""
+
+    def __init__(self, console):
+        from rich.live import Live
+
+        self.counts: dict[str, int] = {}
+        self.recent: list[tuple[str, dict]] = []
+        self.live = Live(self._render(), console=console, refresh_per_second=8)
+        self.live.start()
+
+    def add(self, topic: str, composite: dict) -> None:
+        self.counts[topic] = self.counts.get(topic, 0) + 1
+        self.recent = (self.recent + [(topic, composite)])[-15:]
+
+    def _render(self):
+        from rich.table import Table
+
+        table = Table(title="composite events (latest 15) - " + ", ".join(
+            f"{t}: {n}" for t, n in self.counts.items()))
+        for column in ("topic", "seq", "key", "fields"):
+            table.add_column(column)
+        for topic, c in self.recent:
+            fields = {k: v for k, v in c.items() if k not in ("query", "key", "seq",
+                                                              "start_seq", "events")}
+            table.add_row(topic, str(c["seq"]), str(c.get("key")),
+                          orjson.dumps(fields).decode()[:80])
+        return table
+
+    def refresh(self) -> None:
+        self.live.update(self._render())
+
+    def stop(self) -> None:
+        self.refresh()
+        self.live.stop()
+
+
+def register_demo(app: typer.Typer, guard, cli_error) -> None:
+    @app.command()
+    def demo(
+        events: Annotated[int, typer.Option("--events", "-n", min=1, help="Trades.")] = 20000,
+        workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 2,
+        verify: Annotated[bool, typer.Option(help="Non-interactive: compare with the "
+                                             "reference interpreter; exit 1 if different.")]
+        = False,
+        rate: Annotated[float, typer.Option(help="Events/s to produce (0: as fast as "
+                                            "possible; default 0 with --verify, else "
+                                            "2000).")] = -1,
+        bootstrap: Annotated[str | None, typer.Option(
+            "--bootstrap", envvar="KAFKA_BOOTSTRAP", help="A broker (default: start the "
+            "embedded one).")] = None,
+    ) -> None:
+        """The streaming pipeline end to end on a synthetic trade stream."""
+        from rich.console import Console
+
+        def body():
+            chosen = rate if rate >= 0 else (0 if verify else 2000)
+            if not run_demo(events, workers, verify, bootstrap, chosen, Console()):
+                raise typer.Exit(1)
+
+        guard(body)

@@ -1,0 +1,169 @@
+"""Kafka client settings, topic names and creation, batched produce helpers.
+
+Every client gets `bootstrap.servers` plus the extra librdkafka settings of the
+`KafkaSettings` (from CEP_KAFKA_* variables: CEP_KAFKA_SECURITY_PROTOCOL=SASL_SSL becomes
+`security.protocol`, and from a `--kafka-config` file of `key=value` lines). Consumers in
+groups get short sessions (see shared/BROKER.md: joins wait half the session timeout);
+producers use the murmur2 partitioner so every client agrees on key placement.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+@dataclass
+class Topics:
+    """Topic names of one stream's pipeline."""
+
+    stream: str
+    source: str = ""
+    control: str = "cep.queries"
+
+    def __post_init__(self):
+        self.source = self.source or self.stream
+
+    @property
+    def keyed(self) -> str:
+        return f"cep.{self.stream}.keyed"
+
+    @property
+    def matches(self) -> str:
+        return f"cep.{self.stream}.matches"
+
+    @property
+    def state(self) -> str:
+        return f"cep.{self.stream}.state"
+
+    @property
+    def status(self) -> str:
+        return f"cep.{self.stream}.status"
+
+    @property
+    def dead_letters(self) -> str:
+        return f"cep.{self.stream}.dead"
+
+
+@dataclass
+class KafkaSettings:
+    bootstrap: str
+    extra: dict = field(default_factory=dict)
+    session_timeout_ms: int = 6000
+    heartbeat_ms: int = 1000
+
+    @classmethod
+    def from_env(cls, bootstrap: str | None = None, config_file: Path | None = None,
+                 session_timeout_ms: int | None = None) -> KafkaSettings:
+        extra = {}
+        if config_file is not None:
+            for line in Path(config_file).read_text().splitlines():
+                line = line.strip()
+                if line and not line.startswith("#"):
+                    key, _, value = line.partition("=")
+                    extra[key.strip()] = value.strip()
+        for name, value in os.environ.items():
+            if name.startswith("CEP_KAFKA_"):
+                extra[name[len("CEP_KAFKA_"):].lower().replace("_", ".")] = value
+        timeout = session_timeout_ms or int(os.environ.get("CEP_SESSION_TIMEOUT_MS", 6000))
+        return cls(bootstrap or os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092"), extra,
+                   timeout, max(100, timeout // 4))
+
+    def base(self) -> dict:
+        return {"bootstrap.servers": self.bootstrap, **self.extra}
+
+    def producer(self, **overrides) -> Producer:
+        return Producer({**self.base(), "partitioner": "murmur2_random", "linger.ms": 2,
+                         "batch.num.messages": 10000, "queue.buffering.max.messages": 1000000,
+                         "queue.buffering.max.kbytes": 1048576, "message.max.bytes": 16000000,
+                         **overrides})
+
+    def consumer(self, group: str | None = None, **overrides) -> Consumer:
+        config = {**self.base(), "group.id": group or f"cep-assign-{os.getpid()}-{time.time()}",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                  "session.timeout.ms": self.session_timeout_ms,
+                  "heartbeat.interval.ms": self.heartbeat_ms,
+                  "fetch.max.bytes": 64 * 1024 * 1024,
+                  "max.partition.fetch.bytes": 16 * 1024 * 1024,
+                  "fetch.wait.max.ms": 10, "enable.partition.eof": False}
+        return Consumer({**config, **overrides})
+
+    def admin(self) -> AdminClient:
+        return AdminClient(self.base())
+
+
+def ensure_topics(settings: KafkaSettings, partitions: dict[str, int],
+                  compacted: tuple[str, ...] = (), timeout_s: float = 15.0) -> None:
+    """Create the topics that do not exist yet (name -> partition count); an existing topic
+    with another partition count is an error (partitions cannot be added here)."""
+    admin = settings.admin()
+    deadline = time.monotonic() + timeout_s
+    existing = admin.list_topics(timeout=timeout_s).topics
+    wanted = [NewTopic(name, count, 1, config={"cleanup.policy": "compact"}
+                       if name in compacted else {})
+              for name, count in partitions.items() if name not in existing]
+    if wanted:
+        for _name, future in admin.create_topics(wanted).items():
+            try:
+                future.result(timeout_s)
+            except KafkaException as e:
+                if "TOPIC_ALREADY_EXISTS" not in str(e):
+                    raise
+    while True:
+        topics = admin.list_topics(timeout=timeout_s).topics
+        missing = [n for n in partitions if n not in topics or topics[n].error is not None]
+        if not missing:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"topics not created: {', '.join(missing)}")
+        time.sleep(0.05)
+    for name, count in partitions.items():
+        have = len(topics[name].partitions)
+        if have != count:
+            raise RuntimeError(f"topic {name} has {have} partitions, {count} wanted")
+
+
+def produce(producer: Producer, topic: str, value: bytes, key: bytes | None = None,
+            partition: int | None = None, headers=None) -> None:
+    """Produce, waiting for room in the local queue when it is full."""
+    args = {"key": key, "headers": headers}
+    if partition is not None:
+        args["partition"] = partition
+    while True:
+        try:
+            producer.produce(topic, value, **args)
+            return
+        except BufferError:
+            producer.poll(0.01)
+
+
+def read_all(settings: KafkaSettings, topic: str, idle_s: float = 0.5,
+             timeout_s: float = 30.0) -> list:
+    """Every message of a topic, reading until nothing new came for `idle_s` (the fetch
+    high-watermark ends it sooner; ListOffsets is not trusted, see shared/BROKER.md)."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    consumer = settings.consumer()
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            return []
+        partitions = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in metadata.partitions]
+        consumer.assign(partitions)
+        out = []
+        deadline = time.monotonic() + timeout_s
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline and time.monotonic() - quiet_since < idle_s:
+            messages = consumer.consume(10000, 0.05)
+            got = [m for m in messages if not m.error()]
+            if got:
+                out.extend(got)
+                quiet_since = time.monotonic()
+        return out
+    finally:
+        consumer.close()

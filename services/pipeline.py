@@ -1,0 +1,79 @@
+"""One stream's pipeline in one process (splitter, K workers, coordinator as threads):
+for tests, `cep demo` and `cep bench e2e`. `cep serve` runs the same classes as processes."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from services.coordinator import Coordinator
+from services.kafka import KafkaSettings, Topics, ensure_topics
+from services.splitter import Splitter
+from services.worker import Worker
+
+
+def create_topics(settings: KafkaSettings, topics: Topics, partitions: int,
+                  outputs: list[str] = (), source_partitions: int = 1) -> None:
+    ensure_topics(settings, {topics.source: source_partitions, topics.control: 1,
+                             topics.keyed: partitions, topics.matches: partitions,
+                             topics.state: 1, topics.status: 1, topics.dead_letters: 1,
+                             **{o: 1 for o in outputs}},
+                  compacted=(topics.control, topics.state))
+
+
+class LocalPipeline:
+    """Splitter, workers and coordinator as threads; `stop()` stops them in order."""
+
+    def __init__(self, settings: KafkaSettings, topics: Topics, workers: int = 1,
+                 partitions: int = 4, pulse_ms: int = 100, on_output=None, registry=None):
+        self.settings, self.topics = settings, topics
+        self.splitter = Splitter(settings, topics, partitions, pulse_ms, registry=registry)
+        self.workers = [Worker(settings, topics, registry) for _ in range(workers)]
+        self.coordinator = Coordinator(settings, topics, partitions, registry,
+                                       on_output=on_output)
+        self.stops: list[threading.Event] = []
+        self.threads: list[threading.Thread] = []
+        self.errors: list[BaseException] = []
+
+    def _thread(self, target, name: str) -> None:
+        stop = threading.Event()
+
+        def body():
+            try:
+                target(stop)
+            except BaseException as e:  # surfaced by stop()
+                self.errors.append(e)
+                raise
+
+        thread = threading.Thread(target=body, name=name, daemon=True)
+        thread.start()
+        self.stops.append(stop)
+        self.threads.append(thread)
+
+    def start(self) -> LocalPipeline:
+        self._thread(self.splitter.run, "splitter")
+        for i, worker in enumerate(self.workers):
+            self._thread(worker.run, f"worker-{i}")
+        self._thread(self.coordinator.run, "coordinator")
+        return self
+
+    def stop(self, timeout_s: float = 30) -> None:
+        for stop, thread in zip(self.stops, self.threads):
+            stop.set()
+            thread.join(timeout_s)
+        if self.errors:
+            raise self.errors[0]
+
+    def __enter__(self) -> LocalPipeline:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def wait_for(condition, timeout_s: float, what: str, interval_s: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(interval_s)

@@ -1,0 +1,217 @@
+"""Typer commands of the streaming service: `cep serve`, `cep query`, `cep demo`,
+`cep bench e2e`. Registered on the main app by services/cli.py.
+
+Every option also reads an environment variable (CEP_STREAM, CEP_PARTITIONS, ...;
+KAFKA_BOOTSTRAP for the broker); extra librdkafka settings come from CEP_KAFKA_* variables
+or `--kafka-config`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+
+Bootstrap = Annotated[str, typer.Option("--bootstrap", envvar="KAFKA_BOOTSTRAP",
+                                        help="Kafka bootstrap servers.")]
+Stream = Annotated[str, typer.Option(envvar="CEP_STREAM", help="The stream (its schema "
+                                     "name); internal topics are cep.<stream>.*")]
+Partitions = Annotated[int, typer.Option(envvar="CEP_PARTITIONS", min=1,
+                                         help="Partitions of the keyed and match topics.")]
+Source = Annotated[str, typer.Option(envvar="CEP_SOURCE_TOPIC", help="Source topic "
+                                     "(default: the stream's name).")]
+Control = Annotated[str, typer.Option(envvar="CEP_CONTROL_TOPIC", help="The compacted "
+                                      "query control topic.")]
+KafkaConfig = Annotated[Path | None, typer.Option(envvar="CEP_KAFKA_CONFIG", help="File of "
+                                                  "extra librdkafka key=value settings.")]
+
+
+QUERY_HELP = ("add FILE / update FILE: register the queries of a query file (or only --name); "
+              "remove NAME; list.")
+
+
+class Role(StrEnum):
+    splitter = "splitter"
+    worker = "worker"
+    coordinator = "coordinator"
+    all = "all"
+
+
+class Op(StrEnum):
+    add = "add"
+    update = "update"
+    remove = "remove"
+    list = "list"
+
+
+def _settings(bootstrap: str, kafka_config: Path | None):
+    from services.kafka import KafkaSettings
+    return KafkaSettings.from_env(bootstrap, kafka_config)
+
+
+def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None:
+    """Add the service commands to the `cep` app (guard: cli's error handling)."""
+
+    @app.command()
+    def serve(
+        role: Annotated[Role, typer.Argument(help="splitter, worker, coordinator, or all "
+                                             "(one process per role).")],
+        bootstrap: Bootstrap = "127.0.0.1:9092",
+        stream: Stream = "trades",
+        partitions: Partitions = 4,
+        workers: Annotated[int, typer.Option(envvar="CEP_WORKERS", min=1,
+                                             help="all: how many worker processes.")] = 1,
+        pulse_ms: Annotated[int, typer.Option(envvar="CEP_PULSE_MS", min=1,
+                                              help="Pulse cadence of the splitter.")] = 100,
+        source: Source = "",
+        control: Control = "cep.queries",
+        kafka_config: KafkaConfig = None,
+        metrics_port: Annotated[int, typer.Option(envvar="CEP_METRICS_PORT", help=
+                                                  "Prometheus metrics port (0: off; all: "
+                                                  "each process gets the next port).")] = 0,
+    ) -> None:
+        """Run a service of the streaming pipeline until SIGTERM (finishes its batch,
+        commits, exits 0)."""
+
+        def body():
+            from services.kafka import Topics
+            from services.pipeline import create_topics
+            from services.serve import ROLE, Metrics, run_all, stop_flag
+
+            settings = _settings(bootstrap, kafka_config)
+            topics = Topics(stream, source, control)
+            stopping = stop_flag()
+            if role is Role.all:
+                create_topics(settings, topics, partitions)
+                common = ["--bootstrap", settings.bootstrap, "--stream", stream,
+                          "--partitions", str(partitions), "--pulse-ms", str(pulse_ms),
+                          "--source", topics.source, "--control", control]
+                roles = [("splitter", [])] + [("worker", [])] * workers + [("coordinator", [])]
+                plan = [(r, common + (["--metrics-port", str(metrics_port + i)]
+                                      if metrics_port else []) + extra)
+                        for i, (r, extra) in enumerate(roles)]
+                raise typer.Exit(run_all(plan, stopping))
+            ROLE["name"] = role.value
+            metrics = Metrics(role.value, metrics_port)
+            if role is Role.splitter:
+                from services.splitter import Splitter
+                create_topics(settings, topics, partitions)
+                Splitter(settings, topics, partitions, pulse_ms, metrics=metrics).run(stopping)
+            elif role is Role.worker:
+                from services.worker import Worker
+                Worker(settings, topics, metrics=metrics).run(stopping)
+            else:
+                from services.coordinator import Coordinator
+                Coordinator(settings, topics, partitions, metrics=metrics).run(stopping)
+
+        guard(body)
+
+    @app.command()
+    def query(
+        op: Annotated[Op, typer.Argument(help=QUERY_HELP)],
+        target: Annotated[str | None, typer.Argument(help="A query file (add, update) or a "
+                                                     "query name (remove).")] = None,
+        name: Annotated[str | None, typer.Option(help="Only this query of the file.")] = None,
+        bootstrap: Bootstrap = "127.0.0.1:9092",
+        control: Control = "cep.queries",
+        kafka_config: KafkaConfig = None,
+        wait: Annotated[float, typer.Option(help="Seconds to wait for the change to be live "
+                                            "in the pipeline (0: do not wait); prints the "
+                                            "latency from control message to live.")] = 0,
+    ) -> None:
+        """Change the queries of the running pipeline (no restart)."""
+
+        def body():
+            from services.control import (
+                ControlError,
+                ControlMessage,
+                check_query_text,
+                publish,
+                split_query_file,
+            )
+
+            settings = _settings(bootstrap, kafka_config)
+            if op is Op.list:
+                for entry in list_queries(settings, control):
+                    print(orjson.dumps(entry).decode())
+                return
+            if not target:
+                raise cli_error(f"cep query {op.value} needs a "
+                                f"{'query name' if op is Op.remove else 'query file'}", 2)
+            if op is Op.remove:
+                messages = [ControlMessage("remove", target)]
+            else:
+                path = Path(target)
+                if not path.is_file():
+                    raise cli_error(f"{path}: no such file", 2)
+                messages = []
+                for query_name, text in split_query_file(path.read_text(), str(path)):
+                    if name is not None and query_name != name:
+                        continue
+                    try:
+                        checked = check_query_text(query_name, text)
+                    except ControlError as e:
+                        raise cli_error(str(e)) from None
+                    messages.append(ControlMessage(op.value, query_name, text))
+                    stream_of = checked.schema.stream
+                if not messages:
+                    raise cli_error(f"{path}: no query {name!r}" if name else
+                                    f"{path}: no queries")
+            sent = time.time()
+            for message in messages:
+                publish(settings, control, message)
+                print(f"{message.op} {message.name}: sent to {control}", file=sys.stderr)
+            if wait > 0 and op is not Op.remove:
+                for message in messages:
+                    event = wait_live(settings, stream_of, message.name, sent, wait)
+                    if event is None:
+                        raise cli_error(f"{message.name}: not live after {wait} s")
+                    print(f"{message.name}: live from seq {event['at']} "
+                          f"({event['latency_ms']} ms after the control message)",
+                          file=sys.stderr)
+
+        guard(body)
+
+    from services.demo import register_demo
+    register_demo(app, guard, cli_error)
+    from services.bench_e2e import register_bench
+    register_bench(bench_app, guard, cli_error)
+
+
+def list_queries(settings, control: str) -> list[dict]:
+    """The live queries according to the control topic (last message per name)."""
+    from services.control import ControlError, parse_control
+    from services.kafka import read_all
+
+    live: dict[str, dict] = {}
+    for message in read_all(settings, control):
+        try:
+            change = parse_control(message.value(), message.key())
+        except ControlError:
+            continue
+        if change.op == "remove":
+            live.pop(change.name, None)
+        else:
+            live[change.name] = {"name": change.name, "op": change.op, "text": change.text}
+    return list(live.values())
+
+
+def wait_live(settings, stream: str, name: str, since: float, timeout_s: float):
+    """The coordinator's query_live record for `name` written after `since`, or None."""
+    from services.kafka import Topics, read_all
+
+    deadline = time.monotonic() + timeout_s
+    status = Topics(stream).status
+    while time.monotonic() < deadline:
+        for message in read_all(settings, status, idle_s=0.2):
+            record = orjson.loads(message.value())
+            if record.get("event") == "query_live" and record.get("name") == name and \
+                    message.timestamp()[1] >= since * 1000 - 50:
+                return record
+        time.sleep(0.1)
+    return None

@@ -1,0 +1,309 @@
+"""The splitter: the single point of order of a stream's pipeline.
+
+It consumes the source topic in batches (one JSON event per message, or framed batches
+with header kind=events, or an end-of-input marker with header kind=end), stamps each
+record with its sequence number, and writes the events as frames to the keyed topic: once
+per route (distinct PARTITION BY list among the live queries) to partition
+`stable_hash(key) % N` (unkeyed queries: partition 0). Each partition's last frame of a
+batch says `upto` (every event up to that seq has been sent to it); partitions that got
+nothing get a pulse, and every `pulse_ms` all partitions get one.
+
+Sequence numbers follow `cep run`: a record's position (records consumed so far, bad ones
+included; a framed batch counts one per event) unless it carries `seq`, which must
+increase. Across source partitions the order is the order of consumption (one partition
+per source topic gives produce order). Control messages hold from the next seq on.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+from confluent_kafka import TopicPartition
+
+from cep_core.errors import EventError
+from cep_core.event_io import DeadLetter
+from cep_core.json_batch import arrow_schema, conform_table, decode_json_batch
+from services import frames
+from services.control import ControlError, QuerySet, parse_control
+from services.frames import Frame
+from services.kafka import KafkaSettings, Topics, produce
+from services.serve import Metrics, log
+
+
+def stable_hash(values: pa.Array) -> np.ndarray:
+    """crc32 of each value's JSON text, per distinct value (uint32; stable across runs)."""
+    encoded = pc.dictionary_encode(values)
+    if isinstance(encoded, pa.ChunkedArray):
+        encoded = encoded.combine_chunks()
+    codes = np.fromiter((zlib.crc32(orjson.dumps(v)) for v in encoded.dictionary.to_pylist()),
+                        np.uint64, len(encoded.dictionary))
+    return codes[encoded.indices.to_numpy(zero_copy_only=False)]
+
+
+def partition_ids(table: pa.Table, attrs: list[str], n: int) -> np.ndarray:
+    if not attrs or n == 1:
+        return np.zeros(table.num_rows, dtype=np.int64)
+    h = np.zeros(table.num_rows, dtype=np.uint64)
+    for name in attrs:
+        h = (h * np.uint64(1_000_003) + stable_hash(table.column(name))) & np.uint64(0xFFFFFFFF)
+    return (h % np.uint64(n)).astype(np.int64)
+
+
+class Splitter:
+    def __init__(self, settings: KafkaSettings, topics: Topics, partitions: int = 4,
+                 pulse_ms: int = 100, batch_size: int = 20000, registry=None,
+                 metrics: Metrics | None = None):
+        self.settings = settings
+        self.topics = topics
+        self.partitions = partitions
+        self.pulse_s = pulse_ms / 1000
+        self.batch_size = batch_size
+        self.queries = QuerySet(topics.stream, registry)
+        self.schema = None
+        self.metrics = metrics or Metrics("splitter", 0)
+        self.position = 0  # records consumed (the default seq of the next one)
+        self.last_seq = -1
+        self.max_ts = 0
+        self.last_pulse = 0.0
+
+    # ------------------------------------------------------------ setup
+
+    def _schema(self):
+        from cep_core.schema import SchemaError
+
+        try:
+            return self.queries.registry.get(self.topics.stream)
+        except SchemaError:
+            return None
+
+    def start(self) -> None:
+        self.schema = self._schema()
+        if self.schema is None:
+            raise RuntimeError(f"no schema for stream {self.topics.stream!r}")
+        self.producer = self.settings.producer()
+        group = f"cep.{self.topics.stream}.splitter"
+        self.source = self.settings.consumer(group)
+        metadata = self.source.list_topics(self.topics.source, timeout=10).topics[
+            self.topics.source]
+        tps = [TopicPartition(self.topics.source, p) for p in sorted(metadata.partitions)]
+        committed = self.source.committed(tps, timeout=10)
+        for tp in committed:
+            if tp.offset >= 0 and tp.metadata:
+                saved = orjson.loads(tp.metadata)
+                self.position = max(self.position, saved["position"])
+                self.last_seq = max(self.last_seq, saved["last_seq"])
+                self.max_ts = max(self.max_ts, saved["max_ts"])
+            elif tp.offset < 0:
+                tp.offset = -2  # OFFSET_BEGINNING
+        self.source.assign(committed)
+        self.control = self.settings.consumer()
+        self.control.assign([TopicPartition(self.topics.control, 0, -2)])
+        self._drain_control(initial=True)
+        self._send_all(frames.json_frame(frames.CONTROL, {"op": "set",
+                                                          "queries": self.queries.to_json()},
+                                         at=self.last_seq + 1, upto=self.last_seq,
+                                         ts=self.max_ts))
+        log("splitter_started", stream=self.topics.stream, partitions=self.partitions,
+            queries=list(self.queries.live), next_position=self.position)
+
+    # ------------------------------------------------------------ the loop
+
+    def run(self, stopping) -> None:
+        self.start()
+        last_commit = time.monotonic()
+        try:
+            while not stopping.is_set():
+                self._drain_control()
+                messages = self.source.consume(self.batch_size, 0.01)
+                if messages:
+                    self.process(messages)
+                if time.monotonic() - self.last_pulse >= self.pulse_s:
+                    self._pulse()
+                if time.monotonic() - last_commit > 1.0:
+                    self.commit()
+                    last_commit = time.monotonic()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self.producer.flush(30)
+        self.commit()
+        self.source.close()
+        self.control.close()
+        log("splitter_stopped", position=self.position, last_seq=self.last_seq)
+
+    def commit(self) -> None:
+        self.producer.flush(30)
+        assignment = self.source.position(self.source.assignment())
+        state = orjson.dumps({"position": self.position, "last_seq": self.last_seq,
+                              "max_ts": self.max_ts}).decode()
+        offsets = [TopicPartition(tp.topic, tp.partition, tp.offset, metadata=state)
+                   for tp in assignment if tp.offset >= 0]
+        if offsets:
+            self.source.commit(offsets=offsets, asynchronous=False)
+
+    def _drain_control(self, initial: bool = False) -> None:
+        """Apply pending control messages; at start, all of the topic up to its fetch
+        high-watermark."""
+        deadline = time.monotonic() + 10
+        tp = TopicPartition(self.topics.control, 0)
+        while True:
+            messages = self.control.consume(1000, 0.05 if initial else 0)
+            for message in messages:
+                if not message.error():
+                    self._apply_control(message, announce=not initial)
+            if not initial or time.monotonic() > deadline:
+                return
+            _, high = self.control.get_watermark_offsets(tp, cached=True)
+            position = self.control.position([tp])[0].offset
+            if high >= 0 and (high == 0 or position >= high) and not messages:
+                return
+
+    def _apply_control(self, message, announce: bool) -> None:
+        try:
+            change = parse_control(message.value(), message.key())
+            entry = self.queries.apply(change)
+        except ControlError as e:
+            log("query_rejected", level="warning", reason=str(e),
+                key=(message.key() or b"").decode(errors="replace"))
+            produce(self.producer, self.topics.status, orjson.dumps(
+                {"event": "query_rejected", "key": (message.key() or b"").decode(
+                    errors="replace"), "reason": str(e)}))
+            return
+        log("query_applied", op=change.op, name=change.name, at=self.last_seq + 1)
+        if not announce:
+            return
+        body = {"op": change.op, "name": change.name}
+        if entry is not None:
+            body.update(entry.to_json())
+        sent_ms = message.timestamp()[1]
+        self._send_all(frames.json_frame(frames.CONTROL, body, at=self.last_seq + 1,
+                                         upto=self.last_seq, ts=self.max_ts, sent_ms=sent_ms))
+
+    # ------------------------------------------------------------ a batch
+
+    def process(self, messages) -> None:
+        tables: list[pa.Table] = []
+        run: list[bytes] = []
+        dead: list[DeadLetter] = []
+        for message in messages:
+            if message.error():
+                continue
+            try:
+                frame = frames.frame_of(message)
+            except frames.FrameError as e:
+                dead.append(DeadLetter(self.topics.source, self.position, message.value() or
+                                       b"", str(e)))
+                self.position += 1
+                continue
+            if frame is None:
+                run.append(message.value() or b"")
+                continue
+            self._flush_run(run, tables, dead)
+            run = []
+            if frame.kind == frames.EVENTS:
+                tables.append(self._framed(frame, dead))
+            elif frame.kind == frames.END:
+                self._route(tables)
+                tables = []
+                self._send_all(Frame(frames.END, {"upto": self.last_seq, "ts": self.max_ts}))
+                log("end_of_input", upto=self.last_seq)
+        self._flush_run(run, tables, dead)
+        self._route(tables)
+        if dead:
+            self.metrics.dead_letters.inc(len(dead))
+            for letter in dead:
+                produce(self.producer, self.topics.dead_letters, orjson.dumps(letter.to_json()))
+
+    def _flush_run(self, run: list[bytes], tables: list, dead: list) -> None:
+        if not run:
+            return
+        positions = np.arange(self.position, self.position + len(run), dtype=np.int64)
+        self.position += len(run)
+        table, bad = decode_json_batch(run, self.schema, positions, self.topics.source)
+        dead.extend(bad)
+        tables.append(self._in_order(table, dead, run, positions))
+
+    def _framed(self, frame: Frame, dead: list) -> pa.Table:
+        try:
+            table = conform_table(frames.decode_table(frame.payload), self.schema)
+        except (EventError, frames.FrameError) as e:
+            dead.append(DeadLetter(self.topics.source, self.position, b"<framed batch>",
+                                   str(e)))
+            self.position += 1
+            return arrow_schema(self.schema).empty_table()
+        positions = np.arange(self.position, self.position + table.num_rows, dtype=np.int64)
+        self.position += table.num_rows
+        if "seq" not in table.column_names:
+            table = table.add_column(0, "seq", pa.array(positions, pa.int64()))
+        table = table.select(arrow_schema(self.schema).names)
+        return self._in_order(table, dead, None, positions)
+
+    def _in_order(self, table: pa.Table, dead: list, raws, positions) -> pa.Table:
+        """Drop events whose seq does not increase (dead letters, as `cep run` does)."""
+        seq = table.column("seq").to_numpy()
+        if len(seq) == 0:
+            return table
+        previous = np.concatenate([[self.last_seq], seq[:-1]])
+        if (seq > previous).all():
+            self.last_seq = int(seq[-1])
+            return table
+        keep = np.zeros(len(seq), dtype=bool)
+        last = self.last_seq
+        for i, s in enumerate(seq.tolist()):
+            if s > last:
+                keep[i] = True
+                last = s
+            else:
+                dead.append(DeadLetter(self.topics.source, int(s), b"", f"seq {s} does not "
+                                       f"increase (previous seq {last})"))
+        self.last_seq = last
+        return table.filter(pa.array(keep))
+
+    def _route(self, tables: list[pa.Table]) -> None:
+        tables = [t for t in tables if t.num_rows]
+        if not tables:
+            return
+        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        ts = table.column(self.schema.time).to_numpy()
+        self.max_ts = max(self.max_ts, int(ts.max()))
+        self.metrics.events_in.inc(table.num_rows)
+        by_partition: dict[int, list[Frame]] = {}
+        for route in sorted(self.queries.routes()):
+            attrs = route.split(",") if route else []
+            parts = partition_ids(table, attrs, self.partitions)
+            order = np.argsort(parts, kind="stable")
+            bounds = np.searchsorted(parts[order], np.arange(self.partitions + 1))
+            for p in range(self.partitions):
+                a, b = bounds[p], bounds[p + 1]
+                if a == b:
+                    continue
+                rows = table.take(pa.array(order[a:b])) if b - a < table.num_rows else table
+                by_partition.setdefault(p, []).append(frames.events_frame(rows, route))
+        for p in range(self.partitions):
+            sent = by_partition.get(p, [])
+            if not sent:
+                sent = [Frame(frames.PULSE)]
+            sent[-1].headers.update(upto=self.last_seq, ts=self.max_ts)
+            for frame in sent:
+                self._send(p, frame)
+        self.last_pulse = time.monotonic()
+        self.producer.poll(0)
+
+    def _pulse(self) -> None:
+        self._send_all(Frame(frames.PULSE, {"upto": self.last_seq, "ts": self.max_ts}))
+
+    def _send_all(self, frame: Frame) -> None:
+        for p in range(self.partitions):
+            self._send(p, frame)
+        self.last_pulse = time.monotonic()
+        self.producer.poll(0)
+
+    def _send(self, partition: int, frame: Frame) -> None:
+        produce(self.producer, self.topics.keyed, frame.payload, partition=partition,
+                headers=frame.kafka_headers())

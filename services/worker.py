@@ -1,0 +1,271 @@
+"""A worker: runs the engines of its assigned keyed partitions.
+
+One consumer group over the keyed topic; per assigned partition, one StreamEngines per
+route (PARTITION BY list) holding the live queries of that route. Event frames are decoded
+into Batch columns (Arrow -> BatchEncoder.from_arrow, no dict per event); at each `upto`
+the engines are punctuated with the stream time and the partition's composite events go to
+the same partition of the match topic, stamped "processed up to seq `upto`". Control
+frames switch queries at exactly their seq; end frames flush every engine.
+
+Hand-over: on revoke, each partition's state (queries, engine snapshots, next offset) goes
+to the compacted state topic (key = partition) before the offsets are committed; on
+assign, the latest snapshot is restored and consumption resumes at its offset.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from cep_core.batch import BatchEncoder, StringDictionary
+from cep_core.engine import StreamEngines
+from services import frames
+from services.control import QuerySet
+from services.frames import Frame
+from services.kafka import KafkaSettings, Topics, produce, read_all
+from services.serve import Metrics, log
+
+
+class PartitionState:
+    """The engines of one keyed partition."""
+
+    def __init__(self, partition: int, stream: str, registry):
+        self.partition = partition
+        self.queries = QuerySet(stream, registry)
+        self.routes: dict[str, tuple[StreamEngines, BatchEncoder]] = {}
+        self.upto = -1
+        self.ts = None
+        self.offset = OFFSET_BEGINNING
+        self.out: list[dict] = []
+        self.reported: dict[str, int] = {}
+
+    def engines(self, route: str) -> tuple[StreamEngines, BatchEncoder]:
+        pair = self.routes.get(route)
+        if pair is None:
+            strings = StringDictionary()
+            schema = self.queries.registry.get(self.queries.stream)
+            pair = self.routes[route] = (StreamEngines([], strings),
+                                         BatchEncoder(schema, strings))
+        return pair
+
+    def start(self, entry) -> None:
+        self.engines(entry.route)[0].add(entry.checked)
+
+    def stop(self, name: str) -> None:
+        for route, (engines, _) in list(self.routes.items()):
+            if name in engines.queries:
+                engines.remove(name)
+                if not engines.queries:
+                    del self.routes[route]
+
+    def reconcile(self, entries: list[dict]) -> None:
+        """Make the live set equal to `entries`; queries whose text is unchanged keep
+        their state."""
+        wanted = {e["name"]: e for e in entries}
+        for name, live in list(self.queries.live.items()):
+            if name not in wanted or wanted[name]["text"] != live.text:
+                self.stop(name)
+                del self.queries.live[name]
+        fresh = [e for e in entries if e["name"] not in self.queries.live]
+        kept = [q.to_json() for q in self.queries.live.values()]
+        self.queries.load(kept + fresh)
+        for entry in fresh:
+            self.start(self.queries.live[entry["name"]])
+
+    def restart_engines(self) -> None:
+        entries = self.queries.to_json()
+        self.routes = {}
+        self.reported = {}
+        self.queries.live = {}
+        self.reconcile(entries)
+
+    # ------------------------------------------------------------ snapshots
+
+    def snapshot(self) -> bytes:
+        blobs = {route: engines.snapshot() for route, (engines, _) in self.routes.items()}
+        meta = {"partition": self.partition, "offset": self.offset, "upto": self.upto,
+                "ts": self.ts, "queries": self.queries.to_json(),
+                "routes": {r: len(b) for r, b in blobs.items()}, "reported": self.reported}
+        head = orjson.dumps(meta)
+        return struct.pack(">I", len(head)) + head + b"".join(blobs.values())
+
+    def restore(self, data: bytes) -> None:
+        (size,) = struct.unpack(">I", data[:4])
+        meta = orjson.loads(data[4:4 + size])
+        self.offset, self.upto, self.ts = meta["offset"], meta["upto"], meta["ts"]
+        self.reported = meta["reported"]
+        self.reconcile(meta["queries"])
+        at = 4 + size
+        for route, length in meta["routes"].items():
+            self.engines(route)[0].restore(data[at:at + length])
+            at += length
+
+
+class Worker:
+    def __init__(self, settings: KafkaSettings, topics: Topics, registry=None,
+                 batch_size: int = 2000, metrics: Metrics | None = None):
+        from cep_core.schema import SchemaRegistry
+
+        self.settings = settings
+        self.topics = topics
+        self.registry = registry or SchemaRegistry()
+        self.batch_size = batch_size
+        self.metrics = metrics or Metrics("worker", 0)
+        self.parts: dict[int, PartitionState] = {}
+
+    def run(self, stopping) -> None:
+        self.producer = self.settings.producer()
+        self.consumer = self.settings.consumer(f"cep.{self.topics.stream}.workers")
+        self.consumer.subscribe([self.topics.keyed], on_assign=self._on_assign,
+                                on_revoke=self._on_revoke, on_lost=self._on_lost)
+        log("worker_started", stream=self.topics.stream)
+        last_lag = 0.0
+        try:
+            while not stopping.is_set():
+                messages = self.consumer.consume(self.batch_size, 0.01)
+                if not messages:
+                    continue
+                started = time.perf_counter()
+                for message in messages:
+                    if not message.error():
+                        self.handle(message)
+                self.producer.poll(0)
+                self.metrics.batch_seconds.observe(time.perf_counter() - started)
+                if time.monotonic() - last_lag > 1:
+                    self.metrics.observe_lag(self.consumer)
+                    last_lag = time.monotonic()
+        finally:
+            self.consumer.close()  # revokes: snapshots and commits
+            self.producer.flush(30)
+            log("worker_stopped")
+
+    # ------------------------------------------------------------ rebalance
+
+    def _on_assign(self, consumer, partitions) -> None:
+        snapshots = {}
+        for message in read_all(self.settings, self.topics.state, idle_s=0.3):
+            if message.key() is not None:
+                snapshots[int(message.key())] = message.value()
+        for tp in partitions:
+            state = PartitionState(tp.partition, self.topics.stream, self.registry)
+            data = snapshots.get(tp.partition)
+            if data:
+                state.restore(data)
+            tp.offset = state.offset
+            self.parts[tp.partition] = state
+        consumer.assign(partitions)
+        self.metrics.partials.set(len(self.parts))
+        log("partitions_assigned", partitions=[tp.partition for tp in partitions],
+            offsets=[tp.offset for tp in partitions])
+
+    def _on_revoke(self, consumer, partitions) -> None:
+        self._hand_over(consumer, partitions, commit=True)
+
+    def _on_lost(self, consumer, partitions) -> None:
+        self._hand_over(consumer, partitions, commit=False)
+
+    def _hand_over(self, consumer, partitions, commit: bool) -> None:
+        self.producer.flush(30)
+        offsets = []
+        for tp in partitions:
+            state = self.parts.pop(tp.partition, None)
+            if state is None:
+                continue
+            if commit:
+                produce(self.producer, self.topics.state, state.snapshot(),
+                        key=str(tp.partition).encode())
+                if state.offset >= 0:
+                    offsets.append(TopicPartition(tp.topic, tp.partition, state.offset))
+        self.producer.flush(30)
+        if offsets:
+            try:
+                consumer.commit(offsets=offsets, asynchronous=False)
+            except Exception as e:  # the snapshot holds the offset; commit is advisory
+                log("commit_failed", level="warning", error=str(e))
+        consumer.unassign()
+        self.metrics.partials.set(len(self.parts))
+        log("partitions_revoked", partitions=[tp.partition for tp in partitions])
+
+    # ------------------------------------------------------------ frames
+
+    def handle(self, message) -> None:
+        state = self.parts.get(message.partition())
+        if state is None:
+            return
+        frame = frames.frame_of(message)
+        state.offset = message.offset() + 1
+        if frame is None:
+            return
+        if frame.kind == frames.EVENTS:
+            self._events(state, frame)
+        elif frame.kind == frames.CONTROL:
+            self._control(state, frame)
+        upto = frame.get("upto")
+        if upto is None or upto < state.upto:
+            return
+        self._complete(state, frame, upto)
+
+    def _events(self, state: PartitionState, frame: Frame) -> None:
+        route = frame.get("route", "")
+        if route not in state.routes:
+            return  # no live query reads this route (a change raced the frame)
+        engines, encoder = state.routes[route]
+        batch = encoder.from_arrow(frames.decode_table(frame.payload))
+        self.metrics.events_in.inc(len(batch))
+        state.out.extend(engines.process(batch))
+
+    def _control(self, state: PartitionState, frame: Frame) -> None:
+        change = frames.json_payload(frame)
+        if change["op"] == "set":
+            state.reconcile(change["queries"])
+        elif change["op"] == "remove":
+            if change["name"] in state.queries.live:
+                state.stop(change["name"])
+                del state.queries.live[change["name"]]
+        else:
+            state.stop(change["name"])
+            state.queries.live.pop(change["name"], None)
+            state.queries.load(state.queries.to_json() + [
+                {k: change[k] for k in ("name", "text", "index")}])
+            state.start(state.queries.live[change["name"]])
+        self._send(state, Frame(frames.CONTROL, {**frame.headers, "part": state.partition},
+                                frame.payload))
+
+    def _complete(self, state: PartitionState, frame: Frame, upto: int) -> None:
+        ts = frame.get("ts")
+        for engines, _ in state.routes.values():
+            if ts is not None and (state.ts is None or ts > state.ts):
+                state.out.extend(engines.punctuate(ts))
+        if ts is not None and (state.ts is None or ts > state.ts):
+            state.ts = ts
+        kind = frames.MATCHES
+        if frame.kind == frames.END:
+            for engines, _ in state.routes.values():
+                state.out.extend(engines.flush())
+            state.restart_engines()
+            state.ts = None
+            kind = frames.END
+        state.upto = upto
+        self._dead_letters(state)
+        out, state.out = state.out, []
+        self.metrics.events_out.inc(len(out))
+        self._send(state, Frame(kind, {"part": state.partition, "upto": upto, "ts": ts},
+                                orjson.dumps(out) if out else b""))
+
+    def _dead_letters(self, state: PartitionState) -> None:
+        for route, (engines, _) in state.routes.items():
+            rejected = engines.dead_letters()
+            done = state.reported.get(route, 0)
+            for q, seq, reason in rejected[done:]:
+                produce(self.producer, self.topics.dead_letters, orjson.dumps(
+                    {"source": f"query {q.name}", "position": seq, "reason": reason,
+                     "raw": None}))
+            self.metrics.dead_letters.inc(len(rejected) - done)
+            state.reported[route] = len(rejected)
+
+    def _send(self, state: PartitionState, frame: Frame) -> None:
+        produce(self.producer, self.topics.matches, frame.payload, partition=state.partition,
+                headers=frame.kafka_headers())
