@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
-gpu_app = typer.Typer(help="The GPU adapter: CDP kernels on numba's CUDA target (the CUDA "
-                      "simulator where no GPU exists).", no_args_is_help=True)
+gpu_app = typer.Typer(help="The GPU adapter: SEQ (CDP) and MATCH (per-key NFA) kernels on "
+                      "numba's CUDA target (the CUDA simulator where no GPU exists).",
+                      no_args_is_help=True)
 
 
 @gpu_app.command()

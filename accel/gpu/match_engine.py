@@ -86,7 +86,7 @@ class GpuMatchEngine(Engine):
 
     # ------------------------------------------------------------ device state
 
-    def _tables_of_state(self):
+    def _state_layout(self):
         p = self.program
         for name, width, dtype in p.keys.arrays():
             yield name, width, dtype, "key"
@@ -96,7 +96,7 @@ class GpuMatchEngine(Engine):
     def _host_state(self) -> dict[str, np.ndarray]:
         """The device state copied to the host, one matrix per array."""
         out = {}
-        for name, width, _, kind in self._tables_of_state():
+        for name, width, _, kind in self._state_layout():
             rows = self.capacity * (self.cap + 1) if kind == "rec" else self.capacity
             out[name] = self.state_arrays[name].copy_to_host().reshape(rows, width)
         return out
@@ -107,7 +107,7 @@ class GpuMatchEngine(Engine):
         old = host if host is not None else (self._host_state() if self.capacity else {})
         old_cap = self.cap
         arrays = {}
-        for name, width, dtype, kind in self._tables_of_state():
+        for name, width, dtype, kind in self._state_layout():
             if kind == "key":
                 new = np.zeros((keys, width), dtype)
                 if name == "key_i":
@@ -241,7 +241,7 @@ class GpuMatchEngine(Engine):
                 "metrics": dict(self.metrics)}
         host = self._host_state()
         arrays = {}
-        for name, _, _, kind in self._tables_of_state():
+        for name, _, _, kind in self._state_layout():
             arrays[name] = host[name][:nkeys * (self.cap + 1) if kind == "rec" else nkeys]
         if codes is not None:
             arrays["key_codes"] = codes
@@ -257,5 +257,5 @@ class GpuMatchEngine(Engine):
         self.metrics = dict(meta["metrics"])
         nkeys = max(16, 1 << max(len(self.keys) - 1, 0).bit_length())
         self.capacity, self.cap = 0, int(meta["cap"])
-        host = {name: arrays[name] for name, _, _, _ in self._tables_of_state()}
+        host = {name: arrays[name] for name, _, _, _ in self._state_layout()}
         self._resize(nkeys, self.cap, host=host)

@@ -192,12 +192,14 @@ def _kernel_source(gen, auto: cpu.Automaton, static, dynamic, emit_lines,
         add(f"{keys.ref(('last', attr), 'k')} = {gen.value(attr)}")
     add("i += 1")
 
-    head = ["U = np.int64", "g = cuda.grid(1)", "if g >= G:", "    return"]
+    head = ["g = cuda.grid(1)", "if g >= G:", "    return"]
     head += records.widths() + keys.widths()
     head += [f"sc{index} = sc[{index}]" for index in range(len(gen.constants.values))]
     head += ["k = bkey[U(g)]", "base = k * (cap + 1)", "scratch = base + cap",
              "i = resume[U(g)]", "end = boff[U(g + 1)]", "while i < end:"]
-    lines = ["from numba import cuda", "", "",
+    # `U(...)` wraps the state tables' indexes (`Table.ref`): the identity here.
+    lines = ["from numba import cuda", "", "", "@cuda.jit(device=True)", "def U(index):",
+             "    return index", "", "",
              "@cuda.jit", f"def advance(G, cap, {', '.join(args)}):"]
     lines += _indent(head + _indent(step) + ["resume[U(g)] = i"])
     return "\n".join(lines) + "\n"

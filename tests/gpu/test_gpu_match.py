@@ -26,6 +26,7 @@ from cep_core import reference  # noqa: E402
 from cep_core.batch import BatchEncoder, StringDictionary  # noqa: E402
 from cep_core.checker import load_queries, load_query_text  # noqa: E402
 from cep_core.engine.match import MatchEngine  # noqa: E402
+from cep_core.engine.seq import NotSupportedError  # noqa: E402
 from cep_core.event_io import read_events  # noqa: E402
 from cep_core.events import Event, Punctuation  # noqa: E402
 from cep_core.schema import SchemaRegistry, StreamSchema  # noqa: E402
@@ -120,7 +121,7 @@ rows = st.lists(st.tuples(st.sampled_from(["S0", "S1", "S2"]), st.integers(0, 7)
                 min_size=1, max_size=60)
 
 
-@settings(max_examples=15, deadline=None,
+@settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(rows=rows, which=st.sampled_from(["overlapping", "aggregates"]),
        sizes=st.lists(st.integers(1, 25), min_size=1, max_size=3),
@@ -203,6 +204,11 @@ def test_placement_routes_match_queries():
                       "b AS price > 2 EMIT path = Collect(price)")
     where = placement.place(collect, "gpu")
     assert where.target == "cpu" and "Collect()" in where.reason
+    with pytest.raises(NotSupportedError, match="Collect"):
+        GpuMatchEngine(collect, StringDictionary())
+    cpu_snapshot = MatchEngine(cheat, StringDictionary()).snapshot()
+    with pytest.raises(ValueError, match="not a snapshot of the GPU MATCH engine"):
+        GpuMatchEngine(cheat, StringDictionary()).restore(cpu_snapshot)
     report: list = []
     got = placement.run(queries, events, placement="gpu", batch_size=32, report=report)
     assert got == reference.run(queries, events) and got
