@@ -295,6 +295,9 @@ class SeqQuery:
     emit: list[EmitItem]
     tesla: bool = False
     pos: Pos = NOPOS
+    # ON TIMEOUT EMIT PARTIAL: a partial match whose window expires is reported too
+    emit_timeouts: bool = False
+    timeouts_pos: Pos = NOPOS
 
     @property
     def order_by_ts(self) -> bool:

@@ -330,6 +330,8 @@ class _QueryChecker:
             for step in _members(item):
                 self._step(step, index, item, variables)
         self._seq_shape(body)
+        if body.emit_timeouts:
+            self._timeouts(body)
         if body.within is not None:
             self.duration(body.within)
         if body.order_by is not None:
@@ -418,6 +420,16 @@ class _QueryChecker:
         if _is_negated(last):
             self.error(last.pos, "a pattern that ends with NOT needs WITHIN: a trailing NOT "
                                  "is decided when the window after the first event closes")
+
+    def _timeouts(self, body: ast.SeqQuery) -> None:
+        if body.within is None:
+            self.error(body.timeouts_pos, "ON TIMEOUT EMIT PARTIAL needs WITHIN: a partial "
+                                          "match times out when its window closes")
+        if body.strategy is ast.Strategy.SKIP_TILL_ANY_MATCH:
+            self.error(body.timeouts_pos, "ON TIMEOUT EMIT PARTIAL needs USING "
+                                          "skip-till-next-match or strict-contiguity: under "
+                                          "skip-till-any-match every prefix of every "
+                                          "combination would be a partial match")
 
     def _order_by(self, attr: ast.Attr) -> None:
         attr.type = self._known_type(attr.name)

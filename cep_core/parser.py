@@ -243,6 +243,8 @@ class _ToAst(Transformer):
             emit=found.get("emit", []),
             tesla=tesla,
             pos=pos,
+            emit_timeouts="timeouts" in found,
+            timeouts_pos=found.get("timeouts", ast.NOPOS),
         )
 
     @v_args(meta=True, inline=False)
@@ -291,6 +293,9 @@ class _ToAst(Transformer):
 
     def emit_clause(self, meta, items):
         return ("emit", items, self._pos(meta))
+
+    def timeout_clause(self, meta):
+        return ("timeouts", self._pos(meta), self._pos(meta))
 
     # ------------------------------------------------------------ TESLA
     @v_args(meta=True, inline=False)
@@ -519,7 +524,7 @@ class _CallMember:
 
 _HEADER_WORDS = {"from": "FROM", "into": "INTO", "partition": "PARTITION BY"}
 _CLAUSE_WORDS = {"where": "WHERE", "within": "WITHIN", "strategy": "USING", "order": "ORDER BY",
-                 "emit": "EMIT"}
+                 "emit": "EMIT", "timeouts": "ON TIMEOUT EMIT PARTIAL"}
 
 
 def _pos_of(node) -> ast.Pos:

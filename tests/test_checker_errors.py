@@ -207,6 +207,15 @@ BAD = [
      'LAST cannot be inside AND(...)', 1, 39),
     ('QUERY q FROM abc PATTERN SEQ(FIRST A a, B b, C c) USING skip-till-next-match',
      'FIRST is a selection policy of its own; it cannot be combined with USING', 1, 30),
+    ('QUERY q FROM abc PATTERN SEQ(A a, B b) USING strict-contiguity\nON TIMEOUT EMIT PARTIAL',
+     'ON TIMEOUT EMIT PARTIAL needs WITHIN', 2, 1),
+    ('QUERY q FROM abc PATTERN SEQ(A a, B b) WITHIN 5 ON TIMEOUT EMIT PARTIAL',
+     'ON TIMEOUT EMIT PARTIAL needs USING skip-till-next-match or strict-contiguity', 1, 49),
+    ('QUERY q FROM abc PATTERN SEQ(A a, B b) WITHIN 5 USING strict-contiguity\n'
+     'ON TIMEOUT EMIT PARTIAL ON TIMEOUT EMIT PARTIAL',
+     'ON TIMEOUT EMIT PARTIAL given twice', 2, 25),
+    ('QUERY q FROM abc PATTERN SEQ(A a, B b) WITHIN 5 ON TIMEOUT EMIT',
+     'unexpected end of file', 1, 64),
     # ---- WINDOW
     ('QUERY w SELECT symbol FROM ticks [ROWS 4 SLIDE 2] GROUP BY symbol',
      'a WINDOW query needs an aggregate in SELECT', 1, 9),

@@ -94,6 +94,13 @@ def test_seq_steps_and_clauses():
     assert q.body.order_by_ts and q.body.within.unit == "h"
     agg = q.body.emit[0].expr
     assert agg.func is ast.AggFunc.COUNT and agg.arg.var == "dup"
+    assert not q.body.emit_timeouts
+
+
+def test_on_timeout_emit_partial():
+    q = one("QUERY s FROM rfid PATTERN SEQ(O o, R r) WITHIN 1 hour\n"
+            "on timeout emit partial USING strict-contiguity")
+    assert q.body.emit_timeouts and (q.body.timeouts_pos.line, q.body.timeouts_pos.column) == (2, 1)
 
 
 def test_window_query():

@@ -558,3 +558,46 @@ def test_punctuation_releases_every_partition():
     assert interp.punctuate(11 * MIN) == []
     assert [(c["key"], c["seq"]) for c in interp.punctuate(11 * MIN + 1)] == [(2, 2)]
     assert interp.flush() == []
+
+
+# ---------------------------------------------------------------- timed-out partial matches
+
+TIMEOUTS = """QUERY t FROM abc PARTITION BY p PATTERN SEQ(A a, KLEENE(B b), C c) WITHIN 5 minutes
+USING skip-till-next-match ON TIMEOUT EMIT PARTIAL EMIT n = count(b)"""
+
+
+def test_timed_out_partial_matches():
+    interp = SeqInterpreter(query(TIMEOUTS)[0])
+    rows = [abc("A", 0, p=0),  # 0: starts run x (first.ts 0, window closes after 5)
+            abc("B", 1, p=0),  # 1: x takes it as b's first element
+            abc("A", 2, p=1),  # 2: starts run y in partition 1 (closes after 7)
+            abc("B", 4, p=0),  # 3: x takes it: b = [1, 3]
+            abc("A", 5, p=0),  # 4: x ignores it (b is open, A fits nothing); starts run z
+            abc("C", 6, p=0)]  # 5: time 6 > 0 + 5: x times out before seeing it (bound so
+    #                               far: a = 0, b = [1, 3]); z cannot take C (b needs one)
+    out = {e.seq: interp.process(e) for e in events(rows)}
+    assert all(out[s] == [] for s in range(5))
+    assert out[5] == [{"query": "t", "key": 0, "seq": 3, "start_seq": 0, "timed_out": True,
+                       "events": {"a": rows[0] | {"seq": 0},
+                                  "b": [rows[1] | {"seq": 1}, rows[3] | {"seq": 3}]}}]
+    # A punctuation at 7 is not past y's 2 + 5 = 7; at 8 it is (partition 1 had no event
+    # since). z (first.ts 5) waits until after 10.
+    assert interp.punctuate(7 * MIN) == []
+    assert shapes(interp.punctuate(8 * MIN)) == [(2, [2])]
+    # End of input: event time reaches +infinity, z times out with a alone.
+    flushed = interp.flush()
+    assert shapes(flushed) == [(4, [4])] and flushed[0]["timed_out"] is True
+    assert interp.flush() == []
+
+
+def test_timed_out_runs_are_not_the_failed_ones():
+    # strict-contiguity: a run that does not take the next event dies without a report;
+    # a completed match carries no "timed_out".
+    text = """QUERY t FROM abc PATTERN SEQ(A a, B b, C c) WITHIN 3 minutes
+    USING strict-contiguity ON TIMEOUT EMIT PARTIAL"""
+    rows = [abc("A", 0), abc("C", 1),  # run 0 dies on C (not a B): no report
+            abc("A", 2), abc("B", 3), abc("C", 4),  # 2, 3, 4: a match
+            abc("A", 5), abc("B", 6)]  # 5, 6: left at the end: timed out at flush
+    out = run_text(text, rows)
+    assert shapes(out) == [(4, [2, 3, 4]), (6, [5, 6])]
+    assert "timed_out" not in out[0] and out[1]["timed_out"] is True

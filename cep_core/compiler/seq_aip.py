@@ -90,6 +90,7 @@ from cep_core.compiler.seq_aip_runtime import (
     R_MASK,
     R_POS,
 )
+from cep_core.compiler.seq_aip_timeouts import timeout_source
 from cep_core.compiler.seq_cdp import Layout
 from cep_core.compiler.seq_plan import ANY, Conjunct, SeqPlan
 from cep_core.compiler.seq_runtime import RUNTIME_VERSION
@@ -292,6 +293,7 @@ class AipGenerator:
         self.W = plan.window
         self.by_ts = plan.by_ts
         self.runs = plan.uses_runs
+        self.timeouts = plan.body.emit_timeouts and self.runs  # ON TIMEOUT EMIT PARTIAL
         self.strict = plan.strategy is ast.Strategy.STRICT_CONTIGUITY
         self.items = plan.items
         self.n_items = len(plan.items)
@@ -443,14 +445,23 @@ class AipGenerator:
 
     # ------------------------------------------------------------ conjunct code
 
-    def conjunct_lines(self, c: Conjunct, rows: dict, kleene: dict, flag: str) -> list[str]:
+    def conjunct_lines(self, c: Conjunct, rows: dict, kleene: dict, flag: str,
+                       lists: dict | None = None) -> list[str]:
         """Lines that set `flag` False unless c holds; Kleene variables read element by
-        element (not given a row in `rows`) must hold for every element."""
+        element (not given a row in `rows`) must hold for every element: over their
+        materialized rows (`kleene`) or, for those in `lists` (variable -> (channel, head
+        node)), straight along their pool list."""
+        lists = lists or {}
         kvars = sorted(v for v in c.elementwise if v not in rows)
         full = dict(rows)
         for v in kvars:
-            channel, arr, _ = kleene[v]
-            full[v] = (channel, f"{arr}[j{self.var[v].index}]")
+            x = self.var[v].index
+            if v in lists:
+                channel = lists[v][0]
+                full[v] = (channel, f"(NR[nd{x}] - evicted[p, {channel}])")
+            else:
+                channel, arr, _ = kleene[v]
+                full[v] = (channel, f"{arr}[j{x}]")
         leaves = _Leaves(self, full, kleene)
         cond = ExpressionCompiler(leaves, self.constants).condition(c.expr)
         fail = [f"if not {cond}:", f"    {flag} = False"]
@@ -459,12 +470,15 @@ class AipGenerator:
 
         def loops(d: int) -> list[str]:
             v = kvars[d]
-            _, _, count = kleene[v]
+            x = self.var[v].index
             inner = loops(d + 1) if d + 1 < len(kvars) else leaves.pre + fail + ["    break"]
-            out = [f"for j{self.var[v].index} in range({count}):"] + _indent(inner)
             if d + 1 < len(kvars):
-                out += _indent([f"if not {flag}:", "    break"])
-            return out
+                inner += [f"if not {flag}:", "    break"]
+            if v in lists:
+                return [f"nd{x} = {lists[v][1]}", f"while nd{x} >= 0:"] + \
+                    _indent(inner + [f"nd{x} = NP[nd{x}]"])
+            _, _, count = kleene[v]
+            return [f"for j{x} in range({count}):"] + _indent(inner)
 
         return loops(0)
 
@@ -491,10 +505,14 @@ class AipGenerator:
         for c in conjs:
             cm = self.cmask(c) & ~minus
             body = []
+            lists = {}
             for var in self.kleene_needed(c, override):
-                body += self.materialize(var, adding)
+                if var.name in c.aggregated or var.name == adding:
+                    body += self.materialize(var, adding)
+                else:  # read element by element only: walk its list
+                    lists[var.name] = (var.channel, f"h{var.index}")
             body += self.conjunct_lines(c, self.instance_rows(override), self.kleene_map(),
-                                        flag)
+                                        flag, lists)
             test = f"({mask} & {cm}) == {cm}" if cm else "True"
             lines += [f"if {flag} and {test}:"] + _indent(body)
         return lines
@@ -517,6 +535,8 @@ class AipGenerator:
         out += self.gen_release()
         out += self.gen_release_all()
         out += self.gen_process()
+        if self.timeouts:
+            out += timeout_source(self)
         return "\n".join(out) + "\n"
 
     # ------------------------------------------------------------ negations
@@ -755,6 +775,12 @@ class AipGenerator:
                 f"ovf = np.empty(({size}, {self.n_emit}), np.float64)",
                 f"ovn = np.empty(({size}, {self.n_emit}), np.int64)"]
 
+    def timeout_output_init(self) -> list[str]:
+        return ["t_out = np.int64(0)", "t_el = np.int64(0)",
+                "tom = np.empty((16, 3), np.int64)",
+                f"toe_i = np.empty((16, {self.layout.n_int + 1}), np.int64)",
+                f"toe_f = np.empty((16, {self.layout.n_float}), np.float64)"]
+
     def gen_release_all(self) -> list[str]:
         """Punctuation (force=False: event time reached `punct`) and flush (force=True)."""
         L = ["@njit(cache=True)",
@@ -802,6 +828,11 @@ class AipGenerator:
                 "    continue",
                 "last_ts[p] = ets",
                 "now = max(ets, punct)"]
+        if self.timeouts:  # expired runs leave before e is stored or offered to them
+            loop += self.fetch_lines()
+            loop += ["tom, toe_i, toe_f, t_out, t_el = _time_out("
+                     f"p, now, False, {self.channel_params()}, evicted[p], IT, ibase, icnt, "
+                     "NR, NP, tom, toe_i, toe_f, t_out, t_el)"]
         if self.pending_possible:
             loop += ["if phead[p] >= 0 and now > pdec[p]:"]
             inner = self.ensure_release_capacity() + self.fetch_lines()
@@ -818,8 +849,12 @@ class AipGenerator:
             loop += self.any_lines()
         loop += ["if ncmp > 0:"] + _indent(self.finalize_lines())
         body += ["for t in range(n):"] + _indent(loop)
-        body.append("return n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn, n_dead, dead, pd, pk, "
-                    f"IT, NR, NP, ({self.arena_params()},)")
+        ret = ("return n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn, n_dead, dead, pd, pk, "
+               f"IT, NR, NP, ({self.arena_params()},)")
+        if self.timeouts:
+            body[:0] = self.timeout_output_init()
+            ret += ", t_out, t_el, tom, toe_i, toe_f"
+        body.append(ret)
         return L + _indent(body) + [""]
 
     def append_lines(self) -> list[str]:
@@ -979,39 +1014,49 @@ class AipGenerator:
                 "    seg = -1",
                 "    b = 0",
                 f"    nv = {nvirt}",
-                "w = 0",
-                "for r in range(nv):"]
-        visit = [f"if st < {S}:",
+                "r = 0",
+                # instances are unordered: a dead one is replaced by the list's last
+                "while r < nv:"]
+        visit = ["alive = True",
+                 f"if st < {S}:",
                  "    src = IT",
                  "    ri = b + r",
                  f"    dl = src[ri, {R_DL}]",
                  "    if ets > dl:",
-                 "        continue",
+                 "        alive = False",
                  "else:",
                  "    src = TPL",
                  "    ri = r",
-                 f"    dl = src[ri, {R_DL}]"]
-        visit += self.load_lines()
+                 f"    dl = src[ri, {R_DL}]",
+                 "if alive:"]
+        live = self.load_lines()
         if self.by_ts:
-            visit += [f"if st < {S}:"] + _indent(self.viability_lines() +
-                                                 ["if not viable:", "    continue"])
+            live += [f"if st < {S}:"] + _indent(self.viability_lines() +
+                                                ["alive = viable"])
+        live.append("if alive:")
+        body = []
         if self.W is not None:
-            visit.append(f"if ft == {INT64_MAX} or ets - ft <= {self.W}:")
+            body.append(f"if ft == {INT64_MAX} or ets - ft <= {self.W}:")
         else:
-            visit.append("if True:")
+            body.append("if True:")
         trials = []
         for var in self.positive:
             trials += self.trial_lines(var)
-        visit += _indent(trials)
-        keep = [f"if st < {S}:"]
-        keep += _indent(self.kill_lines() + [
-            "if w != r:",
-            f"    for z in range({self.width}):",
-            "        IT[b + w, z] = IT[b + r, z]",
-            "w += 1"])
-        visit += keep
+        body += _indent(trials)
+        kills = self.kill_lines()
+        if kills:
+            body += [f"if st < {S}:"] + _indent(kills)
+        live += _indent(body)
+        visit += _indent(live)
+        visit += [f"if st < {S} and not alive:",
+                  "    nv -= 1",
+                  "    if r != nv:",
+                  f"        for z in range({self.width}):",
+                  "            IT[b + r, z] = IT[b + nv, z]",
+                  "    continue",
+                  "r += 1"]
         head += _indent(visit)
-        head += [f"if st < {S}:", "    icnt[seg] = w"]
+        head += [f"if st < {S}:", "    icnt[seg] = nv"]
         lines += _indent(head)
         lines += self.append_new_lines()
         if self.policy_items:
@@ -1212,8 +1257,9 @@ class AipGenerator:
             body = ["kok = True"]
             body += self.checks(neg.conjuncts, "M", "kok", override, None,
                                 minus=0)
-            body += ["if kok:", "    continue"]
-            lines += [f"if kx{neg.index} and pos == {i} and {empty}:"] + _indent(body)
+            body += ["if kok:", "    alive = False"]
+            lines += [f"if alive and kx{neg.index} and pos == {i} and {empty}:"] + \
+                _indent(body)
         return lines
 
     def resolution_lines(self) -> list[str]:
@@ -1274,44 +1320,50 @@ class AipGenerator:
                  "    seg = -1",
                  "    b = 0",
                  "    nv = 1",
-                 "w = 0",
-                 "for r in range(nv):"]
+                 "r = 0",
+                 "while r < nv:"]
         visit = [f"if st < {S}:",
                  "    src = IT",
                  "    ri = b + r",
                  "else:",
                  "    src = TPL",
-                 "    ri = 0"]
+                 "    ri = 0",
+                 "alive = True"]
         visit += self.load_lines()
         visit += [f"if st == {S}:", "    ft = ets"]
         if self.W is not None:
-            visit += [f"elif ets - ft > {self.W}:", "    continue"]
-        visit += ["for z in range(RUN.shape[0]):", "    RUN[z] = src[ri, z]",
-                  f"RUN[{R_FIRST}] = ft",
-                  "taken = False", "cmpl = False"]
+            visit += [f"elif ets - ft > {self.W}:", "    alive = False"]
+        live = ["for z in range(RUN.shape[0]):", "    RUN[z] = src[ri, z]",
+                f"RUN[{R_FIRST}] = ft",
+                "taken = False", "cmpl = False"]
         if self.W is not None:
-            visit += [f"if st == {S}:", f"    RUN[{R_DL}] = ets + {self.W}"]
+            live += [f"if st == {S}:", f"    RUN[{R_DL}] = ets + {self.W}"]
         take = []
         for item in self.items:
             take += [f"if pos == {item.index}:"] + _indent(self.take_lines(item))
-        visit += [f"if st < {S}:"] + _indent(take)
-        visit += ["else:"] + _indent(self.enter_lines(self.items[0], "M"))
-        keep = ["if taken and cmpl:"] + _indent(self.run_to_cmp())
-        keep += ["elif taken:",
+        live += [f"if st < {S}:"] + _indent(take)
+        live += ["else:"] + _indent(self.enter_lines(self.items[0], "M"))
+        live += ["if taken and cmpl:"] + _indent(self.run_to_cmp() + ["alive = False"])
+        live += ["elif taken:",
                  "    if nn >= NEW.shape[0]:",
                  "        NEW = _grow_rows(NEW, nn + 1)",
                  f"    for z in range({self.width}):",
                  "        NEW[nn, z] = RUN[z]",
-                 "    nn += 1"]
-        if not self.strict:
-            keep += [f"elif st < {S}:",
-                     "    if w != r:",
-                     f"        for z in range({self.width}):",
-                     "            IT[b + w, z] = IT[b + r, z]",
-                     "    w += 1"]
-        visit += keep
+                 "    nn += 1",
+                 "    alive = False"]
+        if self.strict:
+            live += ["else:", "    alive = False"]
+        visit += ["if alive:"] + _indent(live)
+        # runs are unordered: one that moves on or dies is replaced by the list's last
+        visit += [f"if st < {S} and not alive:",
+                  "    nv -= 1",
+                  "    if r != nv:",
+                  f"        for z in range({self.width}):",
+                  "            IT[b + r, z] = IT[b + nv, z]",
+                  "    continue",
+                  "r += 1"]
         head += _indent(visit)
-        head += [f"if st < {S}:", "    icnt[seg] = w"]
+        head += [f"if st < {S}:", "    icnt[seg] = nv"]
         lines += _indent(head)
         lines += self.append_new_lines()
         return lines

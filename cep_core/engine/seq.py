@@ -18,6 +18,8 @@ Options (others are ignored, so one option set can serve every engine kind):
 - `on_overflow`: "error" (default) raises `SeqOverflowError` naming the event and the limit
   (the engine's state is then undefined: restore a snapshot); "count" keeps the matches
   found up to the limit, drops the rest and counts the event in `metrics()["overflows"]`.
+- `idle_timeout` (event-time units, None: never): idle partitions lose their stored
+  events, counted in `metrics()["evicted_keys"]` (`cep_core.engine.seq_idle`).
 
 Results (composite events, dead letters, pending matches released by punctuations or
 flush) are identical to the reference interpreter's (`cep_core.reference.seq`). Composite
@@ -52,6 +54,7 @@ from cep_core.compiler.seq_plan import SeqPlan
 from cep_core.compiler.seq_runtime import compact_pending
 from cep_core.engine.base import Engine
 from cep_core.engine.keys import KeyIndex
+from cep_core.engine.seq_idle import IdleKeys, drop_events, idle_partitions
 
 BACKWARDS_TIME = "event time goes backwards"
 ALGORITHMS = ("auto", "cdp", "aip")
@@ -76,8 +79,9 @@ class SeqEngine(Engine):
     def __init__(self, checked: CheckedQuery, strings: StringDictionary,
                  algorithm: str = "auto", max_matches_per_event: int = 1_000_000,
                  max_subsets_per_event: int = 10_000_000, on_overflow: str = "error",
-                 **_other_options):
+                 idle_timeout: int | None = None, **_other_options):
         super().__init__(checked, strings)
+        self.idle = IdleKeys(idle_timeout)
         if algorithm not in ALGORITHMS:
             raise ValueError(f"unknown SEQ algorithm {algorithm!r} (one of "
                              f"{', '.join(ALGORITHMS)})")
@@ -212,12 +216,26 @@ class SeqEngine(Engine):
                 "max_subsets_per_event; on_overflow='count' drops the excess and counts it)")
         out = self._decode(n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn)
         self._maybe_compact()
+        self.idle.advance(batch.ts.max())
+        self._sweep()
         return out
 
     def punctuate(self, ts: int) -> list[dict]:
         if ts > self.punct:
             self.punct = int(ts)
-        return self._release_all(False)
+        out = self._release_all(False)
+        self.idle.advance(ts)
+        self._sweep()
+        return out
+
+    def _sweep(self) -> None:
+        if not self.idle.due():
+            return
+        P = self.P
+        parts = idle_partitions(self.idle.clock, self.idle.timeout, self.last_ts, self.cnt,
+                                self.phead, np.zeros(P, np.int64), P)
+        drop_events(parts, self.cnt, self.evicted)
+        self.idle.evicted += len(parts)
 
     def flush(self) -> list[dict]:
         return self._release_all(True)
@@ -245,7 +263,8 @@ class SeqEngine(Engine):
     def metrics(self) -> dict:
         return {"partitions": self.P, "overflows": int(self.ctr[OVF]),
                 "pending": int(self.ctr[PALIVE]),
-                "stored_events": int(self.cnt[:self.P].sum())}
+                "stored_events": int(self.cnt[:self.P].sum()),
+                "evicted_keys": self.idle.evicted}
 
     # ------------------------------------------------------------ decoding
 
@@ -334,7 +353,8 @@ class SeqEngine(Engine):
         self._maybe_compact(force=True)
         P = self.P
         meta = {"keys": self.keys.to_state(), "punct": int(self.punct), "partitions": P,
-                "algorithm": self.algorithm}
+                "algorithm": self.algorithm,
+                "idle": [self.idle.clock, self.idle.last_sweep, self.idle.evicted]}
         arrays = {"last_ts": self.last_ts[:P], "cnt": self.cnt[:P],
                   "evicted": self.evicted[:P], "phead": self.phead[:P],
                   "ptail": self.ptail[:P], "pdec": self.pdec[:P], "pfirst": self.pfirst[:P],
@@ -358,6 +378,7 @@ class SeqEngine(Engine):
         P = int(meta["partitions"])
         self._grow_partitions(P)
         self.punct = int(meta["punct"])
+        self.idle.clock, self.idle.last_sweep, self.idle.evicted = meta["idle"]
         for name in ("last_ts", "cnt", "evicted", "phead", "ptail", "pdec", "pfirst"):
             getattr(self, name)[:P] = arrays[name]
         self.ctr = arrays["ctr"].astype(np.int64).copy()

@@ -14,6 +14,10 @@ skip-till-next-match and strict-contiguity (runs). Refused at construction with
 `NotSupportedError` naming the construct: LAST/FIRST under ORDER BY ts (the selected event
 can change after a match completed, when a later event has an equal time).
 
+Option `idle_timeout` (event-time units, None: never): idle partitions lose their stored
+events and instances, counted in `metrics()["evicted_keys"]` (`cep_core.engine.seq_idle`;
+with ON TIMEOUT EMIT PARTIAL their runs are reported as timed out first).
+
 Memory. Events are kept per partition and channel only as far back as the query's horizon
 (WITHIN, the TESLA chain, window aggregates), instances only until their deadline (window
 eviction, per key when an event visits it and for all keys in a sweep between batches).
@@ -57,6 +61,13 @@ from cep_core.compiler.seq_plan import SeqPlan
 from cep_core.compiler.seq_runtime import compact_pending
 from cep_core.engine.base import Engine
 from cep_core.engine.keys import KeyIndex
+from cep_core.engine.seq_idle import (
+    IdleKeys,
+    drop_events,
+    drop_instances,
+    idle_partitions,
+    live_instances,
+)
 from cep_core.engine.seq import NotSupportedError
 
 BACKWARDS_TIME = "event time goes backwards"
@@ -81,8 +92,9 @@ def _kernel(plan: SeqPlan) -> AipKernel:
 class SeqAipEngine(Engine):
     def __init__(self, checked: CheckedQuery, strings: StringDictionary,
                  max_instances: int = 1_000_000, on_overflow: str = "error",
-                 **_other_options):
+                 idle_timeout: int | None = None, **_other_options):
         super().__init__(checked, strings)
+        self.idle = IdleKeys(idle_timeout)
         if on_overflow not in ("error", "count"):
             raise ValueError("on_overflow is 'error' or 'count'")
         if max_instances < 1:
@@ -249,7 +261,7 @@ class SeqAipEngine(Engine):
         sc, tables = self._strings()
         stop = self.on_overflow == "error"
         (n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn, n_dead, dead, self.pd, self.pk,
-         self.IT, self.NR, self.NP, arenas) = self.module.process(
+         self.IT, self.NR, self.NP, arenas, *timed_out) = self.module.process(
             n, pid, qid, EI, EF, *self._arenas(), self.base, self.size, self.cnt,
             self.evicted, self.top, self.last_ts, self.IT, self.ibase, self.isize, self.icnt,
             self.itop, self.templates, self.NR, self.NP, self.pd, self.pk, self.phead,
@@ -267,16 +279,52 @@ class SeqAipEngine(Engine):
                 "partition (option max_instances; on_overflow='count' drops the excess and "
                 "counts it)")
         out = self._decode(n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn)
+        if timed_out:
+            out += self._decode_timed_out(*timed_out)
+        self.idle.advance(batch.ts.max())
+        out += self._sweep()
         self._maintain()
         return out
 
     def punctuate(self, ts: int) -> list[dict]:
         if ts > self.punct:
             self.punct = int(ts)
-        return self._release_all(False)
+        out = self._release_all(False) + self._time_out_all(False)
+        self.idle.advance(ts)
+        return out + self._sweep()
 
     def flush(self) -> list[dict]:
-        return self._release_all(True)
+        return self._release_all(True) + self._time_out_all(True)
+
+    def _time_out_all(self, force: bool, parts: np.ndarray | None = None) -> list[dict]:
+        """ON TIMEOUT EMIT PARTIAL: the runs of `parts` (default: every partition) whose
+        window event time (or, with force, the end of input) has passed, as timed-out
+        partial matches."""
+        if not self.kernel.generator.timeouts:
+            return []
+        if parts is None:
+            parts = np.arange(self.P, dtype=np.int64)
+        res = self.module.time_out_all(
+            self.punct, force, *self._arenas(), self.base, self.cnt, self.evicted,
+            self.last_ts, self.IT, self.ibase, self.icnt, self.NR, self.NP, parts)
+        return self._decode_timed_out(*res)
+
+    def _sweep(self) -> list[dict]:
+        """Idle-key eviction (`cep_core.engine.seq_idle`); the runs of an evicted partition
+        are reported as timed out first when the query asks for them."""
+        if not self.idle.due():
+            return []
+        P, Q = self.P, self.Q
+        live = live_instances(self.qpart, self.icnt, self.S, Q, P)
+        parts = idle_partitions(self.idle.clock, self.idle.timeout, self.last_ts, self.cnt,
+                                self.phead, live, P)
+        if len(parts) == 0:
+            return []
+        out = self._time_out_all(True, parts)
+        drop_instances(parts, self.qpart, self.icnt, self.S, Q, P)
+        drop_events(parts, self.cnt, self.evicted)
+        self.idle.evicted += len(parts)
+        return out
 
     def _release_all(self, force: bool) -> list[dict]:
         if self.ctr[PALIVE] == 0:
@@ -322,7 +370,8 @@ class SeqAipEngine(Engine):
                 "instances": int(self.icnt[:self.Q * self.S].sum()),
                 "pending": int(self.ctr[PALIVE]),
                 "pool_nodes": int(self.ctr[POOL]),
-                "stored_events": int(self.cnt[:self.P].sum())}
+                "stored_events": int(self.cnt[:self.P].sum()),
+                "evicted_keys": self.idle.evicted}
 
     # ------------------------------------------------------------ decoding
 
@@ -350,7 +399,8 @@ class SeqAipEngine(Engine):
             return values.astype(np.float64).tolist()
         return values.tolist()
 
-    def _decode(self, n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn) -> list[dict]:
+    def _decode(self, n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn,
+                partial: bool = False) -> list[dict]:
         if n_out == 0:
             return []
         oe_i, oe_f, om = oe_i[:n_el], oe_f[:n_el], om[:n_out]
@@ -370,7 +420,7 @@ class SeqAipEngine(Engine):
         keys = [self._key(p) for p in om[:, 0].tolist()] if self.keys.attrs else \
             [None] * n_out
         names_of = self.var_names
-        if not any(self.var_kleene):
+        if not any(self.var_kleene) and not partial:
             width = len(names_of)
             grouped = [dict(zip(names_of, elements[s:s + width]))
                        for s in range(0, n_el, width)]
@@ -390,13 +440,23 @@ class SeqAipEngine(Engine):
         query = self.query.name
         out = [{"query": query, "key": k, "seq": h, "start_seq": lo, "events": ev}
                for k, h, lo, ev in zip(keys, highs, lows, grouped)]
-        for j, (name, kind) in enumerate(self.emit_plan):
+        for j, (name, kind) in enumerate([] if partial else self.emit_plan):
             source = ovf[:n_out, j] if kind == "float" else ovi[:n_out, j]
             values = self._column(source, kind)
             for m in np.flatnonzero(ovn[:n_out, j]).tolist():
                 values[m] = None
             for composite, value in zip(out, values):
                 composite[name] = value
+        return out
+
+    def _decode_timed_out(self, n_out, n_el, om, oe_i, oe_f) -> list[dict]:
+        """Partial matches: the variables bound so far, no EMIT fields, "timed_out"."""
+        if n_out == 0:
+            return []
+        none = np.zeros((n_out, 0), np.int64)
+        out = self._decode(n_out, n_el, om, oe_i, oe_f, none, none, none, partial=True)
+        for composite in out:
+            composite["timed_out"] = True
         return out
 
     # ------------------------------------------------------------ snapshots
@@ -406,7 +466,8 @@ class SeqAipEngine(Engine):
         P, Q = self.P, self.Q
         G = Q * self.S
         meta = {"keys": self.keys.to_state(), "punct": int(self.punct), "partitions": P,
-                "instance_keys": Q, "algorithm": self.algorithm}
+                "instance_keys": Q, "algorithm": self.algorithm,
+                "idle": [self.idle.clock, self.idle.last_sweep, self.idle.evicted]}
         arrays = {name: getattr(self, name)[:P] for name in self._PER_PARTITION}
         arrays.update({"cnt": self.cnt[:P], "evicted": self.evicted[:P], "ctr": self.ctr,
                        "pd": self.pd[:int(self.ctr[PN])], "pk": self.pk[:int(self.ctr[PKN])],
@@ -434,6 +495,7 @@ class SeqAipEngine(Engine):
         self._grow_partitions(P)
         self._grow_keys(Q)
         self.punct = int(meta["punct"])
+        self.idle.clock, self.idle.last_sweep, self.idle.evicted = meta["idle"]
         for name in (*self._PER_PARTITION, "cnt", "evicted"):
             getattr(self, name)[:P] = arrays[name]
         self.ctr = arrays["ctr"].astype(np.int64).copy()
@@ -455,6 +517,8 @@ class SeqAipEngine(Engine):
         self.kv[:len(arrays["kv"])] = arrays["kv"]
         if self.class_attr is not None:
             fill_subkeys(self.subkeys, self.qpart, self.kv, Q)
+        else:  # key = partition, also for the partitions still to come (process grows it)
+            self.qpart = np.arange(max(2 * Q, 16), dtype=np.int64)
         icnt = arrays["icnt"].astype(np.int64)
         sizes = np.where(icnt > 0, np.maximum(2 * icnt, 8), 0)
         total = max(64, 2 * int(sizes.sum()))

@@ -13,6 +13,9 @@ How it works, per partition (PARTITION BY value; the whole stream when there is 
   the terminator"). A WHERE conjunct is checked as soon as all its variables are bound.
 - skip-till-next-match and strict-contiguity (`_advance_runs`): SASE-style runs, one match
   at most per run, exactly as the decisions file describes them.
+- ON TIMEOUT EMIT PARTIAL (runs only): a run whose window the partition's event time
+  (its events, punctuations, flush) passes leaves as a timed-out partial match
+  (`_time_out`).
 - Both hand their matches to `_finalize`, which applies the negations: a match is dropped if
   a cancelling event lies in a NOT's region, and waits (`pending`) while a future event could
   still fall into such a region (a trailing NOT; also equal timestamps under ORDER BY ts).
@@ -324,6 +327,7 @@ class SeqInterpreter:
             return []
         part.last_ts = event.ts
         out = self._release(part)  # matches whose deciding time this event passes
+        out.extend(self._time_out(part))
         part.events.append(event)
         if self.uses_runs:
             found = self._advance_runs(part, event)
@@ -340,6 +344,7 @@ class SeqInterpreter:
         out: list[dict] = []
         for part in self._partitions.values():
             out.extend(self._release(part))
+            out.extend(self._time_out(part))
         return out
 
     def flush(self) -> list[dict]:
@@ -350,6 +355,9 @@ class SeqInterpreter:
                 if not self._cancelled(part, p.bindings):
                     out.append(self._composite(part, p.bindings))
             part.pending = []
+            if self.body.emit_timeouts:  # every run left is past its window now
+                out.extend(self._timed_out_composite(part, run.bindings) for run in part.runs)
+                part.runs = []
         return out
 
     # ------------------------------------------------------------ shared helpers
@@ -706,6 +714,31 @@ class SeqInterpreter:
                 waiting.append(p)
         part.pending = waiting
         return out
+
+    def _time_out(self, part: _Partition) -> list[dict]:
+        """ON TIMEOUT EMIT PARTIAL: the runs whose window the partition's event time has
+        passed (now > first.ts + W) leave, each reported as a timed-out partial match."""
+        now = self._now(part)
+        if not self.body.emit_timeouts or now is None:
+            return []
+        expired = [run for run in part.runs if now > run.first_ts + self.window]
+        part.runs = [run for run in part.runs if not now > run.first_ts + self.window]
+        return [self._timed_out_composite(part, run.bindings) for run in expired]
+
+    def _timed_out_composite(self, part: _Partition, bindings: dict) -> dict:
+        """The variables bound so far (a Kleene variable: its elements so far), in step
+        order, and "timed_out": true; no EMIT fields (they may read unbound variables)."""
+        first_seq, last_seq, _, _ = self._span(bindings)
+        events = {}
+        for item in self.items:
+            for s in item.steps:
+                bound = bindings.get(s.var)
+                if bound is None:
+                    continue
+                events[s.var] = [y.to_json() for y in bound] if isinstance(bound, list) \
+                    else bound.to_json()
+        return {"query": self.query.name, "key": part.key, "seq": last_seq,
+                "start_seq": first_seq, "events": events, "timed_out": True}
 
     def _span(self, bindings: dict):
         events = self._positive_events(bindings)

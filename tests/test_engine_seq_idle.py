@@ -1,0 +1,96 @@
+"""Idle-key eviction in the SEQ engines (option `idle_timeout`, as MATCH's).
+
+With an idle time longer than the window (the streams here have no lag between
+partitions) results equal the reference's, by CDP and by AIP (runs with timed-out partial
+matches, and skip-till-any-match forced to AIP), while `metrics()["evicted_keys"]` counts
+the partitions whose state was dropped.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from engine_harness import assert_same
+
+from cep_core.batch import BatchEncoder, StringDictionary
+from cep_core.checker import load_query_text
+from cep_core.engine import create_engine
+from cep_core.engine.seq import SeqEngine
+from cep_core.engine.seq_aip import SeqAipEngine
+from cep_core.events import Event, Punctuation
+
+ANY_MATCH = """QUERY c FROM abc PARTITION BY p PATTERN SEQ(A a, B b, NOT(C c))
+    WHERE a.v = c.v WITHIN 4"""
+RUNS = """QUERY k FROM abc PARTITION BY p
+    PATTERN SEQ(A a, KLEENE(B b){1,3}, C c) WHERE b.v >= a.v
+    WITHIN 6 USING skip-till-next-match ON TIMEOUT EMIT PARTIAL EMIT n = count(b)"""
+
+
+def drifting_stream(seed: int, n: int = 400) -> list:
+    """Partitions come and go: event i belongs to one of three partitions of generation
+    i // 25, time advances by 0-2 per event, a punctuation now and then."""
+    rng = random.Random(seed)
+    out, ts = [], 0
+    for i in range(n):
+        ts += rng.choice([0, 1, 1, 2])
+        if rng.random() < 0.03:
+            out.append(Punctuation(ts + rng.randint(0, 3)))
+        p = (i // 25) * 3 + rng.randint(0, 2)
+        kind = rng.choice("AABBC")
+        out.append(Event(i, ts, {"type": kind, "p": p, "v": rng.randint(0, 2), "ts": ts}))
+    return out
+
+
+def run_engine(engine, stream) -> list[dict]:
+    encoder = BatchEncoder(engine.schema, engine.strings)
+    out = []
+    for i in range(0, len(stream), 16):
+        chunk = stream[i:i + 16]
+        events = [e for e in chunk if isinstance(e, Event)]
+        out += engine.process(encoder.from_events(events))
+        for p in chunk:
+            if isinstance(p, Punctuation):
+                out += engine.punctuate(p.ts)
+    return out + engine.flush()
+
+
+CASES = [(ANY_MATCH, SeqEngine, {}), (ANY_MATCH, SeqAipEngine, {}), (RUNS, create_engine, {})]
+
+
+@pytest.mark.parametrize("text,factory,options", CASES, ids=["cdp", "aip_any", "aip_runs"])
+@pytest.mark.parametrize("seed", [1])
+def test_eviction_keeps_results_and_counts(text, factory, options, seed):
+    queries = load_query_text(text)
+    stream = drifting_stream(seed)
+    assert_same(queries, stream, sizes=(16, 5), restore_at=200, factory=factory,
+                idle_timeout=12, **options)
+    engine = factory(queries[0], StringDictionary(), idle_timeout=12)
+    plain = factory(queries[0], StringDictionary())
+    found = run_engine(engine, stream)
+    assert found and len(found) == len(run_engine(plain, stream))
+    assert engine.metrics()["evicted_keys"] >= 20  # 16 generations of 3 partitions
+    assert plain.metrics()["evicted_keys"] == 0
+    assert engine.metrics()["stored_events"] < plain.metrics()["stored_events"]
+
+
+@pytest.mark.parametrize("factory", [SeqEngine, SeqAipEngine])
+def test_counter_counts_idle_partitions_with_state(factory):
+    queries = load_query_text(ANY_MATCH)
+    strings = StringDictionary()
+    engine = factory(queries[0], strings, idle_timeout=10)
+    encoder = BatchEncoder(queries[0].schema, strings)
+    rows = [("A", 1, 1, 0), ("B", 1, 2, 0),  # 1: a match waiting for its NOT until > 5
+            ("A", 0, 20, 0)]  # the clock moves to 20; partition 1's event time stays at 2
+    events = [Event(i, ts, {"type": k, "p": p, "v": v, "ts": ts})
+              for i, (k, p, ts, v) in enumerate(rows)]
+    assert engine.process(encoder.from_events(events)) == []
+    # partition 1 is idle for 18 >= 10 but holds a pending match: kept
+    assert engine.metrics()["evicted_keys"] == 0
+    out = engine.punctuate(25)  # releases the match, then evicts partition 1
+    assert [c["seq"] for c in out] == [1] and engine.metrics()["evicted_keys"] == 1
+    assert engine.punctuate(29) == [] and engine.metrics()["evicted_keys"] == 1
+    assert engine.punctuate(30) == [] and engine.metrics()["evicted_keys"] == 2
+    assert engine.punctuate(60) == [] and engine.metrics()["evicted_keys"] == 2
+    with pytest.raises(ValueError):
+        factory(queries[0], StringDictionary(), idle_timeout=0)
