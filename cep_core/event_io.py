@@ -11,15 +11,21 @@ file may also hold one JSON array of objects), CSV with a header row (`.csv`) an
   (naive times are UTC).
 - Attributes are coerced by type: CSV text becomes int / float / bool (`true`/`false`);
   an integer is accepted where a float belongs; nothing else is guessed.
+- Integers (ints, timestamps, seq) must fit in 64 signed bits; floats must be finite (JSON
+  has no NaN or infinity, so a non-finite float is rejected, never passed on).
+- With a schema listing its event `types`, a type attribute naming any other type is an
+  unknown event type.
 
 A bad record never stops reading: it becomes a `DeadLetter` with the reason.
 """
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import math
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -37,6 +43,8 @@ JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
 FORMATS = {**{s: "jsonl" for s in JSON_SUFFIXES}, ".csv": "csv", ".parquet": "parquet"}
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
 _UNITS_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 
 
@@ -44,15 +52,30 @@ _UNITS_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 class DeadLetter:
     """A record that could not become an event: where it came from, as read, and why."""
 
-    source: str  # file name (or a query name for events an engine rejected)
+    source: str  # file or topic name (or a query name for events an engine rejected)
     position: int  # 0-based record position in the source (or the event's seq)
     raw: bytes | str
     reason: str
+    offset: int | None = None  # the record's offset in its source partition (Kafka)
+    partition: int | None = None  # that source partition
 
     def to_json(self) -> dict:
-        raw = self.raw.decode("utf-8", "replace") if isinstance(self.raw, bytes) else self.raw
-        return {"source": self.source, "position": self.position, "reason": self.reason,
-                "raw": raw}
+        """`source`, `position`, `reason`, `raw` (as text), then `offset` and `partition`
+        when known, and `raw_base64` (the exact bytes) when `raw` is not valid UTF-8."""
+        out = {"source": self.source, "position": self.position, "reason": self.reason}
+        if isinstance(self.raw, bytes):
+            out["raw"] = self.raw.decode("utf-8", "replace")
+            try:
+                self.raw.decode("utf-8")
+            except UnicodeDecodeError:
+                out["raw_base64"] = base64.b64encode(self.raw).decode("ascii")
+        else:
+            out["raw"] = self.raw
+        if self.offset is not None:
+            out["offset"] = self.offset
+        if self.partition is not None:
+            out["partition"] = self.partition
+        return out
 
 
 class InputError(ValueError):
@@ -120,17 +143,22 @@ def _coerce(name: str, kind: str, value, text: bool, time_unit: str):
 
 def _coerce_int(name: str, value, text: bool) -> int:
     if text and isinstance(value, str) and _is_int_text(value):
-        return int(value)
+        return _in_int64(name, int(value))
     if isinstance(value, float) and not math.isfinite(value):
         raise EventError(f"attribute '{name}': not a finite number ({value})")
     if isinstance(value, bool) or not isinstance(value, int):
         raise EventError(f"attribute '{name}': expected int, got {_describe(value)}")
+    return _in_int64(name, value)
+
+
+def _in_int64(name: str, value: int) -> int:
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise EventError(f"attribute '{name}': integer {value} does not fit in 64 bits")
     return value
 
 
 def _is_int_text(value: str) -> bool:
-    s = value.strip()
-    return s.lstrip("+-").isdigit()
+    return _INT_TEXT.fullmatch(value.strip()) is not None
 
 
 def _iso_to_units(name: str, value: str, time_unit: str) -> int:
@@ -151,7 +179,7 @@ def _datetime_to_units(name: str, when: datetime, time_unit: str) -> int:
     delta = when - _EPOCH  # exact integer arithmetic, no float rounding
     micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
     per_second = _UNITS_PER_SECOND[time_unit]
-    return micros * per_second // 1_000_000
+    return _in_int64(name, micros * per_second // 1_000_000)
 
 
 def _describe(value) -> str:

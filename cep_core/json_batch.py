@@ -6,9 +6,15 @@ building an Event per record: columns are gathered and type-checked a whole colu
 time. A batch where anything needs a closer look (a missing or mistyped attribute, an ISO
 time, a record carrying its own `seq`, bad JSON) falls back to `decode_record` record by
 record, so reasons and accepted values are exactly those of `cep run`.
+
+`decode_messages` is the full form for a Kafka source: it takes each message's offset (and
+the partition) so dead letters say where the original lies, rejects messages over a size
+limit before parsing them, and says which message each good row came from.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import orjson
@@ -31,16 +37,53 @@ def arrow_schema(schema: StreamSchema) -> pa.Schema:
                                               for name, kind in schema.attributes.items()])
 
 
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 20  # Kafka's default message.max.bytes
+
+
+@dataclass
+class DecodedMessages:
+    """`table`: the good records (column `seq`, then the stream's attributes); `rows`: for
+    each table row, the index of its message in the batch; `dead`: the bad messages."""
+
+    table: pa.Table
+    rows: np.ndarray
+    dead: list[DeadLetter]
+
+
+def decode_messages(raws: list[bytes], schema: StreamSchema, positions: np.ndarray, *,
+                    offsets: np.ndarray | None = None, partition: int | None = None,
+                    source: str = "source",
+                    max_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES) -> DecodedMessages:
+    """Messages `raws` whose default seqs are `positions` and whose source offsets are
+    `offsets` -> good columns and dead letters (original bytes, offset, reason).
+
+    A message longer than `max_bytes` is not parsed; its dead letter holds its first
+    `max_bytes` bytes (the whole message stays in the source at its offset)."""
+    positions = np.asarray(positions, dtype=np.int64)
+    if offsets is not None:
+        offsets = np.asarray(offsets, dtype=np.int64)
+    if len(positions) != len(raws) or (offsets is not None and len(offsets) != len(raws)):
+        raise ValueError("decode_messages: raws, positions and offsets differ in length")
+    oversized = max_bytes is not None and any(len(raw) > max_bytes for raw in raws)
+    if not oversized:
+        records = _loads(raws)
+        if records is not None:
+            table = _fast_columns(records, schema, positions)
+            if table is not None:
+                return DecodedMessages(table, np.arange(len(raws), dtype=np.int64), [])
+    return _slow(raws, schema, positions, offsets, partition, source, max_bytes)
+
+
 def decode_json_batch(raws: list[bytes], schema: StreamSchema, positions: np.ndarray,
-                      source: str = "source") -> tuple[pa.Table, list[DeadLetter]]:
+                      source: str = "source", *, offsets: np.ndarray | None = None,
+                      partition: int | None = None,
+                      max_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
+                      ) -> tuple[pa.Table, list[DeadLetter]]:
     """Records `raws` whose default seqs are `positions` -> (table of the good ones, dead
     letters). Seqs taken from records are not checked for order here."""
-    records = _loads(raws)
-    if records is not None:
-        table = _fast_columns(records, schema, positions)
-        if table is not None:
-            return table, []
-    return _slow(raws, schema, positions, source)
+    decoded = decode_messages(raws, schema, positions, offsets=offsets, partition=partition,
+                              source=source, max_bytes=max_bytes)
+    return decoded.table, decoded.dead
 
 
 def _loads(raws: list[bytes]) -> list | None:
@@ -75,23 +118,32 @@ def _fast_columns(records: list, schema: StreamSchema, positions: np.ndarray) ->
 
 
 def _slow(raws: list[bytes], schema: StreamSchema, positions: np.ndarray,
-          source: str) -> tuple[pa.Table, list[DeadLetter]]:
+          offsets: np.ndarray | None, partition: int | None, source: str,
+          max_bytes: int | None) -> DecodedMessages:
     good = []
+    rows = []
     dead: list[DeadLetter] = []
-    for raw, position in zip(raws, positions.tolist()):
-        try:
-            record = orjson.loads(raw)
-        except orjson.JSONDecodeError as e:
-            dead.append(DeadLetter(source, position, raw, f"not valid JSON: {e}"))
-            continue
-        try:
-            good.append(decode_record(record, schema, position))
-        except EventError as e:
-            dead.append(DeadLetter(source, position, raw, str(e)))
+    for i, (raw, position) in enumerate(zip(raws, positions.tolist())):
+        reason = None
+        if max_bytes is not None and len(raw) > max_bytes:
+            reason = f"message of {len(raw)} bytes is over the limit of {max_bytes} bytes"
+            raw = bytes(raw[:max_bytes])
+        else:
+            try:
+                good.append(decode_record(orjson.loads(raw), schema, position))
+                rows.append(i)
+            except orjson.JSONDecodeError as e:
+                reason = f"not valid JSON: {e}"
+            except EventError as e:
+                reason = str(e)
+        if reason is not None:
+            offset = int(offsets[i]) if offsets is not None else None
+            dead.append(DeadLetter(source, position, bytes(raw), reason, offset, partition))
     columns = {"seq": pa.array([e.seq for e in good], pa.int64())}
     for name, kind in schema.attributes.items():
         columns[name] = pa.array([e.attrs[name] for e in good], ARROW_TYPES[kind])
-    return pa.Table.from_pydict(columns, schema=arrow_schema(schema)), dead
+    table = pa.Table.from_pydict(columns, schema=arrow_schema(schema))
+    return DecodedMessages(table, np.array(rows, dtype=np.int64), dead)
 
 
 def conform_table(table: pa.Table, schema: StreamSchema) -> pa.Table:

@@ -64,6 +64,7 @@ def parse(text: str, path: str = "<query>") -> ast.QueryFile:
                          text) from None
     except lark.UnexpectedEOF:
         raise QueryError("unexpected end of file", _end_pos(path, text), text) from None
+    _check_depth(tree, path, text)
     try:
         queries = _ToAst(path).transform(tree)
     except lark.exceptions.VisitError as e:
@@ -71,12 +72,43 @@ def parse(text: str, path: str = "<query>") -> ast.QueryFile:
             raise e.orig_exc.with_source(text) from None
         raise
     for query in queries:
+        _check_ast_depth(query, text)
         for node in ast.walk(query):
             if isinstance(node, _CallMember):
                 raise QueryError("'.attribute' after a call is only for window aggregates, as "
                                  "in avg(Temp(area = s.area).value WITHIN 5 minutes FROM s)",
                                  node.pos, text)
     return ast.QueryFile(path, queries)
+
+
+MAX_TREE_DEPTH = 100  # parse-tree levels; every later pass recurses over the tree
+
+
+def _check_depth(tree: lark.Tree, path: str, text: str) -> None:
+    """A QueryError where the parse tree first gets deeper than MAX_TREE_DEPTH (deeply nested
+    parentheses or very long operator chains), found without recursion."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_TREE_DEPTH:
+            line = getattr(node.meta, "line", 1) if not node.meta.empty else 1
+            column = getattr(node.meta, "column", 1) if not node.meta.empty else 1
+            raise QueryError(f"the query is nested too deeply (more than {MAX_TREE_DEPTH} "
+                             "levels of parentheses and operators)", ast.Pos(path, line, column),
+                             text)
+        stack.extend((child, depth + 1) for child in node.children
+                     if isinstance(child, lark.Tree))
+
+
+def _check_ast_depth(query: ast.Query, text: str) -> None:
+    """The same bound on the AST, where operator chains (`a + b + c ...`) nest."""
+    stack = [(query, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_TREE_DEPTH:
+            raise QueryError(f"the query is nested too deeply (more than {MAX_TREE_DEPTH} "
+                             "levels of parentheses and operators)", node.pos, text)
+        stack.extend((child, depth + 1) for child in ast.children(node))
 
 
 def parse_file(path: str | Path) -> ast.QueryFile:

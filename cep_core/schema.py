@@ -18,6 +18,8 @@ import orjson
 ATTRIBUTE_TYPES = ("int", "float", "string", "bool", "timestamp")
 TIME_UNITS = ("ms", "s", "us", "ns", "ticks")
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+# Files in schemas/ that describe messages, not event streams.
+NOT_STREAMS = ("composite_event", "control_message")
 
 
 class SchemaError(ValueError):
@@ -106,5 +108,6 @@ class SchemaRegistry:
     def names(self) -> list[str]:
         found = set(self._schemas)
         for directory in self.directories:
-            found.update(p.stem for p in directory.glob("*.json") if p.stem != "composite_event")
+            found.update(p.stem for p in directory.glob("*.json")
+                         if p.stem not in NOT_STREAMS)
         return sorted(found)

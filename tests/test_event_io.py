@@ -1,7 +1,9 @@
 """Reading events (JSONL, JSON arrays, CSV, Parquet) and dead letters; writing JSON lines."""
 
+import base64
 import io
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -227,3 +229,74 @@ def test_write_dead_letters(tmp_path):
     write_dead_letters_jsonl([DeadLetter("f.jsonl", 3, b"{bad", "not valid JSON")], path)
     assert orjson.loads(path.read_bytes()) == {"source": "f.jsonl", "position": 3,
                                                "reason": "not valid JSON", "raw": "{bad"}
+
+
+# ------------------------------------------------------------------ Kafka message batches
+
+MESSAGE_CASES = [  # one message per bad-input class, and the reason its dead letter gives
+    (b'{"kind": "A", "n": 1,', "not valid JSON"),
+    (b"\xff\xfe not utf-8", "not valid JSON"),
+    (b"", "not valid JSON"),
+    (b'"just a string"', "not a JSON object"),
+    (orjson.dumps({**GOOD[0], "n": None}), "missing attribute 'n'"),
+    (orjson.dumps({k: v for k, v in GOOD[0].items() if k != "ts"}), "missing attribute 'ts'"),
+    (orjson.dumps({**GOOD[0], "n": "12"}), "attribute 'n': expected int, got a string ('12')"),
+    (orjson.dumps({**GOOD[0], "x": "1.5"}), "attribute 'x': expected float, got a string"),
+    (orjson.dumps({**GOOD[0], "ok": 1}), "attribute 'ok': expected bool, got a number (1)"),
+    (orjson.dumps({**GOOD[0], "kind": "Z"}), "unknown event type 'Z' for stream things"),
+    (b'{"kind": "A", "n": 1, "x": NaN, "ok": true, "ts": 5}', "not valid JSON"),
+    (b'{"kind": "A", "n": 1, "x": 1e400, "ok": true, "ts": 5}', "number is infinity"),
+    (b'{"kind": "A", "n": 18446744073709551615, "x": 1, "ok": true, "ts": 5}',
+     "attribute 'n': integer 18446744073709551615 does not fit in 64 bits"),
+    (orjson.dumps({**GOOD[0], "ts": "9999-12-31T00:00:00Z"}), "does not fit in 64 bits"),
+    (b'{"kind": "A", "n": 1, "x": 1, "ok": true, "ts": 5, "pad": "' + b"x" * 100 + b'"}',
+     "message of 161 bytes is over the limit of 100 bytes"),
+]
+
+
+@pytest.mark.parametrize("raw,reason", MESSAGE_CASES)
+def test_bad_message_is_a_dead_letter_with_offset_and_bytes(raw, reason):
+    from cep_core.json_batch import decode_messages
+
+    ns = StreamSchema(SCHEMA.stream, SCHEMA.attributes, "ts", "ns", "kind", ("A", "B"))
+    raws = [orjson.dumps(GOOD[0]), raw, orjson.dumps(GOOD[1])]
+    decoded = decode_messages(raws, ns, np.array([10, 11, 12]), offsets=np.array([500, 501, 502]),
+                              partition=4, source="events", max_bytes=100)
+    assert decoded.table.column("seq").to_pylist() == [10, 12]  # processing continues
+    assert decoded.rows.tolist() == [0, 2]
+    [letter] = decoded.dead
+    assert reason in letter.reason
+    assert (letter.source, letter.position, letter.offset, letter.partition) == \
+        ("events", 11, 501, 4)
+    assert letter.raw == raw[:100]
+    out = letter.to_json()
+    assert (out["offset"], out["partition"]) == (501, 4)
+    assert base64.b64decode(out.get("raw_base64", "")) == (b"" if "raw_base64" not in out
+                                                          else raw[:100])
+
+
+def test_dead_letter_keeps_bytes_that_are_not_utf8():
+    letter = DeadLetter("events", 0, b"\xff{", "not valid JSON", offset=7)
+    out = letter.to_json()
+    assert base64.b64decode(out["raw_base64"]) == b"\xff{" and out["offset"] == 7
+    assert "raw_base64" not in DeadLetter("f", 0, b"{", "x").to_json()
+
+
+def test_decode_json_batch_keeps_its_signature():
+    from cep_core.json_batch import decode_json_batch
+
+    table, dead = decode_json_batch([orjson.dumps(GOOD[0]), b"{"], SCHEMA, np.array([0, 1]),
+                                    "src")
+    assert table.num_rows == 1 and [(d.position, d.offset) for d in dead] == [(1, None)]
+
+
+def test_csv_integer_text_out_of_range_and_odd_digits(tmp_path):
+    path = tmp_path / "e.csv"
+    path.write_text("kind,n,x,ok,ts\nA,99999999999999999999,1,true,1\nA,+-5,1,true,2\n"
+                    "A,²,1,true,3\n")
+    events, dead = read_events(path, SCHEMA)
+    assert events == []
+    assert [d.reason for d in dead] == [
+        "attribute 'n': integer 99999999999999999999 does not fit in 64 bits",
+        "attribute 'n': expected int, got a string ('+-5')",
+        "attribute 'n': expected int, got a string ('²')"]

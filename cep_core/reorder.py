@@ -1,0 +1,145 @@
+"""A bounded buffer that puts each partition key's events back in event-time order.
+
+Events arrive in `seq` order (the splitter's stamping order); their times may go backwards
+within a key. Per key, the watermark is the largest time seen minus the allowed lateness:
+
+- an event whose time is below its key's watermark at arrival (or below the time of an
+  event of its key already released) is *late*: it goes to the late rows, never into the
+  released stream;
+- every other event waits in the buffer until the watermark reaches its time, and is then
+  released; released events of a key come out in (ts, seq) order.
+
+Whether an event is late depends only on the events of its key before it, so the released
+and late rows of each key do not depend on how the input is cut into batches. Memory is
+bounded: when more than `max_buffered` events wait, the oldest (smallest (ts, seq)) are
+released early and counted in `forced`; later events of their keys below them are late.
+Released events keep their seq; keys are dense integer ids (one per partition key).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cep_core.batch import Batch
+
+_NO_TIME = np.iinfo(np.int64).min
+
+
+@dataclass
+class Reordered:
+    """What one push released (in (ts, seq) order) and what it found late (arrival order);
+    `*_keys` are the rows' partition-key ids."""
+
+    released: Batch
+    released_keys: np.ndarray
+    late: Batch
+    late_keys: np.ndarray
+
+
+class ReorderBuffer:
+    def __init__(self, allowed_lateness: int, max_buffered: int):
+        if allowed_lateness < 0 or max_buffered < 0:
+            raise ValueError("allowed_lateness and max_buffered must not be negative")
+        self.allowed_lateness = allowed_lateness
+        self.max_buffered = max_buffered
+        self.forced = 0  # events released before their time because the buffer was full
+        self.late_count = 0
+        self._max_ts = np.full(0, _NO_TIME, dtype=np.int64)  # per key id
+        self._floor = np.full(0, _NO_TIME, dtype=np.int64)  # time of the last released event
+        self._pending: Batch | None = None
+        self._pending_keys = np.zeros(0, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self._pending_keys)
+
+    def push(self, batch: Batch, keys: np.ndarray) -> Reordered:
+        keys = np.asarray(keys, dtype=np.int64)
+        if len(keys) != len(batch):
+            raise ValueError("one key id per row")
+        self._grow(int(keys.max()) + 1 if len(keys) else 0)
+        late = self._late_rows(batch.ts, keys)
+        np.maximum.at(self._max_ts, keys, batch.ts)
+        self.late_count += int(late.sum())
+        self._append(_take(batch, ~late), keys[~late])
+        watermark = _minus(self._max_ts[self._pending_keys], self.allowed_lateness)
+        ready = self._pending.ts <= watermark
+        excess = len(ready) - int(ready.sum()) - self.max_buffered
+        if excess > 0:
+            waiting = np.flatnonzero(~ready)
+            oldest = np.lexsort((self._pending.seq[waiting], self._pending.ts[waiting]))
+            ready[waiting[oldest[:excess]]] = True
+            self.forced += excess
+        released, released_keys = self._release(ready)
+        return Reordered(released, released_keys, _take(batch, late), keys[late])
+
+    def flush(self) -> tuple[Batch, np.ndarray]:
+        """Release everything still waiting (end of input), in (ts, seq) order."""
+        if self._pending is None:
+            return _empty_like(None), np.zeros(0, dtype=np.int64)
+        return self._release(np.ones(len(self._pending_keys), dtype=bool))
+
+    def _late_rows(self, ts: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """Rows whose time is below their key's threshold at arrival: the largest earlier
+        time of the key minus the lateness, or the key's last released time."""
+        n = len(ts)
+        if n == 0:
+            return np.zeros(0, dtype=bool)
+        order = np.lexsort((np.arange(n), keys))  # by key, then arrival
+        sorted_keys, sorted_ts = keys[order], ts[order]
+        times, rank = np.unique(sorted_ts, return_inverse=True)
+        group = np.cumsum(np.r_[0, np.diff(sorted_keys) != 0])
+        # Offsetting each key's ranks above the previous key's makes one running max
+        # restart at every key.
+        offset = group * len(times)
+        running = times[np.maximum.accumulate(offset + rank) - offset]
+        first = np.r_[True, group[1:] != group[:-1]]
+        before = np.where(first, _NO_TIME, np.r_[_NO_TIME, running[:-1]])
+        before = np.maximum(before, self._max_ts[sorted_keys])
+        threshold = np.maximum(_minus(before, self.allowed_lateness),
+                               self._floor[sorted_keys])
+        late = np.empty(n, dtype=bool)
+        late[order] = sorted_ts < threshold
+        return late
+
+    def _append(self, batch: Batch, keys: np.ndarray) -> None:
+        if self._pending is None:
+            self._pending, self._pending_keys = batch, keys
+            return
+        p = self._pending
+        self._pending = Batch(np.concatenate([p.seq, batch.seq]),
+                              np.concatenate([p.ts, batch.ts]),
+                              {k: np.concatenate([v, batch.columns[k]])
+                               for k, v in p.columns.items()})
+        self._pending_keys = np.concatenate([self._pending_keys, keys])
+
+    def _release(self, rows: np.ndarray) -> tuple[Batch, np.ndarray]:
+        out, out_keys = _take(self._pending, rows), self._pending_keys[rows]
+        order = np.lexsort((out.seq, out.ts))
+        out, out_keys = _take(out, order), out_keys[order]
+        np.maximum.at(self._floor, out_keys, out.ts)
+        self._pending = _take(self._pending, ~rows)
+        self._pending_keys = self._pending_keys[~rows]
+        return out, out_keys
+
+    def _grow(self, n_keys: int) -> None:
+        if n_keys > len(self._max_ts):
+            extra = np.full(n_keys - len(self._max_ts), _NO_TIME, dtype=np.int64)
+            self._max_ts = np.concatenate([self._max_ts, extra])
+            self._floor = np.concatenate([self._floor, extra])
+
+
+def _minus(times: np.ndarray, lateness: int) -> np.ndarray:
+    """times - lateness, staying at the no-time sentinel instead of wrapping around."""
+    return np.where(times < _NO_TIME + lateness, _NO_TIME, times - lateness)
+
+
+def _take(batch: Batch, rows: np.ndarray) -> Batch:
+    return Batch(batch.seq[rows], batch.ts[rows], {k: v[rows] for k, v in batch.columns.items()})
+
+
+def _empty_like(batch: Batch | None) -> Batch:
+    empty = np.zeros(0, dtype=np.int64)
+    return Batch(empty, empty, {} if batch is None else
+                 {k: v[:0] for k, v in batch.columns.items()})
