@@ -46,6 +46,7 @@ from cep_core.compiler.window import (
 from cep_core.engine import window_kernels as wk
 from cep_core.engine.base import Engine
 from cep_core.engine.keys import KeyIndex
+from cep_core.engine.match import _row_builder
 from cep_core.schema import StreamSchema
 
 CHUNK = 1 << 16
@@ -129,8 +130,8 @@ class _Query:
         self.key_values: list = []  # group -> decoded key (the composite event's "key")
         self.key_parts: list[list] = []  # group -> decoded GROUP BY values
         self.key_rank = np.zeros(0, dtype=np.int64)  # group -> place in key order
-        self.make_row = _row_maker(("query", "key", "seq", "start_seq", "window_start",
-                                    "window_end", *(name for name, _ in plan_.items)))
+        self.make_rows = _row_builder(["query", "key", "seq", "start_seq", "window_start",
+                                       "window_end", *(name for name, _ in plan_.items)])
         self.predicate_keys = [canonical(expr) for expr in plan_.where]
         self.dead: list[tuple[int, str]] = []
         self.loc = np.full(1, -1, dtype=np.int64)
@@ -542,7 +543,7 @@ class WindowQuerySet:
             else:  # the window attribute: the window end
                 column = ends.tolist()
             columns.append(column)
-        return list(itertools.starmap(query.make_row, zip(*columns)))
+        return query.make_rows(zip(*columns))
 
     def _decode_keys(self, query: _Query) -> None:
         """Decoded keys of the query's groups and their ranks in key order."""
@@ -637,15 +638,6 @@ class WindowEngine(Engine):
 # ---------------------------------------------------------------- helpers
 
 
-def _row_maker(fields: tuple[str, ...]):
-    """fields -> a function (v0, v1, ...) -> {fields[0]: v0, ...}: a dict display, about a
-    third faster than dict(zip(fields, values)). The generated text holds only positions;
-    the names are bound as values, never written into code."""
-    params = ", ".join(f"v{k}" for k in range(len(fields)))
-    items = ", ".join(f"F{k}: v{k}" for k in range(len(fields)))
-    namespace = {f"F{k}": name for k, name in enumerate(fields)}
-    exec(f"def make_row({params}):\n    return {{{items}}}\n", namespace)  # noqa: S102
-    return namespace["make_row"]
 
 
 def _slot(names: list[str], name: str) -> int:
