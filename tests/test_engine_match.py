@@ -420,3 +420,26 @@ def test_snapshot_is_independent_of_the_engine_it_came_from():
     rest_b = restored.process(BatchEncoder(MIXED, strings_b).from_events(stream[600:]))
     assert rest_a == rest_b
     assert first + rest_a == reference_run(queries, stream)[0]
+
+
+@pytest.mark.parametrize("workload", ["finance0", "marathon"])
+def test_batches_bigger_than_a_chunk_give_the_same_composites(workload, monkeypatch):
+    """A batch over CHUNK events is processed chunk by chunk; the result is the same."""
+    from cep_core.engine import match as match_module
+    from cep_core.workloads import WORKLOADS
+
+    spec = WORKLOADS[workload]
+    table = spec.generate(5_000, 3)
+    queries = load_query_text(spec.query_text(seed=3), path=f"<{workload}>")
+    checked = [q for q in queries if q.query.kind == "match"][0]
+
+    def composites():
+        strings = StringDictionary()
+        engine = MatchEngine(checked, strings)
+        batch = BatchEncoder(checked.schema, strings).from_arrow(table)
+        return engine.process(batch) + engine.flush(), engine.dead_letters
+
+    whole = composites()
+    monkeypatch.setattr(match_module, "CHUNK", 777)
+    assert composites() == whole
+    assert len(whole[0]) > 0
