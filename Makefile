@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench lint venv clean
+.PHONY: demo test bench lint venv clean sysdeps
 
 venv: $(STAMP)
 
@@ -14,7 +14,21 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-test: $(STAMP)
+# Simulators the FPGA tests run (Debian packages): installed only when missing.
+SYSDEPS := iverilog yosys
+sysdeps:
+	@missing=""; for tool in $(SYSDEPS); do command -v $$tool >/dev/null 2>&1 || \
+	    missing="$$missing $$tool"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing$$missing"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	else \
+	    echo "missing:$$missing; install them as root: apt-get install$$missing" >&2; \
+	    exit 1; \
+	fi
+
+test: sysdeps $(STAMP)
 	$(BIN)/python -m pytest
 
 # The live demo: embedded broker, splitter, 2 workers, coordinator; ~20k trades at 2000/s
@@ -25,6 +39,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_reference.py
 	$(BIN)/python bench/bench_core.py
+	$(BIN)/python bench/bench_backfill.py
 	$(BIN)/python bench/bench_fpga.py
 	$(BIN)/python bench/bench_gpu.py
 	$(BIN)/cep bench e2e --json

@@ -424,6 +424,90 @@ def bench_gpu(
     _guard(body)
 
 
+@bench_app.command("backfill")
+def bench_backfill(
+    events: Annotated[int, typer.Option("--events", "-n", min=1, help="Events.")] =
+    10_000_000,
+    master: Annotated[str, typer.Option(help="Spark master.")] = "local[2]",
+    partitions: Annotated[int, typer.Option(min=1, help="Spark partitions per keyed "
+                                            "group.")] = 8,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 1,
+    baseline_events: Annotated[int | None, typer.Option(
+        help="Events for the single-process jit baseline (default: all).")] = None,
+    workdir: Annotated[Path | None, typer.Option(help="Where the data and outputs go "
+                                                 "(default: a temporary directory).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """The finance workloads through the Spark backfill and, in the same run, through
+    `cep run --engine jit` in one process: events/s of both and their ratio."""
+
+    def body():
+        from services.backfill_bench import bench_backfill as run_bench
+
+        result = run_bench(events, master=master, seed=seed, partitions=partitions,
+                           baseline_events=baseline_events,
+                           workdir=str(workdir) if workdir else None, console=stderr)
+        if as_json:
+            print(orjson.dumps(result).decode())
+            return
+        table = Table(title="cep bench backfill")
+        table.add_column("measure")
+        table.add_column("value", justify="right")
+        for name, value in result.items():
+            table.add_row(name, f"{value:,}" if isinstance(value, int)
+                          and not isinstance(value, bool) else str(value))
+        stdout.print(table)
+
+    _guard(body)
+
+
+# ------------------------------------------------------------------ cep backfill
+
+
+@app.command()
+def backfill(
+    query_file: Annotated[Path, typer.Argument(help="The query file.")],
+    inputs: Annotated[list[str], typer.Option("--input", "-i", help="History: .parquet, "
+                                              ".jsonl or .csv files or directories, local "
+                                              "or any Hadoop URI (repeatable; read in "
+                                              "order as one stream).")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Where composite events go "
+                                        "(a Parquet directory).")],
+    master: Annotated[str, typer.Option(help="Spark master.")] = "local[*]",
+    partitions: Annotated[int | None, typer.Option(min=1, help="Spark partitions per keyed "
+                                                   "query group (default: the shuffle "
+                                                   "partitions, 8).")] = None,
+    dead_letters: Annotated[str | None, typer.Option(
+        "--dead-letters", help="Where dead letters go (Parquet; default "
+        "OUTPUT_dead_letters).")] = None,
+    to_kafka: Annotated[str | None, typer.Option("--to-kafka", help="Also produce the "
+                                                 "composite events to this topic.")] = None,
+    bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: "
+                                                  "$KAFKA_BOOTSTRAP).")] = None,
+    schema: SchemaOption = None,
+) -> None:
+    """Run the queries over history with Spark; composite events as Parquet."""
+
+    def body():
+        from cep_core.event_io import InputError
+        from services.backfill import run_backfill, spark_session
+
+        queries = _load(query_file, _registry(schema))
+        if to_kafka and not (bootstrap or os.environ.get("KAFKA_BOOTSTRAP")):
+            raise CliError("--to-kafka needs a broker: pass --bootstrap or set "
+                           "KAFKA_BOOTSTRAP", 2)
+        spark = spark_session(master, shuffle_partitions=partitions or 8)
+        try:
+            result = run_backfill(spark, queries, inputs, output, dead_letters=dead_letters,
+                                  partitions=partitions, console=stderr, to_kafka=to_kafka,
+                                  bootstrap=bootstrap)
+        except (InputError, ValueError) as e:
+            raise CliError(str(e)) from None
+        stderr.print(result.summary(), markup=False)
+
+    _guard(body)
+
+
 from accel.gpu.cli import gpu_app  # noqa: E402
 
 app.add_typer(gpu_app, name="gpu")

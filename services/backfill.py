@@ -1,0 +1,184 @@
+"""The Spark backfill: run queries over history (Parquet, JSON lines, CSV) at scale.
+
+    decode (Arrow tasks, cep_core's decoders) -> seq check -> per query group:
+    repartition by the group's keys -> sort by seq within partitions -> mapInArrow(engines)
+    -> composite events (Parquet) + dead letters (Parquet) [-> Kafka]
+
+Which queries may be split by key is decided in `backfill_plan`; input decoding in
+`backfill_ingest`; the engine task in `backfill_engines`; output layout and readers in
+`backfill_output`. The output equals `cep run` (reference or jit) on the same input.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from functools import reduce
+
+from cep_core.checker import CheckedQuery
+from cep_core.compiler.modules import cache_dir
+from services.backfill_engines import (
+    COMPOSITE,
+    REJECTED,
+    RESULT_SCHEMA,
+    PartitionRunner,
+    map_in_arrow,
+)
+from services.backfill_ingest import accept, list_inputs, read_decoded
+from services.backfill_plan import describe, plan
+
+ARROW_BATCH_ROWS = 65_536
+
+
+@dataclass
+class BackfillResult:
+    events: int  # good events run through the queries
+    dead_letters: int  # bad input records plus events an engine rejected
+    composites: int
+    seconds: float
+    plan: list[str] = field(default_factory=list)
+
+    @property
+    def events_per_second(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else float("inf")
+
+    def summary(self) -> str:
+        return (f"backfill: {self.events:,} events ({self.dead_letters:,} dead letters), "
+                f"{self.composites:,} composite events in {self.seconds:.2f}s "
+                f"({self.events_per_second:,.0f} events/s)")
+
+
+def spark_session(master: str = "local[*]", shuffle_partitions: int = 8,
+                  app_name: str = "cep-backfill", **conf):
+    """A SparkSession for backfills: UI off, case-sensitive names (attributes may differ
+    only in case), Python workers on this interpreter with this process's kernel cache."""
+    import os
+
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+               .config("spark.sql.caseSensitive", "true")
+               .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ARROW_BATCH_ROWS))
+               .config("spark.executorEnv.CEP_KERNEL_CACHE", str(cache_dir())))
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: str,
+                 dead_letters: str | None = None, partitions: int | None = None,
+                 console=None, to_kafka: str | None = None,
+                 bootstrap: str | None = None) -> BackfillResult:
+    """Run `queries` (one stream) over the input files; write composite events to `output`
+    and dead letters to `dead_letters` (default: `<output>_dead_letters`), both Parquet.
+    `partitions`: Spark partitions of each keyed group (default: shuffle partitions)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    streams = sorted({q.schema.stream for q in queries})
+    if len(streams) != 1:
+        raise ValueError(f"the queries read several streams ({', '.join(streams)}); a "
+                         "backfill takes one stream per query file")
+    schema = queries[0].schema
+    dead_letters = dead_letters or f"{output.rstrip('/')}_dead_letters"
+    partitions = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
+    started = time.perf_counter()
+    rows = spark.sparkContext.accumulator(0)
+    groups = plan(queries)
+
+    def job() -> BackfillResult:
+        cached = read_decoded(spark, list_inputs(spark, inputs), schema).persist(
+            StorageLevel.MEMORY_AND_DISK)  # decoded once: the seq check and the rest read it
+        decoded = accept(cached)
+        good = decoded.where(F.col("_error").isNull()).select("seq", *schema.attributes)
+        results = []
+        for group in groups:
+            keyed = (good.repartition(partitions, *group.keys) if group.keys
+                     else good.repartition(1))
+            runner = PartitionRunner(list(group.queries), str(cache_dir()), rows)
+            results.append(map_in_arrow(keyed.sortWithinPartitions("seq"), runner,
+                                        RESULT_SCHEMA))
+        found = reduce(lambda a, b: a.unionByName(b), results)
+        found = found.persist(StorageLevel.MEMORY_AND_DISK)
+        (found.where(F.col("kind") == COMPOSITE)
+         .select("query", "query_index", "key", "seq", "start_seq",
+                 F.col("body").alias("composite"))
+         .write.mode("overwrite").parquet(output))
+        bad_input = decoded.where(F.col("_error").isNotNull()).select(
+            F.lit(0).alias("stage"), F.lit(None).cast("int").alias("query_index"),
+            F.col("_source").alias("source"), F.col("_position").alias("position"),
+            F.col("_error").alias("reason"), F.col("_raw").alias("raw"))
+        rejected = found.where(F.col("kind") == REJECTED).select(
+            F.lit(1).alias("stage"), "query_index",
+            F.concat(F.lit("query "), F.col("query")).alias("source"),
+            F.col("seq").alias("position"), "reason", F.col("body").alias("raw"))
+        bad_input.unionByName(rejected).coalesce(1).write.mode("overwrite") \
+            .parquet(dead_letters)
+        counts = {row["kind"]: row["count"] for row in found.groupBy("kind").count().collect()}
+        good_or_bad = {row["good"]: row["count"] for row in decoded.groupBy(
+            F.col("_error").isNull().alias("good")).count().collect()}
+        n_good, n_bad = good_or_bad.get(True, 0), good_or_bad.get(False, 0)
+        cached.unpersist()
+        found.unpersist()
+        return BackfillResult(n_good, n_bad + counts.get(REJECTED, 0),
+                              counts.get(COMPOSITE, 0), 0.0, describe(groups))
+
+    if console is not None:
+        from services.backfill_progress import SparkProgress
+
+        for line in describe(groups):
+            console.print(f"plan: {line}", markup=False, style="dim")
+        with SparkProgress(spark, console, rows):
+            result = job()
+    else:
+        result = job()
+    if to_kafka:
+        produce_to_kafka(output, to_kafka, bootstrap)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def produce_to_kafka(output: str, topic: str, bootstrap: str | None) -> int:
+    """Produce the composite events of a backfill output to `topic`, in output order: one
+    JSON per message, the partition key as JSON for the message key."""
+    import os
+
+    import orjson
+    from confluent_kafka import Producer
+
+    from services.backfill_output import read_composites
+
+    bootstrap = bootstrap or os.environ.get("KAFKA_BOOTSTRAP")
+    if not bootstrap:
+        raise ValueError("--to-kafka needs a broker: pass --bootstrap or set KAFKA_BOOTSTRAP")
+    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random",
+                         "enable.idempotence": True})
+    errors: list[str] = []
+
+    def delivered(err, _msg):
+        if err is not None:
+            errors.append(str(err))
+
+    composites = read_composites(output)
+    for composite in composites:
+        message = {"value": orjson.dumps(composite), "key": orjson.dumps(composite.get("key")),
+                   "on_delivery": delivered}
+        while True:
+            try:
+                producer.produce(topic, **message)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.1)
+        producer.poll(0)
+    remaining = producer.flush(30)
+    if errors or remaining:
+        raise RuntimeError(f"producing to {topic} failed: "
+                           f"{errors[0] if errors else f'{remaining} messages undelivered'}")
+    return len(composites)

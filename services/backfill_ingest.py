@@ -1,0 +1,300 @@
+"""Backfill input: history files -> one DataFrame of decoded events and dead letters.
+
+Seqs, event times and dead-letter reasons are exactly those of `cep run` on the same file
+(`cep_core.event_io`): a record's default seq is its 0-based position in the input (bad
+records count, blank lines do not), seqs must strictly increase. Several inputs are read
+as if concatenated in the order given (a directory: its files in name order).
+
+Positions without a single pass through one process: a cheap JVM job counts the records
+of every file split (Spark partition); the decode tasks (Arrow, in the Python workers)
+start from the sum of the counts before their split. The "seq must increase" check needs
+the largest good seq before a row: each task keeps a running maximum within its split
+(`_prev_max`), and the maxima of earlier splits are combined on the driver.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+import numpy as np
+import orjson
+import pyarrow as pa
+
+from cep_core.errors import EventError
+from cep_core.event_io import FORMATS, InputError, _csv_records, decode_record
+from cep_core.event_columns import decode_table, events_to_columns
+from cep_core.schema import StreamSchema
+from services.backfill_engines import map_in_arrow
+
+SPARK_TYPES = {"int": "long", "timestamp": "long", "float": "double", "bool": "boolean",
+               "string": "string"}
+# Columns of the decoded DataFrame besides `seq` and the stream's attributes.
+BOOKKEEPING = "_source string, _position long, _chunk int, _prev_max long, _error string, " \
+              "_raw string"
+BLOCK = "_block"  # the split's byte offset in its file (_metadata.file_block_start)
+_BLANK_JSON = "\\S"  # Java's \s is Python's bytes.strip() set: a line without \S is skipped
+
+
+@dataclass(frozen=True)
+class InputFile:
+    path: str  # as Spark reads it
+    source: str  # as dead letters name it (the path as given, like `cep run`)
+    fmt: str  # "jsonl", "csv" or "parquet"
+
+
+def list_inputs(spark, paths: list[str]) -> list[InputFile]:
+    """The files to read, in order: each path, or a directory's data files by name."""
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    files: list[InputFile] = []
+    for given in paths:
+        hpath = jvm.org.apache.hadoop.fs.Path(given)
+        fs = hpath.getFileSystem(conf)
+        if not fs.exists(hpath):
+            raise InputError(f"{given}: no such file or directory")
+        if not fs.getFileStatus(hpath).isDirectory():
+            files.append(InputFile(given, given, _format_of(given)))
+            continue
+        names = sorted(s.getPath().getName() for s in fs.listStatus(hpath) if s.isFile())
+        inside = [n for n in names if not n.startswith(("_", ".")) and _suffix(n) in FORMATS]
+        if not inside:
+            raise InputError(f"{given}: no .jsonl, .csv or .parquet files in this directory")
+        for name in inside:
+            path = f"{given.rstrip('/')}/{name}"
+            files.append(InputFile(path, path, _format_of(path)))
+    return files
+
+
+def _suffix(name: str) -> str:
+    return PurePosixPath(name).suffix.lower()
+
+
+def _format_of(path: str) -> str:
+    fmt = FORMATS.get(_suffix(path))
+    if fmt is None:
+        raise InputError(f"{path}: unknown event file format '{_suffix(path)}' "
+                         f"(use {', '.join(FORMATS)})")
+    return fmt
+
+
+def decoded_schema(schema: StreamSchema) -> str:
+    attrs = ", ".join(f"`{name}` {SPARK_TYPES[kind]}" for name, kind in
+                      schema.attributes.items())
+    return f"seq long, {attrs}, {BOOKKEEPING}"
+
+
+# ------------------------------------------------------------------ the driver side
+
+
+def read_decoded(spark, files: list[InputFile], schema: StreamSchema):
+    """One DataFrame over every record of the inputs: `seq`, the attributes (null on bad
+    rows) and the bookkeeping columns; `_error` is None on good rows.
+
+    A split is named by its file and `_metadata.file_block_start` (its byte offset), so
+    positions do not depend on how Spark numbers or packs partitions."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    raw_frames = [_raw_frame(spark, f) for f in files]
+    counted = [_records(df, f).groupBy(BLOCK).count().withColumn("file", F.lit(i))
+               for i, (f, df) in enumerate(zip(files, raw_frames))]
+    counts: dict[int, dict[int, int]] = {i: {} for i in range(len(files))}
+    for row in reduce(lambda a, b: a.unionByName(b), counted).collect():
+        counts[row["file"]][row[BLOCK]] = row["count"]
+    frames = []
+    position = chunk = 0
+    for i, (f, df) in enumerate(zip(files, raw_frames)):
+        header = None
+        if f.fmt == "csv":
+            first = df.where(F.col(BLOCK) == 0).head()
+            header = first[0] if first is not None else None
+            if counts[i]:
+                counts[i][min(counts[i])] -= 1  # the header is no record
+        splits = {}
+        for block in sorted(counts[i]):
+            splits[block] = (position, chunk)
+            position += counts[i][block]
+            chunk += 1
+        decoder = SplitDecoder(schema, f, header, splits)
+        frames.append(map_in_arrow(df, decoder, decoded_schema(schema)))
+    if not frames:
+        raise InputError("no input files")
+    return reduce(lambda a, b: a.unionByName(b), frames)
+
+
+def _raw_frame(spark, f: InputFile):
+    from pyspark.sql import functions as F
+
+    if f.fmt == "parquet":
+        df = spark.read.parquet(f.path)
+        return df.select("*", F.col("_metadata.file_block_start").alias(BLOCK))
+    df = spark.read.text(f.path).select("value", F.col("_metadata.file_block_start")
+                                        .alias(BLOCK))
+    if f.fmt == "jsonl":
+        first = df.where(df.value.rlike(_BLANK_JSON)).head()
+        if first is not None and first[0].lstrip().startswith("["):
+            raise InputError(f"{f.source}: a JSON array file; backfill reads JSON lines "
+                             "(one object per line)")
+    return df
+
+
+def _records(df, f: InputFile):
+    """The rows of a raw frame that are records (the CSV header still included)."""
+    if f.fmt == "jsonl":
+        return df.where(df.value.rlike(_BLANK_JSON))
+    if f.fmt == "csv":
+        return df.where((df.value != "") & (df.value != '""'))
+    return df
+
+
+def accept(decoded):
+    """`decoded` with `_error` filled in for rows whose seq does not increase, like
+    `cep run`: a good row's seq must exceed every earlier good row's. Their `raw` is the
+    record as read, except for a Parquet row rejected only because of an earlier split's
+    seqs: Spark's JSON of its decoded fields."""
+    from pyspark.sql import functions as F
+
+    maxima = {row["_chunk"]: row["m"] for row in decoded.where(F.col("_error").isNull())
+              .groupBy("_chunk").agg(F.max("seq").alias("m")).collect()}
+    prefix, running = [], -1
+    for c in range(max(maxima, default=-1) + 1):
+        prefix.append(running)
+        running = max(running, maxima.get(c, -1))
+    before = F.array(*[F.lit(v).cast("long") for v in prefix or [-1]])
+    last = F.greatest(F.col("_prev_max"),
+                      F.coalesce(F.try_element_at(before, F.col("_chunk") + 1),
+                                 F.lit(-1).cast("long")))
+    error = F.when(F.col("_error").isNull() & (F.col("seq") <= last),
+                   F.concat(F.lit("seq "), F.col("seq").cast("string"),
+                            F.lit(" does not increase (previous seq "), last.cast("string"),
+                            F.lit(")"))).otherwise(F.col("_error"))
+    rejected = F.col("_error").isNull() & (F.col("seq") <= last)
+    raw = F.when(rejected, F.to_json(F.struct(*[F.col(c) for c in _record_columns(decoded)])))
+    return decoded.withColumn("_raw", F.coalesce(F.col("_raw"), raw)) \
+        .withColumn("_error", error)
+
+
+def _record_columns(decoded) -> list[str]:
+    return [c for c in decoded.columns if not c.startswith("_")]
+
+
+# ------------------------------------------------------------------ the worker side
+
+
+class SplitDecoder:
+    """The decode task of one input file (called by mapInArrow once per partition, which
+    holds one or more splits of the file). `splits`: block start -> (position of the
+    split's first record, chunk: the split's place among all splits of the input)."""
+
+    def __init__(self, schema: StreamSchema, f: InputFile, header: str | None,
+                 splits: dict[int, tuple[int, int]]):
+        self.schema = schema
+        self.file = f
+        self.header = header
+        self.splits = splits
+        self.first_block = min(splits, default=0)
+
+    def __call__(self, batches):
+        block, position, chunk, prev_max, skip_header = None, 0, 0, -1, False
+        for batch in batches:
+            blocks = batch.column(batch.num_columns - 1).to_numpy(zero_copy_only=False)
+            edges = [0, *(np.flatnonzero(np.diff(blocks)) + 1).tolist(), len(blocks)]
+            for start, stop in zip(edges, edges[1:]):
+                if blocks[start] != block:  # a new split: its own positions and seq check
+                    block = int(blocks[start])
+                    position, chunk = self.splits.get(block, (0, 0))
+                    prev_max = -1
+                    skip_header = self.file.fmt == "csv" and block == self.first_block
+                table = pa.Table.from_batches([batch.slice(start, stop - start)]).drop_columns(
+                    [BLOCK])
+                out, skip_header, prev_max = self._decode(table, position, chunk, prev_max,
+                                                          skip_header)
+                if out is not None:
+                    position += out.num_rows
+                    yield out
+
+    def _decode(self, table: pa.Table, position: int, chunk: int, prev_max: int,
+                skip_header: bool):
+        if self.file.fmt == "parquet":
+            positions = np.arange(position, position + table.num_rows, dtype=np.int64)
+            decoded = decode_table(table, self.schema, positions)
+            seq, columns, errors, raw = decoded.seq, decoded.attributes, decoded.errors, \
+                decoded.raw
+        else:
+            lines = table.column(0).to_pylist()
+            if skip_header and lines:
+                lines, skip_header = lines[1:], False
+            seq, columns, errors, raw = self._decode_lines(lines, position)
+        n = len(seq)
+        if n == 0:
+            return None, skip_header, prev_max
+        good = np.array([e is None for e in errors], dtype=bool)
+        running = np.maximum.accumulate(np.concatenate([[prev_max], np.where(good, seq, -1)]))
+        if self.file.fmt == "parquet":
+            # Raw records of Parquet rows are made for bad rows and rows whose seq does not
+            # increase within the split; text rows keep their line (see `accept`).
+            keep = ~good | (seq <= running[:-1])
+            missing = [r for r in np.flatnonzero(keep).tolist() if raw[r] is None]
+            if missing:
+                for r, record in zip(missing, table.take(pa.array(missing)).to_pylist()):
+                    raw[r] = orjson.dumps(record, default=str).decode()
+        out = pa.RecordBatch.from_arrays(
+            [pa.array(seq, pa.int64()), *columns.values(),
+             pa.array([self.file.source] * n, pa.string()),
+             pa.array(np.arange(position, position + n, dtype=np.int64)),
+             pa.array(np.full(n, chunk, dtype=np.int32)),
+             pa.array(running[:-1], pa.int64()),
+             pa.array(errors, pa.string()), pa.array(raw, pa.string())],
+            names=["seq", *columns, "_source", "_position", "_chunk", "_prev_max",
+                   "_error", "_raw"])
+        return out, skip_header, int(running[-1])
+
+    def _decode_lines(self, lines: list[str], position: int):
+        """JSON lines or CSV rows through `cep_core.event_io`'s own decoding."""
+        text = self.file.fmt == "csv"
+        records = _csv_lines(self.header, lines) if text else _json_lines(lines)
+        seqs, events, errors, raws = [], [], [], []
+        for offset, (raw, record, error) in enumerate(records):
+            event = None
+            if error is None:
+                try:
+                    event = decode_record(record, self.schema, position + offset, text=text)
+                except EventError as e:
+                    error = str(e)
+            seqs.append(event.seq if event is not None else position + offset)
+            events.append(event)
+            errors.append(error)
+            raws.append(raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw)
+        return (np.array(seqs, dtype=np.int64), events_to_columns(events, self.schema),
+                errors, raws)
+
+
+def _json_lines(lines: list[str]):
+    """(raw, record, error) per non-blank line, as `event_io` reads a JSON lines file."""
+    for line in lines:
+        data = line.encode("utf-8").strip()
+        if not data:
+            continue
+        try:
+            yield data, orjson.loads(data), None
+        except orjson.JSONDecodeError as e:
+            yield data, None, f"not valid JSON: {e}"
+
+
+class _TextChunk:
+    """Lines of a CSV file in memory, opened like a Path by `event_io._csv_records`."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def open(self, *args, **kwargs):
+        return io.StringIO(self.text, newline="")
+
+
+def _csv_lines(header: str | None, lines: list[str]):
+    if header is None:
+        return iter(())
+    return _csv_records(_TextChunk("\n".join([header, *lines]) + "\n"))
