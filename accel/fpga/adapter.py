@@ -3,16 +3,18 @@ composite events the software engine emits (docs/fpga.md, "Host adapter").
 
 Per batch, on numpy columns: dense partition ids (the MATCH engine's key ids), the time
 check (events whose time goes backwards in their partition are rejected on the host, as
-every engine does),
-wire seqs (0, 1, 2, ... over the tuples sent), `pack_tuples`, then one buffer of datagrams
-sent slice by slice. The columns EMIT reads are retained per chunk of tuples sent, at most
-`retain_tuples` tuples, so a match record (partition, seq, start seq) can be turned into
-the composite event: EMIT is evaluated over the partition's retained tuples with wire seq
-in [start seq, seq] by the reference interpreter's expression evaluator.
+every engine does), wire seqs (0, 1, 2, ... over the tuples sent); then, a chunk of
+whole datagrams at a time, `pack_tuples`, one buffer of datagrams and one sendmmsg call
+per up to 1024 messages (`accel.fpga.udp`; UDP GSO where the kernel has it). The columns
+EMIT reads are retained per batch sent, at most `retain_tuples` tuples, so a match record
+(partition, seq, start seq) can be turned into the composite event: EMIT is evaluated over
+the partition's retained tuples with wire seq in [start seq, seq] by the reference
+interpreter's expression evaluator.
 """
 
 from __future__ import annotations
 
+import select
 import socket
 import time
 from dataclasses import dataclass
@@ -21,7 +23,7 @@ import numpy as np
 import orjson
 from numba import njit
 
-from accel.fpga import wire
+from accel.fpga import udp, wire
 from accel.fpga.plan import FpgaPlan, compile_fpga, pack_tuples
 from cep_core import ast
 from cep_core.batch import Batch, BatchEncoder, StringDictionary
@@ -32,6 +34,9 @@ from cep_core.reference.match import MatchEnv
 from cep_core.reference.expr import evaluate
 
 SEQ_MASK = 0xFFFF_FFFF
+SEND_CHUNK_TUPLES = 32768  # tuples packed per step of `send`
+RECEIVE_SLOTS = 256  # datagrams taken from the socket per receive call
+RECEIVE_ROUNDS = 64  # receive calls per `receive()` at most (a device that never stops)
 INT64_MIN = np.iinfo(np.int64).min
 
 
@@ -59,15 +64,18 @@ class FpgaAdapter:
 
     `send(batch)` returns the composite events of the reports received so far; `sync()`
     sends a BARRIER, waits for the device's STATUS (every report of the tuples sent before
-    it has then arrived) and returns the rest. `sync_every` datagrams, `send` syncs by
-    itself (flow control for a device that cannot keep up; None: line rate). `keep_rows`:
-    keep every packed tuple sent in `sent_rows` and every record received in `received`
-    (for `verify`)."""
+    it has then arrived) and returns the rest. Flow control for a device that cannot keep
+    up: after every `sync_every` datagrams `send` sends a BARRIER and waits for the STATUS
+    of the one before, so at most two windows are in flight and the sender never idles
+    for a round trip (None: line rate). `keep_rows`: keep every packed tuple sent in
+    `sent_rows` and every record received in `received` (for `verify`). `use_mmsg=False`:
+    one system call per datagram (the plain path; also where libc has no sendmmsg)."""
 
     def __init__(self, checked: CheckedQuery, device: tuple[str, int],
                  bind: tuple[str, int] = ("127.0.0.1", 0), per_datagram: int | None = None,
                  retain_tuples: int = 1 << 22, sync_every: int | None = None,
-                 timeout: float = 5.0, keep_rows: bool = False):
+                 timeout: float = 5.0, keep_rows: bool = False,
+                 use_mmsg: bool | None = None):
         self.checked = checked
         self.strings = StringDictionary()
         self.plan: FpgaPlan = compile_fpga(checked, self.strings)
@@ -77,10 +85,15 @@ class FpgaAdapter:
         self.sync_every = sync_every
         self.timeout = timeout
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        udp.size_buffers(self.sock)
         self.sock.bind(bind)
         self.sock.connect(device)
         self.address = self.sock.getsockname()
+        self.sender = udp.DatagramSender(self.sock, use_mmsg=use_mmsg)
+        self.receiver = udp.DatagramReceiver(self.sock, RECEIVE_SLOTS, wire.RECEIVE_STRIDE,
+                                             use_mmsg)
+        self._poller = select.poll()
+        self._poller.register(self.sock, select.POLLIN)
         attr = self.plan.partition_attr
         # Dense ids by first appearance; one int/string column takes a jitted lookup table.
         self.keys = PartitionIds([attr] if attr else [], checked.schema)
@@ -93,7 +106,8 @@ class FpgaAdapter:
         self.status: dict = {}
         self._since_sync = 0
         self._token = 0
-        self._buffer = bytearray(wire.RECEIVE_STRIDE)
+        self._awaited = 0  # the highest barrier token answered
+        self._pending: int | None = None  # flow control: the barrier sent, not waited for
         self.sent_rows: list[np.ndarray] | None = [] if keep_rows else None
         self.received: list[np.ndarray] = []  # with keep_rows: the records, as received
 
@@ -116,30 +130,49 @@ class FpgaAdapter:
             self._reject(batch, pids, ~accepted)
             batch = _select(batch, accepted)
             pids = pids[accepted]
-        n = len(pids)
-        rows = pack_tuples(self.plan, batch, partition_ids=pids,
-                           seqs=self.wire_seq + np.arange(n, dtype=np.int64))
+        n, first = len(pids), self.wire_seq
         self._retain(batch, pids)
-        if self.sent_rows is not None:
-            self.sent_rows.append(rows)
-        buffer, ends = wire.tuple_datagrams(rows, self.plan.query_id, self.wire_seq,
-                                            self.per_datagram)
         self.wire_seq += n
-        found = self._send_datagrams(buffer, ends)
+        # Packed and sent a chunk at a time (whole datagrams each), so that the temporaries
+        # stay small and in cache.
+        chunk = max(1, SEND_CHUNK_TUPLES // self.per_datagram) * self.per_datagram
+        found: list[dict] = []
+        for start in range(0, n, chunk):
+            part = batch.slice(start, start + chunk)
+            rows = pack_tuples(self.plan, part, partition_ids=pids[start:start + chunk],
+                               seqs=first + start + np.arange(len(part), dtype=np.int64))
+            if self.sent_rows is not None:
+                self.sent_rows.append(rows)
+            buffer, ends = wire.tuple_datagrams(rows, self.plan.query_id, first + start,
+                                                self.per_datagram)
+            found += self._send_datagrams(buffer, ends)
         return found + self.receive()
 
     def _send_datagrams(self, buffer: np.ndarray, ends: np.ndarray) -> list[dict]:
-        view, send = memoryview(buffer), self.sock.send
+        starts = wire.starts_of(ends)
+        if self.sync_every is None:
+            self.sender.send(buffer, starts, ends)
+            return []
         found: list[dict] = []
         begin = 0
-        for end in ends.tolist():
-            send(view[begin:end])
-            begin = end
-            if self.sync_every is not None:
-                self._since_sync += 1
-                if self._since_sync >= self.sync_every:
-                    found += self.sync()
+        while begin < len(ends):
+            take = min(len(ends) - begin, self.sync_every - self._since_sync)
+            self.sender.send(buffer, starts[begin:begin + take], ends[begin:begin + take])
+            begin += take
+            self._since_sync += take
+            if self._since_sync >= self.sync_every:
+                found += self._pace()
         return found
+
+    def _pace(self) -> list[dict]:
+        """Flow control without a stall per window: a BARRIER after every `sync_every`
+        datagrams, and a wait for the previous window's STATUS only (at most two windows
+        in flight)."""
+        self._since_sync = 0
+        self._token += 1
+        self._send_barrier(self._token)
+        previous, self._pending = self._pending, self._token
+        return [] if previous is None else self._await(previous)
 
     def _retain(self, batch: Batch, pids: np.ndarray) -> None:
         columns = {name: np.asarray(batch.columns[name]) for name in self.emit_attrs}
@@ -165,40 +198,59 @@ class FpgaAdapter:
     def receive(self) -> list[dict]:
         """Composite events of the REPORTS waiting on the socket (does not block)."""
         found: list[dict] = []
-        while True:
-            try:
-                n = self.sock.recv_into(self._buffer, 0, socket.MSG_DONTWAIT)
-            except (BlockingIOError, ConnectionRefusedError):
-                return found
-            found += self._datagram(memoryview(self._buffer)[:n])
+        for _ in range(RECEIVE_ROUNDS):
+            if not self.receiver.receive():
+                break
+            found += self._received()
+        return found
 
     def sync(self) -> list[dict]:
         """BARRIER, then every report up to the device's STATUS (retrying the barrier a few
         times, each waiting `timeout / 4` seconds)."""
         self._since_sync = 0
+        self._pending = None
         self._token += 1
-        token = self._token
+        self._send_barrier(self._token)
+        return self._await(self._token)
+
+    def _send_barrier(self, token: int) -> None:
+        self.sock.send(wire.barrier(self.plan.query_id, token, self.plan.fingerprint()))
+
+    def _await(self, token: int) -> list[dict]:
+        """Reports until the STATUS of barrier `token` (or a later one); the barrier is sent
+        again after each `timeout / 4` seconds without it."""
         found: list[dict] = []
-        for _ in range(4):
-            self.sock.send(wire.barrier(self.plan.query_id, token, self.plan.fingerprint()))
+        for attempt in range(4):
+            if attempt:
+                self._send_barrier(token)
             deadline = time.monotonic() + self.timeout / 4
-            while time.monotonic() < deadline:
-                self.sock.settimeout(max(1e-3, deadline - time.monotonic()))
-                try:
-                    n = self.sock.recv_into(self._buffer)
-                except (TimeoutError, ConnectionRefusedError):
-                    continue
-                finally:
-                    self.sock.settimeout(None)
-                data = memoryview(self._buffer)[:n]
-                head = wire.parse_header(data)
-                if head["kind"] == wire.STATUS:
-                    _, got, counts = wire.parse_status(data)
-                    if got == token:
-                        return found + self._accept_status(counts)
-                    continue
-                found += self._datagram(data)
+            while self._awaited < token:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                if self.receiver.receive():
+                    found += self._received()
+                else:
+                    self._poller.poll(max(1, int(left * 1000)))
+            if self._awaited >= token:
+                return found
         raise DeviceError(f"no STATUS from the device within {self.timeout} s")
+
+    def _received(self) -> list[dict]:
+        """Composite events of the datagrams in the receiver's slots, in order; a STATUS
+        among them is taken (`status`, the token answered)."""
+        found: list[dict] = []
+        for i in range(self.receiver.count):
+            data = self.receiver.datagram(i)
+            head = wire.parse_header(data)
+            if head["kind"] == wire.STATUS:
+                _, token, counts = wire.parse_status(data)
+                if token > self._awaited:
+                    self._accept_status(counts)
+                    self._awaited = token
+                continue
+            found += self._datagram(data)
+        return found
 
     def _accept_status(self, counts: dict) -> list[dict]:
         if counts["fingerprint"] != self.plan.fingerprint():

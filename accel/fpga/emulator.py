@@ -4,8 +4,9 @@
 NFA states, start seqs and timers, a hash from partition id to element standing in for the
 partitioner's parallel lookup) and runs one numba kernel over every tuple of a group of
 TUPLES datagrams. `EmulatorServer` is the UDP side: a socket connected to the peer (so the
-kernel delivers only the peer's datagrams), `recv_into` into the slots of a preallocated
-buffer, a group at a time, then the kernel, then the reports back to the peer.
+kernel delivers only the peer's datagrams), one recvmmsg into the slots of a preallocated
+buffer per group of datagrams (`accel.fpga.udp`), then the kernel, then the reports back
+to the peer in one sendmmsg.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 import numpy as np
 from numba import njit
 
-from accel.fpga import wire
+from accel.fpga import udp, wire
 from accel.fpga.plan import CircuitConfig, FpgaPlan
 
 SEQ_MASK = 0xFFFF_FFFF
@@ -49,6 +50,8 @@ class Circuit:
         self.table = plan.enabled_table()
         self.follow = np.array(auto.follow + [0], np.int64)
         self.dropped = np.zeros(0, np.int64)
+        self._out, self._dropped = np.empty((0, 3), np.int64), np.empty(0, np.int64)
+        self._best = np.zeros(64, np.int64)
         self.reset()
 
     def reset(self) -> None:
@@ -77,23 +80,23 @@ class Circuit:
                       start: int, out_cap: int) -> tuple[int, int, np.ndarray]:
         """Runs datagrams [start, len(offsets)) of `buf` until the end or a control
         datagram (BARRIER). Returns (stop reason, index reached, records)."""
-        out = np.empty((out_cap, 3), np.int64)
-        dropped = np.empty(out_cap, np.int64)
+        if len(self._dropped) < out_cap:  # scratch kept between calls
+            self._out = np.empty((out_cap, 3), np.int64)
+            self._dropped = np.empty(out_cap, np.int64)
         self.ctr[OUT_N] = self.ctr[DROPPED_N] = 0
         stop, index = _run(buf, offsets, lengths, start, self.cfg, self.atoms, self.table,
                            self.follow, self.el_pid, self.el_state, self.el_timer,
-                           self.el_start, self.used, self.hkeys, self.hvals, self.ctr, out,
-                           dropped,
-                           np.zeros(64, np.int64))
-        self.dropped = dropped[:int(self.ctr[DROPPED_N])]
-        return int(stop), int(index), out[:int(self.ctr[OUT_N])]
+                           self.el_start, self.used, self.hkeys, self.hvals, self.ctr,
+                           self._out, self._dropped, self._best)
+        self.dropped = self._dropped[:int(self.ctr[DROPPED_N])].copy()
+        return int(stop), int(index), self._out[:int(self.ctr[OUT_N])].copy()
 
     def run(self, rows: np.ndarray, first_seq: int = 0) -> np.ndarray:
         """Runs packed tuples (uint8 rows) as if they came in full datagrams; returns the
         records (partition, seq, start seq) as an (n, 3) int64 array."""
         per = self.plan.layout.tuples_per_datagram
         buf, ends = wire.tuple_datagrams(rows, self.plan.query_id, first_seq, per)
-        offsets = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+        offsets = wire.starts_of(ends)
         _, _, records = self.run_datagrams(buf, offsets, ends - offsets, 0, len(rows))
         return records.copy()
 
@@ -116,6 +119,10 @@ def _run(buf, offsets, lengths, start, cfg, atoms, table, follow, el_pid, el_sta
     hash_bits, natoms = cfg[8], cfg[9]
     hmask = (np.int64(1) << hash_bits) - 1
     positions = max(npos, 1)
+    # Hot counters in locals (stores to ctr may alias out / dropped: LLVM would reload).
+    tuples, out_n, reports = ctr[TUPLES], ctr[OUT_N], ctr[REPORTS]
+    discarded, dropped_n = ctr[DISCARDED], ctr[DROPPED_N]
+    until_tick = tick - tuples % tick
     d = start
     while d < offsets.shape[0]:
         at, length = offsets[d], lengths[d]
@@ -125,6 +132,8 @@ def _run(buf, offsets, lengths, start, cfg, atoms, table, follow, el_pid, el_sta
             continue
         kind = buf[at + 1]
         if kind != 1:
+            ctr[TUPLES], ctr[OUT_N], ctr[REPORTS] = tuples, out_n, reports
+            ctr[DISCARDED], ctr[DROPPED_N] = discarded, dropped_n
             return STOP_CONTROL, d
         count = _read(buf, at + 4, 2, False)
         if _read(buf, at + 2, 2, False) != stream or 16 + count * width > length:
@@ -138,8 +147,10 @@ def _run(buf, offsets, lengths, start, cfg, atoms, table, follow, el_pid, el_sta
         for t in range(count):
             row = at + 16 + t * width
             # 1. timer tick
-            ctr[TUPLES] += 1
-            if ctr[TUPLES] % tick == 0:
+            tuples += 1
+            until_tick -= 1
+            if until_tick == 0:
+                until_tick = tick
                 for e in range(k):
                     if el_pid[e] >= 0:
                         el_timer[e] -= 1
@@ -171,9 +182,9 @@ def _run(buf, offsets, lengths, start, cfg, atoms, table, follow, el_pid, el_sta
             if e < 0:
                 e = _lowest_free(used, ctr)
                 if e < 0:
-                    ctr[DISCARDED] += 1
-                    dropped[ctr[DROPPED_N]] = seq
-                    ctr[DROPPED_N] += 1
+                    discarded += 1
+                    dropped[dropped_n] = seq
+                    dropped_n += 1
                     continue
                 state = np.int64(0)
             else:
@@ -202,12 +213,11 @@ def _run(buf, offsets, lengths, start, cfg, atoms, table, follow, el_pid, el_sta
                 for j in range(npos):
                     if (accept >> j) & 1 and best[j] > winner:
                         winner = best[j]
-                n = ctr[OUT_N]
-                out[n, 0] = pid
-                out[n, 1] = seq
-                out[n, 2] = (seq - winner) & SEQ_MASK
-                ctr[OUT_N] = n + 1
-                ctr[REPORTS] += 1
+                out[out_n, 0] = pid
+                out[out_n, 1] = seq
+                out[out_n, 2] = (seq - winner) & SEQ_MASK
+                out_n += 1
+                reports += 1
                 new = 0
             if new == 0:
                 if el_pid[e] >= 0:
@@ -226,6 +236,8 @@ def _run(buf, offsets, lengths, start, cfg, atoms, table, follow, el_pid, el_sta
                 if (new >> j) & 1:
                     el_start[e * positions + j] = (seq - best[j]) & SEQ_MASK
         d += 1
+    ctr[TUPLES], ctr[OUT_N], ctr[REPORTS] = tuples, out_n, reports
+    ctr[DISCARDED], ctr[DROPPED_N] = discarded, dropped_n
     return STOP_DONE, d
 
 
@@ -302,58 +314,56 @@ def _unhash(hkeys, hvals, hmask, hash_bits, pid):
 
 class EmulatorServer:
     """The circuit behind a UDP socket bound to `listen` and connected to `peer`: it takes
-    datagrams only from the peer and sends REPORTS and STATUS there. `group` datagram slots
-    of `wire.RECEIVE_STRIDE` bytes are received (recv_into) before the kernel runs."""
+    datagrams only from the peer and sends REPORTS and STATUS there. Up to `group`
+    datagrams (more where UDP GRO keeps runs of them together) are received per system
+    call (`udp.DatagramReceiver`), the kernel runs over all of them, and their reports go
+    back in one sendmmsg call."""
 
     def __init__(self, circuit: Circuit, listen: tuple[str, int], peer: tuple[str, int],
-                 group: int = 256):
+                 group: int = 1024, use_mmsg: bool | None = None):
         self.circuit = circuit
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        udp.size_buffers(self.sock)
         self.sock.bind(listen)
         self.sock.connect(peer)
         self.address = self.sock.getsockname()
         self.group = group
-        self.buffer = np.zeros(group * wire.RECEIVE_STRIDE, np.uint8)
-        self.offsets = np.arange(group, dtype=np.int64) * wire.RECEIVE_STRIDE
-        self.lengths = np.zeros(group, np.int64)
+        self.receiver = udp.DatagramReceiver(self.sock, group, wire.RECEIVE_STRIDE, use_mmsg)
+        self.sender = udp.DatagramSender(self.sock, use_mmsg=use_mmsg)
         self.report_number = 0
+        self.groups = 0
         self._stop = threading.Event()
         self.fingerprint = circuit.plan.fingerprint()
 
     def serve(self, duration: float | None = None, poll: float = 0.05) -> None:
         """Serves until `stop()` or `duration` seconds."""
         deadline = None if duration is None else time.monotonic() + duration
-        view = memoryview(self.buffer)
-        stride = wire.RECEIVE_STRIDE
-        recv_into = self.sock.recv_into
-        # Non-blocking socket, waiting in poll: a recv with a Python timeout would wait
-        # again for every datagram that is not there yet.
+        # Non-blocking socket: recvmmsg takes what is waiting; only an empty socket waits,
+        # in poll (at most `poll` seconds, so stop() and the deadline are seen).
         self.sock.setblocking(False)
         poller = select.poll()
         poller.register(self.sock, select.POLLIN)
-        while not self._stop.is_set():
+        receive, stopped = self.receiver.receive, self._stop.is_set
+        while not stopped():
             if deadline is not None and time.monotonic() > deadline:
                 break
-            if not poller.poll(poll * 1000):
-                continue
-            n = 0
-            try:
-                while n < self.group:
-                    self.lengths[n] = recv_into(view[n * stride:(n + 1) * stride])
-                    n += 1
-            except (BlockingIOError, ConnectionRefusedError):
-                pass  # nothing more waiting: run what came
+            n = receive()
             if n:
                 self._process(n)
+                self.groups += 1
+            else:
+                poller.poll(poll * 1000)
 
     def _process(self, n: int) -> None:
-        circuit = self.circuit
-        out_cap = n * (wire.DATAGRAM_PAYLOAD // circuit.plan.layout.tuple_bytes)
+        circuit, received = self.circuit, self.receiver
+        offsets, lengths = received.offsets[:n], received.lengths[:n]
+        # Records and discards: at most one per tuple that fits the datagrams.
+        out_cap = int(np.maximum(lengths - wire.HEADER_BYTES, 0).sum()) // \
+            circuit.plan.layout.tuple_bytes + 1
         index = 0
         while index < n:
-            stop, index, records = circuit.run_datagrams(
-                self.buffer, self.offsets[:n], self.lengths[:n], index, out_cap)
+            stop, index, records = circuit.run_datagrams(received.buffer, offsets, lengths,
+                                                         index, out_cap)
             self._send_reports(records)
             if stop == STOP_CONTROL:
                 self._control(index)
@@ -365,24 +375,18 @@ class EmulatorServer:
         out = np.zeros(len(records), wire.REPORT_DTYPE)
         out["query"] = self.circuit.plan.query_id
         out["partition"], out["seq"], out["start_seq"] = records.T
-        for datagram in wire.report_datagrams(out, self.report_number):
-            self._send(datagram)
-            self.report_number += 1
+        buffer, ends = wire.report_datagrams(out, self.report_number)
+        self.report_number += len(ends)
+        self._send(buffer, ends)
 
-    def _send(self, datagram: bytes) -> None:
-        """Sends on the non-blocking socket, waiting (bounded) while its buffer is full."""
-        for _ in range(1000):
-            try:
-                self.sock.send(datagram)
-                return
-            except BlockingIOError:
-                select.select([], [self.sock], [], 0.01)
-            except ConnectionRefusedError:
-                return  # the peer is not listening (yet): reports are lost, as on a wire
+    def _send(self, buffer: np.ndarray, ends: np.ndarray) -> None:
+        try:
+            self.sender.send(buffer, wire.starts_of(ends), ends)
+        except (ConnectionRefusedError, BlockingIOError):
+            pass  # the peer is not listening (yet), or never drains: lost, as on a wire
 
     def _control(self, index: int) -> None:
-        at = int(self.offsets[index])
-        data = self.buffer[at:at + int(self.lengths[index])].tobytes()
+        data = self.receiver.datagram(index).tobytes()
         try:
             head = wire.parse_header(data)
         except wire.WireError:
@@ -391,7 +395,9 @@ class EmulatorServer:
             return
         counts = self.circuit.counts()
         counts["fingerprint"] = self.fingerprint
-        self._send(wire.status(int(head["stream"]), int(head["first_seq"]), counts))
+        datagram = np.frombuffer(wire.status(int(head["stream"]), int(head["first_seq"]),
+                                             counts), np.uint8)
+        self._send(datagram, np.array([len(datagram)], np.int64))
 
     def stop(self) -> None:
         self._stop.set()

@@ -67,24 +67,40 @@ def tuple_datagrams(tuples: np.ndarray, stream: int, first_seq: int,
     n, width = tuples.shape
     if per_datagram < 1 or per_datagram * width > DATAGRAM_PAYLOAD:
         raise ValueError(f"{per_datagram} tuples of {width} bytes do not fit one datagram")
-    full, rest = divmod(n, per_datagram)
-    size = HEADER_BYTES + per_datagram * width
-    buffer = np.zeros(full * size + (HEADER_BYTES + rest * width if rest else 0), np.uint8)
+    firsts = first_seq + np.arange(-(-n // per_datagram), dtype=np.uint64) * per_datagram
+    return _datagrams(tuples, per_datagram, TUPLES, stream, firsts)
+
+
+def _datagrams(rows: np.ndarray, per: int, kind: int, stream: int,
+               firsts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """uint8 rows, `per` to a datagram, each datagram's header with its `firsts` value, in
+    one buffer: (buffer, end offsets)."""
+    n, width = rows.shape
+    full, rest = divmod(n, per)
+    size = HEADER_BYTES + per * width
+    buffer = np.empty(full * size + (HEADER_BYTES + rest * width if rest else 0), np.uint8)
     if full:
         body = buffer[:full * size].reshape(full, size)
-        body[:, HEADER_BYTES:] = tuples[:full * per_datagram].reshape(full, -1)
+        body[:, HEADER_BYTES:] = rows[:full * per].reshape(full, -1)
         heads = body[:, :HEADER_BYTES].view(HEADER_DTYPE).reshape(full)
-        heads["version"], heads["kind"], heads["stream"] = VERSION, TUPLES, stream
-        heads["count"] = per_datagram
-        heads["first_seq"] = first_seq + np.arange(full, dtype=np.uint64) * per_datagram
-    ends = list(range(size, full * size + 1, size)) if full else []
+        heads["version"], heads["kind"], heads["stream"] = VERSION, kind, stream
+        heads["count"], heads["flags"] = per, 0
+        heads["first_seq"] = firsts[:full]
+    ends = np.arange(1, full + 1, dtype=np.int64) * size
     if rest:
         tail = buffer[full * size:]
-        tail[:HEADER_BYTES] = np.frombuffer(
-            header(TUPLES, stream, rest, first_seq + full * per_datagram), np.uint8)
-        tail[HEADER_BYTES:] = tuples[full * per_datagram:].reshape(-1)
-        ends.append(len(buffer))
-    return buffer, np.asarray(ends, dtype=np.int64)
+        tail[:HEADER_BYTES] = np.frombuffer(header(kind, stream, rest, int(firsts[full])),
+                                            np.uint8)
+        tail[HEADER_BYTES:] = rows[full * per:].reshape(-1)
+        ends = np.append(ends, len(buffer))
+    return buffer, ends
+
+
+def starts_of(ends: np.ndarray) -> np.ndarray:
+    """The start offsets of datagrams laid end to end, from their end offsets."""
+    starts = np.zeros(len(ends), np.int64)
+    starts[1:] = ends[:-1]
+    return starts
 
 
 def barrier(stream: int, token: int, fingerprint: int) -> bytes:
@@ -117,10 +133,10 @@ def parse_reports(data: bytes | memoryview) -> np.ndarray:
     return np.frombuffer(data, REPORT_DTYPE, count=count, offset=HEADER_BYTES).copy()
 
 
-def report_datagrams(records: np.ndarray, first_number: int) -> list[bytes]:
-    """REPORT_DTYPE records as REPORTS datagrams of up to REPORTS_PER_DATAGRAM each."""
-    out = []
-    for number, start in enumerate(range(0, len(records), REPORTS_PER_DATAGRAM)):
-        chunk = records[start:start + REPORTS_PER_DATAGRAM]
-        out.append(header(REPORTS, 0, len(chunk), first_number + number) + chunk.tobytes())
-    return out
+def report_datagrams(records: np.ndarray, first_number: int) -> tuple[np.ndarray, np.ndarray]:
+    """REPORT_DTYPE records as REPORTS datagrams of up to REPORTS_PER_DATAGRAM each,
+    numbered from `first_number`, in one buffer: (buffer, end offsets)."""
+    rows = np.ascontiguousarray(records, REPORT_DTYPE).view(np.uint8).reshape(-1, 16)
+    numbers = first_number + np.arange(-(-len(records) // REPORTS_PER_DATAGRAM),
+                                       dtype=np.uint64)
+    return _datagrams(rows, REPORTS_PER_DATAGRAM, REPORTS, 0, numbers)
