@@ -29,8 +29,9 @@ from cep_core.composite import sort_key
 from services import frames
 from services.control import INFINITE, horizon
 from services.frames import Frame
-from services.kafka import KafkaSettings, Topics, produce
-from services.serve import Metrics, log
+from services.kafka import KafkaSettings, Topics, consume_batch, produce
+from services.metrics import Metrics
+from services.serve import log, profiled
 
 
 class QueryInfo:
@@ -56,6 +57,7 @@ class Merger:
         self.control_seen: dict[tuple, set[int]] = {}
         self.live_events: list[dict] = []  # (name, op, at, latency) once all partitions had it
         self.ended: list[int] = []  # ends of input whose composite events are all released
+        self.received = 0  # composite events fed
 
     def feed(self, frame: Frame) -> None:
         part = frame.get("part")
@@ -63,7 +65,9 @@ class Merger:
             self._control(frame, part)
             return
         if frame.payload:
-            for composite in orjson.loads(frame.payload):
+            composites = orjson.loads(frame.payload)
+            self.received += len(composites)
+            for composite in composites:
                 info = self.queries.get(composite["query"])
                 if info is None:
                     continue
@@ -155,46 +159,50 @@ class Coordinator:
 
     def run(self, stopping) -> None:
         producer = self.settings.producer()
-        consumer = self.settings.consumer(f"cep.{self.topics.stream}.coordinator")
+        consumer = self.settings.consumer(self.topics.group("coordinator"))
         consumer.assign([TopicPartition(self.topics.matches, p, OFFSET_BEGINNING)
                          for p in range(self.partitions)])
         log("coordinator_started", stream=self.topics.stream, partitions=self.partitions)
         last_lag = 0.0
         try:
-            while not stopping.is_set():
-                messages = consumer.consume(5000, 0.01)
-                if not messages:
-                    continue
-                started = time.perf_counter()
-                for message in messages:
-                    if message.error():
+            with profiled("coordinator"):
+                while not stopping.is_set():
+                    messages = consume_batch(consumer, 5000, 0.05)
+                    if time.monotonic() - last_lag > 1:
+                        self.metrics.observe_lag(consumer)
+                        self.metrics.queries.set(len(self.merger.queries))
+                        last_lag = time.monotonic()
+                    if not messages:
                         continue
-                    frame = frames.frame_of(message)
-                    if frame is not None:
-                        self.merger.feed(frame)
-                released = self.merger.release()
-                for output, composite in released:
-                    produce(producer, output, orjson.dumps(composite),
-                            key=orjson.dumps(composite.get("key")))
-                if self.on_output is not None and released:
-                    self.on_output(released)
-                for event in self.merger.live_events:
-                    self.lived.append(event)
-                    log("query_live", **event)
-                    produce(producer, self.topics.status, orjson.dumps(
-                        {"event": "query_live", **event}))
-                self.merger.live_events.clear()
-                for end in self.merger.ended[self.reported_ends:]:
-                    log("end_of_input_released", upto=end)
-                    produce(producer, self.topics.status, orjson.dumps(
-                        {"event": "end_of_input", "upto": end}))
-                self.reported_ends = len(self.merger.ended)
-                self.metrics.events_out.inc(len(released))
-                producer.poll(0)
-                self.metrics.batch_seconds.observe(time.perf_counter() - started)
-                if time.monotonic() - last_lag > 1:
-                    self.metrics.observe_lag(consumer)
-                    last_lag = time.monotonic()
+                    started = time.perf_counter()
+                    received = self.merger.received
+                    for message in messages:
+                        if message.error():
+                            continue
+                        frame = frames.frame_of(message)
+                        if frame is not None:
+                            self.merger.feed(frame)
+                    released = self.merger.release()
+                    for output, composite in released:
+                        produce(producer, output, orjson.dumps(composite),
+                                key=orjson.dumps(composite.get("key")))
+                    if self.on_output is not None and released:
+                        self.on_output(released)
+                    for event in self.merger.live_events:
+                        self.lived.append(event)
+                        log("query_live", **event)
+                        produce(producer, self.topics.status, orjson.dumps(
+                            {"event": "query_live", **event}))
+                    self.merger.live_events.clear()
+                    for end in self.merger.ended[self.reported_ends:]:
+                        log("end_of_input_released", upto=end)
+                        produce(producer, self.topics.status, orjson.dumps(
+                            {"event": "end_of_input", "upto": end}))
+                    self.reported_ends = len(self.merger.ended)
+                    self.metrics.events_in.inc(self.merger.received - received)
+                    self.metrics.events_out.inc(len(released))
+                    producer.poll(0)
+                    self.metrics.batch_seconds.observe(time.perf_counter() - started)
         finally:
             producer.flush(30)
             consumer.close()

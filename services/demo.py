@@ -47,12 +47,16 @@ def trade_lines(events: int, seed: int = 1) -> list[bytes]:
     return [orjson.dumps(r) for r in table.to_pylist()]
 
 
-def start_services(bootstrap: str, workers: int, log_path: Path, control: str,
-                   source: str) -> subprocess.Popen:
+def start_services(bootstrap: str, workers: int, log_path: Path, topics) -> subprocess.Popen:
+    """`cep serve all` for `topics` (its prefix, source and control topics); the splitter's
+    Faust web server on a free port."""
+    from services.broker import free_port
+
     log = open(log_path, "ab")
     return subprocess.Popen(
         [sys.executable, "-m", "services.cli", "serve", "all", "--workers", str(workers),
-         "--stream", STREAM, "--source", source, "--control", control],
+         "--stream", topics.stream, "--source", topics.source, "--control", topics.control,
+         "--topic-prefix", topics.prefix, "--web-port", str(free_port())],
         env={**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "CEP_SESSION_TIMEOUT_MS": "2000"},
         stdout=log, stderr=log, start_new_session=True)
 
@@ -67,12 +71,12 @@ def stop_services(process: subprocess.Popen, timeout_s: float = 60) -> int:
         return process.wait()
 
 
-def wait_status(settings, event: str, timeout_s: float, **match) -> dict:
-    from services.kafka import Topics, read_all
+def wait_status(settings, status: str, event: str, timeout_s: float, **match) -> dict:
+    from services.kafka import read_all
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        for message in read_all(settings, Topics(STREAM).status, idle_s=0.1):
+        for message in read_all(settings, status, idle_s=0.1):
             record = orjson.loads(message.value())
             if record.get("event") == event and all(record.get(k) == v
                                                     for k, v in match.items()):
@@ -94,15 +98,15 @@ def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rat
         bootstrap = broker.bootstrap
     settings = KafkaSettings(bootstrap, session_timeout_ms=2000)
     run_id = f"{os.getpid()}-{int(time.time())}"
-    topics = Topics(STREAM, source=f"demo.{STREAM}.{run_id}", control=f"demo.queries.{run_id}")
+    topics = Topics(STREAM, source=f"demo.{STREAM}.{run_id}", prefix=f"demo-{run_id}")
     queries = demo_queries()
     log_path = Path(tempfile.gettempdir()) / f"cep-demo-{run_id}.log"
     create_topics(settings, topics, 4, ["double_tops", "trade_stats"])
     for name, text in queries:
         publish(settings, topics.control, ControlMessage("add", name, text))
-    services = start_services(bootstrap, workers, log_path, topics.control, topics.source)
+    services = start_services(bootstrap, workers, log_path, topics)
     try:
-        wait_status(settings, "query_live", 120, op="set")
+        wait_status(settings, topics.status, "query_live", 120, op="set")
         lines = trade_lines(events)
         output = _consumer(settings, ["double_tops", "trade_stats"])
         producer = settings.producer()

@@ -20,34 +20,50 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 @dataclass
 class Topics:
-    """Topic names of one stream's pipeline."""
+    """Topic and consumer-group names of one stream's pipeline.
+
+    `prefix` (`--topic-prefix` / CEP_TOPIC_PREFIX) goes in front of every internal name
+    (cep.<stream>.*, the groups, the default control topic), so separate deployments can
+    share a broker; `run1` gives `run1.cep.trades.keyed`. The source topic and the queries'
+    INTO topics are named by the user and are not prefixed."""
 
     stream: str
     source: str = ""
-    control: str = "cep.queries"
+    control: str = ""
+    prefix: str = ""
 
     def __post_init__(self):
+        if self.prefix and not self.prefix.endswith((".", "-", "_")):
+            self.prefix += "."
         self.source = self.source or self.stream
+        self.control = self.control or f"{self.prefix}cep.queries"
+
+    def _internal(self, what: str) -> str:
+        return f"{self.prefix}cep.{self.stream}.{what}"
 
     @property
     def keyed(self) -> str:
-        return f"cep.{self.stream}.keyed"
+        return self._internal("keyed")
 
     @property
     def matches(self) -> str:
-        return f"cep.{self.stream}.matches"
+        return self._internal("matches")
 
     @property
     def state(self) -> str:
-        return f"cep.{self.stream}.state"
+        return self._internal("state")
 
     @property
     def status(self) -> str:
-        return f"cep.{self.stream}.status"
+        return self._internal("status")
 
     @property
     def dead_letters(self) -> str:
-        return f"cep.{self.stream}.dead"
+        return self._internal("dead")
+
+    def group(self, role: str) -> str:
+        """The consumer group of a role (splitter, workers, coordinator)."""
+        return self._internal(role)
 
 
 @dataclass
@@ -75,7 +91,9 @@ class KafkaSettings:
                    timeout, max(100, timeout // 4))
 
     def base(self) -> dict:
-        return {"bootstrap.servers": self.bootstrap, **self.extra}
+        # Nagle's algorithm holds small frames (pulses, matches) back for tens of ms.
+        return {"bootstrap.servers": self.bootstrap, "socket.nagle.disable": True,
+                **self.extra}
 
     def producer(self, **overrides) -> Producer:
         return Producer({**self.base(), "partitioner": "murmur2_random", "linger.ms": 2,
@@ -142,6 +160,28 @@ def produce(producer: Producer, topic: str, value: bytes, key: bytes | None = No
             producer.poll(0.01)
 
 
+def consume_batch(consumer: Consumer, limit: int, timeout_s: float,
+                  linger_s: float = 0.0) -> list:
+    """Up to `limit` messages: waits at most `timeout_s` for the first one, then at most
+    `linger_s` for more (Consumer.consume alone waits its whole timeout unless `limit`
+    messages come)."""
+    first = consumer.poll(timeout_s)
+    if first is None:
+        return []
+    return [first, *consumer.consume(limit - 1, linger_s)] if limit > 1 else [first]
+
+
+def _caught_up(consumer: Consumer, partitions: list) -> bool:
+    """Whether every partition's position reached the high-watermark of its last fetch."""
+    for tp in consumer.position(partitions):
+        _, high = consumer.get_watermark_offsets(tp, cached=True)
+        if high < 0:
+            return False  # no fetch answered yet
+        if high > 0 and (tp.offset < 0 or tp.offset < high):
+            return False
+    return True
+
+
 def read_all(settings: KafkaSettings, topic: str, idle_s: float = 0.5,
              timeout_s: float = 30.0) -> list:
     """Every message of a topic, reading until nothing new came for `idle_s` (the fetch
@@ -164,6 +204,8 @@ def read_all(settings: KafkaSettings, topic: str, idle_s: float = 0.5,
             if got:
                 out.extend(got)
                 quiet_since = time.monotonic()
+            if _caught_up(consumer, partitions):
+                break
         return out
     finally:
         consumer.close()

@@ -1,5 +1,6 @@
 """One stream's pipeline in one process (splitter, K workers, coordinator as threads):
-for tests, `cep demo` and `cep bench e2e`. `cep serve` runs the same classes as processes."""
+for tests. `cep serve` runs the same classes as processes (the splitter inside its Faust
+app, services/splitter_app.py); here the splitter's loop sends its own pulses."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 
 from services.coordinator import Coordinator
 from services.kafka import KafkaSettings, Topics, ensure_topics
+from services.metrics import Metrics
 from services.splitter import Splitter
 from services.worker import Worker
 
@@ -25,12 +27,21 @@ class LocalPipeline:
     """Splitter, workers and coordinator as threads; `stop()` stops them in order."""
 
     def __init__(self, settings: KafkaSettings, topics: Topics, workers: int = 1,
-                 partitions: int = 4, pulse_ms: int = 100, on_output=None, registry=None):
+                 partitions: int = 4, pulse_ms: int = 100, on_output=None, registry=None,
+                 metrics_ports: list[int] = ()):
+        """`metrics_ports`: Prometheus ports of the splitter, each worker, the coordinator
+        (in that order; empty: no endpoints)."""
+        ports = list(metrics_ports) or [0] * (workers + 2)
+        self.metrics = [Metrics("splitter", ports[0])] + \
+            [Metrics("worker", port) for port in ports[1:-1]] + [Metrics("coordinator",
+                                                                          ports[-1])]
         self.settings, self.topics = settings, topics
-        self.splitter = Splitter(settings, topics, partitions, pulse_ms, registry=registry)
-        self.workers = [Worker(settings, topics, registry) for _ in range(workers)]
+        self.splitter = Splitter(settings, topics, partitions, pulse_ms, registry=registry,
+                                 metrics=self.metrics[0])
+        self.workers = [Worker(settings, topics, registry, metrics=self.metrics[1 + i])
+                        for i in range(workers)]
         self.coordinator = Coordinator(settings, topics, partitions, registry,
-                                       on_output=on_output)
+                                       on_output=on_output, metrics=self.metrics[-1])
         self.stops: list[threading.Event] = []
         self.threads: list[threading.Thread] = []
         self.errors: list[BaseException] = []
@@ -61,6 +72,8 @@ class LocalPipeline:
         for stop, thread in zip(self.stops, self.threads):
             stop.set()
             thread.join(timeout_s)
+        for metrics in self.metrics:
+            metrics.close()
         if self.errors:
             raise self.errors[0]
 

@@ -1,7 +1,7 @@
 """Process model of the services: structured logs, metrics, signals, `cep serve all`.
 
 Logs are JSON lines on stderr, one per event of note: {"ts", "level", "role", "event",
-...}. Metrics are Prometheus counters/histograms on `--metrics-port` (0: off). SIGTERM and
+...}. Metrics (services/metrics.py) are on `--metrics-port` (0: off). SIGTERM and
 SIGINT set the stop flag: the service finishes its current batch, commits and exits 0.
 """
 
@@ -13,6 +13,8 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
+from pathlib import Path
 
 import orjson
 
@@ -26,42 +28,24 @@ def log(event: str, level: str = "info", **fields) -> None:
     sys.stderr.flush()
 
 
-class Metrics:
-    """The counters a service exposes (a private registry, so threads in one process can
-    each have theirs)."""
+@contextmanager
+def profiled(role: str):
+    """cProfile the calling thread while the block runs when CEP_PROFILE_DIR is set (stats
+    go to DIR/ROLE-PID.prof; read them with `python -m pstats`)."""
+    target = os.environ.get("CEP_PROFILE_DIR")
+    if not target:
+        yield
+        return
+    import cProfile
 
-    def __init__(self, role: str, port: int = 0):
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
-        self.registry = CollectorRegistry()
-        labels = {"registry": self.registry}
-        self.events_in = Counter("cep_events_in", "Events taken in", **labels)
-        self.events_out = Counter("cep_events_out", "Composite events (or frames) sent",
-                                  **labels)
-        self.dead_letters = Counter("cep_dead_letters", "Events sent to dead letters",
-                                    **labels)
-        self.batch_seconds = Histogram("cep_batch_seconds", "Time to handle one batch",
-                                       **labels)
-        self.lag = Gauge("cep_consumer_lag", "Messages behind the fetch high-watermark",
-                         **labels)
-        self.partials = Gauge("cep_live_partitions", "Partitions (or queries) held",
-                              **labels)
-        if port:
-            from prometheus_client import start_http_server
-            start_http_server(port, registry=self.registry)
-            log("metrics_listening", port=port, role=role)
-
-    def observe_lag(self, consumer) -> None:
-        """Lag from the high-watermarks cached from fetches (not ListOffsets)."""
-        total = 0
-        for tp in consumer.position(consumer.assignment()):
-            try:
-                _, high = consumer.get_watermark_offsets(tp, cached=True)
-            except Exception:
-                continue
-            if high >= 0 and tp.offset >= 0:
-                total += max(0, high - tp.offset)
-        self.lag.set(total)
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        yield
+    finally:
+        profile.disable()
+        Path(target).mkdir(parents=True, exist_ok=True)
+        profile.dump_stats(Path(target) / f"{role}-{os.getpid()}.prof")
 
 
 def stop_flag() -> threading.Event:

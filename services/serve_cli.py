@@ -26,7 +26,10 @@ Partitions = Annotated[int, typer.Option(envvar="CEP_PARTITIONS", min=1,
 Source = Annotated[str, typer.Option(envvar="CEP_SOURCE_TOPIC", help="Source topic "
                                      "(default: the stream's name).")]
 Control = Annotated[str, typer.Option(envvar="CEP_CONTROL_TOPIC", help="The compacted "
-                                      "query control topic.")]
+                                      "query control topic (default: <prefix>cep.queries).")]
+TopicPrefix = Annotated[str, typer.Option(envvar="CEP_TOPIC_PREFIX", help="Prefix of the "
+                                          "internal topics and consumer groups, so separate "
+                                          "deployments can share a broker.")]
 KafkaConfig = Annotated[Path | None, typer.Option(envvar="CEP_KAFKA_CONFIG", help="File of "
                                                   "extra librdkafka key=value settings.")]
 
@@ -68,12 +71,19 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
                                              help="all: how many worker processes.")] = 1,
         pulse_ms: Annotated[int, typer.Option(envvar="CEP_PULSE_MS", min=1,
                                               help="Pulse cadence of the splitter.")] = 100,
+        linger_ms: Annotated[float, typer.Option(envvar="CEP_LINGER_MS", min=0, help=
+                                                 "splitter: after a batch's first record, "
+                                                 "wait this long for more.")] = 5,
         source: Source = "",
-        control: Control = "cep.queries",
+        control: Control = "",
+        topic_prefix: TopicPrefix = "",
         kafka_config: KafkaConfig = None,
         metrics_port: Annotated[int, typer.Option(envvar="CEP_METRICS_PORT", help=
                                                   "Prometheus metrics port (0: off; all: "
                                                   "each process gets the next port).")] = 0,
+        web_port: Annotated[int, typer.Option(envvar="CEP_WEB_PORT", help="splitter: port "
+                                              "of the Faust web server (GET /status/).")]
+        = 6066,
     ) -> None:
         """Run a service of the streaming pipeline until SIGTERM (finishes its batch,
         commits, exits 0)."""
@@ -81,16 +91,19 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
         def body():
             from services.kafka import Topics
             from services.pipeline import create_topics
-            from services.serve import ROLE, Metrics, run_all, stop_flag
+            from services.metrics import Metrics
+            from services.serve import ROLE, run_all, stop_flag
 
             settings = _settings(bootstrap, kafka_config)
-            topics = Topics(stream, source, control)
-            stopping = stop_flag()
+            topics = Topics(stream, source, control, topic_prefix)
             if role is Role.all:
+                stopping = stop_flag()
                 create_topics(settings, topics, partitions)
                 common = ["--bootstrap", settings.bootstrap, "--stream", stream,
                           "--partitions", str(partitions), "--pulse-ms", str(pulse_ms),
-                          "--source", topics.source, "--control", control]
+                          "--linger-ms", str(linger_ms),
+                          "--source", topics.source, "--control", topics.control,
+                          "--topic-prefix", topic_prefix, "--web-port", str(web_port)]
                 roles = [("splitter", [])] + [("worker", [])] * workers + [("coordinator", [])]
                 plan = [(r, common + (["--metrics-port", str(metrics_port + i)]
                                       if metrics_port else []) + extra)
@@ -98,11 +111,15 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
                 raise typer.Exit(run_all(plan, stopping))
             ROLE["name"] = role.value
             metrics = Metrics(role.value, metrics_port)
-            if role is Role.splitter:
+            if role is Role.splitter:  # a Faust app: Faust handles the signals
                 from services.splitter import Splitter
+                from services.splitter_app import serve_splitter
                 create_topics(settings, topics, partitions)
-                Splitter(settings, topics, partitions, pulse_ms, metrics=metrics).run(stopping)
-            elif role is Role.worker:
+                splitter = Splitter(settings, topics, partitions, pulse_ms, metrics=metrics,
+                                    linger_ms=linger_ms)
+                raise typer.Exit(serve_splitter(splitter, web_port))
+            stopping = stop_flag()
+            if role is Role.worker:
                 from services.worker import Worker
                 Worker(settings, topics, metrics=metrics).run(stopping)
             else:
@@ -118,7 +135,8 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
                                                      "query name (remove).")] = None,
         name: Annotated[str | None, typer.Option(help="Only this query of the file.")] = None,
         bootstrap: Bootstrap = "127.0.0.1:9092",
-        control: Control = "cep.queries",
+        control: Control = "",
+        topic_prefix: TopicPrefix = "",
         kafka_config: KafkaConfig = None,
         wait: Annotated[float, typer.Option(help="Seconds to wait for the change to be live "
                                             "in the pipeline (0: do not wait); prints the "
@@ -134,10 +152,12 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
                 publish,
                 split_query_file,
             )
+            from services.kafka import Topics, ensure_topics
 
             settings = _settings(bootstrap, kafka_config)
+            control_topic = Topics("", control=control, prefix=topic_prefix).control
             if op is Op.list:
-                for entry in list_queries(settings, control):
+                for entry in list_queries(settings, control_topic):
                     print(orjson.dumps(entry).decode())
                 return
             if not target:
@@ -162,13 +182,15 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
                 if not messages:
                     raise cli_error(f"{path}: no query {name!r}" if name else
                                     f"{path}: no queries")
+            ensure_topics(settings, {control_topic: 1}, compacted=(control_topic,))
             sent = time.time()
             for message in messages:
-                publish(settings, control, message)
-                print(f"{message.op} {message.name}: sent to {control}", file=sys.stderr)
+                publish(settings, control_topic, message)
+                print(f"{message.op} {message.name}: sent to {control_topic}", file=sys.stderr)
             if wait > 0 and op is not Op.remove:
+                status = Topics(stream_of, prefix=topic_prefix).status
                 for message in messages:
-                    event = wait_live(settings, stream_of, message.name, sent, wait)
+                    event = wait_live(settings, status, message.name, sent, wait)
                     if event is None:
                         raise cli_error(f"{message.name}: not live after {wait} s")
                     print(f"{message.name}: live from seq {event['at']} "
@@ -201,12 +223,12 @@ def list_queries(settings, control: str) -> list[dict]:
     return list(live.values())
 
 
-def wait_live(settings, stream: str, name: str, since: float, timeout_s: float):
-    """The coordinator's query_live record for `name` written after `since`, or None."""
-    from services.kafka import Topics, read_all
+def wait_live(settings, status: str, name: str, since: float, timeout_s: float):
+    """The coordinator's query_live record for `name` on the status topic written after
+    `since`, or None."""
+    from services.kafka import read_all
 
     deadline = time.monotonic() + timeout_s
-    status = Topics(stream).status
     while time.monotonic() < deadline:
         for message in read_all(settings, status, idle_s=0.2):
             record = orjson.loads(message.value())

@@ -6,7 +6,10 @@ record with its sequence number, and writes the events as frames to the keyed to
 per route (distinct PARTITION BY list among the live queries) to partition
 `stable_hash(key) % N` (unkeyed queries: partition 0). Each partition's last frame of a
 batch says `upto` (every event up to that seq has been sent to it); partitions that got
-nothing get a pulse, and every `pulse_ms` all partitions get one.
+nothing get a pulse, and when no batch went out for `pulse_ms` all partitions get one
+(`cep serve splitter`: the Faust app's timer, services/splitter_app.py; in-process
+pipelines: the loop itself). Batches are taken as soon as a record is there, plus
+`linger_ms` for more, so a trickle of records makes few frames.
 
 Sequence numbers follow `cep run`: a record's position (records consumed so far, bad ones
 included; a framed batch counts one per event) unless it carries `seq`, which must
@@ -16,6 +19,7 @@ per source topic gives produce order). Control messages hold from the next seq o
 
 from __future__ import annotations
 
+import threading
 import time
 import zlib
 
@@ -31,8 +35,9 @@ from cep_core.json_batch import arrow_schema, conform_table, decode_json_batch
 from services import frames
 from services.control import ControlError, QuerySet, parse_control
 from services.frames import Frame
-from services.kafka import KafkaSettings, Topics, produce
-from services.serve import Metrics, log
+from services.kafka import KafkaSettings, Topics, consume_batch, produce
+from services.metrics import Metrics
+from services.serve import log, profiled
 
 
 def stable_hash(values: pa.Array) -> np.ndarray:
@@ -57,12 +62,15 @@ def partition_ids(table: pa.Table, attrs: list[str], n: int) -> np.ndarray:
 class Splitter:
     def __init__(self, settings: KafkaSettings, topics: Topics, partitions: int = 4,
                  pulse_ms: int = 100, batch_size: int = 20000, registry=None,
-                 metrics: Metrics | None = None):
+                 metrics: Metrics | None = None, linger_ms: float = 5):
         self.settings = settings
         self.topics = topics
         self.partitions = partitions
         self.pulse_s = pulse_ms / 1000
         self.batch_size = batch_size
+        # after a batch's first record, wait this long for more: fewer, larger frames when
+        # the input trickles (each frame costs every worker and the coordinator ~1-2 ms)
+        self.linger_s = linger_ms / 1000
         self.queries = QuerySet(topics.stream, registry)
         self.schema = None
         self.metrics = metrics or Metrics("splitter", 0)
@@ -70,6 +78,13 @@ class Splitter:
         self.last_seq = -1
         self.max_ts = 0
         self.last_pulse = 0.0
+        self.started = False
+        # Held while a batch is stamped and sent: a pulse from another thread (the Faust
+        # timer) must not claim an `upto` whose events are not all produced yet.
+        self.lock = threading.Lock()
+        self.sent_events = [0] * partitions
+        self.sent_frames = [0] * partitions
+        self.pulses = 0
 
     # ------------------------------------------------------------ setup
 
@@ -86,8 +101,7 @@ class Splitter:
         if self.schema is None:
             raise RuntimeError(f"no schema for stream {self.topics.stream!r}")
         self.producer = self.settings.producer()
-        group = f"cep.{self.topics.stream}.splitter"
-        self.source = self.settings.consumer(group)
+        self.source = self.settings.consumer(self.topics.group("splitter"))
         metadata = self.source.list_topics(self.topics.source, timeout=10).topics[
             self.topics.source]
         tps = [TopicPartition(self.topics.source, p) for p in sorted(metadata.partitions)]
@@ -108,29 +122,78 @@ class Splitter:
                                                           "queries": self.queries.to_json()},
                                          at=self.last_seq + 1, upto=self.last_seq,
                                          ts=self.max_ts))
+        self.started = True
         log("splitter_started", stream=self.topics.stream, partitions=self.partitions,
             queries=list(self.queries.live), next_position=self.position)
 
     # ------------------------------------------------------------ the loop
 
-    def run(self, stopping) -> None:
+    def run(self, stopping, pulses: bool = True) -> None:
+        """Start, then move batches until `stopping` is set. `pulses=False` when another
+        thread calls `pulse_if_due` (the Faust app's timer)."""
         self.start()
+        self.loop(stopping, pulses)
+
+    def loop(self, stopping, pulses: bool = True) -> None:
         last_commit = time.monotonic()
         try:
-            while not stopping.is_set():
-                self._drain_control()
-                messages = self.source.consume(self.batch_size, 0.01)
-                if messages:
-                    self.process(messages)
-                if time.monotonic() - self.last_pulse >= self.pulse_s:
-                    self._pulse()
-                if time.monotonic() - last_commit > 1.0:
-                    self.commit()
-                    last_commit = time.monotonic()
+            with profiled("splitter"):
+                while not stopping.is_set():
+                    self.step()
+                    if pulses:
+                        self.pulse_if_due()
+                    if time.monotonic() - last_commit > 1.0:
+                        self.commit()
+                        self.metrics.observe_lag(self.source)
+                        self.metrics.queries.set(len(self.queries.live))
+                        last_commit = time.monotonic()
         finally:
             self.close()
 
+    def step(self, timeout_s: float = 0.01) -> int:
+        """Apply pending control messages, then stamp and send one batch of the source."""
+        with self.lock:
+            self._drain_control()
+        messages = consume_batch(self.source, self.batch_size, timeout_s, self.linger_s)
+        if messages:
+            started = time.perf_counter()
+            with self.lock:
+                self.process(messages)
+            self.metrics.batch_seconds.observe(time.perf_counter() - started)
+        return len(messages)
+
+    def pulse_if_due(self) -> bool:
+        """Pulse every partition unless a batch or pulse went out within the cadence (a
+        batch in flight will say its `upto` itself)."""
+        if not self.started or time.monotonic() - self.last_pulse < self.pulse_s * 0.9:
+            return False
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            self._pulse()
+            return True
+        finally:
+            self.lock.release()
+
+    def status(self) -> dict:
+        """What the splitter's status view shows (taken under the batch lock)."""
+        with self.lock:
+            return self._status()
+
+    def _status(self) -> dict:
+        return {"stream": self.topics.stream, "source": self.topics.source,
+                "keyed_topic": self.topics.keyed, "started": self.started,
+                "position": self.position, "last_seq": self.last_seq, "max_ts": self.max_ts,
+                "pulses": self.pulses, "pulse_ms": round(self.pulse_s * 1000),
+                "partitions": [{"partition": p, "events": self.sent_events[p],
+                                "frames": self.sent_frames[p]}
+                               for p in range(self.partitions)],
+                "queries": [{"name": q.name, "index": q.index, "route": q.route,
+                             "output": q.output} for q in self.queries.live.values()]}
+
     def close(self) -> None:
+        with self.lock:
+            self.started = False
         self.producer.flush(30)
         self.commit()
         self.source.close()
@@ -192,6 +255,10 @@ class Splitter:
         run: list[bytes] = []
         dead: list[DeadLetter] = []
         for message in messages:
+            if message.headers() is None:  # one JSON event (the common case)
+                if message.error() is None:
+                    run.append(message.value() or b"")
+                continue
             if message.error():
                 continue
             try:
@@ -292,10 +359,12 @@ class Splitter:
             sent[-1].headers.update(upto=self.last_seq, ts=self.max_ts)
             for frame in sent:
                 self._send(p, frame)
+        self.metrics.events_out.inc(table.num_rows * len(self.queries.routes()))
         self.last_pulse = time.monotonic()
         self.producer.poll(0)
 
     def _pulse(self) -> None:
+        self.pulses += 1
         self._send_all(Frame(frames.PULSE, {"upto": self.last_seq, "ts": self.max_ts}))
 
     def _send_all(self, frame: Frame) -> None:
@@ -305,5 +374,7 @@ class Splitter:
         self.producer.poll(0)
 
     def _send(self, partition: int, frame: Frame) -> None:
+        self.sent_frames[partition] += 1
+        self.sent_events[partition] += frame.get("count", 0)
         produce(self.producer, self.topics.keyed, frame.payload, partition=partition,
                 headers=frame.kafka_headers())

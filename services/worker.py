@@ -25,8 +25,9 @@ from cep_core.engine import StreamEngines
 from services import frames
 from services.control import QuerySet
 from services.frames import Frame
-from services.kafka import KafkaSettings, Topics, produce, read_all
-from services.serve import Metrics, log
+from services.kafka import KafkaSettings, Topics, consume_batch, produce, read_all
+from services.metrics import Metrics
+from services.serve import log, profiled
 
 
 class PartitionState:
@@ -118,29 +119,43 @@ class Worker:
 
     def run(self, stopping) -> None:
         self.producer = self.settings.producer()
-        self.consumer = self.settings.consumer(f"cep.{self.topics.stream}.workers")
+        self.consumer = self.settings.consumer(self.topics.group("workers"))
         self.consumer.subscribe([self.topics.keyed], on_assign=self._on_assign,
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
         log("worker_started", stream=self.topics.stream)
         last_lag = 0.0
         try:
-            while not stopping.is_set():
-                messages = self.consumer.consume(self.batch_size, 0.01)
-                if not messages:
-                    continue
-                started = time.perf_counter()
-                for message in messages:
-                    if not message.error():
-                        self.handle(message)
-                self.producer.poll(0)
-                self.metrics.batch_seconds.observe(time.perf_counter() - started)
-                if time.monotonic() - last_lag > 1:
-                    self.metrics.observe_lag(self.consumer)
-                    last_lag = time.monotonic()
+            with profiled("worker"):
+                while not stopping.is_set():
+                    messages = consume_batch(self.consumer, self.batch_size, 0.05)
+                    if time.monotonic() - last_lag > 1:
+                        self.observe()
+                        last_lag = time.monotonic()
+                    if not messages:
+                        continue
+                    started = time.perf_counter()
+                    for message in messages:
+                        if not message.error():
+                            self.handle(message)
+                    self.producer.poll(0)
+                    self.metrics.batch_seconds.observe(time.perf_counter() - started)
         finally:
             self.consumer.close()  # revokes: snapshots and commits
             self.producer.flush(30)
             log("worker_stopped")
+
+    def observe(self) -> None:
+        """Refresh the gauges: lag, partitions, live queries, the engines' counts."""
+        self.metrics.observe_lag(self.consumer)
+        self.metrics.partitions.set(len(self.parts))
+        by_query: dict[str, list] = {}
+        for state in self.parts.values():
+            for engines, _ in state.routes.values():
+                for engine in engines.engines:
+                    by_query.setdefault(engine.checked.name, []).append(engine)
+        names = {n for state in self.parts.values() for n in state.queries.live}
+        self.metrics.queries.set(len(names))
+        self.metrics.observe_engines(by_query)
 
     # ------------------------------------------------------------ rebalance
 
@@ -157,7 +172,7 @@ class Worker:
             tp.offset = state.offset
             self.parts[tp.partition] = state
         consumer.assign(partitions)
-        self.metrics.partials.set(len(self.parts))
+        self.metrics.partitions.set(len(self.parts))
         log("partitions_assigned", partitions=[tp.partition for tp in partitions],
             offsets=[tp.offset for tp in partitions])
 
@@ -186,7 +201,7 @@ class Worker:
             except Exception as e:  # the snapshot holds the offset; commit is advisory
                 log("commit_failed", level="warning", error=str(e))
         consumer.unassign()
-        self.metrics.partials.set(len(self.parts))
+        self.metrics.partitions.set(len(self.parts))
         log("partitions_revoked", partitions=[tp.partition for tp in partitions])
 
     # ------------------------------------------------------------ frames

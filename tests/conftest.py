@@ -32,5 +32,8 @@ def kafka_bootstrap():
             yield kafka.get_bootstrap_server()
         return
     from services.broker import EmbeddedBroker
-    with EmbeddedBroker() as broker:
+    broker = EmbeddedBroker().start()
+    try:
         yield broker.bootstrap
+    finally:
+        broker.kill()  # in-memory storage: nothing to lose, and a graceful stop takes ~5 s

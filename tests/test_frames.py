@@ -126,3 +126,19 @@ def test_merger_releases_in_seq_order_once_every_partition_passed():
     assert [c["seq"] for _, c in merger.release()] == [5]
     merger.feed(_matches(1, 12, 6))
     assert [(t, c["seq"]) for t, c in merger.release()] == [("tops", 7)]
+
+
+def test_topic_prefix_names_internal_topics_and_groups_only():
+    from services.kafka import Topics
+
+    plain = Topics("trades")
+    assert (plain.source, plain.control, plain.keyed) == ("trades", "cep.queries",
+                                                          "cep.trades.keyed")
+    run = Topics("trades", prefix="run1")
+    assert run.source == "trades"  # named by the user: not prefixed
+    assert run.control == "run1.cep.queries"
+    assert [run.keyed, run.matches, run.state, run.status, run.dead_letters] == [
+        f"run1.cep.trades.{t}" for t in ("keyed", "matches", "state", "status", "dead")]
+    assert run.group("workers") == "run1.cep.trades.workers" != plain.group("workers")
+    assert Topics("trades", prefix="a-").keyed == "a-cep.trades.keyed"
+    assert Topics("trades", control="ctl", prefix="run1").control == "ctl"

@@ -1,15 +1,20 @@
-"""The streaming service end to end on a real broker (embedded tansu per test, or
-KAFKA_BOOTSTRAP is not used: topic names are fixed per stream): known streams for MATCH,
-SEQ and WINDOW through splitter, 1/2/4 workers and coordinator must give exactly the
-reference interpreter's composite events on each INTO topic; queries are added and removed
-mid-stream; `cep serve all` runs as real processes and stops cleanly on SIGTERM."""
+"""The streaming service end to end on a real broker (the session's `kafka_bootstrap`:
+KAFKA_BOOTSTRAP, else testcontainers Kafka, else embedded tansu; one for all tests, each
+test with its own topic prefix and source/control topics): known streams for MATCH, SEQ and
+WINDOW through splitter, 1/2/4 workers and coordinator must give exactly the reference
+interpreter's composite events on each INTO topic; queries are added and removed
+mid-stream; `cep serve all` runs as real processes (the splitter as a Faust app with its
+status view) and stops cleanly on SIGTERM."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import urllib.request
+import uuid
 from pathlib import Path
 
 import orjson
@@ -18,7 +23,7 @@ import pytest
 from cep_core import reference
 from cep_core.checker import load_queries
 from cep_core.event_io import read_events
-from services.broker import EmbeddedBroker
+from services.broker import free_port
 from services.control import ControlMessage, publish, split_query_file
 from services.kafka import KafkaSettings, Topics, produce, read_all
 from services.pipeline import LocalPipeline, create_topics, wait_for
@@ -30,12 +35,14 @@ CASES = {"match": ("marathon.cep", "data/checkpoints.jsonl"),
 
 
 @pytest.fixture
-def broker():
-    embedded = EmbeddedBroker().start()
-    try:
-        yield KafkaSettings(embedded.bootstrap, session_timeout_ms=2000)
-    finally:
-        embedded.kill()  # in-memory storage: nothing to lose, and a graceful stop waits ~5 s
+def broker(kafka_bootstrap):
+    return KafkaSettings(kafka_bootstrap, session_timeout_ms=2000)
+
+
+def _topics(stream: str, **names) -> Topics:
+    """Topics of one test: its own prefix (internal topics, groups) and source topic."""
+    run = uuid.uuid4().hex[:8]
+    return Topics(stream, source=f"src.{stream}.{run}", prefix=f"t{run}", **names)
 
 
 def _register(settings, topics, query_file: Path, only=None) -> list:
@@ -53,10 +60,16 @@ def _produce(settings, topic: str, lines: list[bytes], end: bool = True) -> None
     producer.flush(30)
 
 
-def _outputs(settings, queries) -> dict[str, list[dict]]:
-    return {q.query.output: [orjson.loads(m.value()) for m in read_all(settings,
-                                                                        q.query.output)]
-            for q in queries}
+def _outputs(settings, queries, before: dict[str, int] | None = None) -> dict[str, list]:
+    """The composite events on each query's INTO topic after the first `before[topic]`
+    (INTO topics are shared by the tests on one broker)."""
+    before = before or {}
+    return {q.query.output: [orjson.loads(m.value()) for m in read_all(
+        settings, q.query.output)[before.get(q.query.output, 0):]] for q in queries}
+
+
+def _counts(settings, queries) -> dict[str, int]:
+    return {topic: len(got) for topic, got in _outputs(settings, queries).items()}
 
 
 def _expected(queries, events) -> dict[str, list[dict]]:
@@ -74,15 +87,16 @@ def test_known_stream_equals_reference(broker, kind, workers):
     query_file, events_file = (EXAMPLES / name for name in CASES[kind])
     queries = load_queries(query_file)
     stream = queries[0].schema.stream
-    topics = Topics(stream, source=f"src.{stream}")
+    topics = _topics(stream)
     create_topics(broker, topics, 4, [q.query.output for q in queries])
+    before = _counts(broker, queries)
     _register(broker, topics, query_file)
     events, _ = read_events(events_file, queries[0].schema)
     expected = _expected(queries, events)
     with LocalPipeline(broker, topics, workers=workers) as pipeline:
         _produce(broker, topics.source, _lines(events_file))
         wait_for(lambda: pipeline.coordinator.merger.ended, 120, "end of input released")
-    got = _outputs(broker, queries)
+    got = _outputs(broker, queries, before)
     assert sum(map(len, expected.values())) > 0
     for output in expected:
         assert got[output] == expected[output], output
@@ -95,8 +109,11 @@ def test_queries_added_and_removed_mid_stream(broker):
              "PATTERN ( . up up up ) DEFINE up AS price > Last(price)\n"
              "EMIT symbol = symbol, n = Count();")
     (tmp := Path(os.environ.get("TMPDIR", "/tmp")) / f"ups-{os.getpid()}.cep").write_text(extra)
-    topics = Topics("trades", source="src.trades.live")
+    topics = _topics("trades")
     create_topics(broker, topics, 4, ["double_tops", "ups"])
+    mshape = [q for q in schema_queries if q.name == "mshape"]
+    ups = load_queries_text(extra)
+    before = _counts(broker, mshape + ups)
     _register(broker, topics, EXAMPLES / "finance.cep", only={"mshape"})
     lines = _lines(EXAMPLES / "data" / "trades.jsonl")
     events, _ = read_events(EXAMPLES / "data" / "trades.jsonl", schema)
@@ -118,9 +135,7 @@ def test_queries_added_and_removed_mid_stream(broker):
     added = [e for e in pipeline.coordinator.lived if e["name"] == "ups"][0]
     assert added["at"] == first and added["latency_ms"] is not None
     tmp.unlink()
-    mshape = [q for q in schema_queries if q.name == "mshape"]
-    ups = load_queries_text(extra)
-    got = _outputs(broker, mshape + ups)
+    got = _outputs(broker, mshape + ups, before)
     want_m = reference.run(mshape, events[:second])
     want_u = reference.run(ups, events[first:])
     assert want_m and want_u
@@ -137,17 +152,19 @@ def test_serve_all_processes_and_sigterm(broker, tmp_path):
     """`cep serve all` as real processes (splitter, 2 workers, coordinator), queries
     registered with `cep query add`, clean exit 0 on SIGTERM."""
     queries = load_queries(EXAMPLES / "finance.cep")
-    topics = Topics("trades", source="src.trades.procs", control="ctl.procs")
+    topics = _topics("trades")
     create_topics(broker, topics, 4, ["double_tops", "trade_stats"])
-    env = {**os.environ, "KAFKA_BOOTSTRAP": broker.bootstrap, "CEP_SESSION_TIMEOUT_MS": "2000"}
+    before = _counts(broker, queries)
+    web_port = free_port()
+    env = {**os.environ, "KAFKA_BOOTSTRAP": broker.bootstrap, "CEP_SESSION_TIMEOUT_MS": "2000",
+           "CEP_TOPIC_PREFIX": topics.prefix, "CEP_WEB_PORT": str(web_port)}
     cep = [sys.executable, "-m", "services.cli"]
-    added = subprocess.run(cep + ["query", "add", str(EXAMPLES / "finance.cep"),
-                                  "--control", topics.control], env=env, cwd=ROOT,
-                           capture_output=True, timeout=60)
+    added = subprocess.run(cep + ["query", "add", str(EXAMPLES / "finance.cep")], env=env,
+                           cwd=ROOT, capture_output=True, timeout=60)
     assert added.returncode == 0, added.stderr
     log = open(tmp_path / "serve.log", "wb")
     serve = subprocess.Popen(cep + ["serve", "all", "--workers", "2", "--source",
-                                    topics.source, "--control", topics.control],
+                                    topics.source],
                              env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                              start_new_session=True)
     try:
@@ -159,9 +176,19 @@ def test_serve_all_processes_and_sigterm(broker, tmp_path):
             return any(orjson.loads(m.value()).get("event") == "end_of_input"
                        for m in read_all(broker, topics.status, idle_s=0.1))
         wait_for(released, 150, "end of input released", interval_s=0.3)
-        assert _outputs(broker, queries) == expected
-        listed = subprocess.run(cep + ["query", "list", "--control", topics.control],
-                                env=env, cwd=ROOT, capture_output=True, timeout=60)
+        assert _outputs(broker, queries, before) == expected
+        # the splitter is a Faust app: its web view tells what it stamped and routed
+        with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/status/", timeout=10) as r:
+            status = json.loads(r.read())
+        assert status["keyed_topic"] == topics.keyed
+        assert status["last_seq"] == len(events) - 1
+        assert [q["name"] for q in status["queries"]] == ["mshape", "activity"]
+        routes = {q["route"] for q in status["queries"]}
+        assert sum(p["events"] for p in status["partitions"]) == len(events) * len(routes)
+        assert all(p["frames"] > 0 for p in status["partitions"])
+        assert status["pulses"] > 0  # the Faust timer is the app's only pulse source
+        listed = subprocess.run(cep + ["query", "list"], env=env, cwd=ROOT,
+                                capture_output=True, timeout=60)
         assert [orjson.loads(x)["name"] for x in listed.stdout.splitlines()] == \
             ["mshape", "activity"]
     finally:
@@ -170,3 +197,4 @@ def test_serve_all_processes_and_sigterm(broker, tmp_path):
     text = (tmp_path / "serve.log").read_text()
     assert code == 0, text[-3000:]
     assert '"event":"worker_stopped"' in text and '"event":"splitter_stopped"' in text
+    assert "[^-SplitterApp]: Starting" in text  # Faust's worker ran the splitter
