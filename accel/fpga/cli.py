@@ -189,3 +189,76 @@ def verify(
             raise typer.Exit(1)
 
     cli._guard(body)
+
+
+@fpga_app.command()
+def hdl(
+    query_file: QueryFile,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the Verilog files.")],
+    elements: ElementsOption = 64,
+    tick_tuples: TickOption = 4096,
+    schema: SchemaOption = None,
+    query: QueryOption = None,
+) -> None:
+    """Write the circuit of a query as synthesizable Verilog (predicate decoder, NFA,
+    pipelined stream partitioner) and a testbench that reads tuples from a hex file."""
+    from services import cli
+
+    def body():
+        from accel.fpga.hdl import write_hdl
+        from accel.fpga.plan import CircuitConfig, compile_fpga
+        from cep_core.batch import StringDictionary
+
+        [checked] = _queries(query_file, schema, query, one=True)
+        plan = compile_fpga(checked, StringDictionary())
+        files = write_hdl(plan, out, CircuitConfig(elements=elements, tick_tuples=tick_tuples))
+        cli.stdout.print(f"{files.circuit}: query {checked.name}: {len(plan.atoms)} "
+                         f"comparators, {plan.positions} NFA states, {elements} partitioner "
+                         f"elements, {plan.layout.tuple_bits}-bit tuples", markup=False)
+        cli.stdout.print(f"{files.testbench}: iverilog -o sim -Ptestbench.N_TUPLES=<n> "
+                         f"{files.circuit.name} {files.testbench.name} && vvp sim "
+                         "+tuples=<hex file> +reports=<out file>", markup=False)
+
+    cli._guard(body)
+
+
+@fpga_app.command()
+def resources(
+    max_i: Annotated[int, typer.Option(min=1, max=16, help="Largest i of "
+                                       "(0|1)*1(0|1)^i.")] = 10,
+    depths: Annotated[str, typer.Option(help="Partitioner depths, comma separated "
+                                        "(empty: skip).")] = "100,200,300,400,500,600,700,800",
+    png: Annotated[Path, typer.Option(help="Where to write the plot.")]
+    = Path("fpga_resources.png"),
+) -> None:
+    """Synthesize with Yosys and print LUT and flip-flop counts: NFA vs powerset DFA
+    (one-hot, binary) of (0|1)*1(0|1)^i, and the stream partitioner by depth (the paper's
+    Figures 4 and 9); writes a PNG plot."""
+    from services import cli
+
+    def body():
+        from accel.fpga import resources as res
+
+        try:
+            sizes = [int(d) for d in depths.split(",") if d.strip()]
+        except ValueError:
+            raise cli.CliError(f"--depths {depths!r} is not a comma-separated list of "
+                               "integers", 2) from None
+        if any(d < 1 for d in sizes):
+            raise cli.CliError("partitioner depths must be positive", 2)
+        try:
+            res.require_yosys()
+        except res.YosysMissing as e:
+            raise cli.CliError(str(e)) from None
+
+        def progress(row):
+            cli.stderr.print(f"synthesized {row.circuit} {row.size}: "
+                             f"{row.resources.luts} LUTs, {row.resources.flip_flops} FFs "
+                             f"({row.resources.seconds:.1f} s)", markup=False)
+
+        rows = res.automaton_rows(range(1, max_i + 1), progress)
+        rows += res.partitioner_rows(sizes, progress)
+        cli.stdout.print(res.format_table(rows), markup=False)
+        cli.stdout.print(f"plot: {res.plot(rows, png)}", markup=False)
+
+    cli._guard(body)
