@@ -151,15 +151,15 @@ def produce_to_kafka(output: str, topic: str, bootstrap: str | None) -> int:
     import os
 
     import orjson
-    from confluent_kafka import Producer
 
     from services.backfill_output import read_composites
 
     bootstrap = bootstrap or os.environ.get("KAFKA_BOOTSTRAP")
     if not bootstrap:
         raise ValueError("--to-kafka needs a broker: pass --bootstrap or set KAFKA_BOOTSTRAP")
-    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random",
-                         "enable.idempotence": True})
+    from services.kafka import KafkaSettings  # CEP_KAFKA_* security settings too
+
+    producer = KafkaSettings.from_env(bootstrap).producer(**{"enable.idempotence": True})
     errors: list[str] = []
 
     def delivered(err, _msg):

@@ -1,7 +1,8 @@
 """Run-time queries: the control topic and the live query set.
 
 The control topic is compacted, key = query name, value = JSON `{"op": "add" | "update" |
-"remove", "name": ..., "text": ...}`. The text is parsed and checked (never evaluated) and
+"remove", "name": ..., "text": ...}`, validated against schemas/control_message.json
+(`parse_control`). The text is parsed and checked (never evaluated) and
 must hold exactly one query of that name. The splitter applies control messages in order;
 a change holds from the next sequence number on, and reaches every worker partition and the
 coordinator as a control frame at that seq.
@@ -35,27 +36,21 @@ class ControlMessage:
         return orjson.dumps({"op": self.op, "name": self.name, "text": self.text})
 
 
-def parse_control(value: bytes | None, key: bytes | None = None) -> ControlMessage:
-    """A control message from a record of the control topic (a null value with a key is a
-    tombstone: remove)."""
-    if value is None:
-        if not key:
-            raise ControlError("empty control message without a key")
-        return ControlMessage("remove", key.decode())
+def parse_control(value: bytes | None, key: bytes | None = None,
+                  registry: SchemaRegistry | None = None,
+                  stream: str | None = None) -> ControlMessage:
+    """A control message from a record of the control topic, validated against
+    schemas/control_message.json (cep_core.control_message.validate: op, a name equal to
+    the key, size limits; add/update: the text checks into exactly one query of that name
+    on `stream`). A null value with a key is a tombstone: remove. ControlError says why a
+    record is refused."""
+    from cep_core.control_message import ControlMessageError, validate
+
     try:
-        data = orjson.loads(value)
-    except orjson.JSONDecodeError as e:
-        raise ControlError(f"control message is not valid JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise ControlError("control message is not a JSON object")
-    op, name, text = data.get("op"), data.get("name"), data.get("text", "")
-    if op not in OPS:
-        raise ControlError(f"control message: op must be one of {', '.join(OPS)}, got {op!r}")
-    if not isinstance(name, str) or not name:
-        raise ControlError("control message: name must be a non-empty string")
-    if op != "remove" and (not isinstance(text, str) or not text.strip()):
-        raise ControlError(f"control message: {op} needs the query text")
-    return ControlMessage(op, name, text or "")
+        message = validate(value, key, registry, stream)
+    except ControlMessageError as e:
+        raise ControlError(str(e)) from None
+    return ControlMessage(message.op, message.name, message.text)
 
 
 def check_query_text(name: str, text: str, registry: SchemaRegistry | None = None,

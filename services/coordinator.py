@@ -13,12 +13,23 @@ smaller sort key:
 Final composite events go out in `cep_core.composite.sort_key` order (with the query's
 index in the live query set) to their query's INTO topic, one JSON per message, key = the
 composite's key as JSON. Content and order do not depend on the number of workers.
+
+Effectively once: each INTO topic is written in sort-key order, so the last key released
+to it is its position; a composite at or below it is a repeat (a worker replaying from its
+checkpoint) and is dropped. Every `checkpoint_ms` the coordinator flushes its output, then
+writes its whole merge state (match-topic offsets, pending composites, per-partition
+watermarks, the released position and delivered offset of each INTO topic) to the state
+topic under the key `coordinator`. A restarted coordinator loads it, reads each INTO topic
+after the checkpointed offset for records it wrote later (header `cep.pipeline`), moves the
+released position past them, and resumes the match topic at the checkpointed offsets. No
+Kafka transactions: tansu delivers aborted records (shared/BROKER.md).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import os
 import time
 from collections import deque
 
@@ -27,6 +38,7 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from cep_core.composite import sort_key
 from services import frames
+from services.checkpoint import PIPELINE_HEADER, read_latest, written_since
 from services.control import INFINITE, horizon
 from services.frames import Frame
 from services.kafka import KafkaSettings, Topics, consume_batch, produce
@@ -34,9 +46,14 @@ from services.metrics import Metrics
 from services.serve import log, profiled
 
 
+STATE_KEY = b"coordinator"
+
+
 class QueryInfo:
-    def __init__(self, name: str, index: int, output: str, horizon_: int | None):
+    def __init__(self, name: str, index: int, output: str, horizon_: int | None,
+                 text: str = ""):
         self.name, self.index, self.output, self.horizon = name, index, output, horizon_
+        self.text = text
 
 
 class Merger:
@@ -58,6 +75,8 @@ class Merger:
         self.live_events: list[dict] = []  # (name, op, at, latency) once all partitions had it
         self.ended: list[int] = []  # ends of input whose composite events are all released
         self.received = 0  # composite events fed
+        self.released: dict[str, tuple] = {}  # output -> (sort key, composite, query index)
+        self.repeats = 0  # composite events dropped as already released
 
     def feed(self, frame: Frame) -> None:
         part = frame.get("part")
@@ -88,10 +107,7 @@ class Merger:
         entries = change["queries"] if change["op"] == "set" else [change]
         for entry in entries:
             if entry.get("text"):
-                from services.control import check_query_text
-                checked = check_query_text(entry["name"], entry["text"], self.registry)
-                self.queries[entry["name"]] = QueryInfo(
-                    entry["name"], entry["index"], checked.query.output, horizon(checked))
+                self._add_query(entry)
         marker = (change["op"], change.get("name"), frame.get("at"))
         seen = self.control_seen.setdefault(marker, set())
         seen.add(part)
@@ -101,6 +117,49 @@ class Merger:
             self.live_events.append({"op": change["op"], "name": change.get("name"),
                                      "at": frame.get("at"), "latency_ms": None if sent is None
                                      else round(time.time() * 1000 - sent, 1)})
+
+    def _add_query(self, entry: dict) -> None:
+        from services.control import check_query_text
+        checked = check_query_text(entry["name"], entry["text"], self.registry)
+        self.queries[entry["name"]] = QueryInfo(entry["name"], entry["index"],
+                                                checked.query.output, horizon(checked),
+                                                entry["text"])
+
+    def mark_released(self, output: str, composite: dict, index: int) -> None:
+        """Record that `composite` is on `output` (found there after a restart)."""
+        key = sort_key(composite, index)
+        if output not in self.released or self.released[output][0] < key:
+            self.released[output] = (key, composite, index)
+
+    # ------------------------------------------------------------ checkpoints
+
+    def state(self) -> dict:
+        return {"upto": self.upto, "pulses": list(self.pulses),
+                "ends": [[e, sorted(p)] for e, p in self.ends.items()],
+                "queries": [{"name": q.name, "index": q.index, "text": q.text}
+                            for q in self.queries.values()],
+                "pending": {o: [[c, k[1]] for k, _, c in sorted(h)]
+                            for o, h in self.pending.items()},
+                "control_seen": [[list(m), sorted(p)] for m, p in self.control_seen.items()],
+                "ended": self.ended, "received": self.received,
+                "released": {o: [c, i] for o, (_, c, i) in self.released.items()}}
+
+    def load_state(self, state: dict) -> None:
+        self.upto = state["upto"]
+        self.pulses = deque(tuple(p) for p in state["pulses"])
+        self.ends = {e: set(p) for e, p in state["ends"]}
+        self.queries = {}
+        for entry in state["queries"]:
+            self._add_query(entry)
+        self.pending = {}
+        for output, entries in state["pending"].items():
+            self.pending[output] = [(sort_key(c, i), next(self.counter), c) for c, i in entries]
+            heapq.heapify(self.pending[output])
+        self.control_seen = {tuple(m): set(p) for m, p in state["control_seen"]}
+        self.ended, self.received = state["ended"], state["received"]
+        self.released = {}
+        for output, (composite, index) in state["released"].items():
+            self.mark_released(output, composite, index)
 
     def bound(self, output: str) -> int:
         """The largest seq up to which composite events for `output` are final."""
@@ -128,8 +187,16 @@ class Merger:
             if not heap:
                 continue
             limit = self.bound(output)
+            last = self.released.get(output)
             while heap and heap[0][0][0] <= limit:
-                out.append((output, heapq.heappop(heap)[2]))
+                key, _, composite = heapq.heappop(heap)
+                if last is not None and key <= last[0]:
+                    self.repeats += 1
+                    continue
+                last = (key, composite, key[1])
+                out.append((output, composite))
+            if last is not None:
+                self.released[output] = last
         self._prune()
         return out
 
@@ -147,7 +214,8 @@ class Merger:
 
 class Coordinator:
     def __init__(self, settings: KafkaSettings, topics: Topics, partitions: int = 4,
-                 registry=None, metrics: Metrics | None = None, on_output=None):
+                 registry=None, metrics: Metrics | None = None, on_output=None,
+                 checkpoint_ms: int | None = None, max_pending: int = 200_000):
         self.settings = settings
         self.topics = topics
         self.partitions = partitions
@@ -156,14 +224,74 @@ class Coordinator:
         self.on_output = on_output
         self.reported_ends = 0
         self.lived: list[dict] = []  # every query change once all partitions switched
+        # backpressure: beyond this many composite events waiting to be final, partitions
+        # ahead of the slowest pause until it catches up (the slowest is never paused)
+        self.max_pending = max_pending
+        self.paused: set[int] = set()
+        self.pauses = 0
+        self.checkpoint_s = (checkpoint_ms or int(os.environ.get("CEP_CHECKPOINT_MS",
+                                                                 1000))) / 1000
+        self.pipeline = topics.group("coordinator")
+        self.offsets = [OFFSET_BEGINNING] * partitions  # next match-topic offset per partition
+        self.delivered: dict[str, int] = {}  # output topic -> offset of its last record
+        self.scanned: set[str] = set()  # outputs whose released position is known
+        self.saved = None  # offsets of the last checkpoint
+
+    def _delivered(self, err, message) -> None:
+        if err is None and message.topic() in self.scanned:
+            self.delivered[message.topic()] = max(self.delivered.get(message.topic(), -1),
+                                                  message.offset())
+
+    def restore(self) -> None:
+        """Load the newest checkpoint, if any."""
+        started = time.perf_counter()
+        data = read_latest(self.settings, self.topics.state).get(STATE_KEY)
+        if data is not None:
+            state = orjson.loads(data)
+            self.merger.load_state(state["merger"])
+            self.offsets = state["offsets"]
+            self.delivered = state["delivered"]
+            self.reported_ends = state["reported_ends"]
+            self.saved = list(self.offsets)
+        self._scan_outputs()
+        log("coordinator_restored", checkpoint=data is not None, offsets=self.offsets,
+            restore_ms=round((time.perf_counter() - started) * 1000, 1))
+
+    def _scan_outputs(self) -> None:
+        """Find the released position of outputs not scanned yet: what this pipeline wrote
+        to them after the last checkpoint."""
+        for output in {q.output for q in self.merger.queries.values()} - self.scanned:
+            found = written_since(self.settings, output, self.delivered.get(output, -1),
+                                  self.pipeline)
+            for message in found:
+                index = int(dict(message.headers())["cep.index"])
+                self.merger.mark_released(output, orjson.loads(message.value()), index)
+                self.delivered[output] = message.offset()
+            self.scanned.add(output)
+
+    def checkpoint(self, producer) -> None:
+        if self.offsets == self.saved:
+            return
+        producer.flush(30)
+        state = {"offsets": self.offsets, "merger": self.merger.state(),
+                 "delivered": self.delivered, "reported_ends": self.reported_ends}
+        produce(producer, self.topics.state, orjson.dumps(state), key=STATE_KEY)
+        if producer.flush(30):
+            log("checkpoint_not_flushed", level="warning")
+            return
+        self.saved = list(self.offsets)
 
     def run(self, stopping) -> None:
-        producer = self.settings.producer()
-        consumer = self.settings.consumer(self.topics.group("coordinator"))
-        consumer.assign([TopicPartition(self.topics.matches, p, OFFSET_BEGINNING)
+        from services.worker import BOUNDED_CONSUMER, BOUNDED_PRODUCER
+
+        producer = self.settings.producer(on_delivery=self._delivered, **BOUNDED_PRODUCER)
+        self.restore()
+        consumer = self.settings.consumer(self.topics.group("coordinator"), **BOUNDED_CONSUMER)
+        consumer.assign([TopicPartition(self.topics.matches, p, self.offsets[p])
                          for p in range(self.partitions)])
         log("coordinator_started", stream=self.topics.stream, partitions=self.partitions)
         last_lag = 0.0
+        last_checkpoint = time.monotonic()
         try:
             with profiled("coordinator"):
                 while not stopping.is_set():
@@ -172,38 +300,72 @@ class Coordinator:
                         self.metrics.observe_lag(consumer)
                         self.metrics.queries.set(len(self.merger.queries))
                         last_lag = time.monotonic()
+                    if time.monotonic() - last_checkpoint > self.checkpoint_s:
+                        self.checkpoint(producer)
+                        last_checkpoint = time.monotonic()
                     if not messages:
                         continue
                     started = time.perf_counter()
-                    received = self.merger.received
-                    for message in messages:
-                        if message.error():
-                            continue
-                        frame = frames.frame_of(message)
-                        if frame is not None:
-                            self.merger.feed(frame)
-                    released = self.merger.release()
-                    for output, composite in released:
-                        produce(producer, output, orjson.dumps(composite),
-                                key=orjson.dumps(composite.get("key")))
-                    if self.on_output is not None and released:
-                        self.on_output(released)
-                    for event in self.merger.live_events:
-                        self.lived.append(event)
-                        log("query_live", **event)
-                        produce(producer, self.topics.status, orjson.dumps(
-                            {"event": "query_live", **event}))
-                    self.merger.live_events.clear()
-                    for end in self.merger.ended[self.reported_ends:]:
-                        log("end_of_input_released", upto=end)
-                        produce(producer, self.topics.status, orjson.dumps(
-                            {"event": "end_of_input", "upto": end}))
-                    self.reported_ends = len(self.merger.ended)
-                    self.metrics.events_in.inc(self.merger.received - received)
-                    self.metrics.events_out.inc(len(released))
-                    producer.poll(0)
+                    self.handle(messages, producer)
                     self.metrics.batch_seconds.observe(time.perf_counter() - started)
+                    self._backpressure(consumer)
+            self.checkpoint(producer)
         finally:
             producer.flush(30)
             consumer.close()
-            log("coordinator_stopped")
+            log("coordinator_stopped", repeats_dropped=self.merger.repeats)
+
+    def pending(self) -> int:
+        return sum(len(heap) for heap in self.merger.pending.values())
+
+    def _backpressure(self, consumer) -> None:
+        """Pause the partitions ahead of the slowest while too many composite events wait;
+        resume those that fell back to the slowest, and all once half the bound is left."""
+        low = min(self.merger.upto)
+        waiting = self.pending()
+        behind = set(self.paused) if waiting <= self.max_pending // 2 else \
+            {p for p in self.paused if self.merger.upto[p] <= low}
+        if behind:
+            consumer.resume([TopicPartition(self.topics.matches, p) for p in behind])
+            self.paused -= behind
+        if waiting > self.max_pending:
+            ahead = {p for p, upto in enumerate(self.merger.upto) if upto > low} - self.paused
+            if ahead:
+                consumer.pause([TopicPartition(self.topics.matches, p) for p in ahead])
+                self.paused |= ahead
+                self.pauses += 1
+                self.metrics.paused.inc()
+
+    def handle(self, messages, producer) -> None:
+        received = self.merger.received
+        for message in messages:
+            if message.error():
+                continue
+            self.offsets[message.partition()] = message.offset() + 1
+            frame = frames.frame_of(message)
+            if frame is not None:
+                self.merger.feed(frame)
+        self._scan_outputs()
+        released = self.merger.release()
+        for output, composite in released:
+            index = self.merger.queries[composite["query"]].index
+            produce(producer, output, orjson.dumps(composite),
+                    key=orjson.dumps(composite.get("key")),
+                    headers=[(PIPELINE_HEADER, self.pipeline.encode()),
+                             ("cep.index", str(index).encode())])
+        if self.on_output is not None and released:
+            self.on_output(released)
+        for event in self.merger.live_events:
+            self.lived.append(event)
+            log("query_live", **event)
+            produce(producer, self.topics.status, orjson.dumps(
+                {"event": "query_live", **event}))
+        self.merger.live_events.clear()
+        for end in self.merger.ended[self.reported_ends:]:
+            log("end_of_input_released", upto=end)
+            produce(producer, self.topics.status, orjson.dumps(
+                {"event": "end_of_input", "upto": end}))
+        self.reported_ends = len(self.merger.ended)
+        self.metrics.events_in.inc(self.merger.received - received)
+        self.metrics.events_out.inc(len(released))
+        producer.poll(0)

@@ -61,6 +61,11 @@ class Topics:
     def dead_letters(self) -> str:
         return self._internal("dead")
 
+    @property
+    def late(self) -> str:
+        """Events that came later than the splitter's allowed lateness (--allowed-lateness-ms)."""
+        return self._internal("late")
+
     def group(self, role: str) -> str:
         """The consumer group of a role (splitter, workers, coordinator)."""
         return self._internal(role)
@@ -113,6 +118,33 @@ class KafkaSettings:
 
     def admin(self) -> AdminClient:
         return AdminClient(self.base())
+
+    def faust_credentials(self):
+        """The security settings as Faust (aiokafka) credentials: `security.protocol`
+        SSL / SASL_SSL / SASL_PLAINTEXT with `sasl.mechanism`, `sasl.username`,
+        `sasl.password`, `ssl.ca.location`, `ssl.certificate.location`, `ssl.key.location`
+        (None for PLAINTEXT)."""
+        protocol = self.extra.get("security.protocol", "PLAINTEXT").upper()
+        if protocol == "PLAINTEXT":
+            return None
+        import ssl
+
+        from faust.auth import SASLCredentials, SSLCredentials
+
+        context = None
+        if protocol in ("SSL", "SASL_SSL"):
+            context = ssl.create_default_context(cafile=self.extra.get("ssl.ca.location"))
+            if "ssl.certificate.location" in self.extra:
+                context.load_cert_chain(self.extra["ssl.certificate.location"],
+                                        self.extra.get("ssl.key.location"),
+                                        self.extra.get("ssl.key.password"))
+        if protocol == "SSL":
+            return SSLCredentials(context)
+        if protocol not in ("SASL_SSL", "SASL_PLAINTEXT"):
+            raise ValueError(f"security.protocol {protocol!r} is not supported")
+        return SASLCredentials(username=self.extra.get("sasl.username"),
+                               password=self.extra.get("sasl.password"), ssl_context=context,
+                               mechanism=self.extra.get("sasl.mechanism", "PLAIN"))
 
 
 def ensure_topics(settings: KafkaSettings, partitions: dict[str, int],

@@ -25,6 +25,12 @@ class Metrics:
                                   "routed to keyed partitions) sent", **labels)
         self.dead_letters = Counter("cep_dead_letters", "Records sent to dead letters",
                                     **labels)
+        self.late_events = Counter("cep_late_events", "Events later than the allowed "
+                                   "lateness, sent to the late-events topic", **labels)
+        self.evicted_keys = Gauge("cep_evicted_keys", "Idle keys whose state the engines "
+                                  "evicted (summed over queries and partitions)", **labels)
+        self.paused = Counter("cep_consumer_pauses", "Times consumption paused for "
+                              "backpressure (output queue or pending results full)", **labels)
         self.batch_seconds = Histogram(
             "cep_batch_seconds", "Time to handle one consumed batch", **labels,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
@@ -67,6 +73,7 @@ class Metrics:
 
     def observe_engines(self, engines_by_query: dict[str, list]) -> None:
         """Per query, the engines' counts summed over the partitions that run it."""
+        evicted = 0
         for name, engines in engines_by_query.items():
             measures: dict[str, int] = {}
             partial = None
@@ -79,8 +86,10 @@ class Metrics:
                     partial = (partial or 0) + live
             for measure, value in measures.items():
                 self.engine_state.labels(name, measure).set(value)
+            evicted += measures.get("evicted_keys", 0)
             if partial is not None:
                 self.partial_matches.labels(name).set(partial)
+        self.evicted_keys.set(evicted)
 
 
 def engine_counts(engine) -> dict[str, int]:

@@ -19,6 +19,7 @@ def create_topics(settings: KafkaSettings, topics: Topics, partitions: int,
     ensure_topics(settings, {topics.source: source_partitions, topics.control: 1,
                              topics.keyed: partitions, topics.matches: partitions,
                              topics.state: 1, topics.status: 1, topics.dead_letters: 1,
+                             topics.late: 1,
                              **{o: 1 for o in outputs}},
                   compacted=(topics.control, topics.state))
 
@@ -28,7 +29,8 @@ class LocalPipeline:
 
     def __init__(self, settings: KafkaSettings, topics: Topics, workers: int = 1,
                  partitions: int = 4, pulse_ms: int = 100, on_output=None, registry=None,
-                 metrics_ports: list[int] = ()):
+                 metrics_ports: list[int] = (), splitter_options: dict | None = None,
+                 worker_options: dict | None = None, coordinator_options: dict | None = None):
         """`metrics_ports`: Prometheus ports of the splitter, each worker, the coordinator
         (in that order; empty: no endpoints)."""
         ports = list(metrics_ports) or [0] * (workers + 2)
@@ -37,11 +39,13 @@ class LocalPipeline:
                                                                           ports[-1])]
         self.settings, self.topics = settings, topics
         self.splitter = Splitter(settings, topics, partitions, pulse_ms, registry=registry,
-                                 metrics=self.metrics[0])
-        self.workers = [Worker(settings, topics, registry, metrics=self.metrics[1 + i])
+                                 metrics=self.metrics[0], **(splitter_options or {}))
+        self.workers = [Worker(settings, topics, registry, metrics=self.metrics[1 + i],
+                               **(worker_options or {}))
                         for i in range(workers)]
         self.coordinator = Coordinator(settings, topics, partitions, registry,
-                                       on_output=on_output, metrics=self.metrics[-1])
+                                       on_output=on_output, metrics=self.metrics[-1],
+                                       **(coordinator_options or {}))
         self.stops: list[threading.Event] = []
         self.threads: list[threading.Thread] = []
         self.errors: list[BaseException] = []

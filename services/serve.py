@@ -68,18 +68,30 @@ def spawn(role: str, args: list[str], env: dict | None = None) -> subprocess.Pop
                             start_new_session=True)
 
 
-def run_all(args_by_role: list[tuple[str, list[str]]], stopping: threading.Event) -> int:
-    """Start one process per role; on stop, SIGTERM them in pipeline order and wait."""
+def run_all(args_by_role: list[tuple[str, list[str]]], stopping: threading.Event,
+            max_restarts: int = 5, window_s: float = 60.0) -> int:
+    """Start one process per role and restart one that dies (it resumes from its checkpoint;
+    docs/reliability.md); more than `max_restarts` deaths of one process within `window_s`
+    stop everything (exit code 1). On stop, SIGTERM them in pipeline order and wait."""
     processes = [(role, spawn(role, args)) for role, args in args_by_role]
+    deaths: list[list[float]] = [[] for _ in processes]
     log("started_all", processes=[{"role": r, "pid": p.pid} for r, p in processes])
     code = 0
     try:
         while not stopping.is_set():
-            for role, process in processes:
-                if process.poll() is not None:
-                    log("process_exited", level="error", role_of=role, code=process.returncode)
+            for i, (role, process) in enumerate(processes):
+                if process.poll() is None or stopping.is_set():
+                    continue
+                now = time.monotonic()
+                deaths[i] = [t for t in deaths[i] if now - t < window_s] + [now]
+                log("process_exited", level="error", role_of=role, code=process.returncode,
+                    deaths=len(deaths[i]))
+                if len(deaths[i]) > max_restarts:
                     stopping.set()
                     code = 1
+                    break
+                processes[i] = (role, spawn(role, args_by_role[i][1]))
+                log("process_restarted", role_of=role, pid=processes[i][1].pid)
             stopping.wait(0.2)
     finally:
         terminate(processes)

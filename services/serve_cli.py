@@ -78,6 +78,13 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
         control: Control = "",
         topic_prefix: TopicPrefix = "",
         kafka_config: KafkaConfig = None,
+        allowed_lateness_ms: Annotated[int, typer.Option(
+            envvar="CEP_ALLOWED_LATENESS_MS", min=0, help="splitter: reorder events within "
+            "this lateness per source partition; later ones go to cep.<stream>.late (0: no "
+            "reordering; engines dead-letter time going backwards).")] = 0,
+        idle_timeout_ms: Annotated[int, typer.Option(
+            envvar="CEP_IDLE_TIMEOUT_MS", min=0, help="worker: evict the state of keys idle "
+            "this long in event time (at least each query's window; 0: never).")] = 3_600_000,
         metrics_port: Annotated[int, typer.Option(envvar="CEP_METRICS_PORT", help=
                                                   "Prometheus metrics port (0: off; all: "
                                                   "each process gets the next port).")] = 0,
@@ -103,7 +110,11 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
                           "--partitions", str(partitions), "--pulse-ms", str(pulse_ms),
                           "--linger-ms", str(linger_ms),
                           "--source", topics.source, "--control", topics.control,
-                          "--topic-prefix", topic_prefix, "--web-port", str(web_port)]
+                          "--topic-prefix", topic_prefix, "--web-port", str(web_port),
+                          "--allowed-lateness-ms", str(allowed_lateness_ms),
+                          "--idle-timeout-ms", str(idle_timeout_ms)]
+                if kafka_config is not None:  # every client gets the security settings
+                    common += ["--kafka-config", str(kafka_config)]
                 roles = [("splitter", [])] + [("worker", [])] * workers + [("coordinator", [])]
                 plan = [(r, common + (["--metrics-port", str(metrics_port + i)]
                                       if metrics_port else []) + extra)
@@ -116,12 +127,14 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
                 from services.splitter_app import serve_splitter
                 create_topics(settings, topics, partitions)
                 splitter = Splitter(settings, topics, partitions, pulse_ms, metrics=metrics,
-                                    linger_ms=linger_ms)
+                                    linger_ms=linger_ms,
+                                    allowed_lateness_ms=allowed_lateness_ms)
                 raise typer.Exit(serve_splitter(splitter, web_port))
             stopping = stop_flag()
             if role is Role.worker:
                 from services.worker import Worker
-                Worker(settings, topics, metrics=metrics).run(stopping)
+                Worker(settings, topics, metrics=metrics,
+                       idle_timeout_ms=idle_timeout_ms or None).run(stopping)
             else:
                 from services.coordinator import Coordinator
                 Coordinator(settings, topics, partitions, metrics=metrics).run(stopping)

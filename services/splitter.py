@@ -22,22 +22,31 @@ from __future__ import annotations
 import threading
 import time
 import zlib
+from dataclasses import dataclass
 
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
+from cep_core.batch import Batch
 from cep_core.errors import EventError
 from cep_core.event_io import DeadLetter
-from cep_core.json_batch import arrow_schema, conform_table, decode_json_batch
+from cep_core.json_batch import (DEFAULT_MAX_MESSAGE_BYTES, arrow_schema, conform_table,
+                                 decode_messages)
+from cep_core.reorder import ReorderBuffer
 from services import frames
+from services.checkpoint import read_latest
 from services.control import ControlError, QuerySet, parse_control
 from services.frames import Frame
 from services.kafka import KafkaSettings, Topics, consume_batch, produce
 from services.metrics import Metrics
 from services.serve import log, profiled
+
+
+SPLITTER_KEY = b"splitter"  # the splitter's checkpoint on the state topic
+UNITS_PER_MS = {"ms": 1, "s": 1e-3, "us": 1e3, "ns": 1e6, "ticks": 1}
 
 
 def stable_hash(values: pa.Array) -> np.ndarray:
@@ -59,10 +68,36 @@ def partition_ids(table: pa.Table, attrs: list[str], n: int) -> np.ndarray:
     return (h % np.uint64(n)).astype(np.int64)
 
 
+@dataclass
+class Rows:
+    """Decoded events with, per row, where they came from (for dead letters, late events)."""
+
+    table: pa.Table
+    raws: list[bytes]
+    offsets: np.ndarray
+    positions: np.ndarray
+    partition: int
+
+    def take(self, index: np.ndarray) -> Rows:
+        return Rows(self.table.take(pa.array(index, pa.int64())),
+                    [self.raws[i] for i in index.tolist()], self.offsets[index],
+                    self.positions[index], self.partition)
+
+    def as_batch(self, time: str, names: list[str]) -> Batch:
+        """Numpy columns for the reorder buffer: seq = arrival position."""
+        columns = {name: self.table.column(name).to_numpy(zero_copy_only=False)
+                   for name in names}
+        columns["_offset"] = self.offsets
+        columns["_raw"] = np.array(self.raws + [None], dtype=object)[:-1]
+        return Batch(self.positions, self.table.column(time).to_numpy(), columns)
+
+
 class Splitter:
     def __init__(self, settings: KafkaSettings, topics: Topics, partitions: int = 4,
                  pulse_ms: int = 100, batch_size: int = 20000, registry=None,
-                 metrics: Metrics | None = None, linger_ms: float = 5):
+                 metrics: Metrics | None = None, linger_ms: float = 5,
+                 allowed_lateness_ms: int = 0, max_reorder_buffered: int = 100_000,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
         self.settings = settings
         self.topics = topics
         self.partitions = partitions
@@ -85,6 +120,15 @@ class Splitter:
         self.sent_events = [0] * partitions
         self.sent_frames = [0] * partitions
         self.pulses = 0
+        self.saved = None  # (source offsets, position) of the last checkpoint
+        self.max_message_bytes = max_message_bytes
+        # allowed_lateness_ms > 0: events are put back in time order per source partition
+        # (services/reordering.py); 0: no buffer, as `cep run` (engines reject time going
+        # backwards per query partition into the dead-letter topic)
+        self.allowed_lateness_ms = allowed_lateness_ms
+        self.reorder = (ReorderBuffer(0, max_reorder_buffered) if allowed_lateness_ms > 0
+                        else None)
+        self.late_events = 0
 
     # ------------------------------------------------------------ setup
 
@@ -100,21 +144,15 @@ class Splitter:
         self.schema = self._schema()
         if self.schema is None:
             raise RuntimeError(f"no schema for stream {self.topics.stream!r}")
+        if self.reorder is not None:
+            self.reorder.allowed_lateness = round(
+                self.allowed_lateness_ms * UNITS_PER_MS.get(self.schema.time_unit, 1))
         self.producer = self.settings.producer()
         self.source = self.settings.consumer(self.topics.group("splitter"))
         metadata = self.source.list_topics(self.topics.source, timeout=10).topics[
             self.topics.source]
         tps = [TopicPartition(self.topics.source, p) for p in sorted(metadata.partitions)]
-        committed = self.source.committed(tps, timeout=10)
-        for tp in committed:
-            if tp.offset >= 0 and tp.metadata:
-                saved = orjson.loads(tp.metadata)
-                self.position = max(self.position, saved["position"])
-                self.last_seq = max(self.last_seq, saved["last_seq"])
-                self.max_ts = max(self.max_ts, saved["max_ts"])
-            elif tp.offset < 0:
-                tp.offset = -2  # OFFSET_BEGINNING
-        self.source.assign(committed)
+        self.source.assign(self._resume_at(tps))
         self.control = self.settings.consumer()
         self.control.assign([TopicPartition(self.topics.control, 0, -2)])
         self._drain_control(initial=True)
@@ -200,15 +238,49 @@ class Splitter:
         self.control.close()
         log("splitter_stopped", position=self.position, last_seq=self.last_seq)
 
+    def _resume_at(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        """Where each source partition resumes, with the seq state there: the splitter's
+        checkpoint on the state topic (tansu drops commit metadata), else committed offsets
+        with their metadata, else the beginning. Records after that point are stamped again
+        with the same seqs (a seq is the record's position in consumption order)."""
+        saved = read_latest(self.settings, self.topics.state).get(SPLITTER_KEY)
+        if saved is not None:
+            state = orjson.loads(saved)
+            offsets = {int(p): o for p, o in state["offsets"].items()}
+            for tp in tps:
+                tp.offset = offsets.get(tp.partition, OFFSET_BEGINNING)
+        else:
+            committed = self.source.committed(tps, timeout=10)
+            state = next((orjson.loads(tp.metadata) for tp in committed if tp.metadata), None)
+            for tp, done in zip(tps, committed):
+                tp.offset = done.offset if state is not None and done.offset >= 0 \
+                    else OFFSET_BEGINNING
+        if state is not None:
+            self.position, self.last_seq = state["position"], state["last_seq"]
+            self.max_ts = state["max_ts"]
+            self.saved = (state.get("offsets"), self.position)
+        return tps
+
     def commit(self) -> None:
-        self.producer.flush(30)
+        """Checkpoint: once the keyed frames of everything consumed are flushed, the source
+        offsets with the seq state go to the state topic (key `splitter`), then to the
+        group's committed offsets (their metadata too)."""
+        if self.producer.flush(30):
+            return
         assignment = self.source.position(self.source.assignment())
+        offsets = {str(tp.partition): tp.offset for tp in assignment if tp.offset >= 0}
+        if not offsets or (offsets, self.position) == self.saved:
+            return
         state = orjson.dumps({"position": self.position, "last_seq": self.last_seq,
-                              "max_ts": self.max_ts}).decode()
-        offsets = [TopicPartition(tp.topic, tp.partition, tp.offset, metadata=state)
-                   for tp in assignment if tp.offset >= 0]
-        if offsets:
-            self.source.commit(offsets=offsets, asynchronous=False)
+                              "max_ts": self.max_ts, "offsets": offsets})
+        produce(self.producer, self.topics.state, state, key=SPLITTER_KEY)
+        if self.producer.flush(30):
+            log("checkpoint_not_flushed", level="warning")
+            return
+        self.saved = (offsets, self.position)
+        self.source.commit(offsets=[TopicPartition(self.topics.source, int(p), o,
+                                                   metadata=state.decode())
+                                    for p, o in offsets.items()], asynchronous=False)
 
     def _drain_control(self, initial: bool = False) -> None:
         """Apply pending control messages; at start, all of the topic up to its fetch
@@ -229,7 +301,8 @@ class Splitter:
 
     def _apply_control(self, message, announce: bool) -> None:
         try:
-            change = parse_control(message.value(), message.key())
+            change = parse_control(message.value(), message.key(),
+                                   self.queries.registry, self.topics.stream)
             entry = self.queries.apply(change)
         except ControlError as e:
             log("query_rejected", level="warning", reason=str(e),
@@ -251,75 +324,91 @@ class Splitter:
     # ------------------------------------------------------------ a batch
 
     def process(self, messages) -> None:
-        tables: list[pa.Table] = []
-        run: list[bytes] = []
+        rows: list[Rows] = []
+        run: list = []
         dead: list[DeadLetter] = []
         for message in messages:
-            if message.headers() is None:  # one JSON event (the common case)
-                if message.error() is None:
-                    run.append(message.value() or b"")
-                continue
             if message.error():
+                continue
+            if run and run[-1].partition() != message.partition():
+                self._flush_run(run, rows, dead)
+                run = []
+            if message.headers() is None:  # one JSON event (the common case)
+                run.append(message)
                 continue
             try:
                 frame = frames.frame_of(message)
             except frames.FrameError as e:
                 dead.append(DeadLetter(self.topics.source, self.position, message.value() or
-                                       b"", str(e)))
+                                       b"", str(e), message.offset(), message.partition()))
                 self.position += 1
                 continue
             if frame is None:
-                run.append(message.value() or b"")
+                run.append(message)
                 continue
-            self._flush_run(run, tables, dead)
+            self._flush_run(run, rows, dead)
             run = []
             if frame.kind == frames.EVENTS:
-                tables.append(self._framed(frame, dead))
+                rows.append(self._framed(frame, message, dead))
             elif frame.kind == frames.END:
-                self._route(tables)
-                tables = []
+                self._route(rows, end=True)
+                rows = []
                 self._send_all(Frame(frames.END, {"upto": self.last_seq, "ts": self.max_ts}))
                 log("end_of_input", upto=self.last_seq)
-        self._flush_run(run, tables, dead)
-        self._route(tables)
+        self._flush_run(run, rows, dead)
+        self._route(rows)
         if dead:
             self.metrics.dead_letters.inc(len(dead))
             for letter in dead:
                 produce(self.producer, self.topics.dead_letters, orjson.dumps(letter.to_json()))
 
-    def _flush_run(self, run: list[bytes], tables: list, dead: list) -> None:
+    def _flush_run(self, run: list, rows: list, dead: list) -> None:
+        """Decode a run of one-event messages of one source partition."""
         if not run:
             return
+        raws = [m.value() or b"" for m in run]
+        offsets = np.fromiter((m.offset() for m in run), np.int64, len(run))
         positions = np.arange(self.position, self.position + len(run), dtype=np.int64)
         self.position += len(run)
-        table, bad = decode_json_batch(run, self.schema, positions, self.topics.source)
-        dead.extend(bad)
-        tables.append(self._in_order(table, dead, run, positions))
+        decoded = decode_messages(raws, self.schema, positions, offsets=offsets,
+                                  partition=run[0].partition(), source=self.topics.source,
+                                  max_bytes=self.max_message_bytes)
+        dead.extend(decoded.dead)
+        rows.append(self._in_order(Rows(decoded.table, [raws[i] for i in decoded.rows],
+                                        offsets[decoded.rows], positions[decoded.rows],
+                                        run[0].partition()), dead))
 
-    def _framed(self, frame: Frame, dead: list) -> pa.Table:
+    def _framed(self, frame: Frame, message, dead: list) -> Rows:
+        """A framed batch: its rows share the frame's offset; a bad frame is one letter."""
         try:
             table = conform_table(frames.decode_table(frame.payload), self.schema)
         except (EventError, frames.FrameError) as e:
-            dead.append(DeadLetter(self.topics.source, self.position, b"<framed batch>",
-                                   str(e)))
+            dead.append(DeadLetter(self.topics.source, self.position, message.value() or b"",
+                                   str(e), message.offset(), message.partition()))
             self.position += 1
-            return arrow_schema(self.schema).empty_table()
+            table = arrow_schema(self.schema).empty_table()
+            return Rows(table, [], np.zeros(0, np.int64), np.zeros(0, np.int64),
+                        message.partition())
         positions = np.arange(self.position, self.position + table.num_rows, dtype=np.int64)
         self.position += table.num_rows
         if "seq" not in table.column_names:
             table = table.add_column(0, "seq", pa.array(positions, pa.int64()))
         table = table.select(arrow_schema(self.schema).names)
-        return self._in_order(table, dead, None, positions)
+        n = table.num_rows
+        return self._in_order(Rows(table, [b"<framed batch>"] * n,
+                                   np.full(n, message.offset(), np.int64), positions,
+                                   message.partition()), dead)
 
-    def _in_order(self, table: pa.Table, dead: list, raws, positions) -> pa.Table:
-        """Drop events whose seq does not increase (dead letters, as `cep run` does)."""
-        seq = table.column("seq").to_numpy()
-        if len(seq) == 0:
-            return table
+    def _in_order(self, rows: Rows, dead: list) -> Rows:
+        """Drop events whose seq does not increase (dead letters, as `cep run` does). With
+        reordering, seqs are given on release (`_reordered`) and this check is not needed."""
+        seq = rows.table.column("seq").to_numpy()
+        if len(seq) == 0 or self.reorder is not None:
+            return rows
         previous = np.concatenate([[self.last_seq], seq[:-1]])
         if (seq > previous).all():
             self.last_seq = int(seq[-1])
-            return table
+            return rows
         keep = np.zeros(len(seq), dtype=bool)
         last = self.last_seq
         for i, s in enumerate(seq.tolist()):
@@ -327,16 +416,60 @@ class Splitter:
                 keep[i] = True
                 last = s
             else:
-                dead.append(DeadLetter(self.topics.source, int(s), b"", f"seq {s} does not "
-                                       f"increase (previous seq {last})"))
+                dead.append(DeadLetter(self.topics.source, int(s), rows.raws[i],
+                                       f"seq {s} does not increase (previous seq {last})",
+                                       int(rows.offsets[i]), rows.partition))
         self.last_seq = last
-        return table.filter(pa.array(keep))
+        return rows.take(np.flatnonzero(keep))
 
-    def _route(self, tables: list[pa.Table]) -> None:
-        tables = [t for t in tables if t.num_rows]
-        if not tables:
-            return
-        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    def _reordered(self, rows: list[Rows], end: bool) -> pa.Table | None:
+        """Push the rows through the reorder buffer (key: source partition); late ones go
+        to the late-events topic; released ones get the next seqs in release order."""
+        names = arrow_schema(self.schema).names[1:]
+        released: list[Batch] = []
+        for part in rows:
+            if not part.table.num_rows:
+                continue
+            out = self.reorder.push(part.as_batch(self.schema.time, names),
+                                    np.full(part.table.num_rows, part.partition, np.int64))
+            released.append(out.released)
+            if len(out.late):
+                self._send_late(out.late, out.late_keys)
+        if end:
+            released.append(self.reorder.flush()[0])
+        released = [b for b in released if len(b)]
+        if not released:
+            return None
+        columns = {k: np.concatenate([b.columns[k] for b in released])
+                   for k in released[0].columns}
+        n = len(columns["_offset"])
+        seq = np.arange(self.last_seq + 1, self.last_seq + 1 + n, dtype=np.int64)
+        self.last_seq += n
+        schema = arrow_schema(self.schema)
+        return pa.Table.from_arrays([pa.array(seq, pa.int64())] + [
+            pa.array(columns[name], schema.field(name).type) for name in names], schema=schema)
+
+    def _send_late(self, late: Batch, keys: np.ndarray) -> None:
+        self.late_events += len(late)
+        self.metrics.late_events.inc(len(late))
+        for i in range(len(late)):
+            letter = DeadLetter(self.topics.source, int(late.seq[i]), late.columns["_raw"][i],
+                                f"late: event time {int(late.ts[i])} is behind its source "
+                                f"partition's watermark (allowed lateness "
+                                f"{self.allowed_lateness_ms} ms)",
+                                int(late.columns["_offset"][i]), int(keys[i]))
+            produce(self.producer, self.topics.late, orjson.dumps(letter.to_json()))
+
+    def _route(self, rows: list[Rows], end: bool = False) -> None:
+        if self.reorder is not None:
+            table = self._reordered(rows, end)
+            if table is None:
+                return
+        else:
+            tables = [r.table for r in rows if r.table.num_rows]
+            if not tables:
+                return
+            table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         ts = table.column(self.schema.time).to_numpy()
         self.max_ts = max(self.max_ts, int(ts.max()))
         self.metrics.events_in.inc(table.num_rows)

@@ -80,7 +80,8 @@ def create_app(splitter: Splitter, web_port: int = 6066, web_bind: str = "0.0.0.
         web_port=web_port, web_bind=web_bind, web_host="127.0.0.1", web_enabled=True,
         datadir=str(datadir or Path.home() / ".cache" / "cep" / "faust"),
         autodiscover=False, broker_session_timeout=3.0, broker_heartbeat_interval=0.5,
-        topic_partitions=splitter.partitions)
+        topic_partitions=splitter.partitions,
+        broker_credentials=settings.faust_credentials())
     service = SplitterLoop(splitter, loop=app.loop, beacon=app.beacon)
 
     @app.timer(interval=splitter.pulse_s)

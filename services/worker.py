@@ -7,13 +7,20 @@ the engines are punctuated with the stream time and the partition's composite ev
 the same partition of the match topic, stamped "processed up to seq `upto`". Control
 frames switch queries at exactly their seq; end frames flush every engine.
 
-Hand-over: on revoke, each partition's state (queries, engine snapshots, next offset) goes
-to the compacted state topic (key = partition) before the offsets are committed; on
-assign, the latest snapshot is restored and consumption resumes at its offset.
+Checkpoints: every `checkpoint_ms` (or `checkpoint_batches` consumed batches), and on
+revoke, each changed partition's state (queries, engine snapshots, the next keyed-topic
+offset, composites not yet sent, the last event seq per route) goes to the compacted state
+topic (key = partition) after the match frames it covers are flushed; only then are the
+offsets committed. On assign, the newest snapshot is restored and consumption resumes at its
+offset, so a killed worker's partitions replay from there: the replay sends the same
+composite events again (same seqs), and the coordinator drops what it has released.
+Events at or below the last seq a partition processed on a route (a restarted splitter
+sends its last batches again) are dropped, and so is a repeated end of input.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 import time
 
@@ -22,19 +29,32 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.engine import StreamEngines
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from services import frames
+from services.checkpoint import read_latest
 from services.control import QuerySet
 from services.frames import Frame
-from services.kafka import KafkaSettings, Topics, consume_batch, produce, read_all
+from services.kafka import KafkaSettings, Topics, consume_batch, produce
 from services.metrics import Metrics
 from services.serve import log, profiled
+
+
+# Bounds on what a client holds in memory (backpressure instead of growth): the consumer
+# prefetches at most this much per partition, the producer queues at most this much.
+BOUNDED_CONSUMER = {"queued.max.messages.kbytes": 32 * 1024, "queued.min.messages": 1000}
+BOUNDED_PRODUCER = {"queue.buffering.max.kbytes": 64 * 1024,
+                    "queue.buffering.max.messages": 100000}
 
 
 class PartitionState:
     """The engines of one keyed partition."""
 
-    def __init__(self, partition: int, stream: str, registry):
+    def __init__(self, partition: int, stream: str, registry,
+                 idle_timeout_ms: int | None = None):
         self.partition = partition
+        self.idle_timeout_ms = idle_timeout_ms
         self.queries = QuerySet(stream, registry)
         self.routes: dict[str, tuple[StreamEngines, BatchEncoder]] = {}
         self.upto = -1
@@ -42,6 +62,9 @@ class PartitionState:
         self.offset = OFFSET_BEGINNING
         self.out: list[dict] = []
         self.reported: dict[str, int] = {}
+        self.seen: dict[str, int] = {}  # route -> last event seq processed
+        self.end_at = -1  # upto of the last end of input
+        self.saved_offset = None  # offset of the last snapshot written
 
     def engines(self, route: str) -> tuple[StreamEngines, BatchEncoder]:
         pair = self.routes.get(route)
@@ -53,7 +76,20 @@ class PartitionState:
         return pair
 
     def start(self, entry) -> None:
-        self.engines(entry.route)[0].add(entry.checked)
+        self.engines(entry.route)[0].add(entry.checked, **self.engine_options(entry))
+
+    def engine_options(self, entry) -> dict:
+        """Idle-key eviction: the configured timeout in the stream's time units, at least
+        twice the query's horizon (its window), so eviction drops only state no match uses."""
+        if self.idle_timeout_ms is None or entry.checked.query.kind == "window":
+            return {}
+        from services.control import horizon
+        from services.splitter import UNITS_PER_MS
+
+        units = UNITS_PER_MS.get(entry.checked.schema.time_unit, 1)
+        timeout = max(1, round(self.idle_timeout_ms * units))
+        window = horizon(entry.checked)
+        return {"idle_timeout": max(timeout, 2 * window) if window else timeout}
 
     def stop(self, name: str) -> None:
         for route, (engines, _) in list(self.routes.items()):
@@ -89,7 +125,8 @@ class PartitionState:
         blobs = {route: engines.snapshot() for route, (engines, _) in self.routes.items()}
         meta = {"partition": self.partition, "offset": self.offset, "upto": self.upto,
                 "ts": self.ts, "queries": self.queries.to_json(),
-                "routes": {r: len(b) for r, b in blobs.items()}, "reported": self.reported}
+                "routes": {r: len(b) for r, b in blobs.items()}, "reported": self.reported,
+                "out": self.out, "seen": self.seen, "end_at": self.end_at}
         head = orjson.dumps(meta)
         return struct.pack(">I", len(head)) + head + b"".join(blobs.values())
 
@@ -98,6 +135,9 @@ class PartitionState:
         meta = orjson.loads(data[4:4 + size])
         self.offset, self.upto, self.ts = meta["offset"], meta["upto"], meta["ts"]
         self.reported = meta["reported"]
+        self.out, self.seen = meta.get("out", []), meta.get("seen", {})
+        self.end_at = meta.get("end_at", -1)
+        self.saved_offset = self.offset
         self.reconcile(meta["queries"])
         at = 4 + size
         for route, length in meta["routes"].items():
@@ -107,7 +147,10 @@ class PartitionState:
 
 class Worker:
     def __init__(self, settings: KafkaSettings, topics: Topics, registry=None,
-                 batch_size: int = 2000, metrics: Metrics | None = None):
+                 batch_size: int = 2000, metrics: Metrics | None = None,
+                 idle_timeout_ms: int | None = 3_600_000, max_queued_output: int = 20000,
+                 slow_down_s: float = 0.0,
+                 checkpoint_ms: int | None = None, checkpoint_batches: int | None = None):
         from cep_core.schema import SchemaRegistry
 
         self.settings = settings
@@ -116,10 +159,22 @@ class Worker:
         self.batch_size = batch_size
         self.metrics = metrics or Metrics("worker", 0)
         self.parts: dict[int, PartitionState] = {}
+        # backpressure: composite-event frames waiting in the producer's queue beyond
+        # which consumption pauses; slow_down_s: a sleep per batch (backpressure tests)
+        self.idle_timeout_ms = idle_timeout_ms
+        self.max_queued_output = max_queued_output
+        self.slow_down_s = slow_down_s
+        self.pauses = 0
+        self.checkpoint_s = (checkpoint_ms or int(os.environ.get("CEP_CHECKPOINT_MS", 1000))) / 1000
+        self.checkpoint_batches = checkpoint_batches or int(
+            os.environ.get("CEP_CHECKPOINT_BATCHES", 100))
+        self.batches_since = 0
+        self.last_checkpoint = time.monotonic()
 
     def run(self, stopping) -> None:
-        self.producer = self.settings.producer()
-        self.consumer = self.settings.consumer(self.topics.group("workers"))
+        self.producer = self.settings.producer(**BOUNDED_PRODUCER)
+        self.consumer = self.settings.consumer(self.topics.group("workers"),
+                                               **BOUNDED_CONSUMER)
         self.consumer.subscribe([self.topics.keyed], on_assign=self._on_assign,
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
         log("worker_started", stream=self.topics.stream)
@@ -138,11 +193,36 @@ class Worker:
                         if not message.error():
                             self.handle(message)
                     self.producer.poll(0)
+                    self.batches_since += 1
+                    if self.batches_since >= self.checkpoint_batches or \
+                            time.monotonic() - self.last_checkpoint >= self.checkpoint_s:
+                        self.checkpoint()
                     self.metrics.batch_seconds.observe(time.perf_counter() - started)
+                    if self.slow_down_s:
+                        time.sleep(self.slow_down_s)
+                    self._backpressure(stopping)
         finally:
             self.consumer.close()  # revokes: snapshots and commits
             self.producer.flush(30)
             log("worker_stopped")
+
+    def _backpressure(self, stopping) -> None:
+        """While the output queue is over its bound, stop fetching (pause every assigned
+        partition) and let the producer drain; the consumer's prefetch is bounded by
+        BOUNDED_CONSUMER."""
+        if len(self.producer) <= self.max_queued_output:
+            return
+        self.consumer.pause(self.consumer.assignment())
+        self.pauses += 1
+        self.metrics.paused.inc()
+        try:
+            while len(self.producer) > self.max_queued_output // 2 and not stopping.is_set():
+                self.producer.poll(0.05)
+                message = self.consumer.poll(0)  # serves rebalances while paused
+                if message is not None and not message.error():
+                    self.handle(message)  # fetched just before the pause took hold
+        finally:
+            self.consumer.resume(self.consumer.assignment())
 
     def observe(self) -> None:
         """Refresh the gauges: lag, partitions, live queries, the engines' counts."""
@@ -159,14 +239,38 @@ class Worker:
 
     # ------------------------------------------------------------ rebalance
 
+    def checkpoint(self, parts: list[int] | None = None) -> None:
+        """Snapshot the partitions whose offset moved since their last snapshot (after the
+        match frames they cover are flushed), then commit their offsets."""
+        self.batches_since = 0
+        self.last_checkpoint = time.monotonic()
+        changed = [state for p, state in self.parts.items() if (parts is None or p in parts)
+                   and state.offset >= 0 and state.offset != state.saved_offset]
+        if not changed:
+            return
+        self.producer.flush(30)
+        for state in changed:
+            produce(self.producer, self.topics.state, state.snapshot(),
+                    key=str(state.partition).encode())
+        if self.producer.flush(30):
+            log("checkpoint_not_flushed", level="warning")
+            return
+        for state in changed:
+            state.saved_offset = state.offset
+        try:
+            self.consumer.commit(offsets=[TopicPartition(self.topics.keyed, s.partition,
+                                                         s.offset) for s in changed],
+                                 asynchronous=False)
+        except Exception as e:  # the snapshot holds the offset; the commit is advisory
+            log("commit_failed", level="warning", error=str(e))
+
     def _on_assign(self, consumer, partitions) -> None:
-        snapshots = {}
-        for message in read_all(self.settings, self.topics.state, idle_s=0.3):
-            if message.key() is not None:
-                snapshots[int(message.key())] = message.value()
+        started = time.perf_counter()
+        snapshots = read_latest(self.settings, self.topics.state)
         for tp in partitions:
-            state = PartitionState(tp.partition, self.topics.stream, self.registry)
-            data = snapshots.get(tp.partition)
+            state = PartitionState(tp.partition, self.topics.stream, self.registry,
+                                   self.idle_timeout_ms)
+            data = snapshots.get(str(tp.partition).encode())
             if data:
                 state.restore(data)
             tp.offset = state.offset
@@ -174,7 +278,8 @@ class Worker:
         consumer.assign(partitions)
         self.metrics.partitions.set(len(self.parts))
         log("partitions_assigned", partitions=[tp.partition for tp in partitions],
-            offsets=[tp.offset for tp in partitions])
+            offsets=[tp.offset for tp in partitions],
+            restore_ms=round((time.perf_counter() - started) * 1000, 1))
 
     def _on_revoke(self, consumer, partitions) -> None:
         self._hand_over(consumer, partitions, commit=True)
@@ -183,23 +288,10 @@ class Worker:
         self._hand_over(consumer, partitions, commit=False)
 
     def _hand_over(self, consumer, partitions, commit: bool) -> None:
-        self.producer.flush(30)
-        offsets = []
+        if commit:
+            self.checkpoint([tp.partition for tp in partitions])
         for tp in partitions:
-            state = self.parts.pop(tp.partition, None)
-            if state is None:
-                continue
-            if commit:
-                produce(self.producer, self.topics.state, state.snapshot(),
-                        key=str(tp.partition).encode())
-                if state.offset >= 0:
-                    offsets.append(TopicPartition(tp.topic, tp.partition, state.offset))
-        self.producer.flush(30)
-        if offsets:
-            try:
-                consumer.commit(offsets=offsets, asynchronous=False)
-            except Exception as e:  # the snapshot holds the offset; commit is advisory
-                log("commit_failed", level="warning", error=str(e))
+            self.parts.pop(tp.partition, None)
         consumer.unassign()
         self.metrics.partitions.set(len(self.parts))
         log("partitions_revoked", partitions=[tp.partition for tp in partitions])
@@ -221,6 +313,10 @@ class Worker:
         upto = frame.get("upto")
         if upto is None or upto < state.upto:
             return
+        if frame.kind == frames.END:
+            if upto <= state.end_at:
+                return  # a restarted splitter sent this end of input again
+            state.end_at = upto
         self._complete(state, frame, upto)
 
     def _events(self, state: PartitionState, frame: Frame) -> None:
@@ -228,7 +324,17 @@ class Worker:
         if route not in state.routes:
             return  # no live query reads this route (a change raced the frame)
         engines, encoder = state.routes[route]
-        batch = encoder.from_arrow(frames.decode_table(frame.payload))
+        seen = state.seen.get(route, -1)
+        last = frame.get("last")
+        if last is not None and last <= seen:
+            return  # sent again by a restarted splitter
+        table = frames.decode_table(frame.payload)
+        if table.num_rows and (frame.get("first") is None or frame.get("first") <= seen):
+            table = table.filter(pc.greater(table.column("seq"), pa.scalar(seen, pa.int64())))
+        if not table.num_rows:
+            return
+        state.seen[route] = table.column("seq")[-1].as_py()
+        batch = encoder.from_arrow(table)
         self.metrics.events_in.inc(len(batch))
         state.out.extend(engines.process(batch))
 

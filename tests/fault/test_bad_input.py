@@ -1,0 +1,99 @@
+"""Bad input on a real broker: a stream with 5% bad records of every class goes through
+splitter, workers and coordinator. Every good record is processed (the composite events are
+exactly the reference interpreter's over the good records at their positions) and every bad
+one is in the dead-letter topic with its reason, its original bytes, its source offset and
+partition; the splitter's dead-letter counter counts them."""
+
+from __future__ import annotations
+
+import base64
+import random
+import uuid
+from pathlib import Path
+
+import orjson
+import pytest
+
+from cep_core import reference
+from cep_core.checker import load_queries
+from cep_core.event_io import decode_record
+from services.control import ControlMessage, publish, split_query_file
+from services.kafka import KafkaSettings, Topics, produce, read_all
+from services.pipeline import LocalPipeline, create_topics, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+QUERIES = ROOT / "examples" / "rfid.cep"
+EVENTS = ROOT / "examples" / "data" / "rfid.jsonl"
+MAX_BYTES = 4096
+
+# (class, make bad bytes from a good record, expected reason prefix)
+BAD = [
+    ("not json", lambda r: b'{"type": "O", "item": ', "not valid JSON"),
+    ("not utf-8", lambda r: b"\xff\xfe\x00garbage", "not valid JSON"),
+    ("not an object", lambda r: b"[1, 2, 3]", "not a JSON object"),
+    ("missing attribute", lambda r: orjson.dumps({k: v for k, v in r.items() if k != "item"}),
+     "missing attribute 'item'"),
+    ("string for a number", lambda r: orjson.dumps({**r, "item": str(r["item"])}),
+     "attribute 'item': expected int"),
+    ("unknown event type", lambda r: orjson.dumps({**r, "type": "Z"}), "unknown event type"),
+    ("NaN", lambda r: orjson.dumps(r).replace(b'"item":', b'"item":NaN,"x":'),
+     "not valid JSON"),
+    ("infinity", lambda r: orjson.dumps(r)[:-1] + b',"w":Infinity}', "not valid JSON"),
+    ("oversized", lambda r: orjson.dumps({**r, "pad": "x" * (MAX_BYTES + 10)}),
+     "message of"),
+]
+
+
+@pytest.fixture
+def broker(kafka_bootstrap):
+    return KafkaSettings(kafka_bootstrap, session_timeout_ms=2000)
+
+
+def test_five_percent_bad_input_every_class(broker):
+    queries = load_queries(QUERIES)
+    schema = queries[0].schema
+    run = uuid.uuid4().hex[:8]
+    topics = Topics(schema.stream, source=f"src.bad.{run}", prefix=f"t{run}")
+    create_topics(broker, topics, 4, [q.query.output for q in queries])
+    before = {q.query.output: len(read_all(broker, q.query.output)) for q in queries}
+    for name, text in split_query_file(QUERIES.read_text()):
+        publish(broker, topics.control, ControlMessage("add", name, text))
+
+    rng = random.Random(7)
+    good_lines = [line for line in EVENTS.read_bytes().splitlines() if line.strip()]
+    records, bad = [], {}  # bad: position -> (bytes, reason prefix)
+    for line in good_lines:
+        if rng.random() < 0.05 or len(bad) < len(BAD):
+            _, make, reason = BAD[len(bad) % len(BAD)]
+            bad[len(records)] = (make(orjson.loads(line)), reason)
+            records.append(bad[len(records)][0])
+        records.append(line)
+    assert 0.04 < len(bad) / len(records) < 0.1
+    good = [decode_record(orjson.loads(raw), schema, position)
+            for position, raw in enumerate(records) if position not in bad]
+
+    with LocalPipeline(broker, topics, workers=2) as pipeline:
+        pipeline.splitter.max_message_bytes = MAX_BYTES
+        producer = broker.producer()
+        for raw in records:
+            produce(producer, topics.source, raw)
+        produce(producer, topics.source, b"", headers=[("kind", b"end")])
+        producer.flush(30)
+        wait_for(lambda: pipeline.coordinator.merger.ended, 120, "end of input released")
+        assert pipeline.metrics[0].dead_letters._value.get() == len(bad)
+
+    for q in queries:
+        got = [orjson.loads(m.value()) for m in read_all(broker, q.query.output)]
+        want = [c for c in reference.run(queries, good) if c["query"] == q.name]
+        assert want, q.name
+        assert got[before[q.query.output]:] == want, q.name
+    letters = [orjson.loads(m.value()) for m in read_all(broker, topics.dead_letters)]
+    letters = {d["position"]: d for d in letters if d["source"] == topics.source}
+    assert set(letters) == set(bad)
+    for position, (raw, reason) in bad.items():
+        letter = letters[position]
+        assert letter["reason"].startswith(reason), (letter, reason)
+        assert letter["offset"] == position and letter["partition"] == 0
+        original = base64.b64decode(letter["raw_base64"]) if "raw_base64" in letter \
+            else letter["raw"].encode()
+        assert original == raw[:MAX_BYTES]
