@@ -205,7 +205,7 @@ def soak(args, samples: list[dict]) -> None:
     broker = EmbeddedBroker(log=logs / "broker.log").start()
     services = counter = None
     try:
-        settings = KafkaSettings(broker.bootstrap, session_timeout_ms=2000)
+        settings = KafkaSettings.from_env(broker.bootstrap, session_timeout_ms=2000)
         topics = Topics("trades", source=f"src.soak.{run}", prefix=f"soak{run}")
         outputs = register_queries(settings, topics, run)
         services = Services(settings, topics, args.idle_timeout_ms, args.checkpoint_ms,

@@ -100,20 +100,26 @@ class KafkaSettings:
         return {"bootstrap.servers": self.bootstrap, "socket.nagle.disable": True,
                 **self.extra}
 
+    # Tuning defaults; CEP_KAFKA_* / --kafka-config values of the same keys win over them.
+    # What the services rely on (partitioner, group ids, manual commits) is set after.
+    PRODUCER_DEFAULTS = {"linger.ms": 2, "batch.num.messages": 10000,
+                         "queue.buffering.max.messages": 1000000,
+                         "queue.buffering.max.kbytes": 1048576, "message.max.bytes": 16000000}
+    CONSUMER_DEFAULTS = {"fetch.max.bytes": 64 * 1024 * 1024,
+                         "max.partition.fetch.bytes": 16 * 1024 * 1024,
+                         "fetch.wait.max.ms": 10}
+
     def producer(self, **overrides) -> Producer:
-        return Producer({**self.base(), "partitioner": "murmur2_random", "linger.ms": 2,
-                         "batch.num.messages": 10000, "queue.buffering.max.messages": 1000000,
-                         "queue.buffering.max.kbytes": 1048576, "message.max.bytes": 16000000,
-                         **overrides})
+        return Producer({**self.PRODUCER_DEFAULTS, **self.base(),
+                         "partitioner": "murmur2_random", **overrides})
 
     def consumer(self, group: str | None = None, **overrides) -> Consumer:
-        config = {**self.base(), "group.id": group or f"cep-assign-{os.getpid()}-{time.time()}",
+        config = {"session.timeout.ms": self.session_timeout_ms,
+                  "heartbeat.interval.ms": self.heartbeat_ms, **self.CONSUMER_DEFAULTS,
+                  **self.base(),
+                  "group.id": group or f"cep-assign-{os.getpid()}-{time.time()}",
                   "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                  "session.timeout.ms": self.session_timeout_ms,
-                  "heartbeat.interval.ms": self.heartbeat_ms,
-                  "fetch.max.bytes": 64 * 1024 * 1024,
-                  "max.partition.fetch.bytes": 16 * 1024 * 1024,
-                  "fetch.wait.max.ms": 10, "enable.partition.eof": False}
+                  "enable.partition.eof": False}
         return Consumer({**config, **overrides})
 
     def admin(self) -> AdminClient:
