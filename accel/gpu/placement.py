@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from accel.gpu import device
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import CheckedQuery
-from cep_core.engine import StreamEngines, batches, create_engine
+from cep_core.engine import StreamEngines, create_engine, run_engines
 from cep_core.engine.base import Engine
 from cep_core.events import Event, Punctuation
 
@@ -167,16 +167,6 @@ def run(queries: list[CheckedQuery], stream: Iterable[Event | Punctuation],
     if not queries:
         return []
     strings = StringDictionary()
-    encoder = BatchEncoder(queries[0].schema, strings)
-    engines = placed_engines(queries, strings, placement, report, **options)
-    found: list[dict] = []
-    for chunk in batches(stream, batch_size):
-        if isinstance(chunk, Punctuation):
-            found.extend(engines.punctuate(chunk.ts))
-        else:
-            found.extend(engines.process(encoder.from_events(chunk)))
-    if flush:
-        found.extend(engines.flush())
-    if rejected is not None:
-        rejected.extend(engines.dead_letters())
-    return engines.order(found)
+    return run_engines(placed_engines(queries, strings, placement, report, **options),
+                       BatchEncoder(queries[0].schema, strings), stream, batch_size, flush,
+                       rejected)

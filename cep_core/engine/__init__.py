@@ -177,8 +177,15 @@ def run(queries: list[CheckedQuery], stream: Iterable[Event | Punctuation],
     if not queries:
         return []
     strings = StringDictionary()
-    encoder = BatchEncoder(queries[0].schema, strings)
-    engines = StreamEngines(queries, strings, **options)
+    return run_engines(StreamEngines(queries, strings, **options),
+                       BatchEncoder(queries[0].schema, strings), stream, batch_size, flush,
+                       rejected)
+
+
+def run_engines(engines: StreamEngines, encoder: BatchEncoder,
+                stream: Iterable[Event | Punctuation], batch_size: int = 65536,
+                flush: bool = True, rejected: list | None = None) -> list[dict]:
+    """`run` over engines already made (sharing `encoder`'s string dictionary)."""
     found: list[dict] = []
     for chunk in batches(stream, batch_size):
         if isinstance(chunk, Punctuation):
