@@ -92,6 +92,7 @@ from cep_core.compiler.seq_aip_runtime import (
 )
 from cep_core.compiler.seq_aip_timeouts import timeout_source
 from cep_core.compiler.seq_cdp import Layout
+from cep_core.compiler.seq_codegen import ChannelCodeGenerator
 from cep_core.compiler.seq_plan import ANY, Conjunct, SeqPlan
 from cep_core.compiler.seq_runtime import RUNTIME_VERSION
 
@@ -276,7 +277,7 @@ class _Leaves:
 # ---------------------------------------------------------------- the generator
 
 
-class AipGenerator:
+class AipGenerator(ChannelCodeGenerator):
     """Source text of the AIP kernel module of one SEQ query."""
 
     def __init__(self, plan: SeqPlan):
@@ -382,39 +383,12 @@ class AipGenerator:
                 return True
         return False
 
-    def fresh(self, prefix: str) -> str:
-        self._counter += 1
-        return f"{prefix}{self._counter}"
-
-    def kind(self, name: str) -> str:
-        kind = self.schema.attributes[name]
-        return "int" if kind == "timestamp" else kind
-
-    def column(self, channel: int, row: str, name: str) -> str:
-        where, col = self.layout.slots[name]
-        if where == "f":
-            return f"F{channel}[{row}, {col}]"
-        if self.schema.attributes[name] == "bool":
-            return f"(I{channel}[{row}, {col}] != 0)"
-        return f"I{channel}[{row}, {col}]"
-
     def cmask(self, c: Conjunct) -> int:
         return sum(self.bit[v] for v in c.vars if v in self.bit)
 
     def kleene_needed(self, c: Conjunct, override: dict) -> list:
         return [self.var[v] for v in sorted(c.vars) if v in self.var and
                 self.var[v].kind == "kleene" and v not in override]
-
-    def channel_params(self) -> str:
-        return ", ".join(f"I{c}, F{c}" for c in self.channels)
-
-    def arena_params(self) -> str:
-        return ", ".join(f"AI{c}, AF{c}" for c in self.channels)
-
-    def fetch_lines(self) -> list[str]:
-        return [line for c in self.channels for line in (
-            f"I{c} = AI{c}[base[p, {c}]:base[p, {c}] + cnt[p, {c}]]",
-            f"F{c} = AF{c}[base[p, {c}]:base[p, {c}] + cnt[p, {c}]]")]
 
     def binding_params(self) -> str:
         names = []

@@ -43,6 +43,7 @@ from cep_core.compiler.expressions import (
     StringConstants,
 )
 from cep_core.compiler.modules import load_module
+from cep_core.compiler.seq_codegen import ChannelCodeGenerator
 from cep_core.compiler.seq_plan import ANY, Conjunct, SeqPlan
 from cep_core.compiler.seq_runtime import RUNTIME_VERSION
 
@@ -189,7 +190,7 @@ class _Leaves:
         return self._result(node.func, t, kind)
 
 
-class CdpGenerator:
+class CdpGenerator(ChannelCodeGenerator):
     """Source text of the CDP kernel module of one SEQ query."""
 
     def __init__(self, plan: SeqPlan):
@@ -224,22 +225,6 @@ class CdpGenerator:
             n.where == "end" or plan.by_ts for n in plan.negations)
 
     # ------------------------------------------------------------ small helpers
-
-    def fresh(self, prefix: str) -> str:
-        self._counter += 1
-        return f"{prefix}{self._counter}"
-
-    def kind(self, name: str) -> str:
-        kind = self.schema.attributes[name]
-        return "int" if kind == "timestamp" else kind
-
-    def column(self, channel: int, row: str, name: str) -> str:
-        where, col = self.layout.slots[name]
-        if where == "f":
-            return f"F{channel}[{row}, {col}]"
-        if self.schema.attributes[name] == "bool":
-            return f"(I{channel}[{row}, {col}] != 0)"
-        return f"I{channel}[{row}, {col}]"
 
     def single_rows(self, bound) -> dict:
         return {v.name: (v.channel, f"r{v.index}") for v in self.positive
@@ -295,17 +280,6 @@ class CdpGenerator:
             else:
                 names.append(f"r{var.index}")
         return ", ".join(names)
-
-    def channel_params(self) -> str:
-        return ", ".join(f"I{c}, F{c}" for c in self.channels)
-
-    def arena_params(self) -> str:
-        return ", ".join(f"AI{c}, AF{c}" for c in self.channels)
-
-    def fetch_lines(self) -> list[str]:
-        return [line for c in self.channels for line in (
-            f"I{c} = AI{c}[base[p, {c}]:base[p, {c}] + cnt[p, {c}]]",
-            f"F{c} = AF{c}[base[p, {c}]:base[p, {c}] + cnt[p, {c}]]")]
 
     def element_count(self) -> str:
         parts = [f"n{v.index}" for v in self.positive if v.kind == "kleene"]
