@@ -1,7 +1,9 @@
 """`make bench`: every workload through the jitted engine, events already in columns,
 against the reference interpreter measured in the same run (on a prefix of the events).
-`events/s`: fresh engines, the whole table as one batch; `steady events/s`: engines already
-running, batches of 65,536 events (see `cep_core.benchmark`).
+`events/s`: fresh engines, the whole table as one batch, composite events out as columns;
+`steady events/s`: engines already running, batches of 65,536 events; `dicts events/s`:
+as `events/s` with every composite event also built as a Python dict (see
+`cep_core.benchmark`).
 
     .venv/bin/python bench/bench_core.py [--events N] [--json]
 """
@@ -29,7 +31,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     table = Table(title=f"cep bench core: {args.events:,} events per workload, one core")
-    for column in ("workload", "queries", "events/s", "steady events/s", "composite",
+    for column in ("workload", "queries", "events/s", "steady events/s", "dicts events/s",
+                   "composite",
                    "reference events/s",
                    "speedup", "agrees"):
         table.add_column(column, justify="left" if column == "workload" else "right")
@@ -39,12 +42,13 @@ def main() -> None:
         try:
             r = core(name, args.events, **options)
         except Exception as e:  # one unsupported workload must not hide the others
-            table.add_row(name, "", f"error: {e}", "", "", "", "", "")
+            table.add_row(name, "", f"error: {e}", "", "", "", "", "", "")
             continue
         if args.json:
             print(orjson.dumps(r).decode())
         table.add_row(name, str(r["queries"]), f"{r['events_per_s']:,}",
-                      f"{r['steady_events_per_s']:,}", f"{r['composite_events']:,}",
+                      f"{r['steady_events_per_s']:,}", f"{r['dict_events_per_s']:,}",
+                      f"{r['composite_events']:,}",
                       f"{r['reference_events_per_s']:,}",
                       f"{r['speedup']:,}x", "yes" if r["agrees_with_reference"] else "NO")
     if not args.json:

@@ -32,7 +32,7 @@ from cep_core.checker import CheckedQuery
 from cep_core.compiler import match as cpu
 from cep_core.compiler.expressions import StringTables
 from cep_core.engine.base import Engine
-from cep_core.engine.match import MatchEngine, _Keys, _row_builder
+from cep_core.engine.match import MatchEngine, _Keys
 from cep_core.engine.seq import NotSupportedError
 
 INT64_MIN = np.iinfo(np.int64).min
@@ -48,8 +48,6 @@ class GpuMatchEngine(Engine):
     # Composite events are decoded as the CPU engine decodes its output arrays.
     _results = MatchEngine._results
     _keys_of = MatchEngine._keys_of
-    _emit_values = MatchEngine._emit_values
-    _decode_column = MatchEngine._decode_column
     _key = MatchEngine._key
 
     def __init__(self, checked: CheckedQuery, strings: StringDictionary,
@@ -72,8 +70,6 @@ class GpuMatchEngine(Engine):
         self.metrics = {"evicted_keys": 0}
         self._tables: StringTables | None = None
         self._key_cache: dict[int, object] = {}
-        self._rows = _row_builder(["query", "key", "seq", "start_seq"] +
-                                  [spec.name for spec in self.program.emit])
         self.arrays: dict[str, np.ndarray] = {}  # the last batch's output (host)
         self.clock = INT64_MIN
         self._last_sweep = INT64_MIN
@@ -193,7 +189,7 @@ class GpuMatchEngine(Engine):
                 names.append(f"e{j}n")
         self.arrays = {name: d[name].copy_to_host()[:no][by_row] for name in names}
         try:
-            return self._results(no)
+            return self._results(no).to_dicts()
         finally:
             self.arrays = {}
 

@@ -48,8 +48,6 @@ class GpuSeqEngine(Engine):
     # decoding composite events is the CPU CDP engine's (same output arrays)
     _decoders = SeqEngine._decoders
     _decode = SeqEngine._decode
-    _column = SeqEngine._column
-    _key = SeqEngine._key
 
     def __init__(self, checked: CheckedQuery, strings: StringDictionary,
                  device_memory_budget: int | None = None, threads_per_block: int = 128,
@@ -70,7 +68,6 @@ class GpuSeqEngine(Engine):
         self.keys = KeyIndex([a.name for a in self.query.partition_by])
         self.stream = self.cuda.stream()
         self._tables: StringTables | None = None
-        self._decoded_keys: dict[int, object] = {}
         self._decoders()
         self._reset()
 
@@ -264,7 +261,7 @@ class GpuSeqEngine(Engine):
         stream.synchronize()
         B, parts = B[keep], parts[keep]
         ovi, ovf, ovn = ovi[keep], ovf[keep], ovn[keep]
-        return self._decode(*self._elements(B, parts), ovi, ovf, ovn)
+        return self._decode(*self._elements(B, parts), ovi, ovf, ovn).to_dicts()
 
     def _elements(self, B, parts):
         """The CPU engine's output arrays: om (partition, first element, count) and the
@@ -303,7 +300,7 @@ class GpuSeqEngine(Engine):
     def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         self._reset()
         self.keys = KeyIndex.from_state(self.keys.attrs, meta["keys"])
-        self._decoded_keys = {}
+        self.output.forget_keys()
         self.P = int(meta["partitions"])
         self.last_ts = arrays["last_ts"].astype(np.int64).copy()
         for c, ring in enumerate(self.rings):

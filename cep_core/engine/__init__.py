@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import CheckedQuery
 from cep_core.composite import sort_key
+from cep_core.composite_batch import CompositeBatch, RowBatch, to_dicts
 from cep_core.engine.base import Engine
 from cep_core.events import Event, Punctuation
 
@@ -85,7 +86,18 @@ class StreamEngines:
         return sorted(composites, key=lambda c: sort_key(c, index[c["query"]]))
 
     def process(self, batch) -> list[dict]:
-        return [c for part in self._parts() for c in part.process(batch)]
+        return to_dicts(self.process_columns(batch))
+
+    def process_columns(self, batch) -> list[CompositeBatch]:
+        """`process` as columns: the composite events of every query, no dict per event
+        (WINDOW queries' are built as dicts still)."""
+        out = [b for engine in self.engines for b in engine.process_columns(batch)]
+        if self.windows is not None:
+            by_query: dict[str, list[dict]] = {}
+            for row in self.windows.process(batch):
+                by_query.setdefault(row["query"], []).append(row)
+            out += [RowBatch(rows) for rows in by_query.values()]
+        return out
 
     def punctuate(self, ts: int) -> list[dict]:
         return [c for part in self._parts() for c in part.punctuate(ts)]

@@ -10,15 +10,18 @@ import orjson
 
 from cep_core.batch import Batch, StringDictionary
 from cep_core.checker import CheckedQuery
+from cep_core.composite_batch import CompositeBatch, RowBatch, to_dicts
 
 
 class Engine(ABC):
     """Runs one checked query over columnar batches, keeping per-key state between them.
 
     `process(batch)`, `punctuate(ts)` and `flush()` return composite events exactly as the
-    reference interpreter would (same dicts); `dead_letters` collects (seq, reason) of the
-    events the engine rejected. `snapshot()` is the whole state as bytes; `restore(bytes)`
-    puts it back into a new engine of the same query.
+    reference interpreter would (same dicts); `process_columns(batch)` returns the same
+    events as `CompositeBatch`es (columns, no dict per event). An engine implements one of
+    the two `process` methods; the other is derived from it. `dead_letters` collects
+    (seq, reason) of the events the engine rejected. `snapshot()` is the whole state as
+    bytes; `restore(bytes)` puts it back into a new engine of the same query.
     """
 
     def __init__(self, checked: CheckedQuery, strings: StringDictionary):
@@ -28,8 +31,12 @@ class Engine(ABC):
         self.strings = strings
         self.dead_letters: list[tuple[int, str]] = []
 
-    @abstractmethod
-    def process(self, batch: Batch) -> list[dict]: ...
+    def process(self, batch: Batch) -> list[dict]:
+        return to_dicts(self.process_columns(batch))
+
+    def process_columns(self, batch: Batch) -> list[CompositeBatch]:
+        rows = self.process(batch)
+        return [RowBatch(rows)] if rows else []
 
     def punctuate(self, ts: int) -> list[dict]:
         return []

@@ -32,9 +32,6 @@ the other keys' times.
 
 from __future__ import annotations
 
-import gc
-import itertools
-
 import numpy as np
 import orjson
 from numba import njit
@@ -43,6 +40,7 @@ from cep_core.batch import Batch, StringDictionary
 from cep_core.checker import CheckedQuery
 from cep_core.compiler import match as compiler
 from cep_core.compiler.expressions import StringTables
+from cep_core.composite_batch import ColumnBatch, CompositeBatch, Decoder, Field, Keys
 from cep_core.engine.base import Engine
 from cep_core.engine.keys import KeyIndex
 
@@ -69,11 +67,10 @@ class MatchEngine(Engine):
         self.metrics = {"evicted_keys": 0}
         self._tables: StringTables | None = None
         self._key_cache: dict[int, object] = {}
-        self._rows = _row_builder(["query", "key", "seq", "start_seq"] +
-                                  [spec.name for spec in self.program.emit])
         self._last_sweep = INT64_MIN
         program = self.program
-        cap = min(2, program.automaton.size) if not program.aggregate_mode else 4
+        cap = 1 if program.per_key else \
+            min(2, program.automaton.size) if not program.aggregate_mode else 4
         self._allocate(nkeys=16, nslots=16, cap=cap, out_cap=256, log_cap=256, coll_cap=256)
 
     # ------------------------------------------------------------ arrays
@@ -130,6 +127,12 @@ class MatchEngine(Engine):
             self._out_arrays(a, self.out_cap, keep=int(ctr[_CTR["out_n"]]))
         elif status == compiler.FULL_SLOTS:
             self._resize_slots(self.nslots * 2)
+        elif status == compiler.FULL_CANDIDATES and p.per_key:
+            self.cap *= 2  # key rows widen: their candidates follow their fields
+            for name, width, dtype in p.key_arrays(self.cap):
+                grown = _zeros((len(a[name]), width), dtype)
+                grown[:, :a[name].shape[1]] = a[name]
+                a[name] = grown
         elif status == compiler.FULL_CANDIDATES:
             old, new = self.cap, self.cap * 2
             for name, width, dtype in p.records.arrays():
@@ -164,7 +167,9 @@ class MatchEngine(Engine):
     def _reserve_slots(self, expect: int = 0) -> None:
         """As many slots as keys (each key has at most one; `expect`: keys expected
         soon), while that stays within 64 MiB of candidates: growing them one doubling at
-        a time costs copies."""
+        a time costs copies. Keys that hold their candidates (`per_key`) need none."""
+        if self.program.per_key:
+            return
         row = sum(width * np.dtype(dtype).itemsize
                   for _, width, dtype in self.program.records.arrays())
         want = min(max(len(self.keys), expect) + 1, (64 << 20) // (self.cap * row))
@@ -191,7 +196,7 @@ class MatchEngine(Engine):
         """Per key id: slot (0: none), time of its last accepted event (none yet: the
         smallest int64, written by `_ensure_keys` once the id is in use: rows never used
         are never touched), candidate count, then the values Last() reads."""
-        for name, width, dtype in self.program.keys.arrays():
+        for name, width, dtype in self.program.key_arrays(self.cap):
             a[name] = _zeros((nkeys, width), dtype)
         self._keys_ready = 0
 
@@ -214,22 +219,22 @@ class MatchEngine(Engine):
 
     # ------------------------------------------------------------ processing
 
-    def process(self, batch: Batch) -> list[dict]:
+    def process_columns(self, batch: Batch) -> list[CompositeBatch]:
         n = len(batch)
         if n == 0:
             return []
         self._strings()
         if n <= CHUNK:
-            out = self._chunk(batch)
+            out = [self._chunk(batch)]
         else:  # smaller chunks measured slower on marathon and finance1, faster on finance0
             out = []
             for start in range(0, n, CHUNK):
                 stop = min(start + CHUNK, n)
-                out += self._chunk(batch.slice(start, stop), later=n - stop)
+                out.append(self._chunk(batch.slice(start, stop), later=n - stop))
         self._sweep()
-        return out
+        return [b for b in out if len(b)]
 
-    def _chunk(self, batch: Batch, later: int = 0) -> list[dict]:
+    def _chunk(self, batch: Batch, later: int = 0) -> ColumnBatch:
         """`later`: events of the same batch after this chunk. Key and slot arrays grow
         for the keys they may add at this chunk's rate of new keys (one growth, not a
         doubling every few chunks)."""
@@ -313,50 +318,29 @@ class MatchEngine(Engine):
             key = self._key_cache[k] = self.decode_key(self.key_attrs, self.keys.value(k))
         return key
 
-    def _results(self, no: int) -> list[dict]:
-        if no == 0:
-            return []
+    def _results(self, no: int) -> ColumnBatch:
+        """The kernel's first `no` matches as columns (copies: the arrays are reused)."""
         a, p = self.arrays, self.program
-        columns = [itertools.repeat(self.checked.name), self._keys_of(a["out_key"][:no]),
-                   a["out_end"][:no].tolist(), a["out_start"][:no].tolist()]
-        columns += [self._emit_values(j, spec, no) for j, spec in enumerate(p.emit)]
-        # Many new dicts in a row would trigger the cyclic collector again and again
-        # (dicts of plain values make no cycles): pause it while building them.
-        paused = gc.isenabled()
-        gc.disable()
-        try:
-            return self._rows(zip(*columns))
-        finally:
-            if paused:
-                gc.enable()
+        fields = []
+        for j, spec in enumerate(p.emit):
+            if spec.kind == "list":
+                offsets = np.append(a["coll_off"][:no], a["ctr"][_CTR["coll_n"]])
+                fields.append(Field(spec.name, spec.element, a[f"cv{j}"][:offsets[-1]].copy(),
+                                    offsets=offsets))
+            else:
+                fields.append(Field(spec.name, spec.kind, a[f"e{j}"][:no].copy(),
+                                    a[f"e{j}n"][:no].copy() if spec.nullable else None))
+        return ColumnBatch(self.checked.name, Decoder(self.strings.strings),
+                           Keys(a["out_key"][:no].copy(), self._keys_of),
+                           a["out_end"][:no].copy(), a["out_start"][:no].copy(), fields)
 
     def _keys_of(self, ids: np.ndarray) -> list:
         if not self.key_attrs:
             return [None] * len(ids)
         if self.keys.fast:
             kind = self.schema.attributes[self.key_attrs[0]]
-            return self._decode_column(kind, self.keys.codes[ids])
+            return Decoder(self.strings.strings).values(kind, self.keys.codes[ids])
         return [self._key(k) for k in ids.tolist()]
-
-    def _emit_values(self, j: int, spec: compiler.EmitSpec, no: int) -> list:
-        a = self.arrays
-        if spec.kind == "list":
-            offsets = a["coll_off"][:no].tolist() + [int(a["ctr"][_CTR["coll_n"]])]
-            values = self._decode_column(spec.element, a[f"cv{j}"][:offsets[-1]])
-            return [values[offsets[m]:offsets[m + 1]] for m in range(no)]
-        values = self._decode_column(spec.kind, a[f"e{j}"][:no])
-        if spec.nullable:
-            nulls = a[f"e{j}n"][:no].tolist()
-            values = [None if null else v for v, null in zip(values, nulls)]
-        return values
-
-    def _decode_column(self, kind: str, column: np.ndarray) -> list:
-        """Column values as the reference gives them (`tolist` makes Python ints, floats
-        and bools of int64, float64 and bool arrays; strings are codes)."""
-        values = column.tolist()
-        if kind == "string":
-            return list(map(self.strings.strings.__getitem__, values))
-        return values
 
     # ------------------------------------------------------------ snapshots
 
@@ -407,33 +391,6 @@ class MatchEngine(Engine):
 
 
 _EMPTY = np.zeros(1, np.int64)
-
-
-def _row_builder(names: list[str]):
-    """`rows -> [dict, ...]` with the given field names, as a dict display with constant
-    keys (CPython builds those in one step: about twice as fast as dict(zip(names, row)),
-    an eighth faster than keys read from variables). The source holds only made-up names
-    (`'K0'`, `'K1'`, ...); the compiled code's constants are then swapped for the field
-    names, so no name is ever written into code."""
-    width = len(names)
-    values = ", ".join(f"v{i}" for i in range(width))
-    display = ", ".join(f"'K{i}': v{i}" for i in range(width))
-    placeholders = {f"K{i}": name for i, name in enumerate(names)}
-
-    def swapped(code):
-        consts = []
-        for c in code.co_consts:
-            if isinstance(c, str):
-                c = placeholders.get(c, c)
-            elif isinstance(c, tuple):
-                c = tuple(placeholders.get(x, x) if isinstance(x, str) else x for x in c)
-            elif hasattr(c, "co_consts"):
-                c = swapped(c)
-            consts.append(c)
-        return code.replace(co_consts=tuple(consts))
-
-    code = compile(f"lambda rows: [{{{display}}} for {values} in rows]", "<rows>", "eval")
-    return eval(swapped(code), {})  # noqa: S307
 
 
 def _zeros(shape: tuple, dtype) -> np.ndarray:
@@ -585,7 +542,8 @@ def _map_keys(values, start, lo, lut, ids, next_id, codes):
 
 @njit(cache=True)
 def _evict(clock, timeout, ctr, slot_i, key_i, free):
-    """Frees the slots of keys idle for `timeout` or longer; returns how many."""
+    """Drops the candidates of keys idle for `timeout` or longer and frees their slots;
+    returns how many keys. (Keys with candidates but no slot hold them in their row.)"""
     evicted = 0
     free_top = ctr[0]
     for s in range(1, ctr[1]):
@@ -597,6 +555,10 @@ def _evict(clock, timeout, ctr, slot_i, key_i, free):
             free_top += 1
             evicted += 1
     ctr[0] = free_top
+    for k in range(key_i.shape[0]):
+        if key_i[k, 0] == 0 and key_i[k, 2] != 0 and clock - key_i[k, 1] >= timeout:
+            key_i[k, 2] = 0
+            evicted += 1
     return evicted
 
 

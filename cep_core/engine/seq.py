@@ -52,7 +52,9 @@ from cep_core.compiler.seq_cdp import (
 )
 from cep_core.compiler.seq_plan import SeqPlan
 from cep_core.compiler.seq_runtime import compact_pending
+from cep_core.composite_batch import ColumnBatch, CompositeBatch
 from cep_core.engine.base import Engine
+from cep_core.engine.seq_output import SeqOutput
 from cep_core.engine.keys import KeyIndex
 from cep_core.engine.seq_idle import IdleKeys, drop_events, idle_partitions
 
@@ -108,7 +110,6 @@ class SeqEngine(Engine):
         self.uses_tables = any(f"s_{t}[" in self.kernel.source
                                for t in ("rank", "lower", "upper", "length"))
         self._tables: StringTables | None = None
-        self._decoded_keys: dict[int, object] = {}
         self.kleene_slots = np.array(self.kernel.kleene_slots, np.int64)
         self._decoders()
         self._reset()
@@ -188,7 +189,7 @@ class SeqEngine(Engine):
             EF[:, k] = batch.columns[name]
         return EI, EF
 
-    def process(self, batch: Batch) -> list[dict]:
+    def process_columns(self, batch: Batch) -> list[CompositeBatch]:
         n = len(batch)
         if n == 0:
             return []
@@ -218,7 +219,7 @@ class SeqEngine(Engine):
         self._maybe_compact()
         self.idle.advance(batch.ts.max())
         self._sweep()
-        return out
+        return [out] if len(out) else []
 
     def punctuate(self, ts: int) -> list[dict]:
         if ts > self.punct:
@@ -248,7 +249,7 @@ class SeqEngine(Engine):
             self.punct, force, *self._arenas(), self.base, self.cnt, self.evicted, self.last_ts,
             self.pd,
             self.pk, self.phead, self.ptail, self.pdec, self.pfirst, self.ctr, sc, *tables)
-        out = self._decode(*res)
+        out = self._decode(*res).to_dicts()
         self._maybe_compact()
         return out
 
@@ -269,83 +270,10 @@ class SeqEngine(Engine):
     # ------------------------------------------------------------ decoding
 
     def _decoders(self) -> None:
-        schema = self.schema
-        self.attr_plan = []
-        for name, kind in schema.attributes.items():
-            where, col = self.layout.slots[name]
-            self.attr_plan.append((name, where, col + 1 if where == "i" else col, kind))
-        self.var_names = [v.name for v in self.plan.positive]
-        self.var_kleene = [v.kind == "kleene" for v in self.plan.positive]
-        self.emit_plan = [(item.name, item.expr.type) for item in self.plan.body.emit]
+        self.output = SeqOutput(self)
 
-    def _key(self, p: int):
-        key = self._decoded_keys.get(p)
-        if key is None and p not in self._decoded_keys:
-            key = self.decode_key(self.keys.attrs, self.keys.values[p])
-            self._decoded_keys[p] = key
-        return key
-
-    def _column(self, values: np.ndarray, kind: str) -> list:
-        """A column of kernel values as the Python values the reference gives."""
-        if kind == "string":
-            strings = self.strings.strings
-            return [strings[c] for c in values.tolist()]
-        if kind == "bool":
-            return (values != 0).tolist()
-        if kind == "float":
-            return values.astype(np.float64).tolist()
-        return values.tolist()
-
-    def _decode(self, n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn) -> list[dict]:
-        if n_out == 0:
-            return []
-        oe_i, oe_f, om = oe_i[:n_el], oe_f[:n_el], om[:n_out]
-        # Each distinct event once: {"seq": .., **attributes}, then a copy per use.
-        seqs = oe_i[:, 1]
-        unique, first, inverse = np.unique(seqs, return_index=True, return_inverse=True)
-        names = ["seq"]
-        columns = [unique.tolist()]
-        for name, where, col, kind in self.attr_plan:
-            source = oe_f[first, col] if where == "f" else oe_i[first, col]
-            names.append(name)
-            columns.append(self._column(source, kind))
-        base = [dict(zip(names, row)) for row in zip(*columns)]
-        # An event bound by several composites of one call is one dict, shared by them.
-        elements = [base[k] for k in inverse.reshape(-1).tolist()]
-        starts = om[:, 1]
-        lows = np.minimum.reduceat(seqs, starts).tolist()
-        highs = np.maximum.reduceat(seqs, starts).tolist()
-        keys = [self._key(p) for p in om[:, 0].tolist()] if self.keys.attrs else \
-            [None] * n_out
-        query = self.query.name
-        names_of = self.var_names
-        if not any(self.var_kleene):
-            width = len(names_of)
-            grouped = [dict(zip(names_of, elements[s:s + width]))
-                       for s in range(0, n_el, width)]
-        else:
-            var_of = oe_i[:, 0].tolist()
-            kleene = self.var_kleene
-            grouped = []
-            for start, count in om[:, 1:3].tolist():
-                events: dict = {}
-                for e in range(start, start + count):
-                    var = var_of[e]
-                    if kleene[var]:
-                        events.setdefault(names_of[var], []).append(elements[e])
-                    else:
-                        events[names_of[var]] = elements[e]
-                grouped.append(events)
-        out = [{"query": query, "key": k, "seq": h, "start_seq": lo, "events": ev}
-               for k, h, lo, ev in zip(keys, highs, lows, grouped)]
-        for j, (name, kind) in enumerate(self.emit_plan):
-            source = ovf[:n_out, j] if kind == "float" else ovi[:n_out, j]
-            values = self._column(source, kind)
-            for m in np.flatnonzero(ovn[:n_out, j]).tolist():
-                values[m] = None
-            for composite, value in zip(out, values):
-                composite[name] = value
-        return out
+    def _decode(self, n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn) -> ColumnBatch:
+        return self.output.columns(n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn)
 
     # ------------------------------------------------------------ snapshots
 
@@ -374,7 +302,7 @@ class SeqEngine(Engine):
     def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         self._reset()
         self.keys = KeyIndex.from_state(self.keys.attrs, meta["keys"])
-        self._decoded_keys = {}
+        self.output.forget_keys()
         P = int(meta["partitions"])
         self._grow_partitions(P)
         self.punct = int(meta["punct"])

@@ -59,7 +59,9 @@ from cep_core.compiler.seq_aip_runtime import (
 )
 from cep_core.compiler.seq_plan import SeqPlan
 from cep_core.compiler.seq_runtime import compact_pending
+from cep_core.composite_batch import ColumnBatch, CompositeBatch, to_dicts
 from cep_core.engine.base import Engine
+from cep_core.engine.seq_output import SeqOutput
 from cep_core.engine.keys import KeyIndex
 from cep_core.engine.seq_idle import (
     IdleKeys,
@@ -122,7 +124,6 @@ class SeqAipEngine(Engine):
         self.uses_tables = any(f"s_{t}[" in self.kernel.source
                                for t in ("rank", "lower", "upper", "length"))
         self._tables: StringTables | None = None
-        self._decoded_keys: dict[int, object] = {}
         self.pkslots = np.array(self.kernel.pkslots, np.int64)
         self.kslots = np.array(self.kernel.kslots, np.int64)
         self._decoders()
@@ -242,7 +243,7 @@ class SeqAipEngine(Engine):
             EF[:, k] = batch.columns[name]
         return EI, EF
 
-    def process(self, batch: Batch) -> list[dict]:
+    def process_columns(self, batch: Batch) -> list[CompositeBatch]:
         n = len(batch)
         if n == 0:
             return []
@@ -278,25 +279,26 @@ class SeqAipEngine(Engine):
                 f"make more than {self.max_instances} live automaton instances in its "
                 "partition (option max_instances; on_overflow='count' drops the excess and "
                 "counts it)")
-        out = self._decode(n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn)
+        out = [self._decode(n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn)]
         if timed_out:
-            out += self._decode_timed_out(*timed_out)
+            out.append(self._decode_timed_out(*timed_out))
         self.idle.advance(batch.ts.max())
         out += self._sweep()
         self._maintain()
-        return out
+        return [b for b in out if len(b)]
 
     def punctuate(self, ts: int) -> list[dict]:
         if ts > self.punct:
             self.punct = int(ts)
-        out = self._release_all(False) + self._time_out_all(False)
+        out = self._release_all(False) + to_dicts(self._time_out_all(False))
         self.idle.advance(ts)
-        return out + self._sweep()
+        return out + to_dicts(self._sweep())
 
     def flush(self) -> list[dict]:
-        return self._release_all(True) + self._time_out_all(True)
+        return self._release_all(True) + to_dicts(self._time_out_all(True))
 
-    def _time_out_all(self, force: bool, parts: np.ndarray | None = None) -> list[dict]:
+    def _time_out_all(self, force: bool,
+                      parts: np.ndarray | None = None) -> list[CompositeBatch]:
         """ON TIMEOUT EMIT PARTIAL: the runs of `parts` (default: every partition) whose
         window event time (or, with force, the end of input) has passed, as timed-out
         partial matches."""
@@ -307,9 +309,9 @@ class SeqAipEngine(Engine):
         res = self.module.time_out_all(
             self.punct, force, *self._arenas(), self.base, self.cnt, self.evicted,
             self.last_ts, self.IT, self.ibase, self.icnt, self.NR, self.NP, parts)
-        return self._decode_timed_out(*res)
+        return [self._decode_timed_out(*res)]
 
-    def _sweep(self) -> list[dict]:
+    def _sweep(self) -> list[CompositeBatch]:
         """Idle-key eviction (`cep_core.engine.seq_idle`); the runs of an evicted partition
         are reported as timed out first when the query asks for them."""
         if not self.idle.due():
@@ -334,7 +336,7 @@ class SeqAipEngine(Engine):
             self.punct, force, *self._arenas(), self.base, self.cnt, self.evicted,
             self.last_ts, self.pd, self.pk, self.phead, self.ptail, self.pdec, self.pfirst,
             self.ctr, sc, *tables)
-        out = self._decode(*res)
+        out = self._decode(*res).to_dicts()
         self._maybe_compact_pending()
         return out
 
@@ -376,88 +378,16 @@ class SeqAipEngine(Engine):
     # ------------------------------------------------------------ decoding
 
     def _decoders(self) -> None:
-        self.attr_plan = []
-        for name, kind in self.schema.attributes.items():
-            where, col = self.layout.slots[name]
-            self.attr_plan.append((name, where, col + 1 if where == "i" else col, kind))
-        self.var_names = [v.name for v in self.plan.positive]
-        self.var_kleene = [v.kind == "kleene" for v in self.plan.positive]
-        self.emit_plan = [(item.name, item.expr.type) for item in self.plan.body.emit]
+        self.output = SeqOutput(self)
 
-    def _key(self, p: int):
-        if p not in self._decoded_keys:
-            self._decoded_keys[p] = self.decode_key(self.keys.attrs, self.keys.values[p])
-        return self._decoded_keys[p]
+    def _decode(self, n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn) -> ColumnBatch:
+        return self.output.columns(n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn)
 
-    def _column(self, values: np.ndarray, kind: str) -> list:
-        if kind == "string":
-            strings = self.strings.strings
-            return [strings[c] for c in values.tolist()]
-        if kind == "bool":
-            return (values != 0).tolist()
-        if kind == "float":
-            return values.astype(np.float64).tolist()
-        return values.tolist()
-
-    def _decode(self, n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn,
-                partial: bool = False) -> list[dict]:
-        if n_out == 0:
-            return []
-        oe_i, oe_f, om = oe_i[:n_el], oe_f[:n_el], om[:n_out]
-        seqs = oe_i[:, 1]
-        unique, first, inverse = np.unique(seqs, return_index=True, return_inverse=True)
-        names = ["seq"]
-        columns = [unique.tolist()]
-        for name, where, col, kind in self.attr_plan:
-            source = oe_f[first, col] if where == "f" else oe_i[first, col]
-            names.append(name)
-            columns.append(self._column(source, kind))
-        base = [dict(zip(names, row)) for row in zip(*columns)]
-        elements = [base[k] for k in inverse.reshape(-1).tolist()]
-        starts = om[:, 1]
-        lows = np.minimum.reduceat(seqs, starts).tolist()
-        highs = np.maximum.reduceat(seqs, starts).tolist()
-        keys = [self._key(p) for p in om[:, 0].tolist()] if self.keys.attrs else \
-            [None] * n_out
-        names_of = self.var_names
-        if not any(self.var_kleene) and not partial:
-            width = len(names_of)
-            grouped = [dict(zip(names_of, elements[s:s + width]))
-                       for s in range(0, n_el, width)]
-        else:
-            var_of = oe_i[:, 0].tolist()
-            kleene = self.var_kleene
-            grouped = []
-            for start, count in om[:, 1:3].tolist():
-                events: dict = {}
-                for e in range(start, start + count):
-                    var = var_of[e]
-                    if kleene[var]:
-                        events.setdefault(names_of[var], []).append(elements[e])
-                    else:
-                        events[names_of[var]] = elements[e]
-                grouped.append(events)
-        query = self.query.name
-        out = [{"query": query, "key": k, "seq": h, "start_seq": lo, "events": ev}
-               for k, h, lo, ev in zip(keys, highs, lows, grouped)]
-        for j, (name, kind) in enumerate([] if partial else self.emit_plan):
-            source = ovf[:n_out, j] if kind == "float" else ovi[:n_out, j]
-            values = self._column(source, kind)
-            for m in np.flatnonzero(ovn[:n_out, j]).tolist():
-                values[m] = None
-            for composite, value in zip(out, values):
-                composite[name] = value
-        return out
-
-    def _decode_timed_out(self, n_out, n_el, om, oe_i, oe_f) -> list[dict]:
+    def _decode_timed_out(self, n_out, n_el, om, oe_i, oe_f) -> ColumnBatch:
         """Partial matches: the variables bound so far, no EMIT fields, "timed_out"."""
-        if n_out == 0:
-            return []
         none = np.zeros((n_out, 0), np.int64)
-        out = self._decode(n_out, n_el, om, oe_i, oe_f, none, none, none, partial=True)
-        for composite in out:
-            composite["timed_out"] = True
-        return out
+        return self.output.columns(n_out, n_el, om, oe_i, oe_f, none, none, none,
+                                   timed_out=True)
 
     # ------------------------------------------------------------ snapshots
 
@@ -490,7 +420,7 @@ class SeqAipEngine(Engine):
         self._reset()
         attrs = self.keys.attrs
         self.keys = KeyIndex.from_state(attrs, meta["keys"])
-        self._decoded_keys = {}
+        self.output.forget_keys()
         P, Q = int(meta["partitions"]), int(meta["instance_keys"])
         self._grow_partitions(P)
         self._grow_keys(Q)

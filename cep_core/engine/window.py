@@ -46,7 +46,7 @@ from cep_core.compiler.window import (
 from cep_core.engine import window_kernels as wk
 from cep_core.engine.base import Engine
 from cep_core.engine.keys import KeyIndex
-from cep_core.engine.match import _row_builder
+from cep_core.composite_batch import row_builder
 from cep_core.schema import StreamSchema
 
 CHUNK = 1 << 16
@@ -130,7 +130,7 @@ class _Query:
         self.key_values: list = []  # group -> decoded key (the composite event's "key")
         self.key_parts: list[list] = []  # group -> decoded GROUP BY values
         self.key_rank = np.zeros(0, dtype=np.int64)  # group -> place in key order
-        self.make_rows = _row_builder(["query", "key", "seq", "start_seq", "window_start",
+        self.make_rows = row_builder(["query", "key", "seq", "start_seq", "window_start",
                                        "window_end", *(name for name, _ in plan_.items)])
         self.predicate_keys = [canonical(expr) for expr in plan_.where]
         self.dead: list[tuple[int, str]] = []

@@ -1,0 +1,76 @@
+"""SEQ output arrays -> composite events as columns; every SEQ engine (CDP, AIP, GPU) shares
+this.
+
+A SEQ kernel reports `n_out` matches and `n_el` bound elements:
+- `om[m]` = (partition id, first element, element count) of match m;
+- `oe_i[e]` = (variable, seq, int attributes...) and `oe_f[e]` = float attributes of element
+  e (the layout's slots say where each attribute is);
+- `ovi`/`ovf`/`ovn[m, j]` = EMIT item j of match m (int or float) and whether it is NULL.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cep_core.composite_batch import BoundEvents, ColumnBatch, Decoder, Field, Keys
+
+
+class SeqOutput:
+    """Decoding plan of one SEQ engine: `engine` has `plan`, `layout`, `schema`, `query`,
+    `strings`, `keys` (a KeyIndex) and `decode_key`."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.attr_plan = []
+        for name, kind in engine.schema.attributes.items():
+            where, col = engine.layout.slots[name]
+            self.attr_plan.append((name, where, col + 1 if where == "i" else col, kind))
+        self.var_names = [v.name for v in engine.plan.positive]
+        self.var_kleene = [v.kind == "kleene" for v in engine.plan.positive]
+        self.emit_plan = [(item.name, item.expr.type) for item in engine.plan.body.emit]
+        self.decoded_keys: dict[int, object] = {}
+
+    def forget_keys(self) -> None:
+        self.decoded_keys = {}
+
+    def _keys(self, ids: np.ndarray) -> list:
+        engine = self.engine
+        if not engine.keys.attrs:
+            return [None] * len(ids)
+        cache = self.decoded_keys
+        out = []
+        for p in ids.tolist():
+            if p not in cache:
+                cache[p] = engine.decode_key(engine.keys.attrs, engine.keys.values[p])
+            out.append(cache[p])
+        return out
+
+    def columns(self, n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn,
+                timed_out: bool = False) -> ColumnBatch:
+        """The matches as columns (copies: kernels reuse their output arrays). Timed-out
+        partial matches (`timed_out`) carry the variables bound so far, no EMIT fields,
+        and "timed_out": true."""
+        om, oe_i, oe_f = om[:n_out], oe_i[:n_el], oe_f[:n_el]
+        seqs = np.ascontiguousarray(oe_i[:, 1])
+        starts = np.ascontiguousarray(om[:, 1])
+        if n_out:
+            high = np.maximum.reduceat(seqs, starts)
+            low = np.minimum.reduceat(seqs, starts)
+        else:
+            high = low = np.zeros(0, np.int64)
+        attrs = {name: (kind, np.ascontiguousarray(oe_f[:, col] if where == "f"
+                                                    else oe_i[:, col]))
+                 for name, where, col, kind in self.attr_plan}
+        events = BoundEvents(starts, np.ascontiguousarray(om[:, 2]),
+                             np.ascontiguousarray(oe_i[:, 0]), seqs, attrs, self.var_names,
+                             self.var_kleene, in_variable_order=not timed_out)
+        fields = []
+        if not timed_out:
+            for j, (name, kind) in enumerate(self.emit_plan):
+                source = ovf[:n_out, j] if kind == "float" else ovi[:n_out, j]
+                fields.append(Field(name, kind, np.ascontiguousarray(source),
+                                    np.ascontiguousarray(ovn[:n_out, j])))
+        strings = self.engine.strings.strings
+        return ColumnBatch(self.engine.query.name, Decoder(strings),
+                           Keys(np.ascontiguousarray(om[:, 0]), self._keys), high, low,
+                           fields, events, {"timed_out": True} if timed_out else None)
