@@ -32,7 +32,9 @@ from cep_core.compiler.expressions import StringTables
 from cep_core.compiler.seq_plan import ANY, SeqPlan
 from cep_core.engine.base import Engine
 from cep_core.engine.keys import KeyIndex
-from cep_core.engine.seq import BACKWARDS_TIME, NotSupportedError, SeqEngine
+from cep_core.engine.seq import BACKWARDS_TIME, NotSupportedError
+from cep_core.engine.seq_base import SeqEngineBase
+from cep_core.engine.seq_output import SeqOutput
 
 INT64_MIN = np.iinfo(np.int64).min
 INT64_MAX = np.iinfo(np.int64).max
@@ -45,9 +47,8 @@ def _load(plan: SeqPlan, reduce_threads: int) -> SeqKernels:
 
 
 class GpuSeqEngine(Engine):
-    # decoding composite events is the CPU CDP engine's (same output arrays)
-    _decoders = SeqEngine._decoders
-    _decode = SeqEngine._decode
+    # decoding composite events is the CPU engines' (same output arrays)
+    _decode = SeqEngineBase._decode
 
     def __init__(self, checked: CheckedQuery, strings: StringDictionary,
                  device_memory_budget: int | None = None, threads_per_block: int = 128,
@@ -68,7 +69,7 @@ class GpuSeqEngine(Engine):
         self.keys = KeyIndex([a.name for a in self.query.partition_by])
         self.stream = self.cuda.stream()
         self._tables: StringTables | None = None
-        self._decoders()
+        self.output = SeqOutput(self)
         self._reset()
 
     def _reset(self) -> None:
@@ -106,7 +107,7 @@ class GpuSeqEngine(Engine):
             return []
         pid = self.keys.assign(batch)
         self._grow_partitions(len(self.keys))
-        EI, EF = SeqEngine._columns(self, batch)
+        EI, EF = SeqEngineBase._columns(self, batch)
         threshold = None
         if self.plan.horizon is not None:
             threshold = np.maximum(self.last_ts, INT64_MIN + self.plan.horizon) - \

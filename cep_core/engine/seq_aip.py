@@ -37,16 +37,10 @@ import numpy as np
 
 from cep_core.batch import Batch, StringDictionary
 from cep_core.checker import CheckedQuery
-from cep_core.compiler.expressions import StringTables
 from cep_core.compiler.seq_aip import (
-    CTR_SIZE,
     ERR,
-    INT64_MAX,
-    INT64_MIN,
     OVF,
     PALIVE,
-    PKN,
-    PN,
     POOL,
     AipKernel,
     AipUnsupported,
@@ -58,21 +52,15 @@ from cep_core.compiler.seq_aip_runtime import (
     pool_compact,
 )
 from cep_core.compiler.seq_plan import SeqPlan
-from cep_core.compiler.seq_runtime import compact_pending
 from cep_core.composite_batch import ColumnBatch, CompositeBatch, to_dicts
-from cep_core.engine.base import Engine
-from cep_core.engine.seq_output import SeqOutput
-from cep_core.engine.keys import KeyIndex
+from cep_core.engine.seq_base import SeqEngineBase
 from cep_core.engine.seq_idle import (
-    IdleKeys,
     drop_events,
     drop_instances,
     idle_partitions,
     live_instances,
 )
 from cep_core.engine.seq import NotSupportedError
-
-BACKWARDS_TIME = "event time goes backwards"
 
 _kernels: dict[str, AipKernel] = {}
 
@@ -91,14 +79,11 @@ def _kernel(plan: SeqPlan) -> AipKernel:
     return kernel
 
 
-class SeqAipEngine(Engine):
+class SeqAipEngine(SeqEngineBase):
     def __init__(self, checked: CheckedQuery, strings: StringDictionary,
                  max_instances: int = 1_000_000, on_overflow: str = "error",
                  idle_timeout: int | None = None, **_other_options):
         super().__init__(checked, strings)
-        self.idle = IdleKeys(idle_timeout)
-        if on_overflow not in ("error", "count"):
-            raise ValueError("on_overflow is 'error' or 'count'")
         if max_instances < 1:
             raise ValueError("max_instances must be at least 1")
         self.plan = plan = SeqPlan(checked)
@@ -109,42 +94,23 @@ class SeqAipEngine(Engine):
                 f"query {checked.name!r}: the AIP SEQ kernel does not evaluate {e}") from None
         self.algorithm = "aip"
         self.max_instances = int(max_instances)
-        self.on_overflow = on_overflow
-        self.module = self.kernel.module
-        self.layout = self.kernel.layout
-        self.n_channels = len(plan.channels)
         self.width = self.kernel.width
         self.templates = self.kernel.templates()
         self.S = self.kernel.generator.S
-        attrs = [a.name for a in self.query.partition_by]
-        self.keys = KeyIndex(attrs)
+        self._setup(idle_timeout, on_overflow)
         eq = self.kernel.equality
         # instances keyed by (partition, value of the equality class's attribute)
-        self.class_attr = eq.attr if eq is not None and eq.attr not in attrs else None
-        self.uses_tables = any(f"s_{t}[" in self.kernel.source
-                               for t in ("rank", "lower", "upper", "length"))
-        self._tables: StringTables | None = None
-        self.pkslots = np.array(self.kernel.pkslots, np.int64)
+        self.class_attr = eq.attr if eq is not None and eq.attr not in self.keys.attrs \
+            else None
+        self.pending_kleene_slots = np.array(self.kernel.pkslots, np.int64)
         self.kslots = np.array(self.kernel.kslots, np.int64)
-        self._decoders()
         self._reset()
 
     # ------------------------------------------------------------ state
 
     def _reset(self) -> None:
-        C = self.n_channels
-        self.P = 0
+        self._reset_channels()
         self.Q = 0
-        self.last_ts = np.full(0, INT64_MIN, np.int64)
-        self.base = np.zeros((0, C), np.int64)
-        self.size = np.zeros((0, C), np.int64)
-        self.cnt = np.zeros((0, C), np.int64)
-        self.evicted = np.zeros((0, C), np.int64)
-        self.top = np.zeros(C, np.int64)
-        self.phead = np.full(0, -1, np.int64)
-        self.ptail = np.full(0, -1, np.int64)
-        self.pdec = np.full(0, INT64_MAX, np.int64)
-        self.pfirst = np.full(0, INT64_MAX, np.int64)
         self.ibase = np.zeros(0, np.int64)
         self.isize = np.zeros(0, np.int64)
         self.icnt = np.zeros(0, np.int64)
@@ -155,35 +121,10 @@ class SeqAipEngine(Engine):
         self.IT = np.zeros((64, self.width), np.int64)
         self.NR = np.zeros(64, np.int64)
         self.NP = np.zeros(64, np.int64)
-        self.pd = np.zeros((16, self.kernel.record_width), np.int64)
-        self.pk = np.zeros(16, np.int64)
-        self.ctr = np.zeros(CTR_SIZE, np.int64)
-        self.ctr[ERR] = -1
-        self.punct = INT64_MIN
-        nI, nF = self.layout.n_int, self.layout.n_float
-        self.AI = [np.zeros((64, nI), np.int64) for _ in range(C)]
-        self.AF = [np.zeros((64, nF), np.float64) for _ in range(C)]
         self._live_after_sweep = 0
         self._pool_after_compact = 0
 
-    _PER_PARTITION = {"last_ts": INT64_MIN, "phead": -1, "ptail": -1, "pdec": INT64_MAX,
-                      "pfirst": INT64_MAX}
-    _PER_CHANNEL = ("base", "size", "cnt", "evicted")
     _PER_SEGMENT = ("ibase", "isize", "icnt")
-
-    def _grow_partitions(self, P: int) -> None:
-        if P <= self.P:
-            return
-        cap = len(self.last_ts)
-        if P > cap:
-            extra = max(P, 2 * cap, 16) - cap
-            for name, fill in self._PER_PARTITION.items():
-                setattr(self, name, np.concatenate([getattr(self, name),
-                                                    np.full(extra, fill, np.int64)]))
-            for name in self._PER_CHANNEL:
-                setattr(self, name, np.concatenate([
-                    getattr(self, name), np.zeros((extra, self.n_channels), np.int64)]))
-        self.P = P
 
     def _grow_keys(self, Q: int) -> None:
         """Instance lists for keys < Q: one segment per key and stage."""
@@ -211,37 +152,7 @@ class SeqAipEngine(Engine):
             return np.ascontiguousarray(column + 0.0).view(np.int64)
         return np.ascontiguousarray(column, dtype=np.int64)
 
-    def _strings(self):
-        sc = self.kernel.constants.codes(self.strings)
-        if self.uses_tables:
-            if self._tables is None:
-                self._tables = StringTables(self.strings)
-            self._tables.refresh()
-            tables = self._tables.arrays()
-        else:
-            dummy = np.zeros(1, np.int64)
-            tables = (dummy, dummy, dummy, dummy)
-        return sc, tables
-
-    def _arenas(self) -> list:
-        out = []
-        for c in range(self.n_channels):
-            out += [self.AI[c], self.AF[c]]
-        return out
-
     # ------------------------------------------------------------ processing
-
-    def _columns(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
-        n = len(batch)
-        EI = np.empty((n, self.layout.n_int), np.int64)
-        EI[:, 0] = batch.seq
-        EI[:, 1] = batch.ts
-        for k, name in enumerate(self.layout.int_names):
-            EI[:, 2 + k] = batch.columns[name]
-        EF = np.zeros((n, self.layout.n_float), np.float64)
-        for k, name in enumerate(self.layout.float_names):
-            EF[:, k] = batch.columns[name]
-        return EI, EF
 
     def process_columns(self, batch: Batch) -> list[CompositeBatch]:
         n = len(batch)
@@ -268,10 +179,8 @@ class SeqAipEngine(Engine):
             self.itop, self.templates, self.NR, self.NP, self.pd, self.pk, self.phead,
             self.ptail, self.pdec, self.pfirst, self.ctr, self.punct,
             sc, *tables, self.max_instances, stop)
-        self.AI = list(arenas[0::2])
-        self.AF = list(arenas[1::2])
-        for t in dead[:n_dead].tolist():
-            self.dead_letters.append((int(batch.seq[t]), BACKWARDS_TIME))
+        self._take_arenas(arenas)
+        self._reject_backwards(batch, dead, n_dead)
         if self.ctr[ERR] >= 0:
             t = int(self.ctr[ERR])
             raise AipOverflowError(
@@ -359,14 +268,6 @@ class SeqAipEngine(Engine):
             self._pool_after_compact = int(m)
         self._maybe_compact_pending(force)
 
-    def _maybe_compact_pending(self, force: bool = False) -> None:
-        used, alive = int(self.ctr[PN]), int(self.ctr[PALIVE])
-        if used == 0 or (not force and used - alive < max(1024, alive)):
-            return
-        self.pd, self.pk = compact_pending(
-            self.pd, self.pk, self.phead[:self.P], self.ptail[:self.P], self.ctr,
-            self.pkslots, alive, int(self.ctr[PKN]))
-
     def metrics(self) -> dict:
         return {"partitions": self.P, "keys": self.Q, "overflows": int(self.ctr[OVF]),
                 "instances": int(self.icnt[:self.Q * self.S].sum()),
@@ -376,12 +277,6 @@ class SeqAipEngine(Engine):
                 "evicted_keys": self.idle.evicted}
 
     # ------------------------------------------------------------ decoding
-
-    def _decoders(self) -> None:
-        self.output = SeqOutput(self)
-
-    def _decode(self, n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn) -> ColumnBatch:
-        return self.output.columns(n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn)
 
     def _decode_timed_out(self, n_out, n_el, om, oe_i, oe_f) -> ColumnBatch:
         """Partial matches: the variables bound so far, no EMIT fields, "timed_out"."""
@@ -393,47 +288,21 @@ class SeqAipEngine(Engine):
 
     def state(self) -> tuple[dict, dict[str, np.ndarray]]:
         self._maintain(force=True)
-        P, Q = self.P, self.Q
+        meta, arrays = self._channel_state()
+        Q = self.Q
         G = Q * self.S
-        meta = {"keys": self.keys.to_state(), "punct": int(self.punct), "partitions": P,
-                "instance_keys": Q, "algorithm": self.algorithm,
-                "idle": [self.idle.clock, self.idle.last_sweep, self.idle.evicted]}
-        arrays = {name: getattr(self, name)[:P] for name in self._PER_PARTITION}
-        arrays.update({"cnt": self.cnt[:P], "evicted": self.evicted[:P], "ctr": self.ctr,
-                       "pd": self.pd[:int(self.ctr[PN])], "pk": self.pk[:int(self.ctr[PKN])],
-                       "icnt": self.icnt[:G], "qpart": self.qpart[:Q], "kv": self.kv[:Q],
+        meta["instance_keys"] = Q
+        arrays.update({"icnt": self.icnt[:G], "qpart": self.qpart[:Q], "kv": self.kv[:Q],
                        "NR": self.NR[:int(self.ctr[POOL])], "NP": self.NP[:int(self.ctr[POOL])]})
         rows = [self.IT[self.ibase[g]:self.ibase[g] + self.icnt[g]] for g in range(G)]
         arrays["IT"] = np.concatenate(rows) if rows else np.zeros((0, self.width), np.int64)
-        nI, nF = self.layout.n_int, self.layout.n_float
-        for c in range(self.n_channels):
-            parts_i = [self.AI[c][self.base[p, c]:self.base[p, c] + self.cnt[p, c]]
-                       for p in range(P)]
-            parts_f = [self.AF[c][self.base[p, c]:self.base[p, c] + self.cnt[p, c]]
-                       for p in range(P)]
-            arrays[f"ch{c}_i"] = np.concatenate(parts_i) if parts_i else \
-                np.zeros((0, nI), np.int64)
-            arrays[f"ch{c}_f"] = np.concatenate(parts_f) if parts_f else np.zeros((0, nF))
         return meta, arrays
 
     def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         self._reset()
-        attrs = self.keys.attrs
-        self.keys = KeyIndex.from_state(attrs, meta["keys"])
-        self.output.forget_keys()
-        P, Q = int(meta["partitions"]), int(meta["instance_keys"])
-        self._grow_partitions(P)
+        self._load_channel_state(meta, arrays)
+        Q = int(meta["instance_keys"])
         self._grow_keys(Q)
-        self.punct = int(meta["punct"])
-        self.idle.clock, self.idle.last_sweep, self.idle.evicted = meta["idle"]
-        for name in (*self._PER_PARTITION, "cnt", "evicted"):
-            getattr(self, name)[:P] = arrays[name]
-        self.ctr = arrays["ctr"].astype(np.int64).copy()
-        pd, pk = arrays["pd"], arrays["pk"]
-        self.pd = np.zeros((max(16, 2 * len(pd)), self.kernel.record_width), np.int64)
-        self.pd[:len(pd)] = pd
-        self.pk = np.zeros(max(16, 2 * len(pk)), np.int64)
-        self.pk[:len(pk)] = pk
         nr, np_ = arrays["NR"], arrays["NP"]
         self.NR = np.zeros(max(64, 2 * len(nr)), np.int64)
         self.NP = np.zeros(max(64, 2 * len(nr)), np.int64)
@@ -465,20 +334,3 @@ class SeqAipEngine(Engine):
             offset += k
         self.itop[0] = at
         self._live_after_sweep = int(icnt.sum())
-        nI, nF = self.layout.n_int, self.layout.n_float
-        for c in range(self.n_channels):
-            rows_i, rows_f = arrays[f"ch{c}_i"], arrays[f"ch{c}_f"]
-            sizes_c = [max(8, 2 * int(k)) for k in self.cnt[:P, c]]
-            total = max(64, 2 * sum(sizes_c))
-            self.AI[c] = np.zeros((total, nI), np.int64)
-            self.AF[c] = np.zeros((total, nF), np.float64)
-            at = offset = 0
-            for p in range(P):
-                k = int(self.cnt[p, c])
-                self.AI[c][at:at + k] = rows_i[offset:offset + k]
-                self.AF[c][at:at + k] = rows_f[offset:offset + k]
-                self.base[p, c] = at
-                self.size[p, c] = sizes_c[p]
-                at += sizes_c[p]
-                offset += k
-            self.top[c] = at

@@ -1,0 +1,188 @@
+"""What both SEQ engines (CDP in `seq.py`, AIP in `seq_aip.py`) keep the same way: events
+stored per channel and partition in arenas, pending matches (`pd`/`pk`), per-partition
+bookkeeping, string constants, decoding, and the snapshot of all that.
+
+A subclass sets `kernel` (with `module`, `layout`, `constants`, `source`, `record_width`)
+and `plan` before calling `_setup`, and names its pending-record Kleene slots in
+`pending_kleene_slots`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cep_core.batch import Batch
+from cep_core.compiler.expressions import StringTables
+from cep_core.compiler.seq_cdp import CTR_SIZE, ERR, INT64_MAX, INT64_MIN, PALIVE, PKN, PN
+from cep_core.compiler.seq_runtime import compact_pending
+from cep_core.composite_batch import ColumnBatch
+from cep_core.engine.base import Engine
+from cep_core.engine.keys import KeyIndex
+from cep_core.engine.seq_idle import IdleKeys
+from cep_core.engine.seq_output import SeqOutput
+
+BACKWARDS_TIME = "event time goes backwards"
+
+
+class SeqEngineBase(Engine):
+    _PER_PARTITION = {"last_ts": INT64_MIN, "phead": -1, "ptail": -1, "pdec": INT64_MAX,
+                      "pfirst": INT64_MAX}
+    _PER_CHANNEL = ("base", "size", "cnt", "evicted")
+    pending_kleene_slots: np.ndarray
+
+    def _setup(self, idle_timeout: int | None, on_overflow: str) -> None:
+        if on_overflow not in ("error", "count"):
+            raise ValueError("on_overflow is 'error' or 'count'")
+        self.on_overflow = on_overflow
+        self.idle = IdleKeys(idle_timeout)
+        self.module = self.kernel.module
+        self.layout = self.kernel.layout
+        self.n_channels = len(self.plan.channels)
+        self.keys = KeyIndex([a.name for a in self.query.partition_by])
+        self.uses_tables = any(f"s_{t}[" in self.kernel.source
+                               for t in ("rank", "lower", "upper", "length"))
+        self._tables: StringTables | None = None
+        self.output = SeqOutput(self)
+
+    # ------------------------------------------------------------ state
+
+    def _reset_channels(self) -> None:
+        C = self.n_channels
+        self.P = 0
+        for name, fill in self._PER_PARTITION.items():
+            setattr(self, name, np.full(0, fill, np.int64))
+        for name in self._PER_CHANNEL:
+            setattr(self, name, np.zeros((0, C), np.int64))
+        self.top = np.zeros(C, np.int64)
+        self.pd = np.zeros((16, self.kernel.record_width), np.int64)
+        self.pk = np.zeros(16, np.int64)
+        self.ctr = np.zeros(CTR_SIZE, np.int64)
+        self.ctr[ERR] = -1
+        self.punct = INT64_MIN
+        nI, nF = self.layout.n_int, self.layout.n_float
+        self.AI = [np.zeros((64, nI), np.int64) for _ in range(C)]
+        self.AF = [np.zeros((64, nF), np.float64) for _ in range(C)]
+
+    def _grow_partitions(self, P: int) -> None:
+        """Per-partition arrays for partition ids < P (capacity grows by doubling)."""
+        if P <= self.P:
+            return
+        cap = len(self.last_ts)
+        if P > cap:
+            extra = max(P, 2 * cap, 16) - cap
+            for name, fill in self._PER_PARTITION.items():
+                setattr(self, name, np.concatenate([getattr(self, name),
+                                                    np.full(extra, fill, np.int64)]))
+            for name in self._PER_CHANNEL:
+                setattr(self, name, np.concatenate([
+                    getattr(self, name), np.zeros((extra, self.n_channels), np.int64)]))
+        self.P = P
+
+    def _strings(self):
+        sc = self.kernel.constants.codes(self.strings)
+        if self.uses_tables:
+            if self._tables is None:
+                self._tables = StringTables(self.strings)
+            self._tables.refresh()
+            tables = self._tables.arrays()
+        else:
+            dummy = np.zeros(1, np.int64)
+            tables = (dummy, dummy, dummy, dummy)
+        return sc, tables
+
+    def _arenas(self) -> list:
+        out = []
+        for c in range(self.n_channels):
+            out += [self.AI[c], self.AF[c]]
+        return out
+
+    def _columns(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        """The batch as the kernels' event rows: ints (seq, ts, int attributes) and
+        floats."""
+        n = len(batch)
+        EI = np.empty((n, self.layout.n_int), np.int64)
+        EI[:, 0] = batch.seq
+        EI[:, 1] = batch.ts
+        for k, name in enumerate(self.layout.int_names):
+            EI[:, 2 + k] = batch.columns[name]
+        EF = np.zeros((n, self.layout.n_float), np.float64)
+        for k, name in enumerate(self.layout.float_names):
+            EF[:, k] = batch.columns[name]
+        return EI, EF
+
+    def _take_arenas(self, arenas) -> None:
+        self.AI = list(arenas[0::2])
+        self.AF = list(arenas[1::2])
+
+    def _reject_backwards(self, batch: Batch, dead: np.ndarray, n_dead: int) -> None:
+        for t in dead[:n_dead].tolist():
+            self.dead_letters.append((int(batch.seq[t]), BACKWARDS_TIME))
+
+    def _maybe_compact_pending(self, force: bool = False) -> None:
+        used, alive = int(self.ctr[PN]), int(self.ctr[PALIVE])
+        if used == 0 or (not force and used - alive < max(1024, alive)):
+            return
+        self.pd, self.pk = compact_pending(
+            self.pd, self.pk, self.phead[:self.P], self.ptail[:self.P], self.ctr,
+            self.pending_kleene_slots, alive, int(self.ctr[PKN]))
+
+    # ------------------------------------------------------------ decoding
+
+    def _decode(self, n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn) -> ColumnBatch:
+        return self.output.columns(n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn)
+
+    # ------------------------------------------------------------ snapshots
+
+    def _channel_state(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """(meta, arrays) of what both engines keep: keys, clock, idle bookkeeping,
+        per-partition arrays, ctr, pending matches and each partition's stored events."""
+        P = self.P
+        meta = {"keys": self.keys.to_state(), "punct": int(self.punct), "partitions": P,
+                "algorithm": self.algorithm,
+                "idle": [self.idle.clock, self.idle.last_sweep, self.idle.evicted]}
+        arrays = {name: getattr(self, name)[:P] for name in self._PER_PARTITION}
+        arrays.update({"cnt": self.cnt[:P], "evicted": self.evicted[:P], "ctr": self.ctr,
+                       "pd": self.pd[:int(self.ctr[PN])], "pk": self.pk[:int(self.ctr[PKN])]})
+        nI, nF = self.layout.n_int, self.layout.n_float
+        for c in range(self.n_channels):
+            spans = [slice(self.base[p, c], self.base[p, c] + self.cnt[p, c])
+                     for p in range(P)]
+            arrays[f"ch{c}_i"] = np.concatenate([self.AI[c][s] for s in spans]) if spans \
+                else np.zeros((0, nI), np.int64)
+            arrays[f"ch{c}_f"] = np.concatenate([self.AF[c][s] for s in spans]) if spans \
+                else np.zeros((0, nF))
+        return meta, arrays
+
+    def _load_channel_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        """Puts back `_channel_state` (after `_reset`); arenas get room to grow."""
+        self.keys = KeyIndex.from_state(self.keys.attrs, meta["keys"])
+        self.output.forget_keys()
+        P = int(meta["partitions"])
+        self._grow_partitions(P)
+        self.punct = int(meta["punct"])
+        self.idle.clock, self.idle.last_sweep, self.idle.evicted = meta["idle"]
+        for name in (*self._PER_PARTITION, "cnt", "evicted"):
+            getattr(self, name)[:P] = arrays[name]
+        self.ctr = arrays["ctr"].astype(np.int64).copy()
+        pd, pk = arrays["pd"], arrays["pk"]
+        self.pd = np.zeros((max(16, 2 * len(pd)), self.kernel.record_width), np.int64)
+        self.pd[:len(pd)] = pd
+        self.pk = np.zeros(max(16, 2 * len(pk)), np.int64)
+        self.pk[:len(pk)] = pk
+        nI, nF = self.layout.n_int, self.layout.n_float
+        for c in range(self.n_channels):
+            rows_i, rows_f = arrays[f"ch{c}_i"], arrays[f"ch{c}_f"]
+            sizes = [max(8, 2 * int(k)) for k in self.cnt[:P, c]]
+            total = max(64, 2 * sum(sizes))
+            self.AI[c] = np.zeros((total, nI), np.int64)
+            self.AF[c] = np.zeros((total, nF), np.float64)
+            at = offset = 0
+            for p in range(P):
+                k = int(self.cnt[p, c])
+                self.AI[c][at:at + k] = rows_i[offset:offset + k]
+                self.AF[c][at:at + k] = rows_f[offset:offset + k]
+                self.base[p, c] = at
+                self.size[p, c] = sizes[p]
+                at += sizes[p]
+                offset += k
+            self.top[c] = at
