@@ -92,6 +92,40 @@ def test_emulator_takes_datagrams_only_from_its_peer():
         stranger.close()
 
 
+def test_adapter_takes_match_reports_only_from_its_device():
+    """A forged REPORTS datagram from another address never becomes a composite event;
+    the same datagram from the device address does."""
+    device = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    device.bind(("127.0.0.1", 0))
+    stranger = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    stranger.bind(("127.0.0.1", 0))
+    adapter = FpgaAdapter(MARATHON, device.getsockname())
+    try:
+        events = [Event(0, 0, {"runner": 1, "checkpoint": "Staten Island", "ts": 0}),
+                  Event(1, 1, {"runner": 1, "checkpoint": "Manhattan", "ts": 1})]
+        assert adapter.send_events(events) == []
+        device.settimeout(5)
+        device.recv(2048)  # the tuples reached the device
+        record = np.zeros(1, wire.REPORT_DTYPE)
+        record[0] = (adapter.plan.query_id, 0, 0, 1, 0)  # partition 0 = runner 1
+        buffer, _ = wire.report_datagrams(record, 0)
+        forged = buffer.tobytes()
+        stranger.sendto(forged, adapter.address)
+        time.sleep(0.2)
+        assert adapter.receive() == []
+        device.sendto(forged, adapter.address)
+        found = []
+        deadline = time.monotonic() + 5
+        while not found and time.monotonic() < deadline:
+            select.select([adapter.sock], [], [], 0.5)
+            found = adapter.receive()
+        assert [(c["key"], c["seq"], c["start_seq"]) for c in found] == [(1, 1, 0)]
+    finally:
+        adapter.close()
+        device.close()
+        stranger.close()
+
+
 def test_verify_agrees_and_fails_when_the_partitioner_is_too_small():
     events = marathon_events(1500, 12, seed=2)
     verdict = verify(MARATHON, events, CircuitConfig(elements=16))
