@@ -168,6 +168,7 @@ class Table:
         self.ints: dict[tuple, int] = {key: i for i, key in enumerate(fixed)}
         self.floats: dict[tuple, int] = {}
         self.kinds: dict[tuple, str] = {key: "int" for key in fixed}
+        self.origin = {"i": "", "f": ""}  # code added to every index (rows inside other rows)
 
     def add(self, key: tuple, kind: str) -> None:
         if key in self.kinds:
@@ -181,8 +182,9 @@ class Table:
         matrices flattened, rows `W<name>i` (`W<name>f`) wide (constants set on entry),
         indexed as unsigned (no negative-index wraparound code)."""
         if key in self.floats:
-            return f"{self.name}_f[U(({row}) * W{self.name}f + {self.floats[key]})]"
-        return f"{self.name}_i[U(({row}) * W{self.name}i + {self.ints[key]})]"
+            return (f"{self.name}_f[U({self.origin['f']}({row}) * W{self.name}f + "
+                    f"{self.floats[key]})]")
+        return f"{self.name}_i[U({self.origin['i']}({row}) * W{self.name}i + {self.ints[key]})]"
 
     def widths(self) -> list[str]:
         """Kernel lines that set the row widths."""
@@ -236,7 +238,19 @@ class Program:
     emit: list[EmitSpec]
     array_args: list[str]  # the kernel's array parameters, after SCALAR_ARGS
     collect: bool
+    per_key: bool = False  # candidates live in their key's row (no slots), see _kernel_source
     source: str = field(repr=False, default="")
+
+    def key_arrays(self, cap: int) -> list[tuple[str, int, str]]:
+        """(array, columns, dtype) of the per-key matrices for `cap` candidates a key."""
+        if not self.per_key:
+            return self.keys.arrays()
+        keys, records = self.keys, self.records
+        out = [("key_i", _padded(len(keys.ints) + cap * _padded(len(records.ints))), "int64")]
+        if keys.floats:
+            out.append(("key_f", _padded(len(keys.floats) +
+                                         cap * _padded(len(records.floats))), "float64"))
+        return out
 
 
 SCALAR_ARGS = ("i0", "n", "cap", "nslots", "out_cap", "log_cap", "coll_cap")
@@ -389,14 +403,23 @@ def compile_match(checked: CheckedQuery) -> Program:
     gen = _Generator(checked)
     defines = {d.name: d.condition for d in body.defines}
 
-    # Predicates: aggregate-free ones once per event, the others per candidate.
+    # Predicates: those the same for every candidate once per event, the others per
+    # candidate. `Last(a)` is the key's previous event (matching is partition-contiguous),
+    # so a predicate that reads no other aggregate is the same for every candidate.
     static: list[tuple[int, str]] = []  # (mask of the positions it labels, condition code)
     dynamic: list[tuple[int, str]] = []
     for label, name in enumerate(auto.names):
         condition = defines[name]
-        reads = any(isinstance(n, ast.Aggregate) for n in ast.walk(condition))
+        reads = any(isinstance(n, ast.Aggregate) and n.func is not A.LAST
+                    for n in ast.walk(condition))
         code = _Compiler(_Leaves(gen, "ci", emit=False), gen.constants).condition(condition)
         (dynamic if reads else static).append((auto.mask_of(label), code))
+
+    per_key = not dynamic and not any(
+        isinstance(item.expr, ast.Aggregate) and item.expr.func is A.COLLECT
+        for item in body.emit)
+    if per_key:
+        gen.records.origin = {"i": "kb + ", "f": "kbf + "}
 
     # EMIT items over the winning row `wi`.
     emit_specs: list[EmitSpec] = []
@@ -421,7 +444,10 @@ def compile_match(checked: CheckedQuery) -> Program:
     if collected:
         gen.slots.add(HEAD, "int")
 
-    source = _kernel_source(gen, auto, static, dynamic, emit_specs, emit_lines, collected)
+    if per_key and gen.records.floats and not gen.keys.floats:
+        gen.keys.add(("spare",), "float")  # key_f holds the candidates' floats
+    source = _kernel_source(gen, auto, static, dynamic, emit_specs, emit_lines, collected,
+                            per_key)
     module = load_module(source)
     uses_tables = any(f"{t}[" in source for t in STRING_TABLE_PARAMS.split(", "))
     return Program(
@@ -431,7 +457,7 @@ def compile_match(checked: CheckedQuery) -> Program:
         keys=gen.keys, slots=gen.slots,
         log_fields=[(f"lv{i}", _dtype(gen.kind(a))) for i, a in enumerate(collected)],
         emit=emit_specs, array_args=_array_args(gen, emit_specs, collected),
-        collect=bool(collected), source=source)
+        collect=bool(collected), per_key=per_key, source=source)
 
 
 def _array_args(gen: _Generator, emit: list[EmitSpec], collected: list[str]) -> list[str]:
@@ -474,10 +500,15 @@ def _mask_expr(base: str, predicates: list[tuple[int, str]], guard: str | None) 
 
 
 def _kernel_source(gen: _Generator, auto: Automaton, static, dynamic, emit_specs,
-                   emit_lines, collected) -> str:
+                   emit_lines, collected, per_key: bool = False) -> str:
     """The kernel. Slot 0 is reserved and always empty: a key without partial matches
     points to it, so the common paths need no test for "has a slot"; a slot is taken when
-    a candidate has to be kept and given back (branch-free) when none is left."""
+    a candidate has to be kept and given back (branch-free) when none is left.
+
+    `per_key`: no slots; a key's `cap` candidates follow its fields in its own row
+    (`kb`/`kbf`: where they start), so an event with one candidate touches one cache line.
+    Aggregate-free queries only (their candidates are at most the positions); `cap` grows
+    only when a new candidate could start."""
     collect = bool(collected)
     keys, slots, records = gen.keys, gen.slots, gen.records
     slot_ref, n_ref = keys.ref(("slot",), "k"), keys.ref(("n",), "k")
@@ -489,9 +520,10 @@ def _kernel_source(gen: _Generator, auto: Automaton, static, dynamic, emit_specs
     # 8 events ahead (whose slot should be in cache by now).
     add(f"if i + {PREFETCH} < n:")
     add(f"    prefetch(key_i, U(kid[U(i + {PREFETCH})] * Wkeyi))")
-    add(f"if i + {PREFETCH // 2} < n:")
-    add(f"    prefetch(rec_i, U({keys.ref(('slot',), f'kid[U(i + {PREFETCH // 2})]')} * cap * "
-        "Wreci))")
+    if not per_key:
+        add(f"if i + {PREFETCH // 2} < n:")
+        add(f"    prefetch(rec_i, U({keys.ref(('slot',), f'kid[U(i + {PREFETCH // 2})]')} * "
+            "cap * Wreci))")
     add("k = kid[U(i)]")
     add("t = ts[U(i)]")
     add(f"if t < {last_ts}:")
@@ -501,7 +533,14 @@ def _kernel_source(gen: _Generator, auto: Automaton, static, dynamic, emit_specs
     add("    continue")
     add(f"s = {slot_ref}")
     add(f"nc = {n_ref}")
+    for idx in range(len(gen.columns)):
+        add(f"a{idx} = col{idx}[U(i)]")
+    for number, attr in enumerate(gen.last_attrs):
+        add(f"l{number} = {keys.read(('last', attr), 'k')}")
+    add(f"S = {_mask_expr(str(auto.mask_of(-1)), static, None)}")
     full = ["no >= out_cap", "nc >= cap", "(free_top == 0 and high >= nslots)"]
+    if per_key:
+        full = ["no >= out_cap", f"(nc >= cap and {auto.first} & S != 0)"]
     if collect:
         full += ["ln >= log_cap", f"cn + 1 + {records.ref(COUNT, 's * cap')} > coll_cap"]
     add(f"if {' or '.join(full)}:")
@@ -512,16 +551,17 @@ def _kernel_source(gen: _Generator, auto: Automaton, static, dynamic, emit_specs
     add("    break")
     add(f"{last_ts} = t")
     add("clock = max(clock, t)")
-    for idx in range(len(gen.columns)):
-        add(f"a{idx} = col{idx}[U(i)]")
-    add(f"S = {_mask_expr(str(auto.mask_of(-1)), static, None)}")
     add("win = -1")
     add("w = 0")
-    add("base = s * cap")
+    if per_key:
+        add("base = 0")
+        add(f"kb = k * Wkeyi + {len(keys.ints)}")
+        if records.floats:
+            add(f"kbf = k * Wkeyf + {len(keys.floats)}")
+    else:
+        add("base = s * cap")
     if not dynamic:
         add("covered = 0")
-    for number, attr in enumerate(gen.last_attrs):
-        add(f"l{number} = {keys.read(('last', attr), 'k')}")
     add("for j in range(nc):")
     loop = ["ci = base + j", "cw = base + w", f"m = {records.ref(('mask',), 'ci')}",
             f"f = {_follow_code(auto, 'm')}"]
@@ -548,6 +588,8 @@ def _kernel_source(gen: _Generator, auto: Automaton, static, dynamic, emit_specs
     if collect:
         place.append(f"        {slots.ref(HEAD, 's')} = -1")
     place += ["        base = s * cap", "    ci = base + w", "    w += 1"]
+    if per_key:  # an immediate winner is written where it would be kept (w < cap)
+        place = ["ci = w", f"if m0 & {auto.last}:", "    win = ci", "else:", "    w += 1"]
     place += gen.init_record("ci", "m0")
     new += _indent(place, 1)
     body += _indent(new, 1)
@@ -567,11 +609,11 @@ def _kernel_source(gen: _Generator, auto: Automaton, static, dynamic, emit_specs
         out += ["    e = log_prev[U(e)]", "    q -= 1", "cn += c"]
     out += ["no += 1", "w = 0"]
     body += _indent(out, 1)
-    # Keep the slot (w candidates) or give it back (none; never slot 0).
     add(f"{n_ref} = w")
-    add("free[U(free_top)] = s")
-    add("free_top += (w == 0) & (s != 0)")
-    add(f"{slot_ref} = s if w != 0 else 0")
+    if not per_key:  # keep the slot (w candidates) or give it back (none; never slot 0)
+        add("free[U(free_top)] = s")
+        add("free_top += (w == 0) & (s != 0)")
+        add(f"{slot_ref} = s if w != 0 else 0")
     for attr in gen.last_attrs:
         add(f"{keys.ref(('last', attr), 'k')} = {gen.value(attr)}")
     if collect:
@@ -589,7 +631,14 @@ def _kernel_source(gen: _Generator, auto: Automaton, static, dynamic, emit_specs
     lines = ["from cep_core.compiler.match import prefetch", "", "",
              "@njit(cache=True, error_model='numpy')",
              f"def kernel({', '.join(params)}):"]
-    lines += ["    U = np.uint64"] + _indent(records.widths() + keys.widths() + slots.widths(), 1)
+    widths = records.widths() + keys.widths() + slots.widths()
+    if per_key:  # key rows: fields, then `cap` candidates (`Program.key_arrays`)
+        widths += [f"Wkeyi = {len(keys.ints)} + cap * Wreci", "rec_i = key_i"]
+        if records.floats:
+            widths += [f"Wkeyf = {len(keys.floats)} + cap * Wrecf", "rec_f = key_f"]
+        widths += [f"{w} = {w} if {w} <= 2 else 4 if {w} <= 4 else ({w} + 7) // 8 * 8"
+                   for w in ("Wkeyi", "Wkeyf") if w == "Wkeyi" or records.floats]
+    lines += ["    U = np.uint64"] + _indent(widths, 1)
     lines += [f"    sc{index} = sc[{index}]" for index in range(len(gen.constants.values))]
     lines += [f"    {name} = ctr[{index}]" for index, name in enumerate(_CTR_LOCALS)]
     lines += ["    scratch = nslots * cap", f"    status = {DONE}", "    i = i0",
