@@ -1,9 +1,8 @@
 """Incremental automata (AIP, Cugola & Margara) for SEQ queries: one numba kernel module per
 query, generated from its `SeqPlan` (the checked AST only, never query text).
 
-Events are kept as in CDP: per partition and per channel (an event type that a step, a
-negation or a window aggregate reads, or ANY) in seq order, evicted by the query's
-horizon; bound events are referred to by their absolute row in their channel. What differs
+Events are kept as in CDP: per partition and per channel in seq order (see `seq_codegen`);
+bound events are referred to by their absolute row in their channel. What differs
 is how matches are found: partial matches are *automaton instances* that every arriving
 event advances, instead of being built back from a terminator.
 
@@ -74,12 +73,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cep_core import ast
-from cep_core.compiler.expressions import (
-    STRING_TABLE_PARAMS,
-    Code,
-    ExpressionCompiler,
-    StringConstants,
-)
+from cep_core.compiler.expressions import STRING_TABLE_PARAMS, ExpressionCompiler
 from cep_core.compiler.modules import load_module
 from cep_core.compiler.seq_aip_runtime import (
     AIP_RUNTIME_VERSION,
@@ -91,35 +85,27 @@ from cep_core.compiler.seq_aip_runtime import (
     R_POS,
 )
 from cep_core.compiler.seq_aip_timeouts import timeout_source
-from cep_core.compiler.seq_cdp import Layout
-from cep_core.compiler.seq_codegen import ChannelCodeGenerator
-from cep_core.compiler.seq_plan import ANY, Conjunct, SeqPlan
+from cep_core.compiler.seq_codegen import (
+    ERR,
+    INT64_MAX,
+    INT64_MIN,
+    OVF,
+    PALIVE,
+    POOL,
+    import_block,
+    indent,
+    seq_runtime_import,
+)
+from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
+from cep_core.compiler.seq_codegen_matches import MatchCodeGenerator
+from cep_core.compiler.seq_plan import Conjunct, SeqPlan
 from cep_core.compiler.seq_runtime import RUNTIME_VERSION
 
-A = ast.AggFunc
-INT64_MIN = -(2 ** 63)
-INT64_MAX = 2 ** 63 - 1
-
-# ctr slots (an int64 array the kernels update in place); 0 and 1 as seq_runtime's
-# compact_pending expects
-PN, PKN, PALIVE, PEL, OVF, ERR, POOL = range(7)
-CTR_SIZE = 8
-# pending record columns before the per-variable slots (compact_pending reads P_NEXT = 3)
-P_PART, P_DEC, P_FIRST, P_NEXT, P_CNT = range(5)
-P_FIXED = 5
-
+# the engine (engine.seq_aip) imports the kernel's constants from here
+__all__ = ["ERR", "OVF", "PALIVE", "POOL", "AipGenerator", "AipKernel", "AipUnsupported"]
 
 class AipUnsupported(ValueError):
     """The query uses a construct the AIP kernel does not evaluate."""
-
-
-def _indent(lines: list[str], n: int = 1) -> list[str]:
-    return ["    " * n + line for line in lines]
-
-
-def _zero(kind: str | None) -> str:
-    return "np.float64(0.0)" if kind == "float" else ("False" if kind == "bool"
-                                                         else "np.int64(0)")
 
 
 # ---------------------------------------------------------------- analysis
@@ -189,122 +175,25 @@ def chain_distances(plan: SeqPlan) -> dict[str, int] | None:
     return None if any(d is None for d in found.values()) else found
 
 
-class _Leaves:
-    """Expression leaves: `rows` maps a variable to (channel, row code) (single variables,
-    negated ones, one element of a Kleene variable); `kleene` maps a Kleene variable to
-    (channel, rows array, count); `subject` is the row bare attributes read."""
-
-    def __init__(self, gen: AipGenerator, rows: dict, kleene: dict,
-                 subject: tuple | None = None):
-        self.gen = gen
-        self.rows = rows
-        self.kleene = kleene
-        self.subject = subject
-        self.pre: list[str] = []
-
-    def attr(self, node: ast.Attr) -> Code:
-        if node.var is None:
-            if self.subject is None:
-                raise ValueError(f"bare attribute '{node.name}' outside a step filter")
-            channel, row = self.subject
-        else:
-            channel, row = self.rows[node.var]
-        return Code(self.gen.column(channel, row, node.name))
-
-    def aggregate(self, node: ast.Aggregate) -> Code:
-        channel, arr, count = self.kleene[node.arg.var]
-        if node.arg.name == "" or node.func is A.COUNT:
-            return Code(count)
-        t = self.gen.fresh("g")
-        j = self.gen.fresh("j")
-        kind = self.gen.kind(node.arg.name)
-        value = self.gen.column(channel, f"{arr}[{j}]", node.arg.name)
-        self.pre.extend(self._fold(node.func, t, j, f"range({count})", value, kind))
-        return self._result(node.func, t)
-
-    @staticmethod
-    def _fold(func, t: str, j: str, loop: str, value: str, kind: str | None,
-              guard: str | None = None) -> list[str]:
-        lines = [f"{t} = {_zero(kind)}", f"{t}_n = 0"]
-        body = [f"{t}_w = {value}"]
-        if func in (A.SUM, A.AVG):
-            body.append(f"{t} += {t}_w")
-        elif func in (A.MIN, A.MAX):
-            op = "<" if func is A.MIN else ">"
-            test = f"s_rank[{t}_w] {op} s_rank[{t}]" if kind == "string" else f"{t}_w {op} {t}"
-            body += [f"if {t}_n == 0 or {test}:", f"    {t} = {t}_w"]
-        elif func is A.FIRST:
-            body += [f"if {t}_n == 0:", f"    {t} = {t}_w"]
-        elif func is A.LAST:
-            body.append(f"{t} = {t}_w")
-        body.append(f"{t}_n += 1")
-        if func is A.COUNT:
-            body = [f"{t}_n += 1"]
-        if guard is not None:
-            body = [f"if {guard}:"] + _indent(body)
-        return lines + [f"for {j} in {loop}:"] + _indent(body)
-
-    @staticmethod
-    def _result(func, t: str) -> Code:
-        if func is A.COUNT:
-            return Code(f"{t}_n")
-        if func is A.SUM:
-            return Code(t)
-        if func is A.AVG:
-            return Code(f"({t} / {t}_n if {t}_n > 0 else np.float64(0.0))", f"({t}_n == 0)")
-        return Code(t, f"({t}_n == 0)")
-
-    def window_aggregate(self, node: ast.WindowAggregate) -> Code:
-        gen = self.gen
-        use = gen.plan.window_aggregates[id(node)]
-        ca, ra = self.rows[node.anchor]
-        cw = use.channel
-        t = gen.fresh("g")
-        rw = gen.fresh("w")
-        lo = f"_lb_ts(I{cw}, I{ca}[{ra}, 1] - {use.within})"
-        hi = f"_lb_ts(I{cw}, I{ca}[{ra}, 1])" if gen.by_ts else f"_lb_seq(I{cw}, I{ca}[{ra}, 0])"
-        guard = None
-        if node.filter is not None:
-            inner = _Leaves(gen, self.rows, self.kleene, subject=(cw, rw))
-            guard = ExpressionCompiler(inner, gen.constants).condition(node.filter)
-            self.pre.extend(inner.pre)
-        kind = gen.kind(node.attr) if node.attr else None
-        value = gen.column(cw, rw, node.attr) if node.attr else "0"
-        self.pre.extend(self._fold(node.func, t, rw, f"range({lo}, {hi})", value, kind, guard))
-        return self._result(node.func, t)
-
-
 # ---------------------------------------------------------------- the generator
 
 
-class AipGenerator(ChannelCodeGenerator):
+class AipGenerator(MatchCodeGenerator):
     """Source text of the AIP kernel module of one SEQ query."""
 
+    Unsupported = AipUnsupported
+    append_row = "_append_row"
+
     def __init__(self, plan: SeqPlan):
-        self.plan = plan
-        self.schema = plan.schema
-        self.layout = Layout.of(plan.schema)
-        self.constants = StringConstants()
-        self.type_consts = {}
-        if plan.schema.type_attribute is not None:
-            for name in plan.channels:
-                if name != ANY:
-                    self.type_consts[name] = self.constants.index(name)
-        self._counter = 0
-        self.W = plan.window
-        self.by_ts = plan.by_ts
+        super().__init__(plan)
         self.runs = plan.uses_runs
         self.timeouts = plan.body.emit_timeouts and self.runs  # ON TIMEOUT EMIT PARTIAL
         self.strict = plan.strategy is ast.Strategy.STRICT_CONTIGUITY
         self.items = plan.items
-        self.n_items = len(plan.items)
-        self.positive = plan.positive
         self.var = {v.name: v for v in self.positive}
         self.bit = {v.name: 1 << v.index for v in self.positive}
         self.all_mask = (1 << len(self.positive)) - 1
         self.item_mask = [sum(self.bit[s.var] for s in item.steps) for item in self.items]
-        self.kleene = [v for v in self.positive if v.kind == "kleene"]
-        self.singles = [v for v in self.positive if v.kind == "single"]
 
         # policies: LAST / FIRST steps that need resolution (not the terminator's item)
         self.policy_items = [item.index for item in self.items
@@ -332,24 +221,12 @@ class AipGenerator(ChannelCodeGenerator):
         self.width = width
         self.kslots = [self.slot[v.name] for v in self.kleene]
 
-        # pending record layout (as CDP's, so compact_pending applies)
-        self.pslot = {}
-        pw = P_FIXED
-        for v in self.positive:
-            self.pslot[v.name] = pw
-            pw += 2 if v.kind == "kleene" else 1
-        self.record_width = pw
-        self.n_emit = max(len(plan.body.emit), 1)
-        self.channels = list(range(len(plan.channels)))
-
         # instance lists per key and stage (position): an event visits only the stages it
         # can advance; under ORDER BY ts (skip-till-any-match) any position can be filled
         self.S = 1 if (self.by_ts and not self.runs) else self.n_items
         self.dist = chain_distances(plan)
         self.eq = equality_class(plan) if not self.runs else None
         self.killable = self._killable()
-        self.pending_possible = any(
-            (n.where == "end" or self.by_ts) for n in plan.negations)
 
     # ------------------------------------------------------------ analysis helpers
 
@@ -390,12 +267,6 @@ class AipGenerator(ChannelCodeGenerator):
         return [self.var[v] for v in sorted(c.vars) if v in self.var and
                 self.var[v].kind == "kleene" and v not in override]
 
-    def binding_params(self) -> str:
-        names = []
-        for v in self.positive:
-            names += [f"k{v.index}", f"n{v.index}"] if v.kind == "kleene" else [f"r{v.index}"]
-        return ", ".join(names)
-
     def binding_args(self) -> str:
         """The process kernel's materialized bindings, in binding_params order."""
         names = []
@@ -403,19 +274,6 @@ class AipGenerator(ChannelCodeGenerator):
             names += [f"kk{v.index}", f"kn{v.index}"] if v.kind == "kleene" \
                 else [f"r{v.index}"]
         return ", ".join(names)
-
-    def element_count(self, prefix: str = "n") -> str:
-        parts = [f"{prefix}{v.index}" for v in self.kleene]
-        return " + ".join([str(len(self.singles))] + parts)
-
-    def filter_code(self, step: ast.Step, channel: int, row: str) -> str | None:
-        if step.filter is None:
-            return None
-        leaves = _Leaves(self, {}, {}, subject=(channel, row))
-        code = ExpressionCompiler(leaves, self.constants).condition(step.filter)
-        if leaves.pre:
-            raise AipUnsupported("a step filter with an aggregate")
-        return code
 
     # ------------------------------------------------------------ conjunct code
 
@@ -436,7 +294,7 @@ class AipGenerator(ChannelCodeGenerator):
             else:
                 channel, arr, _ = kleene[v]
                 full[v] = (channel, f"{arr}[j{x}]")
-        leaves = _Leaves(self, full, kleene)
+        leaves = ChannelLeaves(self, full, kleene)
         cond = ExpressionCompiler(leaves, self.constants).condition(c.expr)
         fail = [f"if not {cond}:", f"    {flag} = False"]
         if not kvars:
@@ -450,11 +308,14 @@ class AipGenerator(ChannelCodeGenerator):
                 inner += [f"if not {flag}:", "    break"]
             if v in lists:
                 return [f"nd{x} = {lists[v][1]}", f"while nd{x} >= 0:"] + \
-                    _indent(inner + [f"nd{x} = NP[nd{x}]"])
+                    indent(inner + [f"nd{x} = NP[nd{x}]"])
             _, _, count = kleene[v]
-            return [f"for j{x} in range({count}):"] + _indent(inner)
+            return [f"for j{x} in range({count}):"] + indent(inner)
 
         return loops(0)
+
+    def param_conjunct_lines(self, c: Conjunct, rows: dict, flag: str) -> list[str]:
+        return self.conjunct_lines(c, rows, self.param_kleene(), flag)
 
     def instance_rows(self, override: dict | None = None) -> dict:
         rows = {v.name: (v.channel, f"r{v.index}") for v in self.singles}
@@ -488,7 +349,7 @@ class AipGenerator(ChannelCodeGenerator):
             body += self.conjunct_lines(c, self.instance_rows(override), self.kleene_map(),
                                         flag, lists)
             test = f"({mask} & {cm}) == {cm}" if cm else "True"
-            lines += [f"if {flag} and {test}:"] + _indent(body)
+            lines += [f"if {flag} and {test}:"] + indent(body)
         return lines
 
     def touching(self, names: set[str]) -> list[Conjunct]:
@@ -504,8 +365,8 @@ class AipGenerator(ChannelCodeGenerator):
 
     def source(self) -> str:
         out = [HELPERS]
-        out += self.gen_cancel()
-        out += self.gen_emit()
+        out += self.gen_cancel(self.cancel_negations(), "last_ts_")
+        out += self.gen_emit("z")
         out += self.gen_release()
         out += self.gen_release_all()
         out += self.gen_process()
@@ -515,97 +376,9 @@ class AipGenerator(ChannelCodeGenerator):
 
     # ------------------------------------------------------------ negations
 
-    def item_summary_lines(self, i: int) -> list[str]:
-        item = self.items[i]
-        if item.kind == "kleene":
-            var = self.var[item.step.var]
-            c, v = var.channel, var.index
-            return [f"s_lo{i} = I{c}[k{v}[0], 0]", f"s_hi{i} = I{c}[k{v}[n{v} - 1], 0]",
-                    f"t_lo{i} = I{c}[k{v}[0], 1]", f"t_hi{i} = I{c}[k{v}[n{v} - 1], 1]"]
-        lines = []
-        for j, step in enumerate(item.steps):
-            var = self.var[step.var]
-            s, t = f"I{var.channel}[r{var.index}, 0]", f"I{var.channel}[r{var.index}, 1]"
-            if j == 0:
-                lines += [f"s_lo{i} = {s}", f"s_hi{i} = {s}", f"t_lo{i} = {t}", f"t_hi{i} = {t}"]
-            else:
-                lines += [f"s_lo{i} = min(s_lo{i}, {s})", f"s_hi{i} = max(s_hi{i}, {s})",
-                          f"t_lo{i} = min(t_lo{i}, {t})", f"t_hi{i} = max(t_hi{i}, {t})"]
-        return lines
-
-    def span_lines(self) -> list[str]:
-        body = []
-        for i in range(self.n_items):
-            body += self.item_summary_lines(i)
-        body += ["first_seq = s_lo0", f"last_seq = s_hi{self.n_items - 1}",
-                 "first_ts = t_lo0", f"last_ts_ = t_hi{self.n_items - 1}"]
-        for i in range(1, self.n_items):
-            body += [f"first_ts = min(first_ts, t_lo{i})", f"last_ts_ = max(last_ts_, t_hi{i})",
-                     f"first_seq = min(first_seq, s_lo{i})",
-                     f"last_seq = max(last_seq, s_hi{i})"]
-        return body
-
-    def bound_seq_test(self, seq: str, flag: str) -> list[str]:
-        lines = [f"{flag} = False"]
-        for var in self.positive:
-            c, v = var.channel, var.index
-            if var.kind == "kleene":
-                j = self.fresh("j")
-                lines += [f"for {j} in range(n{v}):",
-                          f"    if I{c}[k{v}[{j}], 0] == {seq}:",
-                          f"        {flag} = True",
-                          "        break"]
-            else:
-                lines += [f"if I{c}[r{v}, 0] == {seq}:", f"    {flag} = True"]
-        return lines
-
-    def gen_cancel(self) -> list[str]:
-        """_cancel: does a stored event cancel the match (negations not killed early)?"""
-        plan, W = self.plan, self.W
-        L = ["@njit(cache=True)",
-             f"def _cancel({self.channel_params()}, {self.binding_params()}, sc, "
-             f"{STRING_TABLE_PARAMS}):"]
-        negs = [n for n in plan.negations if n.index not in self.killable]
-        if not negs:
-            return L + ["    return False", ""]
-        body = self.span_lines()
-        rows = {v.name: (v.channel, f"r{v.index}") for v in self.singles}
-        kleene = {v.name: (v.channel, f"k{v.index}", f"n{v.index}") for v in self.kleene}
-        for neg in negs:
-            var = plan.variables[neg.step.var]
-            c, x = var.channel, f"x{var.index}"
-            if self.by_ts:
-                if neg.where == "start":
-                    lo, hi = f"_lb_ts(I{c}, last_ts_ - {W})", f"_ub_ts(I{c}, first_ts)"
-                elif neg.where == "end":
-                    lo, hi = f"_lb_ts(I{c}, last_ts_)", f"_ub_ts(I{c}, first_ts + {W})"
-                else:
-                    lo = f"_lb_ts(I{c}, t_hi{neg.before})"
-                    hi = f"_ub_ts(I{c}, t_lo{neg.after})"
-            else:
-                if neg.where == "start":
-                    lo, hi = f"_lb_ts(I{c}, last_ts_ - {W})", f"_lb_seq(I{c}, first_seq)"
-                elif neg.where == "end":
-                    lo, hi = f"_ub_seq(I{c}, last_seq)", f"_ub_ts(I{c}, first_ts + {W})"
-                else:
-                    lo = f"_ub_seq(I{c}, s_hi{neg.before})"
-                    hi = f"_lb_seq(I{c}, s_lo{neg.after})"
-            loop = []
-            if self.by_ts:
-                loop += self.bound_seq_test(f"I{c}[{x}, 0]", "isb")
-                loop += ["if isb:", "    continue"]
-            flt = self.filter_code(neg.step, c, x)
-            if flt is not None:
-                loop += [f"if not {flt}:", "    continue"]
-            nrows = dict(rows)
-            nrows[neg.step.var] = (c, x)
-            loop.append("cok = True")
-            for conj in neg.conjuncts:
-                loop += ["if cok:"] + _indent(self.conjunct_lines(conj, nrows, kleene, "cok"))
-            loop += ["if cok:", "    return True"]
-            body += [f"for {x} in range({lo}, {hi}):"] + _indent(loop)
-        body.append("return False")
-        return L + _indent(body) + [""]
+    def cancel_negations(self) -> list:
+        """Negations checked against the stored events (those not killed early)."""
+        return [n for n in self.plan.negations if n.index not in self.killable]
 
     def decide_lines(self) -> list[str]:
         """`decide`: the event time after which no future event can cancel the match
@@ -637,144 +410,11 @@ class AipGenerator(ChannelCodeGenerator):
 
     # ------------------------------------------------------------ output
 
-    def gen_emit(self) -> list[str]:
-        L = ["@njit(cache=True)",
-             f"def _emit(p, {self.channel_params()}, {self.binding_params()}, om, oe_i, oe_f, "
-             f"ovi, ovf, ovn, n_out, n_el, sc, {STRING_TABLE_PARAMS}):"]
-        body = ["om[n_out, 0] = p", "om[n_out, 1] = n_el"]
-        nI, nF = self.layout.n_int, self.layout.n_float
-        for var in self.positive:
-            c, v = var.channel, var.index
-            if var.kind == "kleene":
-                body += [f"for j in range(n{v}):",
-                         f"    oe_i[n_el, 0] = {v}",
-                         f"    for z in range({nI}):",
-                         f"        oe_i[n_el, z + 1] = I{c}[k{v}[j], z]",
-                         f"    for z in range({nF}):",
-                         f"        oe_f[n_el, z] = F{c}[k{v}[j], z]",
-                         "    n_el += 1"]
-            else:
-                body += [f"oe_i[n_el, 0] = {v}",
-                         f"for z in range({nI}):",
-                         f"    oe_i[n_el, z + 1] = I{c}[r{v}, z]",
-                         f"for z in range({nF}):",
-                         f"    oe_f[n_el, z] = F{c}[r{v}, z]",
-                         "n_el += 1"]
-        body.append("om[n_out, 2] = n_el - om[n_out, 1]")
-        rows = {v.name: (v.channel, f"r{v.index}") for v in self.singles}
-        kleene = {v.name: (v.channel, f"k{v.index}", f"n{v.index}") for v in self.kleene}
-        for j, item in enumerate(self.plan.body.emit):
-            leaves = _Leaves(self, rows, kleene)
-            code = ExpressionCompiler(leaves, self.constants).compile(item.expr)
-            body += leaves.pre
-            target = "ovf" if item.expr.type == "float" else "ovi"
-            value = code.value
-            if item.expr.type == "bool":
-                value = f"(1 if {value} else 0)"
-            elif item.expr.type == "float":
-                value = f"np.float64({value})"
-            store = [f"ovn[n_out, {j}] = 0", f"{target}[n_out, {j}] = {value}"]
-            if code.nullable:
-                body += [f"if {code.null}:", f"    ovn[n_out, {j}] = 1", "else:"] + \
-                    _indent(store)
-            else:
-                body += store
-        body.append("return n_out + 1, n_el")
-        return L + _indent(body) + [""]
-
-    def ensure_emit_capacity(self, elements: str) -> list[str]:
-        return ["if n_out >= om.shape[0]:",
-                "    om, ovi, ovf, ovn = _grow_out(om, ovi, ovf, ovn, n_out + 1)",
-                f"if n_el + {elements} > oe_i.shape[0]:",
-                f"    oe_i, oe_f = _grow_el(oe_i, oe_f, n_el + {elements})"]
-
-    # ------------------------------------------------------------ pending matches
-
-    def gen_release(self) -> list[str]:
-        L = ["@njit(cache=True)",
-             f"def _release(p, now, force, {self.channel_params()}, evp, pd, pk, phead, ptail, "
-             f"pdec, pfirst, ctr, om, oe_i, oe_f, ovi, ovf, ovn, n_out, n_el, sc, "
-             f"{STRING_TABLE_PARAMS}):"]
-        body = ["rec = phead[p]", "prev = -1", f"newdec = np.int64({INT64_MAX})",
-                f"newfirst = np.int64({INT64_MAX})",
-                "while rec >= 0:",
-                f"    nxt = pd[rec, {P_NEXT}]",
-                f"    if force or now > pd[rec, {P_DEC}]:",
-                "        if prev >= 0:",
-                f"            pd[prev, {P_NEXT}] = nxt",
-                "        else:",
-                "            phead[p] = nxt",
-                "        if nxt < 0:",
-                "            ptail[p] = prev",
-                f"        ctr[{PEL}] -= pd[rec, {P_CNT}]",
-                f"        ctr[{PALIVE}] -= 1"]
-        rebuild = []
-        for var in self.positive:
-            c, v, s = var.channel, var.index, self.pslot[var.name]
-            if var.kind == "kleene":
-                rebuild += [f"n{v} = pd[rec, {s + 1}]",
-                            f"k{v} = np.empty(n{v}, np.int64)",
-                            f"for j in range(n{v}):",
-                            f"    k{v}[j] = pk[pd[rec, {s}] + j] - evp[{c}]"]
-            else:
-                rebuild.append(f"r{v} = pd[rec, {s}] - evp[{c}]")
-        rebuild += [f"if not _cancel({self.channel_params()}, {self.binding_params()}, sc, "
-                    f"{STRING_TABLE_PARAMS}):",
-                    f"    n_out, n_el = _emit(p, {self.channel_params()}, "
-                    f"{self.binding_params()}, om, oe_i, oe_f, ovi, ovf, ovn, n_out, n_el, sc, "
-                    f"{STRING_TABLE_PARAMS})"]
-        body += _indent(rebuild, 2)
-        body += ["    else:",
-                 f"        newdec = min(newdec, pd[rec, {P_DEC}])",
-                 f"        newfirst = min(newfirst, pd[rec, {P_FIRST}])",
-                 "        prev = rec",
-                 "    rec = nxt",
-                 "pdec[p] = newdec",
-                 "pfirst[p] = newfirst",
-                 "return n_out, n_el"]
-        return L + _indent(body) + [""]
-
-    def ensure_release_capacity(self) -> list[str]:
-        return [f"if n_out + ctr[{PALIVE}] > om.shape[0]:",
-                f"    om, ovi, ovf, ovn = _grow_out(om, ovi, ovf, ovn, n_out + ctr[{PALIVE}])",
-                f"if n_el + ctr[{PEL}] > oe_i.shape[0]:",
-                f"    oe_i, oe_f = _grow_el(oe_i, oe_f, n_el + ctr[{PEL}])"]
-
-    def output_init(self, size: int) -> list[str]:
-        return ["n_out = np.int64(0)", "n_el = np.int64(0)",
-                f"om = np.empty(({size}, 3), np.int64)",
-                f"oe_i = np.empty(({size}, {self.layout.n_int + 1}), np.int64)",
-                f"oe_f = np.empty(({size}, {self.layout.n_float}), np.float64)",
-                f"ovi = np.empty(({size}, {self.n_emit}), np.int64)",
-                f"ovf = np.empty(({size}, {self.n_emit}), np.float64)",
-                f"ovn = np.empty(({size}, {self.n_emit}), np.int64)"]
-
     def timeout_output_init(self) -> list[str]:
         return ["t_out = np.int64(0)", "t_el = np.int64(0)",
                 "tom = np.empty((16, 3), np.int64)",
                 f"toe_i = np.empty((16, {self.layout.n_int + 1}), np.int64)",
                 f"toe_f = np.empty((16, {self.layout.n_float}), np.float64)"]
-
-    def gen_release_all(self) -> list[str]:
-        """Punctuation (force=False: event time reached `punct`) and flush (force=True)."""
-        L = ["@njit(cache=True)",
-             f"def release_all(punct, force, {self.arena_params()}, base, cnt, evicted, last_ts, "
-             f"pd, pk, phead, ptail, pdec, pfirst, ctr, sc, "
-             f"{STRING_TABLE_PARAMS}):"]
-        body = self.output_init(16)
-        body += ["for p in range(phead.shape[0]):",
-                 "    if phead[p] < 0:",
-                 "        continue",
-                 "    now = max(last_ts[p], punct)",
-                 "    if not force and not now > pdec[p]:",
-                 "        continue"]
-        inner = self.ensure_release_capacity() + self.fetch_lines()
-        inner += [f"n_out, n_el = _release(p, now, force, {self.channel_params()}, "
-                  f"evicted[p], pd, pk, phead, ptail, pdec, pfirst, ctr, om, oe_i, oe_f, ovi, "
-                  f"ovf, ovn, n_out, n_el, sc, {STRING_TABLE_PARAMS})"]
-        body += _indent(inner)
-        body.append("return n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn")
-        return L + _indent(body) + [""]
 
     # ------------------------------------------------------------ the main kernel
 
@@ -794,26 +434,14 @@ class AipGenerator(ChannelCodeGenerator):
                  "const_ok = True"]
         body += [f"kb{v.index} = np.empty(16, np.int64)" for v in self.kleene]
         for c in plan.constant_conjuncts:
-            body += ["if const_ok:"] + _indent(self.conjunct_lines(c, {}, {}, "const_ok"))
-        loop = ["p = pid[t]", "q = qid[t]", "eseq = EI[t, 0]", "ets = EI[t, 1]",
-                "if ets < last_ts[p]:",
-                "    dead[n_dead] = t",
-                "    n_dead += 1",
-                "    continue",
-                "last_ts[p] = ets",
-                "now = max(ets, punct)"]
+            body += ["if const_ok:"] + indent(self.conjunct_lines(c, {}, {}, "const_ok"))
+        loop = self.arrival_lines("q = qid[t]")
         if self.timeouts:  # expired runs leave before e is stored or offered to them
             loop += self.fetch_lines()
             loop += ["tom, toe_i, toe_f, t_out, t_el = _time_out("
                      f"p, now, False, {self.channel_params()}, evicted[p], IT, ibase, icnt, "
                      "NR, NP, tom, toe_i, toe_f, t_out, t_el)"]
-        if self.pending_possible:
-            loop += ["if phead[p] >= 0 and now > pdec[p]:"]
-            inner = self.ensure_release_capacity() + self.fetch_lines()
-            inner += [f"n_out, n_el = _release(p, now, False, {self.channel_params()}, "
-                      f"evicted[p], pd, pk, phead, ptail, pdec, pfirst, ctr, om, oe_i, oe_f, "
-                      f"ovi, ovf, ovn, n_out, n_el, sc, {STRING_TABLE_PARAMS})"]
-            loop += _indent(inner)
+        loop += self.release_due_lines()
         loop += self.append_lines()
         loop += self.fetch_lines()
         loop += self.event_lines()
@@ -821,38 +449,15 @@ class AipGenerator(ChannelCodeGenerator):
             loop += self.runs_lines()
         else:
             loop += self.any_lines()
-        loop += ["if ncmp > 0:"] + _indent(self.finalize_lines())
-        body += ["for t in range(n):"] + _indent(loop)
+        loop += ["if ncmp > 0:"] + indent(self.finalize_lines())
+        body += ["for t in range(n):"] + indent(loop)
         ret = ("return n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn, n_dead, dead, pd, pk, "
                f"IT, NR, NP, ({self.arena_params()},)")
         if self.timeouts:
             body[:0] = self.timeout_output_init()
             ret += ", t_out, t_el, tom, toe_i, toe_f"
         body.append(ret)
-        return L + _indent(body) + [""]
-
-    def append_lines(self) -> list[str]:
-        plan = self.plan
-        lines = []
-        type_attr = self.schema.type_attribute
-        if type_attr is not None and self.type_consts:
-            lines.append(f"tc = EI[t, {self.layout.slots[type_attr][1]}]")
-        if plan.horizon is not None:
-            lines.append(f"thr = min(ets, pfirst[p]) - {plan.horizon}")
-            evict, horizon = "np.int64(1)", f"np.int64({plan.horizon})"
-        else:
-            lines.append("thr = ets")
-            evict, horizon = "np.int64(0)", "np.int64(0)"
-        for c, name in enumerate(plan.channels):
-            if name == ANY:
-                lines.append(f"ein{c} = True")
-            else:
-                lines.append(f"ein{c} = tc == sc[{self.type_consts[name]}]")
-            lines += [f"if ein{c}:",
-                      f"    AI{c}, AF{c} = _append_row(AI{c}, AF{c}, base, size, cnt, evicted, "
-                      f"top, p, np.int64({c}), EI, EF, t, thr, {evict}, last_ts, pfirst, "
-                      f"{horizon})"]
-        return lines
+        return L + indent(body) + [""]
 
     def event_lines(self) -> list[str]:
         """The arriving event's rows, which steps / negations it fits and which stages
@@ -989,7 +594,6 @@ class AipGenerator(ChannelCodeGenerator):
                 "    b = 0",
                 f"    nv = {nvirt}",
                 "r = 0",
-                # instances are unordered: a dead one is replaced by the list's last
                 "while r < nv:"]
         visit = ["alive = True",
                  f"if st < {S}:",
@@ -1005,7 +609,7 @@ class AipGenerator(ChannelCodeGenerator):
                  "if alive:"]
         live = self.load_lines()
         if self.by_ts:
-            live += [f"if st < {S}:"] + _indent(self.viability_lines() +
+            live += [f"if st < {S}:"] + indent(self.viability_lines() +
                                                 ["alive = viable"])
         live.append("if alive:")
         body = []
@@ -1016,26 +620,31 @@ class AipGenerator(ChannelCodeGenerator):
         trials = []
         for var in self.positive:
             trials += self.trial_lines(var)
-        body += _indent(trials)
+        body += indent(trials)
         kills = self.kill_lines()
         if kills:
-            body += [f"if st < {S}:"] + _indent(kills)
-        live += _indent(body)
-        visit += _indent(live)
-        visit += [f"if st < {S} and not alive:",
-                  "    nv -= 1",
-                  "    if r != nv:",
-                  f"        for z in range({self.width}):",
-                  "            IT[b + r, z] = IT[b + nv, z]",
-                  "    continue",
-                  "r += 1"]
-        head += _indent(visit)
+            body += [f"if st < {S}:"] + indent(kills)
+        live += indent(body)
+        visit += indent(live)
+        visit += self.unlink_dead_lines()
+        head += indent(visit)
         head += [f"if st < {S}:", "    icnt[seg] = nv"]
-        lines += _indent(head)
+        lines += indent(head)
         lines += self.append_new_lines()
         if self.policy_items:
-            lines += ["if ncmp > 1:"] + _indent(self.resolution_lines())
+            lines += ["if ncmp > 1:"] + indent(self.resolution_lines())
         return lines
+
+    def unlink_dead_lines(self) -> list[str]:
+        """After visiting instance (or run) r of a stage's list: one that died (or moved on)
+        is replaced by the list's last (the lists are unordered); else go to r + 1."""
+        return [f"if st < {self.S} and not alive:",
+                "    nv -= 1",
+                "    if r != nv:",
+                f"        for z in range({self.width}):",
+                "            IT[b + r, z] = IT[b + nv, z]",
+                "    continue",
+                "r += 1"]
 
     def append_new_lines(self) -> list[str]:
         """The new instances (and moved runs) of this event into their stages' lists,
@@ -1117,7 +726,7 @@ class AipGenerator(ChannelCodeGenerator):
                                f"{self.items[i - 1].step.min}", prev))
         out = []
         for gate, closing in modes:
-            out += [f"if fit{v} and {gate}:"] + _indent(self.trial_body(var, item, closing))
+            out += [f"if fit{v} and {gate}:"] + indent(self.trial_body(var, item, closing))
         return out
 
     def trial_body(self, var, item, closing) -> list[str]:
@@ -1169,23 +778,23 @@ class AipGenerator(ChannelCodeGenerator):
                 grow = [] if (not last or item.step.max is None) else \
                     [f"if n{v} + 1 < {item.step.max}:"]
                 rows = self.row_lines("NEW", "nn", fields)
-                body += grow + (_indent(rows) if grow else rows)
+                body += grow + (indent(rows) if grow else rows)
             if last:
                 done = ["cok = True", f"cM = nM | {bit}"]
                 done += self.checks(self.touching({var.name}), "cM", "cok", {}, var.name)
                 cf = dict(fields)
                 cf.update({R_MASK: "cM", R_POS: str(i + 1)})
-                done += ["if cok:"] + _indent(self.row_lines("CMP", "ncmp", cf))
-                body += [f"if n{v} + 1 >= {item.step.min}:"] + _indent(done)
+                done += ["if cok:"] + indent(self.row_lines("CMP", "ncmp", cf))
+                body += [f"if n{v} + 1 >= {item.step.min}:"] + indent(done)
         elif last and item.kind == "single":
             body += self.row_lines("CMP", "ncmp", fields)
         elif last:
             m = self.item_mask[i]
-            body += [f"if (nM & {m}) == {m}:"] + _indent(self.row_lines("CMP", "ncmp", fields))
-            body += ["else:"] + _indent(self.row_lines("NEW", "nn", fields))
+            body += [f"if (nM & {m}) == {m}:"] + indent(self.row_lines("CMP", "ncmp", fields))
+            body += ["else:"] + indent(self.row_lines("NEW", "nn", fields))
         else:
             body += self.row_lines("NEW", "nn", fields)
-        lines += ["if tok:"] + _indent(body)
+        lines += ["if tok:"] + indent(body)
         return lines
 
     def by_ts_result(self, var, item, fields) -> list[str]:
@@ -1200,7 +809,7 @@ class AipGenerator(ChannelCodeGenerator):
             cnt = counts.get(k.name, f"n{k.index}")
             growable.append("True" if mx is None else f"{cnt} < {mx}")
         can_change = " or ".join(growable) if growable else "False"
-        lines += [f"if not full or {can_change}:"] + _indent(
+        lines += [f"if not full or {can_change}:"] + indent(
             self.row_lines("NEW", "nn", fields))
         done = ["cok = True", f"cM = nM | {self.all_mask}"]
         if self.kleene:
@@ -1210,8 +819,8 @@ class AipGenerator(ChannelCodeGenerator):
                                 var.name if var.kind == "kleene" else None)
         cf = dict(fields)
         cf[R_MASK] = "cM"
-        done += ["if cok:"] + _indent(self.row_lines("CMP", "ncmp", cf))
-        lines += ["if full:"] + _indent(done)
+        done += ["if cok:"] + indent(self.row_lines("CMP", "ncmp", cf))
+        lines += ["if full:"] + indent(done)
         return lines
 
     def kill_lines(self) -> list[str]:
@@ -1233,7 +842,7 @@ class AipGenerator(ChannelCodeGenerator):
                                 minus=0)
             body += ["if kok:", "    alive = False"]
             lines += [f"if alive and kx{neg.index} and pos == {i} and {empty}:"] + \
-                _indent(body)
+                indent(body)
         return lines
 
     def resolution_lines(self) -> list[str]:
@@ -1314,10 +923,10 @@ class AipGenerator(ChannelCodeGenerator):
             live += [f"if st == {S}:", f"    RUN[{R_DL}] = ets + {self.W}"]
         take = []
         for item in self.items:
-            take += [f"if pos == {item.index}:"] + _indent(self.take_lines(item))
-        live += [f"if st < {S}:"] + _indent(take)
-        live += ["else:"] + _indent(self.enter_lines(self.items[0], "M"))
-        live += ["if taken and cmpl:"] + _indent(self.run_to_cmp() + ["alive = False"])
+            take += [f"if pos == {item.index}:"] + indent(self.take_lines(item))
+        live += [f"if st < {S}:"] + indent(take)
+        live += ["else:"] + indent(self.enter_lines(self.items[0], "M"))
+        live += ["if taken and cmpl:"] + indent(self.run_to_cmp() + ["alive = False"])
         live += ["elif taken:",
                  "    if nn >= NEW.shape[0]:",
                  "        NEW = _grow_rows(NEW, nn + 1)",
@@ -1327,18 +936,11 @@ class AipGenerator(ChannelCodeGenerator):
                  "    alive = False"]
         if self.strict:
             live += ["else:", "    alive = False"]
-        visit += ["if alive:"] + _indent(live)
-        # runs are unordered: one that moves on or dies is replaced by the list's last
-        visit += [f"if st < {S} and not alive:",
-                  "    nv -= 1",
-                  "    if r != nv:",
-                  f"        for z in range({self.width}):",
-                  "            IT[b + r, z] = IT[b + nv, z]",
-                  "    continue",
-                  "r += 1"]
-        head += _indent(visit)
+        visit += ["if alive:"] + indent(live)
+        visit += self.unlink_dead_lines()
+        head += indent(visit)
         head += [f"if st < {S}:", "    icnt[seg] = nv"]
-        lines += _indent(head)
+        lines += indent(head)
         lines += self.append_new_lines()
         return lines
 
@@ -1358,11 +960,11 @@ class AipGenerator(ChannelCodeGenerator):
         if item.index + 1 < self.n_items:
             close = ["cM = M | " + str(self.bit[var.name]), "cok = True"]
             close += self.checks(self.touching({var.name}), "cM", "cok", {}, None)
-            close += ["if cok:"] + _indent(self.enter_lines(self.items[item.index + 1], "cM"))
-            lines += [f"if n{v} >= {item.step.min}:"] + _indent(close)
+            close += ["if cok:"] + indent(self.enter_lines(self.items[item.index + 1], "cM"))
+            lines += [f"if n{v} >= {item.step.min}:"] + indent(close)
         grow = self.enter_lines(item, "M")
         cond = "not taken" + ("" if item.step.max is None else f" and n{v} < {item.step.max}")
-        lines += [f"if {cond}:"] + _indent(grow)
+        lines += [f"if {cond}:"] + indent(grow)
         return lines
 
     def enter_lines(self, item, closed: str) -> list[str]:
@@ -1389,9 +991,9 @@ class AipGenerator(ChannelCodeGenerator):
                 done += self.checks(self.touching({var.name}), "dM", "dok", {}, var.name)
                 done += ["if dok:", "    cmpl = True", f"    RUN[{R_MASK}] = dM",
                          f"    RUN[{R_POS}] = {j + 1}"]
-                grown += [f"if n{v} + 1 >= {item.step.min}:"] + _indent(done)
-            body += ["if eok:"] + _indent(grown)
-            return lines + _indent(body)
+                grown += [f"if n{v} + 1 >= {item.step.min}:"] + indent(done)
+            body += ["if eok:"] + indent(grown)
+            return lines + indent(body)
         lines = []
         for step in item.steps:
             var = self.var[step.var]
@@ -1414,8 +1016,8 @@ class AipGenerator(ChannelCodeGenerator):
                 done.append(f"RUN[{R_POS}] = {j + 1}")
                 if last:
                     done.append("cmpl = True")
-            body += ["if aok:"] + _indent(done)
-            lines += [f"if {gate}:"] + _indent(body)
+            body += ["if aok:"] + indent(done)
+            lines += [f"if {gate}:"] + indent(body)
         return lines
 
     # ------------------------------------------------------------ completed matches
@@ -1433,79 +1035,23 @@ class AipGenerator(ChannelCodeGenerator):
             body += [f"kk{v}, kn{v} = _kmat(NR, NP, CMP[z, {s}], CMP[z, {s + 1}], "
                      f"evicted[p, {c}], kb{v}, np.int64(-1))", f"kb{v} = kk{v}"]
         body.append(f"dft = CMP[z, {R_FIRST}]")
-        emit = self.ensure_emit_capacity(self.element_count("kn")) + [
-            f"n_out, n_el = _emit(p, {self.channel_params()}, {self.binding_args()}, om, "
-            f"oe_i, oe_f, ovi, ovf, ovn, n_out, n_el, sc, {STRING_TABLE_PARAMS})"]
-        if any(n.index not in self.killable for n in self.plan.negations):
-            decided = [f"if not _cancel({self.channel_params()}, {self.binding_args()}, sc, "
-                       f"{STRING_TABLE_PARAMS}):"] + _indent(emit)
-        else:
-            decided = emit
+        decided = self.output_lines(self.binding_args(), self.element_count("kn"),
+                                    bool(self.cancel_negations()))
         if self.pending_possible:
             body += self.decide_lines()
-            body += ["if not now > decide:"] + _indent(self.pending_lines())
-            body += ["else:"] + _indent(decided)
+            body += ["if not now > decide:"] + indent(self.pending_lines("dft", "kk", "kn"))
+            body += ["else:"] + indent(decided)
         else:
             body += decided
-        return lines + _indent(body)
-
-    def pending_lines(self) -> list[str]:
-        total = self.element_count("kn")
-        lines = [f"rec = ctr[{PN}]",
-                 "if rec >= pd.shape[0]:",
-                 "    pd = _grow_rows(pd, rec + 1)"]
-        if self.kleene:
-            ks = " + ".join(f"kn{v.index}" for v in self.kleene)
-            lines += [f"if ctr[{PKN}] + {ks} > pk.shape[0]:",
-                      f"    pk = _grow_1d(pk, ctr[{PKN}] + {ks})"]
-        lines += [f"pd[rec, {P_PART}] = p", f"pd[rec, {P_DEC}] = decide",
-                  f"pd[rec, {P_FIRST}] = dft", f"pd[rec, {P_NEXT}] = -1",
-                  f"pd[rec, {P_CNT}] = {total}"]
-        for var in self.positive:
-            c, v, s = var.channel, var.index, self.pslot[var.name]
-            if var.kind == "kleene":
-                lines += [f"pd[rec, {s}] = ctr[{PKN}]", f"pd[rec, {s + 1}] = kn{v}",
-                          f"for j in range(kn{v}):",
-                          f"    pk[ctr[{PKN}] + j] = kk{v}[j] + evicted[p, {c}]",
-                          f"ctr[{PKN}] += kn{v}"]
-            else:
-                lines.append(f"pd[rec, {s}] = r{v} + evicted[p, {c}]")
-        lines += ["if ptail[p] >= 0:",
-                  f"    pd[ptail[p], {P_NEXT}] = rec",
-                  "else:",
-                  "    phead[p] = rec",
-                  "ptail[p] = rec",
-                  "pdec[p] = min(pdec[p], decide)",
-                  "pfirst[p] = min(pfirst[p], dft)",
-                  f"ctr[{PN}] += 1", f"ctr[{PALIVE}] += 1",
-                  f"ctr[{PEL}] += {total}"]
-        return lines
+        return lines + indent(body)
 
 
-HELPERS = f"""
-# runtime versions {RUNTIME_VERSION} / {AIP_RUNTIME_VERSION}
-from cep_core.compiler.seq_aip_runtime import (
-    grow_pool as _grow_pool,
-    kmat as _kmat,
-    same_list as _same_list,
-    seg_reserve as _seg_reserve,
-)
-from cep_core.compiler.seq_runtime import (
-    append_row as _append_row,
-    grow_1d as _grow_1d,
-    grow_el as _grow_el,
-    grow_out as _grow_out,
-    grow_rows as _grow_rows,
-    lb_seq as _lb_seq,
-    lb_ts as _lb_ts,
-    ub_seq as _ub_seq,
-    ub_ts as _ub_ts,
-)
-
-INT64_MIN = np.int64({INT64_MIN})
-INT64_MAX = np.int64({INT64_MAX})
-
-"""
+AIP_RUNTIME_HELPERS = ("grow_pool", "kmat", "same_list", "seg_reserve")
+HELPERS = (f"\n# runtime versions {RUNTIME_VERSION} / {AIP_RUNTIME_VERSION}\n"
+           + import_block("cep_core.compiler.seq_aip_runtime",
+                          {name: f"_{name}" for name in AIP_RUNTIME_HELPERS})
+           + seq_runtime_import(AipGenerator.append_row)
+           + f"\nINT64_MIN = np.int64({INT64_MIN})\nINT64_MAX = np.int64({INT64_MAX})\n\n")
 
 
 class AipKernel:
@@ -1523,7 +1069,7 @@ class AipKernel:
         self.n_emit = gen.n_emit
         self.holes = gen.holes
         self.kslots = gen.kslots
-        self.pkslots = [gen.pslot[v.name] for v in plan.positive if v.kind == "kleene"]
+        self.pkslots = [gen.pending_slot[v.name] for v in plan.positive if v.kind == "kleene"]
         self.equality = gen.eq
 
     def templates(self):

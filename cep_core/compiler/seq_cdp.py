@@ -1,13 +1,8 @@
 """Column-based delayed processing (CDP, Cugola & Margara) for SEQ queries: one numba kernel
 module per query, generated from its `SeqPlan` (the checked AST only, never query text).
 
-State, per partition and per channel (an event type a step, a negation or a window
-aggregate reads, or ANY): the events of that type in seq order, as two row-major tables,
-int64 (`seq`, `ts`, then every int/timestamp/string/bool attribute; strings as dictionary
-codes) and float64 (every float attribute). Each table is an element of a numba typed List
-indexed by partition id; `cnt[p, c]` rows are valid. A table that fills up first evicts the
-rows older than the query's horizon (`evicted[p, c]` counts them, so absolute row numbers
-stay meaningful), then doubles.
+State: per partition and per channel, the events of that channel in seq order (see
+`seq_codegen`).
 
 When an event arrives it is appended to its channels; then every match whose positive event
 with the largest seq is this event is built back from it, as the reference interpreter does
@@ -33,206 +28,47 @@ a negated variable under test.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from cep_core import ast
-from cep_core.compiler.expressions import (
-    STRING_TABLE_PARAMS,
-    Code,
-    ExpressionCompiler,
-    StringConstants,
-)
+from cep_core.compiler.expressions import STRING_TABLE_PARAMS, ExpressionCompiler
 from cep_core.compiler.modules import load_module
-from cep_core.compiler.seq_codegen import ChannelCodeGenerator
-from cep_core.compiler.seq_plan import ANY, Conjunct, SeqPlan
+from cep_core.compiler.seq_codegen import (
+    CTR_SIZE,
+    ERR,
+    INT64_MAX,
+    INT64_MIN,
+    OVF,
+    PALIVE,
+    PKN,
+    PN,
+    Layout,
+    indent,
+    seq_runtime_import,
+)
+from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
+from cep_core.compiler.seq_codegen_matches import MatchCodeGenerator
+from cep_core.compiler.seq_plan import Conjunct, SeqPlan
 from cep_core.compiler.seq_runtime import RUNTIME_VERSION
 
-A = ast.AggFunc
-INT64_MIN = -(2 ** 63)
-INT64_MAX = 2 ** 63 - 1
-
-# ctr slots (an int64 array the kernels update in place)
-PN, PKN, PALIVE, PEL, OVF, ERR = range(6)
-CTR_SIZE = 8
-# pending record columns before the per-variable slots
-P_PART, P_DEC, P_FIRST, P_NEXT, P_CNT = range(5)
-P_FIXED = 5
+# the engines (seq, seq_base) and the GPU kernels import the kernels' constants from here
+__all__ = ["CTR_SIZE", "ERR", "INT64_MAX", "INT64_MIN", "OVF", "PALIVE", "PKN", "PN", "Layout",
+           "CdpGenerator", "CdpKernel"]
 
 
-@dataclass(frozen=True)
-class Layout:
-    """Where each attribute lives in a channel row: ("i", col) or ("f", col)."""
-
-    slots: dict
-    n_int: int
-    n_float: int  # at least 1 (numba wants a non-empty second axis)
-    float_names: tuple
-    int_names: tuple  # attributes in int columns 2.. (0: seq, 1: ts)
-
-    @classmethod
-    def of(cls, schema) -> Layout:
-        slots, ints, floats = {}, [], []
-        for name, kind in schema.attributes.items():
-            if kind == "float":
-                slots[name] = ("f", len(floats))
-                floats.append(name)
-            else:
-                slots[name] = ("i", 2 + len(ints))
-                ints.append(name)
-        return cls(slots, 2 + len(ints), max(len(floats), 1), tuple(floats), tuple(ints))
-
-
-def _indent(lines: list[str], n: int = 1) -> list[str]:
-    return ["    " * n + line for line in lines]
-
-
-def _zero(kind: str | None) -> str:
-    return "np.float64(0.0)" if kind == "float" else ("False" if kind == "bool"
-                                                         else "np.int64(0)")
-
-
-class _Leaves:
-    """Expression leaves over channel rows: `rows` maps a variable to (channel, row code)
-    (single variables, negated ones, a Kleene element); `subject` is the row bare
-    attributes read (step filters, window aggregate filters)."""
-
-    def __init__(self, gen: CdpGenerator, rows: dict, subject: tuple | None = None):
-        self.gen = gen
-        self.rows = rows
-        self.subject = subject
-        self.pre: list[str] = []
-
-    def attr(self, node: ast.Attr) -> Code:
-        if node.var is None:
-            if self.subject is None:
-                raise ValueError(f"bare attribute '{node.name}' outside a step filter")
-            channel, row = self.subject
-        else:
-            channel, row = self.rows[node.var]
-        return Code(self.gen.column(channel, row, node.name))
-
-    def aggregate(self, node: ast.Aggregate) -> Code:
-        var = self.gen.plan.variables[node.arg.var]
-        v, c = var.index, var.channel
-        if node.arg.name == "":  # count(dup)
-            return Code(f"n{v}")
-        if node.func is A.COUNT:
-            return Code(f"n{v}")
-        t = self.gen.fresh("g")
-        j = self.gen.fresh("j")
-        kind = self.gen.kind(node.arg.name)
-        value = self.gen.column(c, f"k{v}[{j}]", node.arg.name)
-        lines = self._fold(node.func, t, j, f"range(n{v})", value, kind)
-        self.pre.extend(lines)
-        return self._result(node.func, t, kind)
-
-    def _fold(self, func, t: str, j: str, loop: str, value: str, kind: str | None,
-              guard: str | None = None) -> list[str]:
-        """Lines computing `t` (and `t_n`, the count) over `loop` values."""
-        zero = _zero(kind)
-        lines = [f"{t} = {zero if func not in (A.SUM, A.AVG) else _zero(kind)}",
-                 f"{t}_n = 0"]
-        body = [f"{t}_w = {value}"]
-        if func in (A.SUM, A.AVG):
-            body.append(f"{t} += {t}_w")
-        elif func in (A.MIN, A.MAX):
-            op = "<" if func is A.MIN else ">"
-            if kind == "string":
-                test = f"s_rank[{t}_w] {op} s_rank[{t}]"
-            else:
-                test = f"{t}_w {op} {t}"
-            body.append(f"if {t}_n == 0 or {test}:")
-            body.append(f"    {t} = {t}_w")
-        elif func is A.FIRST:
-            body.append(f"if {t}_n == 0:")
-            body.append(f"    {t} = {t}_w")
-        elif func is A.LAST:
-            body.append(f"{t} = {t}_w")
-        body.append(f"{t}_n += 1")
-        if func is A.COUNT:
-            body = [f"{t}_n += 1"]
-        if guard is not None:
-            body = [f"if {guard}:"] + _indent(body)
-        return lines + [f"for {j} in {loop}:"] + _indent(body)
-
-    @staticmethod
-    def _result(func, t: str, kind: str | None) -> Code:
-        if func is A.COUNT:
-            return Code(f"{t}_n")
-        if func is A.SUM:
-            return Code(t)
-        if func is A.AVG:
-            return Code(f"({t} / {t}_n if {t}_n > 0 else np.float64(0.0))", f"({t}_n == 0)")
-        return Code(t, f"({t}_n == 0)")
-
-    def window_aggregate(self, node: ast.WindowAggregate) -> Code:
-        gen = self.gen
-        use = gen.plan.window_aggregates[id(node)]
-        anchor = gen.plan.variables[node.anchor]
-        ca, ra = anchor.channel, self.rows[node.anchor][1]
-        cw = use.channel
-        t = gen.fresh("g")
-        rw = gen.fresh("w")
-        lo = f"_lb_ts(I{cw}, I{ca}[{ra}, 1] - {use.within})"
-        if gen.plan.by_ts:
-            hi = f"_lb_ts(I{cw}, I{ca}[{ra}, 1])"
-        else:
-            hi = f"_lb_seq(I{cw}, I{ca}[{ra}, 0])"
-        guard = None
-        if node.filter is not None:
-            inner = _Leaves(gen, self.rows, subject=(cw, rw))
-            guard = ExpressionCompiler(inner, gen.constants).condition(node.filter)
-            self.pre.extend(inner.pre)
-        kind = gen.kind(node.attr) if node.attr else None
-        value = gen.column(cw, rw, node.attr) if node.attr else "0"
-        self.pre.extend(self._fold(node.func, t, rw, f"range({lo}, {hi})", value, kind,
-                                   guard))
-        return self._result(node.func, t, kind)
-
-
-class CdpGenerator(ChannelCodeGenerator):
+class CdpGenerator(MatchCodeGenerator):
     """Source text of the CDP kernel module of one SEQ query."""
 
     def __init__(self, plan: SeqPlan):
         if plan.uses_runs:
             raise ValueError(f"CDP evaluates skip-till-any-match queries, not "
                              f"{plan.strategy.value}")
-        self.plan = plan
-        self.schema = plan.schema
-        self.layout = Layout.of(plan.schema)
-        self.constants = StringConstants()
-        self.type_consts = {}
-        if plan.schema.type_attribute is not None:
-            for name in plan.channels:
-                if name != ANY:
-                    self.type_consts[name] = self.constants.index(name)
-        self._counter = 0
+        super().__init__(plan)
         self.scratch: list[str] = []  # per-level candidate buffers of the main kernel
-        self.W = plan.window
-        self.by_ts = plan.by_ts
-        self.n_items = len(plan.items)
-        self.positive = plan.positive
-        # pending record layout
-        self.slots = {}
-        width = P_FIXED
-        for var in self.positive:
-            self.slots[var.name] = width
-            width += 2 if var.kind == "kleene" else 1
-        self.record_width = width
-        self.n_emit = max(len(plan.body.emit), 1)
-        self.channels = list(range(len(plan.channels)))
-        self.pending_possible = any(
-            n.where == "end" or plan.by_ts for n in plan.negations)
 
     # ------------------------------------------------------------ small helpers
 
     def single_rows(self, bound) -> dict:
         return {v.name: (v.channel, f"r{v.index}") for v in self.positive
                 if v.kind == "single" and v.name in bound}
-
-    def all_single_rows(self) -> dict:
-        return {v.name: (v.channel, f"r{v.index}") for v in self.positive
-                if v.kind == "single"}
 
     def conjunct_lines(self, c: Conjunct, rows: dict, flag: str) -> list[str]:
         """Lines that set `flag` False unless conjunct c holds; Kleene variables read
@@ -243,7 +79,7 @@ class CdpGenerator(ChannelCodeGenerator):
             if v not in rows:
                 var = self.plan.variables[v]
                 full[v] = (var.channel, f"k{var.index}[j{var.index}]")
-        leaves = _Leaves(self, full)
+        leaves = ChannelLeaves(self, full, self.param_kleene())
         cond = ExpressionCompiler(leaves, self.constants).condition(c.expr)
         fail = [f"if not {cond}:", f"    {flag} = False"]
         if not kvars:
@@ -252,9 +88,9 @@ class CdpGenerator(ChannelCodeGenerator):
         def loops(d: int) -> list[str]:
             v = kvars[d]
             inner = loops(d + 1) if d + 1 < len(kvars) else fail + ["    break"]
-            out = [f"for j{v} in range(n{v}):"] + _indent(inner)
+            out = [f"for j{v} in range(n{v}):"] + indent(inner)
             if d + 1 < len(kvars):
-                out += _indent([f"if not {flag}:", "    break"])
+                out += indent([f"if not {flag}:", "    break"])
             return out
 
         return leaves.pre + loops(0)
@@ -263,260 +99,22 @@ class CdpGenerator(ChannelCodeGenerator):
         lines = [f"{flag} = True"]
         for c in conjuncts:
             block = self.conjunct_lines(c, rows, flag)
-            lines += [f"if {flag}:"] + _indent(block)
+            lines += [f"if {flag}:"] + indent(block)
         return lines
 
-    def filter_code(self, step: ast.Step, channel: int, row: str) -> str | None:
-        if step.filter is None:
-            return None
-        leaves = _Leaves(self, {}, subject=(channel, row))
-        return ExpressionCompiler(leaves, self.constants).condition(step.filter)
-
-    def binding_params(self) -> str:
-        names = []
-        for var in self.positive:
-            if var.kind == "kleene":
-                names += [f"k{var.index}", f"n{var.index}"]
-            else:
-                names.append(f"r{var.index}")
-        return ", ".join(names)
-
-    def element_count(self) -> str:
-        parts = [f"n{v.index}" for v in self.positive if v.kind == "kleene"]
-        singles = sum(1 for v in self.positive if v.kind == "single")
-        return " + ".join([str(singles)] + parts)
+    def param_conjunct_lines(self, c: Conjunct, rows: dict, flag: str) -> list[str]:
+        return self.conjunct_lines(c, rows, flag)
 
     # ------------------------------------------------------------ the module
 
     def source(self) -> str:
         out = [HELPERS]
-        out += self.gen_cancel()
-        out += self.gen_emit()
+        out += self.gen_cancel(self.plan.negations, "last_ts")
+        out += self.gen_emit("q")
         out += self.gen_release()
         out += self.gen_process()
         out += self.gen_release_all()
         return "\n".join(out) + "\n"
-
-    # ------------------------------------------------------------ negations
-
-    def item_summary_lines(self, i: int) -> list[str]:
-        """lo/hi seq and ts of item i's events: s_lo{i}, s_hi{i}, t_lo{i}, t_hi{i}."""
-        item = self.plan.items[i]
-        lines = []
-        if item.kind == "kleene":
-            var = self.plan.variables[item.step.var]
-            c, v = var.channel, var.index
-            lines += [f"s_lo{i} = I{c}[k{v}[0], 0]", f"s_hi{i} = I{c}[k{v}[n{v} - 1], 0]",
-                      f"t_lo{i} = I{c}[k{v}[0], 1]", f"t_hi{i} = I{c}[k{v}[n{v} - 1], 1]"]
-            return lines
-        first = True
-        for step in item.steps:
-            var = self.plan.variables[step.var]
-            c, v = var.channel, var.index
-            s, t = f"I{c}[r{v}, 0]", f"I{c}[r{v}, 1]"
-            if first:
-                lines += [f"s_lo{i} = {s}", f"s_hi{i} = {s}", f"t_lo{i} = {t}", f"t_hi{i} = {t}"]
-                first = False
-            else:
-                lines += [f"s_lo{i} = min(s_lo{i}, {s})", f"s_hi{i} = max(s_hi{i}, {s})",
-                          f"t_lo{i} = min(t_lo{i}, {t})", f"t_hi{i} = max(t_hi{i}, {t})"]
-        return lines
-
-    def bound_seq_test(self, seq: str, bound_vars, flag: str) -> list[str]:
-        """Lines setting `flag` True if `seq` is the seq of a bound positive event."""
-        lines = [f"{flag} = False"]
-        for name in bound_vars:
-            var = self.plan.variables[name]
-            c, v = var.channel, var.index
-            if var.kind == "kleene":
-                j = self.fresh("j")
-                lines += [f"for {j} in range(n{v}):",
-                          f"    if I{c}[k{v}[{j}], 0] == {seq}:",
-                          f"        {flag} = True",
-                          "        break"]
-            else:
-                lines += [f"if I{c}[r{v}, 0] == {seq}:", f"    {flag} = True"]
-        return lines
-
-    def gen_cancel(self) -> list[str]:
-        plan, W = self.plan, self.W
-        L = ["@njit(cache=True)",
-             f"def _cancel({self.channel_params()}, {self.binding_params()}, sc, "
-             f"{STRING_TABLE_PARAMS}):"]
-        body = []
-        if not plan.negations:
-            body.append("return False")
-            return L + _indent(body) + [""]
-        for i in range(self.n_items):
-            body += self.item_summary_lines(i)
-        n = self.n_items
-        body += ["first_seq = s_lo0", f"last_seq = s_hi{n - 1}",
-                 "first_ts = t_lo0", f"last_ts = t_hi{n - 1}"]
-        for i in range(1, n):
-            body += [f"first_ts = min(first_ts, t_lo{i})", f"last_ts = max(last_ts, t_hi{i})",
-                     f"first_seq = min(first_seq, s_lo{i})",
-                     f"last_seq = max(last_seq, s_hi{i})"]
-        rows = self.all_single_rows()
-        positive_names = [v.name for v in self.positive]
-        for neg in plan.negations:
-            var = plan.variables[neg.step.var]
-            c, x = var.channel, f"x{var.index}"
-            if self.by_ts:
-                if neg.where == "start":
-                    lo, hi = f"_lb_ts(I{c}, last_ts - {W})", f"_ub_ts(I{c}, first_ts)"
-                elif neg.where == "end":
-                    lo, hi = f"_lb_ts(I{c}, last_ts)", f"_ub_ts(I{c}, first_ts + {W})"
-                else:
-                    lo = f"_lb_ts(I{c}, t_hi{neg.before})"
-                    hi = f"_ub_ts(I{c}, t_lo{neg.after})"
-            else:
-                if neg.where == "start":
-                    lo, hi = f"_lb_ts(I{c}, last_ts - {W})", f"_lb_seq(I{c}, first_seq)"
-                elif neg.where == "end":
-                    lo, hi = f"_ub_seq(I{c}, last_seq)", f"_ub_ts(I{c}, first_ts + {W})"
-                else:
-                    lo = f"_ub_seq(I{c}, s_hi{neg.before})"
-                    hi = f"_lb_seq(I{c}, s_lo{neg.after})"
-            loop = []
-            if self.by_ts:
-                loop += self.bound_seq_test(f"I{c}[{x}, 0]", positive_names, "isb")
-                loop += ["if isb:", "    continue"]
-            flt = self.filter_code(neg.step, c, x)
-            if flt is not None:
-                loop += [f"if not {flt}:", "    continue"]
-            nrows = dict(rows)
-            nrows[neg.step.var] = (c, x)
-            loop += self.checks(neg.conjuncts, nrows, "cok")
-            loop += ["if cok:", "    return True"]
-            body += [f"for {x} in range({lo}, {hi}):"] + _indent(loop)
-        body.append("return False")
-        return L + _indent(body) + [""]
-
-    # ------------------------------------------------------------ output
-
-    def gen_emit(self) -> list[str]:
-        L = ["@njit(cache=True)",
-             f"def _emit(p, {self.channel_params()}, {self.binding_params()}, om, oe_i, oe_f, "
-             f"ovi, ovf, ovn, n_out, n_el, sc, {STRING_TABLE_PARAMS}):"]
-        body = ["om[n_out, 0] = p", "om[n_out, 1] = n_el"]
-        nI, nF = self.layout.n_int, self.layout.n_float
-        for var in self.positive:
-            c, v = var.channel, var.index
-            if var.kind == "kleene":
-                body += [f"for j in range(n{v}):",
-                         f"    oe_i[n_el, 0] = {v}",
-                         f"    for q in range({nI}):",
-                         f"        oe_i[n_el, q + 1] = I{c}[k{v}[j], q]",
-                         f"    for q in range({nF}):",
-                         f"        oe_f[n_el, q] = F{c}[k{v}[j], q]",
-                         "    n_el += 1"]
-            else:
-                body += [f"oe_i[n_el, 0] = {v}",
-                         f"for q in range({nI}):",
-                         f"    oe_i[n_el, q + 1] = I{c}[r{v}, q]",
-                         f"for q in range({nF}):",
-                         f"    oe_f[n_el, q] = F{c}[r{v}, q]",
-                         "n_el += 1"]
-        body.append("om[n_out, 2] = n_el - om[n_out, 1]")
-        rows = self.all_single_rows()
-        for j, item in enumerate(self.plan.body.emit):
-            leaves = _Leaves(self, rows)
-            code = ExpressionCompiler(leaves, self.constants).compile(item.expr)
-            body += leaves.pre
-            target = "ovf" if item.expr.type == "float" else "ovi"
-            value = code.value
-            if item.expr.type == "bool":
-                value = f"(1 if {value} else 0)"
-            elif item.expr.type == "float":
-                value = f"np.float64({value})"
-            store = [f"ovn[n_out, {j}] = 0", f"{target}[n_out, {j}] = {value}"]
-            if code.nullable:
-                body += [f"if {code.null}:", f"    ovn[n_out, {j}] = 1", "else:"] + \
-                    _indent(store)
-            else:
-                body += store
-        body.append("return n_out + 1, n_el")
-        return L + _indent(body) + [""]
-
-    # ------------------------------------------------------------ pending matches
-
-    def gen_release(self) -> list[str]:
-        L = ["@njit(cache=True)",
-             f"def _release(p, now, force, {self.channel_params()}, evp, pd, pk, phead, ptail, "
-             f"pdec, pfirst, ctr, om, oe_i, oe_f, ovi, ovf, ovn, n_out, n_el, sc, "
-             f"{STRING_TABLE_PARAMS}):"]
-        body = ["rec = phead[p]", "prev = -1", f"newdec = np.int64({INT64_MAX})",
-                f"newfirst = np.int64({INT64_MAX})",
-                "while rec >= 0:",
-                f"    nxt = pd[rec, {P_NEXT}]",
-                f"    if force or now > pd[rec, {P_DEC}]:",
-                "        if prev >= 0:",
-                f"            pd[prev, {P_NEXT}] = nxt",
-                "        else:",
-                "            phead[p] = nxt",
-                "        if nxt < 0:",
-                "            ptail[p] = prev",
-                f"        ctr[{PEL}] -= pd[rec, {P_CNT}]",
-                f"        ctr[{PALIVE}] -= 1"]
-        rebuild = []
-        for var in self.positive:
-            c, v, s = var.channel, var.index, self.slots[var.name]
-            if var.kind == "kleene":
-                rebuild += [f"n{v} = pd[rec, {s + 1}]",
-                            f"k{v} = np.empty(n{v}, np.int64)",
-                            f"for j in range(n{v}):",
-                            f"    k{v}[j] = pk[pd[rec, {s}] + j] - evp[{c}]"]
-            else:
-                rebuild.append(f"r{v} = pd[rec, {s}] - evp[{c}]")
-        rebuild += [f"if not _cancel({self.channel_params()}, {self.binding_params()}, sc, "
-                    f"{STRING_TABLE_PARAMS}):",
-                    f"    n_out, n_el = _emit(p, {self.channel_params()}, "
-                    f"{self.binding_params()}, om, oe_i, oe_f, ovi, ovf, ovn, n_out, n_el, sc, "
-                    f"{STRING_TABLE_PARAMS})"]
-        body += _indent(rebuild, 2)
-        body += ["    else:",
-                 f"        newdec = min(newdec, pd[rec, {P_DEC}])",
-                 f"        newfirst = min(newfirst, pd[rec, {P_FIRST}])",
-                 "        prev = rec",
-                 "    rec = nxt",
-                 "pdec[p] = newdec",
-                 "pfirst[p] = newfirst",
-                 "return n_out, n_el"]
-        return L + _indent(body) + [""]
-
-    def gen_release_all(self) -> list[str]:
-        """Punctuation (force=False: event time reached `punct`) and flush (force=True)."""
-        L = ["@njit(cache=True)",
-             f"def release_all(punct, force, {self.arena_params()}, base, cnt, evicted, last_ts, "
-             f"pd, pk, phead, ptail, pdec, pfirst, ctr, sc, {STRING_TABLE_PARAMS}):",
-             "    n_out = np.int64(0)",
-             "    n_el = np.int64(0)",
-             "    om = np.empty((16, 3), np.int64)",
-             f"    oe_i = np.empty((16, {self.layout.n_int + 1}), np.int64)",
-             f"    oe_f = np.empty((16, {self.layout.n_float}), np.float64)",
-             f"    ovi = np.empty((16, {self.n_emit}), np.int64)",
-             f"    ovf = np.empty((16, {self.n_emit}), np.float64)",
-             f"    ovn = np.empty((16, {self.n_emit}), np.int64)",
-             "    for p in range(phead.shape[0]):",
-             "        if phead[p] < 0:",
-             "            continue",
-             "        now = max(last_ts[p], punct)",
-             "        if not force and not now > pdec[p]:",
-             "            continue"]
-        L += _indent(self.ensure_release_capacity(), 2)
-        L += _indent(self.fetch_lines(), 2)
-        L += [f"        n_out, n_el = _release(p, now, force, {self.channel_params()}, "
-              f"evicted[p], pd, pk, phead, ptail, pdec, pfirst, ctr, om, oe_i, oe_f, ovi, ovf, "
-              f"ovn, n_out, n_el, sc, {STRING_TABLE_PARAMS})",
-              "    return n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn",
-              ""]
-        return L
-
-    def ensure_release_capacity(self) -> list[str]:
-        return [f"if n_out + ctr[{PALIVE}] > om.shape[0]:",
-                f"    om, ovi, ovf, ovn = _grow_out(om, ovi, ovf, ovn, n_out + ctr[{PALIVE}])",
-                f"if n_el + ctr[{PEL}] > oe_i.shape[0]:",
-                f"    oe_i, oe_f = _grow_el(oe_i, oe_f, n_el + ctr[{PEL}])"]
 
     # ------------------------------------------------------------ the main kernel
 
@@ -527,32 +125,11 @@ class CdpGenerator(ChannelCodeGenerator):
              f"last_ts, pd, pk, "
              f"phead, ptail, pdec, pfirst, ctr, punct, sc, {STRING_TABLE_PARAMS}, cap_m, cap_s, "
              "stop_on_overflow):"]
-        body = ["n_out = np.int64(0)", "n_el = np.int64(0)",
-                "om = np.empty((64, 3), np.int64)",
-                f"oe_i = np.empty((64, {self.layout.n_int + 1}), np.int64)",
-                f"oe_f = np.empty((64, {self.layout.n_float}), np.float64)",
-                f"ovi = np.empty((64, {self.n_emit}), np.int64)",
-                f"ovf = np.empty((64, {self.n_emit}), np.float64)",
-                f"ovn = np.empty((64, {self.n_emit}), np.int64)",
-                "dead = np.empty(n, np.int64)",
-                "n_dead = 0",
-                "const_ok = True"]
+        body = self.output_init(64)
+        body += ["dead = np.empty(n, np.int64)", "n_dead = 0", "const_ok = True"]
         for c in plan.constant_conjuncts:
-            body += ["if const_ok:"] + _indent(self.conjunct_lines(c, {}, "const_ok"))
-        loop = ["p = pid[t]", "eseq = EI[t, 0]", "ets = EI[t, 1]",
-                "if ets < last_ts[p]:",
-                "    dead[n_dead] = t",
-                "    n_dead += 1",
-                "    continue",
-                "last_ts[p] = ets",
-                "now = max(ets, punct)"]
-        if self.pending_possible:
-            loop += ["if phead[p] >= 0 and now > pdec[p]:"]
-            inner = self.ensure_release_capacity() + self.fetch_lines()
-            inner += [f"n_out, n_el = _release(p, now, False, {self.channel_params()}, "
-                      f"evicted[p], pd, pk, phead, ptail, pdec, pfirst, ctr, om, oe_i, oe_f, "
-                      f"ovi, ovf, ovn, n_out, n_el, sc, {STRING_TABLE_PARAMS})"]
-            loop += _indent(inner)
+            body += ["if const_ok:"] + indent(self.conjunct_lines(c, {}, "const_ok"))
+        loop = self.arrival_lines() + self.release_due_lines()
         loop += self.append_lines()
         gate = self.terminator_gate()
         enum = self.fetch_lines() + ["stop = False", "work = 0", "nm = 0"]
@@ -560,34 +137,11 @@ class CdpGenerator(ChannelCodeGenerator):
         body += [f"{name} = np.empty(256, np.int64)" for name in self.scratch]
         enum += ["if stop:", f"    ctr[{OVF}] += 1", "    if stop_on_overflow:",
                  f"        ctr[{ERR}] = t", "        break"]
-        loop += [f"if const_ok and ({gate}):"] + _indent(enum)
-        body += ["for t in range(n):"] + _indent(loop)
+        loop += [f"if const_ok and ({gate}):"] + indent(enum)
+        body += ["for t in range(n):"] + indent(loop)
         body.append("return n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn, n_dead, dead, pd, pk, "
                     f"({self.arena_params()},)")
-        return L + _indent(body) + [""]
-
-    def append_lines(self) -> list[str]:
-        plan = self.plan
-        lines = []
-        type_attr = self.schema.type_attribute
-        if type_attr is not None and self.type_consts:
-            lines.append(f"tc = EI[t, {self.layout.slots[type_attr][1]}]")
-        if plan.horizon is not None:
-            lines += [f"thr = min(ets, pfirst[p]) - {plan.horizon}"]
-            evict, horizon = "np.int64(1)", f"np.int64({plan.horizon})"
-        else:
-            lines += ["thr = ets"]
-            evict, horizon = "np.int64(0)", "np.int64(0)"
-        for c, name in enumerate(plan.channels):
-            if name == ANY:
-                lines.append(f"ein{c} = True")
-            else:
-                lines.append(f"ein{c} = tc == sc[{self.type_consts[name]}]")
-            lines += [f"if ein{c}:",
-                      f"    AI{c}, AF{c} = append_row(AI{c}, AF{c}, base, size, cnt, evicted, "
-                      f"top, p, np.int64({c}), EI, EF, t, thr, {evict}, last_ts, pfirst, "
-                      f"{horizon})"]
-        return lines
+        return L + indent(body) + [""]
 
     def terminator_gate(self) -> str:
         if self.by_ts:
@@ -735,29 +289,29 @@ class CdpGenerator(ChannelCodeGenerator):
         nested = self.gen_item(i - 1, new)
         cond = self.still_possible(new)
         if cond is not None:
-            body += [f"if {cond}:"] + _indent(nested)
+            body += [f"if {cond}:"] + indent(nested)
         else:
             body += nested
         if policy in (ast.Policy.LAST, ast.Policy.FIRST):
             # choose in a tight loop, then build on the one chosen (if any)
-            select = [f"sel{i} = -1", loop] + _indent(checks + [f"sel{i} = {r}", "break"])
-            select += [f"if sel{i} >= 0:"] + _indent(
+            select = [f"sel{i} = -1", loop] + indent(checks + [f"sel{i} = {r}", "break"])
+            select += [f"if sel{i} >= 0:"] + indent(
                 [f"{r} = sel{i}", f"q{v} = I{c}[{r}, 0]", f"t{v} = I{c}[{r}, 1]"] + body)
-            lines += _indent(select, ind)
+            lines += indent(select, ind)
             return lines
         if not (not self.by_ts and last):
             # EACH: collect the candidates in a tight loop, then build on each
             collect = [f"if hi{i} - lo{i} > cb{i}.shape[0]:",
                        f"    cb{i} = np.empty(2 * (hi{i} - lo{i}), np.int64)",
-                       f"nc{i} = 0", loop] + _indent(
+                       f"nc{i} = 0", loop] + indent(
                 checks + [f"cb{i}[nc{i}] = {r}", f"nc{i} += 1"])
             self.scratch.append(f"cb{i}")
             each = ["if stop:", "    break", f"{r} = cb{i}[jc{i}]", f"q{v} = I{c}[{r}, 0]",
                     f"t{v} = I{c}[{r}, 1]"] + body
-            lines += _indent(collect + [f"for jc{i} in range(nc{i}):"] + _indent(each), ind)
+            lines += indent(collect + [f"for jc{i} in range(nc{i}):"] + indent(each), ind)
             return lines
         body = ["if stop:", "    break"] + checks + body
-        lines += _indent([loop] + _indent(body), ind)
+        lines += indent([loop] + indent(body), ind)
         return lines
 
     def gen_kleene(self, i: int, st: dict) -> list[str]:
@@ -780,14 +334,14 @@ class CdpGenerator(ChannelCodeGenerator):
             rows = dict(flt_rows)
             rows[step.var] = (c, row)
             for conj in element:
-                out += [f"if {flag}:"] + _indent(self.conjunct_lines(conj, rows, flag))
+                out += [f"if {flag}:"] + indent(self.conjunct_lines(conj, rows, flag))
             return out
 
         ind = 0
         if required:
             lines += [f"if ein{c}:"]
             inner = [f"re{i} = I{c}.shape[0] - 1"] + element_ok(f"re{i}", f"eok{i}")
-            lines += _indent(inner)
+            lines += indent(inner)
             lines += [f"    if eok{i}:"]
             ind = 2
             hi = f"re{i}"
@@ -803,7 +357,7 @@ class CdpGenerator(ChannelCodeGenerator):
         cand += self.window_upper(st, f"tc{i}")
         cand += element_ok(f"rc{i}", f"cok{i}")
         cand += [f"if cok{i}:", f"    kc{i}[m{i}] = rc{i}", f"    m{i} += 1"]
-        block += [f"for rc{i} in range(lo{i}, hi{i}):"] + _indent(cand)
+        block += [f"for rc{i} in range(lo{i}, hi{i}):"] + indent(cand)
         nreq = 1 if required else 0
         low_size = max(step.min - nreq, 0)
         high_size = f"m{i}" if step.max is None else f"min({step.max - nreq}, m{i})"
@@ -842,14 +396,14 @@ class CdpGenerator(ChannelCodeGenerator):
         conj = plan.subset_conjuncts(i)
         if conj:
             rows = self.single_rows(set(new["bound"]))
-            sub += [f"if okk{i}:"] + _indent(self.checks(conj, rows, f"okc{i}"))
+            sub += [f"if okk{i}:"] + indent(self.checks(conj, rows, f"okc{i}"))
             sub += [f"    okk{i} = okc{i}"]
         cond = self.still_possible(new)
         if cond is not None:
             sub += [f"if okk{i} and not {cond}:", f"    okk{i} = False"]
         sub += [f"is{i} = fs{i}", f"it{i} = ft{i}"]
-        sub += [f"if okk{i}:"] + _indent(self.gen_item(i - 1, new))
-        inner += [f"if {n} > 0:"] + _indent(sub)
+        sub += [f"if okk{i}:"] + indent(self.gen_item(i - 1, new))
+        inner += [f"if {n} > 0:"] + indent(sub)
         inner += [f"jb{i} = sz{i} - 1",
                   f"while jb{i} >= 0 and ki{i}[jb{i}] == m{i} - sz{i} + jb{i}:",
                   f"    jb{i} -= 1",
@@ -858,9 +412,9 @@ class CdpGenerator(ChannelCodeGenerator):
                   f"ki{i}[jb{i}] += 1",
                   f"for ja{i} in range(jb{i} + 1, sz{i}):",
                   f"    ki{i}[ja{i}] = ki{i}[ja{i} - 1] + 1"]
-        comb += _indent(inner)
-        block += _indent(comb)
-        lines += _indent(block, ind)
+        comb += indent(inner)
+        block += indent(comb)
+        lines += indent(block, ind)
         return lines
 
     def gen_and(self, i: int, j: int, st: dict, st_item: dict) -> list[str]:
@@ -910,7 +464,7 @@ class CdpGenerator(ChannelCodeGenerator):
         new["bound"] = st["bound"] + [step.var]
         body += upd
         body += self.gen_and(i, j + 1, new, st_item)
-        lines += [f"for {r} in range(lo{tag}, hi{tag}):"] + _indent(body)
+        lines += [f"for {r} in range(lo{tag}, hi{tag}):"] + indent(body)
         return lines
 
     def gen_and_end(self, i: int, st: dict, st_item: dict) -> list[str]:
@@ -935,7 +489,7 @@ class CdpGenerator(ChannelCodeGenerator):
             conds.append(cond)
         nested = self.gen_item(i - 1, new)
         if conds:
-            return lines + [f"if {' and '.join(conds)}:"] + _indent(nested)
+            return lines + [f"if {' and '.join(conds)}:"] + indent(nested)
         return lines + nested
 
     def gen_final(self, st: dict) -> list[str]:
@@ -945,14 +499,8 @@ class CdpGenerator(ChannelCodeGenerator):
                 "if nm > cap_m:",
                 "    stop = True",
                 "    break"]
-        emit = self.ensure_emit_capacity() + [
-            f"n_out, n_el = _emit(p, {self.channel_params()}, {self.binding_params()}, om, "
-            f"oe_i, oe_f, ovi, ovf, ovn, n_out, n_el, sc, {STRING_TABLE_PARAMS})"]
-        if plan.negations:
-            decided = [f"if not _cancel({self.channel_params()}, {self.binding_params()}, sc, "
-                       f"{STRING_TABLE_PARAMS}):"] + _indent(emit)
-        else:
-            decided = emit
+        decided = self.output_lines(self.binding_params(), self.element_count(),
+                                    bool(plan.negations))
         times = []
         for neg in plan.negations:
             if neg.where == "end":
@@ -964,8 +512,8 @@ class CdpGenerator(ChannelCodeGenerator):
         if times:
             decide = times[0] if len(times) == 1 else f"max({', '.join(times)})"
             body += [f"decide = {decide}", "if not now > decide:"]
-            body += _indent(self.pending_lines(st))
-            body += ["else:"] + _indent(decided)
+            body += indent(self.pending_lines(st["mt"]))
+            body += ["else:"] + indent(decided)
         else:
             body += decided
         cond = None
@@ -973,62 +521,13 @@ class CdpGenerator(ChannelCodeGenerator):
             cond = st["eb"]
         # `break` above must leave the innermost loop: every level is inside a loop.
         if cond is not None:
-            return lines + [f"if {cond}:"] + _indent(body)
+            return lines + [f"if {cond}:"] + indent(body)
         return lines + body
-
-    def ensure_emit_capacity(self) -> list[str]:
-        return ["if n_out >= om.shape[0]:",
-                "    om, ovi, ovf, ovn = _grow_out(om, ovi, ovf, ovn, n_out + 1)",
-                f"if n_el + {self.element_count()} > oe_i.shape[0]:",
-                f"    oe_i, oe_f = _grow_el(oe_i, oe_f, n_el + {self.element_count()})"]
-
-    def pending_lines(self, st: dict) -> list[str]:
-        lines = [f"rec = ctr[{PN}]",
-                 "if rec >= pd.shape[0]:",
-                 "    pd = _grow_rows(pd, rec + 1)"]
-        kleene = [v for v in self.positive if v.kind == "kleene"]
-        if kleene:
-            total = " + ".join(f"n{v.index}" for v in kleene)
-            lines += [f"if ctr[{PKN}] + {total} > pk.shape[0]:",
-                      f"    pk = _grow_1d(pk, ctr[{PKN}] + {total})"]
-        lines += [f"pd[rec, {P_PART}] = p", f"pd[rec, {P_DEC}] = decide",
-                  f"pd[rec, {P_FIRST}] = {st['mt']}", f"pd[rec, {P_NEXT}] = -1",
-                  f"pd[rec, {P_CNT}] = {self.element_count()}"]
-        for var in self.positive:
-            c, v, s = var.channel, var.index, self.slots[var.name]
-            if var.kind == "kleene":
-                lines += [f"pd[rec, {s}] = ctr[{PKN}]", f"pd[rec, {s + 1}] = n{v}",
-                          f"for j in range(n{v}):",
-                          f"    pk[ctr[{PKN}] + j] = k{v}[j] + evicted[p, {c}]",
-                          f"ctr[{PKN}] += n{v}"]
-            else:
-                lines.append(f"pd[rec, {s}] = r{v} + evicted[p, {c}]")
-        lines += ["if ptail[p] >= 0:",
-                  f"    pd[ptail[p], {P_NEXT}] = rec",
-                  "else:",
-                  "    phead[p] = rec",
-                  "ptail[p] = rec",
-                  "pdec[p] = min(pdec[p], decide)",
-                  f"pfirst[p] = min(pfirst[p], {st['mt']})",
-                  f"ctr[{PN}] += 1", f"ctr[{PALIVE}] += 1",
-                  f"ctr[{PEL}] += {self.element_count()}"]
-        return lines
 
 
 HELPERS = f"""
 # runtime version {RUNTIME_VERSION}
-from cep_core.compiler.seq_runtime import (
-    append_row,
-    grow_1d as _grow_1d,
-    grow_el as _grow_el,
-    grow_out as _grow_out,
-    grow_rows as _grow_rows,
-    lb_seq as _lb_seq,
-    lb_ts as _lb_ts,
-    ub_seq as _ub_seq,
-    ub_ts as _ub_ts,
-)
-
+{seq_runtime_import(CdpGenerator.append_row)}
 """
 
 
@@ -1044,5 +543,5 @@ class CdpKernel:
         self.constants = self.generator.constants
         self.record_width = self.generator.record_width
         self.n_emit = self.generator.n_emit
-        self.kleene_slots = [self.generator.slots[v.name] for v in plan.positive
+        self.kleene_slots = [self.generator.pending_slot[v.name] for v in plan.positive
                              if v.kind == "kleene"]

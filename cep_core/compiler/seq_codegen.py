@@ -1,11 +1,109 @@
-"""What the SEQ code generators (CDP and AIP) share: names of generated locals, and how the
-per-channel event columns are read. A subclass sets `schema`, `layout` (a seq_cdp.Layout),
-`channels` and `_counter`."""
+"""What the SEQ code generators (CDP in `seq_cdp`, AIP in `seq_aip`) share about events: the
+counter and pending-record slots their kernels agree on, where an attribute lives in a
+channel row (`Layout`), names of generated locals, how the per-channel event columns are
+read, and how an arriving event is admitted and stored. What they do with a completed match
+is in `seq_codegen_matches`; expression leaves over channel rows in `seq_codegen_leaves`.
+
+Channels. Per partition and per channel (an event type that a step, a negation or a window
+aggregate reads, or ANY) the kernels keep the events of that type in seq order, as two
+row-major tables, int64 (`seq`, `ts`, then every int/timestamp/string/bool attribute;
+strings as dictionary codes) and float64 (every float attribute). Each table is an element
+of a numba typed List indexed by partition id; `cnt[p, c]` rows are valid. A table that
+fills up first evicts the rows older than the query's horizon (`evicted[p, c]` counts them,
+so absolute row numbers stay meaningful), then doubles.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from cep_core.compiler.expressions import StringConstants
+from cep_core.compiler.seq_plan import ANY, SeqPlan
+
+INT64_MIN = -(2 ** 63)
+INT64_MAX = 2 ** 63 - 1
+
+# ctr slots (an int64 array the kernels update in place; seq_runtime's compact_pending reads
+# PN and PKN); POOL: the AIP kernel's Kleene pool fill
+PN, PKN, PALIVE, PEL, OVF, ERR, POOL = range(7)
+CTR_SIZE = 8
+# pending record columns before the per-variable slots (compact_pending reads P_NEXT = 3)
+P_PART, P_DEC, P_FIRST, P_NEXT, P_CNT = range(5)
+P_FIXED = 5
+
+# seq_runtime functions every SEQ kernel module imports as `_name`
+SEQ_RUNTIME_HELPERS = ("grow_1d", "grow_el", "grow_out", "grow_rows", "lb_seq", "lb_ts",
+                       "ub_seq", "ub_ts")
+
+
+def indent(lines: list[str], n: int = 1) -> list[str]:
+    return ["    " * n + line for line in lines]
+
+
+def import_block(module: str, names: dict[str, str]) -> str:
+    """`from module import (...)` of generated source, one name a line, each under its
+    local name (`names`: name -> local name)."""
+    lines = [f"from {module} import ("]
+    lines += [f"    {name}," if local == name else f"    {name} as {local},"
+              for name, local in names.items()]
+    return "\n".join(lines + [")"]) + "\n"
+
+
+def seq_runtime_import(append_row: str) -> str:
+    """The kernel module's import of seq_runtime (`append_row` under the given name)."""
+    names = {"append_row": append_row}
+    names.update({name: f"_{name}" for name in SEQ_RUNTIME_HELPERS})
+    return import_block("cep_core.compiler.seq_runtime", names)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each attribute lives in a channel row: ("i", col) or ("f", col)."""
+
+    slots: dict
+    n_int: int
+    n_float: int  # at least 1 (numba wants a non-empty second axis)
+    float_names: tuple
+    int_names: tuple  # attributes in int columns 2.. (0: seq, 1: ts)
+
+    @classmethod
+    def of(cls, schema) -> Layout:
+        slots, ints, floats = {}, [], []
+        for name, kind in schema.attributes.items():
+            if kind == "float":
+                slots[name] = ("f", len(floats))
+                floats.append(name)
+            else:
+                slots[name] = ("i", 2 + len(ints))
+                ints.append(name)
+        return cls(slots, 2 + len(ints), max(len(floats), 1), tuple(floats), tuple(ints))
+
 
 class ChannelCodeGenerator:
+    """The plan's channels, variables and string constants as a generator reads them.
+    `append_row`: the name the generated module imports seq_runtime.append_row under."""
+
+    append_row = "append_row"
+
+    def __init__(self, plan: SeqPlan):
+        self.plan = plan
+        self.schema = plan.schema
+        self.layout = Layout.of(plan.schema)
+        self.constants = StringConstants()
+        self.type_consts = {}
+        if plan.schema.type_attribute is not None:
+            for name in plan.channels:
+                if name != ANY:
+                    self.type_consts[name] = self.constants.index(name)
+        self._counter = 0
+        self.W = plan.window
+        self.by_ts = plan.by_ts
+        self.n_items = len(plan.items)
+        self.positive = plan.positive
+        self.singles = [v for v in self.positive if v.kind == "single"]
+        self.kleene = [v for v in self.positive if v.kind == "kleene"]
+        self.channels = list(range(len(plan.channels)))
+
     def fresh(self, prefix: str) -> str:
         self._counter += 1
         return f"{prefix}{self._counter}"
@@ -32,3 +130,39 @@ class ChannelCodeGenerator:
         return [line for c in self.channels for line in (
             f"I{c} = AI{c}[base[p, {c}]:base[p, {c}] + cnt[p, {c}]]",
             f"F{c} = AF{c}[base[p, {c}]:base[p, {c}] + cnt[p, {c}]]")]
+
+    def arrival_lines(self, *after_partition: str) -> list[str]:
+        """Event t of the batch: its partition (then `after_partition`), seq and time; a
+        time going backwards in its partition makes it a dead letter."""
+        return ["p = pid[t]", *after_partition, "eseq = EI[t, 0]", "ets = EI[t, 1]",
+                "if ets < last_ts[p]:",
+                "    dead[n_dead] = t",
+                "    n_dead += 1",
+                "    continue",
+                "last_ts[p] = ets",
+                "now = max(ets, punct)"]
+
+    def append_lines(self) -> list[str]:
+        """Store event t in every channel it belongs to (`ein{c}`), evicting rows older
+        than the query's horizon."""
+        plan = self.plan
+        lines = []
+        type_attr = self.schema.type_attribute
+        if type_attr is not None and self.type_consts:
+            lines.append(f"tc = EI[t, {self.layout.slots[type_attr][1]}]")
+        if plan.horizon is not None:
+            lines.append(f"thr = min(ets, pfirst[p]) - {plan.horizon}")
+            evict, horizon = "np.int64(1)", f"np.int64({plan.horizon})"
+        else:
+            lines.append("thr = ets")
+            evict, horizon = "np.int64(0)", "np.int64(0)"
+        for c, name in enumerate(plan.channels):
+            if name == ANY:
+                lines.append(f"ein{c} = True")
+            else:
+                lines.append(f"ein{c} = tc == sc[{self.type_consts[name]}]")
+            lines += [f"if ein{c}:",
+                      f"    AI{c}, AF{c} = {self.append_row}(AI{c}, AF{c}, base, size, cnt, "
+                      f"evicted, top, p, np.int64({c}), EI, EF, t, thr, {evict}, last_ts, "
+                      f"pfirst, {horizon})"]
+        return lines
