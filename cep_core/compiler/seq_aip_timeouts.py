@@ -21,10 +21,7 @@ Runs never use equality classes, so a run's key is its partition.
 from __future__ import annotations
 
 from cep_core.compiler.seq_aip_runtime import R_FIRST, R_MASK
-
-
-def _indent(lines: list[str], n: int = 1) -> list[str]:
-    return ["    " * n + line for line in lines]
+from cep_core.compiler.seq_codegen import indent as _indent
 
 
 def timeout_source(gen) -> list[str]:
