@@ -1,19 +1,25 @@
 """Soak run: the streaming pipeline at a steady rate for minutes; is memory flat?
 
-Starts the embedded broker and `cep serve splitter|worker|coordinator` as separate processes
-(one topic prefix per run), registers a MATCH query (M-shape, PARTITION BY symbol) and a
-WINDOW query (examples/finance.cep), then produces trades at `--rate` events/s for
-`--minutes`. The symbols slide: `--active-keys` symbols are live at a time and the window of
-live symbols moves by one every `--key-stride` events, so keys keep going idle and the
-workers' idle-key eviction (`--idle-timeout-ms`, event time; 1 ms of event time per event)
-is what keeps their state bounded. A thread consumes the output topics so nothing backs up.
+Starts the embedded broker (or uses the one `--bootstrap` names) and `cep serve
+splitter|worker|coordinator` as separate processes (one topic prefix per run), registers a
+MATCH query (M-shape, PARTITION BY symbol) and a WINDOW query (examples/finance.cep), then
+produces trades at `--rate` events/s for `--minutes`. The symbols slide: `--active-keys`
+symbols are live at a time and the window of live symbols moves by one every `--key-stride`
+events, so keys keep going idle and the workers' idle-key eviction (`--idle-timeout-ms`,
+event time; 1 ms of event time per event) is what keeps their state bounded
+(`--key-universe N`: symbol numbers wrap around modulo N, so evicted keys come back and the
+set of keys ever seen stays bounded). A thread consumes the output topics so nothing backs up.
 Every `--interval` seconds the RSS (VmRSS from /proc/PID/status) of each service process and
 of the broker is sampled; the samples go to a CSV and a PNG, and a summary is printed: first,
 peak and last RSS, the slope of a linear fit over the second half (MiB/min) and the growth
 that fit gives over the second half (percent of its mean). The broker's memory engine keeps
 every record, so its RSS grows by design; only the services must stay flat.
 
-    .venv/bin/python bench/soak.py --minutes 10 --rate 20000 --png docs/soak_rss.png
+    CEP_KAFKA_LINGER_MS=50 CEP_KAFKA_FETCH_WAIT_MAX_MS=500 .venv/bin/python bench/soak.py \
+        --minutes 10 --rate 5000 --key-universe 30000 --png docs/soak_rss.png
+
+(docs/reliability.md, "Soak": the embedded broker stalls after ~3 minutes without the two
+CEP_KAFKA_* settings; `--bootstrap HOST:PORT` for an Apache Kafka.)
 """
 
 from __future__ import annotations
@@ -141,8 +147,10 @@ class Load:
     """Trades at a steady rate: event i has ts = start + i ms and a symbol from the sliding
     window of live symbols; a share of the events are the WINDOW query's symbols."""
 
-    def __init__(self, active_keys: int, key_stride: int, seed: int = 1):
+    def __init__(self, active_keys: int, key_stride: int, key_universe: int = 0,
+                 seed: int = 1):
         self.active_keys, self.key_stride = active_keys, key_stride
+        self.key_universe = key_universe
         self.rng = np.random.default_rng(seed)
         self.sent = 0
         self.ts0 = 1_704_067_200_000
@@ -150,6 +158,8 @@ class Load:
     def table(self, n: int) -> pa.Table:
         i = np.arange(self.sent, self.sent + n)
         keys = i // self.key_stride + self.rng.integers(0, self.active_keys, n)
+        if self.key_universe:
+            keys %= self.key_universe
         symbols = np.char.add("S", keys.astype(str)).astype(object)
         windowed = self.rng.random(n) < 0.02
         symbols[windowed] = np.array(WINDOW_SYMBOLS, dtype=object)[keys[windowed] % 3]
@@ -202,10 +212,11 @@ def soak(args, samples: list[dict]) -> None:
     run = uuid.uuid4().hex[:8]
     logs = Path(tempfile.mkdtemp(prefix=f"cep-soak-{run}-"))
     print(f"logs: {logs}", flush=True)
-    broker = EmbeddedBroker(log=logs / "broker.log").start()
+    broker = None if args.bootstrap else EmbeddedBroker(log=logs / "broker.log").start()
     services = counter = None
     try:
-        settings = KafkaSettings.from_env(broker.bootstrap, session_timeout_ms=2000)
+        settings = KafkaSettings.from_env(args.bootstrap or broker.bootstrap,
+                                          session_timeout_ms=2000)
         topics = Topics("trades", source=f"src.soak.{run}", prefix=f"soak{run}")
         outputs = register_queries(settings, topics, run)
         services = Services(settings, topics, args.idle_timeout_ms, args.checkpoint_ms,
@@ -213,12 +224,12 @@ def soak(args, samples: list[dict]) -> None:
         counter = OutputCounter(settings, outputs)
         counter.start()
         producer = settings.producer()
-        load = Load(args.active_keys, args.key_stride)
+        load = Load(args.active_keys, args.key_stride, args.key_universe)
         load.send(producer, topics.source, 1000, args.framed)  # warm-up: joins, kernels
         producer.flush(30)
         wait_live(settings, topics, 300)
         pids = {role: p.pid for role, p in services.processes.items()}
-        pids["broker"] = broker.process.pid
+        pids["broker"] = broker.process.pid if broker is not None else None
         per_tick = max(1, round(args.rate * TICK_S))
         started = time.monotonic()
         end = started + args.minutes * 60
@@ -247,14 +258,15 @@ def soak(args, samples: list[dict]) -> None:
         if counter is not None:
             counter.stopping.set()
             counter.join(10)
-        broker.stop()
+        if broker is not None:
+            broker.stop()
 
 
 def sample(started: float, pids: dict[str, int], services: Services, load: Load,
            counter: OutputCounter) -> dict:
     row = {"t_s": round(time.monotonic() - started, 2), "produced": load.sent}
     for role, pid in pids.items():
-        rss = rss_mib(pid)
+        rss = None if pid is None else rss_mib(pid)
         row[f"{role}_rss_mib"] = None if rss is None else round(rss, 1)
     splitter = scrape(services.ports["splitter"], ("cep_events_in_total",))
     worker = scrape(services.ports["worker"], ("cep_consumer_lag", "cep_evicted_keys"))
@@ -280,6 +292,8 @@ def summarize(samples: list[dict], flat_pct: float) -> tuple[list[dict], bool]:
     for role in (*ROLES, "broker"):
         rss = np.array([s[f"{role}_rss_mib"] or np.nan for s in samples])
         second = half & ~np.isnan(rss)
+        if second.sum() < 2:  # not sampled (a broker not started here)
+            continue
         slope, intercept = np.polyfit(t[second], rss[second], 1)
         growth = slope * (t[second][-1] - t[second][0]) / rss[second].mean() * 100
         row = {"process": role, "first_mib": round(float(rss[0]), 1),
@@ -313,8 +327,10 @@ def read_csv(path: Path) -> list[dict]:
                 for row in csv.DictReader(f)]
 
 
-def plot(samples: list[dict], path: Path, title: str) -> None:
-    """Services on top, the broker (memory storage keeps every record) below."""
+def plot(samples: list[dict], path: Path, title: str,
+         compare: tuple[str, list[dict]] | None = None) -> None:
+    """Services on top, the broker (memory storage keeps every record) below; `compare`:
+    (label, samples) of another run whose services are drawn dashed on top."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -323,10 +339,18 @@ def plot(samples: list[dict], path: Path, title: str) -> None:
     t = [s["t_s"] / 60 for s in samples]
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True,
                                          height_ratios=(2, 1))
+    colors = dict(zip(ROLES, ("tab:blue", "tab:orange", "tab:green")))
     for role in ROLES:
-        top.plot(t, [s[f"{role}_rss_mib"] for s in samples], label=role)
-    bottom.plot(t, [s["broker_rss_mib"] for s in samples], color="tab:red", linestyle="--",
-                label="embedded broker (memory storage keeps every record)")
+        top.plot(t, [s[f"{role}_rss_mib"] for s in samples], label=role, color=colors[role])
+    if compare is not None:
+        label, other = compare
+        for role in ROLES:
+            top.plot([s["t_s"] / 60 for s in other], [s[f"{role}_rss_mib"] for s in other],
+                     color=colors[role], linestyle="--", alpha=0.7, label=f"{role}, {label}")
+    broker = [np.nan if s["broker_rss_mib"] is None else s["broker_rss_mib"] for s in samples]
+    bottom.plot(t, broker, color="tab:red", linestyle="--",
+                label="embedded broker (memory storage keeps every record)"
+                if not np.isnan(broker).all() else "broker: not sampled (--bootstrap)")
     behind = [s["t_s"] / 60 for s in samples if (s["splitter_events_in"] or 0) <
               s["produced"] - 5 * samples[-1]["produced"] / samples[-1]["t_s"]]
     if behind:  # the pipeline stopped keeping up: RSS after this is not RSS under load
@@ -338,7 +362,8 @@ def plot(samples: list[dict], path: Path, title: str) -> None:
         axis.set_ylabel("RSS (MiB)")
         axis.set_ylim(bottom=0)
         axis.grid(alpha=0.3)
-        axis.legend(loc="lower right")
+        axis.legend(loc="lower right", ncol=2 if compare and axis is top else 1,
+                    fontsize="small")
     bottom.set_xlabel("minutes")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
@@ -366,7 +391,12 @@ def main() -> int:
                         help="services' checkpoint interval: every snapshot goes to the "
                         "state topic, which tansu's memory storage keeps whole (at the 1 s "
                         "default it grows ~11 MiB/s and the pipeline stalls after ~3 min)")
+    parser.add_argument("--bootstrap",
+                        help="use this running broker (HOST:PORT) instead of starting the "
+                        "embedded one; its RSS is then not sampled")
     parser.add_argument("--active-keys", type=int, default=5000)
+    parser.add_argument("--key-universe", type=int, default=0,
+                        help="symbol numbers wrap modulo this (0: new symbols forever)")
     parser.add_argument("--key-stride", type=int, default=20,
                         help="events between two moves of the live-symbol window")
     parser.add_argument("--max-broker-mib", type=float, default=10_240,
@@ -380,6 +410,10 @@ def main() -> int:
                         default=Path(tempfile.gettempdir()) / "soak_rss.png")
     parser.add_argument("--from-csv", type=Path,
                         help="no run: plot and summarize the samples of an earlier run")
+    parser.add_argument("--compare", type=Path,
+                        help="also draw the services of the run in this CSV (dashed)")
+    parser.add_argument("--compare-label", default="compared run",
+                        help="legend text for --compare")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, interrupt)
     if args.from_csv:
@@ -397,7 +431,9 @@ def main() -> int:
     rate = samples[-1]["produced"] / samples[-1]["t_s"]
     plot(samples, args.png, f"Soak: {rate:,.0f} events/s for {samples[-1]['t_s'] / 60:.1f} "
          f"min ({'Arrow frames' if args.framed else 'JSON'} input), idle timeout "
-         f"{args.idle_timeout_ms} ms")
+         f"{args.idle_timeout_ms} ms"
+         + (f", {args.key_universe:,} symbols in all" if args.key_universe else ""),
+         (args.compare_label, read_csv(args.compare)) if args.compare else None)
     rows, flat = summarize(samples, args.flat_pct)
     last = samples[-1]
     print(orjson.dumps({"events": last["produced"], "seconds": last["t_s"],
