@@ -74,6 +74,33 @@ class ReorderBuffer:
         released, released_keys = self._release(ready)
         return Reordered(released, released_keys, _take(batch, late), keys[late])
 
+    # ------------------------------------------------------------ checkpoints
+
+    def state(self) -> dict:
+        """The watermark state and counters, JSON-able. The rows waiting (`waiting()`) are
+        the caller's to identify and to put back with `refill` after `restore`."""
+        return {"max_ts": self._max_ts.tolist(), "floor": self._floor.tolist(),
+                "forced": self.forced, "late": self.late_count}
+
+    def restore(self, state: dict) -> None:
+        """Put back `state()`; nothing waits until `refill`."""
+        self._max_ts = np.array(state["max_ts"], dtype=np.int64)
+        self._floor = np.array(state["floor"], dtype=np.int64)
+        self.forced, self.late_count = int(state["forced"]), int(state["late"])
+        self._pending, self._pending_keys = None, np.zeros(0, dtype=np.int64)
+
+    def waiting(self) -> tuple[Batch | None, np.ndarray]:
+        """The rows waiting and their keys (in no particular order)."""
+        return self._pending, self._pending_keys
+
+    def refill(self, batch: Batch, keys: np.ndarray) -> None:
+        """Rows that waited when `state()` was taken, back in the buffer as they were: no
+        lateness check and no watermark change (their effect is in the restored state).
+        Release order is (ts, seq) whatever the order rows are refilled in."""
+        keys = np.asarray(keys, dtype=np.int64)
+        self._grow(int(keys.max()) + 1 if len(keys) else 0)
+        self._append(batch, keys)
+
     def flush(self) -> tuple[Batch, np.ndarray]:
         """Release everything still waiting (end of input), in (ts, seq) order."""
         if self._pending is None:

@@ -41,6 +41,7 @@ from services.checkpoint import read_latest
 from services.control import ControlError, QuerySet, parse_control
 from services.frames import Frame
 from services.kafka import KafkaSettings, Topics, consume_batch, produce
+from services.reorder_checkpoint import Refill, saved_state
 from services.metrics import Metrics
 from services.serve import log, profiled
 
@@ -77,17 +78,19 @@ class Rows:
     offsets: np.ndarray
     positions: np.ndarray
     partition: int
+    indexes: np.ndarray  # each row's place in its message (framed batches hold many)
 
     def take(self, index: np.ndarray) -> Rows:
         return Rows(self.table.take(pa.array(index, pa.int64())),
                     [self.raws[i] for i in index.tolist()], self.offsets[index],
-                    self.positions[index], self.partition)
+                    self.positions[index], self.partition, self.indexes[index])
 
     def as_batch(self, time: str, names: list[str]) -> Batch:
         """Numpy columns for the reorder buffer: seq = arrival position."""
         columns = {name: self.table.column(name).to_numpy(zero_copy_only=False)
                    for name in names}
         columns["_offset"] = self.offsets
+        columns["_index"] = self.indexes
         columns["_raw"] = np.array(self.raws + [None], dtype=object)[:-1]
         return Batch(self.positions, self.table.column(time).to_numpy(), columns)
 
@@ -128,6 +131,7 @@ class Splitter:
         self.allowed_lateness_ms = allowed_lateness_ms
         self.reorder = (ReorderBuffer(0, max_reorder_buffered) if allowed_lateness_ms > 0
                         else None)
+        self.refill: Refill | None = None  # after a restart: waiting events to put back
         self.late_events = 0
 
     # ------------------------------------------------------------ setup
@@ -259,25 +263,32 @@ class Splitter:
             self.position, self.last_seq = state["position"], state["last_seq"]
             self.max_ts = state["max_ts"]
             self.saved = (state.get("offsets"), self.position)
+            if self.reorder is not None and state.get("reorder") is not None:
+                refill = Refill(self.reorder, state["reorder"])
+                self.refill = None if refill.done else refill
         return tps
 
     def commit(self) -> None:
         """Checkpoint: once the keyed frames of everything consumed are flushed, the source
         offsets with the seq state go to the state topic (key `splitter`), then to the
         group's committed offsets (their metadata too)."""
-        if self.producer.flush(30):
-            return
+        if self.refill is not None or self.producer.flush(30):
+            return  # not while events that waited at the last checkpoint are put back
         assignment = self.source.position(self.source.assignment())
         offsets = {str(tp.partition): tp.offset for tp in assignment if tp.offset >= 0}
         if not offsets or (offsets, self.position) == self.saved:
             return
+        reorder = None
+        consumed = offsets
+        if self.reorder is not None:  # resume where the oldest waiting event was read
+            offsets, reorder = saved_state(self.reorder, consumed)
         state = orjson.dumps({"position": self.position, "last_seq": self.last_seq,
-                              "max_ts": self.max_ts, "offsets": offsets})
+                              "max_ts": self.max_ts, "offsets": offsets, "reorder": reorder})
         produce(self.producer, self.topics.state, state, key=SPLITTER_KEY)
         if self.producer.flush(30):
             log("checkpoint_not_flushed", level="warning")
             return
-        self.saved = (offsets, self.position)
+        self.saved = (consumed, self.position)
         self.source.commit(offsets=[TopicPartition(self.topics.source, int(p), o,
                                                    metadata=state.decode())
                                     for p, o in offsets.items()], asynchronous=False)
@@ -324,6 +335,8 @@ class Splitter:
     # ------------------------------------------------------------ a batch
 
     def process(self, messages) -> None:
+        if self.refill is not None:
+            messages = self._put_back(messages)
         rows: list[Rows] = []
         run: list = []
         dead: list[DeadLetter] = []
@@ -362,6 +375,55 @@ class Splitter:
             for letter in dead:
                 produce(self.producer, self.topics.dead_letters, orjson.dumps(letter.to_json()))
 
+    def _put_back(self, messages) -> list:
+        """After a restart: messages consumed before the checkpoint put their waiting
+        events back into the reorder buffer (services/reorder_checkpoint.py); the rest
+        are returned to be processed."""
+        refill, position = self.refill, self.position
+        later, rows, run = [], [], []
+        for message in messages:
+            if message.error():
+                continue
+            partition, offset = message.partition(), message.offset()
+            if not refill.replayed(partition, offset):
+                refill.passed(partition)
+                later.append(message)
+                continue
+            if run and run[-1].partition() != partition:
+                self._flush_run(run, rows, [])
+                run = []
+            frame = None
+            if message.headers() is not None:
+                try:
+                    frame = frames.frame_of(message)
+                except frames.FrameError:
+                    frame = Frame(frames.PULSE)  # was a dead letter: nothing to put back
+            if frame is None:
+                run.append(message)
+            elif frame.kind == frames.EVENTS:
+                self._flush_run(run, rows, [])
+                run = []
+                rows.append(self._framed(frame, message, []))
+            if refill.last_replayed(partition, offset):
+                self._flush_run(run, rows, [])
+                run = []
+                for part in rows:
+                    self._refill_rows(part)
+                rows = []
+                refill.passed(partition)
+        self._flush_run(run, rows, [])
+        for part in rows:
+            self._refill_rows(part)
+        self.position = position  # re-read events keep their old arrival positions
+        if refill.done:
+            self.refill = None
+            log("reorder_buffer_restored", waiting=len(self.reorder))
+        return later
+
+    def _refill_rows(self, part: Rows) -> None:
+        names = arrow_schema(self.schema).names[1:]
+        self.refill.put_back(part.as_batch(self.schema.time, names), part.partition)
+
     def _flush_run(self, run: list, rows: list, dead: list) -> None:
         """Decode a run of one-event messages of one source partition."""
         if not run:
@@ -376,7 +438,8 @@ class Splitter:
         dead.extend(decoded.dead)
         rows.append(self._in_order(Rows(decoded.table, [raws[i] for i in decoded.rows],
                                         offsets[decoded.rows], positions[decoded.rows],
-                                        run[0].partition()), dead))
+                                        run[0].partition(),
+                                        np.zeros(len(decoded.rows), np.int64)), dead))
 
     def _framed(self, frame: Frame, message, dead: list) -> Rows:
         """A framed batch: its rows share the frame's offset; a bad frame is one letter."""
@@ -388,7 +451,7 @@ class Splitter:
             self.position += 1
             table = arrow_schema(self.schema).empty_table()
             return Rows(table, [], np.zeros(0, np.int64), np.zeros(0, np.int64),
-                        message.partition())
+                        message.partition(), np.zeros(0, np.int64))
         positions = np.arange(self.position, self.position + table.num_rows, dtype=np.int64)
         self.position += table.num_rows
         if "seq" not in table.column_names:
@@ -397,7 +460,7 @@ class Splitter:
         n = table.num_rows
         return self._in_order(Rows(table, [b"<framed batch>"] * n,
                                    np.full(n, message.offset(), np.int64), positions,
-                                   message.partition()), dead)
+                                   message.partition(), np.arange(n, dtype=np.int64)), dead)
 
     def _in_order(self, rows: Rows, dead: list) -> Rows:
         """Drop events whose seq does not increase (dead letters, as `cep run` does). With

@@ -115,3 +115,35 @@ def test_bad_arguments():
     batch, _ = make_batch([(0, (0, 1))])
     with pytest.raises(ValueError, match="one key id per row"):
         buffer.push(batch, np.zeros(2, dtype=np.int64))
+
+
+@settings(max_examples=200, deadline=None)
+@given(events, cuts, st.integers(0, 8), st.integers(0, 5), st.integers(0, 60),
+       st.randoms(use_true_random=False))
+def test_restore_and_refill_continue_as_if_never_stopped(events, cuts, lateness, capacity,
+                                                         stop, rng):
+    """A checkpoint at a batch boundary (state + the waiting rows), a new buffer restored
+    from it and refilled in any order gives the uninterrupted run's output (same batches:
+    forced releases of a full buffer depend on them)."""
+    stop = stop % (len(events) + 1)
+    whole = per_key(run_buffer(events, cuts + [stop], lateness, capacity)[1])
+    numbered = list(enumerate(events))
+    bounds = sorted({0, len(events), stop, *[c % (len(events) + 1) for c in cuts]})
+    buffer, outputs = ReorderBuffer(lateness, capacity), []
+    for a, b in zip(bounds, bounds[1:]):
+        if a == stop:  # the restart
+            state = buffer.state()
+            waiting, keys = buffer.waiting()
+            buffer = ReorderBuffer(lateness, capacity)
+            buffer.restore(state)
+            if waiting is not None and len(keys):
+                order = list(range(len(keys)))
+                rng.shuffle(order)
+                order = np.array(order, dtype=np.int64)
+                buffer.refill(Batch(waiting.seq[order], waiting.ts[order],
+                                    {k: v[order] for k, v in waiting.columns.items()}),
+                              keys[order])
+        out = buffer.push(*make_batch(numbered[a:b]))
+        outputs.append((out.released, out.released_keys, out.late, out.late_keys))
+    outputs.append((*buffer.flush(), None, None))
+    assert per_key(outputs) == whole
