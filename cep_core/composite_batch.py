@@ -84,9 +84,14 @@ class Decoder:
 
     def arrow(self, kind: str, column: np.ndarray, nulls: np.ndarray | None = None) -> pa.Array:
         mask = None if nulls is None else np.asarray(nulls, np.bool_)
-        if kind == "string":
-            dictionary = pa.array(self.strings, pa.string())
-            return dictionary.take(pa.array(column, pa.int64(), mask=mask))
+        if kind == "string":  # only the strings used, not the whole dictionary
+            codes = np.asarray(column, np.int64)
+            if mask is not None:
+                codes = np.where(mask, -1, codes)  # a NULL's code is whatever was there
+            used, inverse = np.unique(codes, return_inverse=True)
+            values = pa.array([self.strings[c] if c >= 0 else None for c in used.tolist()],
+                              pa.string())
+            return values.take(pa.array(inverse.reshape(-1), pa.int64(), mask=mask))
         if kind == "bool":
             column = column != 0
         return pa.array(column, ARROW_TYPES[kind], mask=mask)
