@@ -105,7 +105,10 @@ class Decoder:
 
 @dataclass
 class Keys:
-    """The `key` of each composite: per-event key ids and how to decode distinct ones."""
+    """The `key` of each composite: per-event key ids and how to decode distinct ones.
+    Decoding is lazy (at `to_dicts`/`to_arrow`), which relies on an engine never giving a
+    key id (or a string code) another meaning later: ids and codes are append-only today;
+    an engine that reuses them must decode before it does."""
     ids: np.ndarray
     decode: Callable[[np.ndarray], list]  # distinct ids -> keys (None, value or list)
 
