@@ -30,6 +30,7 @@ from cep_core.compiler.expressions import (
 )
 from cep_core.compiler.modules import load_module
 from cep_core.compiler.seq_cdp import Layout
+from cep_core.compiler.seq_codegen import emit_store_lines
 from cep_core.compiler.seq_plan import ANY, SeqPlan
 from accel.gpu.seq_support import has_window_aggregate, unsupported_reason
 
@@ -144,7 +145,10 @@ class SeqKernelGenerator:
                 "while b - a > 1:", "    mid = (a + b) // 2", "    if off[mid] <= g:",
                 "        a = mid", "    else:", "        b = mid",
                 "s = a", "p = sp[s]", f"r{v} = lo[s] + (g - off[s])"]
-        body += self.bind_lines([n for n in plan.bound_after(i + 1)], "s")
+        # in variable order: the source (and so the kernel cache) must not depend on
+        # set iteration order, which changes from process to process
+        body += self.bind_lines(sorted(plan.bound_after(i + 1),
+                                       key=lambda n: plan.variables[n].index), "s")
         if step.filter is not None:
             body += [f"if not {self.condition(step.filter, (var.channel, f'r{v}'))}:",
                      "    return"]
@@ -235,17 +239,7 @@ class SeqKernelGenerator:
         for j, item in enumerate(self.plan.body.emit):
             leaves = _Leaves(self, reduced=True)
             code = ExpressionCompiler(leaves, self.constants).compile(item.expr)
-            target = "ovf" if item.expr.type == "float" else "ovi"
-            value = code.value
-            if item.expr.type == "bool":
-                value = f"(1 if {value} else 0)"
-            elif item.expr.type == "float":
-                value = f"np.float64({value})"
-            store = [f"ovn[m, {j}] = 0", f"{target}[m, {j}] = {value}"]
-            if code.nullable:
-                body += [f"if {code.null}:", f"    ovn[m, {j}] = 1", "else:"] + _indent(store)
-            else:
-                body += store
+            body += emit_store_lines(j, item.expr.type, code, "m")
         return ["@cuda.jit", f"def final({params}):"] + _indent(body) + [""]
 
 

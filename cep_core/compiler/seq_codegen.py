@@ -40,6 +40,22 @@ def indent(lines: list[str], n: int = 1) -> list[str]:
     return ["    " * n + line for line in lines]
 
 
+def emit_store_lines(j: int, kind: str, code, row: str) -> list[str]:
+    """Kernel lines storing EMIT item j (compiled `code` of type `kind`) of match `row`
+    into the output arrays: `ovi` (ints, string codes, bools as 0/1) or `ovf`, and its
+    NULL flag in `ovn`."""
+    target = "ovf" if kind == "float" else "ovi"
+    value = code.value
+    if kind == "bool":
+        value = f"(1 if {value} else 0)"
+    elif kind == "float":
+        value = f"np.float64({value})"
+    store = [f"ovn[{row}, {j}] = 0", f"{target}[{row}, {j}] = {value}"]
+    if code.nullable:
+        return [f"if {code.null}:", f"    ovn[{row}, {j}] = 1", "else:"] + indent(store)
+    return store
+
+
 def import_block(module: str, names: dict[str, str]) -> str:
     """`from module import (...)` of generated source, one name a line, each under its
     local name (`names`: name -> local name)."""

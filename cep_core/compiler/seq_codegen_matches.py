@@ -14,6 +14,7 @@ from cep_core import ast
 from cep_core.compiler.expressions import STRING_TABLE_PARAMS, ExpressionCompiler
 from cep_core.compiler.seq_codegen import (
     INT64_MAX,
+    emit_store_lines,
     P_CNT,
     P_DEC,
     P_FIRST,
@@ -214,18 +215,7 @@ class MatchCodeGenerator(ChannelCodeGenerator):
             leaves = ChannelLeaves(self, rows, kleene)
             code = ExpressionCompiler(leaves, self.constants).compile(item.expr)
             body += leaves.pre
-            target = "ovf" if item.expr.type == "float" else "ovi"
-            value = code.value
-            if item.expr.type == "bool":
-                value = f"(1 if {value} else 0)"
-            elif item.expr.type == "float":
-                value = f"np.float64({value})"
-            store = [f"ovn[n_out, {j}] = 0", f"{target}[n_out, {j}] = {value}"]
-            if code.nullable:
-                body += [f"if {code.null}:", f"    ovn[n_out, {j}] = 1", "else:"] + \
-                    indent(store)
-            else:
-                body += store
+            body += emit_store_lines(j, item.expr.type, code, "n_out")
         body.append("return n_out + 1, n_el")
         return L + indent(body) + [""]
 
