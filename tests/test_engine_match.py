@@ -355,6 +355,42 @@ def test_idle_eviction_changes_nothing_when_longer_than_any_match():
     assert len(out) < len(expected)
 
 
+@pytest.mark.parametrize("key", ["symbol", "symbol, flag"])
+def test_idle_keys_are_forgotten_and_their_ids_reused(key):
+    """Keys that never come back: idle ones lose their ids (and rows, lookup entries) to
+    new keys, so the id range stays near the keys live within the timeout, and the output
+    (across a snapshot and restore) is still the reference's. "symbol" takes the lookup-
+    table path, two attributes the KeyIndex path."""
+    [q] = query(f"""
+        QUERY r FROM mixed PARTITION BY {key}
+        PATTERN ( a b* c ) DEFINE a AS price = 0, b AS price > 0, c AS volume = 4
+        EMIT n = Count(), top = Max(price)
+    """)
+    rng = np.random.default_rng(5)
+    rows = []
+    for i in range(6000):  # 40 live keys at a time, the window slides by one per 50 events
+        k = i // 50 + int(rng.integers(0, 40))
+        rows.append({"symbol": f"K{k}", "price": int(rng.integers(0, 4)),
+                     "volume": int(rng.integers(0, 6)), "ratio": 0.0, "flag": k % 2 == 0,
+                     "ts": i * 10})
+    stream = events(rows)
+    timeout = 25_000  # > any key's life (2,000 events), so no match is cut short
+    expected = reference_run([q], stream)
+    assert expected[0]
+    assert jit_run([q], stream, sizes=(97,), restore_at=3000, idle_timeout=timeout) == expected
+    engine = MatchEngine(q, StringDictionary(), idle_timeout=timeout)
+    encoder = BatchEncoder(MIXED, engine.strings)
+    for lo in range(0, len(stream), 97):
+        engine.process(encoder.from_events(stream[lo:lo + 97]))
+    distinct = len({r["symbol"] for r in rows})
+    assert engine.metrics["released_keys"] > distinct // 3
+    assert len(engine.keys) < distinct * 3 // 4  # without release: one id per key ever seen
+    again = MatchEngine(q, StringDictionary(), idle_timeout=timeout)
+    again.restore(engine.snapshot())
+    assert len(again.keys) == len(engine.keys)
+    assert sorted(again.keys.free_ids().tolist()) == sorted(engine.keys.free_ids().tolist())
+
+
 def test_punctuation_advances_the_eviction_clock():
     queries = query("""
         QUERY p FROM mixed PARTITION BY symbol

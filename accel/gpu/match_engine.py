@@ -47,7 +47,7 @@ def _plan(checked: CheckedQuery):
 class GpuMatchEngine(Engine):
     # Composite events are decoded as the CPU engine decodes its output arrays.
     _results = MatchEngine._results
-    _keys_of = MatchEngine._keys_of
+    _key_column = MatchEngine._key_column
     _key = MatchEngine._key
 
     def __init__(self, checked: CheckedQuery, strings: StringDictionary,

@@ -12,12 +12,15 @@ class KeyIndex:
 
     Ids are assigned in order of first appearance. `values[id]` is the key as columns hold it
     (a tuple of column values: string codes, ints, floats, bools); no attributes: one key.
+    `release(ids)` forgets keys (their `values` become None); their ids go to new keys
+    before fresh ones do, so `len()` (the id range) stays bounded by the keys live at once.
     """
 
     def __init__(self, attrs: list[str]):
         self.attrs = attrs
         self.ids: dict[tuple, int] = {}
-        self.values: list[tuple] = []
+        self.values: list[tuple | None] = []
+        self.free: list[int] = []
 
     def __len__(self) -> int:
         return len(self.values)
@@ -50,16 +53,32 @@ class KeyIndex:
         return mapping[inverse.reshape(-1)]
 
     def _new(self, key: tuple) -> int:
-        self.ids[key] = len(self.values)
-        self.values.append(key)
-        return len(self.values) - 1
+        if self.free:
+            k = self.free.pop()
+            self.values[k] = key
+        else:
+            k = len(self.values)
+            self.values.append(key)
+        self.ids[key] = k
+        return k
 
-    def to_state(self) -> list[list]:
-        return [list(k) for k in self.values]
+    def release(self, ids) -> None:
+        for k in ids:
+            del self.ids[self.values[k]]
+            self.values[k] = None
+            self.free.append(k)
+
+    def to_state(self) -> list[list | None]:
+        return [None if k is None else list(k) for k in self.values]
 
     @classmethod
-    def from_state(cls, attrs: list[str], values: list[list]) -> KeyIndex:
+    def from_state(cls, attrs: list[str], values: list[list | None]) -> KeyIndex:
         index = cls(attrs)
-        for key in values:
-            index._new(tuple(key))
+        for k, key in enumerate(values):
+            index.values.append(None if key is None else tuple(key))
+            if key is None:
+                index.free.append(k)
+            else:
+                index.ids[tuple(key)] = k
+        index.free.reverse()  # the lowest free id is taken first
         return index

@@ -64,7 +64,7 @@ class MatchEngine(Engine):
         if idle_timeout is not None and idle_timeout <= 0:
             raise ValueError("idle_timeout must be positive")
         self.idle_timeout = idle_timeout
-        self.metrics = {"evicted_keys": 0}
+        self.metrics = {"evicted_keys": 0, "released_keys": 0}
         self._tables: StringTables | None = None
         self._key_cache: dict[int, object] = {}
         self._last_sweep = INT64_MIN
@@ -307,6 +307,16 @@ class MatchEngine(Engine):
         self._last_sweep = clock
         self.metrics["evicted_keys"] += int(_evict(
             clock, self.idle_timeout, ctr, a["slot_i"], a["key_i"], a["free"]))
+        # Idle keys are forgotten too (ids, rows, lookup entries), so memory is bounded by
+        # the keys live within the timeout. Forgetting a key's last time is sound under
+        # eviction's own assumption: its later events are newer than `clock - timeout`.
+        released = _release_idle(clock, self.idle_timeout, a["key_i"],
+                                 a.get("key_f", _EMPTY_ROWS), len(self.keys))
+        if len(released):
+            self.keys.release(released)
+            for k in released.tolist():
+                self._key_cache.pop(k, None)
+            self.metrics["released_keys"] += len(released)
 
     # ------------------------------------------------------------ results
 
@@ -331,16 +341,19 @@ class MatchEngine(Engine):
                 fields.append(Field(spec.name, spec.kind, a[f"e{j}"][:no].copy(),
                                     a[f"e{j}n"][:no].copy() if spec.nullable else None))
         return ColumnBatch(self.checked.name, Decoder(self.strings.strings),
-                           Keys(a["out_key"][:no].copy(), self._keys_of),
+                           self._key_column(a["out_key"][:no]),
                            a["out_end"][:no].copy(), a["out_start"][:no].copy(), fields)
 
-    def _keys_of(self, ids: np.ndarray) -> list:
+    def _key_column(self, ids: np.ndarray) -> Keys:
+        """The composites' keys, taken now: ids of evicted keys go to other keys later."""
         if not self.key_attrs:
-            return [None] * len(ids)
+            return Keys(np.zeros(len(ids), np.int64), lambda distinct: [None] * len(distinct))
         if self.keys.fast:
             kind = self.schema.attributes[self.key_attrs[0]]
-            return Decoder(self.strings.strings).values(kind, self.keys.codes[ids])
-        return [self._key(k) for k in ids.tolist()]
+            decoder = Decoder(self.strings.strings)
+            return Keys(self.keys.codes[ids], lambda codes: decoder.values(kind, codes))
+        keys = {k: self._key(k) for k in np.unique(ids).tolist()}
+        return Keys(ids.copy(), lambda distinct: [keys[k] for k in distinct.tolist()])
 
     # ------------------------------------------------------------ snapshots
 
@@ -356,6 +369,7 @@ class MatchEngine(Engine):
             arrays[name] = a[name][:nkeys]
         if codes is not None:
             arrays["key_codes"] = codes
+            arrays["key_free"] = self.keys.free_ids()
         for name, _, _ in p.slots.arrays():
             arrays[name] = a[name][:high]
         for name, _, _ in p.records.arrays():
@@ -370,10 +384,10 @@ class MatchEngine(Engine):
         p = self.program
         ctr = meta["ctr"]
         self.keys = _Keys.from_state(self.key_attrs, self.schema, meta["keys"],
-                                     arrays.get("key_codes"))
+                                     arrays.get("key_codes"), arrays.get("key_free"))
         nkeys = len(self.keys)
         self._key_cache = {}
-        self.metrics = dict(meta["metrics"])
+        self.metrics = {"released_keys": 0, **meta["metrics"]}
         self._last_sweep = meta["last_sweep"]
         used = ctr[_CTR["log_n"]]
         self._allocate(nkeys=max(16, nkeys), nslots=meta["nslots"], cap=meta["cap"],
@@ -391,6 +405,7 @@ class MatchEngine(Engine):
 
 
 _EMPTY = np.zeros(1, np.int64)
+_EMPTY_ROWS = np.zeros((0, 1), np.float64)
 
 
 def _zeros(shape: tuple, dtype) -> np.ndarray:
@@ -429,16 +444,37 @@ class _Keys:
             "int", "timestamp", "string")
         self.index = None if self.fast else KeyIndex(attrs)
         self.codes = np.zeros(16, np.int64)  # fast path: the key of each id
-        self.count = 0
+        self.count = 0  # fast path: ids in use or released (the id range)
+        self.free = np.zeros(16, np.int64)  # fast path: released ids, taken before new ones
+        self.free_top = 0
         self.lut: np.ndarray | None = None
         self.lo = 0
         self.ids = np.empty(0, np.int64)
 
     def __len__(self) -> int:
+        """The id range: ids in use or released."""
         return self.count if self.fast else len(self.index)
 
     def value(self, k: int) -> tuple:
         return (int(self.codes[k]),) if self.fast else self.index.values[k]
+
+    def release(self, ids: np.ndarray) -> None:
+        """Forget these keys (idle-key eviction); their ids go to new keys first."""
+        if len(ids) == 0:
+            return
+        if not self.fast:
+            self.index.release(ids.tolist())
+            return
+        self.lut[self.codes[ids] - self.lo] = -1
+        top = self.free_top + len(ids)
+        if top > len(self.free):
+            self.free = _grown(self.free[:self.free_top], max(top, 2 * len(self.free)))
+        self.free[self.free_top:top] = ids
+        self.free_top = top
+
+    def free_ids(self) -> np.ndarray:
+        return self.free[:self.free_top].copy() if self.fast else \
+            np.array(self.index.free, np.int64)
 
     def assign(self, batch: Batch) -> np.ndarray:
         if not self.fast:
@@ -455,8 +491,9 @@ class _Keys:
         position = 0
         while True:
             if self.lut is not None:
-                added, position = _map_keys(column, position, self.lo, self.lut, ids,
-                                            self.count, self.codes)
+                added, self.free_top, position = _map_keys(
+                    column, position, self.lo, self.lut, ids, self.count, self.codes,
+                    self.free, self.free_top)
                 self.count += added
                 if position == n:
                     return ids
@@ -485,9 +522,10 @@ class _Keys:
         return True
 
     def _slow(self) -> None:
-        self.index = KeyIndex(self.attrs)
-        for code in self.codes[:self.count].tolist():
-            self.index._new((code,))
+        released = set(self.free[:self.free_top].tolist())
+        self.index = KeyIndex.from_state(self.attrs, [
+            None if k in released else [code]
+            for k, code in enumerate(self.codes[:self.count].tolist())])
         self.fast, self.lut, self.codes = False, None, None
 
     def to_state(self) -> tuple[list | None, np.ndarray | None]:
@@ -497,17 +535,26 @@ class _Keys:
         return self.index.to_state(), None
 
     @classmethod
-    def from_state(cls, attrs, schema, values: list | None, codes: np.ndarray | None):
+    def from_state(cls, attrs, schema, values: list | None, codes: np.ndarray | None,
+                   free: np.ndarray | None = None):
+        """`free`: the fast path's released ids (a snapshot's `key_free`)."""
         keys = cls(attrs, schema)
         if values is None:
             keys.codes = np.array(codes, dtype=np.int64)
             keys.count = len(codes)
-            if keys.count:  # the table is rebuilt from the codes
-                if keys._cover(int(keys.codes.min()), int(keys.codes.max()) + 1, 0):
-                    keys.lut[keys.codes - keys.lo] = np.arange(keys.count, dtype=np.int32)
+            free = np.zeros(0, np.int64) if free is None else np.asarray(free, np.int64)
+            keys.free = np.zeros(max(16, len(free)), np.int64)
+            keys.free[:len(free)] = free
+            keys.free_top = len(free)
+            live = np.ones(keys.count, bool)
+            live[free] = False
+            if live.any():  # the table is rebuilt from the codes of the ids in use
+                used = keys.codes[live]
+                if keys._cover(int(used.min()), int(used.max()) + 1, 0):
+                    keys.lut[used - keys.lo] = np.flatnonzero(live).astype(np.int32)
                 else:
                     keys._slow()
-            if len(keys.codes) == 0:
+            if keys.fast and len(keys.codes) == 0:
                 keys.codes = np.zeros(16, np.int64)
         else:
             keys.fast = False
@@ -516,9 +563,10 @@ class _Keys:
 
 
 @njit(cache=True)
-def _map_keys(values, start, lo, lut, ids, next_id, codes):
-    """Ids of `values` from `start` on by the lookup table; new values get the next ids
-    (and are written to `codes` at their id). Returns how many were new and where it
+def _map_keys(values, start, lo, lut, ids, next_id, codes, free, free_top):
+    """Ids of `values` from `start` on by the lookup table; a new value takes a released
+    id (`free[:free_top]`, last first) or else the next new id, and is written to `codes`
+    at its id. Returns how many new ids were used, the released ids left, and where it
     stopped: the end, or a value outside the table."""
     u = np.uint64  # unsigned indexes: no negative-index wraparound code
     size = lut.shape[0]
@@ -526,15 +574,19 @@ def _map_keys(values, start, lo, lut, ids, next_id, codes):
     for i in range(start, values.shape[0]):
         v = values[u(i)]
         if v - lo < 0 or v - lo >= size:
-            return added, i
+            return added, free_top, i
         k = lut[u(v - lo)]
         if k < 0:
-            k = next_id + added
+            if free_top > 0:
+                free_top -= 1
+                k = free[u(free_top)]
+            else:
+                k = next_id + added
+                added += 1
             lut[u(v - lo)] = k
             codes[u(k)] = v
-            added += 1
         ids[u(i)] = k
-    return added, values.shape[0]
+    return added, free_top, values.shape[0]
 
 
 # ---------------------------------------------------------------- helpers
@@ -560,6 +612,25 @@ def _evict(clock, timeout, ctr, slot_i, key_i, free):
             key_i[k, 2] = 0
             evicted += 1
     return evicted
+
+
+@njit(cache=True)
+def _release_idle(clock, timeout, key_i, key_f, nkeys):
+    """Ids of the keys in use (an accepted event) idle for `timeout` or longer and without
+    partial matches (`_evict` ran first); their rows are reset to those of a new key."""
+    out = np.empty(nkeys, np.int64)
+    n = 0
+    for k in range(nkeys):
+        last = key_i[k, 1]
+        if last != INT64_MIN and key_i[k, 0] == 0 and key_i[k, 2] == 0 and \
+                clock - last >= timeout:
+            key_i[k, :] = 0
+            key_i[k, 1] = INT64_MIN
+            if key_f.shape[0] > k:
+                key_f[k, :] = 0.0
+            out[n] = k
+            n += 1
+    return out[:n]
 
 
 @njit(cache=True)

@@ -189,8 +189,8 @@ def test_idle_eviction_as_the_cpu_engine():
     for engine in engines:
         engine.process(BatchEncoder(MIXED, engine.strings).from_events(stream[:150]))
         engine.punctuate(stream[149].ts + 30)
-    assert engines[0].metrics == engines[1].metrics
-    assert engines[0].metrics["evicted_keys"] > 0
+    assert engines[0].metrics["evicted_keys"] == engines[1].metrics["evicted_keys"] > 0
+    assert engines[1].metrics["released_keys"] > 0  # the CPU engine also forgets idle keys
 
 
 def test_placement_routes_match_queries():
