@@ -24,10 +24,13 @@ State, all numpy arrays (so a snapshot is arrays plus a little JSON):
 
 Option `idle_timeout` (event-time units): after a batch or punctuation, a key whose last
 event is at least that far behind the engine's clock (the largest event time seen) loses
-its partial matches and its slot (`metrics["evicted_keys"]` counts them). The time of its
-last event stays, so rejections are unaffected; results are unaffected when
+its partial matches and its slot (`metrics["evicted_keys"]` counts them), and then the key
+itself: its id, row and lookup entry go to new keys (`metrics["released_keys"]`), so
+memory is bounded by the keys live within the timeout. Results are unaffected when
 `idle_timeout` exceeds every match's duration plus how far a key's events may lag behind
-the other keys' times.
+the other keys' times (a returning key's events are then newer than anything forgotten,
+so no "time goes backwards" rejection is missed). Matches that candidates hold in key rows
+(when every candidate shares the predicates) are described in `cep_core.compiler.match`.
 """
 
 from __future__ import annotations
