@@ -29,8 +29,11 @@ itself: its id, row and lookup entry go to new keys (`metrics["released_keys"]`)
 memory is bounded by the keys live within the timeout. Results are unaffected when
 `idle_timeout` exceeds every match's duration plus how far a key's events may lag behind
 the other keys' times (a returning key's events are then newer than anything forgotten,
-so no "time goes backwards" rejection is missed). Matches that candidates hold in key rows
-(when every candidate shares the predicates) are described in `cep_core.compiler.match`.
+so no "time goes backwards" rejection is missed).
+
+When every candidate shares the predicates and EMIT has no `Collect`, a key keeps its
+candidates in its own row instead of a slot (one cache line per event;
+`cep_core.compiler.match`).
 """
 
 from __future__ import annotations
