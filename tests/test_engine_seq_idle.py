@@ -94,3 +94,22 @@ def test_counter_counts_idle_partitions_with_state(factory):
     assert engine.punctuate(60) == [] and engine.metrics()["evicted_keys"] == 2
     with pytest.raises(ValueError):
         factory(queries[0], StringDictionary(), idle_timeout=0)
+
+
+def test_cdp_forgets_idle_partitions_and_reuses_their_ids():
+    """Partitions that never come back: once idle and empty they give their ids to new
+    partitions, so the id range stays near the partitions live within the timeout, and
+    the output (across a snapshot and restore) is still the reference's."""
+    queries = load_query_text(ANY_MATCH)
+    stream = drifting_stream(7, n=2000)  # 80 generations of 3 partitions
+    assert_same(queries, stream, sizes=(16, 5), restore_at=1000, factory=SeqEngine,
+                idle_timeout=12)
+    engine = SeqEngine(queries[0], StringDictionary(), idle_timeout=12)
+    assert run_engine(engine, stream)
+    seen = len({e.attrs["p"] for e in stream if isinstance(e, Event)})
+    assert engine.metrics()["released_keys"] > seen // 2
+    assert len(engine.keys) < seen // 4  # without release: one id per partition ever seen
+    again = SeqEngine(queries[0], StringDictionary(), idle_timeout=12)
+    again.restore(engine.snapshot())
+    assert again.metrics() == engine.metrics()
+    assert sorted(again.keys.free) == sorted(engine.keys.free)

@@ -42,7 +42,7 @@ from cep_core.compiler.seq_cdp import ERR, OVF, PALIVE, CdpKernel
 from cep_core.compiler.seq_plan import SeqPlan
 from cep_core.composite_batch import CompositeBatch
 from cep_core.engine.seq_base import BACKWARDS_TIME, SeqEngineBase
-from cep_core.engine.seq_idle import drop_events, idle_partitions
+from cep_core.engine.seq_idle import drop_events, empty_idle_partitions, idle_partitions
 
 __all__ = ["BACKWARDS_TIME", "NotSupportedError", "SeqEngine", "SeqOverflowError"]
 
@@ -136,10 +136,15 @@ class SeqEngine(SeqEngineBase):
         if not self.idle.due():
             return
         P = self.P
+        none_live = np.zeros(P, np.int64)
         parts = idle_partitions(self.idle.clock, self.idle.timeout, self.last_ts, self.cnt,
-                                self.phead, np.zeros(P, np.int64), P)
+                                self.phead, none_live, P)
         drop_events(parts, self.cnt, self.evicted)
         self.idle.evicted += len(parts)
+        # then the partitions themselves: memory is bounded by those live within the
+        # timeout (sound under eviction's own assumption, as for MATCH keys)
+        self._release(empty_idle_partitions(self.idle.clock, self.idle.timeout,
+                                            self.last_ts, self.cnt, self.phead, none_live, P))
 
     def flush(self) -> list[dict]:
         return self._release_all(True)
@@ -160,7 +165,7 @@ class SeqEngine(SeqEngineBase):
         return {"partitions": self.P, "overflows": int(self.ctr[OVF]),
                 "pending": int(self.ctr[PALIVE]),
                 "stored_events": int(self.cnt[:self.P].sum()),
-                "evicted_keys": self.idle.evicted}
+                "evicted_keys": self.idle.evicted, "released_keys": self.idle.released}
 
     # ------------------------------------------------------------ snapshots
 

@@ -114,6 +114,16 @@ class SeqEngineBase(Engine):
         self.AI = list(arenas[0::2])
         self.AF = list(arenas[1::2])
 
+    def _release(self, parts: np.ndarray) -> None:
+        """Give the ids of these partitions (empty, idle, last time already reset) to new
+        keys; their arena segments are kept for them."""
+        if len(parts):
+            for name, fill in self._PER_PARTITION.items():  # as a new partition's
+                getattr(self, name)[parts] = fill
+            self.keys.release(parts.tolist())
+            self.output.forget_keys(parts)
+            self.idle.released += len(parts)
+
     def _reject_backwards(self, batch: Batch, dead: np.ndarray, n_dead: int) -> None:
         for t in dead[:n_dead].tolist():
             self.dead_letters.append((int(batch.seq[t]), BACKWARDS_TIME))
@@ -139,7 +149,7 @@ class SeqEngineBase(Engine):
         P = self.P
         meta = {"keys": self.keys.to_state(), "punct": int(self.punct), "partitions": P,
                 "algorithm": self.algorithm,
-                "idle": [self.idle.clock, self.idle.last_sweep, self.idle.evicted]}
+                "idle": self.idle.state()}
         arrays = {name: getattr(self, name)[:P] for name in self._PER_PARTITION}
         arrays.update({"cnt": self.cnt[:P], "evicted": self.evicted[:P], "ctr": self.ctr,
                        "pd": self.pd[:int(self.ctr[PN])], "pk": self.pk[:int(self.ctr[PKN])]})
@@ -160,7 +170,7 @@ class SeqEngineBase(Engine):
         P = int(meta["partitions"])
         self._grow_partitions(P)
         self.punct = int(meta["punct"])
-        self.idle.clock, self.idle.last_sweep, self.idle.evicted = meta["idle"]
+        self.idle.load_state(meta["idle"])
         for name in (*self._PER_PARTITION, "cnt", "evicted"):
             getattr(self, name)[:P] = arrays[name]
         self.ctr = arrays["ctr"].astype(np.int64).copy()

@@ -4,10 +4,14 @@ After a batch or punctuation the engine's clock is the largest event time (or
 punctuation) seen. A partition whose last event is at least `idle_timeout` behind the clock
 and that holds state (stored events, automaton instances) but no pending match (a
 completed match waiting for its trailing NOT to be decided is a result, never dropped)
-loses that state; `metrics()["evicted_keys"]` counts such evictions. Its last event time
-stays, so rejections ("event time goes backwards") are unaffected; so are results when
-`idle_timeout` exceeds the query's horizon (WITHIN, TESLA's WITHIN ... FROM chain, window
-aggregates) plus how far a partition's events may lag behind the other partitions' times.
+loses that state; `metrics()["evicted_keys"]` counts such evictions. The CDP engine then
+forgets idle partitions that hold nothing (`empty_idle_partitions`): their ids go to new
+partitions (`metrics()["released_keys"]`), so memory is bounded by the partitions live
+within the timeout. Results are unaffected when `idle_timeout` exceeds the query's horizon
+(WITHIN, TESLA's WITHIN ... FROM chain, window aggregates) plus how far a partition's
+events may lag behind the other partitions' times (a returning partition's events are
+then newer than its forgotten last time, so no "time goes backwards" rejection is missed).
+The AIP engine does not release partitions yet.
 Sweeps run at most every `idle_timeout // 8` of clock time, as MATCH's.
 
 Without eviction a partition's state is already freed as it empties: stored events older
@@ -34,6 +38,14 @@ class IdleKeys:
         self.clock = INT64_MIN
         self.last_sweep = INT64_MIN
         self.evicted = 0
+        self.released = 0  # partitions forgotten (their ids given to new keys)
+
+    def state(self) -> list[int]:
+        return [self.clock, self.last_sweep, self.evicted, self.released]
+
+    def load_state(self, state: list[int]) -> None:
+        self.clock, self.last_sweep, self.evicted = state[:3]
+        self.released = state[3] if len(state) > 3 else 0
 
     def advance(self, ts) -> None:
         if ts > self.clock:
@@ -63,6 +75,28 @@ def idle_partitions(clock, timeout, last_ts, cnt, phead, live, P):
             if cnt[p, c] > 0:
                 holds = True
         if holds:
+            out[k] = p
+            k += 1
+    return out[:k]
+
+
+@njit(cache=True)
+def empty_idle_partitions(clock, timeout, last_ts, cnt, phead, live, P):
+    """Partitions < P in use (an accepted event), idle for `timeout` or longer and holding
+    nothing: no stored events, no live instances, no pending match. Their last time is
+    reset to a new partition's; the caller gives their ids to new keys."""
+    out = np.empty(P, np.int64)
+    k = 0
+    for p in range(P):
+        if last_ts[p] == INT64_MIN or clock - last_ts[p] < timeout or phead[p] >= 0 or \
+                live[p] > 0:
+            continue
+        empty = True
+        for c in range(cnt.shape[1]):
+            if cnt[p, c] > 0:
+                empty = False
+        if empty:
+            last_ts[p] = INT64_MIN
             out[k] = p
             k += 1
     return out[:k]

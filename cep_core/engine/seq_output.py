@@ -30,8 +30,13 @@ class SeqOutput:
         self.emit_plan = [(item.name, item.expr.type) for item in engine.plan.body.emit]
         self.decoded_keys: dict[int, object] = {}
 
-    def forget_keys(self) -> None:
-        self.decoded_keys = {}
+    def forget_keys(self, ids=None) -> None:
+        """Drop decoded keys: all, or those of released partition ids."""
+        if ids is None:
+            self.decoded_keys = {}
+        else:
+            for p in ids.tolist():
+                self.decoded_keys.pop(p, None)
 
     def _keys(self, ids: np.ndarray) -> list:
         engine = self.engine
@@ -44,6 +49,12 @@ class SeqOutput:
                 cache[p] = engine.decode_key(engine.keys.attrs, engine.keys.values[p])
             out.append(cache[p])
         return out
+
+    def _key_column(self, ids: np.ndarray) -> Keys:
+        """The composites' keys, taken now: released partition ids go to other keys."""
+        distinct = np.unique(ids)
+        keys = dict(zip(distinct.tolist(), self._keys(distinct)))
+        return Keys(ids, lambda d: [keys[p] for p in d.tolist()])
 
     def columns(self, n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn,
                 timed_out: bool = False) -> ColumnBatch:
@@ -72,5 +83,5 @@ class SeqOutput:
                                     np.ascontiguousarray(ovn[:n_out, j])))
         strings = self.engine.strings.strings
         return ColumnBatch(self.engine.query.name, Decoder(strings),
-                           Keys(np.ascontiguousarray(om[:, 0]), self._keys), high, low,
+                           self._key_column(np.ascontiguousarray(om[:, 0])), high, low,
                            fields, events, {"timed_out": True} if timed_out else None)
