@@ -10,6 +10,8 @@ process kernels call them with their own names for the bindings."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 from cep_core import ast
 from cep_core.compiler.expressions import STRING_TABLE_PARAMS, ExpressionCompiler
 from cep_core.compiler.seq_codegen import (
@@ -32,7 +34,7 @@ from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
 from cep_core.compiler.seq_plan import Conjunct, SeqPlan
 
 
-class MatchCodeGenerator(ChannelCodeGenerator):
+class MatchCodeGenerator(ChannelCodeGenerator, ABC):
     """A subclass provides `param_conjunct_lines` (a conjunct over the bindings as
     parameters) and may set `Unsupported` (the error for what it does not evaluate)."""
 
@@ -50,9 +52,10 @@ class MatchCodeGenerator(ChannelCodeGenerator):
         self.record_width = width
         self.pending_possible = any(n.where == "end" or self.by_ts for n in plan.negations)
 
+    @abstractmethod
     def param_conjunct_lines(self, c: Conjunct, rows: dict, flag: str) -> list[str]:
-        """Lines that set `flag` False unless c holds, Kleene variables read as parameters."""
-        raise NotImplementedError
+        """Lines that set `flag` False unless c holds, Kleene variables read as parameters
+        (each algorithm walks Kleene elements its own way)."""
 
     # ------------------------------------------------------------ bindings
 
