@@ -105,10 +105,10 @@ class Decoder:
 
 @dataclass
 class Keys:
-    """The `key` of each composite: per-event key ids and how to decode distinct ones.
-    Decoding is lazy (at `to_dicts`/`to_arrow`), which relies on an engine never giving a
-    key id (or a string code) another meaning later: ids and codes are append-only today;
-    an engine that reuses them must decode before it does."""
+    """The `key` of each composite: per-event ids and how to decode distinct ones.
+    Decoding is lazy (at `to_dicts`/`to_arrow`), so `ids` must keep their meaning: engines
+    that give evicted keys' ids to new keys pass key values (codes) instead, or a `decode`
+    holding the keys taken when the batch was made. String codes are append-only."""
     ids: np.ndarray
     decode: Callable[[np.ndarray], list]  # distinct ids -> keys (None, value or list)
 
