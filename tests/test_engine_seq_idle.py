@@ -113,3 +113,32 @@ def test_cdp_forgets_idle_partitions_and_reuses_their_ids():
     again.restore(engine.snapshot())
     assert again.metrics() == engine.metrics()
     assert sorted(again.keys.free) == sorted(engine.keys.free)
+
+
+@pytest.mark.parametrize("text", [
+    "QUERY n FROM abc PATTERN SEQ(A a, B b) WITHIN 4",
+    "QUERY m FROM abc PATTERN ( a b ) DEFINE a AS type = 'A', b AS type = 'B'"])
+def test_the_one_key_of_an_unpartitioned_query_is_released_again_and_again(text):
+    """No PARTITION BY: the single key goes idle (a punctuation moves the clock past it),
+    is released and comes back, again and again."""
+    queries = load_query_text(text)
+    stream, ts = [], 0
+    for i in range(60):
+        if i and i % 10 == 0:  # a quiet gap (no match open) the punctuation announces
+            stream.append(Punctuation(ts + 30))
+            ts += 50
+        ts += 1
+        stream.append(Event(i, ts, {"type": "AB"[i % 2], "p": 0, "v": 0, "ts": ts}))
+    assert_same(queries, stream, sizes=(3,), restore_at=30, idle_timeout=20)
+    engine = create_engine(queries[0], StringDictionary(), idle_timeout=20)
+    encoder = BatchEncoder(engine.schema, engine.strings)
+    found, pending = [], []
+    for item in stream + [Punctuation(ts + 30)]:
+        if isinstance(item, Punctuation):
+            found += engine.process(encoder.from_events(pending)) + engine.punctuate(item.ts)
+            pending = []
+        else:
+            pending.append(item)
+    assert found
+    metrics = engine.metrics() if callable(engine.metrics) else engine.metrics
+    assert metrics["released_keys"] >= 4

@@ -29,7 +29,7 @@ class KeyIndex:
         """The key id of every event of the batch (int64)."""
         n = len(batch)
         if not self.attrs:
-            if not self.values:
+            if () not in self.ids:  # first use, or released while idle
                 self._new(())
             return np.zeros(n, dtype=np.int64)
         if n == 0:
