@@ -76,12 +76,12 @@ class Bench:
         stop_services(self.services)
 
     def send(self, values: list[bytes], framed: bool = False, end: bool = True) -> None:
-        from services.kafka import produce
+        from services.kafka import produce, produce_end
         headers = [("kind", b"events")] if framed else None
         for value in values:
             produce(self.producer, self.topics.source, value, headers=headers)
         if end:
-            produce(self.producer, self.topics.source, b"", headers=[("kind", b"end")])
+            produce_end(self.producer, self.topics.source)
         self.producer.flush(60)
 
     def wait_end(self, timeout_s: float = 120) -> float:
@@ -157,7 +157,7 @@ def run_bench(events: int, workers: int, bootstrap: str | None, latency_s: float
 def latency(bench: Bench, lines: list[bytes], rate: float, seconds: float, base: int):
     """Produce at `rate` for `seconds`; latency of each composite event from the produce
     time of its last event."""
-    from services.kafka import produce
+    from services.kafka import produce, produce_end
 
     consumer = bench.settings.consumer()
     consumer.assign([TopicPartition("double_tops", 0, OFFSET_BEGINNING)])
@@ -176,7 +176,7 @@ def latency(bench: Bench, lines: list[bytes], rate: float, seconds: float, base:
             produce(bench.producer, bench.topics.source, line)
         sent[i:i + chunk] = now
         bench.producer.poll(0)
-    produce(bench.producer, bench.topics.source, b"", headers=[("kind", b"end")])
+    produce_end(bench.producer, bench.topics.source)
     bench.producer.flush(30)
     bench.wait_end()
     delays = []

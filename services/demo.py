@@ -89,7 +89,7 @@ def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rat
              console) -> bool:
     from services.broker import EmbeddedBroker
     from services.control import ControlMessage, publish
-    from services.kafka import KafkaSettings, Topics, produce
+    from services.kafka import KafkaSettings, Topics, produce, produce_end
     from services.pipeline import create_topics
 
     broker = None
@@ -121,7 +121,7 @@ def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rat
             if rate:
                 time.sleep(chunk / rate)
             _collect(output, received, view)
-        produce(producer, topics.source, b"", headers=[("kind", b"end")])
+        produce_end(producer, topics.source)
         producer.flush(30)
         last = len(lines) - 1
         deadline = time.monotonic() + 300

@@ -184,6 +184,12 @@ def ensure_topics(settings: KafkaSettings, partitions: dict[str, int],
             raise RuntimeError(f"topic {name} has {have} partitions, {count} wanted")
 
 
+def produce_end(producer: Producer, topic: str) -> None:
+    """The end-of-input marker on a source topic: an empty `kind=end` frame
+    (services/frames.py); the pipeline flushes its engines there."""
+    produce(producer, topic, b"", headers=[("kind", b"end")])
+
+
 def produce(producer: Producer, topic: str, value: bytes, key: bytes | None = None,
             partition: int | None = None, headers=None) -> None:
     """Produce, waiting for room in the local queue when it is full."""

@@ -298,7 +298,7 @@ def test_backfill_equals_the_streaming_service(spark, kafka_bootstrap, tmp_path,
     import uuid
 
     from services.control import ControlMessage, publish, split_query_file
-    from services.kafka import KafkaSettings, Topics, produce, read_all
+    from services.kafka import KafkaSettings, Topics, produce, produce_end, read_all
     from services.pipeline import LocalPipeline, create_topics, wait_for
 
     path = EXAMPLES / "data" / events_file
@@ -320,7 +320,7 @@ def test_backfill_equals_the_streaming_service(spark, kafka_bootstrap, tmp_path,
         for line in path.read_bytes().splitlines():
             if line.strip():
                 produce(producer, topics.source, line)
-        produce(producer, topics.source, b"", headers=[("kind", b"end")])
+        produce_end(producer, topics.source)
         producer.flush(30)
         wait_for(lambda: pipeline.coordinator.merger.ended, 120, "end of input released")
     assert backfilled

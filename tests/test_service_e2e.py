@@ -25,7 +25,7 @@ from cep_core.checker import load_queries
 from cep_core.event_io import read_events
 from services.broker import free_port
 from services.control import ControlMessage, publish, split_query_file
-from services.kafka import KafkaSettings, Topics, produce, read_all
+from services.kafka import KafkaSettings, Topics, produce, produce_end, read_all
 from services.pipeline import LocalPipeline, create_topics, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ def _produce(settings, topic: str, lines: list[bytes], end: bool = True) -> None
     for line in lines:
         produce(producer, topic, line)
     if end:
-        produce(producer, topic, b"", headers=[("kind", b"end")])
+        produce_end(producer, topic)
     producer.flush(30)
 
 

@@ -19,7 +19,7 @@ from cep_core.checker import load_queries
 from cep_core.event_io import read_events
 from services.broker import free_port
 from services.control import ControlMessage, publish, split_query_file
-from services.kafka import KafkaSettings, Topics, produce
+from services.kafka import KafkaSettings, Topics, produce, produce_end
 from services.pipeline import LocalPipeline, create_topics, wait_for
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -71,7 +71,7 @@ def test_metrics_endpoints_report_the_run(settings):
         symbols = {e["symbol"] for e in events}
         assert 0 < partial <= len(symbols)
         assert worker["cep_engine_state{measure=keys_with_partials,query=mshape}"] == partial
-        produce(producer, topics.source, b"", headers=[("kind", b"end")])
+        produce_end(producer, topics.source)
         producer.flush(30)
         wait_for(lambda: merger.ended, 60, "end of input released")
         wait_for(lambda: scrape(ports[2]).get("cep_events_out_total") == len(expected), 10,

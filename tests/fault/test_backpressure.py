@@ -17,7 +17,7 @@ from cep_core import reference
 from cep_core.checker import load_query_text
 from cep_core.event_io import read_events
 from services.control import ControlMessage, publish, split_query_file
-from services.kafka import KafkaSettings, Topics, produce, read_all
+from services.kafka import KafkaSettings, Topics, produce, produce_end, read_all
 from services.pipeline import LocalPipeline, create_topics, wait_for
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -103,7 +103,7 @@ def test_paused_pipeline_output_equals_reference(broker):
         for line in path.read_bytes().splitlines():
             if line.strip():
                 produce(producer, topics.source, line)
-        produce(producer, topics.source, b"", headers=[("kind", b"end")])
+        produce_end(producer, topics.source)
         producer.flush(30)
         wait_for(lambda: pipeline.coordinator.merger.ended, 120, "end of input released")
     worker = pipeline.workers[0]

@@ -18,7 +18,7 @@ from cep_core import reference
 from cep_core.checker import load_queries
 from cep_core.event_io import decode_record
 from services.control import ControlMessage, publish, split_query_file
-from services.kafka import KafkaSettings, Topics, produce, read_all
+from services.kafka import KafkaSettings, Topics, produce, produce_end, read_all
 from services.pipeline import LocalPipeline, create_topics, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,7 +77,7 @@ def test_five_percent_bad_input_every_class(broker):
         producer = broker.producer()
         for raw in records:
             produce(producer, topics.source, raw)
-        produce(producer, topics.source, b"", headers=[("kind", b"end")])
+        produce_end(producer, topics.source)
         producer.flush(30)
         wait_for(lambda: pipeline.coordinator.merger.ended, 120, "end of input released")
         assert pipeline.metrics[0].dead_letters._value.get() == len(bad)
