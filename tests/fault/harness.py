@@ -21,8 +21,8 @@ from cep_core.event_io import read_events
 from services.broker import free_port
 from services.control import ControlMessage, publish, split_query_file
 from services.checkpoint import read_partitions
-from services.kafka import KafkaSettings, Topics, produce
-from services.pipeline import create_topics
+from services.kafka import KafkaSettings, Topics, produce, produce_end
+from services.pipeline import create_topics, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -120,7 +120,7 @@ class Pipeline:
                 producer.flush(30)
                 time.sleep(pause_s)
             if end:
-                produce(producer, self.topics.source, b"", headers=[("kind", b"end")])
+                produce_end(producer, self.topics.source)
             producer.flush(30)
 
         thread = threading.Thread(target=body, daemon=True)
@@ -148,3 +148,25 @@ class Pipeline:
             return False
         got = self.outputs()
         return all(len(got[t]) >= len(want) for t, want in self.expected.items())
+
+
+def restart(pipe: Pipeline, role: str, ready_event: str) -> float:
+    """Kill and restart `role`; seconds from the kill until it is back (its ready event)."""
+    killed = pipe.kill(role)
+    pipe.start(role)
+    wait_for(lambda: pipe.log_events(role, ready_event, killed), 60, f"{role} back")
+    return pipe.log_events(role, ready_event, killed)[0]["ts"] - killed
+
+
+def after_released(pipe: Pipeline, count: int) -> None:
+    wait_for(lambda: pipe.released() >= count, 90, f"{count} composite events out",
+             interval_s=0.2)
+
+
+def assert_exact(pipe: Pipeline) -> None:
+    wait_for(pipe.finished, 120, "end of input released", interval_s=0.5)
+    time.sleep(1.0)  # anything repeated would land now
+    got = pipe.outputs()
+    assert sum(map(len, pipe.expected.values())) > 20
+    for topic, want in pipe.expected.items():
+        assert got[topic] == want, topic

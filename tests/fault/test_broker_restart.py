@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 
 from services.pipeline import wait_for
-from tests.fault.harness import Pipeline
-from tests.fault.test_kills import _assert_exact
+from tests.fault.harness import Pipeline, assert_exact
+
 
 
 def test_broker_restart_mid_stream(durable_broker, tmp_path):
@@ -31,7 +31,7 @@ def test_broker_restart_mid_stream(durable_broker, tmp_path):
         durable_broker.stop()
         durable_broker.start()
         pipe.produce_slowly(chunk=50, pause_s=0.2, start=200)
-        _assert_exact(pipe)
+        assert_exact(pipe)
         assert all(p.poll() is None for p in pipe.processes.values())  # nobody restarted
         print(f"broker restart -> exact result after {time.monotonic() - down:.2f} s")
     finally:

@@ -15,29 +15,7 @@ import time
 
 from services.broker import free_port
 from services.pipeline import wait_for
-from tests.fault.harness import ROOT, Pipeline
-
-
-def _restart(pipe: Pipeline, role: str, ready_event: str) -> float:
-    """Kill and restart `role`; seconds from the kill until it is back (its ready event)."""
-    killed = pipe.kill(role)
-    pipe.start(role)
-    wait_for(lambda: pipe.log_events(role, ready_event, killed), 60, f"{role} back")
-    return pipe.log_events(role, ready_event, killed)[0]["ts"] - killed
-
-
-def _after_released(pipe: Pipeline, count: int) -> None:
-    wait_for(lambda: pipe.released() >= count, 90, f"{count} composite events out",
-             interval_s=0.2)
-
-
-def _assert_exact(pipe: Pipeline) -> None:
-    wait_for(pipe.finished, 120, "end of input released", interval_s=0.5)
-    time.sleep(1.0)  # anything repeated would land now
-    got = pipe.outputs()
-    assert sum(map(len, pipe.expected.values())) > 20
-    for topic, want in pipe.expected.items():
-        assert got[topic] == want, topic
+from tests.fault.harness import ROOT, Pipeline, after_released, assert_exact, restart
 
 
 def test_worker_killed_three_times(kafka_bootstrap, tmp_path):
@@ -49,9 +27,9 @@ def test_worker_killed_three_times(kafka_bootstrap, tmp_path):
         pipe.produce_slowly(chunk=30, pause_s=0.3)
         recoveries = []  # each kill comes before the last composite events are out
         for count in sorted(rng.sample(range(5, 110), 3)):
-            _after_released(pipe, count)
-            recoveries.append(_restart(pipe, "worker0", "partitions_assigned"))
-        _assert_exact(pipe)
+            after_released(pipe, count)
+            recoveries.append(restart(pipe, "worker0", "partitions_assigned"))
+        assert_exact(pipe)
         restored = [o for e in pipe.log_events("worker0", "partitions_assigned")
                     + pipe.log_events("worker1", "partitions_assigned") for o in e["offsets"]]
         assert any(o > 0 for o in restored)  # some partitions resumed from a checkpoint
@@ -68,13 +46,13 @@ def test_splitter_and_coordinator_killed(kafka_bootstrap, tmp_path):
         wait_for(lambda: pipe.log_events("worker0", "partitions_assigned"), 90, "worker0 up")
         producing = pipe.produce_slowly(chunk=30, pause_s=0.3)
         first, second = sorted(rng.sample(range(5, 100), 2))
-        _after_released(pipe, first)
-        coordinator = [_restart(pipe, "coordinator", "coordinator_restored")]
+        after_released(pipe, first)
+        coordinator = [restart(pipe, "coordinator", "coordinator_restored")]
         assert producing.is_alive()
-        splitter = _restart(pipe, "splitter", "splitter_started")
-        _after_released(pipe, second)
-        coordinator.append(_restart(pipe, "coordinator", "coordinator_restored"))
-        _assert_exact(pipe)
+        splitter = restart(pipe, "splitter", "splitter_started")
+        after_released(pipe, second)
+        coordinator.append(restart(pipe, "coordinator", "coordinator_restored"))
+        assert_exact(pipe)
         restored = pipe.log_events("coordinator", "coordinator_restored")
         assert any(r["checkpoint"] for r in restored[1:])
         resumed = pipe.log_events("splitter", "splitter_started")
@@ -97,7 +75,7 @@ def test_serve_all_restarts_a_killed_worker(kafka_bootstrap, tmp_path):
     try:
         wait_for(lambda: pipe.log_events("all", "partitions_assigned"), 90, "worker up")
         pipe.produce_slowly(chunk=30, pause_s=0.3)
-        _after_released(pipe, random.Random(3).randrange(10, 100))
+        after_released(pipe, random.Random(3).randrange(10, 100))
         started = pipe.log_events("all", "started_all")[0]["processes"]
         worker = next(p["pid"] for p in started if p["role"] == "worker")
         os.killpg(worker, signal.SIGKILL)
@@ -105,7 +83,7 @@ def test_serve_all_restarts_a_killed_worker(kafka_bootstrap, tmp_path):
         wait_for(lambda: pipe.log_events("all", "partitions_assigned", killed), 60,
                  "worker restarted")
         assert pipe.log_events("all", "process_restarted", killed)[0]["role_of"] == "worker"
-        _assert_exact(pipe)
+        assert_exact(pipe)
     finally:
         serve.send_signal(signal.SIGTERM)
         code = serve.wait(60)

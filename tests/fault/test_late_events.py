@@ -18,7 +18,7 @@ from cep_core import reference
 from cep_core.checker import load_queries
 from cep_core.event_io import decode_record
 from services.control import ControlMessage, publish, split_query_file
-from services.kafka import KafkaSettings, Topics, produce, read_all
+from services.kafka import KafkaSettings, Topics, produce, produce_end, read_all
 from services.pipeline import LocalPipeline, create_topics, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +69,7 @@ def test_disorder_within_lateness_is_reordered_and_later_events_go_to_late_topic
         producer = broker.producer()
         for record in records:
             produce(producer, topics.source, orjson.dumps(record))
-        produce(producer, topics.source, b"", headers=[("kind", b"end")])
+        produce_end(producer, topics.source)
         producer.flush(30)
         wait_for(lambda: pipeline.coordinator.merger.ended, 120, "end of input released")
         assert pipeline.metrics[0].late_events._value.get() == len(late)
@@ -94,8 +94,7 @@ def test_splitter_killed_with_events_waiting_in_the_reorder_buffer(kafka_bootstr
     while events wait in it resumes where the oldest waiting event was read, puts the
     waiting ones back and drops the rest of what it reads again, so the INTO topics equal
     a run without the kills exactly."""
-    from tests.fault.harness import Pipeline
-    from tests.fault.test_kills import _after_released, _assert_exact, _restart
+    from tests.fault.harness import Pipeline, after_released, assert_exact, restart
 
     lateness = 30_000
     pipe = Pipeline(kafka_bootstrap, tmp_path, workers=1, checkpoint_ms=1000,
@@ -116,10 +115,10 @@ def test_splitter_killed_with_events_waiting_in_the_reorder_buffer(kafka_bootstr
         wait_for(lambda: pipe.log_events("worker0", "partitions_assigned"), 90, "worker0 up")
         pipe.produce_slowly(chunk=30, pause_s=0.3)
         for count in sorted(rng.sample(range(5, 90), 2)):
-            _after_released(pipe, count)
+            after_released(pipe, count)
             time.sleep(1.5)  # a checkpoint with events waiting
-            _restart(pipe, "splitter", "splitter_started")
-        _assert_exact(pipe)
+            restart(pipe, "splitter", "splitter_started")
+        assert_exact(pipe)
         restored = pipe.log_events("splitter", "reorder_buffer_restored")
         assert restored and any(r["waiting"] > 0 for r in restored)
     finally:
