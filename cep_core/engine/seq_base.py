@@ -115,8 +115,8 @@ class SeqEngineBase(Engine):
         self.AF = list(arenas[1::2])
 
     def _release(self, parts: np.ndarray) -> None:
-        """Give the ids of these partitions (empty, idle, last time already reset) to new
-        keys; their arena segments are kept for them."""
+        """Give the ids of these partitions (empty and idle) to new keys, their rows reset
+        to a new partition's; their arena segments are kept for them."""
         if len(parts):
             for name, fill in self._PER_PARTITION.items():  # as a new partition's
                 getattr(self, name)[parts] = fill

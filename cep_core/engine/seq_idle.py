@@ -83,8 +83,8 @@ def idle_partitions(clock, timeout, last_ts, cnt, phead, live, P):
 @njit(cache=True)
 def empty_idle_partitions(clock, timeout, last_ts, cnt, phead, live, P):
     """Partitions < P in use (an accepted event), idle for `timeout` or longer and holding
-    nothing: no stored events, no live instances, no pending match. Their last time is
-    reset to a new partition's; the caller gives their ids to new keys."""
+    nothing: no stored events, no live instances, no pending match. The caller resets
+    their rows and gives their ids to new keys (`SeqEngineBase._release`)."""
     out = np.empty(P, np.int64)
     k = 0
     for p in range(P):
@@ -96,7 +96,6 @@ def empty_idle_partitions(clock, timeout, last_ts, cnt, phead, live, P):
             if cnt[p, c] > 0:
                 empty = False
         if empty:
-            last_ts[p] = INT64_MIN
             out[k] = p
             k += 1
     return out[:k]
