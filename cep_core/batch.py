@@ -21,11 +21,16 @@ NUMPY_TYPES = {"int": np.int64, "timestamp": np.int64, "float": np.float64, "boo
 
 
 class StringDictionary:
-    """Append-only mapping between strings and dense int64 codes (0, 1, 2, ...)."""
+    """Mapping between strings and dense int64 codes (0, 1, 2, ...).
+
+    Codes are only appended, except by `compact`, which drops the strings nothing holds any
+    more and renumbers the rest; `generation` counts compactions, so that tables derived
+    from the codes know when to rebuild."""
 
     def __init__(self, strings: list[str] | None = None):
         self.strings: list[str] = []
         self.codes: dict[str, int] = {}
+        self.generation = 0
         for s in strings or []:
             self.code(s)
 
@@ -41,6 +46,20 @@ class StringDictionary:
 
     def decode(self, code: int) -> str:
         return self.strings[code]
+
+    def compact(self, keep: np.ndarray) -> np.ndarray:
+        """Keep only the strings of codes `keep`, renumbered 0, 1, ... in their old order
+        (so the renumbering preserves the order of codes). Returns old code -> new code
+        (-1 for a dropped string), for everything holding codes to remap itself with."""
+        keep = np.unique(np.asarray(keep, dtype=np.int64))
+        if len(keep) and (keep[0] < 0 or keep[-1] >= len(self.strings)):
+            raise ValueError(f"codes to keep outside 0..{len(self.strings) - 1}")
+        new_code = np.full(len(self.strings), -1, dtype=np.int64)
+        new_code[keep] = np.arange(len(keep), dtype=np.int64)
+        self.strings = [self.strings[c] for c in keep.tolist()]
+        self.codes = {s: i for i, s in enumerate(self.strings)}
+        self.generation += 1
+        return new_code
 
     def __len__(self) -> int:
         return len(self.strings)

@@ -12,13 +12,14 @@ import itertools
 from cep_core import reference
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.composite import sort_key
-from cep_core.engine import create_engine
+from cep_core.engine import compact_strings, create_engine
 from cep_core.events import Event, Punctuation
 
 
 def jit_run(queries, stream, sizes=(7,), restore_at: int | None = None,
-            factory=create_engine, **options):
-    """`factory(checked, strings, **options)` makes each engine (default: create_engine)."""
+            factory=create_engine, compact: bool = False, **options):
+    """`factory(checked, strings, **options)` makes each engine (default: create_engine).
+    `compact`: drop every string the engines no longer hold after each batch."""
     strings = StringDictionary()
     encoder = BatchEncoder(queries[0].schema, strings)
     engines = [factory(q, strings, **options) for q in queries]
@@ -46,6 +47,8 @@ def jit_run(queries, stream, sizes=(7,), restore_at: int | None = None,
         for q, engine in zip(queries, engines):
             collect(q, engine.process(batch))
         consumed += len(chunk)
+        if compact:
+            compact_strings(engines, strings, slack=1.0, minimum=0)
         if restore_at is not None and consumed >= restore_at:
             restore_at = None
             snapshots = [engine.snapshot() for engine in engines]

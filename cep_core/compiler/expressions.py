@@ -63,16 +63,17 @@ class StringTables:
 
     `rank[c]`: the string's place in sorted order (for <, <=, >, >=); `lower[c]` and
     `upper[c]`: codes of the lower/upper-cased string; `length[c]`: its length.
-    Refreshed whenever the dictionary has grown.
+    Refreshed whenever the dictionary has grown or been compacted.
     """
 
     def __init__(self, strings: StringDictionary):
         self.strings = strings
         self.size = -1
+        self.generation = -1
         self.refresh()
 
     def refresh(self) -> None:
-        if self.size == len(self.strings):
+        if self.size == len(self.strings) and self.generation == self.strings.generation:
             return
         # lower/upper may add strings to the dictionary, so close over it first.
         for s in list(self.strings.strings):
@@ -86,6 +87,7 @@ class StringTables:
         self.upper = np.array([self.strings.codes[s.upper()] for s in texts] or [0], np.int64)
         self.length = np.array([len(s) for s in texts] or [0], dtype=np.int64)
         self.size = len(texts)
+        self.generation = self.strings.generation
 
     def arrays(self) -> tuple[np.ndarray, ...]:
         """In the order of the kernels' parameters `s_rank, s_lower, s_upper, s_length`."""

@@ -36,6 +36,27 @@ def create_engine(checked: CheckedQuery, strings: StringDictionary, **options) -
     return WindowEngine(checked, strings, **options)
 
 
+def compact_strings(parts, strings: StringDictionary, slack: float = 2.0,
+                    minimum: int = 4096) -> int:
+    """Drop the strings that no engine in `parts` holds any more (keys that were released
+    and never came back), when `strings` has more than `slack` times as many as are held
+    (and at least `minimum`). Returns how many strings were dropped. Anything else holding
+    codes of `strings` (batches, composite batches not yet decoded) is invalid after."""
+    import numpy as np
+
+    if len(strings) < minimum:
+        return 0
+    live = np.unique(np.concatenate([np.empty(0, np.int64)] + [
+        np.asarray(part.string_codes(), np.int64).ravel() for part in parts]))
+    if len(strings) <= slack * len(live):
+        return 0
+    before = len(strings)
+    new_code = strings.compact(live)
+    for part in parts:
+        part.remap_strings(new_code)
+    return before - len(strings)
+
+
 def batches(stream: Iterable[Event | Punctuation], size: int):
     """Groups events into lists of at most `size`; a punctuation is yielded on its own."""
     pending: list[Event] = []
@@ -170,6 +191,10 @@ class StreamEngines:
         if meta["windows"] is not None:
             self.windows.load_state(meta["windows"], {k[2:]: v for k, v in arrays.items()
                                                       if k.startswith("w_")})
+
+    def compact_strings(self, slack: float = 2.0, minimum: int = 4096) -> int:
+        """`compact_strings` over every query of the stream."""
+        return compact_strings(list(self._parts()), self._strings, slack, minimum)
 
     def dead_letters(self) -> list[tuple[CheckedQuery, int, str]]:
         """(query, seq, reason) of every event an engine rejected."""

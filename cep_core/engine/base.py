@@ -51,6 +51,19 @@ class Engine(ABC):
     @abstractmethod
     def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None: ...
 
+    # ------------------------------------------------------------ string compaction
+
+    def string_codes(self) -> np.ndarray:
+        """Every string code the state holds (in keys, partial matches, buffered events,
+        groups, ...), duplicates allowed: the strings `StringDictionary.compact` must keep."""
+        raise NotImplementedError(f"{type(self).__name__} cannot compact its strings")
+
+    def remap_strings(self, new_code: np.ndarray) -> None:
+        """Replace every string code `c` the state holds by `new_code[c]` (the dictionary
+        has just been compacted; the renumbering keeps the order of codes), and drop
+        anything derived from the old codes."""
+        raise NotImplementedError(f"{type(self).__name__} cannot compact its strings")
+
     def snapshot(self) -> bytes:
         meta, arrays = self.state()
         meta = {"query": self.checked.name, "kind": self.query.kind, "strings":

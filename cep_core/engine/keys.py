@@ -68,6 +68,20 @@ class KeyIndex:
             self.values[k] = None
             self.free.append(k)
 
+    def string_codes(self, positions: list[int]) -> list[int]:
+        """The string codes held at `positions` (the string attributes) of live keys."""
+        return [key[i] for key in self.ids for i in positions]
+
+    def remap_strings(self, positions: list[int], new_code: np.ndarray) -> None:
+        """Renumber the string codes at `positions` of every live key (see
+        `StringDictionary.compact`); ids stay as they are."""
+        if not positions:
+            return
+        def remapped(key: tuple) -> tuple:
+            return tuple(int(new_code[v]) if i in positions else v for i, v in enumerate(key))
+        self.values = [None if key is None else remapped(key) for key in self.values]
+        self.ids = {key: k for k, key in enumerate(self.values) if key is not None}
+
     def to_state(self) -> list[list | None]:
         return [None if k is None else list(k) for k in self.values]
 
