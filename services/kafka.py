@@ -154,9 +154,11 @@ class KafkaSettings:
 
 
 def ensure_topics(settings: KafkaSettings, partitions: dict[str, int],
-                  compacted: tuple[str, ...] = (), timeout_s: float = 15.0) -> None:
+                  compacted: tuple[str, ...] = (), timeout_s: float = 15.0,
+                  any_count: tuple[str, ...] = ()) -> None:
     """Create the topics that do not exist yet (name -> partition count); an existing topic
-    with another partition count is an error (partitions cannot be added here)."""
+    with another partition count is an error (partitions cannot be added here), except for
+    those in `any_count` (a user's source topic)."""
     admin = settings.admin()
     deadline = time.monotonic() + timeout_s
     existing = admin.list_topics(timeout=timeout_s).topics
@@ -180,7 +182,7 @@ def ensure_topics(settings: KafkaSettings, partitions: dict[str, int],
         time.sleep(0.05)
     for name, count in partitions.items():
         have = len(topics[name].partitions)
-        if have != count:
+        if have != count and name not in any_count:
             raise RuntimeError(f"topic {name} has {have} partitions, {count} wanted")
 
 

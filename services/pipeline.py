@@ -21,7 +21,7 @@ def create_topics(settings: KafkaSettings, topics: Topics, partitions: int,
                              topics.state: 1, topics.status: 1, topics.dead_letters: 1,
                              topics.late: 1,
                              **{o: 1 for o in outputs}},
-                  compacted=(topics.control, topics.state))
+                  compacted=(topics.control, topics.state), any_count=(topics.source,))
 
 
 class LocalPipeline:

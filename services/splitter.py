@@ -15,6 +15,14 @@ Sequence numbers follow `cep run`: a record's position (records consumed so far,
 included; a framed batch counts one per event) unless it carries `seq`, which must
 increase. Across source partitions the order is the order of consumption (one partition
 per source topic gives produce order). Control messages hold from the next seq on.
+
+That order is logged, so that a restarted splitter stamps every record it stamped before
+with the same seq: each batch taken from the source is a numbered *step*, and every frame
+the step sends (every keyed partition gets at least a pulse) carries the header `order`:
+the step's number and its runs of source messages, `[partition, first offset, last
+offset]` in consumption order. A restart reads the keyed topic after the checkpoint's
+keyed offsets and takes the steps again from those runs before taking new ones
+(services/splitter_order.py).
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ from services.control import ControlError, QuerySet, parse_control
 from services.frames import Frame
 from services.kafka import KafkaSettings, Topics, consume_batch, produce
 from services.reorder_checkpoint import Refill, saved_state
+from services.splitter_order import ORDER_HEADER, LoggedOrder, logged_steps, runs_of
 from services.metrics import Metrics
 from services.serve import log, profiled
 
@@ -133,6 +142,11 @@ class Splitter:
                         else None)
         self.refill: Refill | None = None  # after a restart: waiting events to put back
         self.late_events = 0
+        self.steps = 0  # batches taken from the source so far (the last step's number)
+        self.keyed_next: dict[int, int] = {}  # keyed partition -> offset after the last sent
+        self.logged = LoggedOrder()  # after a restart: steps to take again as they were
+        self._order: str | None = None  # the `order` header of the step being sent
+        self._step_sent: set[int] = set()
 
     # ------------------------------------------------------------ setup
 
@@ -151,7 +165,7 @@ class Splitter:
         if self.reorder is not None:
             self.reorder.allowed_lateness = round(
                 self.allowed_lateness_ms * UNITS_PER_MS.get(self.schema.time_unit, 1))
-        self.producer = self.settings.producer()
+        self.producer = self.settings.producer(on_delivery=self._delivered)
         self.source = self.settings.consumer(self.topics.group("splitter"))
         metadata = self.source.list_topics(self.topics.source, timeout=10).topics[
             self.topics.source]
@@ -197,10 +211,13 @@ class Splitter:
         with self.lock:
             self._drain_control()
         messages = consume_batch(self.source, self.batch_size, timeout_s, self.linger_s)
-        if messages:
+        if messages or self.logged.holding:
             started = time.perf_counter()
             with self.lock:
-                self.process(messages)
+                if self.refill is not None:
+                    messages = self._put_back(messages)
+                for step in self.logged.steps(messages):
+                    self.process(step)
             self.metrics.batch_seconds.observe(time.perf_counter() - started)
         return len(messages)
 
@@ -266,14 +283,21 @@ class Splitter:
             if self.reorder is not None and state.get("reorder") is not None:
                 refill = Refill(self.reorder, state["reorder"])
                 self.refill = None if refill.done else refill
+            self.steps = state.get("steps", 0)
+            self.keyed_next = {int(p): o for p, o in (state.get("keyed") or {}).items()}
+        self.logged = LoggedOrder(logged_steps(self.settings, self.topics.keyed,
+                                               self.partitions, self.keyed_next, self.steps))
+        if self.logged.holding:
+            log("splitter_replaying", steps=len(self.logged.pending), after_step=self.steps)
         return tps
 
     def commit(self) -> None:
         """Checkpoint: once the keyed frames of everything consumed are flushed, the source
         offsets with the seq state go to the state topic (key `splitter`), then to the
         group's committed offsets (their metadata too)."""
-        if self.refill is not None or self.producer.flush(30):
-            return  # not while events that waited at the last checkpoint are put back
+        if self.refill is not None or self.logged.holding or self.producer.flush(30):
+            return  # not while events that waited at the last checkpoint are put back,
+            # nor while logged steps are taken again (messages are held for them)
         assignment = self.source.position(self.source.assignment())
         offsets = {str(tp.partition): tp.offset for tp in assignment if tp.offset >= 0}
         if not offsets or (offsets, self.position) == self.saved:
@@ -283,7 +307,9 @@ class Splitter:
         if self.reorder is not None:  # resume where the oldest waiting event was read
             offsets, reorder = saved_state(self.reorder, consumed)
         state = orjson.dumps({"position": self.position, "last_seq": self.last_seq,
-                              "max_ts": self.max_ts, "offsets": offsets, "reorder": reorder})
+                              "max_ts": self.max_ts, "offsets": offsets, "reorder": reorder,
+                              "steps": self.steps,
+                              "keyed": {str(p): o for p, o in self.keyed_next.items()}})
         produce(self.producer, self.topics.state, state, key=SPLITTER_KEY)
         if self.producer.flush(30):
             log("checkpoint_not_flushed", level="warning")
@@ -335,8 +361,23 @@ class Splitter:
     # ------------------------------------------------------------ a batch
 
     def process(self, messages) -> None:
-        if self.refill is not None:
-            messages = self._put_back(messages)
+        """Stamp and send one step: `messages` in the order they were consumed (or logged)."""
+        runs = runs_of(messages)
+        if not runs:
+            return
+        self.steps += 1
+        self._order = orjson.dumps({"step": self.steps, "runs": runs}).decode()
+        self._step_sent = set()
+        try:
+            self._process(messages)
+            for p in range(self.partitions):  # every partition logs every step
+                if p not in self._step_sent:
+                    self._send(p, Frame(frames.PULSE, {"upto": self.last_seq,
+                                                       "ts": self.max_ts}))
+        finally:
+            self._order = None
+
+    def _process(self, messages) -> None:
         rows: list[Rows] = []
         run: list = []
         dead: list[DeadLetter] = []
@@ -572,5 +613,14 @@ class Splitter:
     def _send(self, partition: int, frame: Frame) -> None:
         self.sent_frames[partition] += 1
         self.sent_events[partition] += frame.get("count", 0)
+        headers = frame.kafka_headers()
+        if self._order is not None:
+            headers.append((ORDER_HEADER, self._order.encode()))
+            self._step_sent.add(partition)
         produce(self.producer, self.topics.keyed, frame.payload, partition=partition,
-                headers=frame.kafka_headers())
+                headers=headers)
+
+    def _delivered(self, err, message) -> None:
+        if err is None and message.topic() == self.topics.keyed:
+            p = message.partition()
+            self.keyed_next[p] = max(self.keyed_next.get(p, 0), message.offset() + 1)

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import uuid
+import zlib
 from pathlib import Path
 
 import orjson
@@ -18,7 +19,9 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from cep_core import reference
 from cep_core.checker import load_query_text
 from cep_core.event_io import read_events
+from cep_core.events import Event
 from services.broker import free_port
+from services import frames
 from services.control import ControlMessage, publish, split_query_file
 from services.checkpoint import read_partitions
 from services.kafka import KafkaSettings, Topics, produce, produce_end
@@ -35,14 +38,17 @@ class Pipeline:
     own session), with their own topic prefix, source topic and INTO topics."""
 
     def __init__(self, bootstrap: str, logs: Path, workers: int = 2, partitions: int = 4,
-                 checkpoint_ms: int = 300, limit: int | None = None, **env: str):
-        """`limit`: only the first so many events of the file; `env`: more settings of the
-        services (CEP_PULSE_MS, CEP_KAFKA_FETCH_WAIT_MAX_MS, ...)."""
+                 checkpoint_ms: int = 300, limit: int | None = None,
+                 source_partitions: int = 1, **env: str):
+        """`limit`: only the first so many events of the file; `source_partitions`: of the
+        source topic (events keyed by symbol); `env`: more settings of the services
+        (CEP_PULSE_MS, CEP_KAFKA_FETCH_WAIT_MAX_MS, ...)."""
         run = uuid.uuid4().hex[:8]
         self.settings = KafkaSettings(bootstrap, session_timeout_ms=2000)
         self.topics = Topics("trades", source=f"src.trades.{run}", prefix=f"f{run}")
         self.logs = logs
         self.partitions = partitions
+        self.source_partitions = source_partitions
         self.roles = ["splitter"] + [f"worker{i}" for i in range(workers)] + ["coordinator"]
         self.processes: dict[str, subprocess.Popen] = {}
         self.env = {**os.environ, "KAFKA_BOOTSTRAP": bootstrap,
@@ -63,7 +69,8 @@ class Pipeline:
         self.expected = {q.query.output: [c for c in found if c["query"] == q.name]
                          for q in self.queries}
         self.lines = [x for x in EVENTS.read_bytes().splitlines() if x.strip()][:limit]
-        create_topics(self.settings, self.topics, partitions, list(self.expected))
+        create_topics(self.settings, self.topics, partitions, list(self.expected),
+                      source_partitions=source_partitions)
         for name, text in texts:
             publish(self.settings, self.topics.control, ControlMessage("add", name, text))
 
@@ -116,7 +123,9 @@ class Pipeline:
             lines = self.lines[start:stop]
             for at in range(0, len(lines), chunk):
                 for line in lines[at:at + chunk]:
-                    produce(producer, self.topics.source, line)
+                    symbol = orjson.loads(line)["symbol"]
+                    produce(producer, self.topics.source, line, key=symbol.encode(),
+                            partition=self.source_partition(symbol))
                 producer.flush(30)
                 time.sleep(pause_s)
             if end:
@@ -127,12 +136,35 @@ class Pipeline:
         thread.start()
         return thread
 
+    def source_partition(self, symbol: str) -> int:
+        """Symbols spread over the source partitions (murmur2 puts the file's four in
+        one or two)."""
+        return zlib.crc32(symbol.encode()) % self.source_partitions
+
     def values(self, topic: str) -> list[dict]:
         """Every record of partition 0 of `topic` up to its high-watermark, as JSON."""
         out = []
         read_partitions(self.settings, [TopicPartition(topic, 0, OFFSET_BEGINNING)],
                         lambda m: out.append(orjson.loads(m.value())))
         return out
+
+    def stamped(self) -> list[Event]:
+        """The events as the splitter stamped them, in seq order, read back from the keyed
+        topic (every route's frames; an event sent again must be the same each time)."""
+        by_seq: dict[int, dict] = {}
+
+        def visit(message) -> None:
+            frame = frames.frame_of(message)
+            if frame is None or frame.kind != frames.EVENTS:
+                return
+            for row in frames.decode_table(frame.payload).to_pylist():
+                seq = row.pop("seq")
+                assert by_seq.setdefault(seq, row) == row, f"seq {seq} stamped twice"
+
+        read_partitions(self.settings, [TopicPartition(self.topics.keyed, p, OFFSET_BEGINNING)
+                                        for p in range(self.partitions)], visit)
+        time_attr = self.queries[0].schema.time
+        return [Event(seq, row[time_attr], row) for seq, row in sorted(by_seq.items())]
 
     def outputs(self) -> dict[str, list[dict]]:
         return {topic: self.values(topic) for topic in self.expected}
@@ -141,10 +173,13 @@ class Pipeline:
         """Composite events on the INTO topics so far."""
         return sum(len(self.values(topic)) for topic in self.expected)
 
+    def ended(self) -> bool:
+        """The coordinator has released the end of input."""
+        return any(r.get("event") == "end_of_input" for r in self.values(self.topics.status))
+
     def finished(self) -> bool:
         """End of input released, and every INTO topic holds at least what it should."""
-        ended = any(r.get("event") == "end_of_input" for r in self.values(self.topics.status))
-        if not ended:
+        if not self.ended():
             return False
         got = self.outputs()
         return all(len(got[t]) >= len(want) for t, want in self.expected.items())
