@@ -77,8 +77,11 @@ class KeyIndex:
         `StringDictionary.compact`); ids stay as they are."""
         if not positions:
             return
+        strings = set(positions)
+        table = new_code.tolist()
+
         def remapped(key: tuple) -> tuple:
-            return tuple(int(new_code[v]) if i in positions else v for i, v in enumerate(key))
+            return tuple(table[v] if i in strings else v for i, v in enumerate(key))
         self.values = [None if key is None else remapped(key) for key in self.values]
         self.ids = {key: k for k, key in enumerate(self.values) if key is not None}
 

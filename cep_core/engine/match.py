@@ -42,6 +42,7 @@ import numpy as np
 import orjson
 from numba import njit
 
+from cep_core import ast
 from cep_core.batch import Batch, StringDictionary
 from cep_core.checker import CheckedQuery
 from cep_core.compiler import match as compiler
@@ -324,6 +325,59 @@ class MatchEngine(Engine):
                 self._key_cache.pop(k, None)
             self.metrics["released_keys"] += len(released)
 
+    # ------------------------------------------------------------ string compaction
+
+    def string_codes(self) -> np.ndarray:
+        """The codes of live state only: keys in use (their values and Last() values),
+        the candidates of those keys, the Collect log entries live candidates need (the
+        log is compacted first). Released keys and dropped candidates hold nothing."""
+        if self.program.collect:
+            self._compact_log()
+        cells = [flat[at] for flat, at in self._string_cells()]
+        return np.concatenate([np.asarray(self.keys.string_codes(), np.int64)] + cells)
+
+    def remap_strings(self, new_code: np.ndarray) -> None:
+        """Constant codes (`sc`) and the string tables are re-derived before every batch
+        (`_strings`); decoded keys (`_key_cache`) hold no codes."""
+        new_code = np.asarray(new_code, np.int64)
+        cells = self._string_cells()
+        new = [new_code[flat[at]] for flat, at in cells]
+        if any(len(codes) and codes.min() < 0 for codes in new):
+            raise ValueError("the string dictionary dropped a string MATCH state holds")
+        self.keys.remap_strings(new_code)
+        for (flat, at), codes in zip(cells, new):
+            flat[at] = codes
+
+    def _string_cells(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(flattened state array, positions in it) of every live string value: the
+        string columns of the rows of keys in use (an accepted event; released rows are
+        reset), of their candidates and of the Collect log (`string_codes` compacts it)."""
+        a, p = self.arrays, self.program
+        key_i = a["key_i"]
+        width = key_i.shape[1]
+        live = np.flatnonzero(key_i[:len(self.keys), p.keys.ints[("last_ts",)]] != INT64_MIN)
+        cells = [(key_i.reshape(-1), (live[:, None] * width + _string_columns(p.keys)).ravel())]
+        rec_columns = _string_columns(p.records)
+        rec_width = p.records.arrays()[0][1]
+        count = p.keys.ints[("n",)]
+        if len(rec_columns) and p.per_key:  # candidates follow the key's fields
+            rows = _rows(live * width + len(p.keys.ints), key_i[live, count], rec_width)
+            cells.append((key_i.reshape(-1), (rows[:, None] + rec_columns).ravel()))
+        elif len(rec_columns):
+            high = int(a["ctr"][_CTR["high"]])
+            owner = a["slot_i"][1:high, p.slots.ints[("key",)]]
+            mine = key_i[owner, p.keys.ints[("slot",)]] == np.arange(1, high)
+            slots = np.flatnonzero(mine) + 1  # a freed slot's old key points elsewhere
+            rows = _rows(slots * self.cap, key_i[owner[mine], count], 1)
+            cells.append((a["rec_i"].reshape(-1),
+                          (rows[:, None] * rec_width + rec_columns).ravel()))
+        if p.collect:
+            used = np.arange(int(a["ctr"][_CTR["log_n"]]))
+            for (name, _), attr in zip(p.log_fields, _collected(self.query)):
+                if self.schema.attributes[attr] == "string":
+                    cells.append((a[name], used))
+        return cells
+
     # ------------------------------------------------------------ results
 
     def _key(self, k: int):
@@ -433,6 +487,32 @@ def _grown(array: np.ndarray, rows: int) -> np.ndarray:
 _MISSING = object()
 
 
+def _string_columns(table: compiler.Table) -> np.ndarray:
+    """Indexes of a state table's int columns that hold string codes."""
+    return np.array([table.ints[key] for key, kind in table.kinds.items()
+                     if kind == "string"], np.int64)
+
+
+def _rows(starts: np.ndarray, counts: np.ndarray, stride: int) -> np.ndarray:
+    """start, start + stride, ... (count of them) for every start, concatenated."""
+    counts = np.asarray(counts, np.int64)
+    firsts = np.cumsum(counts) - counts
+    step = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(firsts, counts)
+    return np.repeat(np.asarray(starts, np.int64), counts) + step * stride
+
+
+def _collected(query) -> list[str]:
+    """The attributes Collect logs, in the order of the log arrays `lv0, lv1, ...`
+    (first appearance in EMIT, as `compile_match` numbers them)."""
+    attrs: list[str] = []
+    for item in query.body.emit:
+        expr = item.expr
+        if isinstance(expr, ast.Aggregate) and expr.func is ast.AggFunc.COLLECT and \
+                expr.arg.name not in attrs:
+            attrs.append(expr.arg.name)
+    return attrs
+
+
 # ---------------------------------------------------------------- partition keys
 
 
@@ -449,6 +529,8 @@ class _Keys:
         self.fast = len(attrs) == 1 and schema.attributes[attrs[0]] in (
             "int", "timestamp", "string")
         self.index = None if self.fast else KeyIndex(attrs)
+        self.string_positions = [i for i, a in enumerate(attrs)
+                                 if schema.attributes[a] == "string"]
         self.codes = np.zeros(16, np.int64)  # fast path: the key of each id
         self.count = 0  # fast path: ids in use or released (the id range)
         self.free = np.zeros(16, np.int64)  # fast path: released ids, taken before new ones
@@ -527,6 +609,44 @@ class _Keys:
         self.lut, self.lo = lut, new_lo
         return True
 
+    def _live(self) -> np.ndarray:
+        """Fast path: which ids of the id range are in use (not released)."""
+        live = np.ones(self.count, bool)
+        live[self.free[:self.free_top]] = False
+        return live
+
+    def string_codes(self) -> np.ndarray:
+        """The string codes of the keys in use (released keys hold none)."""
+        if not self.string_positions:
+            return np.empty(0, np.int64)
+        if not self.fast:
+            return np.array(self.index.string_codes(self.string_positions), np.int64)
+        return self.codes[:self.count][self._live()]
+
+    def remap_strings(self, new_code: np.ndarray) -> None:
+        """Renumbers string keys (ids stay); the fast path's table over the code range is
+        rebuilt, or gives way to `KeyIndex` when the new codes are too spread out."""
+        if not self.string_positions:
+            return
+        if not self.fast:
+            self.index.remap_strings(self.string_positions, new_code)
+            return
+        live = self._live()
+        codes = self.codes[:self.count]
+        codes[live] = new_code[codes[live]]
+        codes[~live] = 0  # released ids: their old codes may be gone
+        self._rebuild_table(live)
+
+    def _rebuild_table(self, live: np.ndarray) -> None:
+        """The lookup table from the codes of the ids in use (`live`)."""
+        self.lut, self.lo = None, 0
+        if live.any():
+            used = self.codes[:self.count][live]
+            if self._cover(int(used.min()), int(used.max()) + 1, 0):
+                self.lut[used - self.lo] = np.flatnonzero(live).astype(np.int32)
+            else:
+                self._slow()
+
     def _slow(self) -> None:
         released = set(self.free[:self.free_top].tolist())
         self.index = KeyIndex.from_state(self.attrs, [
@@ -552,14 +672,7 @@ class _Keys:
             keys.free = np.zeros(max(16, len(free)), np.int64)
             keys.free[:len(free)] = free
             keys.free_top = len(free)
-            live = np.ones(keys.count, bool)
-            live[free] = False
-            if live.any():  # the table is rebuilt from the codes of the ids in use
-                used = keys.codes[live]
-                if keys._cover(int(used.min()), int(used.max()) + 1, 0):
-                    keys.lut[used - keys.lo] = np.flatnonzero(live).astype(np.int32)
-                else:
-                    keys._slow()
+            keys._rebuild_table(keys._live())
             if keys.fast and len(keys.codes) == 0:
                 keys.codes = np.zeros(16, np.int64)
         else:
