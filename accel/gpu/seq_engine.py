@@ -14,6 +14,9 @@ host). EACH output is sorted by (parent, row), so the result is in the CPU engin
 Options: `device_memory_budget` (bytes; default: the device's free memory, unlimited under
 the simulator): when the columns would exceed it they stay in host memory and are copied to
 the device when a batch has terminators; `threads_per_block` (default 128).
+
+String compaction: string codes are in partition keys and in the rows the rings keep; after
+a remap the device mirror is copied again whole.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from cep_core.compiler.seq_plan import ANY, SeqPlan
 from cep_core.engine.base import Engine
 from cep_core.engine.keys import KeyIndex
 from cep_core.engine.seq import BACKWARDS_TIME, NotSupportedError
-from cep_core.engine.seq_base import SeqEngineBase
+from cep_core.engine.seq_base import SeqEngineBase, segment_rows, string_columns
 from cep_core.engine.seq_output import SeqOutput
 
 INT64_MIN = np.iinfo(np.int64).min
@@ -47,8 +50,9 @@ def _load(plan: SeqPlan, reduce_threads: int) -> SeqKernels:
 
 
 class GpuSeqEngine(Engine):
-    # decoding composite events is the CPU engines' (same output arrays)
+    # decoding composite events, and which key attributes are strings, as the CPU engines
     _decode = SeqEngineBase._decode
+    _key_string_positions = SeqEngineBase._key_string_positions
 
     def __init__(self, checked: CheckedQuery, strings: StringDictionary,
                  device_memory_budget: int | None = None, threads_per_block: int = 128,
@@ -279,6 +283,31 @@ class GpuSeqEngine(Engine):
             oe_f[:, var.index] = ring.HF[slots]
         om = np.stack([parts, np.arange(M) * nv, np.full(M, nv)], axis=1).astype(np.int64)
         return M, M * nv, om, oe_i.reshape(M * nv, nI + 1), oe_f.reshape(M * nv, nF)
+
+    # ------------------------------------------------------------ string compaction
+
+    def _kept_slots(self, ring) -> np.ndarray:
+        """Arena slots of every partition's kept rows (start .. count) in `ring`."""
+        kept = ring.count[:self.P] - ring.start[:self.P]
+        rows = segment_rows(ring.start[:self.P], kept)
+        return ring.slots(np.repeat(np.arange(self.P, dtype=np.int64), kept), rows)
+
+    def string_codes(self) -> np.ndarray:
+        """Partition keys and the string attributes of the rows the rings keep."""
+        out = [np.asarray(self.keys.string_codes(self._key_string_positions()), np.int64)]
+        columns = string_columns(self.layout, self.schema)
+        if columns:
+            out += [ring.HI[self._kept_slots(ring)][:, columns].ravel() for ring in self.rings]
+        return np.concatenate(out)
+
+    def remap_strings(self, new_code: np.ndarray) -> None:
+        self.keys.remap_strings(self._key_string_positions(), new_code)
+        columns = string_columns(self.layout, self.schema)
+        if columns:
+            for ring in self.rings:
+                slots = self._kept_slots(ring)[:, None]
+                ring.HI[slots, columns] = new_code[ring.HI[slots, columns]]
+                ring.stale = True  # the device mirror is copied again whole
 
     def metrics(self) -> dict:
         return {"partitions": self.P, "resident": self.resident,

@@ -16,7 +16,9 @@ can change after a match completed, when a later event has an equal time).
 
 Option `idle_timeout` (event-time units, None: never): idle partitions lose their stored
 events and instances, counted in `metrics()["evicted_keys"]` (`cep_core.engine.seq_idle`;
-with ON TIMEOUT EMIT PARTIAL their runs are reported as timed out first).
+with ON TIMEOUT EMIT PARTIAL their runs are reported as timed out first); idle partitions
+that hold nothing then give their ids to new partitions (`metrics()["released_keys"]`),
+and instance keys without instances theirs to new instance keys.
 
 Memory. Events are kept per partition and channel only as far back as the query's horizon
 (WITHIN, the TESLA chain, window aggregates), instances only until their deadline (window
@@ -45,20 +47,19 @@ from cep_core.compiler.seq_aip import (
     AipKernel,
     AipUnsupported,
 )
-from cep_core.compiler.seq_aip_runtime import (
-    assign_subkeys,
-    expire,
-    fill_subkeys,
-    pool_compact,
-)
+from cep_core.compiler.seq_aip_runtime import expire, pool_compact
 from cep_core.compiler.seq_plan import SeqPlan
 from cep_core.composite_batch import ColumnBatch, CompositeBatch, to_dicts
 from cep_core.engine.seq_base import SeqEngineBase
 from cep_core.engine.seq_idle import (
+    assign_instance_keys,
     drop_events,
     drop_instances,
+    empty_idle_partitions,
+    fill_instance_keys,
     idle_partitions,
     live_instances,
+    release_empty_instance_keys,
 )
 from cep_core.engine.seq import NotSupportedError
 
@@ -117,6 +118,9 @@ class SeqAipEngine(SeqEngineBase):
         self.qpart = np.zeros(0, np.int64)
         self.kv = np.zeros(0, np.int64)
         self.subkeys = self._new_subkeys()
+        self.qfree = np.zeros(16, np.int64)  # released instance key ids (a stack)
+        self.n_qfree = 0
+        self.released_instance_keys = 0
         self.itop = np.zeros(1, np.int64)
         self.IT = np.zeros((64, self.width), np.int64)
         self.NR = np.zeros(64, np.int64)
@@ -161,8 +165,9 @@ class SeqAipEngine(SeqEngineBase):
         pid = self.keys.assign(batch)
         self._grow_partitions(len(self.keys))
         if self.class_attr is not None:
-            qid, self.qpart, self.kv, Q = assign_subkeys(
-                pid, self._class_values(batch), self.subkeys, self.qpart, self.kv, self.Q)
+            qid, self.qpart, self.kv, Q, self.n_qfree = assign_instance_keys(
+                pid, self._class_values(batch), self.subkeys, self.qpart, self.kv, self.Q,
+                self.qfree, self.n_qfree)
             self._grow_keys(Q)
         else:
             qid = pid
@@ -222,20 +227,38 @@ class SeqAipEngine(SeqEngineBase):
 
     def _sweep(self) -> list[CompositeBatch]:
         """Idle-key eviction (`cep_core.engine.seq_idle`); the runs of an evicted partition
-        are reported as timed out first when the query asks for them."""
+        are reported as timed out first when the query asks for them. Then idle partitions
+        that hold nothing, and instance keys without instances, give their ids to new
+        ones."""
         if not self.idle.due():
             return []
+        self._expire()
         P, Q = self.P, self.Q
         live = live_instances(self.qpart, self.icnt, self.S, Q, P)
         parts = idle_partitions(self.idle.clock, self.idle.timeout, self.last_ts, self.cnt,
                                 self.phead, live, P)
-        if len(parts) == 0:
-            return []
-        out = self._time_out_all(True, parts)
-        drop_instances(parts, self.qpart, self.icnt, self.S, Q, P)
-        drop_events(parts, self.cnt, self.evicted)
-        self.idle.evicted += len(parts)
+        out = []
+        if len(parts):
+            out = self._time_out_all(True, parts)
+            drop_instances(parts, self.qpart, self.icnt, self.S, Q, P)
+            drop_events(parts, self.cnt, self.evicted)
+            self.idle.evicted += len(parts)
+            live = live_instances(self.qpart, self.icnt, self.S, Q, P)
+        if self.class_attr is not None:
+            self._release_instance_keys()
+        self._release(empty_idle_partitions(self.idle.clock, self.idle.timeout, self.last_ts,
+                                            self.cnt, self.phead, live, P))
         return out
+
+    def _release_instance_keys(self) -> None:
+        if len(self.qfree) < self.Q:
+            self.qfree = np.concatenate([self.qfree[:self.n_qfree],
+                                         np.zeros(self.Q, np.int64)])
+        before = self.n_qfree
+        self.n_qfree = release_empty_instance_keys(self.subkeys, self.qpart, self.kv,
+                                                   self.icnt, self.S, self.Q, self.qfree,
+                                                   self.n_qfree)
+        self.released_instance_keys += self.n_qfree - before
 
     def _release_all(self, force: bool) -> list[dict]:
         if self.ctr[PALIVE] == 0:
@@ -257,9 +280,7 @@ class SeqAipEngine(SeqEngineBase):
         G = self.Q * self.S
         live = int(self.icnt[:G].sum())
         if force or live > 2 * self._live_after_sweep + 4096:
-            segpart = np.repeat(self.qpart[:self.Q], self.S)
-            self._live_after_sweep = int(expire(self.IT, self.ibase[:G], self.icnt[:G],
-                                                segpart, self.last_ts))
+            self._expire()
         top = int(self.ctr[POOL])
         if len(self.kslots) and (force or top > 2 * self._pool_after_compact + 4096):
             self.NR, self.NP, m = pool_compact(self.IT, self.ibase[:G], self.icnt[:G],
@@ -268,13 +289,41 @@ class SeqAipEngine(SeqEngineBase):
             self._pool_after_compact = int(m)
         self._maybe_compact_pending(force)
 
+    def _expire(self) -> None:
+        """Drop the instances past their deadline, of every key."""
+        G = self.Q * self.S
+        segpart = np.repeat(np.maximum(self.qpart[:self.Q], 0), self.S)  # -1: released
+        self._live_after_sweep = int(expire(self.IT, self.ibase[:G], self.icnt[:G], segpart,
+                                            self.last_ts))
+
     def metrics(self) -> dict:
         return {"partitions": self.P, "keys": self.Q, "overflows": int(self.ctr[OVF]),
                 "instances": int(self.icnt[:self.Q * self.S].sum()),
                 "pending": int(self.ctr[PALIVE]),
                 "pool_nodes": int(self.ctr[POOL]),
                 "stored_events": int(self.cnt[:self.P].sum()),
-                "evicted_keys": self.idle.evicted}
+                "evicted_keys": self.idle.evicted, "released_keys": self.idle.released,
+                "released_instance_keys": self.released_instance_keys}
+
+    # ------------------------------------------------------------ string compaction
+
+    def _class_holds_strings(self) -> bool:
+        return self.class_attr is not None and \
+            self.schema.attributes[self.class_attr] == "string"
+
+    def _more_string_codes(self) -> list[np.ndarray]:
+        """The class values of live instance keys, when they are strings."""
+        if not self._class_holds_strings():
+            return []
+        return [self.kv[:self.Q][self.qpart[:self.Q] >= 0]]
+
+    def _remap_more_strings(self, new_code: np.ndarray) -> None:
+        if not self._class_holds_strings():
+            return
+        live = np.flatnonzero(self.qpart[:self.Q] >= 0)
+        self.kv[live] = new_code[self.kv[live]]
+        self.subkeys = self._new_subkeys()
+        fill_instance_keys(self.subkeys, self.qpart, self.kv, self.Q)
 
     # ------------------------------------------------------------ decoding
 
@@ -292,8 +341,10 @@ class SeqAipEngine(SeqEngineBase):
         Q = self.Q
         G = Q * self.S
         meta["instance_keys"] = Q
+        meta["released_instance_keys"] = self.released_instance_keys
         arrays.update({"icnt": self.icnt[:G], "qpart": self.qpart[:Q], "kv": self.kv[:Q],
-                       "NR": self.NR[:int(self.ctr[POOL])], "NP": self.NP[:int(self.ctr[POOL])]})
+                       "NR": self.NR[:int(self.ctr[POOL])], "NP": self.NP[:int(self.ctr[POOL])],
+                       "qfree": self.qfree[:self.n_qfree]})
         rows = [self.IT[self.ibase[g]:self.ibase[g] + self.icnt[g]] for g in range(G)]
         arrays["IT"] = np.concatenate(rows) if rows else np.zeros((0, self.width), np.int64)
         return meta, arrays
@@ -314,8 +365,13 @@ class SeqAipEngine(SeqEngineBase):
         self.kv = np.zeros(max(2 * Q, 16), np.int64)
         self.qpart[:Q] = arrays["qpart"]
         self.kv[:len(arrays["kv"])] = arrays["kv"]
+        free = arrays.get("qfree", np.zeros(0, np.int64))
+        self.qfree = np.zeros(max(16, 2 * len(free)), np.int64)
+        self.qfree[:len(free)] = free
+        self.n_qfree = len(free)
+        self.released_instance_keys = int(meta.get("released_instance_keys", 0))
         if self.class_attr is not None:
-            fill_subkeys(self.subkeys, self.qpart, self.kv, Q)
+            fill_instance_keys(self.subkeys, self.qpart, self.kv, Q)
         else:  # key = partition, also for the partitions still to come (process grows it)
             self.qpart = np.arange(max(2 * Q, 16), dtype=np.int64)
         icnt = arrays["icnt"].astype(np.int64)

@@ -1,6 +1,8 @@
 """What both SEQ engines (CDP in `seq.py`, AIP in `seq_aip.py`) keep the same way: events
 stored per channel and partition in arenas, pending matches (`pd`/`pk`), per-partition
-bookkeeping, string constants, decoding, and the snapshot of all that.
+bookkeeping, string constants, decoding, the snapshot of all that, and string compaction
+(`string_codes`/`remap_strings`: the string codes are in partition keys and in stored
+events; pending matches and automaton instances refer to stored rows).
 
 A subclass sets `kernel` (with `module`, `layout`, `constants`, `source`, `record_width`)
 and `plan` before calling `_setup`, and names its pending-record Kleene slots in
@@ -22,6 +24,20 @@ from cep_core.engine.seq_idle import IdleKeys
 from cep_core.engine.seq_output import SeqOutput
 
 BACKWARDS_TIME = "event time goes backwards"
+
+
+def string_columns(layout, schema) -> list[int]:
+    """The int columns of a SEQ channel row (`Layout`) that hold string codes."""
+    return [col for name, (where, col) in layout.slots.items()
+            if where == "i" and schema.attributes[name] == "string"]
+
+
+def segment_rows(base: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """The rows base[p] .. base[p] + count[p] - 1 of every p, concatenated."""
+    count = np.asarray(count, np.int64)
+    total = int(count.sum())
+    starts = np.repeat(np.asarray(base, np.int64) - np.cumsum(count) + count, count)
+    return starts + np.arange(total, dtype=np.int64)
 
 
 class SeqEngineBase(Engine):
@@ -135,6 +151,46 @@ class SeqEngineBase(Engine):
         self.pd, self.pk = compact_pending(
             self.pd, self.pk, self.phead[:self.P], self.ptail[:self.P], self.ctr,
             self.pending_kleene_slots, alive, int(self.ctr[PKN]))
+
+    # ------------------------------------------------------------ string compaction
+
+    def _string_columns(self) -> list[int]:
+        """The int columns of a channel row that hold string codes."""
+        return string_columns(self.layout, self.schema)
+
+    def _key_string_positions(self) -> list[int]:
+        return [i for i, a in enumerate(self.keys.attrs)
+                if self.schema.attributes[a] == "string"]
+
+    def _stored_rows(self, c: int) -> np.ndarray:
+        """Arena rows of channel c that hold stored events (every partition's)."""
+        return segment_rows(self.base[:self.P, c], self.cnt[:self.P, c])
+
+    def string_codes(self) -> np.ndarray:
+        """Partition keys and the string attributes of stored events (pending matches and
+        instances refer to stored rows; released partitions store none)."""
+        out = [np.asarray(self.keys.string_codes(self._key_string_positions()), np.int64)]
+        columns = self._string_columns()
+        if columns:
+            for c in range(self.n_channels):
+                out.append(self.AI[c][self._stored_rows(c)][:, columns].ravel())
+        return np.concatenate(out + self._more_string_codes())
+
+    def remap_strings(self, new_code: np.ndarray) -> None:
+        self.keys.remap_strings(self._key_string_positions(), new_code)
+        columns = self._string_columns()
+        if columns:
+            for c in range(self.n_channels):
+                rows = self._stored_rows(c)[:, None]
+                self.AI[c][rows, columns] = new_code[self.AI[c][rows, columns]]
+        self._remap_more_strings(new_code)
+
+    def _more_string_codes(self) -> list[np.ndarray]:
+        """A subclass's own string codes (beyond keys and stored events)."""
+        return []
+
+    def _remap_more_strings(self, new_code: np.ndarray) -> None:
+        pass
 
     # ------------------------------------------------------------ decoding
 

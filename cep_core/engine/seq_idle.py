@@ -4,14 +4,16 @@ After a batch or punctuation the engine's clock is the largest event time (or
 punctuation) seen. A partition whose last event is at least `idle_timeout` behind the clock
 and that holds state (stored events, automaton instances) but no pending match (a
 completed match waiting for its trailing NOT to be decided is a result, never dropped)
-loses that state; `metrics()["evicted_keys"]` counts such evictions. The CDP engine then
+loses that state; `metrics()["evicted_keys"]` counts such evictions. The engine then
 forgets idle partitions that hold nothing (`empty_idle_partitions`): their ids go to new
 partitions (`metrics()["released_keys"]`), so memory is bounded by the partitions live
 within the timeout. Results are unaffected when `idle_timeout` exceeds the query's horizon
 (WITHIN, TESLA's WITHIN ... FROM chain, window aggregates) plus how far a partition's
 events may lag behind the other partitions' times (a returning partition's events are
 then newer than its forgotten last time, so no "time goes backwards" rejection is missed).
-The AIP engine does not release partitions yet.
+The AIP engine, under an equality class, also releases its instance keys (partition,
+class value) that hold no instances (`release_empty_instance_keys`): their ids go to new
+instance keys (`metrics()["released_instance_keys"]`).
 Sweeps run at most every `idle_timeout // 8` of clock time, as MATCH's.
 
 Without eviction a partition's state is already freed as it empties: stored events older
@@ -117,7 +119,7 @@ def drop_instances(parts, qpart, icnt, S, Q, P):
     for p in parts:
         gone[p] = True
     for q in range(Q):
-        if gone[qpart[q]]:
+        if qpart[q] >= 0 and gone[qpart[q]]:
             for st in range(S):
                 icnt[q * S + st] = 0
 
@@ -127,6 +129,69 @@ def live_instances(qpart, icnt, S, Q, P):
     """Live instances per partition."""
     live = np.zeros(P, np.int64)
     for q in range(Q):
-        for st in range(S):
-            live[qpart[q]] += icnt[q * S + st]
+        if qpart[q] >= 0:
+            for st in range(S):
+                live[qpart[q]] += icnt[q * S + st]
     return live
+
+
+# Instance keys (AIP under an equality class: a partition and a class value). A released
+# key's `kp` is -1 and its id waits in the stack `free[:n_free]` (the last released is
+# taken first); `table` maps a live key's (partition, value) to its id.
+
+
+@njit(cache=True)
+def assign_instance_keys(pid, vals, table, kp, kv, n, free, n_free):
+    """The instance key of every event (pid[i], vals[i]); a new key takes a released id
+    before a fresh one. Returns (ids, kp, kv, id range, n_free)."""
+    out = np.empty(pid.shape[0], np.int64)
+    for i in range(pid.shape[0]):
+        key = (pid[i], vals[i])
+        q = table.get(key, -1)
+        if q < 0:
+            if n_free > 0:
+                n_free -= 1
+                q = free[n_free]
+            else:
+                q = n
+                n += 1
+                if q >= kp.shape[0]:
+                    A = np.full(max(2 * q, 64), -1, np.int64)
+                    B = np.zeros(max(2 * q, 64), np.int64)
+                    A[:q] = kp[:q]
+                    B[:q] = kv[:q]
+                    kp = A
+                    kv = B
+            table[key] = q
+            kp[q] = pid[i]
+            kv[q] = vals[i]
+        out[i] = q
+    return out, kp, kv, n, n_free
+
+
+@njit(cache=True)
+def release_empty_instance_keys(table, kp, kv, icnt, S, Q, free, n_free):
+    """Release every live instance key (< Q) without instances: it holds nothing a new
+    key would not (`free` has room for Q ids). Returns n_free."""
+    for q in range(Q):
+        if kp[q] < 0:
+            continue
+        empty = True
+        for st in range(S):
+            if icnt[q * S + st] > 0:
+                empty = False
+        if empty:
+            table.pop((kp[q], kv[q]))
+            kp[q] = -1
+            kv[q] = 0
+            free[n_free] = q
+            n_free += 1
+    return n_free
+
+
+@njit(cache=True)
+def fill_instance_keys(table, kp, kv, Q):
+    """`table` of the live instance keys < Q."""
+    for q in range(Q):
+        if kp[q] >= 0:
+            table[(kp[q], kv[q])] = q
