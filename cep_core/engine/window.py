@@ -18,9 +18,12 @@ and releases windows. Python orchestrates the calls, turns result rows into comp
 events (once per call, in bulk) and late events into dead letters.
 
 Memory: per query and group, P pane slots (P = RANGE / SLIDE, or ROWS n / SLIDE m) of a
-few int64s per aggregate (576 bytes per exact float sum); groups are kept once seen. The
-id -> group table of a query grouped by one string attribute has one entry per dictionary
-code.
+few int64s per aggregate (576 bytes per exact float sum). A group whose panes no window
+still to be released reads is forgotten (its number goes to later groups, its key id back
+to the KeyIndex) once as many groups are idle as live, and always before the strings are
+compacted, so groups are bounded by those with data in an unreleased window. The id ->
+group table of a query grouped by one string attribute has one entry per dictionary code;
+`remap_strings` rebuilds it (and the per-code predicate tables) for the compacted codes.
 
 Results and dead letters are identical to `cep_core/reference/window.py` (see there and
 docs/semantics-decisions.md); sums of floats are exact (the reference uses math.fsum).
@@ -53,6 +56,7 @@ CHUNK = 1 << 16
 FIRST_GROUPS = 8
 FIRST_ROWS = 256
 MASKED_AT = 4  # this many predicates on one string attribute are evaluated together
+RELEASE_AT = 64  # idle groups (or idle key ids) forgotten once this many and as many as live
 _EMPTY_I = np.zeros(0, dtype=np.int64)
 
 
@@ -82,6 +86,8 @@ class _Grouping:
             self.kind = "general"
         self.index = KeyIndex(list(attrs)) if self.kind == "general" else None
         self.users: set[str] = set()
+        self.string_positions = [i for i, attr in enumerate(attrs)
+                                 if schema.attributes[attr] == "string"]
 
     def ids(self, batch: Batch, a: int, b: int, zeros: np.ndarray) -> np.ndarray:
         if self.kind == "none":
@@ -126,6 +132,8 @@ class _Query:
         self.icol = np.zeros(max(1, len(plan_.int_accs)), dtype=np.int64)
         self.fcol = np.zeros(max(1, len(plan_.float_accs)), dtype=np.int64)
         self.xcol = np.zeros(max(1, len(plan_.exact_sums)), dtype=np.int64)
+        self.string_accs = [a for a, (kind, _) in enumerate(plan_.int_accs)
+                            if kind in (wk.I_SMIN, wk.I_SMAX)]  # ist columns of codes
         self.keys: list[tuple] = []  # group -> key tuple (column values)
         self.key_values: list = []  # group -> decoded key (the composite event's "key")
         self.key_parts: list[list] = []  # group -> decoded GROUP BY values
@@ -182,6 +190,75 @@ class _Query:
         return {"base": self.base, "ist": self.ist, "fst": self.fst, "xst": self.xst,
                 "lastpane": self.lastpane, "isact": self.isact, "active": self.active}
 
+    # ------------------------------------------------------------ idle groups, strings
+
+    def idle_groups(self) -> int:
+        return int(self.st[wk.ST_NG] - self.st[wk.ST_NACT])
+
+    def release_idle(self) -> None:
+        """Forget the groups no window still to be released reads (the kernel's inactive
+        ones: their panes all lie before the first pane an unreleased window covers); the
+        live ones are renumbered 0.. in their old order, the arrays shrink to fit them."""
+        groups, live = int(self.st[wk.ST_NG]), int(self.st[wk.ST_NACT])
+        if groups == live:
+            return
+        P = self.plan.panes
+        kept = np.sort(self.active[:live])
+        renumber = np.full(groups, -1, dtype=np.int64)
+        renumber[kept] = np.arange(live, dtype=np.int64)
+        rows = (kept[:, None] * P + np.arange(P, dtype=np.int64)).ravel()
+        self._allocate(max(live, self.first_groups), {
+            "base": self.base[rows], "ist": self.ist[rows], "fst": self.fst[rows],
+            "xst": self.xst[rows], "lastpane": self.lastpane[kept],
+            "isact": self.isact[kept], "active": renumber[self.active[:live]]})
+        self.st[wk.ST_NG] = live
+        held = self.loc >= 0
+        self.loc[held] = renumber[self.loc[held]]
+        kept_list = kept.tolist()
+        self.keys = [self.keys[g] for g in kept_list]
+        if len(self.key_values) == groups:  # decoded keys and ranks keep their order
+            self.key_values = [self.key_values[g] for g in kept_list]
+            self.key_parts = [self.key_parts[g] for g in kept_list]
+            self.key_rank = self.key_rank[kept]
+        else:
+            self.key_values, self.key_parts = [], []
+
+    def _live_rows(self) -> np.ndarray:
+        """Which pane rows of the groups in use a window still to be released may read:
+        those tagged with a pane at or after the first pane of the first such window."""
+        tags = self.base[:int(self.st[wk.ST_NG]) * self.plan.panes, wk.B_TAG]
+        live = tags != wk.I64_MIN
+        clock = int(self.st[wk.ST_R])
+        if clock != wk.NEG_INF:  # windows ending below the clock have been released
+            live &= tags >= -(-clock // self.plan.slide) - self.plan.panes + 1
+        return live
+
+    def string_codes(self, positions: list[int]) -> np.ndarray:
+        """Codes in the groups' keys (at `positions`) and in string min/max panes."""
+        codes = [np.array([key[i] for key in self.keys for i in positions], dtype=np.int64)]
+        if self.string_accs:
+            live = self._live_rows()
+            codes.append(self.ist[:live.shape[0]][live][:, self.string_accs].ravel())
+        return np.concatenate(codes)
+
+    def remap_strings(self, positions: list[int], new_code: np.ndarray, dense: bool) -> None:
+        if positions:
+            self.keys = [tuple(int(new_code[v]) if i in positions else v
+                               for i, v in enumerate(key)) for key in self.keys]
+        if self.string_accs:
+            live = self._live_rows()
+            for a in self.string_accs:
+                column = self.ist[:live.shape[0], a]
+                column[live] = _remapped(new_code, column[live])
+                column[~live] = 0  # never read again; kept a valid code
+        if dense:  # the id -> group table is indexed by code
+            codes = np.flatnonzero(self.loc >= 0)
+            if codes.size and codes[-1] >= new_code.shape[0]:
+                raise ValueError(f"query {self.name!r} holds a group of an unknown code")
+            loc = np.full(max(1, int(new_code.max(initial=-1)) + 1), -1, dtype=np.int64)
+            loc[_remapped(new_code, codes)] = self.loc[codes]
+            self.loc = loc
+
     # ------------------------------------------------------------ snapshots
 
     def state(self) -> tuple[dict, dict[str, np.ndarray]]:
@@ -217,13 +294,15 @@ class WindowQuerySet:
 
     def __init__(self, schema: StreamSchema, strings: StringDictionary,
                  chunk: int = CHUNK, rows_capacity: int = FIRST_ROWS,
-                 groups: int = FIRST_GROUPS, masked_at: int = MASKED_AT):
+                 groups: int = FIRST_GROUPS, masked_at: int = MASKED_AT,
+                 release_at: int = RELEASE_AT):
         if chunk <= 0 or chunk % 64:
             raise ValueError("chunk must be a positive multiple of 64")
         if rows_capacity < 1 or groups < 1:
             raise ValueError("rows_capacity and groups must be at least 1")
         self.groups = groups
         self.masked_at = masked_at
+        self.release_at = release_at
         self.schema = schema
         self.strings = strings
         self.chunk = chunk
@@ -369,6 +448,62 @@ class WindowQuerySet:
         wk.unpack_bits(words, size - old, table[old:])
         return table
 
+    # ------------------------------------------------------------ compaction
+
+    def string_codes(self) -> np.ndarray:
+        """Every string code the state holds: keys of the groups with data in a window
+        still to be released (idle groups are forgotten first), their string min/max
+        panes, and the KeyIndex keys still held. Query constants are not reported: they
+        are encoded again after a compaction."""
+        self.release_idle(force=True)
+        codes = [_EMPTY_I]
+        for query in self.queries.values():
+            grouping = self.groupings[query.group_attrs]
+            codes.append(query.string_codes(grouping.string_positions))
+        for grouping in self.groupings.values():
+            if grouping.index is not None and grouping.string_positions:
+                codes.append(np.array(grouping.index.string_codes(grouping.string_positions),
+                                      dtype=np.int64))
+        return np.concatenate(codes)
+
+    def remap_strings(self, new_code: np.ndarray) -> None:
+        """Renumber every code held after `StringDictionary.compact`; per-code tables are
+        cut down to the codes kept (a predicate's result is a function of the string)."""
+        new_code = np.asarray(new_code, dtype=np.int64)
+        for query in self.queries.values():
+            grouping = self.groupings[query.group_attrs]
+            query.remap_strings(grouping.string_positions, new_code, grouping.kind == "dense")
+        for grouping in self.groupings.values():
+            if grouping.index is not None:
+                grouping.index.remap_strings(grouping.string_positions, new_code)
+        for predicate in self._order:
+            if predicate.table.shape[0]:
+                predicate.table = predicate.table[_kept(new_code, predicate.table.shape[0])]
+        for attr, masks in self._masks.items():
+            self._masks[attr] = masks[_kept(new_code, masks.shape[0])]
+        self._seen_strings = -1  # constants' codes, string tables, id -> group tables
+
+    def release_idle(self, force: bool = False) -> None:
+        """Forget idle groups (and the key ids no query holds any more): always when
+        `force`, else where at least `release_at` and as many as live are idle."""
+        for query in self.queries.values():
+            idle = query.idle_groups()
+            if idle and (force or idle >= max(self.release_at, int(query.st[wk.ST_NACT]))):
+                query.release_idle()
+        for grouping in self.groupings.values():
+            index = grouping.index
+            if index is None:
+                continue
+            users = [self.queries[name] for name in grouping.users]
+            groups = sum(int(q.st[wk.ST_NG]) for q in users)
+            if not force and len(index.ids) < max(self.release_at, 2 * groups):
+                continue
+            held = np.zeros(len(index), dtype=bool)
+            for query in users:
+                loc = query.loc[:held.shape[0]]
+                held[:loc.shape[0]] |= loc >= 0
+            index.release([k for k in index.ids.values() if not held[k]])
+
     # ------------------------------------------------------------ streams
 
     def process(self, batch: Batch) -> list[dict]:
@@ -378,7 +513,9 @@ class WindowQuerySet:
         found: dict[str, list] = {name: [] for name in self.queries}
         for a in range(0, n, self.chunk):
             self._chunk(batch, a, min(n, a + self.chunk), found)
-        return self._ordered(found)
+        out = self._ordered(found)
+        self.release_idle()
+        return out
 
     def punctuate(self, ts: int) -> list[dict]:
         """Event time reaches ts: time windows ending below it are released."""
@@ -456,7 +593,9 @@ class WindowQuerySet:
                 continue
             self._run(query, pv, 0, _EMPTY_I, pmx, _EMPTY_I, _EMPTY_I, imat, fmat, tables[0],
                       _EMPTY_I, found[query.name])
-        return self._ordered(found)
+        out = self._ordered(found)
+        self.release_idle()
+        return out
 
     def _run(self, query: _Query, pv, n, wt, pmx, seq, kid, imat, fmat, s_rank, dl,
              found: list) -> None:
@@ -597,15 +736,17 @@ class WindowEngine(Engine):
     """One WINDOW query: a WindowQuerySet holding just it. Options: `chunk` (events per
     kernel call, a multiple of 64), `rows_capacity` (result rows per kernel call before
     Python drains them), `groups` (initial group capacity), `masked_at` (how many
-    predicates on one string attribute are evaluated together); options meant for other
-    engines are ignored."""
+    predicates on one string attribute are evaluated together), `release_at` (idle groups
+    are forgotten once this many and as many as live); options meant for other engines
+    are ignored."""
 
     def __init__(self, checked: CheckedQuery, strings: StringDictionary, **options):
         self.set = WindowQuerySet(checked.schema, strings,
                                   chunk=options.get("chunk", CHUNK),
                                   rows_capacity=options.get("rows_capacity", FIRST_ROWS),
                                   groups=options.get("groups", FIRST_GROUPS),
-                                  masked_at=options.get("masked_at", MASKED_AT))
+                                  masked_at=options.get("masked_at", MASKED_AT),
+                                  release_at=options.get("release_at", RELEASE_AT))
         self.set.add(checked)
         super().__init__(checked, strings)
 
@@ -634,10 +775,28 @@ class WindowEngine(Engine):
         self.set.load_state(meta, arrays)
         self.dead_letters = dead
 
+    def string_codes(self) -> np.ndarray:
+        return self.set.string_codes()
+
+    def remap_strings(self, new_code: np.ndarray) -> None:
+        self.set.remap_strings(new_code)
+
 
 # ---------------------------------------------------------------- helpers
 
 
+def _remapped(new_code: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """The new codes of codes the state holds (all kept by the compaction)."""
+    out = new_code[codes]
+    if (out < 0).any():
+        raise ValueError("a string the WINDOW state holds was dropped by the compaction")
+    return out
+
+
+def _kept(new_code: np.ndarray, size: int) -> np.ndarray:
+    """The old codes below `size` that a compaction kept, in order (their new codes are
+    0, 1, ... since the renumbering keeps the order)."""
+    return np.flatnonzero(new_code[:size] >= 0)
 
 
 def _slot(names: list[str], name: str) -> int:
