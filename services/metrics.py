@@ -29,6 +29,11 @@ class Metrics:
                                    "lateness, sent to the late-events topic", **labels)
         self.evicted_keys = Gauge("cep_evicted_keys", "Idle keys whose state the engines "
                                   "evicted (summed over queries and partitions)", **labels)
+        self.strings = Gauge("cep_strings", "Strings in the workers' string dictionaries "
+                             "(summed over partitions and routes)", **labels)
+        self.strings_dropped = Counter("cep_strings_dropped", "Strings dropped from the "
+                                       "dictionaries at checkpoints (keys gone for good)",
+                                       **labels)
         self.paused = Counter("cep_consumer_pauses", "Times consumption paused for "
                               "backpressure (output queue or pending results full)", **labels)
         self.batch_seconds = Histogram(

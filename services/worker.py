@@ -61,7 +61,6 @@ class PartitionState:
         self.ts = None
         self.offset = OFFSET_BEGINNING
         self.out: list[dict] = []
-        self.reported: dict[str, int] = {}
         self.seen: dict[str, int] = {}  # route -> last event seq processed
         self.end_at = -1  # upto of the last end of input
         self.saved_offset = None  # offset of the last snapshot written
@@ -115,9 +114,16 @@ class PartitionState:
     def restart_engines(self) -> None:
         entries = self.queries.to_json()
         self.routes = {}
-        self.reported = {}
         self.queries.live = {}
         self.reconcile(entries)
+
+    def compact_strings(self) -> int:
+        """Drop the strings no engine holds any more (see StreamEngines.compact_strings);
+        how many were dropped."""
+        return sum(engines.compact_strings() for engines, _ in self.routes.values())
+
+    def strings(self) -> int:
+        return sum(len(encoder.strings) for _, encoder in self.routes.values())
 
     # ------------------------------------------------------------ snapshots
 
@@ -125,8 +131,8 @@ class PartitionState:
         blobs = {route: engines.snapshot() for route, (engines, _) in self.routes.items()}
         meta = {"partition": self.partition, "offset": self.offset, "upto": self.upto,
                 "ts": self.ts, "queries": self.queries.to_json(),
-                "routes": {r: len(b) for r, b in blobs.items()}, "reported": self.reported,
-                "out": self.out, "seen": self.seen, "end_at": self.end_at}
+                "routes": {r: len(b) for r, b in blobs.items()}, "out": self.out,
+                "seen": self.seen, "end_at": self.end_at}
         head = orjson.dumps(meta)
         return struct.pack(">I", len(head)) + head + b"".join(blobs.values())
 
@@ -134,7 +140,6 @@ class PartitionState:
         (size,) = struct.unpack(">I", data[:4])
         meta = orjson.loads(data[4:4 + size])
         self.offset, self.upto, self.ts = meta["offset"], meta["upto"], meta["ts"]
-        self.reported = meta["reported"]
         self.out, self.seen = meta.get("out", []), meta.get("seen", {})
         self.end_at = meta.get("end_at", -1)
         self.saved_offset = self.offset
@@ -235,6 +240,7 @@ class Worker:
                     by_query.setdefault(engine.checked.name, []).append(engine)
         names = {n for state in self.parts.values() for n in state.queries.live}
         self.metrics.queries.set(len(names))
+        self.metrics.strings.set(sum(state.strings() for state in self.parts.values()))
         self.metrics.observe_engines(by_query)
 
     # ------------------------------------------------------------ rebalance
@@ -250,6 +256,7 @@ class Worker:
             return
         self.producer.flush(30)
         for state in changed:
+            self.metrics.strings_dropped.inc(state.compact_strings())
             produce(self.producer, self.topics.state, state.snapshot(),
                     key=str(state.partition).encode())
         if self.producer.flush(30):
@@ -377,15 +384,13 @@ class Worker:
                                 orjson.dumps(out) if out else b""))
 
     def _dead_letters(self, state: PartitionState) -> None:
-        for route, (engines, _) in state.routes.items():
-            rejected = engines.dead_letters()
-            done = state.reported.get(route, 0)
-            for q, seq, reason in rejected[done:]:
+        for engines, _ in state.routes.values():
+            rejected = engines.take_dead_letters()
+            for q, seq, reason in rejected:
                 produce(self.producer, self.topics.dead_letters, orjson.dumps(
                     {"source": f"query {q.name}", "position": seq, "reason": reason,
                      "raw": None}))
-            self.metrics.dead_letters.inc(len(rejected) - done)
-            state.reported[route] = len(rejected)
+            self.metrics.dead_letters.inc(len(rejected))
 
     def _send(self, state: PartitionState, frame: Frame) -> None:
         produce(self.producer, self.topics.matches, frame.payload, partition=state.partition,

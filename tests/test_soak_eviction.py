@@ -53,13 +53,14 @@ def finance_partition() -> PartitionState:
 
 
 def feed(state: PartitionState, table: pa.Table) -> int:
-    """Process a batch and punctuate at its last event time; how many composites came."""
+    """Process a batch and punctuate at its last event time; how many composites came
+    (they are left in `state.out`)."""
     ts = int(table.column("ts")[-1].as_py())
-    found = 0
+    state.out = []
     for engines, encoder in state.routes.values():
-        found += len(engines.process(encoder.from_arrow(table)))
-        found += len(engines.punctuate(ts))
-    return found
+        state.out += engines.process(encoder.from_arrow(table))
+        state.out += engines.punctuate(ts)
+    return len(state.out)
 
 
 def test_partition_state_stops_growing_once_every_key_has_been_seen():
@@ -93,3 +94,29 @@ def test_evicted_keys_give_back_their_slots_when_keys_never_return():
     assert match.metrics["evicted_keys"] > seen // 2
     # live at a time: ACTIVE symbols plus those idle for less than the timeout (1200 events)
     assert len(arrays["slot_i"]) <= ACTIVE + 2 * 1200 // STRIDE + 1 < seen // 5
+
+
+def test_checkpoint_compaction_bounds_strings_and_snapshots_when_keys_never_return():
+    """Two partitions fed the same never-returning symbols; one compacts at each
+    'checkpoint' (every round) as the worker does. Same composites; the compacting one's
+    dictionaries and snapshot stop growing while the other's grow with every symbol."""
+    compacting, growing = finance_partition(), finance_partition()
+    rng = np.random.default_rng(5)
+    strings, sizes, dropped = [], [], 0
+    rounds = 20
+    for round_ in range(rounds):
+        for start in range(round_ * ROUND, (round_ + 1) * ROUND, BATCH):
+            table = trades(start, BATCH, rng, universe=0)
+            assert feed(compacting, table) == feed(growing, table)
+            assert compacting.out == growing.out
+        dropped += compacting.compact_strings()
+        strings += [len(encoder.strings) for _, encoder in compacting.routes.values()]
+        sizes.append(len(compacting.snapshot()))
+    seen = rounds * ROUND // STRIDE + ACTIVE
+    assert dropped > seen  # each symbol dropped from both routes
+    assert growing.strings() > 1.8 * seen  # both routes hold (nearly) every symbol
+    # a route compacts once it holds 4096 strings, over twice those in use
+    assert max(strings) < 4096 + ROUND // STRIDE + ACTIVE < seen / 2
+    # the snapshot saw-tooths between compactions without growing from cycle to cycle
+    assert max(sizes[10:]) <= 1.05 * max(sizes[:10]), sizes
+    assert len(growing.snapshot()) > 1.3 * max(sizes[10:])

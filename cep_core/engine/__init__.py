@@ -91,7 +91,7 @@ class StreamEngines:
         self.windows = None
         if windows:
             from cep_core.engine.window import WindowQuerySet
-            known = ("chunk", "rows_capacity", "groups", "masked_at")
+            known = ("chunk", "rows_capacity", "groups", "masked_at", "release_at")
             self.windows = WindowQuerySet(windows[0].schema, strings,
                                           **{k: v for k, v in options.items() if k in known})
             for q in windows:
@@ -161,7 +161,7 @@ class StreamEngines:
         import numpy as np
         import orjson
 
-        arrays = {f"e{i}": np.frombuffer(e.snapshot(), dtype=np.uint8)
+        arrays = {f"e{i}": np.frombuffer(e.snapshot(with_strings=False), dtype=np.uint8)
                   for i, e in enumerate(self.engines)}
         meta = {"strings": self._strings.strings,
                 "engines": [e.checked.name for e in self.engines], "windows": None}
@@ -185,6 +185,8 @@ class StreamEngines:
         meta = orjson.loads(arrays.pop("__meta__").tobytes())
         for s in meta["strings"]:
             self._strings.code(s)
+        if self._strings.strings[:len(meta["strings"])] != meta["strings"]:
+            raise ValueError("snapshot was taken with another string dictionary")
         by_name = {e.checked.name: e for e in self.engines}
         for i, name in enumerate(meta["engines"]):
             by_name[name].restore(arrays[f"e{i}"].tobytes())
@@ -202,6 +204,17 @@ class StreamEngines:
         if self.windows is not None:
             out.extend((self.queries[name], seq, reason) for name in self.windows.names
                        for seq, reason in self.windows.dead_letters(name))
+        return out
+
+    def take_dead_letters(self) -> list[tuple[CheckedQuery, int, str]]:
+        """`dead_letters()`, then forgotten (a service that has sent them on keeps neither
+        them nor a count in memory or in snapshots)."""
+        out = self.dead_letters()
+        for e in self.engines:
+            e.dead_letters.clear()
+        if self.windows is not None:
+            for name in self.windows.names:
+                self.windows.dead_letters(name).clear()
         return out
 
 

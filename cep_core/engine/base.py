@@ -64,10 +64,13 @@ class Engine(ABC):
         anything derived from the old codes."""
         raise NotImplementedError(f"{type(self).__name__} cannot compact its strings")
 
-    def snapshot(self) -> bytes:
+    def snapshot(self, with_strings: bool = True) -> bytes:
+        """`with_strings=False`: leave the string dictionary out (whoever restores puts
+        the same dictionary back first, as StreamEngines does for all its queries)."""
         meta, arrays = self.state()
         meta = {"query": self.checked.name, "kind": self.query.kind, "strings":
-                self.strings.strings, "dead_letters": self.dead_letters, **meta}
+                self.strings.strings if with_strings else None,
+                "dead_letters": self.dead_letters, **meta}
         buffer = io.BytesIO()
         np.savez(buffer, __meta__=np.frombuffer(orjson.dumps(meta), dtype=np.uint8), **arrays)
         return buffer.getvalue()
@@ -79,10 +82,11 @@ class Engine(ABC):
         if meta["query"] != self.checked.name or meta["kind"] != self.query.kind:
             raise ValueError(f"snapshot of {meta['kind']} query {meta['query']!r} cannot "
                              f"restore {self.query.kind} query {self.checked.name!r}")
-        for s in meta["strings"]:
-            self.strings.code(s)
-        if self.strings.strings[:len(meta["strings"])] != meta["strings"]:
-            raise ValueError("snapshot was taken with another string dictionary")
+        if meta["strings"] is not None:
+            for s in meta["strings"]:
+                self.strings.code(s)
+            if self.strings.strings[:len(meta["strings"])] != meta["strings"]:
+                raise ValueError("snapshot was taken with another string dictionary")
         self.dead_letters = [tuple(d) for d in meta["dead_letters"]]
         self.load_state(meta, arrays)
 
