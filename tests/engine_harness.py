@@ -8,12 +8,26 @@ restored from the bytes (as a restarted worker would).
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
+
+import pytest
 
 from cep_core import reference
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.composite import sort_key
+from cep_core.checker import load_queries
 from cep_core.engine import compact_strings, create_engine
 from cep_core.events import Event, Punctuation
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def example_queries(kind: str) -> list:
+    """pytest params (path, query name) of every `kind` query of examples/*.cep."""
+    return [pytest.param(path, q.name, id=f"{path.stem}:{q.name}")
+            for path in sorted(EXAMPLES.glob("*.cep")) for q in load_queries(path)
+            if q.query.kind == kind]
 
 
 def jit_run(queries, stream, sizes=(7,), restore_at: int | None = None,

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 
 import pytest
-from engine_harness import assert_same
+from engine_harness import assert_same, example_queries
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from test_engine_seq import random_query, random_stream
@@ -35,17 +35,8 @@ from cep_core.events import Event, Punctuation
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def _seq_examples():
-    out = []
-    for path in sorted(EXAMPLES.glob("*.cep")):
-        for q in load_queries(path):
-            if q.query.kind == "seq":
-                out.append(pytest.param(path, q.name, id=f"{path.stem}:{q.name}"))
-    return out
-
-
 @pytest.mark.parametrize("algorithm", ["auto", "aip"])
-@pytest.mark.parametrize("path, name", _seq_examples())
+@pytest.mark.parametrize("path, name", example_queries("seq"))
 def test_examples_with_compaction(path, name, algorithm):
     [q] = [q for q in load_queries(path) if q.name == name]
     events, _ = read_events(EXAMPLES / "data" / f"{q.schema.stream}.jsonl", q.schema)

@@ -17,7 +17,7 @@ import random
 from pathlib import Path
 
 import pytest
-from engine_harness import assert_same, jit_run
+from engine_harness import assert_same, example_queries, jit_run
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -278,16 +278,7 @@ def test_cdp_equals_reference_on_random_queries(seed):
 # ---------------------------------------------------------------- the examples
 
 
-def _seq_example_queries():
-    out = []
-    for path in sorted(EXAMPLES.glob("*.cep")):
-        for q in load_queries(path):
-            if q.query.kind == "seq":
-                out.append(pytest.param(path, q.name, id=f"{path.stem}:{q.name}"))
-    return out
-
-
-@pytest.mark.parametrize("path, name", _seq_example_queries())
+@pytest.mark.parametrize("path, name", example_queries("seq"))
 def test_examples_equal_reference(path, name):
     """Every SEQ example through the planner (CDP for skip-till-any-match)."""
     [q] = [q for q in load_queries(path) if q.name == name]

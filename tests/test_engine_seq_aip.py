@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from engine_harness import assert_same, jit_run
+from engine_harness import assert_same, example_queries, jit_run
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -304,16 +304,7 @@ def test_strict_contiguity_equals_reference(seed):
 # ---------------------------------------------------------------- the examples
 
 
-def _seq_examples():
-    out = []
-    for path in sorted(EXAMPLES.glob("*.cep")):
-        for q in load_queries(path):
-            if q.query.kind == "seq":
-                out.append(pytest.param(path, q.name, id=f"{path.stem}:{q.name}"))
-    return out
-
-
-@pytest.mark.parametrize("path, name", _seq_examples())
+@pytest.mark.parametrize("path, name", example_queries("seq"))
 def test_examples_equal_reference(path, name):
     [q] = [q for q in load_queries(path) if q.name == name]
     events, _ = read_events(EXAMPLES / "data" / f"{q.schema.stream}.jsonl", q.schema)
