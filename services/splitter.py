@@ -27,6 +27,7 @@ keyed offsets and takes the steps again from those runs before taking new ones
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import zlib
@@ -109,11 +110,13 @@ class Splitter:
                  pulse_ms: int = 100, batch_size: int = 20000, registry=None,
                  metrics: Metrics | None = None, linger_ms: float = 5,
                  allowed_lateness_ms: int = 0, max_reorder_buffered: int = 100_000,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                 checkpoint_ms: int | None = None):
         self.settings = settings
         self.topics = topics
         self.partitions = partitions
         self.pulse_s = pulse_ms / 1000
+        self.checkpoint_s = (checkpoint_ms or int(os.environ.get("CEP_CHECKPOINT_MS", 1000))) / 1000
         self.batch_size = batch_size
         # after a batch's first record, wait this long for more: fewer, larger frames when
         # the input trickles (each frame costs every worker and the coordinator ~1-2 ms)
@@ -198,7 +201,7 @@ class Splitter:
                     self.step()
                     if pulses:
                         self.pulse_if_due()
-                    if time.monotonic() - last_commit > 1.0:
+                    if time.monotonic() - last_commit > self.checkpoint_s:
                         self.commit()
                         self.metrics.observe_lag(self.source)
                         self.metrics.queries.set(len(self.queries.live))
