@@ -85,6 +85,7 @@ class StreamEngines:
     def __init__(self, queries: list[CheckedQuery], strings: StringDictionary, **options):
         self.queries = {q.name: q for q in queries}
         self._strings = strings
+        self._compact_at = 0.0  # dictionary size at which compact_strings looks again
         self.engines = [create_engine(q, strings, **options) for q in queries
                         if q.query.kind != "window"]
         windows = [q for q in queries if q.query.kind == "window"]
@@ -195,8 +196,14 @@ class StreamEngines:
                                                       if k.startswith("w_")})
 
     def compact_strings(self, slack: float = 2.0, minimum: int = 4096) -> int:
-        """`compact_strings` over every query of the stream."""
-        return compact_strings(list(self._parts()), self._strings, slack, minimum)
+        """`compact_strings` over every query of the stream. After a look that found most
+        strings in use, the next look waits until the dictionary has grown `slack` times
+        (asking every engine for its codes costs ~1 ms per thousand keys)."""
+        if len(self._strings) < max(minimum, self._compact_at):
+            return 0
+        dropped = compact_strings(list(self._parts()), self._strings, slack, minimum)
+        self._compact_at = slack * len(self._strings)
+        return dropped
 
     def dead_letters(self) -> list[tuple[CheckedQuery, int, str]]:
         """(query, seq, reason) of every event an engine rejected."""
