@@ -42,7 +42,7 @@ from cep_core.compiler.seq_cdp import ERR, OVF, PALIVE, CdpKernel
 from cep_core.compiler.seq_plan import SeqPlan
 from cep_core.composite_batch import CompositeBatch
 from cep_core.engine.seq_base import BACKWARDS_TIME, SeqEngineBase
-from cep_core.engine.seq_idle import drop_events, empty_idle_partitions, idle_partitions
+from cep_core.engine.seq_idle import drop_events, idle_partitions
 
 __all__ = ["BACKWARDS_TIME", "NotSupportedError", "SeqEngine", "SeqOverflowError"]
 
@@ -138,13 +138,13 @@ class SeqEngine(SeqEngineBase):
         P = self.P
         none_live = np.zeros(P, np.int64)
         parts = idle_partitions(self.idle.clock, self.idle.timeout, self.last_ts, self.cnt,
-                                self.phead, none_live, P)
+                                self.phead, none_live, P, True)
         drop_events(parts, self.cnt, self.evicted)
         self.idle.evicted += len(parts)
         # then the partitions themselves: memory is bounded by those live within the
         # timeout (sound under eviction's own assumption, as for MATCH keys)
-        self._release(empty_idle_partitions(self.idle.clock, self.idle.timeout,
-                                            self.last_ts, self.cnt, self.phead, none_live, P))
+        self._release(idle_partitions(self.idle.clock, self.idle.timeout, self.last_ts,
+                                      self.cnt, self.phead, none_live, P, False))
 
     def flush(self) -> list[dict]:
         return self._release_all(True)

@@ -55,7 +55,6 @@ from cep_core.engine.seq_idle import (
     assign_instance_keys,
     drop_events,
     drop_instances,
-    empty_idle_partitions,
     fill_instance_keys,
     idle_partitions,
     live_instances,
@@ -236,7 +235,7 @@ class SeqAipEngine(SeqEngineBase):
         P, Q = self.P, self.Q
         live = live_instances(self.qpart, self.icnt, self.S, Q, P)
         parts = idle_partitions(self.idle.clock, self.idle.timeout, self.last_ts, self.cnt,
-                                self.phead, live, P)
+                                self.phead, live, P, True)
         out = []
         if len(parts):
             out = self._time_out_all(True, parts)
@@ -246,8 +245,8 @@ class SeqAipEngine(SeqEngineBase):
             live = live_instances(self.qpart, self.icnt, self.S, Q, P)
         if self.class_attr is not None:
             self._release_instance_keys()
-        self._release(empty_idle_partitions(self.idle.clock, self.idle.timeout, self.last_ts,
-                                            self.cnt, self.phead, live, P))
+        self._release(idle_partitions(self.idle.clock, self.idle.timeout, self.last_ts,
+                                      self.cnt, self.phead, live, P, False))
         return out
 
     def _release_instance_keys(self) -> None:

@@ -5,8 +5,8 @@ punctuation) seen. A partition whose last event is at least `idle_timeout` behin
 and that holds state (stored events, automaton instances) but no pending match (a
 completed match waiting for its trailing NOT to be decided is a result, never dropped)
 loses that state; `metrics()["evicted_keys"]` counts such evictions. The engine then
-forgets idle partitions that hold nothing (`empty_idle_partitions`): their ids go to new
-partitions (`metrics()["released_keys"]`), so memory is bounded by the partitions live
+forgets idle partitions that hold nothing (`idle_partitions` with `holding` false): their
+ids go to new partitions (`metrics()["released_keys"]`), so memory is bounded by the partitions live
 within the timeout. Results are unaffected when `idle_timeout` exceeds the query's horizon
 (WITHIN, TESLA's WITHIN ... FROM chain, window aggregates) plus how far a partition's
 events may lag behind the other partitions' times (a returning partition's events are
@@ -64,9 +64,11 @@ class IdleKeys:
 
 
 @njit(cache=True)
-def idle_partitions(clock, timeout, last_ts, cnt, phead, live, P):
-    """Partitions < P idle for `timeout` or longer, with stored events or live instances
-    (`live[p]` > 0) and no pending match."""
+def idle_partitions(clock, timeout, last_ts, cnt, phead, live, P, holding):
+    """Partitions < P in use (an accepted event), idle for `timeout` or longer, with no
+    pending match, that hold something (stored events or live instances, `live[p]` > 0)
+    when `holding` is true (to evict), or hold nothing when it is false (the caller resets
+    their rows and gives their ids to new keys: `SeqEngineBase._release`)."""
     out = np.empty(P, np.int64)
     k = 0
     for p in range(P):
@@ -76,28 +78,7 @@ def idle_partitions(clock, timeout, last_ts, cnt, phead, live, P):
         for c in range(cnt.shape[1]):
             if cnt[p, c] > 0:
                 holds = True
-        if holds:
-            out[k] = p
-            k += 1
-    return out[:k]
-
-
-@njit(cache=True)
-def empty_idle_partitions(clock, timeout, last_ts, cnt, phead, live, P):
-    """Partitions < P in use (an accepted event), idle for `timeout` or longer and holding
-    nothing: no stored events, no live instances, no pending match. The caller resets
-    their rows and gives their ids to new keys (`SeqEngineBase._release`)."""
-    out = np.empty(P, np.int64)
-    k = 0
-    for p in range(P):
-        if last_ts[p] == INT64_MIN or clock - last_ts[p] < timeout or phead[p] >= 0 or \
-                live[p] > 0:
-            continue
-        empty = True
-        for c in range(cnt.shape[1]):
-            if cnt[p, c] > 0:
-                empty = False
-        if empty:
+        if holds == holding:
             out[k] = p
             k += 1
     return out[:k]
