@@ -13,6 +13,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from services.serve import die_with_parent
+
 
 class BrokerError(RuntimeError):
     pass
@@ -70,7 +72,7 @@ class EmbeddedBroker:
         output = open(self.log, "ab") if self.log else subprocess.DEVNULL
         self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
                                         env={**os.environ, **self.env},
-                                        start_new_session=True)
+                                        start_new_session=True, preexec_fn=die_with_parent)
         try:
             wait_for_port(self.host, self.port, timeout_s)
         except BrokerError:

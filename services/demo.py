@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from pathlib import Path
 from typing import Annotated
 
@@ -52,13 +53,29 @@ def start_services(bootstrap: str, workers: int, log_path: Path, topics) -> subp
     Faust web server on a free port."""
     from services.broker import free_port
 
+    from services.serve import die_with_parent
+
     log = open(log_path, "ab")
     return subprocess.Popen(
         [sys.executable, "-m", "services.cli", "serve", "all", "--workers", str(workers),
          "--stream", topics.stream, "--source", topics.source, "--control", topics.control,
          "--topic-prefix", topics.prefix, "--web-port", str(free_port())],
         env={**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "CEP_SESSION_TIMEOUT_MS": "2000"},
-        stdout=log, stderr=log, start_new_session=True)
+        stdout=log, stderr=log, start_new_session=True, preexec_fn=die_with_parent)
+
+
+class ServiceFailed(RuntimeError):
+    """A service of the demo died: the message holds the last lines of their log."""
+
+
+def check_services(process: subprocess.Popen, log_path: Path, lines: int = 25) -> None:
+    """ServiceFailed as soon as `cep serve all` has exited or logged a process's death."""
+    text = log_path.read_text(errors="replace") if log_path.exists() else ""
+    died = process.poll() is not None or '"event":"process_exited"' in text
+    if died:
+        tail = "\n".join(text.splitlines()[-lines:])
+        raise ServiceFailed(f"a service failed to start (log: {log_path}); its last lines:"
+                            f"\n{tail}")
 
 
 def stop_services(process: subprocess.Popen, timeout_s: float = 60) -> int:
@@ -71,11 +88,16 @@ def stop_services(process: subprocess.Popen, timeout_s: float = 60) -> int:
         return process.wait()
 
 
-def wait_status(settings, status: str, event: str, timeout_s: float, **match) -> dict:
+def wait_status(settings, status: str, event: str, timeout_s: float, check=None,
+                **match) -> dict:
+    """The first status record of `event` with the `match` fields; `check()` is called
+    between reads (to fail early)."""
     from services.kafka import read_all
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        if check is not None:
+            check()
         for message in read_all(settings, status, idle_s=0.1):
             record = orjson.loads(message.value())
             if record.get("event") == event and all(record.get(k) == v
@@ -87,6 +109,7 @@ def wait_status(settings, status: str, event: str, timeout_s: float, **match) ->
 
 def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rate: float,
              console) -> bool:
+    from cep_core.home import state_dir
     from services.broker import EmbeddedBroker
     from services.control import ControlMessage, publish
     from services.kafka import KafkaSettings, Topics, produce, produce_end
@@ -100,13 +123,14 @@ def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rat
     run_id = f"{os.getpid()}-{int(time.time())}"
     topics = Topics(STREAM, source=f"demo.{STREAM}.{run_id}", prefix=f"demo-{run_id}")
     queries = demo_queries()
-    log_path = Path(tempfile.gettempdir()) / f"cep-demo-{run_id}.log"
+    log_path = state_dir("logs") / f"demo-{run_id}.log"
     create_topics(settings, topics, 4, ["double_tops", "trade_stats"])
     for name, text in queries:
         publish(settings, topics.control, ControlMessage("add", name, text))
     services = start_services(bootstrap, workers, log_path, topics)
     try:
-        wait_status(settings, topics.status, "query_live", 120, op="set")
+        wait_status(settings, topics.status, "query_live", 120, op="set",
+                    check=lambda: check_services(services, log_path))
         lines = trade_lines(events)
         output = _consumer(settings, ["double_tops", "trade_stats"])
         producer = settings.producer()
@@ -204,32 +228,37 @@ def _verify(queries, lines: list[bytes], received, settings) -> list[str]:
 
 
 class _LiveView:
-    """The last composite events and counts per output topic, redrawn in place."""
+    """Counts and the latest composite events of every output topic, redrawn in place (each
+    topic keeps its own latest few, so a rare query's matches stay in view)."""
 
-    def __init__(self, console):
+    def __init__(self, console, per_topic: int = 6):
         from rich.live import Live
 
+        self.per_topic = per_topic
         self.counts: dict[str, int] = {}
-        self.recent: list[tuple[str, dict]] = []
+        self.recent: dict[str, deque] = {}
         self.live = Live(self._render(), console=console, refresh_per_second=8)
         self.live.start()
 
     def add(self, topic: str, composite: dict) -> None:
         self.counts[topic] = self.counts.get(topic, 0) + 1
-        self.recent = (self.recent + [(topic, composite)])[-15:]
+        self.recent.setdefault(topic, deque(maxlen=self.per_topic)).append(composite)
 
     def _render(self):
         from rich.table import Table
 
-        table = Table(title="composite events (latest 15) - " + ", ".join(
-            f"{t}: {n}" for t, n in self.counts.items()))
-        for column in ("topic", "seq", "key", "fields"):
-            table.add_column(column)
-        for topic, c in self.recent:
-            fields = {k: v for k, v in c.items() if k not in ("query", "key", "seq",
-                                                              "start_seq", "events")}
-            table.add_row(topic, str(c["seq"]), str(c.get("key")),
-                          orjson.dumps(fields).decode()[:80])
+        table = Table(title=f"composite events (latest {self.per_topic} per topic)")
+        table.add_column("topic", no_wrap=True)
+        table.add_column("seq", justify="right", no_wrap=True)
+        table.add_column("key", no_wrap=True)
+        table.add_column("fields", overflow="fold")
+        for topic, composites in self.recent.items():
+            for i, c in enumerate(composites):
+                fields = {k: v for k, v in c.items() if k not in ("query", "key", "seq",
+                                                                  "start_seq", "events")}
+                label = f"{topic} ({self.counts[topic]:,})" if i == 0 else ""
+                table.add_row(label, str(c["seq"]), str(c.get("key")),
+                              orjson.dumps(fields).decode(), end_section=i == len(composites) - 1)
         return table
 
     def refresh(self) -> None:
@@ -258,9 +287,16 @@ def register_demo(app: typer.Typer, guard, cli_error) -> None:
         """The streaming pipeline end to end on a synthetic trade stream."""
         from rich.console import Console
 
+        from services.serve import exit_on_signals
+
         def body():
+            exit_on_signals()  # SIGTERM/SIGHUP stop the services and broker, as Ctrl-C does
             chosen = rate if rate >= 0 else (0 if verify else 2000)
-            if not run_demo(events, workers, verify, bootstrap, chosen, Console()):
+            try:
+                ok = run_demo(events, workers, verify, bootstrap, chosen, Console())
+            except ServiceFailed as e:
+                raise cli_error(str(e)) from None
+            if not ok:
                 raise typer.Exit(1)
 
         guard(body)

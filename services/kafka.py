@@ -9,6 +9,7 @@ producers use the murmur2 partitioner so every client agrees on key placement.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -71,6 +72,9 @@ class Topics:
         return self._internal(role)
 
 
+LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
+
+
 @dataclass
 class KafkaSettings:
     bootstrap: str
@@ -97,8 +101,9 @@ class KafkaSettings:
 
     def base(self) -> dict:
         # Nagle's algorithm holds small frames (pulses, matches) back for tens of ms.
+        # librdkafka's own messages go through Python's logging (JSON lines in services).
         return {"bootstrap.servers": self.bootstrap, "socket.nagle.disable": True,
-                **self.extra}
+                "logger": LIBRDKAFKA_LOG, **self.extra}
 
     # Tuning defaults; CEP_KAFKA_* / --kafka-config values of the same keys win over them.
     # What the services rely on (partitioner, group ids, manual commits) is set after.

@@ -1,12 +1,13 @@
 """Process model of the services: structured logs, metrics, signals, `cep serve all`.
 
 Logs are JSON lines on stderr, one per event of note: {"ts", "level", "role", "event",
-...}. Metrics (services/metrics.py) are on `--metrics-port` (0: off). SIGTERM and
-SIGINT set the stop flag: the service finishes its current batch, commits and exits 0.
+...}. Metrics (services/metrics.py) are on `--metrics-port` (0: off). SIGTERM,
+SIGINT and SIGHUP set the stop flag: the service finishes its current batch, commits and exits 0.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -19,13 +20,51 @@ from pathlib import Path
 import orjson
 
 ROLE = {"name": os.environ.get("CEP_ROLE", "cep")}
+LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+          "error": logging.ERROR}
+
+
+def log_level() -> int:
+    """The threshold set by CEP_LOG_LEVEL (debug, info, warning, error; default info)."""
+    name = os.environ.get("CEP_LOG_LEVEL", "info").lower()
+    if name not in LEVELS:
+        raise ValueError(f"CEP_LOG_LEVEL={name!r}: not one of {', '.join(LEVELS)}")
+    return LEVELS[name]
+
+
+def _write(record: dict) -> None:
+    sys.stderr.write(orjson.dumps(record, default=str).decode() + "\n")
+    sys.stderr.flush()
 
 
 def log(event: str, level: str = "info", **fields) -> None:
-    record = {"ts": round(time.time(), 3), "level": level, "role": ROLE["name"],
-              "event": event, **fields}
-    sys.stderr.write(orjson.dumps(record, default=str).decode() + "\n")
-    sys.stderr.flush()
+    if LEVELS[level] < log_level():
+        return
+    _write({"ts": round(time.time(), 3), "level": level, "role": ROLE["name"],
+            "event": event, **fields})
+
+
+class JsonLogFormatter(logging.Formatter):
+    """Records of Python's logging (Faust's, mode's, aiokafka's) as the same JSON lines as
+    `log`: event "log", the logger's name, its message, and a traceback where there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = {"ts": round(record.created, 3), "level": record.levelname.lower(),
+                  "role": ROLE["name"], "event": "log", "logger": record.name,
+                  "message": record.getMessage()}
+        if record.exc_info:
+            fields["traceback"] = self.formatException(record.exc_info)
+        return orjson.dumps(fields, default=str).decode()
+
+
+def logging_config() -> dict:
+    """A `logging.config.dictConfig` for the root logger: JSON lines on stderr at
+    CEP_LOG_LEVEL."""
+    return {"version": 1, "disable_existing_loggers": False,
+            "formatters": {"json": {"()": JsonLogFormatter}},
+            "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json",
+                                    "stream": "ext://sys.stderr"}},
+            "root": {"level": log_level(), "handlers": ["stderr"]}}
 
 
 @contextmanager
@@ -48,24 +87,54 @@ def profiled(role: str):
         profile.dump_stats(Path(target) / f"{role}-{os.getpid()}.prof")
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 def stop_flag() -> threading.Event:
-    """An Event set by SIGTERM or SIGINT."""
+    """An Event set by SIGTERM, SIGINT or SIGHUP."""
     stopping = threading.Event()
 
     def handler(signum, _frame):
         log("stopping", signal=signal.Signals(signum).name)
         stopping.set()
 
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, handler)
     return stopping
 
 
+def exit_on_signals() -> None:
+    """SIGTERM and SIGHUP raise SystemExit in the main thread, as Ctrl-C raises
+    KeyboardInterrupt, so a command's `finally` blocks stop the processes it started. Once
+    one has arrived, more are ignored, so they cannot cut that clean-up short."""
+
+    def handler(signum, _frame):
+        for other in STOP_SIGNALS:
+            signal.signal(other, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, handler)
+
+
+def die_with_parent() -> None:
+    """A `preexec_fn`: the child gets SIGTERM when the process that started it dies, even
+    by SIGKILL, so no service or broker is left behind as an orphan (Linux; elsewhere a
+    no-op). The child must be started from the main thread: it is the thread's death that
+    counts."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def spawn(role: str, args: list[str], env: dict | None = None) -> subprocess.Popen:
-    """One `cep serve ROLE` subprocess (its own process group)."""
+    """One `cep serve ROLE` subprocess (its own process group; it stops when we die)."""
     return subprocess.Popen([sys.executable, "-m", "services.cli", "serve", role, *args],
                             env={**os.environ, **(env or {}), "CEP_ROLE": role},
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=die_with_parent)
 
 
 def run_all(args_by_role: list[tuple[str, list[str]]], stopping: threading.Event,

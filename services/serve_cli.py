@@ -8,6 +8,7 @@ or `--kafka-config`.
 
 from __future__ import annotations
 
+import logging.config
 import sys
 import time
 from enum import StrEnum
@@ -99,7 +100,7 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
             from services.kafka import Topics
             from services.pipeline import create_topics
             from services.metrics import Metrics
-            from services.serve import ROLE, run_all, stop_flag
+            from services.serve import ROLE, logging_config, run_all, stop_flag
 
             settings = _settings(bootstrap, kafka_config)
             topics = Topics(stream, source, control, topic_prefix)
@@ -121,6 +122,7 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
                         for i, (r, extra) in enumerate(roles)]
                 raise typer.Exit(run_all(plan, stopping))
             ROLE["name"] = role.value
+            logging.config.dictConfig(logging_config())
             metrics = Metrics(role.value, metrics_port)
             if role is Role.splitter:  # a Faust app: Faust handles the signals
                 from services.splitter import Splitter

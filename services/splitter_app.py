@@ -23,7 +23,8 @@ import faust
 from faust.app.base import BootStrategy
 from mode import Service
 
-from services.serve import log
+from cep_core.home import state_dir
+from services.serve import log, log_level, logging_config
 from services.splitter import Splitter
 
 
@@ -78,7 +79,7 @@ def create_app(splitter: Splitter, web_port: int = 6066, web_bind: str = "0.0.0.
     app = SplitterApp(
         splitter.topics.group("splitter"), broker=f"kafka://{settings.bootstrap}",
         web_port=web_port, web_bind=web_bind, web_host="127.0.0.1", web_enabled=True,
-        datadir=str(datadir or Path.home() / ".cache" / "cep" / "faust"),
+        datadir=str(datadir or state_dir("faust")),
         autodiscover=False, broker_session_timeout=3.0, broker_heartbeat_interval=0.5,
         topic_partitions=splitter.partitions,
         broker_credentials=settings.faust_credentials())
@@ -98,12 +99,14 @@ def create_app(splitter: Splitter, web_port: int = 6066, web_bind: str = "0.0.0.
     return app, service
 
 
-def serve_splitter(splitter: Splitter, web_port: int = 6066, loglevel: str = "info") -> int:
-    """Run the app until SIGTERM/SIGINT; the exit code (1 when the loop failed)."""
+def serve_splitter(splitter: Splitter, web_port: int = 6066) -> int:
+    """Run the app until SIGTERM/SIGINT; the exit code (1 when the loop failed). Faust's
+    own log records are JSON lines like the splitter's (services.serve.logging_config)."""
     from faust.worker import Worker
 
     app, service = create_app(splitter, web_port)
-    worker = Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    worker = Worker(app, quiet=True, redirect_stdouts=False, loglevel=log_level(),
+                    logging_config=logging_config())
     try:
         worker.execute_from_commandline()
     except SystemExit as e:
