@@ -1,5 +1,5 @@
-"""Good queries: every example of SEMANTICS.md (in this product's syntax) checks cleanly,
-and the checker fills in the type of every expression node."""
+"""Good queries: the papers' examples behind docs/semantics.md (in this product's syntax)
+check cleanly, and the checker fills in the type of every expression node."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from cep_core.checker import check, load_query_text, select_name
 from cep_core.parser import parse
 from cep_core.schema import SchemaRegistry, StreamSchema
 
-# SEMANTICS.md, section by section.
+# The papers' examples, section by section (MATCH, SEQ, WINDOW of docs/semantics.md).
 SEMANTICS_EXAMPLES = {
     "marathon": """
         QUERY cheat FROM checkpoints INTO cheaters
@@ -84,7 +84,7 @@ SEMANTICS_EXAMPLES = {
     """,
 }
 
-# Other constructs SEMANTICS.md and docs/semantics-decisions.md describe.
+# Other constructs docs/semantics.md describes.
 MORE_EXAMPLES = {
     "kleene_aggregates": """
         QUERY k FROM rfid PARTITION BY item
