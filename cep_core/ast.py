@@ -31,9 +31,14 @@ NOPOS = Pos("<none>", 0, 0)
 
 @dataclass(eq=False)
 class Literal:
+    """A constant. A duration written in an expression (`Delta(ts) <= 5 minutes`) keeps
+    `duration`; the checker sets `value` to it in the stream's time unit (an int), so engines
+    see a plain number."""
+
     value: int | float | str | bool
     pos: Pos = NOPOS
     type: str | None = None  # filled in by the checker
+    duration: Duration | None = None
 
 
 @dataclass(eq=False)

@@ -232,9 +232,9 @@ class _QueryChecker:
             else:
                 attr.type = self.attribute_type(attr.name, attr.pos)
 
-    def duration(self, d: ast.Duration) -> int | None:
+    def duration(self, d: ast.Duration, positive: bool = True) -> int | None:
         """The duration in the stream's time unit, or None after reporting why not."""
-        if d.amount <= 0:
+        if positive and d.amount <= 0:
             self.error(d.pos, f"a duration must be positive, not {_show(d)}")
             return None
         try:
@@ -520,8 +520,25 @@ class _QueryChecker:
         node.type = _EXPR_CHECKS[type(node)](self, node, scope)
         return node.type
 
-    def _literal(self, node: ast.Literal, scope: Scope) -> str:
+    def _literal(self, node: ast.Literal, scope: Scope) -> str | None:
+        if node.duration is not None:  # not beside Delta (`_binary` takes those)
+            d = node.duration
+            self.error(node.pos, f"a duration ({_show(d)}) can only be compared with "
+                                 f"Delta({self.schema.time}); elsewhere write the number in "
+                                 f"the stream's time unit ({self.schema.time_unit})"
+                                 f"{_as_units(d, self.schema.time_unit)}")
+            return None
         return {bool: "bool", int: "int", float: "float", str: "string"}[type(node.value)]
+
+    def _delta_duration(self, node: ast.Binary) -> ast.Literal | None:
+        """The duration literal of a comparison `Delta(ts) <= 5 minutes` (either side)."""
+        if node.op not in EQUALITY and node.op not in ORDERING:
+            return None
+        for literal, other in ((node.left, node.right), (node.right, node.left)):
+            if isinstance(literal, ast.Literal) and literal.duration is not None and \
+                    isinstance(other, ast.Aggregate) and other.func is A.DELTA:
+                return literal
+        return None
 
     def _attr(self, node: ast.Attr, scope: Scope) -> str | None:
         if node.var is None:
@@ -564,7 +581,14 @@ class _QueryChecker:
         return kind
 
     def _binary(self, node: ast.Binary, scope: Scope) -> str | None:
-        left, right = self.expr(node.left, scope), self.expr(node.right, scope)
+        duration = self._delta_duration(node)
+        if duration is not None:
+            # Delta is in the stream's time unit: so is the duration, as a plain int from here
+            # on (recomputed from `duration` each time, so checking twice changes nothing).
+            units = self.duration(duration.duration, positive=False)
+            duration.value, duration.type = (units, "int") if units is not None else (0, None)
+        left = duration.type if duration is node.left else self.expr(node.left, scope)
+        right = duration.type if duration is node.right else self.expr(node.right, scope)
         if node.op in LOGIC:
             self._expect_bool(node.left, left, node.op)
             self._expect_bool(node.right, right, node.op)
@@ -834,6 +858,14 @@ def _example_var(scope: Scope, kleene: bool = False) -> str:
 
 def _show(d: ast.Duration) -> str:
     return f"{d.amount} {d.unit}"
+
+
+def _as_units(d: ast.Duration, time_unit: str) -> str:
+    """`: 300000` — the duration as a number in the time unit, when it is a whole one."""
+    try:
+        return f": {d.in_time_units(time_unit)}"
+    except ValueError:
+        return ""
 
 
 def _milliseconds(d: ast.Duration, time_unit: str) -> float | None:

@@ -2,7 +2,7 @@
 
 An engine call returns `CompositeBatch`es: numpy columns copied from its kernel's output
 arrays, no Python object per composite event. `to_dicts()` builds the JSON objects of
-SEMANTICS.md (exactly what `cep_core.reference` gives) for the edges that need them: Kafka
+docs/semantics.md (exactly what `cep_core.reference` gives) for the edges that need them: Kafka
 messages, files, tests. `to_arrow()` gives the same events as one Arrow record batch, again
 without a Python object per event: `query`, `key` (JSON text), `seq`, `start_seq`, for SEQ
 `events` (a list of {variable, seq, attributes...} structs in binding order), then the

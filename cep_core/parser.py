@@ -435,9 +435,18 @@ class _ToAst(Transformer):
         return result
 
     def neg(self, meta, operand):
-        if isinstance(operand, ast.Literal) and not isinstance(operand.value, (str, bool)):
+        if isinstance(operand, ast.Literal) and not isinstance(operand.value, (str, bool)) \
+                and operand.duration is None:
             return ast.Literal(-operand.value, self._pos(meta))
         return ast.Unary("-", operand, self._pos(meta))
+
+    def duration_lit(self, meta, amount, unit):
+        # `Delta(ts) <= 5 minutes`: the checker gives it its value in the stream's time unit.
+        if str(unit).lower() not in DURATION_UNITS:
+            raise QueryError(f"unexpected '{unit}' after {amount} (a duration's unit is ms, "
+                             "seconds, minutes, hours, days or ticks)", self._pos(unit))
+        return ast.Literal(int(amount), self._pos(amount),
+                           duration=self.duration(meta, amount, unit))
 
     def int_lit(self, meta, token):
         return ast.Literal(int(token), self._pos(token))

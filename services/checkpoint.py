@@ -2,7 +2,7 @@
 coordinator wrote to an output topic after its last checkpoint.
 
 Both reads are bounded by the fetch high-watermark (ListOffsets "latest" is wrong on tansu,
-shared/BROKER.md) and keep only what they need in memory: tansu does not compact, so a
+docs/broker.md) and keep only what they need in memory: tansu does not compact, so a
 state topic holds every snapshot ever written.
 """
 

@@ -22,7 +22,7 @@ watermarks, the released position and delivered offset of each INTO topic) to th
 topic under the key `coordinator`. A restarted coordinator loads it, reads each INTO topic
 after the checkpointed offset for records it wrote later (header `cep.pipeline`), moves the
 released position past them, and resumes the match topic at the checkpointed offsets. No
-Kafka transactions: tansu delivers aborted records (shared/BROKER.md).
+Kafka transactions: tansu delivers aborted records (docs/broker.md).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Every client gets `bootstrap.servers` plus the extra librdkafka settings of the
 `KafkaSettings` (from CEP_KAFKA_* variables: CEP_KAFKA_SECURITY_PROTOCOL=SASL_SSL becomes
 `security.protocol`, and from a `--kafka-config` file of `key=value` lines). Consumers in
-groups get short sessions (see shared/BROKER.md: joins wait half the session timeout);
+groups get short sessions (see docs/broker.md: joins wait half the session timeout);
 producers use the murmur2 partitioner so every client agrees on key placement.
 """
 
@@ -236,7 +236,7 @@ def _caught_up(consumer: Consumer, partitions: list) -> bool:
 def read_all(settings: KafkaSettings, topic: str, idle_s: float = 0.5,
              timeout_s: float = 30.0) -> list:
     """Every message of a topic, reading until nothing new came for `idle_s` (the fetch
-    high-watermark ends it sooner; ListOffsets is not trusted, see shared/BROKER.md)."""
+    high-watermark ends it sooner; ListOffsets is not trusted, see docs/broker.md)."""
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
     consumer = settings.consumer()

@@ -2,7 +2,7 @@
 threads in one process each have theirs), served on `--metrics-port` (0: off).
 
 Every role: events in/out, dead letters, batch seconds, consumer lag (from the fetch
-high-watermarks, not ListOffsets: see shared/BROKER.md), partitions held, live queries.
+high-watermarks, not ListOffsets: see docs/broker.md), partitions held, live queries.
 Workers also export, per query, the engines' own counts (`cep_engine_state`, from each
 engine's metrics) and its live partial matches (`cep_partial_matches`) where the engine
 has a count: SEQ by incremental automata: live instances; SEQ by delayed processing:

@@ -8,8 +8,8 @@ events/s here): `SplitterLoop`, a Faust Service, runs `Splitter.loop` in its own
 
 The app joins no consumer group and starts no Faust Kafka client (`enable_kafka = False`
 in its boot strategy): the splitter's confluent consumer assigns the source partitions
-itself, so startup does not wait for a group join (BROKER.md: joins wait half the session
-timeout). Should Kafka be enabled, the app carries BROKER.md's short-session settings.
+itself, so startup does not wait for a group join (docs/broker.md: joins wait half the
+session timeout). Should Kafka be enabled, the app carries short-session settings.
 """
 
 from __future__ import annotations

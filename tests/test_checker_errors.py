@@ -257,6 +257,24 @@ BAD = [
      "duration finer than the stream's time unit (s)", 1, 52),
     ('QUERY q FROM rfid PATTERN SEQ(O o, D d) WITHIN 0 minutes',
      'a duration must be positive', 1, 48),
+    # ---- durations in expressions: compared with Delta only, in the stream's time unit
+    ('QUERY q FROM trades PATTERN (. A) DEFINE A AS price > 5 minutes',
+     "a duration (5 min) can only be compared with Delta(ts); elsewhere write the number in "
+     "the stream's time unit (ms): 300000", 1, 55),
+    ('QUERY q FROM trades PATTERN (. A) DEFINE A AS Delta(ts) <= 5 minutes + 1',
+     'a duration (5 min) can only be compared with Delta(ts)', 1, 60),
+    ('QUERY q FROM rfid PATTERN SEQ(O o, D d) WHERE d.ts - o.ts < 5 minutes WITHIN 1 hour',
+     "elsewhere write the number in the stream's time unit (ms): 300000", 1, 61),
+    ('QUERY q FROM trades PATTERN (. A) DEFINE A AS Delta(ts) < 5 weeks',
+     "unexpected 'weeks' after 5 (a duration's unit is ms, seconds, minutes, hours, days or "
+     "ticks)", 1, 61),
+    ('QUERY q FROM secs PATTERN (. A) DEFINE A AS Delta(ts) <= 1500 ms',
+     "1500 ms on stream 'secs' (timed in s): duration finer than the stream's time unit (s)",
+     1, 58),
+    ('QUERY q FROM rules PATTERN (. A) DEFINE A AS Delta(ts) <= 1 minute',
+     'a stream timed in ticks takes durations in ticks', 1, 59),
+    ('QUERY q FROM trades PATTERN (. A) DEFINE A AS Delta(ts) <= 400 days',
+     '400 d is longer than the maximum of 366 days', 1, 60),
 ]
 
 

@@ -1,5 +1,5 @@
-"""Good queries: every example of SEMANTICS.md (in this product's syntax) checks cleanly,
-and the checker fills in the type of every expression node."""
+"""Good queries: the papers' examples behind docs/semantics.md (in this product's syntax)
+check cleanly, and the checker fills in the type of every expression node."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import pytest
 
 from cep_core import ast
 from cep_core import regex_analysis as ra
-from cep_core.checker import load_query_text, select_name
+from cep_core.checker import check, load_query_text, select_name
 from cep_core.parser import parse
+from cep_core.schema import SchemaRegistry, StreamSchema
 
-# SEMANTICS.md, section by section.
+# The papers' examples, section by section (MATCH, SEQ, WINDOW of docs/semantics.md).
 SEMANTICS_EXAMPLES = {
     "marathon": """
         QUERY cheat FROM checkpoints INTO cheaters
@@ -83,7 +84,7 @@ SEMANTICS_EXAMPLES = {
     """,
 }
 
-# Other constructs SEMANTICS.md and docs/semantics-decisions.md describe.
+# Other constructs docs/semantics.md describes.
 MORE_EXAMPLES = {
     "kleene_aggregates": """
         QUERY k FROM rfid PARTITION BY item
@@ -182,6 +183,19 @@ def test_types_of_match_expressions():
     assert type_of(query, lambda n: isinstance(n, ast.Call)) == ["string"]
     # ts is a timestamp: an int, so `ts + 1` is int arithmetic
     assert type_of(query, lambda n: isinstance(n, ast.Binary) and n.op == "+") == ["int"]
+
+
+def test_a_duration_compared_with_delta_is_a_number_in_the_streams_time_unit():
+    registry = SchemaRegistry()
+    registry.add(StreamSchema("secs", {"v": "int", "ts": "timestamp"}, "ts", "s"))
+    for stream, written, units in (("trades", "5 minutes", 300_000), ("secs", "5 min", 300),
+                                   ("rules", "7 ticks", 7), ("trades", "0 ms", 0)):
+        text = f"QUERY q FROM {stream} PATTERN (. A) DEFINE A AS {written} >= Delta(ts)"
+        query_file = parse(text)
+        for _ in range(2):  # checking again converts from the duration as written again
+            [query] = check(query_file, registry, text)
+            literal = query.query.body.defines[0].condition.left
+            assert (literal.value, literal.type) == (units, "int"), (stream, written)
 
 
 def test_types_of_seq_expressions():

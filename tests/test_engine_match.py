@@ -256,6 +256,32 @@ def test_arrays_grow_and_results_stay_the_same():
     assert engine.nslots >= 32 and engine.cap > 4 and engine.out_cap > 256
 
 
+@pytest.mark.parametrize(("time_unit", "gap", "written", "units"),
+                         [("ms", 250, "2 seconds", 2000), ("s", 7, "1 minute", 60)])
+def test_a_duration_compared_with_delta_is_in_the_streams_time_unit(time_unit, gap, written,
+                                                                     units):
+    """`Delta(ts) <= 2 seconds` is `Delta(ts) <= 2000` on a stream timed in ms and
+    `<= 2` in s: the same composite events as the number, on both engines."""
+    reg = SchemaRegistry()
+    reg.add(StreamSchema("timed", dict(MIXED.attributes), "ts", time_unit))
+    text = """
+        QUERY quick FROM timed PARTITION BY symbol
+        PATTERN ( a b+ c )
+        DEFINE a AS price > 0, b AS Delta(ts) <= {limit} AND price >= Last(price),
+               c AS {limit} >= Delta(ts) AND price < Last(price)
+        EMIT took = Delta(ts), n = Count()
+    """
+    with_duration = load_query_text(text.format(limit=written), reg)
+    stream = random_walks(3000, keys=3, gap=gap)
+    expected = reference_run(load_query_text(text.format(limit=units), reg), stream)
+    assert reference_run(with_duration, stream) == expected
+    assert len(expected[0]) > 20
+    assert max(c["took"] for c in expected[0]) <= units
+    longer = reference_run(load_query_text(text.format(limit=units * 3), reg), stream)
+    assert max(c["took"] for c in longer[0]) > units  # the limit decides matches
+    assert_same(with_duration, stream, sizes=(7, 1, 500), restore_at=1500)
+
+
 def test_collect_log_keeps_what_long_matches_need():
     queries = query("""
         QUERY c FROM mixed PARTITION BY symbol

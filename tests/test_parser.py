@@ -125,6 +125,27 @@ def test_literals_and_keywords_case_insensitive():
     assert where.left.left.left.right.value == "it's"
 
 
+def test_duration_literal_in_an_expression():
+    """`5 minutes` in an expression: a Literal that keeps the duration as written (the
+    checker gives it its value in the stream's time unit); a bare number has none."""
+    define = one("QUERY m FROM trades PATTERN (. a) DEFINE a AS Delta(ts) <= 5 minutes "
+                 "AND 2 < Delta(ts)").body.defines[0].condition
+    five, two = define.left.right, define.right.left
+    assert (five.value, five.duration.amount, five.duration.unit) == (5, 5, "min")
+    assert (five.pos.line, five.pos.column) == (1, 60)
+    assert (two.value, two.duration) == (2, None)
+    minus = one("QUERY m FROM trades PATTERN (. a) DEFINE a AS Delta(ts) > -1 s")
+    assert isinstance(minus.body.defines[0].condition.right, ast.Unary)  # not folded
+    try:
+        parse("QUERY m FROM trades PATTERN (. a) DEFINE a AS Delta(ts) < 5 weeks", "x.cep")
+    except QueryError as e:
+        assert (e.pos.column, e.message) == (
+            61, "unexpected 'weeks' after 5 (a duration's unit is ms, seconds, minutes, "
+                "hours, days or ticks)")
+    else:
+        raise AssertionError("no error")
+
+
 def test_syntax_error_is_located():
     try:
         parse("QUERY m FROM trades\nPATTERN (a b\nDEFINE a AS price >", "x.cep")

@@ -1,4 +1,4 @@
-"""Spec fixtures for MATCH (SEMANTICS.md section 1, docs/semantics-decisions.md "MATCH"),
+"""Spec fixtures for MATCH (docs/semantics.md, MATCH),
 run on the reference interpreter. Each expected output is worked out by hand in a comment.
 
 Notation in the workings: `cN` is the candidate (partial match) that started at seq N; its

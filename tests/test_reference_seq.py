@@ -1,5 +1,5 @@
-"""Spec fixtures for the SEQ reference interpreter (SEMANTICS.md section 2 and the SEQ part
-of docs/semantics-decisions.md). Every expected result is worked out by hand in a comment.
+"""Spec fixtures for the SEQ reference interpreter (the SEQ part of docs/semantics.md).
+Every expected result is worked out by hand in a comment.
 
 Shapes are (seq, constituent seqs): `seq` is the largest seq of the bound positive events;
 the constituent seqs list the bound events in step order (a Kleene variable flattened).

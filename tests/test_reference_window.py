@@ -1,5 +1,5 @@
-"""The reference WINDOW interpreter against hand-worked fixtures (SEMANTICS.md section 3,
-docs/semantics-decisions.md "WINDOW").
+"""The reference WINDOW interpreter against hand-worked fixtures (docs/semantics.md,
+WINDOW).
 
 Every expected row below is worked out by hand in the comment above it; none is produced
 by running the code."""

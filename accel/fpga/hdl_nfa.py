@@ -12,7 +12,7 @@ this tuple's seq for a first position with none. Starts are compared as *ages*
 A match is reported when an accepting position becomes active, with the earliest start
 among them (the longest match); then every state bit is cleared (non-overlapping matches).
 This is the software engine's MATCH semantics for predicates without aggregates
-(SEMANTICS.md section 1, `cep_core.engine.match`).
+(docs/semantics.md, MATCH; `cep_core.engine.match`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 `SeqPlan(checked)` normalises a `SeqQuery` (PATTERN SEQ or a TESLA rule, whose steps the
 parser already put in time order) into what a kernel generator needs, following
-docs/semantics-decisions.md and the reference interpreter (`cep_core.reference.seq`):
+docs/semantics.md (SEQ) and the reference interpreter (`cep_core.reference.seq`):
 
 - `items`: the positive positions in step order (a plain step, a Kleene step or an AND
   group) and `negations` with their neighbouring positive items (None at an end);

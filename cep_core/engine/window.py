@@ -26,7 +26,7 @@ group table of a query grouped by one string attribute has one entry per diction
 `remap_strings` rebuilds it (and the per-code predicate tables) for the compacted codes.
 
 Results and dead letters are identical to `cep_core/reference/window.py` (see there and
-docs/semantics-decisions.md); sums of floats are exact (the reference uses math.fsum).
+docs/semantics.md); sums of floats are exact (the reference uses math.fsum).
 """
 
 from __future__ import annotations

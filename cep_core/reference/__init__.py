@@ -1,4 +1,4 @@
-"""The reference interpreter: plain Python that follows SEMANTICS.md line by line.
+"""The reference interpreter: plain Python that follows docs/semantics.md line by line.
 
 It is the oracle every faster engine is tested against, so it favours clarity over speed.
 Each query kind has one module; all share the `Interpreter` shape:

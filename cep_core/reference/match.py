@@ -1,4 +1,4 @@
-"""Reference interpreter for MATCH queries (SEMANTICS.md section 1).
+"""Reference interpreter for MATCH queries (docs/semantics.md, MATCH).
 
 The oracle the fast engines are tested against, so it is written for clarity, not speed.
 It does NOT build an automaton. Instead, per partition, every event starts a *candidate*
@@ -13,7 +13,7 @@ candidate's events *before* it; every path through the regex of one candidate sh
 events, so one residual regex per candidate is exact even though predicates read
 aggregates and may overlap.
 
-Then, event by event, in a partition (SEMANTICS.md / docs/semantics-decisions.md):
+Then, event by event, in a partition (docs/semantics.md):
 
 - unanchored: the event starts a new candidate (with the whole pattern as its residual);
 - partition-contiguous: every candidate takes the event or dies (its residual becomes the

@@ -1,8 +1,8 @@
 """Reference interpreter for SEQ queries: `PATTERN SEQ(...)` and TESLA `DETECT` rules.
 
-The oracle: plain Python that follows SEMANTICS.md section 2 and the SEQ part of
-docs/semantics-decisions.md line by line. Clarity comes before speed; the only
-optimisation is that each partition's event buffer is pruned by the query's time horizon.
+The oracle: plain Python that follows the SEQ part of docs/semantics.md line by line.
+Clarity comes before speed; the only optimisation is that each partition's event buffer is
+pruned by the query's time horizon.
 
 How it works, per partition (PARTITION BY value; the whole stream when there is none):
 

@@ -1,4 +1,4 @@
-"""Reference interpreter for WINDOW queries (SEMANTICS.md section 3, docs/semantics-decisions.md).
+"""Reference interpreter for WINDOW queries (docs/semantics.md, WINDOW).
 
 This is the oracle. It does not use panes: it keeps every selected event of the windows
 that are still open and, when a window is released, computes its rows directly from the
@@ -99,7 +99,7 @@ class GroupEnv(Env):
                 any(isinstance(v, float) for v in values):
             # Float sums are exactly rounded (the exact sum, rounded once), so they do not
             # depend on the order the values are added in: pane-wise and partial
-            # aggregation give the same result (docs/semantics-decisions.md, WINDOW).
+            # aggregation give the same result (docs/semantics.md, WINDOW).
             total = math.fsum(values)
             return total if node.func is ast.AggFunc.SUM else total / len(values)
         return fold(node.func, values)
