@@ -15,6 +15,9 @@ file may also hold one JSON array of objects), CSV with a header row (`.csv`) an
   has no NaN or infinity, so a non-finite float is rejected, never passed on).
 - With a schema listing its event `types`, a type attribute naming any other type is an
   unknown event type.
+- An attribute the record lacks is a `missing attribute`; one that is there but `null`
+  (JSON null, a Parquet null) a `null attribute`. CSV has no null: an empty field of a
+  non-string attribute is missing.
 
 A bad record never stops reading: it becomes a `DeadLetter` with the reason.
 """
@@ -99,7 +102,10 @@ def decode_record(record: dict, schema: StreamSchema, seq: int, text: bool = Fal
     attrs = {}
     for name, kind in schema.attributes.items():
         value = record.get(name)
-        if value is None or (text and value == "" and kind != "string"):
+        if value is None:
+            raise EventError(f"null attribute '{name}'" if name in record
+                             else f"missing attribute '{name}'")
+        if text and value == "" and kind != "string":  # CSV: an empty field is missing
             raise EventError(f"missing attribute '{name}'")
         attrs[name] = _coerce(name, kind, value, text, schema.time_unit)
     if schema.type_attribute is not None and schema.types is not None:

@@ -73,7 +73,7 @@ BAD_CASES = [
     (b'{"kind": "A", "n": 1,', "not valid JSON"),
     (b"[1, 2]", "not a JSON object"),
     ({"kind": "A", "x": 1.0, "ok": True, "ts": 5}, "missing attribute 'n'"),
-    ({**GOOD[0], "n": None}, "missing attribute 'n'"),
+    ({**GOOD[0], "n": None}, "null attribute 'n'"),
     ({**GOOD[0], "n": "12"}, "attribute 'n': expected int, got a string ('12')"),
     ({**GOOD[0], "n": 1.5}, "attribute 'n': expected int, got a number (1.5)"),
     ({**GOOD[0], "n": True}, "attribute 'n': expected int, got a bool (true)"),
@@ -96,6 +96,33 @@ def test_bad_record_goes_to_dead_letters(tmp_path, bad, reason):
     assert reason in letter.reason
     raw = bad if isinstance(bad, bytes) else orjson.dumps(bad)
     assert letter.raw == raw
+
+
+def test_null_and_missing_attributes_have_their_own_reasons():
+    with pytest.raises(EventError) as null:
+        decode_record({**GOOD[0], "x": None}, SCHEMA, 0)
+    assert str(null.value) == "null attribute 'x'"
+    with pytest.raises(EventError) as missing:
+        decode_record({k: v for k, v in GOOD[0].items() if k != "x"}, SCHEMA, 0)
+    assert str(missing.value) == "missing attribute 'x'"
+    # CSV has no null: an empty field is missing, and an empty string is a string
+    with pytest.raises(EventError, match="^missing attribute 'x'$"):
+        decode_record({"kind": "A", "n": "1", "x": "", "ok": "true", "ts": "1"}, SCHEMA, 0,
+                      text=True)
+    assert decode_record({"kind": "", "n": "1", "x": "1", "ok": "true", "ts": "1"},
+                         StreamSchema("s", dict(SCHEMA.attributes), "ts"), 0,
+                         text=True).attrs["kind"] == ""
+
+
+def test_framed_batch_with_a_null_column_is_a_null_attribute():
+    from cep_core.json_batch import conform_table
+
+    good = {"kind": ["A"], "n": [1], "x": [1.0], "ok": [True], "ts": [5]}
+    assert conform_table(pa.table(good), SCHEMA).num_rows == 1
+    with pytest.raises(EventError, match="^null attribute 'n'$"):
+        conform_table(pa.table({**good, "n": pa.array([None], pa.int64())}), SCHEMA)
+    with pytest.raises(EventError, match="^missing attribute 'n'$"):
+        conform_table(pa.table({k: v for k, v in good.items() if k != "n"}), SCHEMA)
 
 
 def test_nan_and_infinity_are_dead_letters(tmp_path):
@@ -190,7 +217,7 @@ def test_parquet(tmp_path):
     assert [(e.seq, e.ts, e.attrs["n"]) for e in events] == [(0, 1000, 1), (1, 2000, 2)]
     assert [(d.position, d.reason) for d in dead] == [
         (2, "unknown event type 'C' for stream things (one of A, B)"),
-        (3, "missing attribute 'n'"),
+        (3, "null attribute 'n'"),
         (4, "attribute 'x': not a finite number (nan)"),
     ]
 
@@ -238,7 +265,7 @@ MESSAGE_CASES = [  # one message per bad-input class, and the reason its dead le
     (b"\xff\xfe not utf-8", "not valid JSON"),
     (b"", "not valid JSON"),
     (b'"just a string"', "not a JSON object"),
-    (orjson.dumps({**GOOD[0], "n": None}), "missing attribute 'n'"),
+    (orjson.dumps({**GOOD[0], "n": None}), "null attribute 'n'"),
     (orjson.dumps({k: v for k, v in GOOD[0].items() if k != "ts"}), "missing attribute 'ts'"),
     (orjson.dumps({**GOOD[0], "n": "12"}), "attribute 'n': expected int, got a string ('12')"),
     (orjson.dumps({**GOOD[0], "x": "1.5"}), "attribute 'x': expected float, got a string"),
