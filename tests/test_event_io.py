@@ -327,3 +327,88 @@ def test_csv_integer_text_out_of_range_and_odd_digits(tmp_path):
         "attribute 'n': integer 99999999999999999999 does not fit in 64 bits",
         "attribute 'n': expected int, got a string ('+-5')",
         "attribute 'n': expected int, got a string ('²')"]
+
+
+# ------------------------------------------------------------------ lines of dead letters
+
+
+def test_jsonl_dead_letters_name_the_line_editors_show(tmp_path):
+    path = tmp_path / "e.jsonl"  # line 1 good, 2 blank, 3 bad, 4 whitespace, 5 bad, 6 good
+    path.write_bytes(orjson.dumps(GOOD[0]) + b"\n\n{bad\n   \r\n" +
+                     orjson.dumps({**GOOD[1], "n": None}) + b"\r\n" + orjson.dumps(GOOD[1]) +
+                     b"\n")
+    events, dead = read_events(path, SCHEMA)
+    assert [e.seq for e in events] == [0, 3]  # seqs still count records, not lines
+    assert [(d.line, d.position) for d in dead] == [(3, 1), (5, 2)]
+    assert dead[1].reason == "null attribute 'n'"
+    assert [d.where() for d in dead] == [f"{path}:3", f"{path}:5"]
+    assert dead[0].to_json() == {"source": str(path), "line": 3, "position": 1,
+                                 "reason": dead[0].reason, "raw": "{bad"}
+
+
+def test_csv_dead_letters_name_physical_lines_header_counted(tmp_path):
+    path = tmp_path / "e.csv"
+    path.write_text(
+        "kind,n,x,ok,ts\n"            # line 1: the header
+        "A,1,1.5,true,1000\n"         # 2
+        "\n"                          # 3: blank, skipped
+        "A,x,1.0,true,3\n"            # 4: bad
+        '"A\nB",1,1.0,true,5\n'       # 5-6: one record over two lines (unknown type)
+        "A,1,1.0\n",                  # 7: too few fields
+        newline="")
+    events, dead = read_events(path, SCHEMA)
+    assert [e.seq for e in events] == [0]
+    assert [(d.line, d.position) for d in dead] == [(4, 1), (5, 2), (7, 3)]
+    assert dead[1].reason.startswith("unknown event type 'A\nB'")
+
+
+def test_parquet_and_json_array_dead_letters_have_no_line(tmp_path):
+    path = tmp_path / "e.json"
+    path.write_bytes(b"\n  " + orjson.dumps(GOOD + [{"kind": "A"}]))
+    events, dead = read_events(path, SCHEMA)
+    assert len(events) == 2 and [(d.line, d.position) for d in dead] == [(None, 2)]
+    assert "line" not in dead[0].to_json() and dead[0].where() == f"{path}, record 2"
+    parquet = tmp_path / "e.parquet"
+    pq.write_table(pa.table({"kind": ["Z"], "n": [1], "x": [1.0], "ok": [True], "ts": [1]}),
+                   parquet)
+    _, [letter] = read_events(parquet, SCHEMA)
+    assert letter.line is None and letter.position == 0
+
+
+# ------------------------------------------------------------------ standard input
+
+
+def _stdin(monkeypatch, data: bytes):
+    stream = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+    monkeypatch.setattr("sys.stdin", stream)
+    return stream
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_read_events_from_standard_input(monkeypatch, tmp_path, fmt):
+    if fmt == "jsonl":
+        data = orjson.dumps(GOOD[0]) + b"\n\n{bad\n" + orjson.dumps(GOOD[1]) + b"\n"
+    elif fmt == "csv":
+        data = b"kind,n,x,ok,ts\nA,1,1.5,true,1000\nA,x,1,true,3\nB,2,2,false,2000\n"
+    else:
+        sink = io.BytesIO()
+        pq.write_table(pa.table({"kind": ["A", "Z", "B"], "n": [1, 1, 2], "x": [1.5, 1, 2],
+                                 "ok": [True, True, False], "ts": [1000, 1, 2000]}), sink)
+        data = sink.getvalue()
+    stream = _stdin(monkeypatch, data)
+    events, [letter] = read_events("-", SCHEMA, fmt)
+    assert [(e.seq, e.attrs["n"]) for e in events] == [(0, 1), (2, 2)]
+    assert letter.source == "<stdin>" and letter.position == 1
+    assert letter.line == {"jsonl": 3, "csv": 3, "parquet": None}[fmt]
+    assert not stream.closed  # reading stdin leaves it open
+
+
+def test_standard_input_needs_a_format_and_formats_are_checked(monkeypatch, tmp_path):
+    _stdin(monkeypatch, b"")
+    with pytest.raises(InputError, match="standard input has no file suffix"):
+        read_events("-", SCHEMA)
+    with pytest.raises(InputError, match="unknown event format 'xml'"):
+        read_events("-", SCHEMA, "xml")
+    path = write_jsonl(tmp_path / "e.txt", GOOD)  # a named format overrides the suffix
+    events, dead = read_events(path, SCHEMA, "jsonl")
+    assert len(events) == 2 and dead == []
