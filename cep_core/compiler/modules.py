@@ -34,6 +34,14 @@ def cache_dir() -> Path:
     return path
 
 
+def cache_folder(name: str) -> Path:
+    """A cache folder beside the kernel cache, made with its parents: `name` in
+    `cache_dir()`'s parent (~/.cache/cep/<name> by default). The parser cache is one."""
+    path = cache_dir().parent / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def load_module(body: str) -> ModuleType:
     """Import generated source (HEADER is prepended), once per process."""
     source = HEADER + body
