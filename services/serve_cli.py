@@ -19,19 +19,24 @@ import typer
 
 Bootstrap = Annotated[str, typer.Option("--bootstrap", envvar="KAFKA_BOOTSTRAP",
                                         metavar="HOST:PORT", help="Kafka bootstrap servers.")]
-Stream = Annotated[str, typer.Option(envvar="CEP_STREAM", help="The stream (its schema "
-                                     "name); internal topics are cep.<stream>.*")]
+Stream = Annotated[str, typer.Option(
+    envvar="CEP_STREAM", metavar="NAME",
+    help="The stream (its schema name); internal topics are cep.<stream>.*")]
 Partitions = Annotated[int, typer.Option(envvar="CEP_PARTITIONS", min=1,
                                          help="Partitions of the keyed and match topics.")]
-Source = Annotated[str, typer.Option(envvar="CEP_SOURCE_TOPIC", help="Source topic "
-                                     "(default: the stream's name).")]
-Control = Annotated[str, typer.Option(envvar="CEP_CONTROL_TOPIC", help="The compacted "
-                                      "query control topic (default: <prefix>cep.queries).")]
-TopicPrefix = Annotated[str, typer.Option(envvar="CEP_TOPIC_PREFIX", help="Prefix of the "
-                                          "internal topics and consumer groups, so separate "
-                                          "deployments can share a broker.")]
-KafkaConfig = Annotated[Path | None, typer.Option(envvar="CEP_KAFKA_CONFIG", help="File of "
-                                                  "extra librdkafka key=value settings.")]
+Source = Annotated[str, typer.Option(
+    envvar="CEP_SOURCE_TOPIC", metavar="TOPIC",
+    help="Source topic (default: the stream's name).")]
+Control = Annotated[str, typer.Option(
+    envvar="CEP_CONTROL_TOPIC", metavar="TOPIC",
+    help="The compacted query control topic (default: <prefix>cep.queries).")]
+TopicPrefix = Annotated[str, typer.Option(
+    envvar="CEP_TOPIC_PREFIX", metavar="PREFIX",
+    help="Prefix of the internal topics and consumer groups, so separate deployments can "
+    "share a broker.")]
+KafkaConfig = Annotated[Path | None, typer.Option(
+    envvar="CEP_KAFKA_CONFIG", metavar="FILE",
+    help="File of extra librdkafka key=value settings.")]
 
 
 QUERY_HELP = ("add FILE / update FILE: register the queries of a query file (or only --name); "
@@ -146,7 +151,8 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
         op: Annotated[Op, typer.Argument(help=QUERY_HELP)],
         target: Annotated[str | None, typer.Argument(help="A query file (add, update) or a "
                                                      "query name (remove).")] = None,
-        name: Annotated[str | None, typer.Option(help="Only this query of the file.")] = None,
+        name: Annotated[str | None, typer.Option(metavar="NAME",
+                                                 help="Only this query of the file.")] = None,
         bootstrap: Bootstrap = "127.0.0.1:9092",
         control: Control = "",
         topic_prefix: TopicPrefix = "",

@@ -16,7 +16,7 @@ EventsOption = Annotated[Path, typer.Option("--events", "--input", "-e", "-i", m
 SchemaOption = Annotated[list[Path] | None, typer.Option(
     "--schema", "-s", metavar="FILE|DIR", help="A schema file or directory (repeatable).")]
 QueryOption = Annotated[str | None, typer.Option(
-    "--query", "-q", help="Which query of the file (default: the only one).")]
+    "--query", "-q", metavar="NAME", help="Which query of the file (default: the only one).")]
 ElementsOption = Annotated[int, typer.Option(min=1, help="Pipeline elements of the stream "
                                              "partitioner.")]
 TickOption = Annotated[int, typer.Option(min=1, help="Received tuples per timer tick.")]

@@ -22,6 +22,7 @@ def verify(
         help="A schema file or directory (repeatable).")] = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Events per batch.")] = 64,
     memory_budget: Annotated[int | None, typer.Option(
+        metavar="BYTES",
         help="Device memory budget in bytes (small: host-resident columns).")] = None,
 ) -> None:
     """Run the stream through the GPU path and the reference interpreter; print whether they
