@@ -34,7 +34,7 @@ test: sysdeps $(STAMP)
 # The live demo: embedded broker, splitter, 2 workers, coordinator; ~20k trades at 2000/s
 # (bounded: about 15 s), composite events shown as they arrive, then everything stops.
 demo: $(STAMP)
-	$(BIN)/cep demo --events 20000 --workers 2 --rate 2000
+	$(BIN)/cep demo --count 20000 --workers 2 --rate 2000
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_reference.py

@@ -1,11 +1,12 @@
 """Reading simple events from files and writing composite events as JSON lines.
 
-Input formats, chosen by extension: JSON lines (`.jsonl`, `.ndjson`, `.json`; a `.json`
-file may also hold one JSON array of objects), CSV with a header row (`.csv`) and Parquet
-(`.parquet`). Every record is validated against the stream's schema:
+Input formats, chosen by extension or named (`fmt`; standard input, the path "-", has no
+extension): JSON lines (`.jsonl`, `.ndjson`, `.json`; a `.json` file may also hold one JSON
+array of objects), CSV with a header row (`.csv`) and Parquet (`.parquet`). Every record is
+validated against the stream's schema:
 
 - `seq` is the record's field `seq` when present, else its 0-based position in the file
-  (bad records count as positions too); seqs must strictly increase.
+  (bad records count as positions too, blank lines do not); seqs must strictly increase.
 - `ts` is the schema's time attribute: an integer in the schema's time unit, or (for a
   `timestamp` attribute) an ISO-8601 string, converted to that unit since the epoch
   (naive times are UTC).
@@ -15,13 +16,20 @@ file may also hold one JSON array of objects), CSV with a header row (`.csv`) an
   has no NaN or infinity, so a non-finite float is rejected, never passed on).
 - With a schema listing its event `types`, a type attribute naming any other type is an
   unknown event type.
+- An attribute the record lacks is a `missing attribute`; one that is there but `null`
+  (JSON null, a Parquet null) a `null attribute`. CSV has no null: an empty field of a
+  non-string attribute is missing.
 
-A bad record never stops reading: it becomes a `DeadLetter` with the reason.
+A bad record never stops reading: it becomes a `DeadLetter` with the reason, its position
+(the 0-based record index, its default seq) and, for JSON lines and CSV, its line as
+editors number lines (from 1, blank lines and the CSV header counted; a CSV record spanning
+lines: its first line).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import io
 import math
@@ -41,6 +49,7 @@ from cep_core.schema import StreamSchema
 
 JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
 FORMATS = {**{s: "jsonl" for s in JSON_SUFFIXES}, ".csv": "csv", ".parquet": "parquet"}
+FORMAT_NAMES = ("jsonl", "csv", "parquet")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -53,16 +62,21 @@ class DeadLetter:
     """A record that could not become an event: where it came from, as read, and why."""
 
     source: str  # file or topic name (or a query name for events an engine rejected)
-    position: int  # 0-based record position in the source (or the event's seq)
+    position: int  # 0-based record index in the source: its default seq (or the event's seq)
     raw: bytes | str
     reason: str
     offset: int | None = None  # the record's offset in its source partition (Kafka)
     partition: int | None = None  # that source partition
+    line: int | None = None  # JSON lines and CSV: the record's line, 1-based as editors count
 
     def to_json(self) -> dict:
-        """`source`, `position`, `reason`, `raw` (as text), then `offset` and `partition`
-        when known, and `raw_base64` (the exact bytes) when `raw` is not valid UTF-8."""
-        out = {"source": self.source, "position": self.position, "reason": self.reason}
+        """`source`, `line` when known, `position`, `reason`, `raw` (as text), then `offset`
+        and `partition` when known, and `raw_base64` (the exact bytes) when `raw` is not
+        valid UTF-8."""
+        out = {"source": self.source}
+        if self.line is not None:
+            out["line"] = self.line
+        out.update(position=self.position, reason=self.reason)
         if isinstance(self.raw, bytes):
             out["raw"] = self.raw.decode("utf-8", "replace")
             try:
@@ -76,6 +90,12 @@ class DeadLetter:
         if self.partition is not None:
             out["partition"] = self.partition
         return out
+
+    def where(self) -> str:
+        """`file:line` where the line is known, else the source and the record index."""
+        if self.line is not None:
+            return f"{self.source}:{self.line}"
+        return f"{self.source}, record {self.position}"
 
 
 class InputError(ValueError):
@@ -99,7 +119,10 @@ def decode_record(record: dict, schema: StreamSchema, seq: int, text: bool = Fal
     attrs = {}
     for name, kind in schema.attributes.items():
         value = record.get(name)
-        if value is None or (text and value == "" and kind != "string"):
+        if value is None:
+            raise EventError(f"null attribute '{name}'" if name in record
+                             else f"missing attribute '{name}'")
+        if text and value == "" and kind != "string":  # CSV: an empty field is missing
             raise EventError(f"missing attribute '{name}'")
         attrs[name] = _coerce(name, kind, value, text, schema.time_unit)
     if schema.type_attribute is not None and schema.types is not None:
@@ -198,99 +221,162 @@ def _describe(value) -> str:
 # ------------------------------------------------------------------ reading files
 
 
-def iter_events(path: str | Path, schema: StreamSchema) -> Iterator[Event | DeadLetter]:
-    """Events and dead letters of a file, in file order."""
+STDIN = "-"  # the path that names standard input
+STDIN_SOURCE = "<stdin>"  # how dead letters and messages name it
+
+
+def event_format(path: str | Path, fmt: str | None = None) -> str:
+    """"jsonl", "csv" or "parquet": `fmt` when given, else by the file's suffix."""
+    if fmt is not None:
+        if fmt not in FORMAT_NAMES:
+            raise InputError(f"unknown event format '{fmt}' (use {', '.join(FORMAT_NAMES)})")
+        return fmt
+    if str(path) == STDIN:
+        raise InputError(f"{STDIN_SOURCE}: standard input has no file suffix; name its "
+                         f"format ({', '.join(FORMAT_NAMES)})")
     path = Path(path)
-    fmt = FORMATS.get(path.suffix.lower())
-    if fmt is None:
+    found = FORMATS.get(path.suffix.lower())
+    if found is None:
         raise InputError(f"{path}: unknown event file format '{path.suffix}' "
                          f"(use {', '.join(FORMATS)})")
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
-    records = {"jsonl": _jsonl_records, "csv": _csv_records,
-               "parquet": _parquet_records}[fmt](path)
-    source = str(path)
-    last_seq = None
-    for position, (raw, record, error) in enumerate(records):
-        if error is None:
-            try:
-                event = decode_record(record, schema, position, text=(fmt == "csv"))
-                if last_seq is not None and event.seq <= last_seq:
-                    raise EventError(f"seq {event.seq} does not increase (previous seq "
-                                     f"{last_seq})")
-            except EventError as e:
-                error = str(e)
-        if error is not None:
-            yield DeadLetter(source, position, raw, error)
-            continue
-        last_seq = event.seq
-        yield event
+    return found
 
 
-def read_events(path: str | Path, schema: StreamSchema) -> tuple[list[Event], list[DeadLetter]]:
-    """All events of a file and its dead letters."""
+def iter_events(path: str | Path, schema: StreamSchema,
+                fmt: str | None = None) -> Iterator[Event | DeadLetter]:
+    """Events and dead letters of a file (or of standard input: path "-"), in file order.
+    `fmt` ("jsonl", "csv" or "parquet") overrides the format the suffix implies; standard
+    input needs it."""
+    fmt = event_format(path, fmt)
+    if str(path) == STDIN:
+        source, opened = STDIN_SOURCE, _stdin(fmt)
+    else:
+        path = Path(path)
+        if not path.is_file():
+            raise InputError(f"{path}: no such file")
+        source = str(path)
+        opened = (path.open("rb") if fmt == "jsonl" else
+                  path.open(newline="", encoding="utf-8", errors="replace") if fmt == "csv"
+                  else contextlib.nullcontext(str(path)))  # pyarrow opens it itself
+    with opened as f:
+        records = {"jsonl": _jsonl_records, "csv": _csv_records,
+                   "parquet": _parquet_records}[fmt](f, source)
+        last_seq = None
+        for position, (raw, record, error, line) in enumerate(records):
+            if error is None:
+                try:
+                    event = decode_record(record, schema, position, text=(fmt == "csv"))
+                    if last_seq is not None and event.seq <= last_seq:
+                        raise EventError(f"seq {event.seq} does not increase (previous seq "
+                                         f"{last_seq})")
+                except EventError as e:
+                    error = str(e)
+            if error is not None:
+                yield DeadLetter(source, position, raw, error, line=line)
+                continue
+            last_seq = event.seq
+            yield event
+
+
+def read_events(path: str | Path, schema: StreamSchema,
+                fmt: str | None = None) -> tuple[list[Event], list[DeadLetter]]:
+    """All events of a file (or of standard input: "-") and its dead letters."""
     events: list[Event] = []
     dead: list[DeadLetter] = []
-    for item in iter_events(path, schema):
+    for item in iter_events(path, schema, fmt):
         (dead if isinstance(item, DeadLetter) else events).append(item)
     return events, dead
 
 
-# Each reader yields (raw, record, error): error is None or why the record is unreadable.
+def _stdin(fmt: str):
+    """Standard input, opened for `fmt`'s reader; leaving the `with` keeps sys.stdin open."""
+    binary = sys.stdin.buffer
+    if fmt == "csv":
+        return _Detaching(io.TextIOWrapper(binary, encoding="utf-8", errors="replace",
+                                           newline=""))
+    if fmt == "parquet":  # Parquet is read from its end: standard input is read whole
+        return io.BytesIO(binary.read())
+    return contextlib.nullcontext(binary)
 
 
-def _jsonl_records(path: Path) -> Iterator[tuple]:
-    with path.open("rb") as f:
-        head = f.read(4096).lstrip()
-        f.seek(0)
-        if head.startswith(b"["):  # a .json file holding one array
-            try:
-                items = orjson.loads(f.read())
-            except orjson.JSONDecodeError as e:
-                raise InputError(f"{path}: not valid JSON: {e}") from None
-            for item in items:
-                yield orjson.dumps(item), item, None
+class _Detaching:
+    """A text wrapper over standard input that detaches from it instead of closing it."""
+
+    def __init__(self, wrapper: io.TextIOWrapper):
+        self.wrapper = wrapper
+
+    def __enter__(self):
+        return self.wrapper
+
+    def __exit__(self, *exc):
+        self.wrapper.detach()
+
+
+# Each reader yields (raw, record, error, line): error is None or why the record is
+# unreadable; line is the record's first line in the file (1-based, blank lines and a CSV
+# header counted, as editors number lines), None where lines mean nothing (Parquet, the
+# items of a JSON array).
+
+
+def _jsonl_records(f: IO[bytes], source: str) -> Iterator[tuple]:
+    number, first = 0, True
+    for data in f:
+        number += 1
+        line = data.strip()
+        if not line:
+            continue
+        if first and line.startswith(b"["):  # a .json file holding one array
+            yield from _json_array(data + f.read(), source)
             return
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                yield line, orjson.loads(line), None
-            except orjson.JSONDecodeError as e:
-                yield line, None, f"not valid JSON: {e}"
+        first = False
+        try:
+            yield line, orjson.loads(line), None, number
+        except orjson.JSONDecodeError as e:
+            yield line, None, f"not valid JSON: {e}", number
 
 
-def _csv_records(path: Path) -> Iterator[tuple]:
-    with path.open(newline="", encoding="utf-8", errors="replace") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None:
+def _json_array(data: bytes, source: str) -> Iterator[tuple]:
+    try:
+        items = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise InputError(f"{source}: not valid JSON: {e}") from None
+    for item in items:
+        yield orjson.dumps(item), item, None, None
+
+
+def _csv_records(f: IO[str], source: str = "") -> Iterator[tuple]:
+    reader = csv.reader(f)
+    header = next(reader, None)
+    if header is None:
+        return
+    header = [h.strip() for h in header]
+    while True:
+        line = reader.line_num + 1  # where the next record starts
+        row = next(reader, None)
+        if row is None:
             return
-        header = [h.strip() for h in header]
-        for row in reader:
-            if not row or row == [""]:
-                continue
-            raw = io.StringIO()
-            csv.writer(raw, lineterminator="").writerow(row)
-            if len(row) != len(header):
-                yield raw.getvalue(), None, (f"{len(row)} fields where the header has "
-                                             f"{len(header)}")
-            else:
-                yield raw.getvalue(), dict(zip(header, row)), None
+        if not row or row == [""]:
+            continue
+        raw = io.StringIO()
+        csv.writer(raw, lineterminator="").writerow(row)
+        if len(row) != len(header):
+            yield raw.getvalue(), None, (f"{len(row)} fields where the header has "
+                                         f"{len(header)}"), line
+        else:
+            yield raw.getvalue(), dict(zip(header, row)), None, line
 
 
-def _parquet_records(path: Path) -> Iterator[tuple]:
+def _parquet_records(f: str | IO[bytes], source: str) -> Iterator[tuple]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        parquet = pq.ParquetFile(path)
+        parquet = pq.ParquetFile(f)
     except (OSError, ValueError, pa.ArrowException) as e:
-        raise InputError(f"{path}: not a readable Parquet file: {e}") from None
+        raise InputError(f"{source}: not a readable Parquet file: {e}") from None
     for batch in parquet.iter_batches():
         for record in batch.to_pylist():
-            yield orjson.dumps(record, default=str), record, None
+            yield orjson.dumps(record, default=str), record, None, None
 
 
 # ------------------------------------------------------------------ writing JSON lines

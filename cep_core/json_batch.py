@@ -157,7 +157,7 @@ def conform_table(table: pa.Table, schema: StreamSchema) -> pa.Table:
             raise EventError(f"missing attribute '{name}'")
         column = table.column(name)
         if column.null_count:
-            raise EventError(f"missing attribute '{name}'")
+            raise EventError(f"null attribute '{name}'")
         if pa.types.is_dictionary(column.type):
             column = column.cast(column.type.value_type)
         if pa.types.is_timestamp(column.type):

@@ -46,10 +46,66 @@ TERMINAL_NAMES = {
 }
 
 
+LARK_OPTIONS = {"parser": "lalr", "propagate_positions": True, "maybe_placeholders": True}
+
+
 @lru_cache(maxsize=1)
 def _lark() -> lark.Lark:
-    return lark.Lark(GRAMMAR.read_text(), parser="lalr", propagate_positions=True,
-                     maybe_placeholders=True)
+    """The parser: built from the grammar once, then loaded from a cache file (building
+    the LALR tables takes ~0.1-0.25 s, loading them ~7 ms). The file is named by a hash of
+    the grammar, the options and the lark and Python versions, so a changed grammar or
+    lark gets its own; it lives beside the kernel cache (`parser_cache_path`). Any
+    problem with the cache (unwritable, unreadable, corrupt) only means building."""
+    text = GRAMMAR.read_text()
+    path = parser_cache_path(text)
+    if path is not None:
+        try:
+            with path.open("rb") as f:
+                return lark.Lark.load(f)
+        except FileNotFoundError:
+            pass
+        except Exception:  # a corrupt or foreign file: build and replace it
+            pass
+    parser = lark.Lark(text, **LARK_OPTIONS)
+    if path is not None:
+        _save(parser, path)
+    return parser
+
+
+def parser_cache_path(text: str) -> Path | None:
+    """Where the parser of grammar `text` is cached: `parser/lark-<hash>.pickle` under the
+    cache root (cep_core.home; ~/.cache/cep/parser by default); None when that folder
+    cannot be made."""
+    import hashlib
+    import sys
+
+    from cep_core.home import cache_dir
+
+    key = "\0".join([text, repr(sorted(LARK_OPTIONS.items())), lark.__version__,
+                     sys.version.split()[0]])
+    try:
+        folder = cache_dir("parser")
+    except OSError:
+        return None
+    return folder / f"lark-{hashlib.sha256(key.encode()).hexdigest()[:24]}.pickle"
+
+
+def _save(parser: lark.Lark, path: Path) -> None:
+    """Write the parser's tables atomically (a concurrent reader never sees half a file)."""
+    import os
+    import tempfile
+
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                parser.save(f)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        pass
 
 
 def parse(text: str, path: str = "<query>") -> ast.QueryFile:

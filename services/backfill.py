@@ -113,12 +113,14 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
          .write.mode("overwrite").parquet(output))
         bad_input = decoded.where(F.col("_error").isNotNull()).select(
             F.lit(0).alias("stage"), F.lit(None).cast("int").alias("query_index"),
-            F.col("_source").alias("source"), F.col("_position").alias("position"),
-            F.col("_error").alias("reason"), F.col("_raw").alias("raw"))
+            F.col("_source").alias("source"), F.col("_line").alias("line"),
+            F.col("_position").alias("position"), F.col("_error").alias("reason"),
+            F.col("_raw").alias("raw"))
         rejected = found.where(F.col("kind") == REJECTED).select(
             F.lit(1).alias("stage"), "query_index",
             F.concat(F.lit("query "), F.col("query")).alias("source"),
-            F.col("seq").alias("position"), "reason", F.col("body").alias("raw"))
+            F.lit(None).cast("long").alias("line"), F.col("seq").alias("position"), "reason",
+            F.col("body").alias("raw"))
         bad_input.unionByName(rejected).coalesce(1).write.mode("overwrite") \
             .parquet(dead_letters)
         counts = {row["kind"]: row["count"] for row in found.groupBy("kind").count().collect()}

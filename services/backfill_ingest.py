@@ -2,14 +2,17 @@
 
 Seqs, event times and dead-letter reasons are exactly those of `cep run` on the same file
 (`cep_core.event_io`): a record's default seq is its 0-based position in the input (bad
-records count, blank lines do not), seqs must strictly increase. Several inputs are read
+records count, blank lines do not), seqs must strictly increase; a dead letter of a JSON
+lines or CSV file names its line in that file (1-based, blank lines and the CSV header
+counted). Several inputs are read
 as if concatenated in the order given (a directory: its files in name order).
 
 Positions without a single pass through one process: a cheap JVM job counts the records
-of every file split (Spark partition); the decode tasks (Arrow, in the Python workers)
-start from the sum of the counts before their split. The "seq must increase" check needs
-the largest good seq before a row: each task keeps a running maximum within its split
-(`_prev_max`), and the maxima of earlier splits are combined on the driver.
+(and the lines) of every file split (Spark partition); the decode tasks (Arrow, in the
+Python workers) start from the sum of the counts before their split. The "seq must
+increase" check needs the largest good seq before a row: each task keeps a running maximum
+within its split (`_prev_max`), and the maxima of earlier splits are combined on the
+driver.
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ from services.backfill_engines import map_in_arrow
 SPARK_TYPES = {"int": "long", "timestamp": "long", "float": "double", "bool": "boolean",
                "string": "string"}
 # Columns of the decoded DataFrame besides `seq` and the stream's attributes.
-BOOKKEEPING = "_source string, _position long, _chunk int, _prev_max long, _error string, " \
-              "_raw string"
+BOOKKEEPING = "_source string, _position long, _line long, _chunk int, _prev_max long, " \
+              "_error string, _raw string"
 BLOCK = "_block"  # the split's byte offset in its file (_metadata.file_block_start)
 _BLANK_JSON = "\\S"  # Java's \s is Python's bytes.strip() set: a line without \S is skipped
 
@@ -99,11 +102,14 @@ def read_decoded(spark, files: list[InputFile], schema: StreamSchema):
     from pyspark.sql import functions as F
 
     raw_frames = [_raw_frame(spark, f) for f in files]
-    counted = [_records(df, f).groupBy(BLOCK).count().withColumn("file", F.lit(i))
-               for i, (f, df) in enumerate(zip(files, raw_frames))]
+    counted = [df.groupBy(BLOCK).agg(F.count(F.when(_is_record(df, f), 1)).alias("count"),
+                                     F.count(F.lit(1)).alias("lines"))
+               .withColumn("file", F.lit(i)) for i, (f, df) in enumerate(zip(files, raw_frames))]
     counts: dict[int, dict[int, int]] = {i: {} for i in range(len(files))}
+    lines: dict[int, dict[int, int]] = {i: {} for i in range(len(files))}
     for row in reduce(lambda a, b: a.unionByName(b), counted).collect():
         counts[row["file"]][row[BLOCK]] = row["count"]
+        lines[row["file"]][row[BLOCK]] = row["lines"]
     frames = []
     position = chunk = 0
     for i, (f, df) in enumerate(zip(files, raw_frames)):
@@ -114,9 +120,11 @@ def read_decoded(spark, files: list[InputFile], schema: StreamSchema):
             if counts[i]:
                 counts[i][min(counts[i])] -= 1  # the header is no record
         splits = {}
+        line = 1  # lines count per file, from 1
         for block in sorted(counts[i]):
-            splits[block] = (position, chunk)
+            splits[block] = (position, chunk, line if f.fmt != "parquet" else None)
             position += counts[i][block]
+            line += lines[i][block]
             chunk += 1
         decoder = SplitDecoder(schema, f, header, splits)
         frames.append(map_in_arrow(df, decoder, decoded_schema(schema)))
@@ -141,13 +149,16 @@ def _raw_frame(spark, f: InputFile):
     return df
 
 
-def _records(df, f: InputFile):
-    """The rows of a raw frame that are records (the CSV header still included)."""
+def _is_record(df, f: InputFile):
+    """Whether a row of a raw frame is a record (the CSV header still included), not a
+    blank line."""
+    from pyspark.sql import functions as F
+
     if f.fmt == "jsonl":
-        return df.where(df.value.rlike(_BLANK_JSON))
+        return df.value.rlike(_BLANK_JSON)
     if f.fmt == "csv":
-        return df.where((df.value != "") & (df.value != '""'))
-    return df
+        return (df.value != "") & (df.value != '""')
+    return F.lit(True)
 
 
 def accept(decoded):
@@ -187,7 +198,8 @@ def _record_columns(decoded) -> list[str]:
 class SplitDecoder:
     """The decode task of one input file (called by mapInArrow once per partition, which
     holds one or more splits of the file). `splits`: block start -> (position of the
-    split's first record, chunk: the split's place among all splits of the input)."""
+    split's first record, chunk: the split's place among all splits of the input, the
+    split's first line in its file: None for Parquet)."""
 
     def __init__(self, schema: StreamSchema, f: InputFile, header: str | None,
                  splits: dict[int, tuple[int, int]]):
@@ -198,36 +210,39 @@ class SplitDecoder:
         self.first_block = min(splits, default=0)
 
     def __call__(self, batches):
-        block, position, chunk, prev_max, skip_header = None, 0, 0, -1, False
+        block, position, chunk, line, prev_max, skip_header = None, 0, 0, None, -1, False
         for batch in batches:
             blocks = batch.column(batch.num_columns - 1).to_numpy(zero_copy_only=False)
             edges = [0, *(np.flatnonzero(np.diff(blocks)) + 1).tolist(), len(blocks)]
             for start, stop in zip(edges, edges[1:]):
                 if blocks[start] != block:  # a new split: its own positions and seq check
                     block = int(blocks[start])
-                    position, chunk = self.splits.get(block, (0, 0))
+                    position, chunk, line = self.splits.get(block, (0, 0, None))
                     prev_max = -1
                     skip_header = self.file.fmt == "csv" and block == self.first_block
                 table = pa.Table.from_batches([batch.slice(start, stop - start)]).drop_columns(
                     [BLOCK])
-                out, skip_header, prev_max = self._decode(table, position, chunk, prev_max,
-                                                          skip_header)
+                out, skip_header, prev_max = self._decode(table, position, chunk, line,
+                                                          prev_max, skip_header)
+                if line is not None:
+                    line += stop - start  # every text row is a line, blank or not
                 if out is not None:
                     position += out.num_rows
                     yield out
 
-    def _decode(self, table: pa.Table, position: int, chunk: int, prev_max: int,
-                skip_header: bool):
+    def _decode(self, table: pa.Table, position: int, chunk: int, line: int | None,
+                prev_max: int, skip_header: bool):
         if self.file.fmt == "parquet":
             positions = np.arange(position, position + table.num_rows, dtype=np.int64)
             decoded = decode_table(table, self.schema, positions)
             seq, columns, errors, raw = decoded.seq, decoded.attributes, decoded.errors, \
                 decoded.raw
+            numbers = [None] * len(seq)
         else:
             lines = table.column(0).to_pylist()
             if skip_header and lines:
-                lines, skip_header = lines[1:], False
-            seq, columns, errors, raw = self._decode_lines(lines, position)
+                lines, skip_header, line = lines[1:], False, line + 1
+            seq, columns, errors, raw, numbers = self._decode_lines(lines, position, line)
         n = len(seq)
         if n == 0:
             return None, skip_header, prev_max
@@ -245,19 +260,21 @@ class SplitDecoder:
             [pa.array(seq, pa.int64()), *columns.values(),
              pa.array([self.file.source] * n, pa.string()),
              pa.array(np.arange(position, position + n, dtype=np.int64)),
+             pa.array(numbers, pa.int64()),
              pa.array(np.full(n, chunk, dtype=np.int32)),
              pa.array(running[:-1], pa.int64()),
              pa.array(errors, pa.string()), pa.array(raw, pa.string())],
-            names=["seq", *columns, "_source", "_position", "_chunk", "_prev_max",
+            names=["seq", *columns, "_source", "_position", "_line", "_chunk", "_prev_max",
                    "_error", "_raw"])
         return out, skip_header, int(running[-1])
 
-    def _decode_lines(self, lines: list[str], position: int):
-        """JSON lines or CSV rows through `cep_core.event_io`'s own decoding."""
+    def _decode_lines(self, lines: list[str], position: int, line: int):
+        """JSON lines or CSV rows through `cep_core.event_io`'s own decoding; `line`: the
+        file's line number of lines[0]."""
         text = self.file.fmt == "csv"
-        records = _csv_lines(self.header, lines) if text else _json_lines(lines)
-        seqs, events, errors, raws = [], [], [], []
-        for offset, (raw, record, error) in enumerate(records):
+        records = _csv_lines(self.header, lines, line) if text else _json_lines(lines, line)
+        seqs, events, errors, raws, numbers = [], [], [], [], []
+        for offset, (raw, record, error, number) in enumerate(records):
             event = None
             if error is None:
                 try:
@@ -268,33 +285,29 @@ class SplitDecoder:
             events.append(event)
             errors.append(error)
             raws.append(raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw)
+            numbers.append(number)
         return (np.array(seqs, dtype=np.int64), events_to_columns(events, self.schema),
-                errors, raws)
+                errors, raws, numbers)
 
 
-def _json_lines(lines: list[str]):
-    """(raw, record, error) per non-blank line, as `event_io` reads a JSON lines file."""
-    for line in lines:
+def _json_lines(lines: list[str], first: int):
+    """(raw, record, error, line) per non-blank line, as `event_io` reads a JSON lines
+    file; `first`: the line number of lines[0]."""
+    for i, line in enumerate(lines):
         data = line.encode("utf-8").strip()
         if not data:
             continue
         try:
-            yield data, orjson.loads(data), None
+            yield data, orjson.loads(data), None, first + i
         except orjson.JSONDecodeError as e:
-            yield data, None, f"not valid JSON: {e}"
+            yield data, None, f"not valid JSON: {e}", first + i
 
 
-class _TextChunk:
-    """Lines of a CSV file in memory, opened like a Path by `event_io._csv_records`."""
-
-    def __init__(self, text: str):
-        self.text = text
-
-    def open(self, *args, **kwargs):
-        return io.StringIO(self.text, newline="")
-
-
-def _csv_lines(header: str | None, lines: list[str]):
+def _csv_lines(header: str | None, lines: list[str], first: int):
+    """(raw, record, error, line) per CSV row, as `event_io` reads a CSV file; `first`: the
+    line number of lines[0] (the header goes before them, as line 1 of the text read)."""
     if header is None:
-        return iter(())
-    return _csv_records(_TextChunk("\n".join([header, *lines]) + "\n"))
+        return
+    text = io.StringIO("\n".join([header, *lines]) + "\n", newline="")
+    for raw, record, error, line in _csv_records(text):
+        yield raw, record, error, first + line - 2

@@ -10,7 +10,8 @@ Composite events vary in shape by query, so the layout is lossless rather than t
 | seq, start_seq | long | as in the composite event |
 | composite | string | the whole composite event as JSON (orjson: field order kept, floats exact) |
 
-Dead letters: `stage` (0 input, 1 engine), `query_index` (engine stage), `source`,
+Dead letters: `stage` (0 input, 1 engine), `query_index` (engine stage), `source`, `line`
+(JSON lines and CSV inputs: the record's line in its file, 1-based; null otherwise),
 `position`, `reason`, `raw`: the fields of `cep_core.event_io.DeadLetter.to_json`.
 The readers give back exactly the dicts `cep run` writes, in its order.
 """
@@ -21,7 +22,7 @@ import orjson
 
 from cep_core.composite import sort_key
 
-DEAD_LETTER_FIELDS = ("source", "position", "reason", "raw")
+DEAD_LETTER_FIELDS = ("source", "line", "position", "reason", "raw")
 
 
 def read_composites(path: str) -> list[dict]:
@@ -36,10 +37,15 @@ def read_composites(path: str) -> list[dict]:
 def read_dead_letters(path: str) -> list[dict]:
     """Dead letters as `DeadLetter.to_json` dicts, in `cep run`'s order: bad input records
     by position, then events the engines rejected, query by query, by seq."""
-    table = _read(path, ["stage", "query_index", *DEAD_LETTER_FIELDS])
+    import pyarrow.parquet as pq
+
+    names = pq.ParquetDataset(path).schema.names  # outputs written before `line` lack it
+    table = _read(path, ["stage", "query_index",
+                         *(f for f in DEAD_LETTER_FIELDS if f in names)])
     rows = table.to_pylist()
     rows.sort(key=lambda r: (r["stage"], r["query_index"] or 0, r["position"]))
-    return [{name: r[name] for name in DEAD_LETTER_FIELDS} for r in rows]
+    return [{name: r[name] for name in DEAD_LETTER_FIELDS
+             if name in r and (name != "line" or r[name] is not None)} for r in rows]
 
 
 def _read(path: str, columns: list[str]):

@@ -18,11 +18,9 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Annotated
 
 import numpy as np
 import orjson
-import typer
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from services.demo import STREAM, demo_queries, start_services, stop_services, trade_lines
@@ -191,26 +189,3 @@ def latency(bench: Bench, lines: list[bytes], rate: float, seconds: float, base:
         return None, None
     return (round(float(np.percentile(delays, 50)) * 1000, 1),
             round(float(np.percentile(delays, 99)) * 1000, 1))
-
-
-def register_bench(bench_app: typer.Typer, guard, cli_error) -> None:
-    @bench_app.command("e2e")
-    def e2e(
-        events: Annotated[int, typer.Option("--events", "-n", min=1000)] = 200_000,
-        workers: Annotated[int, typer.Option(min=1)] = 1,
-        latency_s: Annotated[float, typer.Option(help="Seconds of the latency run.")] = 8,
-        latency_rate: Annotated[float, typer.Option(help="Events/s of the latency run (0: "
-                                                    "half of events_per_s).")] = 0,
-        bootstrap: Annotated[str | None, typer.Option("--bootstrap",
-                                                      envvar="KAFKA_BOOTSTRAP")] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
-    ) -> None:
-        """Source topic to composite-event topic throughput and latency (M-shape)."""
-
-        def body():
-            result = run_bench(events, workers, bootstrap, latency_s, latency_rate)
-            print(orjson.dumps(result).decode() if as_json else result)
-
-        guard(body)
-
-

@@ -4,6 +4,10 @@ Messages go to stderr (rich); data (composite events, `check` results, tables) t
 Exit codes: 0 ok, 1 a problem with the queries or the input, 2 a usage error. Errors are
 one clean message, never a traceback (set CEP_DEBUG=1 to see the traceback of an internal
 error).
+
+Start-up matters (`cep --help`, `cep run` on a small file): this module imports only typer
+and rich; every command imports what it uses in its body (numba only for the jit engine,
+pyarrow only for Parquet, Spark only for the backfill).
 """
 
 from __future__ import annotations
@@ -14,16 +18,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
-import orjson
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from cep_core.errors import QueryError, QueryErrors
-from cep_core.schema import SchemaError, SchemaRegistry
+from services.cli_help import PlainHelpGroup
 
 app = typer.Typer(
     name="cep",
+    cls=PlainHelpGroup,
     help="Complex event processing: check and run queries (MATCH, SEQ, WINDOW).",
     no_args_is_help=True,
     add_completion=False,
@@ -32,6 +34,28 @@ app = typer.Typer(
 
 stderr = Console(stderr=True, soft_wrap=True, highlight=False, emoji=False)
 stdout = Console(soft_wrap=True, highlight=False, emoji=False)
+
+
+def _print_version(value: bool) -> None:
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        number = version("cep-service")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        number = "unknown (the cep-service package is not installed)"
+    print(f"cep {number}")
+    raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="Print the version (from the installed package) and exit.")] = False,
+) -> None:
+    pass
 
 
 class CliError(Exception):
@@ -53,10 +77,17 @@ class Placement(StrEnum):
     auto = "auto"
 
 
+class InputFormat(StrEnum):
+    jsonl = "jsonl"
+    csv = "csv"
+    parquet = "parquet"
+
+
 SchemaOption = Annotated[
     list[Path] | None,
-    typer.Option("--schema", "-s", help="A schema file, or a directory of <stream>.json files "
-                 "(repeatable); schemas/ is always searched last."),
+    typer.Option("--schema", "-s", metavar="FILE|DIR",
+                 help="A schema file, or a directory of <stream>.json files (repeatable); "
+                 "schemas/ is always searched last."),
 ]
 
 
@@ -64,7 +95,9 @@ def _error(message: str) -> None:
     stderr.print(message, markup=False, style="red")
 
 
-def _registry(schemas: list[Path] | None) -> SchemaRegistry:
+def _registry(schemas: list[Path] | None):
+    from cep_core.schema import SchemaError, SchemaRegistry
+
     registry = SchemaRegistry()
     for path in schemas or []:
         if not path.exists():
@@ -76,9 +109,11 @@ def _registry(schemas: list[Path] | None) -> SchemaRegistry:
     return registry
 
 
-def _load(path: Path, registry: SchemaRegistry):
+def _load(path: Path, registry):
     """Checked queries of one file; CliError with every located message otherwise."""
     from cep_core.checker import load_queries
+    from cep_core.errors import QueryError, QueryErrors
+    from cep_core.schema import SchemaError
 
     if not path.is_file():
         raise CliError(f"{path}: no such file", 2 if not path.exists() else 1)
@@ -144,28 +179,41 @@ def check(
 
 # ------------------------------------------------------------------ cep run
 
+EventsOption = Annotated[Path, typer.Option(
+    "--events", "--input", "-e", "-i", metavar="FILE",
+    help="Events: .jsonl/.json/.ndjson, .csv or .parquet; - reads standard input (name its "
+    "format with --format).")]
+FormatOption = Annotated[InputFormat | None, typer.Option(
+    "--format", "-f", help="Format of the events (default: by the file's suffix; standard "
+    "input needs it).")]
+
 
 @app.command()
 def run(
     query_file: Annotated[Path, typer.Argument(help="The query file.")],
-    events: Annotated[Path, typer.Option("--events", "-e", help="Events: .jsonl/.json/"
-                                         ".ndjson, .csv or .parquet.")],
+    events: EventsOption,
+    fmt: FormatOption = None,
     schema: SchemaOption = None,
     engine: Annotated[Engine, typer.Option(help="Which engine runs the queries.")] =
     Engine.reference,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Where composite events "
-                                                "go, as JSON lines (default: stdout).")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", "--output", "-o", metavar="FILE", show_default=False,
+        help="Where composite events go, as JSON lines (default: standard output).")] = None,
     dead_letters: Annotated[Path | None, typer.Option(
-        "--dead-letters", help="Write bad events here as JSON lines (default: a summary on "
-        "stderr).")] = None,
+        "--dead-letters", metavar="FILE", help="Write bad events here as JSON lines "
+        "(default: a summary on stderr).")] = None,
     placement: Annotated[Placement | None, typer.Option(
         help="jit engine: where SEQ queries run (auto: costly ones on a real GPU; gpu: every "
-        "query the GPU engine supports; see docs/gpu.md).")] = None,
+        "query the GPU engine supports; see docs/gpu.md; default: the CPU engines).")] = None,
 ) -> None:
-    """Run the queries of a file over a file of events; composite events as JSON lines."""
+    """Run the queries of a file over a file of events; composite events as JSON lines.
+
+    Exits 1 when no valid event could be read (dead letters are still written)."""
 
     def body():
         from cep_core.event_io import (
+            STDIN,
+            STDIN_SOURCE,
             InputError,
             read_events,
             write_composites_jsonl,
@@ -179,45 +227,101 @@ def run(
             raise CliError(f"{query_file}: the queries read several streams "
                            f"({', '.join(streams)}); cep run takes one stream per file")
         stream_schema = queries[0].schema
+        source = STDIN_SOURCE if str(events) == STDIN else str(events)
+        if str(events) == STDIN and fmt is None:
+            raise CliError("--events -: standard input has no file suffix; name its format "
+                           "with --format jsonl, csv or parquet", 2)
 
         started = time.perf_counter()
         try:
-            simple, dead = read_events(events, stream_schema)
+            simple, dead = read_events(events, stream_schema, fmt.value if fmt else None)
         except InputError as e:
             raise CliError(str(e)) from None
         except OSError as e:
-            raise CliError(f"{events}: {e.strerror or e}") from None
+            raise CliError(f"{source}: {e.strerror or e}") from None
         read_s = time.perf_counter() - started
 
+        def write_dead_letters():
+            if dead_letters is not None:
+                try:
+                    write_dead_letters_jsonl(dead, dead_letters)
+                except OSError as e:
+                    raise CliError(f"{e.filename or dead_letters}: {e.strerror or e}") \
+                        from None
+            elif dead:
+                first = dead[0]
+                stderr.print(f"{len(dead)} bad event{'s' if len(dead) != 1 else ''}: first "
+                             f"{_where(first)}: {first.reason}", markup=False,
+                             style="yellow")
+
+        if not simple:
+            write_dead_letters()
+            raise CliError(_no_events_message(source, dead, stream_schema, dead_letters))
+
+        timings: dict = {}
         started = time.perf_counter()
-        composites, rejected = run_queries(queries, simple, engine, placement)
+        composites, rejected = run_queries(queries, simple, engine, placement, timings)
         run_s = time.perf_counter() - started
         dead.extend(rejected)
 
         try:
             write_composites_jsonl(composites, out)
-            if dead_letters is not None:
-                write_dead_letters_jsonl(dead, dead_letters)
         except OSError as e:
             raise CliError(f"{e.filename or out}: {e.strerror or e}") from None
-
-        if dead and dead_letters is None:
-            first = dead[0]
-            stderr.print(f"{len(dead)} bad event{'s' if len(dead) != 1 else ''}: first "
-                         f"{first.source}:{first.position}: {first.reason}", markup=False,
-                         style="yellow")
-        rate = len(simple) / run_s if run_s > 0 else float("inf")
+        write_dead_letters()
         stderr.print(f"{len(simple)} events ({len(dead)} bad) read in {read_s:.2f}s; "
-                     f"{engine.value} engine: {len(composites)} composite events in "
-                     f"{run_s:.2f}s ({rate:,.0f} events/s)", markup=False, style="dim")
+                     + _engine_summary(engine, len(simple), len(composites), run_s, timings),
+                     markup=False, style="dim")
 
     _guard(body)
 
 
+def _where(letter) -> str:
+    """Where a dead letter came from, for messages: `file:line`, or the query and seq of
+    an event an engine rejected."""
+    if letter.line is None and letter.source.startswith("query "):
+        return f"{letter.source}, seq {letter.position}"
+    return letter.where()
+
+
+def _no_events_message(source: str, dead: list, schema, dead_letters: Path | None) -> str:
+    if not dead:
+        return f"{source}: no events (the input is empty)"
+    attributes = ", ".join(f"{a}: {t}" for a, t in schema.attributes.items())
+    written = f"; dead letters in {dead_letters}" if dead_letters is not None else ""
+    return (f"{source}: no valid event: all {len(dead)} records are bad (first "
+            f"{_where(dead[0])}: {dead[0].reason}){written}. The queries read stream "
+            f"'{schema.stream}' ({attributes})")
+
+
+def _engine_summary(engine: Engine, events: int, composites: int, run_s: float,
+                    timings: dict) -> str:
+    """The engine's part of the summary line. The jit engine's rate leaves out compiling:
+    kernels compiled (or loaded from numba's cache) and code generated are shown apart."""
+    if engine is Engine.reference or "process_s" not in timings:
+        rate = events / run_s if run_s > 0 else float("inf")
+        return (f"{engine.value} engine: {composites} composite events in {run_s:.2f}s "
+                f"({rate:,.0f} events/s)")
+    process_s = timings["process_s"]
+    rate = events / process_s if process_s > 0 else float("inf")
+    load_s = timings["setup_s"] + timings["compile_s"]
+    return (f"{engine.value} engine: {composites} composite events; compile/load "
+            f"{load_s:.2f}s (imports and code generation {timings['setup_s']:.2f}s, "
+            f"kernels {timings['compile_s']:.2f}s); processing {process_s:.2f}s "
+            f"({rate:,.0f} events/s)")
+
+
 def run_queries(queries, events, engine: Engine = Engine.reference,
-                placement: Placement | None = None) -> tuple[list[dict], list]:
+                placement: Placement | None = None,
+                timings: dict | None = None) -> tuple[list[dict], list]:
     """Composite events of the queries over the events, in deterministic order, with the
-    events the engines rejected (time going backwards, late for a window) as DeadLetters."""
+    events the engines rejected (time going backwards, late for a window) as DeadLetters.
+
+    jit engine: `timings` (when given) gets `setup_s` (numba and engine imports, code
+    generation), `compile_s` (numba compiling kernels or loading them from its cache while
+    the events ran) and `process_s` (the rest: the events themselves)."""
+    import orjson
+
     from cep_core.event_io import DeadLetter
 
     rejected: list = []
@@ -227,18 +331,29 @@ def run_queries(queries, events, engine: Engine = Engine.reference,
         composites = reference.run(queries, events, rejected=rejected)
         rejected = [(q, event, reason) for q, event, reason in rejected]
     else:
+        started = time.perf_counter()
         from cep_core import engine as jit
+        from cep_core.batch import BatchEncoder, StringDictionary
 
+        strings = StringDictionary()
+        report: list = []
         if placement is None:
-            composites = jit.run(queries, events, rejected=rejected)
+            engines = jit.StreamEngines(queries, strings)
         else:
             from accel.gpu import placement as placed
 
-            report: list = []
-            composites = placed.run(queries, events, placement.value, rejected=rejected,
-                                    report=report)
-            for where in report:
-                stderr.print(f"placement: {where.line()}", markup=False, style="dim")
+            engines = placed.placed_engines(queries, strings, placement.value, report)
+        setup_s = time.perf_counter() - started
+        with jit.compile_timer() as compiling:
+            started = time.perf_counter()
+            composites = jit.run_engines(engines, BatchEncoder(queries[0].schema, strings),
+                                         events, rejected=rejected)
+            run_s = time.perf_counter() - started
+        for where in report:
+            stderr.print(f"placement: {where.line()}", markup=False, style="dim")
+        if timings is not None:
+            timings.update(setup_s=setup_s, compile_s=compiling.seconds,
+                           process_s=max(run_s - compiling.seconds, 0.0))
         by_seq = {event.seq: event for event in events}
         rejected = [(q, by_seq[seq], reason) for q, seq, reason in rejected]
     return composites, [DeadLetter(f"query {q.name}", event.seq,
@@ -254,6 +369,10 @@ def schemas(schema: SchemaOption = None) -> None:
     """List the known streams and their attributes."""
 
     def body():
+        from rich.table import Table
+
+        from cep_core.schema import SchemaError
+
         registry = _registry(schema)
         table = Table(title="Streams")
         for column in ("stream", "attributes", "time", "type attribute"):
@@ -283,13 +402,20 @@ class EventFormat(StrEnum):
     jsonl = "jsonl"
 
 
+def count_option(what: str = "events", minimum: int = 1):
+    """`--count N` / `-n N`, how many events; `--events N`, its old name, still works (an
+    events *file* is `--events FILE` in `cep run`)."""
+    return typer.Option("--count", "--events", "-n", min=minimum, metavar="N",
+                        help=f"How many {what} (--events N: the old name).")
+
+
 @app.command()
 def gen(
     workload: Annotated[str, typer.Argument(help="finance0 .. finance5, twitter1, twitter2, "
                                             "marathon, r5, q9 or hyper.")],
-    events: Annotated[int, typer.Option("--events", "-n", min=0, help="How many events.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write into "
-                                      "(created if missing).")],
+    count: Annotated[int, count_option(minimum=0)],
+    out: Annotated[Path, typer.Option("--out", "--output", "-o", metavar="DIR",
+                                      help="Directory to write into (created if missing).")],
     seed: Annotated[int, typer.Option(min=0, help="Random seed; the same seed gives the same "
                                       "events and queries.")] = 0,
     fmt: Annotated[EventFormat, typer.Option("--format", help="Format of the events file.")] =
@@ -311,7 +437,7 @@ def gen(
                 raise CliError(f"workload '{workload}' takes no --queries (only q9 does)", 2)
             options["queries"] = queries
         started = time.perf_counter()
-        table = chosen.generate(events, seed)
+        table = chosen.generate(count, seed)
         events_path = out / f"{chosen.stream}.{fmt.value}"
         query_path = out / f"{workload}.cep"
         try:
@@ -320,7 +446,7 @@ def gen(
             query_path.write_text(chosen.query_text(seed=seed, **options))
         except OSError as e:
             raise CliError(f"{e.filename or out}: {e.strerror or e}") from None
-        stderr.print(f"{workload}: {events} events (seed {seed}) in {events_path}, queries in "
+        stderr.print(f"{workload}: {count} events (seed {seed}) in {events_path}, queries in "
                      f"{query_path} ({time.perf_counter() - started:.2f}s)\n"
                      f"run them: cep run {query_path} --events {events_path}",
                      markup=False, style="dim")
@@ -334,17 +460,19 @@ def gen(
 @app.command()
 def broker(
     port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: a free one).")] = 9092,
-    storage: Annotated[str, typer.Option(help="tansu storage URL (memory://tansu/ or "
-                                         "s3://tansu/ with AWS_* variables set).")]
+    storage: Annotated[str, typer.Option(metavar="URL", help="tansu storage URL "
+                                         "(memory://tansu/ or s3://tansu/ with AWS_* "
+                                         "variables set).")]
     = "memory://tansu/",
 ) -> None:
     """Run the embedded Kafka-protocol broker (tansu) in the foreground until Ctrl-C or
     SIGTERM."""
-    import signal
-
-    from services.broker import BrokerError, EmbeddedBroker
 
     def body():
+        import signal
+
+        from services.broker import BrokerError, EmbeddedBroker
+
         embedded = EmbeddedBroker(port=port, storage=storage)
         try:
             embedded.start()
@@ -373,14 +501,43 @@ bench_app = typer.Typer(help="Benchmarks (throughput against the reference inter
 app.add_typer(bench_app, name="bench")
 
 
+def _print_table(title: str, result: dict, vertical: bool = False) -> None:
+    from rich.table import Table
+
+    def shown(value) -> str:
+        return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) \
+            else str(value)
+
+    table = Table(title=title)
+    if vertical:
+        table.add_column("measure")
+        table.add_column("value", justify="right")
+        for name, value in result.items():
+            table.add_row(name, shown(value))
+    else:
+        for name in result:
+            table.add_column(name, justify="right")
+        table.add_row(*(shown(v) for v in result.values()))
+    stdout.print(table)
+
+
+def _print_json(result: dict) -> None:
+    import orjson
+
+    print(orjson.dumps(result).decode())
+
+
 @bench_app.command("core")
 def bench_core(
-    workload: Annotated[str, typer.Option(help="A workload name (see cep gen).")],
-    events: Annotated[int, typer.Option("--events", "-n", min=1, help="Events.")] = 1_000_000,
+    workload: Annotated[str, typer.Option(metavar="NAME",
+                                          help="A workload name (see cep gen).")],
+    count: Annotated[int, count_option()] = 1_000_000,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 1,
-    queries: Annotated[int | None, typer.Option(help="Concurrent queries (q9).")] = None,
+    queries: Annotated[int | None, typer.Option(help="Concurrent queries (q9; default "
+                                                "1).")] = None,
     reference_events: Annotated[int | None, typer.Option(
-        help="Events for the reference baseline (default: per workload).")] = None,
+        metavar="N", help="Events for the reference baseline (default: per workload).")] =
+    None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """A workload's events, already in columns, through the jitted engine (events/s), with
@@ -393,25 +550,20 @@ def bench_core(
         if workload not in WORKLOADS:
             raise CliError(f"unknown workload '{workload}' (one of {', '.join(WORKLOADS)})", 2)
         options = {"queries": queries} if queries is not None else {}
-        result = core(workload, events, seed, reference_events, **options)
+        result = core(workload, count, seed, reference_events, **options)
         if as_json:
-            print(orjson.dumps(result).decode())
-            return
-        table = Table(title=f"cep bench core --workload {workload}")
-        for name in result:
-            table.add_column(name, justify="right")
-        table.add_row(*(f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
-                        for v in result.values()))
-        stdout.print(table)
+            _print_json(result)
+        else:
+            _print_table(f"cep bench core --workload {workload}", result)
 
     _guard(body)
 
 
 @bench_app.command("gpu")
 def bench_gpu(
-    events: Annotated[int, typer.Option("--events", "-n", min=1, help="Events per run.")] =
-    60_000,
-    quick: Annotated[bool, typer.Option(help="Fewer points (a smoke run).")] = False,
+    count: Annotated[int, count_option("events per run")] = 60_000,
+    quick: Annotated[bool, typer.Option("--quick", help="Fewer points (a smoke run).")] =
+    False,
 ) -> None:
     """Cugola & Margara's R5 scenario: microseconds per event on CPU (AIP, CDP) and, on a
     real GPU only, GPU CDP; varying window, sequence length and number of rules."""
@@ -419,23 +571,24 @@ def bench_gpu(
     def body():
         from accel.gpu.benchmark import main as bench_main
 
-        bench_main(events, quick)
+        bench_main(count, quick)
 
     _guard(body)
 
 
 @bench_app.command("backfill")
 def bench_backfill(
-    events: Annotated[int, typer.Option("--events", "-n", min=1, help="Events.")] =
-    10_000_000,
-    master: Annotated[str, typer.Option(help="Spark master.")] = "local[2]",
+    count: Annotated[int, count_option()] = 10_000_000,
+    master: Annotated[str, typer.Option(metavar="URL", help="Spark master.")] = "local[2]",
     partitions: Annotated[int, typer.Option(min=1, help="Spark partitions per keyed "
                                             "group.")] = 8,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 1,
     baseline_events: Annotated[int | None, typer.Option(
-        help="Events for the single-process jit baseline (default: all).")] = None,
-    workdir: Annotated[Path | None, typer.Option(help="Where the data and outputs go "
-                                                 "(default: a temporary directory).")] = None,
+        metavar="N", help="Events for the single-process jit baseline (default: all).")] =
+    None,
+    workdir: Annotated[Path | None, typer.Option(metavar="DIR", help="Where the data and "
+                                                 "outputs go (default: a temporary "
+                                                 "directory).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """The finance workloads through the Spark backfill and, in the same run, through
@@ -444,19 +597,13 @@ def bench_backfill(
     def body():
         from services.backfill_bench import bench_backfill as run_bench
 
-        result = run_bench(events, master=master, seed=seed, partitions=partitions,
+        result = run_bench(count, master=master, seed=seed, partitions=partitions,
                            baseline_events=baseline_events,
                            workdir=str(workdir) if workdir else None, console=stderr)
         if as_json:
-            print(orjson.dumps(result).decode())
-            return
-        table = Table(title="cep bench backfill")
-        table.add_column("measure")
-        table.add_column("value", justify="right")
-        for name, value in result.items():
-            table.add_row(name, f"{value:,}" if isinstance(value, int)
-                          and not isinstance(value, bool) else str(value))
-        stdout.print(table)
+            _print_json(result)
+        else:
+            _print_table("cep bench backfill", result, vertical=True)
 
     _guard(body)
 
@@ -467,23 +614,26 @@ def bench_backfill(
 @app.command()
 def backfill(
     query_file: Annotated[Path, typer.Argument(help="The query file.")],
-    inputs: Annotated[list[str], typer.Option("--input", "-i", help="History: .parquet, "
-                                              ".jsonl or .csv files or directories, local "
-                                              "or any Hadoop URI (repeatable; read in "
-                                              "order as one stream).")],
-    output: Annotated[str, typer.Option("--output", "-o", help="Where composite events go "
-                                        "(a Parquet directory).")],
-    master: Annotated[str, typer.Option(help="Spark master.")] = "local[*]",
+    inputs: Annotated[list[str], typer.Option(
+        "--input", "--events", "-i", "-e", metavar="PATH",
+        help="History: .parquet, .jsonl or .csv files or directories, local or any Hadoop "
+        "URI (repeatable; read in order as one stream).")],
+    output: Annotated[str, typer.Option("--output", "--out", "-o", metavar="DIR",
+                                        help="Where composite events go (a Parquet "
+                                        "directory, local or any Hadoop URI).")],
+    master: Annotated[str, typer.Option(metavar="URL", help="Spark master.")] = "local[*]",
     partitions: Annotated[int | None, typer.Option(min=1, help="Spark partitions per keyed "
                                                    "query group (default: the shuffle "
                                                    "partitions, 8).")] = None,
     dead_letters: Annotated[str | None, typer.Option(
-        "--dead-letters", help="Where dead letters go (Parquet; default "
+        "--dead-letters", metavar="DIR", help="Where dead letters go (Parquet; default "
         "OUTPUT_dead_letters).")] = None,
-    to_kafka: Annotated[str | None, typer.Option("--to-kafka", help="Also produce the "
-                                                 "composite events to this topic.")] = None,
-    bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: "
-                                                  "$KAFKA_BOOTSTRAP).")] = None,
+    to_kafka: Annotated[str | None, typer.Option("--to-kafka", metavar="TOPIC",
+                                                 help="Also produce the composite events to "
+                                                 "this topic.")] = None,
+    bootstrap: Annotated[str | None, typer.Option(metavar="HOST:PORT", help="Kafka bootstrap "
+                                                  "servers (default: $KAFKA_BOOTSTRAP).")]
+    = None,
     schema: SchemaOption = None,
 ) -> None:
     """Run the queries over history with Spark; composite events as Parquet."""

@@ -17,10 +17,8 @@ import tempfile
 import time
 from collections import deque
 from pathlib import Path
-from typing import Annotated
 
 import orjson
-import typer
 
 STREAM = "trades"
 ACTIVITY = """QUERY activity FROM trades INTO trade_stats
@@ -267,36 +265,3 @@ class _LiveView:
     def stop(self) -> None:
         self.refresh()
         self.live.stop()
-
-
-def register_demo(app: typer.Typer, guard, cli_error) -> None:
-    @app.command()
-    def demo(
-        events: Annotated[int, typer.Option("--events", "-n", min=1, help="Trades.")] = 20000,
-        workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 2,
-        verify: Annotated[bool, typer.Option(help="Non-interactive: compare with the "
-                                             "reference interpreter; exit 1 if different.")]
-        = False,
-        rate: Annotated[float, typer.Option(help="Events/s to produce (0: as fast as "
-                                            "possible; default 0 with --verify, else "
-                                            "2000).")] = -1,
-        bootstrap: Annotated[str | None, typer.Option(
-            "--bootstrap", envvar="KAFKA_BOOTSTRAP", help="A broker (default: start the "
-            "embedded one).")] = None,
-    ) -> None:
-        """The streaming pipeline end to end on a synthetic trade stream."""
-        from rich.console import Console
-
-        from services.serve import exit_on_signals
-
-        def body():
-            exit_on_signals()  # SIGTERM/SIGHUP stop the services and broker, as Ctrl-C does
-            chosen = rate if rate >= 0 else (0 if verify else 2000)
-            try:
-                ok = run_demo(events, workers, verify, bootstrap, chosen, Console())
-            except ServiceFailed as e:
-                raise cli_error(str(e)) from None
-            if not ok:
-                raise typer.Exit(1)
-
-        guard(body)

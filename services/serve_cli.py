@@ -19,20 +19,25 @@ import orjson
 import typer
 
 Bootstrap = Annotated[str, typer.Option("--bootstrap", envvar="KAFKA_BOOTSTRAP",
-                                        help="Kafka bootstrap servers.")]
-Stream = Annotated[str, typer.Option(envvar="CEP_STREAM", help="The stream (its schema "
-                                     "name); internal topics are cep.<stream>.*")]
+                                        metavar="HOST:PORT", help="Kafka bootstrap servers.")]
+Stream = Annotated[str, typer.Option(
+    envvar="CEP_STREAM", metavar="NAME",
+    help="The stream (its schema name); internal topics are cep.<stream>.*")]
 Partitions = Annotated[int, typer.Option(envvar="CEP_PARTITIONS", min=1,
                                          help="Partitions of the keyed and match topics.")]
-Source = Annotated[str, typer.Option(envvar="CEP_SOURCE_TOPIC", help="Source topic "
-                                     "(default: the stream's name).")]
-Control = Annotated[str, typer.Option(envvar="CEP_CONTROL_TOPIC", help="The compacted "
-                                      "query control topic (default: <prefix>cep.queries).")]
-TopicPrefix = Annotated[str, typer.Option(envvar="CEP_TOPIC_PREFIX", help="Prefix of the "
-                                          "internal topics and consumer groups, so separate "
-                                          "deployments can share a broker.")]
-KafkaConfig = Annotated[Path | None, typer.Option(envvar="CEP_KAFKA_CONFIG", help="File of "
-                                                  "extra librdkafka key=value settings.")]
+Source = Annotated[str, typer.Option(
+    envvar="CEP_SOURCE_TOPIC", metavar="TOPIC",
+    help="Source topic (default: the stream's name).")]
+Control = Annotated[str, typer.Option(
+    envvar="CEP_CONTROL_TOPIC", metavar="TOPIC",
+    help="The compacted query control topic (default: <prefix>cep.queries).")]
+TopicPrefix = Annotated[str, typer.Option(
+    envvar="CEP_TOPIC_PREFIX", metavar="PREFIX",
+    help="Prefix of the internal topics and consumer groups, so separate deployments can "
+    "share a broker.")]
+KafkaConfig = Annotated[Path | None, typer.Option(
+    envvar="CEP_KAFKA_CONFIG", metavar="FILE",
+    help="File of extra librdkafka key=value settings.")]
 
 
 QUERY_HELP = ("add FILE / update FILE: register the queries of a query file (or only --name); "
@@ -148,7 +153,8 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
         op: Annotated[Op, typer.Argument(help=QUERY_HELP)],
         target: Annotated[str | None, typer.Argument(help="A query file (add, update) or a "
                                                      "query name (remove).")] = None,
-        name: Annotated[str | None, typer.Option(help="Only this query of the file.")] = None,
+        name: Annotated[str | None, typer.Option(metavar="NAME",
+                                                 help="Only this query of the file.")] = None,
         bootstrap: Bootstrap = "127.0.0.1:9092",
         control: Control = "",
         topic_prefix: TopicPrefix = "",
@@ -214,10 +220,65 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
 
         guard(body)
 
-    from services.demo import register_demo
-    register_demo(app, guard, cli_error)
-    from services.bench_e2e import register_bench
-    register_bench(bench_app, guard, cli_error)
+    @app.command()
+    def demo(
+        count: Annotated[int, typer.Option("--count", "--events", "-n", min=1, metavar="N",
+                                           help="How many trades (--events N: the old "
+                                           "name).")] = 20000,
+        workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 2,
+        verify: Annotated[bool, typer.Option("--verify", help="Non-interactive: compare "
+                                             "with the reference interpreter; exit 1 if "
+                                             "different.")] = False,
+        rate: Annotated[float | None, typer.Option(
+            min=0, help="Events/s to produce (0: as fast as possible; default: 0 with "
+            "--verify, else 2000).")] = None,
+        bootstrap: Annotated[str | None, typer.Option(
+            "--bootstrap", envvar="KAFKA_BOOTSTRAP", metavar="HOST:PORT",
+            help="A broker (default: start the embedded one).")] = None,
+    ) -> None:
+        """The streaming pipeline end to end on a synthetic trade stream."""
+
+        def body():
+            from rich.console import Console
+
+            from services.demo import ServiceFailed, run_demo
+            from services.serve import exit_on_signals
+
+            exit_on_signals()  # SIGTERM/SIGHUP stop the services and broker, as Ctrl-C does
+            chosen = rate if rate is not None else (0 if verify else 2000)
+            try:
+                ok = run_demo(count, workers, verify, bootstrap, chosen, Console())
+            except ServiceFailed as e:
+                raise cli_error(str(e)) from None
+            if not ok:
+                raise typer.Exit(1)
+
+        guard(body)
+
+    @bench_app.command("e2e")
+    def e2e(
+        count: Annotated[int, typer.Option("--count", "--events", "-n", min=1000, metavar="N",
+                                           help="How many events (--events N: the old "
+                                           "name).")] = 200_000,
+        workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 1,
+        latency_s: Annotated[float, typer.Option(help="Seconds of the latency run.")] = 8,
+        latency_rate: Annotated[float | None, typer.Option(
+            min=0, help="Events/s of the latency run (default: half of events_per_s).")] =
+        None,
+        bootstrap: Annotated[str | None, typer.Option(
+            "--bootstrap", envvar="KAFKA_BOOTSTRAP", metavar="HOST:PORT",
+            help="A broker (default: start the embedded one).")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+    ) -> None:
+        """Source topic to composite-event topic throughput and latency (M-shape)."""
+
+        def body():
+            from services.bench_e2e import run_bench
+
+            result = run_bench(count, workers, bootstrap, latency_s, latency_rate or 0)
+            print(orjson.dumps(result).decode() if as_json else result)
+
+        guard(body)
 
 
 def list_queries(settings, control: str) -> list[dict]:

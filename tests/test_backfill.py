@@ -120,6 +120,8 @@ def messy_jsonl(tmp_path_factory) -> Path:
 def test_match_and_window_over_messy_jsonl(spark, finance, messy_jsonl, tmp_path, partitions):
     got, dead = assert_backfill_matches(spark, finance, [messy_jsonl], tmp_path, partitions)
     assert {c["query"] for c in got} == {"mshape", "activity"}
+    broken = [d for d in dead if d["reason"].startswith("not valid JSON")]
+    assert [(d["line"], d["position"]) for d in broken] == [(12, 10)]  # line 4 is blank
     reasons = " | ".join(d["reason"] for d in dead)
     for expected in ("not valid JSON", "missing attribute 'price'", "expected int",
                      "seq 5 does not increase", "previous seq 5000", "event time goes back",
@@ -159,7 +161,10 @@ def test_csv_input(spark, finance, tmp_path):
             if i == 11:
                 writer.writerow([])
     _, dead = assert_backfill_matches(spark, finance, [path], tmp_path, 2)
-    assert {d["position"] for d in dead if d["source"] == str(path)} >= {7, 10}
+    # (record index, line): the header is line 1, the blank row after row 11 a line too
+    found = {(d["position"], d["line"]) for d in dead if d["source"] == str(path)}
+    assert found >= {(7, 9), (10, 12)}
+    assert all(line is not None for _, line in found)
 
 
 def test_parquet_inputs_read_as_one_stream(spark, finance, tmp_path):

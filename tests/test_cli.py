@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -18,12 +19,16 @@ EMIT symbol = symbol, gain = Last(price) - First(price);
 """
 
 
-def cep(*args, cwd=ROOT):
+def cep(*args, cwd=ROOT, stdin: str | bytes = ""):
     command = [str(CEP)] if CEP.exists() else [sys.executable, "-m", "services.cli"]
     env = {**os.environ, "COLUMNS": "200"}
     env.pop("CEP_DEBUG", None)
-    return subprocess.run(command + [str(a) for a in args], check=False, capture_output=True,
-                          text=True, cwd=cwd, env=env, timeout=120)
+    done = subprocess.run(command + [str(a) for a in args], check=False, capture_output=True,
+                          cwd=cwd, env=env, timeout=120,
+                          input=stdin.encode() if isinstance(stdin, str) else stdin)
+    return subprocess.CompletedProcess(done.args, done.returncode,
+                                       done.stdout.decode("utf-8", "replace"),
+                                       done.stderr.decode("utf-8", "replace"))
 
 
 def trade(symbol, price, ts):
@@ -162,3 +167,246 @@ def test_run_collects_events_the_engine_rejects(tmp_path):
     [letter] = [orjson.loads(line) for line in dead.read_bytes().splitlines()]
     assert letter["source"] == "query up" and letter["position"] == 2
     assert orjson.loads(letter["raw"])["ts"] == 15
+
+
+# ------------------------------------------------------------------ no valid event
+
+
+def test_run_fails_when_no_event_is_valid_and_still_writes_dead_letters(tmp_path):
+    query = tmp_path / "q.cep"
+    query.write_text(RISE)
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_text("not json\n\n{also not\n")
+    dead = tmp_path / "dead.jsonl"
+    result = cep("run", query, "--events", garbage, "--dead-letters", dead)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout == ""
+    assert f"{garbage}: no valid event: all 2 records are bad" in result.stderr
+    assert f"first {garbage}:1: not valid JSON" in result.stderr
+    letters = [orjson.loads(line) for line in dead.read_bytes().splitlines()]
+    assert [(d["line"], d["position"]) for d in letters] == [(1, 0), (3, 1)]
+    # Valid JSON of another stream: every event lacks the stream's attributes.
+    other = tmp_path / "sensors.jsonl"
+    other.write_text('{"sensor": 1, "temp": 20.5, "ts": 1}\n{"sensor": 2, "temp": 21, "ts": 2}\n')
+    result = cep("run", query, "--events", other)
+    assert result.returncode == 1
+    assert "2 bad events: first" in result.stderr  # the summary is still shown
+    assert "missing attribute 'symbol'" in result.stderr
+    assert "The queries read stream 'trades' (symbol: string, price: int" in result.stderr
+
+
+def test_run_fails_on_an_empty_input(tmp_path):
+    query = tmp_path / "q.cep"
+    query.write_text(RISE)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    result = cep("run", query, "--events", empty)
+    assert result.returncode == 1
+    assert f"{empty}: no events (the input is empty)" in result.stderr
+
+
+# ------------------------------------------------------------------ dead-letter lines
+
+
+def test_dead_letters_name_editor_lines_and_keep_record_positions(tmp_path):
+    query = tmp_path / "q.cep"
+    query.write_text(RISE)
+    events = tmp_path / "e.jsonl"  # line 2 blank; line 3 bad (record 1); line 5 null price
+    events.write_text("\n".join([
+        orjson.dumps(trade("A", 100, 1)).decode(), "",
+        '{"symbol": "A", "price": "cheap", "volume": 1, "ts": 2, "seqNum": 0}',
+        orjson.dumps(trade("A", 110, 3)).decode(),
+        orjson.dumps({**trade("A", 0, 4), "price": None}).decode()]) + "\n")
+    dead = tmp_path / "dead.jsonl"
+    result = cep("run", query, "--events", events, "--dead-letters", dead)
+    assert result.returncode == 0, result.stderr
+    letters = [orjson.loads(line) for line in dead.read_bytes().splitlines()]
+    assert [(d["line"], d["position"], d["reason"]) for d in letters] == [
+        (3, 1, "attribute 'price': expected int, got a string ('cheap')"),
+        (5, 3, "null attribute 'price'")]
+    summary = cep("run", query, "--events", events)
+    assert f"2 bad events: first {events}:3: attribute 'price'" in summary.stderr
+
+
+def test_csv_dead_letters_count_the_header_line(tmp_path):
+    query = tmp_path / "q.cep"
+    query.write_text(RISE)
+    events = tmp_path / "e.csv"
+    events.write_text("symbol,price,volume,ts,seqNum\nA,1,1,10,0\n\nA,x,1,20,1\nA,3,1,30,2\n")
+    dead = tmp_path / "dead.jsonl"
+    result = cep("run", query, "--events", events, "--dead-letters", dead)
+    assert result.returncode == 0, result.stderr
+    [letter] = [orjson.loads(line) for line in dead.read_bytes().splitlines()]
+    assert (letter["line"], letter["position"]) == (4, 1)
+
+
+# ------------------------------------------------------------------ standard input
+
+
+def test_run_reads_standard_input_in_a_named_format(tmp_path, trades_file):
+    query = tmp_path / "q.cep"
+    query.write_text(RISE)
+    from_file = cep("run", query, "--events", trades_file)
+    data = trades_file.read_text()
+    result = cep("run", query, "--events", "-", "--format", "jsonl", stdin=data)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == from_file.stdout and result.stdout
+    assert "1 bad event: first <stdin>:3: attribute 'price'" in result.stderr
+    csv_text = "symbol,price,volume,ts,seqNum\nA,100,1,1,0\nA,90,1,3,0\nA,95,1,4,0\n"
+    result = cep("run", query, "-e", "-", "-f", "csv", stdin=csv_text)
+    assert result.returncode == 0, result.stderr
+    assert [orjson.loads(line)["gain"] for line in result.stdout.splitlines()] == [5]
+
+
+def test_run_reads_parquet_from_standard_input(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    query = tmp_path / "q.cep"
+    query.write_text(RISE)
+    path = tmp_path / "e.parquet"
+    pq.write_table(pa.Table.from_pylist([trade("A", 100, 1), trade("A", 90, 3),
+                                         trade("A", 95, 4)]), path)
+    result = cep("run", query, "--events", "-", "--format", "parquet",
+                 stdin=path.read_bytes())
+    assert result.returncode == 0, result.stderr
+    assert [orjson.loads(line)["gain"] for line in result.stdout.splitlines()] == [5]
+
+
+def test_standard_input_without_a_format_is_a_usage_error(tmp_path):
+    query = tmp_path / "q.cep"
+    query.write_text(RISE)
+    result = cep("run", query, "--events", "-", stdin="")
+    assert result.returncode == 2
+    assert "standard input has no file suffix; name its format with --format" in result.stderr
+
+
+# ------------------------------------------------------------------ version, help, names
+
+
+def test_version_comes_from_the_package_metadata():
+    from importlib.metadata import version
+
+    result = cep("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"cep {version('cep-service')}"
+
+
+def _commands(group=None, prefix=()):
+    import typer
+
+    from services.cli import app
+
+    command = group or typer.main.get_command(app)
+    yield prefix
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from _commands(sub, (*prefix, name))
+
+
+def test_every_help_reads_cleanly():
+    commands = list(_commands())
+    assert ("run",) in commands and ("bench", "core") in commands and ("fpga", "hdl") in commands
+    for command in commands:
+        result = cep(*command, "--help")
+        assert result.returncode == 0, (command, result.stderr)
+        for python_type in ("<path>", "<list[", "<bool>", "<int", "<float", "<str>",
+                            "[default: -1]", "<reference|jit>", "<splitter|"):
+            assert python_type not in result.stdout, (command, python_type)
+    run_help = cep("run", "--help").stdout
+    assert "--events,--input" in run_help and "FILE" in run_help
+    assert "[reference|jit]" in run_help and "--out,--output" in run_help
+
+
+def test_run_and_backfill_take_the_same_option_names(tmp_path, trades_file):
+    query = tmp_path / "q.cep"
+    query.write_text(RISE)
+    out = tmp_path / "out.jsonl"
+    result = cep("run", query, "--input", trades_file, "--output", out)
+    assert result.returncode == 0, result.stderr
+    assert len(out.read_bytes().splitlines()) == 2
+    # backfill: the run names are accepted too (the query file is missing, so it stops
+    # before Spark starts; an unknown option would be a usage error naming the option)
+    result = cep("backfill", tmp_path / "absent.cep", "--events", trades_file, "--out", out)
+    assert result.returncode == 2 and "absent.cep: no such file" in result.stderr
+    result = cep("backfill", tmp_path / "absent.cep", "--evnts", trades_file, "--out", out)
+    assert result.returncode == 2 and "No such option" in result.stderr
+
+
+@pytest.mark.parametrize("count", ["--count", "--events", "-n"])
+def test_gen_takes_count_and_its_old_name(tmp_path, count):
+    result = cep("gen", "finance0", count, 7, "--out", tmp_path, "--format", "jsonl")
+    assert result.returncode == 0, result.stderr
+    assert len((tmp_path / "trades.jsonl").read_bytes().splitlines()) == 7
+
+
+# ------------------------------------------------------------------ start-up
+
+
+def _imported(*args) -> set[str]:
+    """Modules a `cep` command imports (python -X importtime)."""
+    env = {**os.environ, "COLUMNS": "200"}
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c",
+                           "from services.cli import main; main()", *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {line.split("|")[-1].strip() for line in done.stderr.splitlines()
+            if line.startswith("import time:") and "|" in line}
+
+
+def test_help_imports_no_engine_parser_or_data_library():
+    imported = _imported("--help")
+    for heavy in ("numba", "numpy", "pyarrow", "lark", "cep_core.checker", "confluent_kafka",
+                  "faust", "pyspark"):
+        assert heavy not in imported, heavy
+
+
+def test_reference_run_imports_no_numba(trades_file, tmp_path):
+    query = tmp_path / "q.cep"
+    query.write_text(RISE)
+    imported = _imported("run", query, "--events", trades_file)
+    assert "cep_core.reference" in imported and "lark" in imported
+    for heavy in ("numba", "pyarrow", "confluent_kafka", "pyspark"):
+        assert heavy not in imported, heavy
+
+
+# ------------------------------------------------------------------ compile time apart
+
+
+def test_jit_rate_leaves_compiling_out():
+    from services.cli import Engine, _engine_summary
+
+    line = _engine_summary(Engine.jit, 1200, 10, 22.0,
+                           {"setup_s": 1.5, "compile_s": 20.0, "process_s": 0.5})
+    assert "compile/load 21.50s" in line and "kernels 20.00s" in line
+    assert "processing 0.50s (2,400 events/s)" in line
+    assert "55 events/s" not in line  # 1200 / 22 s: the rate with compiling in it
+    reference = _engine_summary(Engine.reference, 1200, 10, 2.0, {})
+    assert "in 2.00s (600 events/s)" in reference
+
+
+def test_compile_timer_counts_numba_compiling_only():
+    import numba
+
+    from cep_core.engine import compile_timer
+
+    @numba.njit
+    def twice(x):
+        return 2 * x
+
+    with compile_timer() as first:
+        started = time.perf_counter()
+        twice(21)
+        elapsed = time.perf_counter() - started
+    assert 0 < first.seconds <= elapsed
+    with compile_timer() as again:
+        twice(21)  # compiled already: nothing to count
+    assert again.seconds == 0
+
+
+def test_jit_run_reports_compile_and_processing_apart(tmp_path, trades_file):
+    query = tmp_path / "q.cep"
+    query.write_text(RISE)
+    result = cep("run", query, "--events", trades_file, "--engine", "jit")
+    assert result.returncode == 0, result.stderr
+    assert "jit engine: 2 composite events; compile/load " in result.stderr
+    assert "kernels " in result.stderr and "); processing " in result.stderr

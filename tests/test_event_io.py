@@ -73,7 +73,7 @@ BAD_CASES = [
     (b'{"kind": "A", "n": 1,', "not valid JSON"),
     (b"[1, 2]", "not a JSON object"),
     ({"kind": "A", "x": 1.0, "ok": True, "ts": 5}, "missing attribute 'n'"),
-    ({**GOOD[0], "n": None}, "missing attribute 'n'"),
+    ({**GOOD[0], "n": None}, "null attribute 'n'"),
     ({**GOOD[0], "n": "12"}, "attribute 'n': expected int, got a string ('12')"),
     ({**GOOD[0], "n": 1.5}, "attribute 'n': expected int, got a number (1.5)"),
     ({**GOOD[0], "n": True}, "attribute 'n': expected int, got a bool (true)"),
@@ -96,6 +96,33 @@ def test_bad_record_goes_to_dead_letters(tmp_path, bad, reason):
     assert reason in letter.reason
     raw = bad if isinstance(bad, bytes) else orjson.dumps(bad)
     assert letter.raw == raw
+
+
+def test_null_and_missing_attributes_have_their_own_reasons():
+    with pytest.raises(EventError) as null:
+        decode_record({**GOOD[0], "x": None}, SCHEMA, 0)
+    assert str(null.value) == "null attribute 'x'"
+    with pytest.raises(EventError) as missing:
+        decode_record({k: v for k, v in GOOD[0].items() if k != "x"}, SCHEMA, 0)
+    assert str(missing.value) == "missing attribute 'x'"
+    # CSV has no null: an empty field is missing, and an empty string is a string
+    with pytest.raises(EventError, match="^missing attribute 'x'$"):
+        decode_record({"kind": "A", "n": "1", "x": "", "ok": "true", "ts": "1"}, SCHEMA, 0,
+                      text=True)
+    assert decode_record({"kind": "", "n": "1", "x": "1", "ok": "true", "ts": "1"},
+                         StreamSchema("s", dict(SCHEMA.attributes), "ts"), 0,
+                         text=True).attrs["kind"] == ""
+
+
+def test_framed_batch_with_a_null_column_is_a_null_attribute():
+    from cep_core.json_batch import conform_table
+
+    good = {"kind": ["A"], "n": [1], "x": [1.0], "ok": [True], "ts": [5]}
+    assert conform_table(pa.table(good), SCHEMA).num_rows == 1
+    with pytest.raises(EventError, match="^null attribute 'n'$"):
+        conform_table(pa.table({**good, "n": pa.array([None], pa.int64())}), SCHEMA)
+    with pytest.raises(EventError, match="^missing attribute 'n'$"):
+        conform_table(pa.table({k: v for k, v in good.items() if k != "n"}), SCHEMA)
 
 
 def test_nan_and_infinity_are_dead_letters(tmp_path):
@@ -190,7 +217,7 @@ def test_parquet(tmp_path):
     assert [(e.seq, e.ts, e.attrs["n"]) for e in events] == [(0, 1000, 1), (1, 2000, 2)]
     assert [(d.position, d.reason) for d in dead] == [
         (2, "unknown event type 'C' for stream things (one of A, B)"),
-        (3, "missing attribute 'n'"),
+        (3, "null attribute 'n'"),
         (4, "attribute 'x': not a finite number (nan)"),
     ]
 
@@ -238,7 +265,7 @@ MESSAGE_CASES = [  # one message per bad-input class, and the reason its dead le
     (b"\xff\xfe not utf-8", "not valid JSON"),
     (b"", "not valid JSON"),
     (b'"just a string"', "not a JSON object"),
-    (orjson.dumps({**GOOD[0], "n": None}), "missing attribute 'n'"),
+    (orjson.dumps({**GOOD[0], "n": None}), "null attribute 'n'"),
     (orjson.dumps({k: v for k, v in GOOD[0].items() if k != "ts"}), "missing attribute 'ts'"),
     (orjson.dumps({**GOOD[0], "n": "12"}), "attribute 'n': expected int, got a string ('12')"),
     (orjson.dumps({**GOOD[0], "x": "1.5"}), "attribute 'x': expected float, got a string"),
@@ -300,3 +327,88 @@ def test_csv_integer_text_out_of_range_and_odd_digits(tmp_path):
         "attribute 'n': integer 99999999999999999999 does not fit in 64 bits",
         "attribute 'n': expected int, got a string ('+-5')",
         "attribute 'n': expected int, got a string ('²')"]
+
+
+# ------------------------------------------------------------------ lines of dead letters
+
+
+def test_jsonl_dead_letters_name_the_line_editors_show(tmp_path):
+    path = tmp_path / "e.jsonl"  # line 1 good, 2 blank, 3 bad, 4 whitespace, 5 bad, 6 good
+    path.write_bytes(orjson.dumps(GOOD[0]) + b"\n\n{bad\n   \r\n" +
+                     orjson.dumps({**GOOD[1], "n": None}) + b"\r\n" + orjson.dumps(GOOD[1]) +
+                     b"\n")
+    events, dead = read_events(path, SCHEMA)
+    assert [e.seq for e in events] == [0, 3]  # seqs still count records, not lines
+    assert [(d.line, d.position) for d in dead] == [(3, 1), (5, 2)]
+    assert dead[1].reason == "null attribute 'n'"
+    assert [d.where() for d in dead] == [f"{path}:3", f"{path}:5"]
+    assert dead[0].to_json() == {"source": str(path), "line": 3, "position": 1,
+                                 "reason": dead[0].reason, "raw": "{bad"}
+
+
+def test_csv_dead_letters_name_physical_lines_header_counted(tmp_path):
+    path = tmp_path / "e.csv"
+    path.write_text(
+        "kind,n,x,ok,ts\n"            # line 1: the header
+        "A,1,1.5,true,1000\n"         # 2
+        "\n"                          # 3: blank, skipped
+        "A,x,1.0,true,3\n"            # 4: bad
+        '"A\nB",1,1.0,true,5\n'       # 5-6: one record over two lines (unknown type)
+        "A,1,1.0\n",                  # 7: too few fields
+        newline="")
+    events, dead = read_events(path, SCHEMA)
+    assert [e.seq for e in events] == [0]
+    assert [(d.line, d.position) for d in dead] == [(4, 1), (5, 2), (7, 3)]
+    assert dead[1].reason.startswith("unknown event type 'A\nB'")
+
+
+def test_parquet_and_json_array_dead_letters_have_no_line(tmp_path):
+    path = tmp_path / "e.json"
+    path.write_bytes(b"\n  " + orjson.dumps(GOOD + [{"kind": "A"}]))
+    events, dead = read_events(path, SCHEMA)
+    assert len(events) == 2 and [(d.line, d.position) for d in dead] == [(None, 2)]
+    assert "line" not in dead[0].to_json() and dead[0].where() == f"{path}, record 2"
+    parquet = tmp_path / "e.parquet"
+    pq.write_table(pa.table({"kind": ["Z"], "n": [1], "x": [1.0], "ok": [True], "ts": [1]}),
+                   parquet)
+    _, [letter] = read_events(parquet, SCHEMA)
+    assert letter.line is None and letter.position == 0
+
+
+# ------------------------------------------------------------------ standard input
+
+
+def _stdin(monkeypatch, data: bytes):
+    stream = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+    monkeypatch.setattr("sys.stdin", stream)
+    return stream
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_read_events_from_standard_input(monkeypatch, tmp_path, fmt):
+    if fmt == "jsonl":
+        data = orjson.dumps(GOOD[0]) + b"\n\n{bad\n" + orjson.dumps(GOOD[1]) + b"\n"
+    elif fmt == "csv":
+        data = b"kind,n,x,ok,ts\nA,1,1.5,true,1000\nA,x,1,true,3\nB,2,2,false,2000\n"
+    else:
+        sink = io.BytesIO()
+        pq.write_table(pa.table({"kind": ["A", "Z", "B"], "n": [1, 1, 2], "x": [1.5, 1, 2],
+                                 "ok": [True, True, False], "ts": [1000, 1, 2000]}), sink)
+        data = sink.getvalue()
+    stream = _stdin(monkeypatch, data)
+    events, [letter] = read_events("-", SCHEMA, fmt)
+    assert [(e.seq, e.attrs["n"]) for e in events] == [(0, 1), (2, 2)]
+    assert letter.source == "<stdin>" and letter.position == 1
+    assert letter.line == {"jsonl": 3, "csv": 3, "parquet": None}[fmt]
+    assert not stream.closed  # reading stdin leaves it open
+
+
+def test_standard_input_needs_a_format_and_formats_are_checked(monkeypatch, tmp_path):
+    _stdin(monkeypatch, b"")
+    with pytest.raises(InputError, match="standard input has no file suffix"):
+        read_events("-", SCHEMA)
+    with pytest.raises(InputError, match="unknown event format 'xml'"):
+        read_events("-", SCHEMA, "xml")
+    path = write_jsonl(tmp_path / "e.txt", GOOD)  # a named format overrides the suffix
+    events, dead = read_events(path, SCHEMA, "jsonl")
+    assert len(events) == 2 and dead == []

@@ -171,3 +171,36 @@ def test_parser_never_crashes(text):
         parse(text, "fuzz.cep")
     except QueryError as e:
         assert e.pos.line >= 1 and str(e).startswith("fuzz.cep:")
+
+
+CACHED_QUERY = """\
+QUERY up FROM trades PARTITION BY symbol
+PATTERN ( a b ) DEFINE a AS TRUE, b AS price > Last(price)
+EMIT symbol = symbol, gain = Last(price) - First(price);
+"""
+
+
+def test_parser_is_loaded_from_its_cache(tmp_path, monkeypatch):
+    from cep_core import parser
+
+    monkeypatch.setenv("CEP_KERNEL_CACHE", str(tmp_path / "kernels"))
+    parser._lark.cache_clear()
+    try:
+        built = repr(parser.parse(CACHED_QUERY, "q.cep"))  # expression nodes compare by identity
+        assert "line=2, column=29" in built  # positions are kept
+        [cached] = (tmp_path / "parser").glob("lark-*.pickle")
+        parser._lark.cache_clear()
+        with monkeypatch.context() as m:  # building is not possible now: it must load
+            def no_building(*args, **kwargs):
+                raise AssertionError("the parser was built, not loaded from the cache")
+
+            m.setattr(parser.lark.Lark, "__init__", no_building)
+            loaded = parser._lark()
+            assert loaded.options.propagate_positions and loaded.options.maybe_placeholders
+            assert repr(parser.parse(CACHED_QUERY, "q.cep")) == built
+        cached.write_bytes(b"garbage")  # a corrupt cache is rebuilt, not an error
+        parser._lark.cache_clear()
+        assert repr(parser.parse(CACHED_QUERY, "q.cep")) == built
+        assert cached.read_bytes() != b"garbage"
+    finally:
+        parser._lark.cache_clear()

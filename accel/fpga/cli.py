@@ -11,12 +11,12 @@ fpga_app = typer.Typer(help="The FPGA adapter: UDP wire protocol, circuit emulat
                        "verification (docs/fpga.md).", no_args_is_help=True)
 
 QueryFile = Annotated[Path, typer.Argument(help="The query file.")]
-EventsOption = Annotated[Path, typer.Option("--events", "-e", help="Events: .jsonl, .csv or "
-                                            ".parquet.")]
+EventsOption = Annotated[Path, typer.Option("--events", "--input", "-e", "-i", metavar="FILE",
+                                            help="Events: .jsonl, .csv or .parquet.")]
 SchemaOption = Annotated[list[Path] | None, typer.Option(
-    "--schema", "-s", help="A schema file or directory (repeatable).")]
+    "--schema", "-s", metavar="FILE|DIR", help="A schema file or directory (repeatable).")]
 QueryOption = Annotated[str | None, typer.Option(
-    "--query", "-q", help="Which query of the file (default: the only one).")]
+    "--query", "-q", metavar="NAME", help="Which query of the file (default: the only one).")]
 ElementsOption = Annotated[int, typer.Option(min=1, help="Pipeline elements of the stream "
                                              "partitioner.")]
 TickOption = Annotated[int, typer.Option(min=1, help="Received tuples per timer tick.")]
@@ -71,8 +71,9 @@ def _events(path: Path, checked):
 def send(
     query_file: QueryFile,
     events: EventsOption,
-    device: Annotated[str, typer.Option(help="The device's HOST:PORT.")],
-    bind: Annotated[str, typer.Option(help="Local HOST:PORT (port 0: any).")] = "0.0.0.0:0",
+    device: Annotated[str, typer.Option(metavar="HOST:PORT", help="The device's HOST:PORT.")],
+    bind: Annotated[str, typer.Option(metavar="HOST:PORT",
+                                      help="Local HOST:PORT (port 0: any).")] = "0.0.0.0:0",
     per_datagram: Annotated[int | None, typer.Option(
         min=1, max=90, help="Tuples per datagram (default: as many as fit).")] = None,
     sync_every: Annotated[int | None, typer.Option(
@@ -116,9 +117,10 @@ def send(
 @fpga_app.command()
 def emulate(
     query_file: QueryFile,
-    listen: Annotated[str, typer.Option(help="HOST:PORT to listen on.")],
-    peer: Annotated[str, typer.Option(help="The host adapter's HOST:PORT: the only sender "
-                                      "accepted, and where reports go.")],
+    listen: Annotated[str, typer.Option(metavar="HOST:PORT", help="HOST:PORT to listen on.")],
+    peer: Annotated[str, typer.Option(metavar="HOST:PORT", help="The host adapter's "
+                                      "HOST:PORT: the only sender accepted, and where "
+                                      "reports go.")],
     elements: ElementsOption = 64,
     tick_tuples: TickOption = 4096,
     duration: Annotated[float | None, typer.Option(help="Stop after this many seconds.")]
@@ -194,7 +196,8 @@ def verify(
 @fpga_app.command()
 def hdl(
     query_file: QueryFile,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the Verilog files.")],
+    out: Annotated[Path, typer.Option("--out", "--output", "-o", metavar="DIR",
+                                      help="Directory for the Verilog files.")],
     elements: ElementsOption = 64,
     tick_tuples: TickOption = 4096,
     schema: SchemaOption = None,
@@ -228,7 +231,7 @@ def resources(
                                        "(0|1)*1(0|1)^i.")] = 10,
     depths: Annotated[str, typer.Option(help="Partitioner depths, comma separated "
                                         "(empty: skip).")] = "100,200,300,400,500,600,700,800",
-    png: Annotated[Path, typer.Option(help="Where to write the plot.")]
+    png: Annotated[Path, typer.Option(metavar="FILE", help="Where to write the plot.")]
     = Path("fpga_resources.png"),
 ) -> None:
     """Synthesize with Yosys and print LUT and flip-flop counts: NFA vs powerset DFA

@@ -15,12 +15,14 @@ gpu_app = typer.Typer(help="The GPU adapter: SEQ (CDP) and MATCH (per-key NFA) k
 @gpu_app.command()
 def verify(
     query_file: Annotated[Path, typer.Argument(help="The query file.")],
-    events: Annotated[Path, typer.Option("--events", "-e", help="Events: .jsonl, .csv or "
-                                         ".parquet.")],
+    events: Annotated[Path, typer.Option("--events", "--input", "-e", "-i", metavar="FILE",
+                                         help="Events: .jsonl, .csv or .parquet.")],
     schema: Annotated[list[Path] | None, typer.Option(
-        "--schema", "-s", help="A schema file or directory (repeatable).")] = None,
+        "--schema", "-s", metavar="FILE|DIR",
+        help="A schema file or directory (repeatable).")] = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Events per batch.")] = 64,
     memory_budget: Annotated[int | None, typer.Option(
+        metavar="BYTES",
         help="Device memory budget in bytes (small: host-resident columns).")] = None,
 ) -> None:
     """Run the stream through the GPU path and the reference interpreter; print whether they

@@ -7,6 +7,7 @@ batch counterpart of `cep_core.reference.run` and gives identical composite even
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import contextmanager
 
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import CheckedQuery
@@ -223,6 +224,32 @@ class StreamEngines:
             for name in self.windows.names:
                 self.windows.dead_letters(name).clear()
         return out
+
+
+class CompileTimer:
+    """Seconds numba spent compiling kernels, or loading them from its on-disk cache, while
+    `compile_timer()` was active (numba holds its compiler lock for both)."""
+
+    def __init__(self):
+        from numba.core import event
+
+        self._listener = event.TimingListener()
+
+    @property
+    def seconds(self) -> float:
+        return self._listener.duration if self._listener.done else 0.0
+
+
+@contextmanager
+def compile_timer():
+    """`with compile_timer() as t: ...`: `t.seconds` is the time inside the block spent in
+    numba compilation (and cache loads), so callers can report processing rates without
+    it. Uses numba's documented `numba:compiler_lock` event."""
+    from numba.core import event
+
+    timer = CompileTimer()
+    with event.install_listener("numba:compiler_lock", timer._listener):
+        yield timer
 
 
 def run(queries: list[CheckedQuery], stream: Iterable[Event | Punctuation],

@@ -1,0 +1,91 @@
+"""Help that reads like a command line's, not like Python: `FILE`, `INTEGER`, `[jit|reference]`
+instead of typer's `<path>`, `<list[Path]>`, `<int range>`, `<bool>`.
+
+Typer (0.29 and later) shows every parameter's Python type in help. `PlainHelpGroup`, the
+`cep` app's group class, walks every command below it once (including the `--help` option
+each command makes when asked) and gives each parameter without an explicit `metavar`
+click's classic label instead: flags none, paths PATH, integers INTEGER, floats FLOAT, text
+TEXT, choices `[a|b]`. Parameters declared with a `metavar` show it. With a typer that
+shows click's labels itself, it changes nothing. Docstrings wrapped at the source's line
+length are joined into paragraphs, so that help wraps at the terminal's width, not at
+both.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from typer.core import TyperGroup
+
+_PLAIN = {"path": "PATH", "int": "INTEGER", "int range": "INTEGER", "float": "FLOAT",
+          "float range": "FLOAT", "str": "TEXT", "bool": "", "datetime": "DATETIME"}
+
+
+def plain_label(typed: str | None) -> str | None:
+    """typer's `<list[Path]>`-style label -> click's `PATH`-style label."""
+    if typed is None:
+        return None
+    label = typed.strip()
+    if label.startswith("<") and label.endswith(">"):
+        label = label[1:-1]
+    while label.lower().startswith("list[") and label.endswith("]"):
+        label = label[5:-1]  # a repeatable option takes one value per use
+    if "|" in label:
+        return f"[{label}]"
+    return _PLAIN.get(label.lower(), label.upper())
+
+
+def unwrap(text: str) -> str:
+    """Paragraphs (blank-line separated) of `text` each on one line."""
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(p if p.startswith("\b") else " ".join(p.split()) for p in paragraphs)
+
+
+def plain_help(command) -> None:
+    """Plain labels for every parameter of `command` and of the commands below it."""
+    if isinstance(getattr(command, "help", None), str):
+        command.help = unwrap(command.help)
+    for param in getattr(command, "params", []):
+        _plain_param(param)
+    _plain_help_option(command)
+    for sub in getattr(command, "commands", {}).values():
+        plain_help(sub)
+
+
+def _plain_param(param) -> None:
+    typed = getattr(type(param), "display_type", None)
+    if typed is None or getattr(param, "_plain_help", False):
+        return  # a typer that shows click's labels itself, or done already
+    if getattr(param, "is_flag", False) or getattr(param, "count", False):
+        param.metavar = ""  # flags take no value: no label
+
+    def display_type_rich(ctx, param=param):
+        if param.metavar is not None and param.param_type_name == "option":
+            return param.metavar
+        return plain_label(typed(param, ctx))
+
+    param.display_type_rich = display_type_rich
+    param._plain_help = True
+
+
+def _plain_help_option(command) -> None:
+    make = getattr(command, "get_help_option", None)
+    if make is None or getattr(command, "_plain_help", False):
+        return
+
+    def get_help_option(ctx, make=make):
+        option = make(ctx)
+        if option is not None:
+            _plain_param(option)
+        return option
+
+    command.get_help_option = get_help_option
+    command._plain_help = True
+
+
+class PlainHelpGroup(TyperGroup):
+    """The `cep` group: help shows click-style labels (see the module docstring)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        plain_help(self)
