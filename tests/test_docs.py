@@ -41,7 +41,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import click
 import pytest
+import typer
 from markdown_it import MarkdownIt
 
 from cep_core.checker import load_query_text
@@ -246,6 +248,8 @@ def _resolve(words: list[str]):
     """The click command a command line names, its path and its remaining words."""
     command, path, rest = _cli(), [], list(words)
     while hasattr(command, "commands"):  # a group
+        if rest and rest[0].startswith("-"):  # the group's own option (cep --version)
+            break
         name = rest.pop(0) if rest else None
         sub = command.commands.get(name)
         assert sub is not None, f"no command 'cep {' '.join(path + [str(name)])}'"
@@ -257,6 +261,8 @@ def _check_parses(words: list[str]) -> None:
     command, path, rest = _resolve(words)
     try:
         command.make_context("cep " + " ".join(path), list(rest))
+    except (click.exceptions.Exit, typer.Exit) as e:  # an eager option that exits (--version)
+        assert e.exit_code == 0, f"cep {' '.join(words)}: exit code {e.exit_code}"
     except Exception as e:  # click's own errors (its classes depend on the typer version)
         message = e.format_message() if hasattr(e, "format_message") else str(e)
         raise AssertionError(f"cep {' '.join(words)}: {message}") from None
