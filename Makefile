@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench lint venv clean sysdeps
+.PHONY: demo test test-full bench lint venv clean sysdeps
 
 venv: $(STAMP)
 
@@ -28,13 +28,21 @@ sysdeps:
 	    exit 1; \
 	fi
 
+# Test modules spread over TEST_JOBS processes (pytest-xdist; a module stays in one, so its
+# kernels compile once). test-full draws many more random query shapes (each compiles).
+TEST_JOBS ?= 2
 test: sysdeps $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile
+
+test-full: sysdeps $(STAMP)
+	CEP_TEST_FULL=1 $(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile
 
 # The live demo: embedded broker, splitter, 2 workers, coordinator; ~20k trades at 2000/s
-# (bounded: about 15 s), composite events shown as they arrive, then everything stops.
+# (bounded: about 30 s), composite events shown as they arrive, then everything stops.
+# CI runs a short verifying variant: make demo DEMO_ARGS="--count 5000 --verify".
+DEMO_ARGS ?= --count 20000 --workers 2 --rate 2000
 demo: $(STAMP)
-	$(BIN)/cep demo --count 20000 --workers 2 --rate 2000
+	$(BIN)/cep demo $(DEMO_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_reference.py

@@ -8,6 +8,7 @@ restored from the bytes (as a restarted worker would).
 from __future__ import annotations
 
 import itertools
+import os
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,15 @@ from cep_core.events import Event, Punctuation
 
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+# Each new query shape compiles its own kernels (seconds each into an empty cache). `make
+# test` draws a few per differential test; `make test-full` (CEP_TEST_FULL=1) draws many.
+FULL = os.environ.get("CEP_TEST_FULL") == "1"
+
+
+def new_shapes(quick: int, full: int) -> int:
+    """How many random queries a differential test draws in this run."""
+    return full if FULL else quick
 
 
 def example_queries(kind: str) -> list:

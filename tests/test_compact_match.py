@@ -21,7 +21,7 @@ from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.engine import compact_strings
 from cep_core.engine.match import MatchEngine
 from cep_core.event_io import read_events
-from tests.engine_harness import assert_same, reference_run
+from tests.engine_harness import assert_same, new_shapes, reference_run
 from tests.test_engine_match import (
     EXAMPLES,
     MIXED,
@@ -43,7 +43,7 @@ def test_examples_equal_the_reference_when_compacted_after_every_batch(path, que
     assert got, f"{path.name}: no composite events on the sample data"
 
 
-@settings(max_examples=25, deadline=None, derandomize=True,
+@settings(max_examples=new_shapes(8, 25), deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.data())
 def test_random_queries_equal_the_reference_when_compacted(data):

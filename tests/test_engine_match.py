@@ -30,7 +30,7 @@ from cep_core.engine.match import MatchEngine
 from cep_core.event_io import read_events
 from cep_core.events import Event, Punctuation
 from cep_core.schema import SchemaRegistry, StreamSchema
-from tests.engine_harness import assert_same, jit_run, reference_run
+from tests.engine_harness import assert_same, jit_run, new_shapes, reference_run
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -182,7 +182,7 @@ def _runs(draw, queries, count: int) -> None:
         assert_same(queries, stream, sizes=sizes, restore_at=restore_at)
 
 
-@settings(max_examples=50, deadline=None, derandomize=True,
+@settings(max_examples=new_shapes(20, 50), deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.data())
 def test_random_queries_equal_the_reference(data):
@@ -190,8 +190,8 @@ def test_random_queries_equal_the_reference(data):
     _runs(data.draw, query(text), 4)
 
 
-# Ten fresh queries on every run (each compiles a kernel), beyond the fixed fifty above.
-@settings(max_examples=10, deadline=None,
+# Fresh queries on every run (each compiles a kernel), beyond the fixed ones above.
+@settings(max_examples=new_shapes(3, 10), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.data())
 def test_fresh_random_queries_equal_the_reference(data):

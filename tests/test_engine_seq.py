@@ -17,7 +17,7 @@ import random
 from pathlib import Path
 
 import pytest
-from engine_harness import assert_same, example_queries, jit_run
+from engine_harness import assert_same, example_queries, jit_run, new_shapes
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -259,7 +259,7 @@ def random_case(seed: int):
     return text, events, sizes, restore_at
 
 
-@settings(max_examples=int(os.environ.get("SEQ_EXAMPLES", 50)), deadline=None,
+@settings(max_examples=int(os.environ.get("SEQ_EXAMPLES", new_shapes(12, 50))), deadline=None,
           derandomize=True, suppress_health_check=[HealthCheck.too_slow],
           phases=[Phase.explicit, Phase.generate])  # shrinking a seed would only recompile
 @given(st.integers(0, 2 ** 32 - 1))

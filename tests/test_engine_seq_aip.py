@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from engine_harness import assert_same, example_queries, jit_run
+from engine_harness import assert_same, example_queries, jit_run, new_shapes
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +31,7 @@ from cep_core.events import Event, Punctuation
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-EXAMPLES_PER_STRATEGY = int(os.environ.get("SEQ_AIP_EXAMPLES", 6))
+EXAMPLES_PER_STRATEGY = int(os.environ.get("SEQ_AIP_EXAMPLES", new_shapes(2, 6)))
 
 # ---------------------------------------------------------------- random streams
 

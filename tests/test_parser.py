@@ -183,12 +183,12 @@ EMIT symbol = symbol, gain = Last(price) - First(price);
 def test_parser_is_loaded_from_its_cache(tmp_path, monkeypatch):
     from cep_core import parser
 
-    monkeypatch.setenv("CEP_KERNEL_CACHE", str(tmp_path / "kernels"))
+    monkeypatch.setenv("CEP_HOME", str(tmp_path))
     parser._lark.cache_clear()
     try:
         built = repr(parser.parse(CACHED_QUERY, "q.cep"))  # expression nodes compare by identity
         assert "line=2, column=29" in built  # positions are kept
-        [cached] = (tmp_path / "parser").glob("lark-*.pickle")
+        [cached] = (tmp_path / "cache" / "parser").glob("lark-*.pickle")
         parser._lark.cache_clear()
         with monkeypatch.context() as m:  # building is not possible now: it must load
             def no_building(*args, **kwargs):
