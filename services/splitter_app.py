@@ -75,10 +75,13 @@ class SplitterLoop(Service):
 def create_app(splitter: Splitter, web_port: int = 6066, web_bind: str = "0.0.0.0",
                datadir: Path | None = None) -> tuple[SplitterApp, SplitterLoop]:
     settings = splitter.settings
+    datadir = datadir or Path.home() / ".cache" / "cep" / "faust"
+    # Faust makes only the last level: on a fresh machine ~/.cache/cep may not exist yet
+    datadir.parent.mkdir(parents=True, exist_ok=True)
     app = SplitterApp(
         splitter.topics.group("splitter"), broker=f"kafka://{settings.bootstrap}",
         web_port=web_port, web_bind=web_bind, web_host="127.0.0.1", web_enabled=True,
-        datadir=str(datadir or Path.home() / ".cache" / "cep" / "faust"),
+        datadir=str(datadir),
         autodiscover=False, broker_session_timeout=3.0, broker_heartbeat_interval=0.5,
         topic_partitions=splitter.partitions,
         broker_credentials=settings.faust_credentials())
