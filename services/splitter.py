@@ -152,6 +152,7 @@ class Splitter:
         self._step_sent: set[int] = set()
         self.source_partitions: frozenset[int] = frozenset()  # of the source topic (start)
         self.ended: set[int] = set()  # source partitions whose end-of-input marker was taken
+        self.undelivered: str | None = None  # the first record the broker never took
 
     # ------------------------------------------------------------ setup
 
@@ -269,10 +270,12 @@ class Splitter:
     def close(self) -> None:
         with self.lock:
             self.started = False
-        self.producer.flush(30)
-        self.commit()
-        self.source.close()
-        self.control.close()
+        try:
+            self.producer.flush(30)
+            self.commit()
+        finally:
+            self.source.close()
+            self.control.close()
         log("splitter_stopped", position=self.position, last_seq=self.last_seq)
 
     def _resume_at(self, tps: list[TopicPartition]) -> list[TopicPartition]:
@@ -315,6 +318,9 @@ class Splitter:
         if self.refill is not None or self.logged.holding or self.producer.flush(30):
             return  # not while events that waited at the last checkpoint are put back,
             # nor while logged steps are taken again (messages are held for them)
+        if self.undelivered is not None:  # a checkpoint would skip what it held: stop, and
+            # let the restart stamp and send again from the last checkpoint
+            raise RuntimeError(f"not delivered: {self.undelivered}")
         assignment = self.source.position(self.source.assignment())
         offsets = {str(tp.partition): tp.offset for tp in assignment if tp.offset >= 0}
         if not offsets or (offsets, self.position) == self.saved:
@@ -654,6 +660,12 @@ class Splitter:
                 headers=headers)
 
     def _delivered(self, err, message) -> None:
-        if err is None and message.topic() == self.topics.keyed:
+        if err is not None:
+            if self.undelivered is None:
+                self.undelivered = f"{message.topic()} [{message.partition()}]: {err}"
+                log("delivery_failed", level="error", topic=message.topic(),
+                    partition=message.partition(), error=str(err))
+            return
+        if message.topic() == self.topics.keyed:
             p = message.partition()
             self.keyed_next[p] = max(self.keyed_next.get(p, 0), message.offset() + 1)
