@@ -230,11 +230,15 @@ class Splitter:
         return len(messages)
 
     def take(self, messages: list) -> None:
-        """Stamp and send what was consumed (a step's work without the consumer): after a
-        restart, waiting events are put back and logged steps taken again first."""
+        """Stamp and send what was consumed (a step's work without the consumer). After a
+        restart, the events that waited in the reorder buffer at the checkpoint are put
+        back first: every later message is held until each of them is back, since a step
+        taken without them would release differently (an end of input would flush the
+        buffer without them, and they would wait in it for ever). Then the logged steps
+        are taken again, then new ones."""
         if self.refill is not None:
             messages = self._put_back(messages)
-        for step in self.logged.steps(messages):
+        for step in self.logged.steps(messages, hold=self.refill is not None):
             self.process(step)
 
     def pulse_if_due(self) -> bool:

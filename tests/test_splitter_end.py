@@ -185,11 +185,13 @@ def test_without_every_partitions_marker_the_input_has_not_ended():
     assert_ends_last(splitter, sum(len(m) - 1 for m in source.values()))
 
 
+@pytest.mark.parametrize("zero_first", [True, False])
 @pytest.mark.parametrize("lateness_ms", [0, 5000])
-def test_restart_between_the_partitions_end_markers(lateness_ms, monkeypatch):
+def test_restart_between_the_partitions_end_markers(lateness_ms, zero_first, monkeypatch):
     """A checkpoint after partition 0's marker and half of partition 1: the restarted
     splitter knows partition 0 has ended (it resumes past that marker, or, with events
-    waiting in the reorder buffer, reads it again only to refill the buffer)."""
+    waiting in the reorder buffer, reads it again only to refill the buffer), whether
+    partition 0 is read again before or after the other partitions' records."""
     source = source_messages()
     total = sum(len(m) - 1 for m in source.values())
     half = len(source[1]) // 2
@@ -209,10 +211,10 @@ def test_restart_between_the_partitions_end_markers(lateness_ms, monkeypatch):
     second = new_splitter(lateness_ms)
     resume = second._resume_at([TopicPartition("src", p) for p in source])
     second.producer = Producer()
-    again = [m for tp in resume for m in source[tp.partition][max(tp.offset, 0):]]
     if lateness_ms:
         assert resume[0].offset < len(source[0]) - 1  # partition 0's marker is read again
-    for step in steps_of(again, 100):
-        second.take(step)
+    for tp in sorted(resume, key=lambda tp: (tp.partition == 0) != zero_first):
+        for step in steps_of(source[tp.partition][max(tp.offset, 0):], 7):
+            second.take(step)
     assert_complete(stamped(first, second), total)
     assert_ends_last(second, total)
