@@ -171,8 +171,7 @@ def test_one_partitions_end_marker_before_the_others_records(lateness_ms, size):
         splitter.take(step)
     assert_complete(stamped(splitter), total)
     assert_ends_last(splitter, total)
-    ended = [e for e in splitter._status()["ended_source_partitions"]]
-    assert ended == []  # the next input starts afresh
+    assert splitter._status()["ended_source_partitions"] == []  # the next input: afresh
 
 
 def test_without_every_partitions_marker_the_input_has_not_ended():
