@@ -193,8 +193,14 @@ def ensure_topics(settings: KafkaSettings, partitions: dict[str, int],
 
 def produce_end(producer: Producer, topic: str) -> None:
     """The end-of-input marker on a source topic: an empty `kind=end` frame
-    (services/frames.py); the pipeline flushes its engines there."""
-    produce(producer, topic, b"", headers=[("kind", b"end")])
+    (services/frames.py) in every partition of the topic; the input has ended once each
+    source partition has given one (a partition's records come before its marker, but
+    not before another partition's), and the pipeline flushes its engines there. Write
+    it after the last records (their partitions' order puts it behind them)."""
+    metadata = producer.list_topics(topic, timeout=10).topics.get(topic)
+    partitions = sorted(metadata.partitions) if metadata is not None else []
+    for p in partitions or [None]:
+        produce(producer, topic, b"", partition=p, headers=[("kind", b"end")])
 
 
 def produce(producer: Producer, topic: str, value: bytes, key: bytes | None = None,

@@ -150,6 +150,9 @@ class Splitter:
         self.logged = LoggedOrder()  # after a restart: steps to take again as they were
         self._order: str | None = None  # the `order` header of the step being sent
         self._step_sent: set[int] = set()
+        self.source_partitions: frozenset[int] = frozenset()  # of the source topic (start)
+        self.ended: set[int] = set()  # source partitions whose end-of-input marker was taken
+        self.undelivered: str | None = None  # the first record the broker never took
 
     # ------------------------------------------------------------ setup
 
@@ -161,18 +164,23 @@ class Splitter:
         except SchemaError:
             return None
 
-    def start(self) -> None:
+    def setup_schema(self) -> None:
+        """The stream's schema, and the lateness in its time unit."""
         self.schema = self._schema()
         if self.schema is None:
             raise RuntimeError(f"no schema for stream {self.topics.stream!r}")
         if self.reorder is not None:
             self.reorder.allowed_lateness = round(
                 self.allowed_lateness_ms * UNITS_PER_MS.get(self.schema.time_unit, 1))
+
+    def start(self) -> None:
+        self.setup_schema()
         self.producer = self.settings.producer(on_delivery=self._delivered)
         self.source = self.settings.consumer(self.topics.group("splitter"))
         metadata = self.source.list_topics(self.topics.source, timeout=10).topics[
             self.topics.source]
         tps = [TopicPartition(self.topics.source, p) for p in sorted(metadata.partitions)]
+        self.source_partitions = frozenset(tp.partition for tp in tps)
         self.source.assign(self._resume_at(tps))
         self.control = self.settings.consumer()
         self.control.assign([TopicPartition(self.topics.control, 0, -2)])
@@ -217,12 +225,21 @@ class Splitter:
         if messages or self.logged.holding:
             started = time.perf_counter()
             with self.lock:
-                if self.refill is not None:
-                    messages = self._put_back(messages)
-                for step in self.logged.steps(messages):
-                    self.process(step)
+                self.take(messages)
             self.metrics.batch_seconds.observe(time.perf_counter() - started)
         return len(messages)
+
+    def take(self, messages: list) -> None:
+        """Stamp and send what was consumed (a step's work without the consumer). After a
+        restart, the events that waited in the reorder buffer at the checkpoint are put
+        back first: every later message is held until each of them is back, since a step
+        taken without them would release differently (an end of input would flush the
+        buffer without them, and they would wait in it for ever). Then the logged steps
+        are taken again, then new ones."""
+        if self.refill is not None:
+            messages = self._put_back(messages)
+        for step in self.logged.steps(messages, hold=self.refill is not None):
+            self.process(step)
 
     def pulse_if_due(self) -> bool:
         """Pulse every partition unless a batch or pulse went out within the cadence (a
@@ -247,6 +264,7 @@ class Splitter:
                 "keyed_topic": self.topics.keyed, "started": self.started,
                 "position": self.position, "last_seq": self.last_seq, "max_ts": self.max_ts,
                 "pulses": self.pulses, "pulse_ms": round(self.pulse_s * 1000),
+                "ended_source_partitions": sorted(self.ended),
                 "partitions": [{"partition": p, "events": self.sent_events[p],
                                 "frames": self.sent_frames[p]}
                                for p in range(self.partitions)],
@@ -256,10 +274,12 @@ class Splitter:
     def close(self) -> None:
         with self.lock:
             self.started = False
-        self.producer.flush(30)
-        self.commit()
-        self.source.close()
-        self.control.close()
+        try:
+            self.producer.flush(30)
+            self.commit()
+        finally:
+            self.source.close()
+            self.control.close()
         log("splitter_stopped", position=self.position, last_seq=self.last_seq)
 
     def _resume_at(self, tps: list[TopicPartition]) -> list[TopicPartition]:
@@ -287,6 +307,7 @@ class Splitter:
                 refill = Refill(self.reorder, state["reorder"])
                 self.refill = None if refill.done else refill
             self.steps = state.get("steps", 0)
+            self.ended = set(state.get("ended", ()))
             self.keyed_next = {int(p): o for p, o in (state.get("keyed") or {}).items()}
         self.logged = LoggedOrder(logged_steps(self.settings, self.topics.keyed,
                                                self.partitions, self.keyed_next, self.steps))
@@ -301,6 +322,9 @@ class Splitter:
         if self.refill is not None or self.logged.holding or self.producer.flush(30):
             return  # not while events that waited at the last checkpoint are put back,
             # nor while logged steps are taken again (messages are held for them)
+        if self.undelivered is not None:  # a checkpoint would skip what it held: stop, and
+            # let the restart stamp and send again from the last checkpoint
+            raise RuntimeError(f"not delivered: {self.undelivered}")
         assignment = self.source.position(self.source.assignment())
         offsets = {str(tp.partition): tp.offset for tp in assignment if tp.offset >= 0}
         if not offsets or (offsets, self.position) == self.saved:
@@ -311,7 +335,7 @@ class Splitter:
             offsets, reorder = saved_state(self.reorder, consumed)
         state = orjson.dumps({"position": self.position, "last_seq": self.last_seq,
                               "max_ts": self.max_ts, "offsets": offsets, "reorder": reorder,
-                              "steps": self.steps,
+                              "steps": self.steps, "ended": sorted(self.ended),
                               "keyed": {str(p): o for p, o in self.keyed_next.items()}})
         produce(self.producer, self.topics.state, state, key=SPLITTER_KEY)
         if self.producer.flush(30):
@@ -407,7 +431,7 @@ class Splitter:
             run = []
             if frame.kind == frames.EVENTS:
                 rows.append(self._framed(frame, message, dead))
-            elif frame.kind == frames.END:
+            elif frame.kind == frames.END and self._input_ended(message.partition()):
                 self._route(rows, end=True)
                 rows = []
                 self._send_all(Frame(frames.END, {"upto": self.last_seq, "ts": self.max_ts}))
@@ -418,6 +442,22 @@ class Splitter:
             self.metrics.dead_letters.inc(len(dead))
             for letter in dead:
                 produce(self.producer, self.topics.dead_letters, orjson.dumps(letter.to_json()))
+
+    def _input_ended(self, partition: int) -> bool:
+        """The end-of-input marker of one source partition: has every source partition
+        now given its marker? One partition's marker says only that this partition is
+        complete: records that other partitions received before it was written may still
+        be consumed after it (the consumer returns partitions in any order, a restarted
+        splitter reads a backlog partition by partition). Ending the input at the first
+        marker stamped them after the end (lateness 0) or left them in the reorder buffer,
+        flushed already, for ever (lost). Which partitions ended is in the checkpoint."""
+        self.ended.add(partition)
+        waiting = sorted(self.source_partitions - self.ended)
+        if waiting:
+            log("source_partition_ended", partition=partition, waiting=waiting)
+            return False
+        self.ended = set()
+        return True
 
     def _put_back(self, messages) -> list:
         """After a restart: messages consumed before the checkpoint put their waiting
@@ -624,6 +664,12 @@ class Splitter:
                 headers=headers)
 
     def _delivered(self, err, message) -> None:
-        if err is None and message.topic() == self.topics.keyed:
+        if err is not None:
+            if self.undelivered is None:
+                self.undelivered = f"{message.topic()} [{message.partition()}]: {err}"
+                log("delivery_failed", level="error", topic=message.topic(),
+                    partition=message.partition(), error=str(err))
+            return
+        if message.topic() == self.topics.keyed:
             p = message.partition()
             self.keyed_next[p] = max(self.keyed_next.get(p, 0), message.offset() + 1)

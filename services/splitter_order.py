@@ -77,13 +77,17 @@ class LoggedOrder:
     def holding(self) -> bool:
         return bool(self.pending) or any(self.held.values())
 
-    def steps(self, messages: list) -> list[list]:
-        """The steps `messages` (with those held from before) complete, in order."""
-        if not self.holding:
+    def steps(self, messages: list, hold: bool = False) -> list[list]:
+        """The steps `messages` (with those held from before) complete, in order; with
+        `hold`, none yet: the messages are only kept (the caller is not ready to take a
+        step)."""
+        if not self.holding and not hold:
             return [messages] if messages else []
         for message in messages:
             if not message.error():
                 self.held.setdefault(message.partition(), deque()).append(message)
+        if hold:
+            return []
         out = []
         while self.pending and self._complete(self.pending[0]):
             out.append(self._take(self.pending.popleft()))

@@ -76,3 +76,18 @@ def test_without_a_log_batches_pass_through():
     batch = [Message(0, 0), Message(1, 0), Message(0, 1)]
     assert order.steps(batch) == [batch]
     assert runs_of(batch) == [[0, 0, 0], [1, 0, 0], [0, 1, 1]]
+
+
+def test_held_messages_wait_until_the_hold_is_lifted():
+    """While the splitter puts its reorder buffer back, no step is taken: the messages
+    are kept, and the logged steps come first once it may go on."""
+    logged = [[[1, 0, 1]]]
+    order = LoggedOrder(logged)
+    assert order.steps([Message(1, 0), Message(1, 1), Message(0, 5)], hold=True) == []
+    plain = LoggedOrder()
+    assert plain.steps([Message(0, 0)], hold=True) == [] and plain.holding
+    assert [[(m.partition(), m.offset()) for m in s] for s in plain.steps([])] == [[(0, 0)]]
+    steps = order.steps([Message(0, 6)])
+    assert [[(m.partition(), m.offset()) for m in s] for s in steps] == [
+        [(1, 0), (1, 1)], [(0, 5), (0, 6)]]
+    assert not order.holding

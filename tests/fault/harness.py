@@ -1,8 +1,16 @@
 """Real `cep serve` processes on a real broker, for fault tests: start, SIGKILL, restart,
-and the reference composite events to compare the INTO topics with."""
+and the reference composite events to compare the INTO topics with.
+
+Faults are driven by the pipeline's own progress, never by how fast this machine is: the
+source is written by a `SlowProducer` that stops at given points until the test lets it go
+on (so "killed while the source is being written" holds by construction), and a test waits
+for what the pipeline reports (composite events out, the splitter's logged steps and
+checkpoints, log events), with timeouts only as upper bounds. The end is checked after a
+graceful stop of every service, so whatever they would still write has been written."""
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import subprocess
@@ -22,10 +30,12 @@ from cep_core.event_io import read_events
 from cep_core.events import Event
 from services.broker import free_port
 from services import frames
-from services.control import ControlMessage, publish, split_query_file
-from services.checkpoint import read_partitions
+from services.control import ControlMessage, horizon, publish, split_query_file
+from services.checkpoint import read_latest, read_partitions
 from services.kafka import KafkaSettings, Topics, produce, produce_end
 from services.pipeline import create_topics, wait_for
+from services.splitter import SPLITTER_KEY
+from services.splitter_order import ORDER_HEADER
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -39,10 +49,12 @@ class Pipeline:
 
     def __init__(self, bootstrap: str, logs: Path, workers: int = 2, partitions: int = 4,
                  checkpoint_ms: int = 300, limit: int | None = None,
-                 source_partitions: int = 1, **env: str):
+                 source_partitions: int = 1, role_env: dict[str, dict] | None = None,
+                 **env: str):
         """`limit`: only the first so many events of the file; `source_partitions`: of the
         source topic (events keyed by symbol); `env`: more settings of the services
-        (CEP_PULSE_MS, CEP_KAFKA_FETCH_WAIT_MAX_MS, ...)."""
+        (CEP_PULSE_MS, CEP_KAFKA_FETCH_WAIT_MAX_MS, ...); `role_env`: settings of one
+        role only ({"splitter": {...}})."""
         run = uuid.uuid4().hex[:8]
         self.settings = KafkaSettings(bootstrap, session_timeout_ms=2000)
         self.topics = Topics("trades", source=f"src.trades.{run}", prefix=f"f{run}")
@@ -56,6 +68,7 @@ class Pipeline:
                     "CEP_SOURCE_TOPIC": self.topics.source, "CEP_STREAM": "trades",
                     "CEP_PARTITIONS": str(partitions), "CEP_CHECKPOINT_MS": str(checkpoint_ms),
                     "CEP_PULSE_MS": "100", **env}
+        self.role_env = role_env or {}
         texts = []
         for name, text in split_query_file(QUERIES.read_text()):
             for output in ("double_tops", "trade_stats"):
@@ -79,7 +92,8 @@ class Pipeline:
     def start(self, role: str) -> subprocess.Popen:
         kind = role.rstrip("0123456789")
         log = open(self.logs / f"{role}.log", "ab")
-        env = {**self.env, "CEP_ROLE": kind, "CEP_WEB_PORT": str(free_port())}
+        env = {**self.env, **self.role_env.get(kind, {}), "CEP_ROLE": kind,
+               "CEP_WEB_PORT": str(free_port())}
         process = subprocess.Popen([sys.executable, "-m", "services.cli", "serve", kind],
                                    env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
@@ -98,6 +112,25 @@ class Pipeline:
         process.wait()
         return time.time()
 
+    def stop(self, role: str, timeout_s: float = 60) -> int:
+        """SIGTERM the role's process (finish the batch, flush, checkpoint, exit) and wait
+        for it; its exit code."""
+        process = self.processes[role]
+        assert process.poll() is None, f"{role} exited by itself ({process.returncode})"
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            return process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{role} did not stop within {timeout_s} s of SIGTERM") \
+                from None
+
+    def stop_gracefully(self) -> None:
+        """Stop every service with SIGTERM, in pipeline order: once they have exited,
+        everything they were going to write is written. Each must still be running (none
+        died by itself) and exit 0."""
+        for role in self.roles:
+            assert self.stop(role) == 0, f"{role} stopped with a non-zero exit code"
+
     def stop_all(self) -> None:
         for process in self.processes.values():
             if process.poll() is None:
@@ -115,26 +148,59 @@ class Pipeline:
 
     # ------------------------------------------------------------ data
 
-    def produce_slowly(self, chunk: int = 40, pause_s: float = 0.15, start: int = 0,
-                       stop: int | None = None, end: bool = True) -> threading.Thread:
-        """Write events `start:stop` in chunks (then end of input) from a thread."""
-        def body():
-            producer = self.settings.producer()
-            lines = self.lines[start:stop]
-            for at in range(0, len(lines), chunk):
-                for line in lines[at:at + chunk]:
-                    symbol = orjson.loads(line)["symbol"]
-                    produce(producer, self.topics.source, line, key=symbol.encode(),
-                            partition=self.source_partition(symbol))
-                producer.flush(30)
-                time.sleep(pause_s)
-            if end:
-                produce_end(producer, self.topics.source)
-            producer.flush(30)
+    def produce_slowly(self, chunk: int = 40, pause_s: float = 0.15,
+                       holds: list[int] = (), end: bool = True) -> SlowProducer:
+        """Write the events in chunks `pause_s` apart (then the end of input) from a
+        thread that stops after each of `holds` events until `release()`d."""
+        producer = SlowProducer(self, chunk, pause_s, holds, end)
+        producer.start()
+        return producer
 
-        thread = threading.Thread(target=body, daemon=True)
-        thread.start()
-        return thread
+    def source_offsets(self, events: int) -> dict[int, int]:
+        """The next offset of each source partition once the first `events` events are
+        written (the source holds nothing else before them)."""
+        out = {p: 0 for p in range(self.source_partitions)}
+        for line in self.lines[:events]:
+            out[self.source_partition(orjson.loads(line)["symbol"])] += 1
+        return out
+
+    def released_by(self, events: int) -> int:
+        """How many composite events the pipeline releases, at least, once the first
+        `events` events are stamped: those of queries that report on their last event
+        (MATCH) with a seq below; windows wait for stream time to pass them."""
+        now = {q.query.output for q in self.queries if horizon(q) == 0}
+        return sum(1 for topic, found in self.expected.items() if topic in now
+                   for c in found if c["seq"] < events)
+
+    def taken(self) -> dict[int, int]:
+        """Per source partition, the offset after the last message the splitter has taken
+        and sent, from the consumption order its keyed frames log."""
+        out: dict[int, int] = {}
+
+        def visit(message) -> None:
+            for key, value in message.headers() or ():
+                if key == ORDER_HEADER:
+                    for p, _, last in orjson.loads(value)["runs"]:
+                        out[p] = max(out.get(p, 0), last + 1)
+
+        read_partitions(self.settings, [TopicPartition(self.topics.keyed, p, OFFSET_BEGINNING)
+                                        for p in range(self.partitions)], visit)
+        return out
+
+    def has_taken(self, events: int) -> bool:
+        """The splitter has taken (stamped, or put in its reorder buffer) the first
+        `events` events."""
+        taken = self.taken()
+        return all(taken.get(p, 0) >= o for p, o in self.source_offsets(events).items())
+
+    def splitter_checkpoint(self) -> dict | None:
+        """The splitter's newest checkpoint on the state topic."""
+        saved = read_latest(self.settings, self.topics.state).get(SPLITTER_KEY)
+        return None if saved is None else orjson.loads(saved)
+
+    def snapshotted(self) -> set[int]:
+        """The keyed partitions a worker has written a snapshot of."""
+        return {int(k) for k in read_latest(self.settings, self.topics.state) if k.isdigit()}
 
     def source_partition(self, symbol: str) -> int:
         """Symbols spread over the source partitions (murmur2 puts the file's four in
@@ -185,9 +251,90 @@ class Pipeline:
         return all(len(got[t]) >= len(want) for t, want in self.expected.items())
 
 
-def restart(pipe: Pipeline, role: str, ready_event: str) -> float:
-    """Kill and restart `role`; seconds from the kill until it is back (its ready event)."""
+class SlowProducer(threading.Thread):
+    """Writes the pipeline's events to the source in chunks (each flushed, `pause_s`
+    apart), keyed by symbol, then the end of input; after `holds[i]` events it waits for
+    the i-th `release()`. `wait_held()` returns once everything before the next hold is
+    written and acknowledged."""
+
+    def __init__(self, pipe: Pipeline, chunk: int, pause_s: float, holds, end: bool):
+        super().__init__(daemon=True)
+        self.pipe, self.chunk, self.pause_s, self.end = pipe, chunk, pause_s, end
+        self.holds = sorted(holds)
+        assert all(0 < h < len(pipe.lines) for h in self.holds), self.holds
+        self.written = 0
+        self.error: BaseException | None = None
+        self._state = threading.Condition()
+        self._held: int | None = None  # the number of the hold it waits at
+        self._released = 0  # releases so far (the number of the next hold)
+
+    def run(self) -> None:
+        try:
+            self._write()
+        except BaseException as e:  # the test sees it in wait_held / join_done
+            self.error = e
+            raise
+        finally:
+            with self._state:
+                self._state.notify_all()
+
+    def _write(self) -> None:
+        pipe = self.pipe
+        producer = pipe.settings.producer()
+        lines = pipe.lines
+        for number, stop in enumerate([*self.holds, len(lines)]):
+            while self.written < stop:
+                for line in lines[self.written:min(self.written + self.chunk, stop)]:
+                    symbol = orjson.loads(line)["symbol"]
+                    produce(producer, pipe.topics.source, line, key=symbol.encode(),
+                            partition=pipe.source_partition(symbol))
+                if producer.flush(60):
+                    raise RuntimeError("source records not acknowledged within 60 s")
+                self.written = min(self.written + self.chunk, stop)
+                if self.written < len(lines):
+                    time.sleep(self.pause_s)
+            if number < len(self.holds):
+                with self._state:
+                    self._held = number
+                    self._state.notify_all()
+                    self._state.wait_for(lambda n=number: self._released > n)
+                    self._held = None
+        if self.end:
+            produce_end(producer, pipe.topics.source)
+        if producer.flush(60):
+            raise RuntimeError("end of input not acknowledged within 60 s")
+
+    def wait_held(self, timeout_s: float = 120) -> int:
+        """Wait until the producer stops at its next hold (the first not released yet);
+        the events written."""
+        with self._state:
+            if not self._state.wait_for(lambda: self._held == self._released or self.error
+                                        or not self.is_alive(), timeout_s):
+                raise TimeoutError(f"the producer did not reach its hold in {timeout_s} s")
+            if self.error is not None:
+                raise self.error
+            assert self._held == self._released, "the producer finished without holding"
+            return self.holds[self._held]
+
+    def release(self) -> None:
+        with self._state:
+            self._released += 1
+            self._state.notify_all()
+
+    def join_done(self, timeout_s: float = 120) -> None:
+        """Wait until everything is written (end of input included)."""
+        self.join(timeout_s)
+        if self.error is not None:
+            raise self.error
+        assert not self.is_alive(), f"the producer did not finish in {timeout_s} s"
+
+
+def restart(pipe: Pipeline, role: str, ready_event: str, while_down=None) -> float:
+    """Kill and restart `role` (calling `while_down()` in between); seconds from the kill
+    until it is back (its ready event)."""
     killed = pipe.kill(role)
+    if while_down is not None:
+        while_down()
     pipe.start(role)
     wait_for(lambda: pipe.log_events(role, ready_event, killed), 60, f"{role} back")
     return pipe.log_events(role, ready_event, killed)[0]["ts"] - killed
@@ -198,9 +345,20 @@ def after_released(pipe: Pipeline, count: int) -> None:
              interval_s=0.2)
 
 
-def assert_exact(pipe: Pipeline) -> None:
+def waiting_in_checkpoint(checkpoint: dict) -> int:
+    """How many events waited in the reorder buffer at a splitter checkpoint."""
+    reorder = checkpoint.get("reorder") or {}
+    if not reorder.get("waiting"):
+        return 0
+    return len(zlib.decompress(base64.b64decode(reorder["waiting"]))) // 32  # 4 int64s each
+
+
+def assert_exact(pipe: Pipeline, stop=None) -> None:
+    """Once the end of input is released and the services are stopped (`stop`, by default
+    SIGTERM to each: anything repeated has landed once they have exited), every INTO
+    topic holds exactly the expected composite events."""
     wait_for(pipe.finished, 120, "end of input released", interval_s=0.5)
-    time.sleep(1.0)  # anything repeated would land now
+    (stop or pipe.stop_gracefully)()
     got = pipe.outputs()
     assert sum(map(len, pipe.expected.values())) > 20
     for topic, want in pipe.expected.items():

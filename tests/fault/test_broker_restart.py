@@ -3,10 +3,13 @@ server): the services reconnect by themselves and every INTO topic equals the re
 interpreter's composite events exactly.
 
 The broker is stopped (SIGTERM) and started again while the source is being written and the
-services are sending frames and checkpoints. Pulses are off: tansu 0.6.0 on S3 restarted
-under the services' 100 ms pulses, or SIGKILLed, served no fetch of some topics afterwards
-in most runs, to any consumer, new ones included (docs/reliability.md), which no client can
-work around."""
+services are sending frames and checkpoints: the producer stops after the first half of the
+events until the first composite events are out, and writes the second half (and the end
+of input) once the broker is down, so that holds whatever the machine's speed.
+
+Pulses are off: tansu 0.6.0 on S3 restarted under the services' 100 ms pulses, or
+SIGKILLed, served no fetch of some topics afterwards in most runs, to any consumer, new
+ones included (docs/reliability.md), which no client can work around."""
 
 from __future__ import annotations
 
@@ -20,21 +23,22 @@ from tests.fault.harness import Pipeline, assert_exact
 def test_broker_restart_mid_stream(durable_broker, tmp_path):
     # every record costs the S3-backed broker several requests to moto: few partitions,
     # no pulses (the end of input releases the windows), idle fetches that wait, 400 events
-    # written over ~6 s
     pipe = Pipeline(durable_broker.bootstrap, tmp_path, workers=1, partitions=2,
                     checkpoint_ms=1000, limit=400, CEP_PULSE_MS="600000",
                     CEP_KAFKA_FETCH_WAIT_MAX_MS="200")
     try:
         pipe.start_all()
         wait_for(lambda: pipe.log_events("worker0", "partitions_assigned"), 90, "worker0 up")
-        producing = pipe.produce_slowly(chunk=20, pause_s=0.3)
+        producing = pipe.produce_slowly(chunk=20, pause_s=0.3, holds=[200])
+        held = producing.wait_held()
+        assert pipe.released_by(held) > 0
         wait_for(lambda: pipe.released() > 0, 60, "first composite events out")
-        assert producing.is_alive()
         down = time.monotonic()
         durable_broker.stop()
+        producing.release()  # written while the broker is down and coming back
         durable_broker.start()
+        # every service still runs (none restarted) and stops with exit code 0
         assert_exact(pipe)
-        assert all(p.poll() is None for p in pipe.processes.values())  # nobody restarted
         print(f"broker restart -> exact result after {time.monotonic() - down:.2f} s")
     finally:
         pipe.stop_all()

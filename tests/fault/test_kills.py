@@ -1,8 +1,12 @@
 """SIGKILL the services of a real `cep serve` pipeline mid-stream, restart them, and check
 that every INTO topic equals the reference interpreter's composite events exactly: nothing
 lost, nothing repeated, same order (docs/reliability.md, "Checkpoints and effectively-once
-output"). Kills come once the INTO topics hold a seeded random number of records, and
-checkpoints are 2 s apart, so every restart replays output that was already released."""
+output"). The producer stops at fixed points of the source until the test lets it go on,
+and a kill comes at such a point once the INTO topics hold a seeded random number of
+records that the events written so far surely give: so every kill comes while the source
+is being written and after output was released, whatever the machine's speed; the
+producer goes on while the killed process is down. Checkpoints are 2 s apart, so restarts
+replay output that was already released."""
 
 from __future__ import annotations
 
@@ -18,17 +22,33 @@ from services.pipeline import wait_for
 from tests.fault.harness import ROOT, Pipeline, after_released, assert_exact, restart
 
 
+def kill_point(rng: random.Random, pipe: Pipeline, held: int, low: int = 1) -> int:
+    """A seeded random number of composite events (at least `low`) that the first `held`
+    events surely give."""
+    high = pipe.released_by(held)
+    assert high >= 1, held
+    return rng.randint(min(low, high), high)
+
+
 def test_worker_killed_three_times(kafka_bootstrap, tmp_path):
     rng = random.Random(20261121)
     pipe = Pipeline(kafka_bootstrap, tmp_path, workers=2, checkpoint_ms=2000)
     try:
         pipe.start_all()
         wait_for(lambda: pipe.log_events("worker0", "partitions_assigned"), 90, "worker0 up")
-        pipe.produce_slowly(chunk=30, pause_s=0.3)
+        mine = pipe.log_events("worker0", "partitions_assigned")[-1]["partitions"]
+        producing = pipe.produce_slowly(chunk=30, pause_s=0.3, holds=[300, 600, 900])
         recoveries = []  # each kill comes before the last composite events are out
-        for count in sorted(rng.sample(range(5, 110), 3)):
-            after_released(pipe, count)
-            recoveries.append(restart(pipe, "worker0", "partitions_assigned"))
+        low = 1
+        for _ in range(3):
+            held = producing.wait_held()
+            after_released(pipe, kill_point(rng, pipe, held, low))
+            if not recoveries:  # so that worker1 takes over from a snapshot
+                wait_for(lambda: set(mine) <= pipe.snapshotted(), 60,
+                         "snapshots of worker0's partitions")
+            low = pipe.released_by(held) + 1
+            recoveries.append(restart(pipe, "worker0", "partitions_assigned",
+                                      while_down=producing.release))
         assert_exact(pipe)
         restored = [o for e in pipe.log_events("worker0", "partitions_assigned")
                     + pipe.log_events("worker1", "partitions_assigned") for o in e["offsets"]]
@@ -44,14 +64,16 @@ def test_splitter_and_coordinator_killed(kafka_bootstrap, tmp_path):
     try:
         pipe.start_all()
         wait_for(lambda: pipe.log_events("worker0", "partitions_assigned"), 90, "worker0 up")
-        producing = pipe.produce_slowly(chunk=30, pause_s=0.3)
-        first, second = sorted(rng.sample(range(5, 100), 2))
-        after_released(pipe, first)
+        producing = pipe.produce_slowly(chunk=30, pause_s=0.3, holds=[600, 900])
+        held = producing.wait_held()
+        after_released(pipe, kill_point(rng, pipe, held))
         coordinator = [restart(pipe, "coordinator", "coordinator_restored")]
-        assert producing.is_alive()
-        splitter = restart(pipe, "splitter", "splitter_started")
-        after_released(pipe, second)
-        coordinator.append(restart(pipe, "coordinator", "coordinator_restored"))
+        # killed while the source is being written: the producer waits until it is down
+        splitter = restart(pipe, "splitter", "splitter_started", while_down=producing.release)
+        second = producing.wait_held()
+        after_released(pipe, kill_point(rng, pipe, second, pipe.released_by(held) + 1))
+        coordinator.append(restart(pipe, "coordinator", "coordinator_restored",
+                                   while_down=producing.release))
         assert_exact(pipe)
         restored = pipe.log_events("coordinator", "coordinator_restored")
         assert any(r["checkpoint"] for r in restored[1:])
@@ -72,20 +94,28 @@ def test_serve_all_restarts_a_killed_worker(kafka_bootstrap, tmp_path):
                               "--workers", "1", "--web-port", str(free_port())],
                              env=pipe.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                              start_new_session=True)
+    codes = []
+
+    def stop() -> None:  # `cep serve all` stops its children itself
+        serve.send_signal(signal.SIGTERM)
+        codes.append(serve.wait(60))
+
     try:
         wait_for(lambda: pipe.log_events("all", "partitions_assigned"), 90, "worker up")
-        pipe.produce_slowly(chunk=30, pause_s=0.3)
-        after_released(pipe, random.Random(3).randrange(10, 100))
+        producing = pipe.produce_slowly(chunk=30, pause_s=0.3, holds=[600])
+        held = producing.wait_held()
+        after_released(pipe, kill_point(random.Random(3), pipe, held))
         started = pipe.log_events("all", "started_all")[0]["processes"]
         worker = next(p["pid"] for p in started if p["role"] == "worker")
         os.killpg(worker, signal.SIGKILL)
         killed = time.time()
+        producing.release()
         wait_for(lambda: pipe.log_events("all", "partitions_assigned", killed), 60,
                  "worker restarted")
         assert pipe.log_events("all", "process_restarted", killed)[0]["role_of"] == "worker"
-        assert_exact(pipe)
+        assert_exact(pipe, stop)
     finally:
-        serve.send_signal(signal.SIGTERM)
-        code = serve.wait(60)
+        if not codes:
+            stop()
         log.close()
-    assert code == 0
+    assert codes == [0]

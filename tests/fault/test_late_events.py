@@ -7,7 +7,6 @@ are exactly the reference interpreter's over the released events in (ts, arrival
 from __future__ import annotations
 
 import random
-import time
 import uuid
 from pathlib import Path
 
@@ -93,8 +92,12 @@ def test_splitter_killed_with_events_waiting_in_the_reorder_buffer(kafka_bootstr
     """The reorder buffer is in the splitter's checkpoint: a splitter SIGKILLed (twice)
     while events wait in it resumes where the oldest waiting event was read, puts the
     waiting ones back and drops the rest of what it reads again, so the INTO topics equal
-    a run without the kills exactly."""
-    from tests.fault.harness import Pipeline, after_released, assert_exact, restart
+    a run without the kills exactly. The producer stops after 400 and 800 events; each
+    kill comes once composite events are out and a checkpoint holds every event written
+    so far, some of them waiting (the newest always are), and the producer goes on while
+    the splitter is down."""
+    from tests.fault.harness import (Pipeline, after_released, assert_exact, restart,
+                                     waiting_in_checkpoint)
 
     lateness = 30_000
     pipe = Pipeline(kafka_bootstrap, tmp_path, workers=1, checkpoint_ms=1000,
@@ -110,14 +113,28 @@ def test_splitter_killed_with_events_waiting_in_the_reorder_buffer(kafka_bootstr
                                          for seq, p in enumerate(order)])
     pipe.expected = {q.query.output: [c for c in found if c["query"] == q.name]
                      for q in pipe.queries}
+
+    def stamped_by(written: int) -> int:
+        """How many events are released (stamped) once the first `written` are in: those
+        at or below the watermark, the first so many of the release order (none is late)."""
+        newest = max(records[p]["ts"] for p in range(written))
+        return sum(1 for p in range(written) if records[p]["ts"] <= newest - lateness)
+
+    def checkpointed(written: int) -> bool:
+        checkpoint = pipe.splitter_checkpoint()
+        return (checkpoint is not None and checkpoint["position"] == written
+                and waiting_in_checkpoint(checkpoint) > 0)
+
     try:
         pipe.start_all()
         wait_for(lambda: pipe.log_events("worker0", "partitions_assigned"), 90, "worker0 up")
-        pipe.produce_slowly(chunk=30, pause_s=0.3)
-        for count in sorted(rng.sample(range(5, 90), 2)):
-            after_released(pipe, count)
-            time.sleep(1.5)  # a checkpoint with events waiting
-            restart(pipe, "splitter", "splitter_started")
+        producing = pipe.produce_slowly(chunk=30, pause_s=0.3, holds=[400, 800])
+        for _ in range(2):
+            held = producing.wait_held()
+            surely = pipe.released_by(stamped_by(held))
+            after_released(pipe, rng.randint(min(5, surely), surely))
+            wait_for(lambda h=held: checkpointed(h), 60, "a checkpoint with events waiting")
+            restart(pipe, "splitter", "splitter_started", while_down=producing.release)
         assert_exact(pipe)
         restored = pipe.log_events("splitter", "reorder_buffer_restored")
         assert restored and any(r["waiting"] > 0 for r in restored)

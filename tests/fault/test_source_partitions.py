@@ -5,7 +5,6 @@ reference interpreter run on the stream as stamped."""
 
 from __future__ import annotations
 
-import random
 import time
 from collections import Counter
 
@@ -14,29 +13,61 @@ import pytest
 
 from cep_core import reference
 from services.pipeline import wait_for
-from tests.fault.harness import Pipeline, after_released, restart
+from tests.fault.harness import Pipeline, restart
 
 
 @pytest.mark.parametrize("lateness_ms", [0, 5000])
 def test_splitter_killed_with_three_source_partitions(kafka_bootstrap, tmp_path, lateness_ms):
     """With a lateness, each source partition goes through the reorder buffer (the trades'
-    times increase in each, so none is late) and seqs follow release order."""
-    rng = random.Random(3)
-    # checkpoints 4 s apart, steps every ~0.4 s: a kill finds steps since the checkpoint
-    pipe = Pipeline(kafka_bootstrap, tmp_path, workers=1, checkpoint_ms=4000,
-                    source_partitions=3, CEP_ALLOWED_LATENESS_MS=str(lateness_ms))
+    times increase in each, so none is late) and seqs follow release order.
+
+    Every fault point is set by the pipeline's progress, not by timing. The splitter's
+    periodic checkpoints are off (it checkpoints when stopped), and the producer stops
+    after 300, 600 and 900 events until the test lets it go on. Once the splitter has
+    taken the first 300 (its keyed frames log them), a graceful restart checkpoints there
+    (with a lateness, with events waiting in the reorder buffer). Once it has taken 600
+    it is killed: every step since the checkpoint is logged and not checkpointed. Once it
+    has taken 900 it is killed again, and while it is down the producer writes the rest
+    and every partition's end-of-input marker: the restarted splitter takes the logged
+    steps of both earlier lives again, then a backlog of all three partitions up to their
+    markers (which the consumer returns a partition at a time)."""
+    pipe = Pipeline(kafka_bootstrap, tmp_path, workers=1, checkpoint_ms=1000,
+                    source_partitions=3, CEP_ALLOWED_LATENESS_MS=str(lateness_ms),
+                    role_env={"splitter": {"CEP_CHECKPOINT_MS": "3600000"}})
     try:
         pipe.start_all()
         wait_for(lambda: pipe.log_events("worker0", "partitions_assigned"), 90, "worker0 up")
-        producing = pipe.produce_slowly(chunk=30, pause_s=0.4)
-        for count in sorted(rng.sample(range(3, 40), 2)):
-            after_released(pipe, count)
-            assert producing.is_alive()  # killed while the source is being written
-            restart(pipe, "splitter", "splitter_started")
+        producing = pipe.produce_slowly(chunk=30, pause_s=0.1, holds=[300, 600, 900])
+
+        held = producing.wait_held()
+        wait_for(lambda: pipe.has_taken(held), 90, f"the splitter took {held} events")
+        assert pipe.stop("splitter") == 0
+        stopped = time.time()
+        checkpoint = pipe.splitter_checkpoint()
+        assert checkpoint["position"] == held and checkpoint["steps"] > 0
+        pipe.start("splitter")
+        wait_for(lambda: pipe.log_events("splitter", "splitter_started", stopped), 60,
+                 "splitter back")
+        producing.release()
+
+        held = producing.wait_held()
+        wait_for(lambda: pipe.has_taken(held), 90, f"the splitter took {held} events")
+        restart(pipe, "splitter", "splitter_started")
+        producing.release()
+
+        held = producing.wait_held()
+        wait_for(lambda: pipe.has_taken(held), 90, f"the splitter took {held} events")
+        restart(pipe, "splitter", "splitter_started",
+                while_down=lambda: (producing.release(), producing.join_done()))
+
         wait_for(pipe.ended, 120, "end of input released", interval_s=0.5)
-        time.sleep(1.0)  # anything repeated would land now
+        pipe.stop_gracefully()  # anything repeated has landed once they have exited
         replays = pipe.log_events("splitter", "splitter_replaying")
-        assert any(r["steps"] > 0 for r in replays)  # logged steps were taken again
+        assert len(replays) == 2 and all(r["steps"] > 0 for r in replays)
+        assert replays[1]["after_step"] == replays[0]["after_step"] == checkpoint["steps"]
+        if lateness_ms:
+            restored = pipe.log_events("splitter", "reorder_buffer_restored")
+            assert len(restored) == 3 and all(r["waiting"] > 0 for r in restored)
 
         stamped = pipe.stamped()
         source = Counter(orjson.loads(line)["seqNum"] for line in pipe.lines)
