@@ -265,3 +265,5 @@ class _LiveView:
     def stop(self) -> None:
         self.refresh()
         self.live.stop()
+        if not self.live.console.is_terminal:  # rich leaves the last line open there
+            self.live.console.line()
