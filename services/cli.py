@@ -21,6 +21,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from cep_core.home import HomeError
 from services.cli_help import PlainHelpGroup
 
 app = typer.Typer(
@@ -136,6 +137,9 @@ def _guard(body) -> None:
         raise typer.Exit(e.code) from None
     except (typer.Exit, typer.Abort, KeyboardInterrupt):
         raise
+    except HomeError as e:  # a folder the product writes could not be made: say which
+        _error(f"error: {e}")
+        raise typer.Exit(1) from None
     except Exception as e:  # an internal error: still no traceback unless asked for
         if os.environ.get("CEP_DEBUG"):
             raise

@@ -130,13 +130,15 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
             logging.config.dictConfig(logging_config())
             metrics = Metrics(role.value, metrics_port)
             if role is Role.splitter:  # a Faust app: Faust handles the signals
+                from cep_core.home import state_dir
                 from services.splitter import Splitter
                 from services.splitter_app import serve_splitter
+                datadir = state_dir("faust")  # first: a folder that cannot be made fails fast
                 create_topics(settings, topics, partitions)
                 splitter = Splitter(settings, topics, partitions, pulse_ms, metrics=metrics,
                                     linger_ms=linger_ms,
                                     allowed_lateness_ms=allowed_lateness_ms)
-                raise typer.Exit(serve_splitter(splitter, web_port))
+                raise typer.Exit(serve_splitter(splitter, web_port, datadir))
             stopping = stop_flag()
             if role is Role.worker:
                 from services.worker import Worker

@@ -99,12 +99,13 @@ def create_app(splitter: Splitter, web_port: int = 6066, web_bind: str = "0.0.0.
     return app, service
 
 
-def serve_splitter(splitter: Splitter, web_port: int = 6066) -> int:
+def serve_splitter(splitter: Splitter, web_port: int = 6066,
+                   datadir: Path | None = None) -> int:
     """Run the app until SIGTERM/SIGINT; the exit code (1 when the loop failed). Faust's
     own log records are JSON lines like the splitter's (services.serve.logging_config)."""
     from faust.worker import Worker
 
-    app, service = create_app(splitter, web_port)
+    app, service = create_app(splitter, web_port, datadir=datadir)
     worker = Worker(app, quiet=True, redirect_stdouts=False, loglevel=log_level(),
                     logging_config=logging_config())
     try:

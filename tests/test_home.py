@@ -52,3 +52,21 @@ def test_a_folder_that_cannot_be_made_is_named(clean_env, monkeypatch):
     monkeypatch.setenv("CEP_HOME", str(blocker))
     with pytest.raises(home.HomeError, match="cannot create .*not-a-folder/state/logs.*CEP_HOME"):
         home.state_dir("logs")
+
+
+def test_a_service_whose_folder_cannot_be_made_says_so_at_once(tmp_path):
+    """`cep serve splitter` makes its Faust folder before it looks for a broker (none
+    listens here), and names the folder in a clean error."""
+    import os
+    import subprocess
+    import sys
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    done = subprocess.run([sys.executable, "-m", "services.cli", "serve", "splitter",
+                           "--bootstrap", "127.0.0.1:9", "--web-port", "0"],
+                          env={**os.environ, "CEP_HOME": str(blocker)},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert f"error: cannot create {blocker}/state/faust" in done.stderr
+    assert "Traceback" not in done.stderr
