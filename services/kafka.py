@@ -78,8 +78,8 @@ class Topics:
 # ~150-175 s at 2 ms linger / 10 ms fetch wait, and broker CPU grows with (batches per
 # second per partition)^2 x time. On tansu the clients therefore make one batch per
 # partition per 200 ms at most (one produce request per linger) and give a fetch 100 ms:
-# the soak at 10,000 events/s kept up for 10 minutes with the broker at 7% of a core
-# (stalled at ~280 s with 2 ms / 10 ms; docs/reliability.md, "Soak"). CEP_KAFKA_* /
+# the soak at 10,000 events/s kept up for 30 minutes, the broker at 14% of a core on
+# average (stalled at ~280 s with 2 ms / 10 ms; docs/reliability.md, "Soak"). CEP_KAFKA_* /
 # --kafka-config values still win.
 TANSU_PRODUCER_DEFAULTS = {"linger.ms": 200}
 TANSU_CONSUMER_DEFAULTS = {"fetch.wait.max.ms": 100}
