@@ -131,10 +131,11 @@ def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rat
                     check=lambda: check_services(services, log_path))
         lines = trade_lines(events)
         output = _consumer(settings, ["double_tops", "trade_stats"])
+        pipeline = topics.group("coordinator")  # INTO records of this run carry it
         producer = settings.producer()
         started = time.perf_counter()
         chunk = 1000 if rate else len(lines)
-        received: list[tuple[str, dict]] = []
+        received: list[tuple[str, int, dict]] = []
         view = _LiveView(console) if not verify else None
         for start in range(0, len(lines), chunk):
             for line in lines[start:start + chunk]:
@@ -142,20 +143,11 @@ def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rat
             producer.poll(0)
             if rate:
                 time.sleep(chunk / rate)
-            _collect(output, received, view)
+            _collect(output, received, view, pipeline)
         produce_end(producer, topics.source)
         producer.flush(30)
-        last = len(lines) - 1
-        deadline = time.monotonic() + 300
-        done = False
-        from services.kafka import read_all
-        while time.monotonic() < deadline and not done:
-            _collect(output, received, view)
-            done = any(orjson.loads(m.value()).get("event") == "end_of_input" and
-                       orjson.loads(m.value()).get("upto") == last
-                       for m in read_all(settings, topics.status, idle_s=0.05))
-        for _ in range(5):
-            _collect(output, received, view)
+        done = _collect_until_end(settings, output, received, view, pipeline, topics.status,
+                                  len(lines) - 1, 300 + events / 1000)
         elapsed = time.perf_counter() - started
         if view is not None:
             view.stop()
@@ -170,6 +162,9 @@ def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rat
                                       else "DIFFERS: " + "; ".join(mismatches))
         print(summary)
         output.close()
+        if not done:
+            print(f"demo: no end of input on the status topic in time (log: {log_path})",
+                  file=sys.stderr)
         return ok and done
     finally:
         code = stop_services(services)
@@ -180,28 +175,96 @@ def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rat
 
 
 def _consumer(settings, topics: list[str]):
+    """A consumer of every partition of the INTO topics, from the beginning."""
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
     consumer = settings.consumer()
-    consumer.assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in topics])
+    metadata = consumer.list_topics(timeout=10).topics
+    consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t in topics
+                     for p in sorted(metadata[t].partitions)])
     return consumer
 
 
-def _collect(consumer, received: list, view) -> None:
-    for message in consumer.consume(10000, 0.05):
-        if message.error():
+def _collect(consumer, received: list, view, pipeline: str | None = None,
+             messages=None) -> None:
+    """Take what the consumer has (or `messages`): (topic, partition, composite) appended
+    to `received`; records another pipeline wrote (a shared broker) are skipped."""
+    from services.checkpoint import PIPELINE_HEADER
+
+    tag = pipeline.encode() if pipeline else None
+    for message in consumer.consume(10000, 0.05) if messages is None else messages:
+        if message.error() or (tag and (PIPELINE_HEADER, tag) not in (message.headers()
+                                                                      or ())):
             continue
         composite = orjson.loads(message.value())
-        received.append((message.topic(), composite))
+        received.append((message.topic(), message.partition(), composite))
         if view is not None:
             view.add(message.topic(), composite)
     if view is not None:
         view.refresh()
 
 
+def _collect_until_end(settings, consumer, received: list, view, pipeline: str | None,
+                       status: str, last: int, timeout_s: float) -> bool:
+    """Collect until the coordinator's end-of-input record for seq `last` is on the
+    `status` topic (False if not within `timeout_s`), then read every partition assigned
+    to `consumer` from its position up to the partition's fetch high-watermark: the
+    coordinator writes every composite event before that record. The rest is read with a
+    new consumer, whose high-watermarks come from fetches made after the end record
+    (ListOffsets is wrong on tansu)."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    from services.checkpoint import read_partitions
+    from services.kafka import read_all
+
+    deadline = time.monotonic() + timeout_s
+    while not any(orjson.loads(m.value()).get("event") == "end_of_input" and
+                  orjson.loads(m.value()).get("upto") == last
+                  for m in read_all(settings, status, idle_s=0.05)):
+        if time.monotonic() > deadline:
+            return False
+        _collect(consumer, received, view, pipeline)
+    rest = [TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0
+                           else OFFSET_BEGINNING)
+            for tp in consumer.position(consumer.assignment())]
+    messages: list = []
+    read_partitions(settings, rest, messages.append, timeout_s=max(60.0, timeout_s),
+                    idle_s=float("inf"))
+    _collect(None, received, view, pipeline, messages)
+    return True
+
+
+def compare_outputs(expected: dict[str, list[dict]], received, index: dict[str, int]
+                    ) -> list[str]:
+    """Each INTO topic against the reference (`expected`: topic -> composites in
+    `sort_key` order; `index`: query name -> its place in the query set). The coordinator
+    writes a topic in `sort_key` order and the producer places each composite by its key,
+    so each partition must hold its composites in `sort_key` order, and all partitions
+    merged by `sort_key` must equal the reference; there is no order across partitions."""
+    from cep_core.composite import sort_key
+
+    problems = []
+    for topic, want in expected.items():
+        parts: dict[int, list] = {}
+        for t, partition, composite in received:
+            if t == topic:
+                parts.setdefault(partition, []).append(composite)
+        keyed = {p: [sort_key(c, index.get(c["query"], -1)) for c in got]
+                 for p, got in parts.items()}
+        for p, keys in sorted(keyed.items()):
+            at = next((i for i in range(1, len(keys)) if keys[i] <= keys[i - 1]), None)
+            if at is not None:
+                problems.append(f"{topic}: partition {p} out of order at its record {at}")
+        got = [c for _, c in sorted(((k, c) for p in parts for k, c in
+                                     zip(keyed[p], parts[p])), key=lambda kc: kc[0])]
+        if got != want:
+            problems.append(f"{topic}: {len(got)} composite events in {len(parts)} "
+                            f"partition(s), reference {len(want)}")
+    return problems
+
+
 def _verify(queries, lines: list[bytes], received, settings) -> list[str]:
     from cep_core import reference
-    from cep_core.event_io import DeadLetter  # noqa: F401 (same decoder as cep run)
     from services.control import check_query_text
 
     checked = [check_query_text(name, text) for name, text in queries]
@@ -215,14 +278,10 @@ def _verify(queries, lines: list[bytes], received, settings) -> list[str]:
     finally:
         os.unlink(f.name)
     expected = reference.run(checked, events)
-    problems = []
-    for q in checked:
-        want = [c for c in expected if c["query"] == q.name]
-        got = [c for topic, c in received if topic == q.query.output]
-        if got != want:
-            problems.append(f"{q.query.output}: {len(got)} composite events, reference "
-                            f"{len(want)}")
-    return problems
+    outputs = {q.name: q.query.output for q in checked}
+    return compare_outputs({o: [c for c in expected if outputs[c["query"]] == o]
+                            for o in dict.fromkeys(outputs.values())}, received,
+                           {q.name: q.index for q in checked})
 
 
 class _LiveView:

@@ -74,6 +74,20 @@ class Topics:
 
 LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
 
+# tansu (the embedded broker, services/broker.py) answers a fetch by listing every record
+# batch stored in the partition (~0.5 us per batch here) and returns nothing once that
+# listing outlasts the fetch's max wait; it stores every batch for good. So on tansu a
+# fetch costs more the more batches its partitions hold, the pipeline stalled after
+# ~150-175 s at 2 ms linger / 10 ms fetch wait, and broker CPU grows with (batches per
+# second per partition)^2 x time. On tansu the clients therefore make one batch per
+# partition per 200 ms at most (one produce request per linger) and give a fetch 100 ms:
+# the soak at 10,000 events/s kept up for 30 minutes, the broker at 14% of a core on
+# average (stalled at ~280 s with 2 ms / 10 ms; docs/reliability.md, "Soak"). CEP_KAFKA_* /
+# --kafka-config values still win.
+TANSU_PRODUCER_DEFAULTS = {"linger.ms": 200}
+TANSU_CONSUMER_DEFAULTS = {"fetch.wait.max.ms": 100}
+_BROKER_KINDS: dict[str, str] = {}  # bootstrap -> "tansu" or "kafka", once known
+
 
 @dataclass
 class KafkaSettings:
@@ -81,6 +95,9 @@ class KafkaSettings:
     extra: dict = field(default_factory=dict)
     session_timeout_ms: int = 6000
     heartbeat_ms: int = 1000
+    # "tansu" or "kafka": which defaults the clients get; "" asks the broker (its cluster
+    # id: tansu's is "tansu_cluster" unless configured) unless CEP_BROKER says
+    broker: str = ""
 
     @classmethod
     def from_env(cls, bootstrap: str | None = None, config_file: Path | None = None,
@@ -114,18 +131,40 @@ class KafkaSettings:
                          "max.partition.fetch.bytes": 16 * 1024 * 1024,
                          "fetch.wait.max.ms": 10}
 
+    def broker_kind(self) -> str:
+        """"tansu" or "kafka": `broker`, else CEP_BROKER, else the broker's cluster id
+        (asked once per bootstrap; "kafka" while the broker cannot be reached)."""
+        kind = self.broker or os.environ.get("CEP_BROKER", "").lower()
+        if kind in ("tansu", "kafka"):
+            return kind
+        if self.bootstrap not in _BROKER_KINDS:
+            try:
+                cluster = AdminClient(self.base()).list_topics(timeout=3).cluster_id or ""
+            except KafkaException:
+                return "kafka"  # not known yet: asked again by the next client
+            _BROKER_KINDS[self.bootstrap] = "tansu" if cluster.startswith("tansu") \
+                else "kafka"
+        return _BROKER_KINDS[self.bootstrap]
+
+    def producer_config(self, **overrides) -> dict:
+        tuned = TANSU_PRODUCER_DEFAULTS if self.broker_kind() == "tansu" else {}
+        return {**self.PRODUCER_DEFAULTS, **tuned, **self.base(),
+                "partitioner": "murmur2_random", **overrides}
+
     def producer(self, **overrides) -> Producer:
-        return Producer({**self.PRODUCER_DEFAULTS, **self.base(),
-                         "partitioner": "murmur2_random", **overrides})
+        return Producer(self.producer_config(**overrides))
+
+    def consumer_config(self, group: str | None = None, **overrides) -> dict:
+        tuned = TANSU_CONSUMER_DEFAULTS if self.broker_kind() == "tansu" else {}
+        return {"session.timeout.ms": self.session_timeout_ms,
+                "heartbeat.interval.ms": self.heartbeat_ms, **self.CONSUMER_DEFAULTS,
+                **tuned, **self.base(),
+                "group.id": group or f"cep-assign-{os.getpid()}-{time.time()}",
+                "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                "enable.partition.eof": False, **overrides}
 
     def consumer(self, group: str | None = None, **overrides) -> Consumer:
-        config = {"session.timeout.ms": self.session_timeout_ms,
-                  "heartbeat.interval.ms": self.heartbeat_ms, **self.CONSUMER_DEFAULTS,
-                  **self.base(),
-                  "group.id": group or f"cep-assign-{os.getpid()}-{time.time()}",
-                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                  "enable.partition.eof": False}
-        return Consumer({**config, **overrides})
+        return Consumer(self.consumer_config(group, **overrides))
 
     def admin(self) -> AdminClient:
         return AdminClient(self.base())

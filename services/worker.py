@@ -222,7 +222,7 @@ class Worker:
         self.metrics.paused.inc()
         try:
             while len(self.producer) > self.max_queued_output // 2 and not stopping.is_set():
-                self.producer.poll(0.05)
+                self.producer.flush(0.05)  # send now: lingering only holds the drain
                 message = self.consumer.poll(0)  # serves rebalances while paused
                 if message is not None and not message.error():
                     self.handle(message)  # fetched just before the pause took hold

@@ -40,7 +40,8 @@ def test_every_client_factory_gets_the_settings(factory, key, bad, monkeypatch):
 
 
 @pytest.mark.parametrize("factory", FACTORIES)
-def test_every_client_factory_builds_with_sasl(factory, tmp_path):
+def test_every_client_factory_builds_with_sasl(factory, tmp_path, monkeypatch):
+    monkeypatch.setenv("CEP_BROKER", "kafka")  # no broker there to ask which it is
     config = tmp_path / "client.properties"
     config.write_text("".join(f"{k}={v}\n" for k, v in SASL.items()))
     client = FACTORIES[factory](KafkaSettings.from_env("127.0.0.1:1", config))
@@ -59,3 +60,29 @@ def test_faust_app_gets_sasl_and_ssl_credentials():
     assert KafkaSettings("h:9092").faust_credentials() is None
     with pytest.raises(ValueError, match="not supported"):
         KafkaSettings("h:9092", {"security.protocol": "BOGUS"}).faust_credentials()
+
+
+def test_tansu_gets_its_own_client_defaults(kafka_bootstrap, monkeypatch):
+    """On tansu (cluster id tansu_cluster) producers linger 200 ms and fetches wait 100 ms
+    (services/kafka.py: a fetch lists every stored batch of its partitions); other
+    brokers keep the low-latency defaults; CEP_KAFKA_* values win over both."""
+    from services.kafka import TANSU_CONSUMER_DEFAULTS, TANSU_PRODUCER_DEFAULTS
+
+    monkeypatch.delenv("CEP_BROKER", raising=False)
+    settings = KafkaSettings(kafka_bootstrap)
+    tansu = settings.broker_kind() == "tansu"
+    linger = settings.producer_config()["linger.ms"]
+    wait = settings.consumer_config("g")["fetch.wait.max.ms"]
+    if tansu:
+        assert (linger, wait) == (TANSU_PRODUCER_DEFAULTS["linger.ms"],
+                                  TANSU_CONSUMER_DEFAULTS["fetch.wait.max.ms"])
+    kafka = KafkaSettings(kafka_bootstrap, broker="kafka")
+    assert kafka.producer_config()["linger.ms"] == KafkaSettings.PRODUCER_DEFAULTS["linger.ms"]
+    assert kafka.consumer_config()["fetch.wait.max.ms"] == \
+        KafkaSettings.CONSUMER_DEFAULTS["fetch.wait.max.ms"]
+    monkeypatch.setenv("CEP_BROKER", "tansu")
+    monkeypatch.setenv("CEP_KAFKA_LINGER_MS", "7")
+    chosen = KafkaSettings.from_env("127.0.0.1:1")
+    assert chosen.broker_kind() == "tansu"
+    assert chosen.producer_config()["linger.ms"] == "7"
+    assert chosen.consumer_config()["fetch.wait.max.ms"] == 100
