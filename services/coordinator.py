@@ -41,7 +41,7 @@ from services import frames
 from services.checkpoint import PIPELINE_HEADER, read_latest, written_since
 from services.control import INFINITE, horizon
 from services.frames import Frame
-from services.kafka import KafkaSettings, Topics, consume_batch, produce
+from services.kafka import KafkaSettings, Topics, consume_batch, ensure_topics, produce
 from services.metrics import Metrics
 from services.serve import log, profiled
 
@@ -261,6 +261,7 @@ class Coordinator:
         """Find the released position of outputs not scanned yet: what this pipeline wrote
         to them after the last checkpoint."""
         for output in {q.output for q in self.merger.queries.values()} - self.scanned:
+            self._ensure_output(output)
             found = written_since(self.settings, output, self.delivered.get(output, -1),
                                   self.pipeline)
             for message in found:
@@ -268,6 +269,17 @@ class Coordinator:
                 self.merger.mark_released(output, orjson.loads(message.value()), index)
                 self.delivered[output] = message.offset()
             self.scanned.add(output)
+
+    def _ensure_output(self, output: str) -> None:
+        """An INTO topic that does not exist yet is made with one partition (left to the
+        broker's auto-creation it gets the broker's default: 4 on tansu). A restart reads
+        back partition 0 alone (`written_since`), so a topic of several partitions loses the
+        no-repeat guarantee for composites released since the last checkpoint: warn."""
+        count = ensure_topics(self.settings, {output: 1}, any_count=(output,))[output]
+        if count > 1:
+            log("into_topic_partitions", level="warning", topic=output, partitions=count,
+                detail="after a coordinator restart, composites released since its last "
+                "checkpoint to partitions other than 0 may be written again")
 
     def checkpoint(self, producer) -> None:
         if self.offsets == self.saved:

@@ -199,10 +199,10 @@ class KafkaSettings:
 
 def ensure_topics(settings: KafkaSettings, partitions: dict[str, int],
                   compacted: tuple[str, ...] = (), timeout_s: float = 15.0,
-                  any_count: tuple[str, ...] = ()) -> None:
+                  any_count: tuple[str, ...] = ()) -> dict[str, int]:
     """Create the topics that do not exist yet (name -> partition count); an existing topic
     with another partition count is an error (partitions cannot be added here), except for
-    those in `any_count` (a user's source topic)."""
+    those in `any_count` (a user's source topic). Returns each topic's partition count."""
     admin = settings.admin()
     deadline = time.monotonic() + timeout_s
     existing = admin.list_topics(timeout=timeout_s).topics
@@ -224,10 +224,11 @@ def ensure_topics(settings: KafkaSettings, partitions: dict[str, int],
         if time.monotonic() > deadline:
             raise RuntimeError(f"topics not created: {', '.join(missing)}")
         time.sleep(0.05)
+    counts = {name: len(topics[name].partitions) for name in partitions}
     for name, count in partitions.items():
-        have = len(topics[name].partitions)
-        if have != count and name not in any_count:
-            raise RuntimeError(f"topic {name} has {have} partitions, {count} wanted")
+        if counts[name] != count and name not in any_count:
+            raise RuntimeError(f"topic {name} has {counts[name]} partitions, {count} wanted")
+    return counts
 
 
 def produce_end(producer: Producer, topic: str) -> None:

@@ -102,6 +102,31 @@ def test_known_stream_equals_reference(broker, kind, workers):
         assert got[output] == expected[output], output
 
 
+def test_into_topic_made_with_one_partition(broker):
+    """An INTO topic nobody made is created by the coordinator with one partition (the
+    broker's auto-creation would give its default, 4 on tansu), so its restart reads back
+    all that was released."""
+    from confluent_kafka import KafkaException
+
+    topics = _topics("sensors")
+    output = f"into.{uuid.uuid4().hex[:8]}"
+    [(name, text)] = [(n, t) for n, t in split_query_file((EXAMPLES / "fire.cep").read_text())
+                      if n == "fire_each"]
+    text = text.replace("INTO fire\n", f"INTO {output}\n")
+    assert output in text
+    create_topics(broker, topics, 4)
+    publish(broker, topics.control, ControlMessage("add", name, text))
+    with LocalPipeline(broker, topics, workers=1) as pipeline:
+        _produce(broker, topics.source, _lines(EXAMPLES / "data/sensors.jsonl"))
+        wait_for(lambda: pipeline.coordinator.merger.ended, 120, "end of input released")
+    try:
+        metadata = broker.admin().list_topics(output, timeout=10).topics[output]
+    except KafkaException as e:
+        raise AssertionError(f"{output} not made: {e}") from None
+    assert len(metadata.partitions) == 1
+    assert read_all(broker, output)  # the composites went there
+
+
 def test_queries_added_and_removed_mid_stream(broker):
     schema_queries = load_queries(EXAMPLES / "finance.cep")
     schema = schema_queries[0].schema
