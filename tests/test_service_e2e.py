@@ -109,7 +109,7 @@ def test_into_topic_made_with_one_partition(broker):
     from confluent_kafka import KafkaException
 
     topics = _topics("sensors")
-    output = f"into.{uuid.uuid4().hex[:8]}"
+    output = f"into_t{uuid.uuid4().hex[:8]}"
     [(name, text)] = [(n, t) for n, t in split_query_file((EXAMPLES / "fire.cep").read_text())
                       if n == "fire_each"]
     text = text.replace("INTO fire\n", f"INTO {output}\n")
