@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import reduce
 
 from cep_core.checker import CheckedQuery
-from cep_core.compiler.modules import cache_dir
+from cep_core.home import kernel_cache_dir
 from services.backfill_engines import (
     COMPOSITE,
     REJECTED,
@@ -64,7 +64,7 @@ def spark_session(master: str = "local[*]", shuffle_partitions: int = 8,
                .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
                .config("spark.sql.caseSensitive", "true")
                .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ARROW_BATCH_ROWS))
-               .config("spark.executorEnv.CEP_KERNEL_CACHE", str(cache_dir())))
+               .config("spark.executorEnv.CEP_KERNEL_CACHE", str(kernel_cache_dir())))
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -102,7 +102,7 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
         for group in groups:
             keyed = (good.repartition(partitions, *group.keys) if group.keys
                      else good.repartition(1))
-            runner = PartitionRunner(list(group.queries), str(cache_dir()), rows)
+            runner = PartitionRunner(list(group.queries), str(kernel_cache_dir()), rows)
             results.append(map_in_arrow(keyed.sortWithinPartitions("seq"), runner,
                                         RESULT_SCHEMA))
         found = reduce(lambda a, b: a.unionByName(b), results)

@@ -14,7 +14,6 @@ import importlib.util
 import os
 import sys
 import tempfile
-from pathlib import Path
 from types import ModuleType
 
 from cep_core.home import kernel_cache_dir
@@ -31,10 +30,6 @@ from numba import njit
 _loaded: dict[str, ModuleType] = {}
 
 
-def cache_dir() -> Path:
-    return kernel_cache_dir()
-
-
 def load_module(body: str) -> ModuleType:
     """Import generated source (HEADER is prepended), once per process."""
     source = HEADER + body
@@ -42,7 +37,7 @@ def load_module(body: str) -> ModuleType:
     if digest in _loaded:
         return _loaded[digest]
     name = f"cep_kernel_{digest}"
-    path = cache_dir() / f"{name}.py"
+    path = kernel_cache_dir() / f"{name}.py"
     if not path.exists() or path.read_text() != source:
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "w") as f:
