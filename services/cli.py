@@ -219,10 +219,10 @@ def run(
             STDIN,
             STDIN_SOURCE,
             InputError,
-            read_events,
             write_composites_jsonl,
             write_dead_letters_jsonl,
         )
+        from cep_core.event_reader import read_table
 
         registry = _registry(schema)
         queries = _load(query_file, registry)
@@ -238,7 +238,7 @@ def run(
 
         started = time.perf_counter()
         try:
-            simple, dead = read_events(events, stream_schema, fmt.value if fmt else None)
+            simple, dead = read_table(events, stream_schema, fmt.value if fmt else None)
         except InputError as e:
             raise CliError(str(e)) from None
         except OSError as e:
@@ -258,7 +258,7 @@ def run(
                              f"{_where(first)}: {first.reason}", markup=False,
                              style="yellow")
 
-        if not simple:
+        if not simple.num_rows:
             write_dead_letters()
             raise CliError(_no_events_message(source, dead, stream_schema, dead_letters))
 
@@ -273,8 +273,8 @@ def run(
         except OSError as e:
             raise CliError(f"{e.filename or out}: {e.strerror or e}") from None
         write_dead_letters()
-        stderr.print(f"{len(simple)} events ({len(dead)} bad) read in {read_s:.2f}s; "
-                     + _engine_summary(engine, len(simple), len(composites), run_s, timings),
+        stderr.print(f"{simple.num_rows} events ({len(dead)} bad) read in {read_s:.2f}s; "
+                     + _engine_summary(engine, simple.num_rows, len(composites), run_s, timings),
                      markup=False, style="dim")
 
     _guard(body)
@@ -318,8 +318,9 @@ def _engine_summary(engine: Engine, events: int, composites: int, run_s: float,
 def run_queries(queries, events, engine: Engine = Engine.reference,
                 placement: Placement | None = None,
                 timings: dict | None = None) -> tuple[list[dict], list]:
-    """Composite events of the queries over the events, in deterministic order, with the
-    events the engines rejected (time going backwards, late for a window) as DeadLetters.
+    """Composite events of the queries over the events (Events, or a table as
+    `event_reader.read_table` gives), in deterministic order, with the events the engines
+    rejected (time going backwards, late for a window) as DeadLetters.
 
     jit engine: `timings` (when given) gets `setup_s` (numba and engine imports, code
     generation), `compile_s` (numba compiling kernels or loading them from its cache while
@@ -329,11 +330,17 @@ def run_queries(queries, events, engine: Engine = Engine.reference,
     from cep_core.event_io import DeadLetter
 
     rejected: list = []
+    table = events if hasattr(events, "num_rows") else None
     if engine is Engine.reference:
         from cep_core import reference
 
+        if table is not None:
+            from cep_core.event_reader import events_from_table
+
+            events = events_from_table(table, queries[0].schema)
         composites = reference.run(queries, events, rejected=rejected)
-        rejected = [(q, event, reason) for q, event, reason in rejected]
+        rejected = [(q, event.seq, orjson.dumps(event.to_json()), reason)
+                    for q, event, reason in rejected]
     else:
         started = time.perf_counter()
         from cep_core import engine as jit
@@ -350,19 +357,36 @@ def run_queries(queries, events, engine: Engine = Engine.reference,
         setup_s = time.perf_counter() - started
         with jit.compile_timer() as compiling:
             started = time.perf_counter()
-            composites = jit.run_engines(engines, BatchEncoder(queries[0].schema, strings),
-                                         events, rejected=rejected)
+            encoder = BatchEncoder(queries[0].schema, strings)
+            composites = jit.run_engines(engines, encoder, events, rejected=rejected) \
+                if table is None else jit.run_table(engines, encoder, table, rejected=rejected)
             run_s = time.perf_counter() - started
         for where in report:
             stderr.print(f"placement: {where.line()}", markup=False, style="dim")
         if timings is not None:
             timings.update(setup_s=setup_s, compile_s=compiling.seconds,
                            process_s=max(run_s - compiling.seconds, 0.0))
+        rejected = [(q, seq, raw, reason) for (q, seq, reason), raw in
+                    zip(rejected, _events_json(events if table is None else table,
+                                               [seq for _, seq, _ in rejected]))]
+    return composites, [DeadLetter(f"query {q.name}", seq, raw, reason)
+                        for q, seq, raw, reason in rejected]
+
+
+def _events_json(events, seqs: list[int]) -> list[bytes]:
+    """The JSON of the events with these seqs: Events, or rows of a table (whose seqs
+    increase) found by binary search."""
+    import orjson
+
+    if not hasattr(events, "num_rows"):
         by_seq = {event.seq: event for event in events}
-        rejected = [(q, by_seq[seq], reason) for q, seq, reason in rejected]
-    return composites, [DeadLetter(f"query {q.name}", event.seq,
-                                   orjson.dumps(event.to_json()), reason)
-                        for q, event, reason in rejected]
+        return [orjson.dumps(by_seq[seq].to_json()) for seq in seqs]
+    import numpy as np
+
+    from cep_core.event_reader import row_json
+
+    rows = np.searchsorted(events.column("seq").to_numpy(), seqs)
+    return [row_json(events, int(row)) for row in rows]
 
 
 # ------------------------------------------------------------------ cep schemas
