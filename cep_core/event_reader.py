@@ -36,6 +36,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cep_core.arrow_numpy import from_numpy, is_null, strings, to_numpy
 from cep_core.errors import EventError
 from cep_core.event_io import (
     STDIN,
@@ -147,7 +148,7 @@ class _Rows:
         if not self.pieces:
             return self.arrow_schema.empty_table(), sorted(self.dead, key=_position)
         table = pa.concat_tables([p.table for p in self.pieces]).combine_chunks()
-        seq = table.column("seq").to_numpy()
+        seq = to_numpy(table.column("seq"))
         previous = np.maximum.accumulate(np.concatenate(([-1], seq[:-1])))
         late = np.flatnonzero(seq <= previous)
         if len(late):
@@ -162,7 +163,7 @@ class _Rows:
                     line=None if line is None else int(line)))
             keep = np.ones(len(seq), dtype=bool)
             keep[late] = False
-            table = table.filter(pa.array(keep))
+            table = table.filter(from_numpy(keep))
         return table, sorted(self.dead, key=_position)
 
 
@@ -313,20 +314,21 @@ def _deepest(block: bytes, lines: _Lines) -> int:
 def _doubtful_rows(table: pa.Table, schema: StreamSchema,
                    text_checks: np.ndarray | None = None) -> np.ndarray:
     """Rows that `decode_record` must look at: a null, a non-finite float, a negative seq,
-    an unknown event type."""
+    an unknown event type. (Numpy does the comparisons: Arrow's, with a Python value,
+    would import pandas.)"""
     doubt = np.zeros(table.num_rows, dtype=bool) if text_checks is None else text_checks
     for name, kind in schema.attributes.items():
         column = table.column(name)
         if column.null_count:
-            doubt |= column.is_null().to_numpy(zero_copy_only=False)
-        if kind == "float":
-            doubt |= ~pc.is_finite(column).fill_null(True).to_numpy(zero_copy_only=False)
-    if "seq" in table.column_names:
-        doubt |= pc.less(table.column("seq"), 0).fill_null(False).to_numpy(
-            zero_copy_only=False)
+            doubt |= is_null(column)
+        if kind == "float":  # nulls come out as NaN: doubtful already
+            doubt |= ~np.isfinite(to_numpy(column))
+    seq = table.column("seq")
+    if seq.null_count < len(seq) and pc.min(seq).as_py() < 0:
+        doubt |= (to_numpy(seq) < 0) & ~is_null(seq)
     if schema.type_attribute is not None and schema.types is not None:
-        known = pc.is_in(table.column(schema.type_attribute), pa.array(schema.types))
-        doubt |= ~known.fill_null(True).to_numpy(zero_copy_only=False)
+        known = pc.is_in(table.column(schema.type_attribute), strings(list(schema.types)))
+        doubt |= ~to_numpy(known)  # a null is not in the set: doubtful
     return np.flatnonzero(doubt)
 
 
@@ -334,9 +336,9 @@ def _with_seq(table: pa.Table, positions: np.ndarray, schema: pa.Schema) -> pa.T
     """`table` (seq null where the record has none) with the default seqs filled in."""
     seq = table.column("seq")
     if seq.null_count == len(seq):
-        seq = pa.array(positions, pa.int64())
+        seq = from_numpy(positions)
     elif seq.null_count:
-        seq = pc.coalesce(seq, pa.array(positions, pa.int64()))
+        seq = pc.coalesce(seq, from_numpy(positions))
     columns = [seq] + [table.column(name) for name in schema.names[1:]]
     return pa.Table.from_arrays(columns, schema=schema)
 
@@ -348,7 +350,7 @@ def _add_rows_with_doubtful(rows: _Rows, table: pa.Table, positions: np.ndarray,
     fine = np.ones(table.num_rows, dtype=bool)
     fine[doubtful] = False
     fast = np.flatnonzero(fine)
-    fast_table = _with_seq(table.take(pa.array(fast)), positions[fast], rows.arrow_schema)
+    fast_table = _with_seq(table.take(from_numpy(fast)), positions[fast], rows.arrow_schema)
     if not good:
         rows.add(fast_table, positions[fast], None if lines is None else lines[fast],
                  lambda i: raw(int(fast[i])))
@@ -360,7 +362,7 @@ def _add_rows_with_doubtful(rows: _Rows, table: pa.Table, positions: np.ndarray,
     all_positions = np.concatenate((positions[fast], slow_positions))
     order = np.argsort(all_positions, kind="stable")
     source_row = np.concatenate((fast, np.searchsorted(positions, slow_positions)))[order]
-    rows.add(merged.take(pa.array(order)), all_positions[order],
+    rows.add(merged.take(from_numpy(order)), all_positions[order],
              None if lines is None else np.asarray(lines)[source_row],
              lambda i: raw(int(source_row[i])))
 
@@ -470,10 +472,11 @@ def _coerce_text(table: pa.Table, schema: StreamSchema) -> tuple[pa.Table, np.nd
     columns = [pa.nulls(n, pa.int64())]  # seq
     if "seq" in table.column_names:
         seq_text = table.column("seq")
-        plain = pc.match_substring_regex(seq_text, _PLAIN_INT).to_numpy(zero_copy_only=False)
-        empty = pc.equal(seq_text, "").to_numpy(zero_copy_only=False)
+        plain = to_numpy(pc.match_substring_regex(seq_text, _PLAIN_INT))
+        empty = to_numpy(pc.binary_length(seq_text)) == 0
         doubt |= ~(plain | empty)
-        columns[0] = pc.if_else(pa.array(plain), seq_text, None).cast(pa.int64())
+        columns[0] = pc.if_else(from_numpy(plain), seq_text, pa.nulls(n, pa.string())).cast(
+            pa.int64())
     for name, kind in schema.attributes.items():
         if name not in table.column_names:
             doubt[:] = True
@@ -484,14 +487,14 @@ def _coerce_text(table: pa.Table, schema: StreamSchema) -> tuple[pa.Table, np.nd
             columns.append(text)
             continue
         if kind == "bool":
-            plain = pc.is_in(text, pa.array(["true", "false"]))
+            plain = pc.is_in(text, strings(["true", "false"]))
         else:
             plain = pc.match_substring_regex(text, _PLAIN_FLOAT if kind == "float"
                                              else _PLAIN_INT)
-        plain = plain.to_numpy(zero_copy_only=False)
+        plain = to_numpy(plain)
         doubt |= ~plain
-        kept = pc.if_else(pa.array(plain), text, None)
-        columns.append(pc.equal(kept, "true") if kind == "bool"
+        kept = pc.if_else(from_numpy(plain), text, pa.nulls(n, pa.string()))
+        columns.append(pc.starts_with(kept, "t") if kind == "bool"
                        else kept.cast(ARROW_TYPES[kind]))
     return pa.Table.from_arrays(columns, names=["seq", *schema.attributes]), doubt
 
@@ -519,8 +522,8 @@ def _read_parquet(f, rows: _Rows, block_bytes: int) -> None:
             rows.dead.append(DeadLetter(rows.source, int(positions[i]),
                                         decoded.raw[i].encode(), decoded.errors[i]))
         good = np.flatnonzero(~bad)
-        take = pa.array(good)
-        columns = [pa.array(decoded.seq[good], pa.int64())] + [
+        take = from_numpy(good)
+        columns = [from_numpy(decoded.seq[good])] + [
             decoded.attributes[name].take(take) for name in rows.schema.attributes]
         rows.add(pa.Table.from_arrays(columns, schema=rows.arrow_schema), positions[good],
                  None, lambda i, table=table, good=good: orjson.dumps(

@@ -219,10 +219,10 @@ def run(
             STDIN,
             STDIN_SOURCE,
             InputError,
+            read_events,
             write_composites_jsonl,
             write_dead_letters_jsonl,
         )
-        from cep_core.event_reader import read_table
 
         registry = _registry(schema)
         queries = _load(query_file, registry)
@@ -238,7 +238,15 @@ def run(
 
         started = time.perf_counter()
         try:
-            simple, dead = read_table(events, stream_schema, fmt.value if fmt else None)
+            # The jit engine takes a table (no Python object per event); the reference
+            # interpreter Events, read without pyarrow.
+            if engine is Engine.reference:
+                simple, dead = read_events(events, stream_schema, fmt.value if fmt else None)
+            else:
+                from cep_core.event_reader import read_table
+
+                simple, dead = read_table(events, stream_schema, fmt.value if fmt else None)
+            count = len(simple) if isinstance(simple, list) else simple.num_rows
         except InputError as e:
             raise CliError(str(e)) from None
         except OSError as e:
@@ -258,7 +266,7 @@ def run(
                              f"{_where(first)}: {first.reason}", markup=False,
                              style="yellow")
 
-        if not simple.num_rows:
+        if not count:
             write_dead_letters()
             raise CliError(_no_events_message(source, dead, stream_schema, dead_letters))
 
@@ -273,8 +281,8 @@ def run(
         except OSError as e:
             raise CliError(f"{e.filename or out}: {e.strerror or e}") from None
         write_dead_letters()
-        stderr.print(f"{simple.num_rows} events ({len(dead)} bad) read in {read_s:.2f}s; "
-                     + _engine_summary(engine, simple.num_rows, len(composites), run_s, timings),
+        stderr.print(f"{count} events ({len(dead)} bad) read in {read_s:.2f}s; "
+                     + _engine_summary(engine, count, len(composites), run_s, timings),
                      markup=False, style="dim")
 
     _guard(body)
@@ -381,11 +389,14 @@ def _events_json(events, seqs: list[int]) -> list[bytes]:
     if not hasattr(events, "num_rows"):
         by_seq = {event.seq: event for event in events}
         return [orjson.dumps(by_seq[seq].to_json()) for seq in seqs]
+    if not seqs:
+        return []
     import numpy as np
 
+    from cep_core.arrow_numpy import to_numpy
     from cep_core.event_reader import row_json
 
-    rows = np.searchsorted(events.column("seq").to_numpy(), seqs)
+    rows = np.searchsorted(to_numpy(events.column("seq")), seqs)
     return [row_json(events, int(row)) for row in rows]
 
 
