@@ -36,6 +36,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cep_core.batch import NUMPY_TYPES
 from cep_core.arrow_numpy import from_numpy, is_null, strings, to_numpy
 from cep_core.errors import EventError
 from cep_core.event_io import (
@@ -136,9 +137,11 @@ class _Rows:
         return count
 
     def add_decoded(self, good: list[DecodedEvent]) -> None:
-        columns = [pa.array([d.event.seq for d in good], pa.int64())]
-        columns += [pa.array([d.event.attrs[name] for d in good], ARROW_TYPES[kind])
-                    for name, kind in self.schema.attributes.items()]
+        columns = [from_numpy(np.array([d.event.seq for d in good], dtype=np.int64))]
+        for name, kind in self.schema.attributes.items():
+            values = [d.event.attrs[name] for d in good]
+            columns.append(strings(values) if kind == "string" else
+                           from_numpy(np.array(values, dtype=NUMPY_TYPES[kind])))
         raws = [d.raw for d in good]
         self.add(pa.Table.from_arrays(columns, schema=self.arrow_schema),
                  np.array([d.position for d in good], dtype=np.int64),

@@ -1,0 +1,82 @@
+"""`cep run --engine jit` reads a table and runs the engines on it: the same composite events
+and dead letters (read and rejected) as over Events, and no pandas on the way."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from cep_core.checker import load_queries
+from cep_core.event_io import read_events
+from cep_core.event_reader import read_table
+from services.cli import Engine, run_queries
+from tests.test_cli import RISE, cep, trade
+from tests.test_examples import FILES, data_for
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_jit_on_a_table_agrees_with_events_on_example(path):
+    queries = load_queries(path)
+    events, _ = read_events(data_for(path), queries[0].schema)
+    table, _ = read_table(data_for(path), queries[0].schema)
+    assert run_queries(queries, table, Engine.jit) == run_queries(queries, events)
+    assert run_queries(queries, table) == run_queries(queries, events)
+
+
+def rejecting_file(tmp_path):
+    """Trades with a bad record and events whose time goes backwards (rejected)."""
+    rows = [trade("A", 1, 10), trade("A", 2, 20), trade("A", 3, 15), trade("B", 5, 30),
+            trade("B", 6, 25), trade("A", 4, 40)]
+    lines = [orjson.dumps(r) for r in rows]
+    lines.insert(3, b'{"symbol": "A", "price": "cheap", "volume": 1, "ts": 3, "seqNum": 0}')
+    path = tmp_path / "trades.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+def test_rejected_events_carry_their_json_from_the_table(tmp_path):
+    query = tmp_path / "q.cep"
+    query.write_text(RISE)
+    queries = load_queries(query)
+    path = rejecting_file(tmp_path)
+    events, _ = read_events(path, queries[0].schema)
+    table, _ = read_table(path, queries[0].schema)
+    composites, rejected = run_queries(queries, table, Engine.jit)
+    assert (composites, rejected) == run_queries(queries, events)
+    assert [(d.position, orjson.loads(d.raw)["ts"]) for d in rejected] == [(2, 15), (5, 25)]
+
+
+def test_cep_run_writes_the_same_for_both_engines(tmp_path):
+    query = tmp_path / "q.cep"
+    query.write_text(RISE)
+    events = rejecting_file(tmp_path)
+    written = {}
+    for engine in ("jit", "reference"):
+        dead = tmp_path / f"dead-{engine}.jsonl"
+        result = cep("run", query, "--events", events, "--engine", engine,
+                     "--dead-letters", dead)
+        assert result.returncode == 0, result.stderr
+        written[engine] = result.stdout, dead.read_bytes()
+    assert written["jit"] == written["reference"]
+    composites, dead = written["jit"]
+    assert [orjson.loads(line)["seq"] for line in composites.splitlines()] == [1]
+    letters = [orjson.loads(line) for line in dead.splitlines()]
+    assert [(d["source"], d["position"]) for d in letters] == [
+        (str(events), 3), ("query up", 2), ("query up", 5)]
+
+
+def test_jit_run_imports_no_pandas(tmp_path):
+    query = tmp_path / "q.cep"
+    query.write_text(RISE)
+    events = rejecting_file(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys\nfrom services.cli import main\ntry:\n    main()\n"
+         "finally:\n    print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas'))",
+         "run", str(query), "--events", str(events), "--engine", "jit"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"
