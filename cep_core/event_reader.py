@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import re
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -150,7 +151,7 @@ class _Rows:
     def finish(self) -> tuple[pa.Table, list[DeadLetter]]:
         if not self.pieces:
             return self.arrow_schema.empty_table(), sorted(self.dead, key=_position)
-        table = pa.concat_tables([p.table for p in self.pieces]).combine_chunks()
+        table = pa.concat_tables([p.table for p in self.pieces])
         seq = to_numpy(table.column("seq"))
         previous = np.maximum.accumulate(np.concatenate(([-1], seq[:-1])))
         late = np.flatnonzero(seq <= previous)
@@ -350,6 +351,9 @@ def _add_rows_with_doubtful(rows: _Rows, table: pa.Table, positions: np.ndarray,
                             lines, doubtful: np.ndarray, good: list[DecodedEvent],
                             raw: Callable[[int], bytes | str]) -> None:
     """The fast rows of a block and its doubtful rows decoded one by one, in file order."""
+    if not len(doubtful):
+        rows.add(_with_seq(table, positions, rows.arrow_schema), positions, lines, raw)
+        return
     fine = np.ones(table.num_rows, dtype=bool)
     fine[doubtful] = False
     fast = np.flatnonzero(fine)
@@ -376,11 +380,10 @@ def _add_rows_with_doubtful(rows: _Rows, table: pa.Table, positions: np.ndarray,
 def _read_csv(f: IO[bytes], rows: _Rows, block_bytes: int) -> None:
     first = f.readline()
     text = first.decode("utf-8", "replace")
-    header = next(csv.reader([text]), None) if text.strip("\r\n") else None
-    if header is None or '"' in text or "\r" in text.rstrip("\r\n"):
+    if not _ONE_LINE_RECORD.fullmatch(text) or not text.strip("\r\n"):
         rows.add_records(_csv_records(_text(first + f.read())), 0, text=True)
         return
-    header = [h.strip() for h in header]
+    header = [h.strip() for h in next(csv.reader([text]))]
     line, position = 2, 0
     for block in _blocks(f, block_bytes):
         if b'"' in block or block.count(b"\r") != block.count(b"\r\n"):
@@ -391,6 +394,11 @@ def _read_csv(f: IO[bytes], rows: _Rows, block_bytes: int) -> None:
             return
         position += _csv_block(block, header, line, position, rows)
         line += block.count(b"\n")
+
+
+# A CSV line that is one whole record: fields plain, or quoted whole ("" for a quote).
+_CSV_FIELD = r'(?:"(?:[^"\r\n]|"")*"|[^"\r\n,]*)'
+_ONE_LINE_RECORD = re.compile(rf"{_CSV_FIELD}(?:,{_CSV_FIELD})*\r?\n?")
 
 
 def _text(data: bytes) -> io.StringIO:

@@ -223,6 +223,11 @@ CSV_CASES = {
     "duplicate header": "kind,n,x,ok,ts,n\nA,1,1,true,1,2\n",
     "header only": "kind,n,x,ok,ts\n",
     "blank header": "\nkind,n,x,ok,ts\nA,1,1,true,1\n",
+    "quoted header": '"kind","n","x","ok",ts\nA,1,1,true,1\nB,2,2,false,2\n',
+    "header over two lines": '"kind","n\n","x",ok,ts\nA,1,1,true,1\nB,2,2,false,2\n',
+    "header with a lone carriage return": 'kind,n,"x\r",ok,ts\nA,1,1,true,1\n',
+    "header with a quote inside a field": 'kind,n",x,ok,ts\nA,1,1,true,1\n',
+    "quoted header field with a quote": '"kind","""n""",x,ok,ts\nA,1,1,true,1\n',
     "empty": "",
 }
 
