@@ -228,10 +228,7 @@ class _Lines:
 
 
 def _read_jsonl(f: IO[bytes], rows: _Rows, block_bytes: int) -> None:
-    import pyarrow.json as pj
-
-    options = pj.ParseOptions(explicit_schema=_json_schema(rows.schema),
-                              unexpected_field_behavior="ignore")
+    parser = _JsonParser(rows.schema)
     line, position, first = 1, 0, True
     for block in _blocks(f, block_bytes):
         if first:
@@ -241,8 +238,56 @@ def _read_jsonl(f: IO[bytes], rows: _Rows, block_bytes: int) -> None:
                                                 line), position)
                 return
             first = not start
-        position += _jsonl_block(block, line, position, rows, options)
+        position += _jsonl_block(block, line, position, rows, parser)
         line += block.count(b"\n")
+
+
+class _JsonParser:
+    """pyarrow.json with the stream's columns, trusted only where it agrees with orjson.
+
+    Records holding only the stream's fields are parsed strictly (another field is an
+    error): a NaN or Infinity, which pyarrow takes and orjson refuses, can then only land
+    in a float column, where the finite check sends its row to orjson. Once a block has
+    other fields, they are ignored, and a block must first be free of NaN and Infinity
+    literals and of nesting deeper than orjson takes."""
+
+    def __init__(self, schema: StreamSchema):
+        import pyarrow.json as pj
+
+        self.read_json = pj.read_json
+        columns = _json_schema(schema)
+        self.strict = pj.ParseOptions(explicit_schema=columns,
+                                      unexpected_field_behavior="error")
+        self.lenient = pj.ParseOptions(explicit_schema=columns,
+                                       unexpected_field_behavior="ignore")
+        self.other_fields = False
+
+    def parse(self, block: bytes, lines: _Lines) -> pa.Table | None:
+        """The block, one row per line, or None where it needs orjson."""
+        if not len(lines) or not (lines.opening == ord("{")).all():
+            return None  # not objects (and pyarrow 26 crashes on a line `null`)
+        if not block.isascii():
+            if b"\xef\xbb\xbf" in block:  # pyarrow skips a BOM
+                return None
+            try:
+                block.decode("utf-8")
+            except UnicodeDecodeError:
+                return None
+        table = None if self.other_fields else self._read(block, self.strict)
+        if table is None:
+            if b"NaN" in block or b"Inf" in block or (
+                    block.count(b"{") + block.count(b"[") - len(lines) >= _MAX_OPENINGS
+                    and _deepest(block, lines) >= _MAX_OPENINGS):
+                return None
+            table = self._read(block, self.lenient)
+            self.other_fields = self.other_fields or table is not None
+        return table if table is not None and table.num_rows == len(lines) else None
+
+    def _read(self, block: bytes, options) -> pa.Table | None:
+        try:
+            return self.read_json(pa.py_buffer(block), parse_options=options)
+        except (pa.ArrowException, ValueError, OverflowError):
+            return None
 
 
 def _json_schema(schema: StreamSchema) -> pa.Schema:
@@ -251,10 +296,10 @@ def _json_schema(schema: StreamSchema) -> pa.Schema:
 
 
 def _jsonl_block(block: bytes, first_line: int, first_position: int, rows: _Rows,
-                 options) -> int:
+                 parser: _JsonParser) -> int:
     """One block of JSON lines into `rows`; returns how many records it held."""
     lines = _Lines.of(block, lambda line: not line.strip())
-    table = _parse_json_block(block, lines, options)
+    table = parser.parse(block, lines)
     if table is None:
         return rows.add_records(_jsonl_records(io.BytesIO(block), rows.source, first_line,
                                                array=False), first_position)
@@ -281,30 +326,6 @@ def _jsonl_block(block: bytes, first_line: int, first_position: int, rows: _Rows
     rows.add(_with_seq(table, positions, rows.arrow_schema), positions, line_numbers,
              lambda i: lines.raw(block, i))
     return len(lines)
-
-
-def _parse_json_block(block: bytes, lines: _Lines, options) -> pa.Table | None:
-    """The block parsed by pyarrow, one row per line, or None where pyarrow could accept
-    what orjson refuses or the rows do not match the lines."""
-    import pyarrow.json as pj
-
-    if not len(lines) or b"NaN" in block or b"Inf" in block or b"\xef\xbb\xbf" in block:
-        return None
-    if not (lines.opening == ord("{")).all():  # pyarrow 26 crashes on a line `null`
-        return None
-    if not block.isascii():
-        try:
-            block.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    if block.count(b"{") + block.count(b"[") - len(lines) >= _MAX_OPENINGS and \
-            _deepest(block, lines) >= _MAX_OPENINGS:
-        return None
-    try:
-        table = pj.read_json(pa.py_buffer(block), parse_options=options)
-    except (pa.ArrowException, ValueError, OverflowError):
-        return None
-    return table if table.num_rows == len(lines) else None
 
 
 def _deepest(block: bytes, lines: _Lines) -> int:

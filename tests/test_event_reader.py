@@ -160,6 +160,19 @@ def test_bad_record_at_every_block_boundary(tmp_path):
     assert [d.position for d in dead] == [0, 7, 14, 21, 28]
 
 
+def test_fields_beyond_the_schema_from_some_block_on(tmp_path):
+    """Blocks of the stream's fields alone are parsed strictly; from the first block with
+    other fields on, those are ignored and NaN anywhere sends the block to orjson."""
+    clean = [GOOD[i % 2] | {"n": i} for i in range(12)]
+    lines = clean + [b'{"kind":"A","n":1,"x":NaN,"ok":true,"ts":1}'] + clean + [
+        GOOD[0] | {"extra": 1}] + clean + [
+        b'{"kind":"A","n":1,"x":1,"ok":true,"ts":1,"extra":NaN}'] + clean + [
+        b'{"kind":"A","n":1,"x":1,"ok":true,"ts":1,"extra":-Infinity}'] + clean
+    _, dead = assert_same(lines_file(tmp_path / "e.jsonl", lines), SCHEMA,
+                          blocks=(100, 600, 2000, 1 << 20))
+    assert [d.position for d in dead] == [12, 38, 51]
+
+
 def test_json_array_file(tmp_path):
     path = tmp_path / "e.json"
     path.write_bytes(b"\n \n  " + orjson.dumps(GOOD + [{"kind": "A"}, GOOD[0] | {"seq": 1}]))
