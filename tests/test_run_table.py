@@ -80,3 +80,39 @@ def test_jit_run_imports_no_pandas(tmp_path):
         capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_jit_run_reads_standard_input_like_the_reference(tmp_path, fmt):
+    import pyarrow.csv as pcsv
+    import pyarrow.json as pj
+    import pyarrow.parquet as pq
+
+    query = tmp_path / "q.cep"
+    query.write_text(RISE)
+    source = rejecting_file(tmp_path)
+    if fmt == "jsonl":
+        data = source.read_bytes()
+    else:
+        good = b"\n".join(line for line in source.read_bytes().splitlines()
+                          if b"cheap" not in line)
+        table = pj.read_json(pa_buffer(good))
+        path = tmp_path / f"e.{fmt}"
+        if fmt == "csv":
+            pcsv.write_csv(table, path)
+        else:
+            pq.write_table(table, path)
+        data = path.read_bytes()
+    outputs = {}
+    for engine in ("jit", "reference"):
+        result = cep("run", query, "--events", "-", "--format", fmt, "--engine", engine,
+                     stdin=data)
+        assert result.returncode == 0, result.stderr
+        outputs[engine] = result.stdout
+    assert outputs["jit"] == outputs["reference"] and outputs["jit"]
+
+
+def pa_buffer(data: bytes):
+    import pyarrow as pa
+
+    return pa.py_buffer(data)
