@@ -243,9 +243,8 @@ def run(
             if engine is Engine.reference:
                 simple, dead = read_events(events, stream_schema, fmt.value if fmt else None)
             else:
-                from cep_core.event_reader import read_table
-
-                simple, dead = read_table(events, stream_schema, fmt.value if fmt else None)
+                simple, dead = _read_table_importing_engines(
+                    events, stream_schema, fmt.value if fmt else None, queries)
             count = len(simple) if isinstance(simple, list) else simple.num_rows
         except InputError as e:
             raise CliError(str(e)) from None
@@ -286,6 +285,24 @@ def run(
                      markup=False, style="dim")
 
     _guard(body)
+
+
+def _read_table_importing_engines(events, schema, fmt: str | None, queries):
+    """`read_table` in a thread while this one imports numba and the queries' engines:
+    pyarrow parses without the GIL, so on a machine with cores to spare the imports cost
+    no wall-clock time."""
+    from concurrent.futures import ThreadPoolExecutor
+    from importlib import import_module
+
+    from cep_core.event_reader import read_table
+
+    modules = {"match": ["match"], "seq": ["seq", "seq_aip"], "window": ["window"]}
+    with ThreadPoolExecutor(1) as pool:
+        reading = pool.submit(read_table, events, schema, fmt)
+        for kind in sorted({q.query.kind for q in queries}):
+            for module in modules.get(kind, []):
+                import_module(f"cep_core.engine.{module}")
+        return reading.result()
 
 
 def _where(letter) -> str:
