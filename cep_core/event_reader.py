@@ -275,7 +275,7 @@ class _JsonParser:
                 return None
         table = None if self.other_fields else self._read(block, self.strict)
         if table is None:
-            if b"NaN" in block or b"Inf" in block or (
+            if b"NaN" in block or b"Inf" in block or _may_overflow(block) or (
                     block.count(b"{") + block.count(b"[") - len(lines) >= _MAX_OPENINGS
                     and _deepest(block, lines) >= _MAX_OPENINGS):
                 return None
@@ -326,6 +326,18 @@ def _jsonl_block(block: bytes, first_line: int, first_position: int, rows: _Rows
     rows.add(_with_seq(table, positions, rows.arrow_schema), positions, line_numbers,
              lambda i: lines.raw(block, i))
     return len(lines)
+
+
+# Each byte as what it is to a number: digit 1, exponent e, sign +, anything else 0.
+_NUMBER_SHAPE = bytes(b"1"[0] if 48 <= b <= 57 else b"e"[0] if b in b"eE" else
+                      b"+"[0] if b == b"+"[0] else b"0"[0] for b in range(256))
+
+
+def _may_overflow(block: bytes) -> bool:
+    """Whether a number in the block might be beyond a double (orjson refuses it; pyarrow
+    takes it in a field it ignores): 200 digits in a row, or an exponent of 100 or more."""
+    shape = block.translate(_NUMBER_SHAPE)
+    return b"1" * 200 in shape or b"e111" in shape or b"e+111" in shape
 
 
 def _deepest(block: bytes, lines: _Lines) -> int:

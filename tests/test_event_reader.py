@@ -116,6 +116,13 @@ ADVERSARIAL = {
                  b'{"kind":"A","n":1,"x":1,"ok":true,"ts":1,"extra":NaN}',
                  b'{"kind":"A","n":1,"x":1e400,"ok":true,"ts":1}',
                  GOOD[0] | {"kind": "NaN"}, GOOD[1]],
+    "numbers beyond a double": [
+        b'{"kind":"A","n":1,"x":1,"ok":true,"ts":1,"extra":9e308}',
+        b'{"kind":"A","n":1,"x":1,"ok":true,"ts":1,"extra":' + b"9" * 400 + b"}",
+        b'{"kind":"A","n":1,"x":' + b"9" * 400 + b',"ok":true,"ts":1}',
+        b'{"kind":"A","n":1,"x":1,"ok":true,"ts":1,"extra":-1' + b"0" * 250 + b".5E+99}",
+        b'{"kind":"A","n":1,"x":1,"ok":true,"ts":1,"extra":1e-400}', GOOD[1] | {"e": 1e300},
+        GOOD[0]],
     "unicode": [GOOD[0] | {"kind": "\u00e9"}, GOOD[1] | {"extra": "\u65e5\u672c \U0001f600"},
                 b'{"kind":"\\u0041","n":1,"x":1,"ok":true,"ts":1}',
                 b'{"kind":"A\\u0000","n":1,"x":1,"ok":true,"ts":1}',
