@@ -290,6 +290,23 @@ class _JsonParser:
             return None
 
 
+def json_messages_table(raws: list[bytes], schema: StreamSchema,
+                        positions: np.ndarray) -> pa.Table | None:
+    """Messages of one JSON object each (a Kafka batch) as a table, parsed as one block of
+    lines by pyarrow, or None where any message needs orjson and `decode_record` (a
+    newline or blank in a message, anything the block and row checks doubt)."""
+    block = b"\n".join(raws) + b"\n"
+    if block.count(b"\n") != len(raws):
+        return None
+    lines = _Lines.of(block, lambda line: not line.strip())
+    if len(lines) != len(raws):
+        return None
+    table = _JsonParser(schema).parse(block, lines)
+    if table is None or len(_doubtful_rows(table, schema)):
+        return None
+    return _with_seq(table, np.asarray(positions, dtype=np.int64), arrow_schema(schema))
+
+
 def _json_schema(schema: StreamSchema) -> pa.Schema:
     return pa.schema([("seq", pa.int64())] + [(name, ARROW_TYPES[kind])
                                               for name, kind in schema.attributes.items()])

@@ -339,3 +339,43 @@ def test_row_json_is_the_events_json(tmp_path):
     events, _ = read_events(path, SCHEMA)
     assert [row_json(table, i) for i in range(2)] == [orjson.dumps(e.to_json())
                                                        for e in events]
+
+
+# ------------------------------------------------------------------ Kafka batches
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(raws=st.lists(fragments | st.sampled_from([b'{"kind":"A",\n"n":1}', b"\xff"]),
+                     max_size=25))
+def test_kafka_batches_through_the_block_parser(monkeypatch, raws):
+    """json_batch parses big batches with this reader's parser: the same table and dead
+    letters as message by message."""
+    import numpy as np
+
+    from cep_core import json_batch
+
+    monkeypatch.setattr(json_batch, "COLUMNAR_FROM", 1)
+    positions = np.arange(100, 100 + len(raws), dtype=np.int64)
+    offsets = positions * 3
+    got = json_batch.decode_messages(raws, SCHEMA, positions, offsets=offsets, partition=2,
+                                     max_bytes=None)
+    want = json_batch._slow(raws, SCHEMA, positions, offsets, 2, "source", None)
+    assert got.table.to_pylist() == want.table.to_pylist()
+    assert got.table.schema == want.table.schema
+    assert got.rows.tolist() == want.rows.tolist() and got.dead == want.dead
+
+
+def test_a_big_clean_kafka_batch_takes_the_block_parser(monkeypatch):
+    import numpy as np
+
+    from cep_core import event_reader, json_batch
+
+    calls = []
+    parse = event_reader.json_messages_table
+    monkeypatch.setattr(event_reader, "json_messages_table",
+                        lambda *a: calls.append(parse(*a)) or calls[-1])
+    raws = [orjson.dumps(GOOD[i % 2] | {"n": i}) for i in range(json_batch.COLUMNAR_FROM)]
+    decoded = json_batch.decode_messages(raws, SCHEMA, np.arange(len(raws)))
+    assert calls and calls[0] is not None and decoded.table.equals(calls[0])
+    assert decoded.table.column("n").to_pylist() == list(range(len(raws)))
