@@ -6,11 +6,12 @@ values, the same dead letters: reason, line, position, raw) as one table with
 object per event:
 
 - JSON lines are cut into blocks of whole lines and parsed by `pyarrow.json` with the
-  stream's column types. A block the fast parser cannot vouch for as a whole (a parse
-  error, a record of another shape, text orjson would refuse: NaN, invalid UTF-8, a BOM,
-  deep nesting) is read again record by record by `event_io`'s reader, so every reason is
-  the one `cep run` always gave; rows the vectorised checks doubt (nulls, non-finite
-  floats, negative seqs, unknown types) are decoded one by one the same way.
+  stream's column types (`_JsonParser`). A block the fast parser cannot vouch for as a
+  whole (a parse error, a line that is not one object, text orjson would refuse: NaN,
+  numbers beyond a double, invalid UTF-8, a BOM, deep nesting) is read again record by
+  record by `event_io`'s reader, so every reason is the one `cep run` always gave; rows
+  the vectorised checks doubt (nulls, non-finite floats, negative seqs, unknown types)
+  are decoded one by one the same way.
 - CSV blocks are parsed by `pyarrow.csv` as text and coerced column by column where the
   text is in a form whose value cannot differ from `decode_record`'s (plain integers,
   plain decimals, `true`/`false`); other rows go through `decode_record`.
@@ -37,8 +38,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cep_core.batch import NUMPY_TYPES
 from cep_core.arrow_numpy import from_numpy, is_null, strings, to_numpy
+from cep_core.batch import NUMPY_TYPES
 from cep_core.errors import EventError
 from cep_core.event_io import (
     STDIN,
@@ -219,9 +220,9 @@ class _Lines:
     def __len__(self) -> int:
         return len(self.index)
 
-    def raw(self, block: bytes, i: int, strip: bool = True) -> bytes:
-        line = block[self.starts[i]:self.ends[i]]
-        return line.strip() if strip else line
+    def raw(self, block: bytes, i: int) -> bytes:
+        """Line i as `event_io` keeps a JSON record: stripped."""
+        return block[self.starts[i]:self.ends[i]].strip()
 
 
 # ------------------------------------------------------------------ JSON lines
