@@ -437,7 +437,8 @@ def _read_csv(f: IO[bytes], rows: _Rows, block_bytes: int) -> None:
     header = [h.strip() for h in next(csv.reader([text]))]
     line, position = 2, 0
     for block in _blocks(f, block_bytes):
-        if b'"' in block or block.count(b"\r") != block.count(b"\r\n"):
+        if (b'"' in block and not _simply_quoted(block)) or \
+                block.count(b"\r") != block.count(b"\r\n"):
             # A quoted field may span lines, a lone CR ends one: from here on, records
             # and lines are the csv module's to find.
             rows.add_records(_csv_records(_text(block + f.read()), rows.source, header, line),
@@ -445,6 +446,24 @@ def _read_csv(f: IO[bytes], rows: _Rows, block_bytes: int) -> None:
             return
         position += _csv_block(block, header, line, position, rows)
         line += block.count(b"\n")
+
+
+def _simply_quoted(block: bytes) -> bool:
+    """Whether every quote of a CSV block opens or closes a whole field holding no quote,
+    comma, CR or newline (`"AMZN"`, as pyarrow writes strings): read alike by the csv
+    module and pyarrow, one record per line."""
+    data = np.frombuffer(block, dtype=np.uint8)
+    quotes = np.flatnonzero(data == ord('"'))
+    if len(quotes) % 2:
+        return False
+    opens, closes = quotes[0::2], quotes[1::2]
+    before = np.where(opens > 0, data[np.maximum(opens - 1, 0)], ord("\n"))
+    after = np.where(closes + 1 < len(data), data[np.minimum(closes + 1, len(data) - 1)],
+                     ord("\n"))
+    if not (np.isin(before, list(b",\n")).all() and np.isin(after, list(b",\r\n")).all()):
+        return False
+    breaks = np.flatnonzero((data == ord(",")) | (data == ord("\n")) | (data == ord("\r")))
+    return bool((np.searchsorted(breaks, opens) == np.searchsorted(breaks, closes)).all())
 
 
 # A CSV line that is one whole record: fields plain, or quoted whole ("" for a quote).
@@ -508,7 +527,7 @@ def _parse_csv_block(block: bytes, header: list[str], lines: _Lines) -> pa.Table
         table = pcsv.read_csv(
             pa.py_buffer(block),
             read_options=pcsv.ReadOptions(column_names=names),
-            parse_options=pcsv.ParseOptions(quote_char=False, ignore_empty_lines=True),
+            parse_options=pcsv.ParseOptions(ignore_empty_lines=True),
             convert_options=pcsv.ConvertOptions(
                 column_types={n: pa.string() for n in names}, strings_can_be_null=False,
                 quoted_strings_can_be_null=False))

@@ -233,6 +233,11 @@ CSV_CASES = {
     "lone carriage returns": "kind,n,x,ok,ts\nA,1,1,true,1\rB,2,2,false,2\n",
     "field counts": "kind,n,x,ok,ts\nA,1,1,true,1,extra\nA,1\n \nA,1,1,true,2\n",
     "quotes": 'kind,n,x,ok,ts\n"A",1,1,true,1\n"A\nB",1,1,true,2\n"A,B",1,1,true,3\nB,1,1,true,4\n',
+    "simple quotes": ('"kind","n","x","ok","ts"\n"A",1,1,true,1\r\n"B","2","2.5","false",2\n'
+                      '"",1,1,true,3\n"A","","1","true",4\n"Z",1,1,true,5\n'),
+    "quotes that are not simple": ('kind,n,x,ok,ts\n"A",1,1,true,1\n"A""B",1,1,true,2\n'
+                                   'A"B,1,1,true,3\n"A"B,1,1,true,4\n"A" ,1,1,true,5\n'
+                                   '"A,B",1,1,true,6\n" A",1,1,true,7\nB,1,1,true,8\n'),
     "seq column": "seq,kind,n,x,ok,ts\n3,A,1,1,true,1\n,B,1,1,false,2\n2,A,1,1,true,3\n"
                   "-1,A,1,1,true,4\nx,A,1,1,true,5\n 9,A,1,1,true,6\n10,B,1,1,true,7\n",
     "extra and reordered columns": "ts,other,ok,x,n,kind\n1,zz,true,1,1,A\n2,,false,2,2,B\n",
