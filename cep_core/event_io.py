@@ -39,7 +39,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
 import orjson
 
@@ -278,8 +278,7 @@ def seq_not_increasing(seq: int, last_seq: int) -> str:
     return f"seq {seq} does not increase (previous seq {last_seq})"
 
 
-@dataclass(frozen=True)
-class DecodedEvent:
+class DecodedEvent(NamedTuple):
     """An event as `decode_records` yields it, with where it came from (record index, line,
     the record as read) for the seq check that follows."""
 

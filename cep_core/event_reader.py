@@ -62,6 +62,11 @@ BLOCK_BYTES = 4 << 20
 _WHITESPACE = np.zeros(256, dtype=bool)  # what bytes.strip() strips
 _WHITESPACE[list(b" \t\n\r\x0b\x0c")] = True
 _MAX_OPENINGS = 1000  # orjson refuses nesting deeper than 1024; pyarrow takes any depth
+# Lines: a refused block this small is read record by record (a parse costs ~150 us of
+# pyarrow's set-up, what ~40 records cost orjson and decode_record); the size under which
+# two refused halves mean bad records are dense.
+_SMALLEST_HALF = 256
+_DENSE_BELOW = 16384
 
 
 def read_table(path: str | Path, schema: StreamSchema, fmt: str | None = None, *,
@@ -262,6 +267,9 @@ class _JsonParser:
         self.lenient = pj.ParseOptions(explicit_schema=columns,
                                        unexpected_field_behavior="ignore")
         self.other_fields = False
+        self.dense = False  # the last refused block had bad records everywhere
+        self.threads = pj.ReadOptions(use_threads=True)
+        self.one_thread = pj.ReadOptions(use_threads=False)  # less set-up for small blocks
 
     def parse(self, block: bytes, lines: _Lines) -> pa.Table | None:
         """The block, one row per line, or None where it needs orjson."""
@@ -274,21 +282,26 @@ class _JsonParser:
                 block.decode("utf-8")
             except UnicodeDecodeError:
                 return None
-        table = None if self.other_fields else self._read(block, self.strict)
+        table, other_fields = (None, True) if self.other_fields else \
+            self._read(block, self.strict)
         if table is None:
-            if b"NaN" in block or b"Inf" in block or _may_overflow(block) or (
-                    block.count(b"{") + block.count(b"[") - len(lines) >= _MAX_OPENINGS
-                    and _deepest(block, lines) >= _MAX_OPENINGS):
+            if not other_fields or b"NaN" in block or b"Inf" in block or \
+                    _may_overflow(block) or (
+                        block.count(b"{") + block.count(b"[") - len(lines) >= _MAX_OPENINGS
+                        and _deepest(block, lines) >= _MAX_OPENINGS):
                 return None
-            table = self._read(block, self.lenient)
-            self.other_fields = self.other_fields or table is not None
+            table, _ = self._read(block, self.lenient)
+            self.other_fields = table is not None
         return table if table is not None and table.num_rows == len(lines) else None
 
-    def _read(self, block: bytes, options) -> pa.Table | None:
+    def _read(self, block: bytes, options) -> tuple[pa.Table | None, bool]:
+        """The table, or None and whether a field beyond the stream's was the reason."""
+        threads = self.threads if len(block) > 1 << 20 else self.one_thread
         try:
-            return self.read_json(pa.py_buffer(block), parse_options=options)
-        except (pa.ArrowException, ValueError, OverflowError):
-            return None
+            return self.read_json(pa.py_buffer(block), parse_options=options,
+                                  read_options=threads), False
+        except (pa.ArrowException, ValueError, OverflowError) as e:
+            return None, "unexpected field" in str(e)
 
 
 def json_messages_table(raws: list[bytes], schema: StreamSchema,
@@ -299,7 +312,7 @@ def json_messages_table(raws: list[bytes], schema: StreamSchema,
     block = b"\n".join(raws) + b"\n"
     if block.count(b"\n") != len(raws):
         return None
-    lines = _Lines.of(block, lambda line: not line.strip())
+    lines = _Lines.of(block, _blank)
     if len(lines) != len(raws):
         return None
     table = _JsonParser(schema).parse(block, lines)
@@ -316,11 +329,54 @@ def _json_schema(schema: StreamSchema) -> pa.Schema:
 def _jsonl_block(block: bytes, first_line: int, first_position: int, rows: _Rows,
                  parser: _JsonParser) -> int:
     """One block of JSON lines into `rows`; returns how many records it held."""
-    lines = _Lines.of(block, lambda line: not line.strip())
+    lines = _Lines.of(block, _blank)
     table = parser.parse(block, lines)
-    if table is None:
+    if table is None and parser.dense:  # as the block before: not worth halving
         return rows.add_records(_jsonl_records(io.BytesIO(block), rows.source, first_line,
                                                array=False), first_position)
+    if table is None:
+        return _refused_block(block, lines, first_line, first_position, rows, parser)
+    parser.dense = False
+    return _parsed_block(block, lines, table, first_line, first_position, rows)
+
+
+def _blank(line: bytes) -> bool:
+    return not line.strip()
+
+
+def _refused_block(block: bytes, lines: _Lines, first_line: int, first_position: int,
+                   rows: _Rows, parser: _JsonParser) -> int:
+    """A block the parser refused, halved at a line and each half parsed again, so that a
+    bad record costs its neighbourhood, not its block. A half refused again is halved in
+    turn; record by record when it is small, or when both halves were refused while their
+    block was under _DENSE_BELOW lines (bad records everywhere: halving would not pay)."""
+    if len(lines) <= _SMALLEST_HALF:
+        return rows.add_records(_jsonl_records(io.BytesIO(block), rows.source, first_line,
+                                               array=False), first_position)
+    cut = int(lines.starts[len(lines) // 2])
+    halves = []
+    line, position = first_line, first_position
+    for part in (block[:cut], block[cut:]):
+        part_lines = _Lines.of(part, _blank)
+        halves.append((part, part_lines, parser.parse(part, part_lines), line, position))
+        line, position = line + part.count(b"\n"), position + len(part_lines)
+    dense = len(lines) < _DENSE_BELOW and all(half[2] is None for half in halves)
+    parser.dense = parser.dense or dense
+    for part, part_lines, table, line, position in halves:
+        if table is not None:
+            _parsed_block(part, part_lines, table, line, position, rows)
+        elif dense:
+            rows.add_records(_jsonl_records(io.BytesIO(part), rows.source, line, array=False),
+                             position)
+        else:
+            _refused_block(part, part_lines, line, position, rows, parser)
+    return len(lines)
+
+
+def _parsed_block(block: bytes, lines: _Lines, table: pa.Table, first_line: int,
+                  first_position: int, rows: _Rows) -> int:
+    """A block pyarrow parsed: its rows, the doubtful ones decoded by orjson and
+    `decode_record`."""
     positions = np.arange(first_position, first_position + len(lines), dtype=np.int64)
     line_numbers = lines.index + first_line
     doubtful = _doubtful_rows(table, rows.schema)

@@ -180,6 +180,28 @@ def test_fields_beyond_the_schema_from_some_block_on(tmp_path):
     assert [d.position for d in dead] == [12, 38, 51]
 
 
+@pytest.mark.parametrize("smallest,dense", [(256, 8192), (4, 16), (2, 0)])
+def test_bad_records_scattered_through_big_blocks(tmp_path, monkeypatch, smallest, dense):
+    """A refused block is halved down to a few lines: every bad record still gets its
+    reason, line and position, and the seq check still sees every row."""
+    import random
+
+    from cep_core import event_reader
+
+    monkeypatch.setattr(event_reader, "_SMALLEST_HALF", smallest)
+    monkeypatch.setattr(event_reader, "_DENSE_BELOW", dense)
+
+    bad = [line for lines in ADVERSARIAL.values() for line in lines] + [
+        b for b, _ in BAD_CASES if isinstance(b, bytes)]
+    rng = random.Random(7)
+    lines = [GOOD[i % 2] | {"n": i} for i in range(3000)]
+    for at in rng.sample(range(3000), 60):
+        lines[at] = rng.choice(bad)
+    path = lines_file(tmp_path / "e.jsonl", lines)
+    events, dead = assert_same(path, SCHEMA, blocks=(1 << 20, 20_000, 3_000))
+    assert len(events) > 2900 and len(dead) >= 20
+
+
 def test_json_array_file(tmp_path):
     path = tmp_path / "e.json"
     path.write_bytes(b"\n \n  " + orjson.dumps(GOOD + [{"kind": "A"}, GOOD[0] | {"seq": 1}]))
