@@ -185,11 +185,14 @@ class Splitter:
         self.control = self.settings.consumer()
         self.control.assign([TopicPartition(self.topics.control, 0, -2)])
         self._drain_control(initial=True)
-        if self._schema() is None:
+        if self._schema() is None:  # up: changes get their outcome, as soon as it starts
             log("waiting_for_stream", stream=self.topics.stream, control=self.topics.control)
+            self.status_writer.presence(self.producer, "up", waiting_for_stream=True)
         while self._schema() is None and not (stopping is not None and stopping.is_set()):
             self._drain_control(initial=True)
         if self._schema() is None:
+            self.status_writer.presence(self.producer, "down")
+            self.producer.flush(10)
             self.control.close()
             return False
         self.setup_schema()
