@@ -5,8 +5,9 @@ machine has plus the control topic's streams), written to the control topic, and
 unless `--no-wait`, followed on the stream's status topic until the splitter refused it
 (exit 1, with its reason) or applied it and the coordinator saw it in every keyed
 partition (exit 0); nothing within `--timeout` exits 2. With no pipeline of that stream
-up, the change waits on the control topic for one to start (exit 0). `list` shows what is
-live per service that is up, from the status topic.
+up, the change waits on the control topic for one to start (exit 0). `list` reads the
+status topic: one JSON line per live query (stream) with the services that are up and
+hold it; `--json`, one object with each service's live set (workers: per partition).
 """
 
 from __future__ import annotations
@@ -239,19 +240,17 @@ def _list(settings, status_topic: str, kind: str, as_json: bool) -> None:
         print(orjson.dumps({"status_topic": status_topic, "services": list(view.values())},
                            option=orjson.OPT_NON_STR_KEYS).decode())
         return
-    if not view:
-        print(f"no service is up according to {status_topic}")
     field = "queries" if kind == "query" else "streams"
+    merged: dict[str, dict] = {}
     for entry in view.values():
-        parts = [(None, entry["live"])] if entry["live"] is not None else []
-        parts += sorted(entry["partitions"].items())
-        shown = "; ".join((f"partition {p}: " if p is not None else "") + _names(live, field)
-                          for p, live in parts) or "nothing reported yet"
-        print(f"{entry['service']} ({entry['role']}): {shown}")
-
-
-def _names(live: dict | None, field: str) -> str:
-    items = (live or {}).get(field) or {}
-    if field == "streams":
-        return ", ".join(f"{n} v{v}" for n, v in items.items()) or "(built-in streams only)"
-    return ", ".join(sorted(items, key=items.get)) or "(none)"
+        lives = [entry["live"]] if entry["live"] is not None else []
+        lives += [live for _, live in sorted(entry["partitions"].items())]
+        for live in lives:
+            for name, value in ((live or {}).get(field) or {}).items():
+                item = merged.setdefault(name, {"name": name, "index" if kind == "query"
+                                                else "version": value, "services": []})
+                if entry["service"] not in item["services"]:
+                    item["services"].append(entry["service"])
+    order = "index" if kind == "query" else "name"
+    for item in sorted(merged.values(), key=lambda i: i[order]):
+        print(orjson.dumps(item).decode())

@@ -395,6 +395,11 @@ class Splitter:
                     change.op == "remove" and self.schema is not None:
                 raise ControlMessageError(f"stream {change.name!r} is read by this running "
                                           "pipeline: stop it before removing the stream")
+            if change.kind == STREAM and change.name == self.topics.stream and \
+                    self.reorder is not None and self.schema is not None:
+                raise ControlMessageError(f"stream {change.name!r}: this pipeline reorders "
+                                          "late events, and cannot change its schema while "
+                                          "it runs")
             entry = self.queries.apply(change)
         except OtherStream:
             return
