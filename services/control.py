@@ -125,6 +125,8 @@ class StatusReader:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
         self.consumer = settings.consumer()
+        metadata = self.consumer.list_topics(topic, timeout=10).topics.get(topic)
+        self.exists = metadata is not None and metadata.error is None
         self.consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         self.tp = TopicPartition(topic, 0)
         self.records: list[dict] = []
@@ -148,10 +150,11 @@ class StatusReader:
     def read_existing(self, timeout_s: float = 10) -> list[dict]:
         """Every record there now (up to the fetch high-watermark)."""
         deadline = time.monotonic() + timeout_s
-        while True:
+        while self.exists:
             got = self.poll(0.1)
             if (not got and self.caught_up()) or time.monotonic() > deadline:
-                return self.records
+                break
+        return self.records
 
     def close(self) -> None:
         self.consumer.close()

@@ -92,6 +92,7 @@ def register(app: typer.Typer, guard, cli_error) -> None:
 def _change(cli_error, kind, op, target, only, stream, bootstrap, control, topic_prefix,
             kafka_config, wait, timeout, no_check, as_json) -> None:
     from cep_core.control_message import ControlMessageError
+    from cep_core.errors import QueryError, QueryErrors
     from services.control import control_records, publish
     from services.kafka import Topics, ensure_topics
 
@@ -107,7 +108,7 @@ def _change(cli_error, kind, op, target, only, stream, bootstrap, control, topic
     try:
         changes = (_query_changes if kind == "query" else _stream_changes)(
             op, target, only, records, no_check, cli_error)
-    except ControlMessageError as e:
+    except (ControlMessageError, QueryError, QueryErrors) as e:  # QueryError: --no-check
         raise cli_error(str(e)) from None
     ensure_topics(settings, {control_topic: 1}, compacted=(control_topic,))
     sent = []
