@@ -9,12 +9,14 @@ frame at that seq.
 Status records (JSON, on `cep.<stream>.status`), besides `query_live` and `end_of_input`:
 
     {"event": "change", "service", "role", "key", "offset", "kind", "op", "name",
-     "outcome": "applied" | "refused", "reason", "at", "partition", "live"}
+     "outcome": "applied" | "refused", "reason", "at", "partition", "live", "starting"}
     {"event": "service", "service", "role", "state": "up" | "down", "live", "partitions"}
 
 `key`/`offset` name the control record; `live` is the service's live set after it
 (`{"queries": {name: index}, "streams": {name: version}}`); workers report per keyed
-`partition`, and `partitions` (presence) maps each assigned partition to its live set.
+`partition`, and `partitions` (presence) maps each assigned partition to its live set;
+`starting`: the splitter applied the change while starting (it reaches the workers and the
+coordinator in its start-up `set` frame).
 """
 
 from __future__ import annotations

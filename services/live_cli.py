@@ -220,10 +220,11 @@ def _report(message, found: dict) -> int:
     if splitter["outcome"] == "refused":
         print(f"{what} refused by {splitter['service']}:\n{splitter['reason']}")
         return 1
-    workers = sorted({w["service"] for w in found["workers"]})
+    workers = ", ".join(sorted({w["service"] for w in found["workers"]})) or \
+        ("those of the splitter's start-up set" if splitter.get("starting") else "-")
     latency = coordinator.get("latency_ms")
     print(f"{what} applied from seq {splitter['at']}: splitter {splitter['service']}, "
-          f"workers {', '.join(workers) or '-'}, coordinator {coordinator['service']} (all "
+          f"workers {workers}, coordinator {coordinator['service']} (all "
           f"{coordinator.get('partitions')} partitions"
           + (f", {latency} ms after the control message)" if latency is not None else ")"))
     return 0

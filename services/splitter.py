@@ -417,7 +417,7 @@ class Splitter:
         named = change_of(key, offset, change)
         log("change_applied", **named, at=self.last_seq + 1)
         self.status_writer.outcome(self.producer, named, "applied", at=self.last_seq + 1,
-                                   live=self.queries.summary())
+                                   live=self.queries.summary(), starting=not announce)
         if change.kind == STREAM and self.schema is not None:
             self.setup_schema()  # decode with the new version from the next seq on
         if not announce:

@@ -159,3 +159,34 @@ def test_one_time_unit_table():
             2 * 10**9 // nanos
     with pytest.raises(ValueError, match=r"finer than the stream's time unit \(s\)"):
         ast.Duration(1500, "ms").in_time_units("s")
+
+
+def test_status_records_say_what_is_live_per_service_and_when_a_change_settled():
+    from services.control import outcomes_of, services_up, settled
+
+    change = {"key": "query/wide", "offset": 7}
+    live = {"queries": {"wide": 0}, "streams": {}}
+    records = [
+        {"event": "service", "state": "up", "service": "s1", "role": "splitter", "live": {}},
+        {"event": "service", "state": "up", "service": "w1", "role": "worker",
+         "partitions": {"0": {}, "1": {}}},
+        {"event": "service", "state": "up", "service": "w2", "role": "worker",
+         "partitions": {"1": {}}},  # took partition 1 over from w1
+        {"event": "change", **change, "outcome": "applied", "service": "s1",
+         "role": "splitter", "at": 5, "live": live},
+        {"event": "change", **change, "outcome": "applied", "service": "w1", "role": "worker",
+         "partition": 0, "live": live},
+    ]
+    assert settled(outcomes_of(records, change)) is None  # the coordinator has not seen it
+    view = services_up(records)
+    assert view["s1"]["live"] == live
+    assert view["w1"]["partitions"] == {0: live} and view["w2"]["partitions"] == {1: {}}
+    records.append({"event": "change", **change, "outcome": "applied", "service": "c1",
+                    "role": "coordinator", "partitions": 2})
+    assert settled(outcomes_of(records, change)) == "applied"
+    assert settled(outcomes_of(records, {**change, "offset": 8})) is None
+    records.append({"event": "change", "key": "query/x", "offset": 9, "outcome": "refused",
+                    "service": "s1", "role": "splitter", "reason": "<query x>:1:2: error"})
+    assert settled(outcomes_of(records, {"key": "query/x", "offset": 9})) == "refused"
+    records.append({"event": "service", "state": "down", "service": "w1", "role": "worker"})
+    assert set(services_up(records)) == {"s1", "w2", "c1"}  # c1 reported: up

@@ -145,3 +145,26 @@ def test_stream_registered_at_run_time_end_to_end(broker, tmp_path):
     expected = reference.run(queries, events)
     assert expected
     assert [orjson.loads(m.value()) for m in read_all(broker, output)] == expected
+
+
+def test_no_outcome_in_time_exits_2_and_no_pipeline_exits_0(broker, tmp_path):
+    run = uuid.uuid4().hex[:8]
+    topics = Topics("trades", source=f"src.trades.{run}", prefix=f"t{run}")
+    query = write(tmp_path / "q.cep", UPS.format(name="ups", stream="trades", output="ups_x"))
+    queued = cep(broker, topics, "query", "add", query)  # no status topic: nobody is up
+    assert queued.returncode == 0, queued.stdout + queued.stderr
+    assert "no 'trades' pipeline is up; the change waits on" in queued.stdout
+
+    create_topics(broker, topics, 1)  # a splitter that says it is up, and never answers
+    from services.control import StatusWriter
+    producer = broker.producer()
+    StatusWriter(topics.status, "splitter").presence(producer, "up")
+    producer.flush(30)
+    update = subprocess.run([sys.executable, "-m", "services.cli", "query", "update", query,
+                             "--timeout", "1"], env={**os.environ,
+                            "KAFKA_BOOTSTRAP": broker.bootstrap,
+                            "CEP_TOPIC_PREFIX": topics.prefix}, cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert update.returncode == 2, update.stdout + update.stderr
+    assert "query ups: no outcome from the splitter and the coordinator of 'trades' after 1 s" \
+        in update.stdout
