@@ -1,7 +1,8 @@
 """`cep query` and `cep stream`: change what is live in the running pipelines, and see it.
 
 A change is checked here first (by cep_core/control_message.py, against the schemas this
-machine has plus the control topic's streams), written to the control topic, and then,
+machine has plus the control topic's streams, and refused as a splitter would refuse it on
+the live set the topic gives), written to the control topic, and then,
 unless `--no-wait`, followed on the stream's status topic until the splitter refused it
 (exit 1, with its reason) or applied it and the coordinator saw it in every keyed
 partition (exit 0); nothing within `--timeout` exits 2. With no pipeline of that stream
@@ -139,7 +140,10 @@ def _query_changes(op, target, only, records, no_check, cli_error) -> list:
     view = replayed(records)  # every stream's queries, as the topic gives them
     if op is Op.remove:
         live = view.live.get(target)
-        return [(ControlMessage("remove", target), _key_for("query", target, records),
+        message = ControlMessage("remove", target)
+        if not no_check:
+            view.apply(message)
+        return [(message, _key_for("query", target, records),
                  live.checked.schema.stream if live is not None else None)]
     path = Path(target)
     if not path.is_file():
@@ -148,10 +152,16 @@ def _query_changes(op, target, only, records, no_check, cli_error) -> list:
     for query_name, text in split_query_file(path.read_text(), str(path)):
         if only is not None and query_name != only:
             continue
-        stream_of = parse(text, str(path)).queries[0].stream if no_check else \
-            check_query(query_name, text, view.registry).schema.stream
-        out.append((ControlMessage(op.value, query_name, text),
-                    _key_for("query", query_name, records), stream_of))
+        message = ControlMessage(op.value, query_name, text)
+        if no_check:
+            stream_of = parse(text, str(path)).queries[0].stream
+        else:  # the splitter's refusals, on the topic's live set: a refused record would
+            # replace the one it was meant to change on the compacted topic
+            message = ControlMessage(op.value, query_name, text,
+                                     check_query(query_name, text, view.registry))
+            view.apply(message)
+            stream_of = message.checked.schema.stream
+        out.append((message, _key_for("query", query_name, records), stream_of))
     if not out:
         raise cli_error(f"{path}: no query {only!r}" if only else f"{path}: no queries")
     return out

@@ -72,7 +72,10 @@ def test_query_applied_everywhere_or_refused_with_its_location(broker, tmp_path)
         assert "all 4 partitions" in added.stdout
         assert any(e["name"] == "ups" for e in pipeline.coordinator.lived)
 
-        again = cep(broker, topics, "query", "add", good)  # refused by the splitter
+        again = cep(broker, topics, "query", "add", good)  # refused here: not published
+        assert again.returncode == 1 and "query 'ups' is live already (use update)" in \
+            again.stderr
+        again = cep(broker, topics, "query", "add", good, "--no-check")  # by the splitter
         assert again.returncode == 1
         assert "query 'ups' is live already (use update)" in again.stdout
 
