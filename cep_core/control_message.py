@@ -14,7 +14,7 @@ grammar, and engines compile from the checked AST.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache, cache
 
 import orjson
@@ -330,7 +330,7 @@ class LiveStream:
     name: str
     text: str
     version: int
-    schema: StreamSchema | None = field(default=None)  # None once removed
+    schema: StreamSchema | None = None  # None once removed
 
     def to_json(self) -> dict:
         return {"kind": STREAM, "name": self.name, "text": self.text,
