@@ -16,7 +16,10 @@ from pathlib import Path
 import orjson
 
 ATTRIBUTE_TYPES = ("int", "float", "string", "bool", "timestamp")
-TIME_UNITS = ("ms", "s", "us", "ns", "ticks")
+# The one table of stream time units: nanoseconds per unit. "ticks" have no wall-clock
+# length (a duration in ms is taken as that many ticks where one must be converted).
+NANOS_PER_UNIT = {"ms": 1_000_000, "s": 1_000_000_000, "us": 1_000, "ns": 1}
+TIME_UNITS = (*NANOS_PER_UNIT, "ticks")
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
 # Files in schemas/ that describe messages, not event streams.
 NOT_STREAMS = ("composite_event", "control_message")
@@ -24,6 +27,11 @@ NOT_STREAMS = ("composite_event", "control_message")
 
 class SchemaError(ValueError):
     pass
+
+
+def units_per_ms(time_unit: str) -> float:
+    """How many of a stream's time units make a millisecond (ticks: one)."""
+    return NANOS_PER_UNIT["ms"] / NANOS_PER_UNIT.get(time_unit, NANOS_PER_UNIT["ms"])
 
 
 @dataclass(frozen=True)

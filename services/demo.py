@@ -265,9 +265,9 @@ def compare_outputs(expected: dict[str, list[dict]], received, index: dict[str, 
 
 def _verify(queries, lines: list[bytes], received, settings) -> list[str]:
     from cep_core import reference
-    from services.control import check_query_text
+    from cep_core.control_message import check_query
 
-    checked = [check_query_text(name, text) for name, text in queries]
+    checked = [check_query(name, text) for name, text in queries]
     for i, q in enumerate(checked):
         q.index = i
     with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as f:

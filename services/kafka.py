@@ -18,6 +18,12 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+# Bounds on what a client holds in memory (backpressure instead of growth): the consumer
+# prefetches at most this much per partition, the producer queues at most this much.
+BOUNDED_CONSUMER = {"queued.max.messages.kbytes": 32 * 1024, "queued.min.messages": 1000}
+BOUNDED_PRODUCER = {"queue.buffering.max.kbytes": 64 * 1024,
+                    "queue.buffering.max.messages": 100000}
+
 
 @dataclass
 class Topics:
