@@ -6,6 +6,9 @@ indexing, iterating, `to_dicts()`, `==`), and writes them without building them:
 `write(out)` picks JSON lines, Parquet or an Arrow IPC file by the suffix of `out`;
 `to_arrow()` is every composite in one Arrow table (columns in docs/semantics.md, "Composite
 events as Arrow, Parquet"). `read_table` gives back the exact dicts from such a table.
+
+pyarrow is imported only where it is used: `cep run` with the reference engine and JSON lines
+out (`Composites.from_dicts`) does without it.
 """
 
 from __future__ import annotations
@@ -14,13 +17,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import orjson
-import pyarrow as pa
 
-from cep_core import composite_json
-from cep_core.composite_batch import ColumnBatch, CompositeBatch, RowBatch
-from cep_core.composite_order import order as output_order
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from cep_core.composite_batch import CompositeBatch
 
 # Columns every composite may have, in the order they come in a composite's JSON object.
 STANDARD = ("query", "key", "seq", "start_seq", "events", "window_start", "window_end",
@@ -35,20 +40,34 @@ class Composites(Sequence):
         output order (e.g. the reference interpreter's list)."""
         self.batches = [b for b in batches if len(b)]
         self.query_index = query_index
-        self._order = np.arange(len(self), dtype=np.int64) if ordered else None
         self._dicts: list[dict] | None = None
+        self._order = np.arange(len(self), dtype=np.int64) if ordered else None
 
     @classmethod
     def from_dicts(cls, rows: list[dict]) -> Composites:
-        """Composite dicts already in output order."""
-        return cls([RowBatch(rows)], {}, ordered=True)
+        """Composite dicts already in output order (no batches, no pyarrow)."""
+        composites = cls([], {}, ordered=True)
+        composites._dicts = rows
+        composites._order = np.arange(len(rows), dtype=np.int64)
+        return composites
+
+    def _batches(self) -> list[CompositeBatch]:
+        if self._dicts is not None and not self.batches:
+            from cep_core.composite_batch import RowBatch
+
+            return [RowBatch(self._dicts)] if self._dicts else []
+        return self.batches
 
     def __len__(self) -> int:
+        if self._dicts is not None:
+            return len(self._dicts)
         return sum(len(b) for b in self.batches)
 
     def order(self) -> np.ndarray:
         """Output position -> index into the batches' composites, concatenated."""
         if self._order is None:
+            from cep_core.composite_order import order as output_order
+
             self._order = output_order(self.batches, self.query_index)
         return self._order
 
@@ -78,9 +97,14 @@ class Composites(Sequence):
 
     def json_lines(self) -> pa.Array:
         """Every composite's JSON line (with its newline), in output order."""
-        if not self.batches:
+        import pyarrow as pa
+
+        from cep_core import composite_json
+
+        batches = self._batches()
+        if not batches:
             return pa.array([], composite_json.TEXT)
-        texts = pa.concat_arrays([composite_json.lines(b) for b in self.batches])
+        texts = pa.concat_arrays([composite_json.lines(b) for b in batches])
         if self._order is not None and _is_identity(self._order):
             return texts
         return texts.take(pa.array(self.order()))
@@ -88,6 +112,12 @@ class Composites(Sequence):
     def write_jsonl(self, out=None) -> int:
         """JSON lines to `out` (a path, a binary stream, or None / "-" for stdout),
         byte for byte what orjson gives for each composite dict. Returns the count."""
+        if self._dicts is not None and not self.batches:  # dicts already: orjson each
+            from cep_core.event_io import write_jsonl
+
+            return write_jsonl(self._dicts, out)
+        from cep_core import composite_json
+
         texts = self.json_lines()
         if out is None or str(out) == "-":
             composite_json.write([texts], sys.stdout.buffer)
@@ -105,7 +135,9 @@ class Composites(Sequence):
     def to_arrow(self) -> pa.Table:
         """One table, rows in output order: the STANDARD columns that occur, then every
         query's EMIT/SELECT fields (null in other queries' rows)."""
-        tables = [pa.Table.from_batches([_arrow(b)]) for b in self.batches]
+        import pyarrow as pa
+
+        tables = [pa.Table.from_batches([_arrow(b)]) for b in self._batches()]
         if not tables:
             return pa.table({"query": pa.array([], pa.string()),
                              "key": pa.array([], pa.string()),
@@ -119,7 +151,7 @@ class Composites(Sequence):
 
     def _query_meta(self) -> dict:
         meta: dict[str, dict] = {}
-        for b in self.batches:
+        for b in self._batches():
             for query, names, kleene in _shapes(b):
                 entry = meta.setdefault(query, {"columns": [], "kleene": []})
                 entry["columns"] = list(dict.fromkeys(entry["columns"] + names))
@@ -135,6 +167,8 @@ class Composites(Sequence):
 
             pq.write_table(self.to_arrow(), out)
         elif suffix == ".arrow":
+            import pyarrow as pa
+
             table = self.to_arrow()
             with pa.ipc.new_file(str(out), table.schema) as writer:
                 writer.write_table(table)
@@ -148,6 +182,8 @@ def _is_identity(order: np.ndarray) -> bool:
 
 
 def _arrow(batch: CompositeBatch) -> pa.RecordBatch:
+    from cep_core.composite_batch import ColumnBatch
+
     if isinstance(batch, ColumnBatch):
         return batch.to_arrow()
     return _rows_arrow(batch.to_dicts())
@@ -156,6 +192,8 @@ def _arrow(batch: CompositeBatch) -> pa.RecordBatch:
 def _rows_arrow(rows: list[dict]) -> pa.RecordBatch:
     """Dicts -> the columns ColumnBatch.to_arrow gives (key as JSON, events as a list of
     {variable, seq, attributes...})."""
+    import pyarrow as pa
+
     names = list(dict.fromkeys(name for row in rows for name in row))
     arrays = []
     for name in names:
@@ -179,6 +217,8 @@ def _flat_events(events: dict) -> list[dict]:
 def _shapes(batch: CompositeBatch):
     """(query, column names in JSON order without timed_out, Kleene variables) of the
     batch's composites."""
+    from cep_core.composite_batch import ColumnBatch
+
     if isinstance(batch, ColumnBatch):
         names = ["query", "key", "seq", "start_seq"]
         kleene = []
@@ -235,5 +275,7 @@ def read(path: str | Path) -> list[dict]:
         import pyarrow.parquet as pq
 
         return read_table(pq.read_table(path))
+    import pyarrow as pa
+
     with pa.memory_map(str(path)) as source:
         return read_table(pa.ipc.open_file(source).read_all())
