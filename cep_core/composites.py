@@ -138,15 +138,16 @@ class Composites(Sequence):
         import pyarrow as pa
 
         tables = [pa.Table.from_batches([_arrow(b)]) for b in self._batches()]
-        if not tables:
-            return pa.table({"query": pa.array([], pa.string()),
-                             "key": pa.array([], pa.string()),
-                             "seq": pa.array([], pa.int64()),
-                             "start_seq": pa.array([], pa.int64())})
-        table = pa.concat_tables(tables, promote_options="permissive")
-        names = [n for n in STANDARD if n in table.column_names]
-        names += [n for n in table.column_names if n not in STANDARD]
-        table = table.select(names).take(pa.array(self.order()))
+        if tables:
+            table = pa.concat_tables(tables, promote_options="permissive")
+            names = [n for n in STANDARD if n in table.column_names]
+            names += [n for n in table.column_names if n not in STANDARD]
+            table = table.select(names).take(pa.array(self.order()))
+        else:
+            table = pa.table({"query": pa.array([], pa.string()),
+                              "key": pa.array([], pa.string()),
+                              "seq": pa.array([], pa.int64()),
+                              "start_seq": pa.array([], pa.int64())})
         return table.replace_schema_metadata({METADATA: orjson.dumps(self._query_meta())})
 
     def _query_meta(self) -> dict:
