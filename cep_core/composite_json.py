@@ -139,11 +139,15 @@ def _events(events: BoundEvents, decoder: Decoder) -> pa.Array:
     n_el = len(events.seq)
     order = events.element_order()
     var = np.asarray(events.var, np.int64)[order]
-    parts: list = [_const("{" + _name("seq")), _ints(np.asarray(events.seq)[order])]
+    # Each distinct event's text once (as dicts() shares one dict per event), then taken.
+    seqs, first, inverse = np.unique(np.asarray(events.seq)[order], return_index=True,
+                                     return_inverse=True)
+    rows = order[first]
+    parts: list = [_const("{" + _name("seq")), _ints(seqs)]
     for name, (kind, column) in events.attrs.items():
-        parts += [_const("," + _name(name)), _values(decoder, kind, np.asarray(column)[order])]
+        parts += [_const("," + _name(name)), _values(decoder, kind, np.asarray(column)[rows])]
     parts.append(_const("}"))
-    elements = _join(parts, n_el)
+    elements = _join(parts, len(seqs)).take(pa.array(inverse.reshape(-1), pa.int64()))
     owner = events.owner()
     kleene = np.asarray(events.var_kleene + [False], np.bool_)[var]
     group = owner * max(len(events.var_names), 1) + var

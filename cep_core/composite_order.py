@@ -24,12 +24,11 @@ def order(batches: list[CompositeBatch], query_index: dict[str, int]) -> np.ndar
     if not _ties(seq[first], index[first]):
         return first
     constituents = [_constituents(b) for b in batches]
-    width = max(c.shape[1] for c in constituents)
-    low = min(int(c.min()) for c in constituents if c.size)
-    pad = low - 1 if low > np.iinfo(np.int64).min else None
-    if pad is None:  # seqs reach int64's minimum: no smaller value can mark "no more seqs"
+    width = max(m.shape[1] for m, _ in constituents)
+    low = min((int(m[_present(m, n)].min()) for m, n in constituents if n.any()), default=0)
+    if low == np.iinfo(np.int64).min:  # no smaller value can mark "no more seqs"
         return _python_order(batches, query_index)
-    matrix = np.concatenate([_padded(c, width, pad) for c in constituents])
+    matrix = np.concatenate([_padded(m, n, width, low - 1) for m, n in constituents])
     window_end = np.concatenate([_window_ends(b) for b in batches])
     key_rank = _key_ranks(batches)
     columns = [key_rank, window_end] + [matrix[:, j] for j in range(width - 1, -1, -1)]
@@ -58,32 +57,37 @@ def _window_ends(batch: CompositeBatch) -> np.ndarray:
     return np.array([row.get("window_end", 0) for row in batch.to_dicts()], np.int64)
 
 
-def _constituents(batch: CompositeBatch) -> np.ndarray:
-    """An (n, width) matrix of each composite's constituent seqs, rows padded with the
-    int64 minimum (replaced by a value below every seq before sorting)."""
+def _constituents(batch: CompositeBatch) -> tuple[np.ndarray, np.ndarray]:
+    """(matrix, lengths): row m holds the `lengths[m]` constituent seqs of composite m
+    (the rest of the row is 0)."""
     if isinstance(batch, ColumnBatch):
         if batch.events is None:
-            return np.asarray(batch.start_seq, np.int64).reshape(-1, 1)
+            return (np.asarray(batch.start_seq, np.int64).reshape(-1, 1),
+                    np.ones(len(batch), np.int64))
         events = batch.events
-        n = len(batch)
-        width = int(events.count.max()) if n else 0
+        counts = np.asarray(events.count, np.int64)
+        matrix = np.zeros((len(batch), int(counts.max())), np.int64)
         owner = events.owner()
-        seqs = np.asarray(events.seq, np.int64)[events.element_order()]
-        place = np.arange(len(owner)) - np.repeat(events.start, events.count)
-        matrix = np.full((n, width), np.iinfo(np.int64).min, np.int64)
-        matrix[owner, place] = seqs
-        return matrix
+        place = np.arange(len(owner)) - np.repeat(events.start, counts)
+        matrix[owner, place] = np.asarray(events.seq, np.int64)[events.element_order()]
+        return matrix, counts
     lists = [constituent_seqs(row) for row in batch.to_dicts()]
-    width = max(map(len, lists))
-    matrix = np.full((len(lists), width), np.iinfo(np.int64).min, np.int64)
+    lengths = np.array([len(seqs) for seqs in lists], np.int64)
+    matrix = np.zeros((len(lists), int(lengths.max())), np.int64)
     for m, seqs in enumerate(lists):
         matrix[m, :len(seqs)] = seqs
-    return matrix
+    return matrix, lengths
 
 
-def _padded(matrix: np.ndarray, width: int, pad: int) -> np.ndarray:
+def _present(matrix: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    return np.arange(matrix.shape[1]) < lengths[:, None]
+
+
+def _padded(matrix: np.ndarray, lengths: np.ndarray, width: int, pad: int) -> np.ndarray:
+    """The matrix `width` wide, every place past a row's length set to `pad`, below every
+    seq: a list that is a prefix of another sorts first, as Python compares lists."""
     out = np.full((matrix.shape[0], width), pad, np.int64)
-    out[:, :matrix.shape[1]] = np.where(matrix == np.iinfo(np.int64).min, pad, matrix)
+    out[:, :matrix.shape[1]] = np.where(_present(matrix, lengths), matrix, pad)
     return out
 
 
