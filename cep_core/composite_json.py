@@ -117,10 +117,15 @@ def _field(decoder: Decoder, f: Field, n: int) -> pa.Array:
         values = _values(decoder, f.kind, f.values)
         listed = pa.LargeListArray.from_arrays(pa.array(f.offsets, pa.int64()), values)
         return _bracketed(listed, "[", "]")
-    text = _values(decoder, f.kind, f.values)
-    if f.nulls is not None and np.any(f.nulls):
-        text = pc.if_else(pa.array(np.asarray(f.nulls, np.bool_)), _const("null"), text)
-    return text
+    if f.nulls is None or not np.any(f.nulls):
+        return _values(decoder, f.kind, f.values)
+    nulls = np.asarray(f.nulls, np.bool_)
+    values = f.values
+    if f.kind == "string":  # a NULL's code is whatever the kernel left there
+        if not decoder.strings:  # no string at all: every value is NULL
+            return pa.array(["null"] * n, TEXT)
+        values = np.where(nulls, 0, values)
+    return pc.if_else(pa.array(nulls), _const("null"), _values(decoder, f.kind, values))
 
 
 def _bracketed(listed: pa.Array, opening: str, closing: str) -> pa.Array:

@@ -203,6 +203,9 @@ def test_values_are_orjsons_text(tmp_path):
         Field("f", "float", np.array(floats)),
         Field("nullable", "float", np.array(floats), np.array([i % 3 == 0 for i in range(n)])),
         Field("s", "string", np.array([i % len(STRINGS) for i in range(n)])),
+        # a NULL string's code is whatever the kernel left (here -1)
+        Field("ns", "string", np.array([-1 if i % 2 else i % len(STRINGS)
+                                        for i in range(n)]), np.array([i % 2 for i in range(n)])),
         Field("b", "bool", np.array([i % 2 for i in range(n)], np.int8)),
         Field("i", "int", np.array([rng.randint(-2 ** 63, 2 ** 63 - 1) for _ in range(n)])),
         Field("list", "float", np.array(floats[:6]),
