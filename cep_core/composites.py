@@ -252,9 +252,8 @@ def read_table(table: pa.Table) -> list[dict]:
             elif name == "events":
                 value = _grouped_events(value, set(query["kleene"]))
             composite[name] = value
-            if name in ("start_seq", "events") and timed_out and \
-                    (name == "events" or "events" not in names):
-                composite["timed_out"] = True
+        if timed_out:  # after events, in place of the EMIT fields
+            composite["timed_out"] = True
         out.append(composite)
     return out
 
