@@ -403,6 +403,11 @@ def _write_lines(objects: Iterable[dict], f: IO[bytes]) -> int:
 
 def write_composites_jsonl(composites: Iterable[dict],
                            out: str | Path | IO[bytes] | None = None) -> int:
+    """Composite events as JSON lines; `cep_core.composites.Composites` are written from
+    their columns (the same bytes)."""
+    write_columns = getattr(composites, "write_jsonl", None)
+    if write_columns is not None:
+        return write_columns(out)
     return write_jsonl(composites, out)
 
 

@@ -16,13 +16,16 @@ import os
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from cep_core.home import HomeError
 from services.cli_help import PlainHelpGroup
+
+if TYPE_CHECKING:
+    from cep_core.composites import Composites
 
 app = typer.Typer(
     name="cep",
@@ -202,7 +205,8 @@ def run(
     Engine.reference,
     out: Annotated[Path | None, typer.Option(
         "--out", "--output", "-o", metavar="FILE", show_default=False,
-        help="Where composite events go, as JSON lines (default: standard output).")] = None,
+        help="Where composite events go: FILE.parquet (Parquet), FILE.arrow (Arrow IPC "
+        "file), any other name JSON lines (default: standard output, JSON lines).")] = None,
     dead_letters: Annotated[Path | None, typer.Option(
         "--dead-letters", metavar="FILE", help="Write bad events here as JSON lines "
         "(default: a summary on stderr).")] = None,
@@ -210,7 +214,8 @@ def run(
         help="jit engine: where SEQ queries run (auto: costly ones on a real GPU; gpu: every "
         "query the GPU engine supports; see docs/gpu.md; default: the CPU engines).")] = None,
 ) -> None:
-    """Run the queries of a file over a file of events; composite events as JSON lines.
+    """Run the queries of a file over a file of events; composite events as JSON lines
+    (or Parquet / Arrow by the suffix of --out).
 
     Exits 1 when no valid event could be read (dead letters are still written)."""
 
@@ -220,7 +225,6 @@ def run(
             STDIN_SOURCE,
             InputError,
             read_events,
-            write_composites_jsonl,
             write_dead_letters_jsonl,
         )
 
@@ -269,7 +273,7 @@ def run(
         dead.extend(rejected)
 
         try:
-            write_composites_jsonl(composites, out)
+            composites.write(out)
         except OSError as e:
             raise CliError(f"{e.filename or out}: {e.strerror or e}") from None
         write_dead_letters()
@@ -317,9 +321,10 @@ def _engine_summary(engine: Engine, events: int, composites: int, run_s: float,
 
 def run_queries(queries, events, engine: Engine = Engine.reference,
                 placement: Placement | None = None,
-                timings: dict | None = None) -> tuple[list[dict], list]:
-    """Composite events of the queries over the events, in deterministic order, with the
-    events the engines rejected (time going backwards, late for a window) as DeadLetters.
+                timings: dict | None = None) -> tuple[Composites, list]:
+    """Composite events of the queries over the events, in deterministic order (as
+    `cep_core.composites.Composites`: columns, dicts only when asked for), with the events
+    the engines rejected (time going backwards, late for a window) as DeadLetters.
 
     jit engine: `timings` (when given) gets `setup_s` (numba and engine imports, code
     generation), `compile_s` (numba compiling kernels or loading them from its cache while
@@ -332,7 +337,9 @@ def run_queries(queries, events, engine: Engine = Engine.reference,
     if engine is Engine.reference:
         from cep_core import reference
 
-        composites = reference.run(queries, events, rejected=rejected)
+        from cep_core.composites import Composites
+
+        composites = Composites.from_dicts(reference.run(queries, events, rejected=rejected))
         rejected = [(q, event, reason) for q, event, reason in rejected]
     else:
         started = time.perf_counter()
