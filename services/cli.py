@@ -23,6 +23,7 @@ from rich.console import Console
 
 from cep_core.home import HomeError
 from services.cli_help import PlainHelpGroup
+from services.extras import MissingExtra
 
 app = typer.Typer(
     name="cep",
@@ -87,8 +88,8 @@ class InputFormat(StrEnum):
 SchemaOption = Annotated[
     list[Path] | None,
     typer.Option("--schema", "-s", metavar="FILE|DIR",
-                 help="A schema file, or a directory of <stream>.json files (repeatable); "
-                 "schemas/ is always searched last."),
+                 help="A schema file, or a directory of <stream>.json files (repeatable; "
+                 "before those of $CEP_SCHEMA_PATH; the built-in schemas come last)."),
 ]
 
 
@@ -99,8 +100,11 @@ def _error(message: str) -> None:
 def _registry(schemas: list[Path] | None):
     from cep_core.schema import SchemaError, SchemaRegistry
 
-    registry = SchemaRegistry()
-    for path in schemas or []:
+    try:
+        registry = SchemaRegistry()
+    except SchemaError as e:
+        raise CliError(str(e)) from None
+    for path in reversed(schemas or []):  # add_path puts each in front: the first wins
         if not path.exists():
             raise CliError(f"schema {path}: no such file or directory", 2)
         try:
@@ -137,7 +141,7 @@ def _guard(body) -> None:
         raise typer.Exit(e.code) from None
     except (typer.Exit, typer.Abort, KeyboardInterrupt):
         raise
-    except HomeError as e:  # a folder the product writes could not be made: say which
+    except (HomeError, MissingExtra) as e:  # a folder that could not be made; an extra
         _error(f"error: {e}")
         raise typer.Exit(1) from None
     except Exception as e:  # an internal error: still no traceback unless asked for
@@ -367,10 +371,22 @@ def run_queries(queries, events, engine: Engine = Engine.reference,
 
 # ------------------------------------------------------------------ cep schemas
 
+schemas_app = typer.Typer(help="List the known streams (no subcommand), or import a JSON "
+                          "Schema.", no_args_is_help=False)
+app.add_typer(schemas_app, name="schemas")
 
-@app.command()
-def schemas(schema: SchemaOption = None) -> None:
-    """List the known streams and their attributes."""
+
+@schemas_app.callback(invoke_without_command=True)
+def schemas(
+    ctx: typer.Context,
+    schema: SchemaOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per stream (its "
+                                          "schema and `origin`: the file it came from).")]
+    = False,
+) -> None:
+    """List the known streams and their attributes, and where each schema came from."""
+    if ctx.invoked_subcommand is not None:
+        return
 
     def body():
         from rich.table import Table
@@ -379,7 +395,7 @@ def schemas(schema: SchemaOption = None) -> None:
 
         registry = _registry(schema)
         table = Table(title="Streams")
-        for column in ("stream", "attributes", "time", "type attribute"):
+        for column in ("stream", "attributes", "time", "type attribute", "from"):
             table.add_column(column)
         for name in registry.names():
             try:
@@ -389,11 +405,76 @@ def schemas(schema: SchemaOption = None) -> None:
                 continue
             if s is None:
                 continue
+            if as_json:
+                _print_json({**s.to_dict(), "origin": registry.origin(name)})
+                continue
             attrs = ", ".join(f"{a}: {t}" for a, t in s.attributes.items())
             typed = "-" if s.type_attribute is None else s.type_attribute + (
                 f" ({', '.join(s.types)})" if s.types else "")
-            table.add_row(s.stream, attrs, f"{s.time} ({s.time_unit})", typed)
-        stdout.print(table)
+            table.add_row(s.stream, attrs, f"{s.time} ({s.time_unit})", typed,
+                          _shown_origin(registry.origin(name)))
+        if not as_json:
+            stdout.print(table)
+
+    _guard(body)
+
+
+def _shown_origin(origin: str | None) -> str:
+    from cep_core.schema import SCHEMA_DIR
+
+    if origin and Path(origin).parent == SCHEMA_DIR:
+        return "built-in"
+    return origin or "-"
+
+
+@schemas_app.command("import")
+def schemas_import(
+    file: Annotated[Path, typer.Argument(help="A JSON Schema (draft 2020-12) of one event.")],
+    out: Annotated[Path | None, typer.Option(
+        "--out", "--output", "-o", metavar="FILE",
+        help="Where the stream schema goes (default: standard output).")] = None,
+    stream: Annotated[str | None, typer.Option(metavar="NAME", help="The stream's name "
+                                               "(default: the JSON Schema's title).")] = None,
+    time_attribute: Annotated[str | None, typer.Option(
+        "--time", metavar="PROPERTY", help="The event-time property (default: the one "
+        "date-time property).")] = None,
+    time_unit: Annotated[str, typer.Option(help="Unit of integer times: ms, s, us, ns or "
+                                           "ticks.")] = "ms",
+    type_attribute: Annotated[str | None, typer.Option(
+        metavar="PROPERTY", help="The string property holding the event type.")] = None,
+    skip_optional: Annotated[bool, typer.Option(
+        "--skip-optional", help="Leave out properties that are not required (else an "
+        "error: a stream attribute is in every event).")] = False,
+) -> None:
+    """Turn the JSON Schema of an event into a stream schema (flat typed properties)."""
+
+    def body():
+        import orjson
+
+        from cep_core.schema_import import SchemaImportError, stream_schema_from_json_schema
+
+        try:
+            document = orjson.loads(file.read_bytes())
+        except OSError as e:
+            raise CliError(f"{file}: {e.strerror or e}", 2) from None
+        except orjson.JSONDecodeError as e:
+            raise CliError(f"{file}: not valid JSON: {e}") from None
+        try:
+            made = stream_schema_from_json_schema(document, stream, time_attribute, time_unit,
+                                                  type_attribute, skip_optional)
+        except SchemaImportError as e:
+            raise CliError(f"{file}: {e}") from None
+        text = orjson.dumps(made.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n"
+        if out is None:
+            print(text, end="")
+            return
+        try:
+            out.write_text(text)
+        except OSError as e:
+            raise CliError(f"{out}: {e.strerror or e}") from None
+        stderr.print(f"stream {made.stream} ({len(made.attributes)} attributes, time "
+                     f"{made.time}) in {out}; use it: --schema {out} or CEP_SCHEMA_PATH",
+                     markup=False, style="dim")
 
     _guard(body)
 
@@ -599,6 +680,9 @@ def bench_backfill(
     `cep run --engine jit` in one process: events/s of both and their ratio."""
 
     def body():
+        from services.extras import require
+
+        require("pyspark", "spark", "cep bench backfill")
         from services.backfill_bench import bench_backfill as run_bench
 
         result = run_bench(count, master=master, seed=seed, partitions=partitions,
@@ -643,6 +727,9 @@ def backfill(
     """Run the queries over history with Spark; composite events as Parquet."""
 
     def body():
+        from services.extras import require
+
+        require("pyspark", "spark", "cep backfill")
         from cep_core.event_io import InputError
         from services.backfill import run_backfill, spark_session
 
