@@ -23,7 +23,7 @@ from rich.console import Console
 
 from cep_core.home import HomeError
 from services.cli_help import PlainHelpGroup
-from services.extras import MissingExtra
+from services.errors import CleanError
 
 app = typer.Typer(
     name="cep",
@@ -141,7 +141,7 @@ def _guard(body) -> None:
         raise typer.Exit(e.code) from None
     except (typer.Exit, typer.Abort, KeyboardInterrupt):
         raise
-    except (HomeError, MissingExtra) as e:  # a folder that could not be made; an extra
+    except (HomeError, CleanError) as e:  # a folder not made, an extra, the broker
         _error(f"error: {e}")
         raise typer.Exit(1) from None
     except Exception as e:  # an internal error: still no traceback unless asked for

@@ -164,11 +164,16 @@ class QuerySet:
         return {q.route for q in self.live.values()}
 
 
-def publish(settings, topic: str, message: ControlMessage) -> None:
-    """Write a control message (key = query name) and wait for the broker's ack."""
-    producer = settings.producer()
-    producer.produce(topic, message.to_json(), key=message.name.encode())
-    producer.flush(10)
+def publish(settings, topic: str, message: ControlMessage, timeout_s: float = 10) -> None:
+    """Write a control message (key = query name) and wait for the broker's ack;
+    services.kafka.DeliveryFailed when it did not come."""
+    from services.kafka import Deliveries, flush_all
+
+    deliveries = Deliveries()
+    producer = settings.producer(**{"message.timeout.ms": int(timeout_s * 1000)})
+    producer.produce(topic, message.to_json(), key=message.name.encode(),
+                     on_delivery=deliveries)
+    flush_all(producer, timeout_s + 5, deliveries, f"control message {message.name!r}")
 
 
 def split_query_file(text: str, path: str = "<queries>") -> list[tuple[str, str]]:

@@ -41,7 +41,14 @@ from services import frames
 from services.checkpoint import PIPELINE_HEADER, read_latest, written_since
 from services.control import INFINITE, horizon
 from services.frames import Frame
-from services.kafka import KafkaSettings, Topics, consume_batch, ensure_topics, produce
+from services.kafka import (
+    Deliveries,
+    KafkaSettings,
+    Topics,
+    consume_batch,
+    ensure_topics,
+    produce,
+)
 from services.metrics import Metrics
 from services.serve import log, profiled
 
@@ -236,6 +243,7 @@ class Coordinator:
         self.delivered: dict[str, int] = {}  # output topic -> offset of its last record
         self.scanned: set[str] = set()  # outputs whose released position is known
         self.saved = None  # offsets of the last checkpoint
+        self.deliveries = Deliveries(also=self._delivered)
 
     def _delivered(self, err, message) -> None:
         if err is None and message.topic() in self.scanned:
@@ -285,6 +293,9 @@ class Coordinator:
         if self.offsets == self.saved:
             return
         producer.flush(30)
+        if self.deliveries.failed is not None:  # stop before the checkpoint skips them
+            log("delivery_failed", level="error", error=self.deliveries.failed)
+            self.deliveries.check()
         state = {"offsets": self.offsets, "merger": self.merger.state(),
                  "delivered": self.delivered, "reported_ends": self.reported_ends}
         produce(producer, self.topics.state, orjson.dumps(state), key=STATE_KEY)
@@ -296,7 +307,7 @@ class Coordinator:
     def run(self, stopping) -> None:
         from services.worker import BOUNDED_CONSUMER, BOUNDED_PRODUCER
 
-        producer = self.settings.producer(on_delivery=self._delivered, **BOUNDED_PRODUCER)
+        producer = self.settings.producer(on_delivery=self.deliveries, **BOUNDED_PRODUCER)
         self.restore()
         consumer = self.settings.consumer(self.topics.group("coordinator"), **BOUNDED_CONSUMER)
         consumer.assign([TopicPartition(self.topics.matches, p, self.offsets[p])

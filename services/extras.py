@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import importlib
 
-
-class MissingExtra(ImportError):
-    pass
+from services.errors import MissingExtra
 
 
 def require(module: str, extra: str, feature: str):

@@ -36,7 +36,7 @@ from services import frames
 from services.checkpoint import read_latest
 from services.control import QuerySet
 from services.frames import Frame
-from services.kafka import KafkaSettings, Topics, consume_batch, produce
+from services.kafka import Deliveries, KafkaSettings, Topics, consume_batch, produce
 from services.metrics import Metrics
 from services.serve import log, profiled
 
@@ -175,9 +175,12 @@ class Worker:
             os.environ.get("CEP_CHECKPOINT_BATCHES", 100))
         self.batches_since = 0
         self.last_checkpoint = time.monotonic()
+        self.deliveries = Deliveries()
 
     def run(self, stopping) -> None:
-        self.producer = self.settings.producer(**BOUNDED_PRODUCER)
+        # a match frame or snapshot that failed to reach the broker stops the worker before
+        # its checkpoint commits past it: the restart runs again from the last checkpoint
+        self.producer = self.settings.producer(on_delivery=self.deliveries, **BOUNDED_PRODUCER)
         self.consumer = self.settings.consumer(self.topics.group("workers"),
                                                **BOUNDED_CONSUMER)
         self.consumer.subscribe([self.topics.keyed], on_assign=self._on_assign,
@@ -210,6 +213,11 @@ class Worker:
             self.consumer.close()  # revokes: snapshots and commits
             self.producer.flush(30)
             log("worker_stopped")
+
+    def _check_deliveries(self) -> None:
+        if self.deliveries.failed is not None:
+            log("delivery_failed", level="error", error=self.deliveries.failed)
+            self.deliveries.check()
 
     def _backpressure(self, stopping) -> None:
         """While the output queue is over its bound, stop fetching (pause every assigned
@@ -255,6 +263,7 @@ class Worker:
         if not changed:
             return
         self.producer.flush(30)
+        self._check_deliveries()
         for state in changed:
             self.metrics.strings_dropped.inc(state.compact_strings())
             produce(self.producer, self.topics.state, state.snapshot(),
@@ -262,6 +271,7 @@ class Worker:
         if self.producer.flush(30):
             log("checkpoint_not_flushed", level="warning")
             return
+        self._check_deliveries()
         for state in changed:
             state.saved_offset = state.offset
         try:
@@ -283,6 +293,7 @@ class Worker:
             tp.offset = state.offset
             self.parts[tp.partition] = state
         consumer.assign(partitions)
+        self.metrics.readiness.joined = True
         self.metrics.partitions.set(len(self.parts))
         log("partitions_assigned", partitions=[tp.partition for tp in partitions],
             offsets=[tp.offset for tp in partitions],
