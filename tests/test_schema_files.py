@@ -8,11 +8,14 @@ import os
 import subprocess
 import sys
 
+from pathlib import Path
+
 import pytest
 
 from cep_core.schema import SCHEMA_DIR, SchemaError, SchemaRegistry, StreamSchema
 from cep_core.schema_import import SchemaImportError, stream_schema_from_json_schema
 
+ROOT = Path(__file__).resolve().parent.parent
 ORDERS = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "orders",
@@ -155,3 +158,15 @@ def test_cli_import_names_what_cannot_map(tmp_path):
     result = _cep("schemas", "import", str(source))
     assert result.returncode == 1
     assert "who: a nested object" in result.stderr
+
+
+def test_check_json_reports_each_file(tmp_path):
+    bad = tmp_path / "bad.cep"
+    bad.write_text("QUERY q FROM nowhere INTO x\nPATTERN ( a )\nDEFINE a AS v > 1;\n")
+    result = _cep("check", "--json", "examples/finance.cep", str(bad), cwd=ROOT)
+    assert result.returncode == 1
+    good, failed = map(json.loads, result.stdout.splitlines())
+    assert good == {"file": "examples/finance.cep", "ok": True, "queries": [
+        {"name": "mshape", "stream": "trades", "into": "double_tops"},
+        {"name": "activity", "stream": "trades", "into": "trade_stats"}]}
+    assert failed["ok"] is False and "nowhere" in failed["error"]
