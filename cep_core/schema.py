@@ -86,14 +86,17 @@ def env_schema_paths() -> list[Path]:
 
 
 class SchemaRegistry:
-    """Looks streams up by name: explicitly added schemas first, then the search directories.
+    """Looks streams up by name: explicitly added schemas first, then the search path
+    (`directories`: folders of `<stream>.json` files, and single schema files), in order.
 
     Without `directories`: the paths of CEP_SCHEMA_PATH, then the built-in SCHEMA_DIR.
-    `origin(stream)` says where a stream's schema came from."""
+    `add_path` puts a file or folder in front. `origin(stream)` says where a stream's
+    schema came from."""
 
     def __init__(self, directories: list[Path] | None = None):
         self._schemas: dict[str, StreamSchema] = {}
         self._origins: dict[str, str] = {}
+        self._files: dict[Path, StreamSchema] = {}  # schema files on the search path
         if directories is not None:
             self.directories = list(directories)
             return
@@ -108,17 +111,22 @@ class SchemaRegistry:
         self._origins[schema.stream] = origin
 
     def add_path(self, path: str | Path) -> None:
-        """A schema file, or a directory searched for `<stream>.json`."""
+        """A schema file, or a directory searched for `<stream>.json`, in front of the
+        search path (a file is read now, so a bad one is an error here)."""
         path = Path(path)
-        if path.is_dir():
-            self.directories.insert(0, path)
-        else:
-            self.add(load_schema_file(path), str(path))
+        if not path.is_dir():
+            self._files[path] = load_schema_file(path)
+        self.directories.insert(0, path)
 
     def get(self, stream: str) -> StreamSchema | None:
         if stream not in self._schemas:
-            for directory in self.directories:
-                candidate = directory / f"{stream}.json"
+            for entry in self.directories:
+                if entry in self._files:
+                    if self._files[entry].stream == stream:
+                        self.add(self._files[entry], str(entry))
+                        break
+                    continue
+                candidate = entry / f"{stream}.json"
                 if candidate.is_file():
                     schema = load_schema_file(candidate)
                     if schema.stream != stream:
@@ -135,7 +143,10 @@ class SchemaRegistry:
 
     def names(self) -> list[str]:
         found = set(self._schemas)
-        for directory in self.directories:
-            found.update(p.stem for p in directory.glob("*.json")
-                         if p.stem not in NOT_STREAMS)
+        for entry in self.directories:
+            if entry in self._files:
+                found.add(self._files[entry].stream)
+            else:
+                found.update(p.stem for p in entry.glob("*.json")
+                             if p.stem not in NOT_STREAMS)
         return sorted(found)

@@ -62,6 +62,22 @@ def test_schema_path_variable_adds_files_and_directories(tmp_path, monkeypatch):
     assert "orders" in registry.names() and "abc" in registry.names()
 
 
+def test_options_come_before_the_variable(tmp_path, monkeypatch):
+    def trades(where, price):
+        where.mkdir(exist_ok=True)
+        path = where / "trades.json"
+        path.write_text(json.dumps({"stream": "trades", "attributes": {
+            "price": price, "t": "int"}, "time": "t"}))
+        return path
+
+    from_env = trades(tmp_path / "env", "float")
+    monkeypatch.setenv("CEP_SCHEMA_PATH", str(from_env))  # a file on the variable
+    registry = SchemaRegistry()
+    registry.add_path(trades(tmp_path / "option", "string").parent)  # a folder by option
+    assert registry.get("trades").attributes["price"] == "string"
+    assert registry.origin("trades") == str(tmp_path / "option" / "trades.json")
+
+
 def test_schema_path_variable_naming_nothing_is_an_error(tmp_path, monkeypatch):
     monkeypatch.setenv("CEP_SCHEMA_PATH", str(tmp_path / "missing"))
     with pytest.raises(SchemaError, match="CEP_SCHEMA_PATH.*missing"):
