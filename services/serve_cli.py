@@ -49,19 +49,19 @@ SchemaPaths = Annotated[list[Path] | None, typer.Option(
 
 def export_schema_paths(paths: list[Path] | None, cli_error) -> None:
     """Put --schema paths in front of CEP_SCHEMA_PATH, so every registry this process (and
-    any process it starts) makes finds them."""
+    any process it starts) makes finds them; a bad path or schema file is a clean error
+    here rather than in a service later."""
     import os
 
     from cep_core.schema import SCHEMA_PATH_ENV, SchemaError, SchemaRegistry
 
-    if not paths:
-        return
-    for path in paths:
+    for path in paths or []:
         if not path.exists():
             raise cli_error(f"schema {path}: no such file or directory", 2)
-    os.environ[SCHEMA_PATH_ENV] = os.pathsep.join(
-        [str(p.resolve()) for p in paths] + [p for p in os.environ.get(SCHEMA_PATH_ENV, "")
-                                             .split(os.pathsep) if p])
+    if paths:
+        os.environ[SCHEMA_PATH_ENV] = os.pathsep.join(
+            [str(p.resolve()) for p in paths] + [p for p in os.environ.get(SCHEMA_PATH_ENV, "")
+                                                 .split(os.pathsep) if p])
     try:
         SchemaRegistry()  # a bad schema file: say so now, not in a service later
     except SchemaError as e:

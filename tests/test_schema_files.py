@@ -186,3 +186,13 @@ def test_check_json_reports_each_file(tmp_path):
         {"name": "mshape", "stream": "trades", "into": "double_tops"},
         {"name": "activity", "stream": "trades", "into": "trade_stats"}]}
     assert failed["ok"] is False and "nowhere" in failed["error"]
+
+
+def test_serve_and_query_refuse_missing_schema_paths(tmp_path):
+    missing = tmp_path / "missing"
+    served = _cep("serve", "worker", "--bootstrap", "127.0.0.1:1",
+                  env={"CEP_SCHEMA_PATH": str(missing)})
+    assert served.returncode == 1
+    assert f"CEP_SCHEMA_PATH: {missing}: no such file or directory" in served.stderr
+    added = _cep("query", "add", "examples/finance.cep", "--schema", str(missing), cwd=ROOT)
+    assert added.returncode == 2 and f"schema {missing}" in added.stderr
