@@ -45,7 +45,7 @@ import orjson
 
 from cep_core.errors import EventError
 from cep_core.events import Event
-from cep_core.schema import StreamSchema
+from cep_core.schema import NANOS_PER_UNIT, StreamSchema
 
 JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
 FORMATS = {**{s: "jsonl" for s in JSON_SUFFIXES}, ".csv": "csv", ".parquet": "parquet"}
@@ -54,7 +54,6 @@ FORMAT_NAMES = ("jsonl", "csv", "parquet")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _INT_TEXT = re.compile(r"[+-]?[0-9]+")
-_UNITS_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 
 
 @dataclass(frozen=True)
@@ -194,14 +193,14 @@ def _iso_to_units(name: str, value: str, time_unit: str) -> int:
 
 
 def _datetime_to_units(name: str, when: datetime, time_unit: str) -> int:
-    if time_unit not in _UNITS_PER_SECOND:
+    if time_unit not in NANOS_PER_UNIT:
         raise EventError(f"attribute '{name}': a stream timed in {time_unit} takes integer "
                          "times, not dates")
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     delta = when - _EPOCH  # exact integer arithmetic, no float rounding
     micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-    per_second = _UNITS_PER_SECOND[time_unit]
+    per_second = NANOS_PER_UNIT["s"] // NANOS_PER_UNIT[time_unit]
     return _in_int64(name, micros * per_second // 1_000_000)
 
 
@@ -442,6 +441,11 @@ def _write_lines(objects: Iterable[dict], f: IO[bytes]) -> int:
 
 def write_composites_jsonl(composites: Iterable[dict],
                            out: str | Path | IO[bytes] | None = None) -> int:
+    """Composite events as JSON lines; `cep_core.composites.Composites` are written from
+    their columns (the same bytes)."""
+    write_columns = getattr(composites, "write_jsonl", None)
+    if write_columns is not None:
+        return write_columns(out)
     return write_jsonl(composites, out)
 
 
