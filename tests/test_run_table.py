@@ -69,9 +69,9 @@ def test_cep_run_writes_the_same_for_both_engines(tmp_path):
         (str(events), 3), ("query up", 2), ("query up", 5)]
 
 
-def test_reading_and_running_on_a_table_import_no_pandas(tmp_path):
-    """pyarrow's own numpy conversions import pandas (0.1-0.2 s): reading a file and
-    running the jit engines on it go without them."""
+def test_reading_running_and_writing_json_lines_import_no_pandas(tmp_path):
+    """pyarrow's own numpy conversions import pandas (0.1-0.2 s): reading a file, running
+    the jit engines on it and writing the composites as JSON lines go without them."""
     query = tmp_path / "q.cep"
     query.write_text(RISE)
     events = rejecting_file(tmp_path)
@@ -84,6 +84,7 @@ queries = load_queries({str(query)!r})
 table, dead = read_table({str(events)!r}, queries[0].schema)
 composites, rejected = run_queries(queries, table, Engine.jit)
 assert len(dead) == 1 and len(rejected) == 2, (dead, rejected)
+assert composites.write({str(tmp_path / "out.jsonl")!r}) == len(composites) > 0
 print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas'))
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
