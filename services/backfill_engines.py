@@ -3,7 +3,9 @@
 A task receives every event of its keys in seq order (Arrow batches from `mapInArrow`),
 feeds them batch by batch to one `StreamEngines` (one engine per query, per-key state
 inside), flushes at the end of the partition (the end of the input is event time +infinity,
-as in `cep run`) and yields its composite events and rejected events as Arrow rows.
+as in `cep run`) and yields its composite events and rejected events as Arrow rows. The
+composite rows are built from the engines' CompositeBatch columns (`body` by
+`composite_json.lines`), not from a dict per composite event.
 """
 
 from __future__ import annotations
@@ -13,8 +15,12 @@ import os
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from cep_core import composite_json
+from cep_core.arrow_numpy import from_numpy
 from cep_core.checker import CheckedQuery
+from cep_core.composite_batch import ColumnBatch
 
 RESULT_SCHEMA = ("kind string, query string, query_index int, key string, seq long, "
                  "start_seq long, reason string, body string")
@@ -42,21 +48,19 @@ class PartitionRunner:
         index = {q.name: q.index for q in self.queries}
         seen_rejected = 0
         for batch in batches:
-            table = pa.Table.from_batches([batch])
-            if table.num_rows == 0:
+            if batch.num_rows == 0:
                 continue
-            composites = engines.process(encoder.from_arrow(table))
+            table = pa.Table.from_batches([batch])
+            found = engines.process_columns(encoder.from_arrow(table))
             rejected = engines.dead_letters()
             fresh, seen_rejected = rejected[seen_rejected:], len(rejected)
             if self.rows is not None:
                 self.rows.add(table.num_rows)
-            if composites or fresh:
-                yield _result_batch(composites, index, _rejected_rows(fresh, table))
-        composites = engines.flush()
+            yield from result_batches(found, index, _rejected_rows(fresh, table))
+        found = engines.flush_columns()
         rejected = engines.dead_letters()[seen_rejected:]
-        if composites or rejected:
-            yield _result_batch(composites, index, [(q, seq, reason, None)
-                                                    for q, seq, reason in rejected])
+        yield from result_batches(found, index, [(q, seq, reason, None)
+                                                 for q, seq, reason in rejected])
 
 
 def _rejected_rows(rejected, table: pa.Table) -> list[tuple]:
@@ -71,8 +75,41 @@ def _rejected_rows(rejected, table: pa.Table) -> list[tuple]:
             for (q, seq, reason), record in zip(rejected, records)]
 
 
-def _result_batch(composites: list[dict], index: dict[str, int],
-                  rejected: list[tuple]) -> pa.RecordBatch:
+RESULT_NAMES = ["kind", "query", "query_index", "key", "seq", "start_seq", "reason", "body"]
+
+
+def result_batches(found: list, index: dict[str, int], rejected: list[tuple]):
+    """Result rows: one record batch per engine CompositeBatch, built from its columns
+    (`composite_json.lines` for `body`, no dict per composite), then the rejected events."""
+    rows: list[dict] = []
+    for batch in found:
+        if not len(batch):
+            continue
+        if isinstance(batch, ColumnBatch):
+            yield _column_rows(batch, index[batch.query])
+        else:  # WINDOW composites come as dicts already
+            rows.extend(batch.to_dicts())
+    if rows or rejected:
+        yield _dict_rows(rows, index, rejected)
+
+
+def _column_rows(batch: ColumnBatch, query_index: int) -> pa.RecordBatch:
+    n = len(batch)
+    body = pc.utf8_slice_codeunits(composite_json.lines(batch), 0, -1)  # no newline
+    return pa.RecordBatch.from_arrays([
+        pa.array([COMPOSITE] * n, pa.string()),
+        pa.array([batch.query] * n, pa.string()),
+        pa.array(np.full(n, query_index, np.int32)),
+        batch.keys.arrow().cast(pa.string()),
+        from_numpy(np.asarray(batch.seq, np.int64)),
+        from_numpy(np.asarray(batch.start_seq, np.int64)),
+        pa.nulls(n, pa.string()),
+        body.cast(pa.string()),
+    ], names=RESULT_NAMES)
+
+
+def _dict_rows(composites: list[dict], index: dict[str, int],
+               rejected: list[tuple]) -> pa.RecordBatch:
     kind = [COMPOSITE] * len(composites) + [REJECTED] * len(rejected)
     query = [c["query"] for c in composites] + [q.name for q, *_ in rejected]
     return pa.RecordBatch.from_arrays([
@@ -88,7 +125,7 @@ def _result_batch(composites: list[dict], index: dict[str, int],
                  pa.string()),
         pa.array([orjson.dumps(c).decode() for c in composites]
                  + [body for *_, body in rejected], pa.string()),
-    ], names=["kind", "query", "query_index", "key", "seq", "start_seq", "reason", "body"])
+    ], names=RESULT_NAMES)
 
 
 def map_in_arrow(df, func, schema: str):
