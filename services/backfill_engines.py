@@ -27,15 +27,45 @@ RESULT_SCHEMA = ("kind string, query string, query_index int, key string, seq lo
 COMPOSITE, REJECTED = "composite", "rejected"
 
 
+class RejectedRows:
+    """An AccumulatorParam gathering rejected events, (query_index, query, seq, reason,
+    raw) tuples: they are few, and sent this way the job's result (composite events only)
+    is consumed once, by the Parquet write, and needs no cache. A task run again (a lost
+    shuffle) adds its rows again: `unique_rejected` drops the copies."""
+
+    def zero(self, value):
+        return []
+
+    def addInPlace(self, value1, value2):  # noqa: N802 (PySpark's name)
+        value1.extend(value2)
+        return value1
+
+
+def unique_rejected(rows: list[tuple]) -> list[tuple]:
+    """Rejected rows without the copies of tasks run twice, by query and seq."""
+    return list({(row[0], row[2]): row for row in rows}.values())
+
+
 class PartitionRunner:
-    """Called by mapInArrow once per partition; `rows` (an accumulator) counts events."""
+    """Called by mapInArrow once per partition; `rows` (an accumulator) counts events;
+    `rejected` (an accumulator with `RejectedRows`) takes the rejected events, which
+    are otherwise yielded as `rejected` rows."""
 
     def __init__(self, queries: list[CheckedQuery], kernel_cache: str, rows=None,
-                 options: dict | None = None):
+                 options: dict | None = None, rejected=None):
         self.queries = queries
         self.kernel_cache = kernel_cache
         self.rows = rows
         self.options = options or {}
+        self.rejected = rejected
+
+    def _send(self, index: dict[str, int], rejected: list[tuple]) -> list[tuple]:
+        """`rejected` rows to the accumulator (returning none) or back to be yielded."""
+        if self.rejected is None or not rejected:
+            return rejected
+        self.rejected.add([(index[q.name], q.name, seq, reason, raw)
+                           for q, seq, reason, raw in rejected])
+        return []
 
     def __call__(self, batches):
         os.environ["CEP_KERNEL_CACHE"] = self.kernel_cache  # the driver's kernel cache
@@ -56,11 +86,12 @@ class PartitionRunner:
             fresh, seen_rejected = rejected[seen_rejected:], len(rejected)
             if self.rows is not None:
                 self.rows.add(table.num_rows)
-            yield from result_batches(found, index, _rejected_rows(fresh, table))
+            yield from result_batches(found, index,
+                                      self._send(index, _rejected_rows(fresh, table)))
         found = engines.flush_columns()
         rejected = engines.dead_letters()[seen_rejected:]
-        yield from result_batches(found, index, [(q, seq, reason, None)
-                                                 for q, seq, reason in rejected])
+        yield from result_batches(found, index, self._send(
+            index, [(q, seq, reason, None) for q, seq, reason in rejected]))
 
 
 def _rejected_rows(rejected, table: pa.Table) -> list[tuple]:
