@@ -2,10 +2,12 @@
 
 A Kafka source delivers one JSON event per message. `decode_json_batch` turns a batch of
 such messages into one Arrow table (column `seq`, then the stream's attributes) without
-building an Event per record: columns are gathered and type-checked a whole column at a
-time. A batch where anything needs a closer look (a missing or mistyped attribute, an ISO
-time, a record carrying its own `seq`, bad JSON) falls back to `decode_record` record by
-record, so reasons and accepted values are exactly those of `cep run`.
+building an Event per record. When nothing in the batch needs a closer look, Arrow's JSON
+reader parses the whole batch in one call; else orjson parses record by record and columns
+are gathered and type-checked a whole column at a time. A batch where anything needs a
+closer look (a missing or mistyped attribute, an ISO time, a record carrying its own `seq`,
+bad JSON) falls back to `decode_record` record by record, so reasons and accepted values
+are exactly those of `cep run`.
 
 `decode_messages` is the full form for a Kafka source: it takes each message's offset (and
 the partition) so dead letters say where the original lies, rejects messages over a size
@@ -66,6 +68,9 @@ def decode_messages(raws: list[bytes], schema: StreamSchema, positions: np.ndarr
         raise ValueError("decode_messages: raws, positions and offsets differ in length")
     oversized = max_bytes is not None and any(len(raw) > max_bytes for raw in raws)
     if not oversized:
+        table = _arrow_columns(raws, schema, positions)
+        if table is not None:
+            return DecodedMessages(table, np.arange(len(raws), dtype=np.int64), [])
         records = _loads(raws)
         if records is not None:
             table = _fast_columns(records, schema, positions)
@@ -84,6 +89,57 @@ def decode_json_batch(raws: list[bytes], schema: StreamSchema, positions: np.nda
     decoded = decode_messages(raws, schema, positions, offsets=offsets, partition=partition,
                               source=source, max_bytes=max_bytes)
     return decoded.table, decoded.dead
+
+
+# Bytes after which Arrow's reader and orjson may disagree: NaN and Infinity (Arrow takes
+# them), \u escapes (lone surrogates), `seq` (a record's own seq, even null), \r.
+_DOUBTFUL = (b"NaN", b"Infinity", b"\\u", b'"seq"', b"\r")
+
+
+def _arrow_columns(raws: list[bytes], schema: StreamSchema,
+                   positions: np.ndarray) -> pa.Table | None:
+    """The batch parsed by Arrow's JSON reader, each message wrapped as `{"_r": message}`
+    on a line of its own (so a message that is not exactly one object fails the parse);
+    None when anything needs the record-by-record path (which gives the same answer, or
+    the dead letters)."""
+    import pyarrow.json as pj
+
+    n = len(raws)
+    if not n:
+        return None
+    joined = b'}\n{"_r":'.join(raws)
+    if joined.count(b"\n") != n - 1 or any(text in joined for text in _DOUBTFUL):
+        return None
+    record_type = pa.struct([(name, ARROW_TYPES[kind])
+                             for name, kind in schema.attributes.items()])
+    buffer = b'{"_r":' + joined + b"}"
+    try:
+        read = pj.read_json(
+            pa.BufferReader(buffer),
+            read_options=pj.ReadOptions(use_threads=False, block_size=len(buffer) + 1),
+            parse_options=pj.ParseOptions(explicit_schema=pa.schema([("_r", record_type)]),
+                                          unexpected_field_behavior="ignore"))
+    except (pa.ArrowException, ValueError):
+        return None
+    if read.num_rows != n:
+        return None
+    record = read.column(0).combine_chunks()
+    if record.null_count:
+        return None
+    arrays = [pa.array(positions, pa.int64())]
+    for name, kind in schema.attributes.items():
+        array = record.field(name)
+        if array.null_count:
+            return None
+        if kind == "float":
+            values = array.to_numpy(zero_copy_only=False)
+            if not np.isfinite(values).all() or np.signbit(values[values == 0]).any():
+                return None  # orjson reads `-0` as the integer 0: +0.0 in the column
+        if name == schema.type_attribute and schema.types is not None and \
+                not pc.all(pc.is_in(array, pa.array(list(schema.types)))).as_py():
+            return None
+        arrays.append(array)
+    return pa.Table.from_arrays(arrays, schema=arrow_schema(schema))
 
 
 def _loads(raws: list[bytes]) -> list | None:
