@@ -21,7 +21,7 @@ from services.coordinator import Merger
 from services.demo import STREAM, demo_queries, trade_lines
 from services.kafka import Topics
 from services.partition import PartitionState
-from services.routing import Record, Router, records
+from services.routing import message, Router, records
 
 PARTITIONS = 4
 
@@ -29,8 +29,8 @@ PARTITIONS = 4
 def _router() -> Router:
     router = Router(Topics(STREAM, source=f"src.{STREAM}"), PARTITIONS)
     for name, text in demo_queries()[:1]:  # M-shape, as `cep bench e2e`
-        message = ControlMessage("add", name, text)
-        router.apply_control(Record(0, 0, message.to_json(), None, message.key), False)
+        change = ControlMessage("add", name, text)
+        router.apply_control(message(0, 0, change.to_json(), None, change.key), False)
     router.setup_schema()
     router.source_partitions = frozenset({0})
     router.announce()
@@ -57,7 +57,7 @@ def run_bench(events: int = 200_000, batch: int = 20_000) -> dict:
     lines = trade_lines(events)
     table = WORKLOADS["finance1"].generate(events, 1).drop_columns(["seq"])
     json_steps = [records(lines[at:at + batch], 0, at) for at in range(0, events, batch)]
-    json_steps.append([Record(0, events, b"", [("kind", b"end")])])
+    json_steps.append([message(0, events, b"", [("kind", b"end")])])
     framed = [frames.encode_table(table.slice(at, 10_000)) for at in range(0, events, 10_000)]
     framed_steps = [records(framed, 0, 0, [("kind", b"events")])]
 
@@ -69,7 +69,7 @@ def run_bench(events: int = 200_000, batch: int = 20_000) -> dict:
     framed_s = _timed(lambda: _split(_router(), framed_steps))
 
     topics = router.topics
-    keyed = [(p, frames.frame_of(Record(p, 0, value, headers)))
+    keyed = [(p, frames.frame_of(message(p, 0, value, headers)))
              for topic, value, _, p, headers in sent if topic == topics.keyed]
     parts = [PartitionState(p, STREAM, router.queries.registry, topics=topics)
              for p in range(PARTITIONS)]
@@ -77,7 +77,7 @@ def run_bench(events: int = 200_000, batch: int = 20_000) -> dict:
     for topic, value, _, p, headers in announce:
         if topic != topics.keyed:
             continue
-        parts[p].handle(frames.frame_of(Record(p, 0, value, headers)), 0)
+        parts[p].handle(frames.frame_of(message(p, 0, value, headers)), 0)
         matches.extend(parts[p].sent.take())
 
     def work() -> None:
@@ -87,7 +87,7 @@ def run_bench(events: int = 200_000, batch: int = 20_000) -> dict:
 
     worker_s = _timed(work)
     worker_events = sum(f.get("count", 0) for _, f in keyed if f.kind == frames.EVENTS)
-    match_frames = [frames.frame_of(Record(p, 0, value, headers))
+    match_frames = [frames.frame_of(message(p, 0, value, headers))
                     for topic, value, _, p, headers in matches
                     if topic == topics.matches]
     merger = Merger(PARTITIONS, STREAM, router.queries.registry)

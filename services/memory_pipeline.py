@@ -22,7 +22,7 @@ from services import frames
 from services.coordinator import Merger
 from services.kafka import Topics
 from services.partition import PartitionState
-from services.routing import Outbox, Record, Router, records
+from services.routing import Outbox, Router, message, records
 
 END = [("kind", b"end")]
 EVENTS = [("kind", b"events")]
@@ -47,10 +47,10 @@ class MemoryPipeline:
         self.outputs: dict[str, list[dict]] = {}
         self.sent: dict[str, list[tuple]] = {}  # other topics: (value, key, partition, headers)
 
-    def control(self, message) -> None:
+    def control(self, change) -> None:
         """A ControlMessage, as the control topic would hand it to the splitter."""
-        self.router.apply_control(Record(0, self.control_offset, message.to_json(), None,
-                                         message.key), announce=self.started)
+        self.router.apply_control(message(0, self.control_offset, change.to_json(), None,
+                                          change.key), announce=self.started)
         self.control_offset += 1
         self._deliver()
 
@@ -80,14 +80,14 @@ class MemoryPipeline:
         self._route(self.router.out, self.topics.keyed, self._keyed)
 
     def _keyed(self, value, partition, headers) -> None:
-        frame = frames.frame_of(Record(partition, 0, value, headers))
+        frame = frames.frame_of(message(partition, 0, value, headers))
         state = self.parts[partition]
         state.handle(frame, self.keyed_offset[partition])
         self.keyed_offset[partition] += 1
         self._route(state.sent, self.topics.matches, self._matches)
 
     def _matches(self, value, partition, headers) -> None:
-        self.merger.feed(frames.frame_of(Record(partition, 0, value, headers)))
+        self.merger.feed(frames.frame_of(message(partition, 0, value, headers)))
         for output, composite in self.merger.release():
             self.outputs.setdefault(output, []).append(composite)
 

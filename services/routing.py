@@ -2,13 +2,13 @@
 per partition out (with seqs, reordering, lateness and the logged consumption order),
 plus dead letters, late events and status records.
 
-`Router` is what services/splitter.py did between the consumer and the producer: it takes
-the messages of one step (anything with confluent-kafka's Message methods: `partition`,
-`offset`, `value`, `headers`, `error`; `Record` for tests and benches) and appends what it
-sends to `out`, an `Outbox` of `(topic, value, key, partition, headers)` records in send
-order. The `Splitter` shell consumes, hands messages and control records to the router and
-produces the outbox; checkpoints (which need the consumer's positions and the producer's
-delivery reports) stay in the shell. Semantics: see services/splitter.py.
+`Router` is what services/splitter.py did between the consumer and the producer: it
+takes the messages of one step (confluent-kafka Messages; `message` makes one for tests
+and benches) and appends what it sends to `out`, an `Outbox` of `(topic, value, key,
+partition, headers)` records in send order. The `Splitter` shell consumes, hands messages
+and control records to the router and produces the outbox; checkpoints (which need the
+consumer's positions and the producer's delivery reports) stay in the shell. Semantics:
+see services/splitter.py.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+from confluent_kafka import Message
 
 from cep_core.batch import Batch
 from cep_core.control_message import (STREAM, ControlMessageError, LiveSet, OtherStream,
@@ -41,44 +42,17 @@ from services.serve import log
 from services.splitter_order import ORDER_HEADER, LoggedOrder, runs_of
 
 
-@dataclass
-class Record:
-    """A consumed message without Kafka (the methods of confluent_kafka.Message a core
-    reads)."""
-
-    partition_: int
-    offset_: int
-    value_: bytes | None
-    headers_: list | None = None
-    key_: bytes | None = None
-    timestamp_ms: int = 0
-
-    def partition(self) -> int:
-        return self.partition_
-
-    def offset(self) -> int:
-        return self.offset_
-
-    def value(self) -> bytes | None:
-        return self.value_
-
-    def headers(self):
-        return self.headers_
-
-    def key(self):
-        return self.key_
-
-    def timestamp(self):
-        return (1, self.timestamp_ms)
-
-    def error(self):
-        return None
+def message(partition: int, offset: int, value: bytes | None, headers=None,
+            key: bytes | None = None, timestamp_ms: int = 0) -> Message:
+    """A consumed message without a consumer (for tests and benches)."""
+    return Message(topic="source", partition=partition, offset=offset, value=value,
+                   headers=headers, key=key, timestamp=(1, timestamp_ms))
 
 
 def records(values: list[bytes], partition: int = 0, first_offset: int = 0,
-            headers=None) -> list[Record]:
+            headers=None) -> list[Message]:
     """Messages of one source partition at consecutive offsets."""
-    return [Record(partition, first_offset + i, v, headers) for i, v in enumerate(values)]
+    return [message(partition, first_offset + i, v, headers) for i, v in enumerate(values)]
 
 
 class Outbox:

@@ -12,7 +12,7 @@ from services import frames
 from services.control import ControlMessage, split_query_file
 from services.kafka import Topics
 from services.partition import PartitionState
-from services.routing import Record, Router, records
+from services.routing import message, Router, records
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TRADES = [line for line in (EXAMPLES / "data" / "trades.jsonl").read_bytes().splitlines()
@@ -24,8 +24,8 @@ def keyed_frames(steps: list[list[bytes]], partitions: int = 2) -> list[list[fra
     """The frames a router sends each keyed partition for these steps (and an end)."""
     core = Router(TOPICS, partitions)
     for name, text in split_query_file((EXAMPLES / "finance.cep").read_text()):
-        message = ControlMessage("add", name, text)
-        core.apply_control(Record(0, 0, message.to_json(), None, message.key), False)
+        change = ControlMessage("add", name, text)
+        core.apply_control(message(0, 0, change.to_json(), None, change.key), False)
     core.setup_schema()
     core.source_partitions = frozenset({0})
     core.announce()
@@ -33,11 +33,11 @@ def keyed_frames(steps: list[list[bytes]], partitions: int = 2) -> list[list[fra
     for step in steps:
         core.take(records(step, 0, offset))
         offset += len(step)
-    core.take([Record(0, offset, b"", [("kind", b"end")])])
+    core.take([message(0, offset, b"", [("kind", b"end")])])
     out: list[list[frames.Frame]] = [[] for _ in range(partitions)]
     for topic, value, _, p, headers in core.out.take():
         if topic == TOPICS.keyed:
-            out[p].append(frames.frame_of(Record(p, 0, value, headers)))
+            out[p].append(frames.frame_of(message(p, 0, value, headers)))
     return out
 
 
@@ -52,7 +52,7 @@ def feed(state: PartitionState, sent: list[frames.Frame], first_offset: int = 0)
         state.handle(frame, first_offset + i)
         for topic, value, _, p, headers in state.sent.take():
             if topic == TOPICS.matches:
-                f = frames.frame_of(Record(p, 0, value, headers))
+                f = frames.frame_of(message(p, 0, value, headers))
                 out.append((f.kind, f.get("upto"),
                             orjson.loads(f.payload) if f.payload and f.kind != frames.CONTROL
                             else []))

@@ -11,7 +11,7 @@ import orjson
 from services import frames
 from services.control import ControlMessage, split_query_file
 from services.kafka import Topics
-from services.routing import Record, Router, partition_ids, records
+from services.routing import message, Router, partition_ids, records
 from services.splitter_order import ORDER_HEADER
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -23,7 +23,7 @@ def router(partitions: int = 4, lateness_ms: int = 0, only=None) -> Router:
     core = Router(Topics("trades", source="src"), partitions, allowed_lateness_ms=lateness_ms)
     for name, text in split_query_file((EXAMPLES / "finance.cep").read_text()):
         if only is None or name in only:
-            core.apply_control(Record(0, 0, ControlMessage("add", name, text).to_json(),
+            core.apply_control(message(0, 0, ControlMessage("add", name, text).to_json(),
                                       None, ControlMessage("add", name, text).key),
                                announce=False)
     core.setup_schema()
@@ -32,7 +32,7 @@ def router(partitions: int = 4, lateness_ms: int = 0, only=None) -> Router:
 
 
 def keyed(core: Router) -> list[tuple[int, frames.Frame]]:
-    return [(p, frames.frame_of(Record(p, 0, value, headers)))
+    return [(p, frames.frame_of(message(p, 0, value, headers)))
             for topic, value, _, p, headers in core.out.take() if topic == core.topics.keyed]
 
 
@@ -91,7 +91,7 @@ def test_reordering_releases_in_time_order_and_sends_late_events_away():
     core.take(records(values))
     late = json_of(core, core.topics.late)
     assert [d["offset"] for d in late] == [4] and core.late_events == 1
-    core.take([Record(0, 6, b"", [("kind", b"end")])])
+    core.take([message(0, 6, b"", [("kind", b"end")])])
     released = [row for _, f in keyed(core) if f.kind == frames.EVENTS and f.get("route") == ""
                 for row in frames.decode_table(f.payload).to_pylist()]
     assert [r["ts"] - ts for r in released] == [0, 2500, 5000, 9000, 9500]
@@ -104,7 +104,7 @@ def test_a_control_change_holds_from_the_next_seq():
     keyed(core)
     name = "mshape"
     change = ControlMessage("remove", name)
-    core.apply_control(Record(0, 1, change.to_json(), None, change.key), announce=True)
+    core.apply_control(message(0, 1, change.to_json(), None, change.key), announce=True)
     status = json_of(core, core.topics.status)
     assert status[-1]["outcome"] == "applied" and status[-1]["name"] == name
     sent = keyed(core)
@@ -117,9 +117,9 @@ def test_a_control_change_holds_from_the_next_seq():
 def test_end_of_input_waits_for_every_source_partition():
     core = router()
     core.source_partitions = frozenset({0, 1})
-    core.take(records(TRADES[:5], 0) + [Record(0, 5, b"", [("kind", b"end")])])
+    core.take(records(TRADES[:5], 0) + [message(0, 5, b"", [("kind", b"end")])])
     assert frames.END not in {f.kind for _, f in keyed(core)}
-    core.take([Record(1, 0, b"", [("kind", b"end")])])
+    core.take([message(1, 0, b"", [("kind", b"end")])])
     ends = [(p, f) for p, f in keyed(core) if f.kind == frames.END]
     assert sorted(p for p, _ in ends) == [0, 1, 2, 3]
     assert {f.get("upto") for _, f in ends} == {4}
