@@ -66,7 +66,7 @@ def decode_messages(raws: list[bytes], schema: StreamSchema, positions: np.ndarr
         offsets = np.asarray(offsets, dtype=np.int64)
     if len(positions) != len(raws) or (offsets is not None and len(offsets) != len(raws)):
         raise ValueError("decode_messages: raws, positions and offsets differ in length")
-    oversized = max_bytes is not None and any(len(raw) > max_bytes for raw in raws)
+    oversized = max_bytes is not None and len(raws) and max(map(len, raws)) > max_bytes
     if not oversized:
         table = _arrow_columns(raws, schema, positions)
         if table is not None:

@@ -49,6 +49,36 @@ def message(partition: int, offset: int, value: bytes | None, headers=None,
                    headers=headers, key=key, timestamp=(1, timestamp_ms))
 
 
+@dataclass
+class PlainMessages:
+    """A step of one-event messages (no headers, no errors) read in one pass each: their
+    values, source partitions and offsets, and where each run of one partition begins."""
+
+    values: list[bytes]
+    partitions: np.ndarray
+    offsets: np.ndarray
+    bounds: list[int]  # each run's first index, then the end
+
+    @classmethod
+    def of(cls, messages: list) -> PlainMessages | None:
+        n = len(messages)
+        if not n or [m.headers() for m in messages].count(None) != n or \
+                [m.error() for m in messages].count(None) != n:
+            return None
+        values = [m.value() for m in messages]
+        if None in values:
+            values = [v or b"" for v in values]
+        partitions = np.array([m.partition() for m in messages], np.int64)
+        offsets = np.array([m.offset() for m in messages], np.int64)
+        bounds = [0, *(np.flatnonzero(np.diff(partitions)) + 1).tolist(), n]
+        return cls(values, partitions, offsets, bounds)
+
+    def runs(self) -> list[list[int]]:
+        """As `runs_of` gives them: `[partition, first offset, last offset]`."""
+        return [[int(self.partitions[a]), int(self.offsets[a]), int(self.offsets[b - 1])]
+                for a, b in zip(self.bounds[:-1], self.bounds[1:])]
+
+
 def records(values: list[bytes], partition: int = 0, first_offset: int = 0,
             headers=None) -> list[Message]:
     """Messages of one source partition at consecutive offsets."""
@@ -271,20 +301,40 @@ class Router:
 
     def process(self, messages) -> None:
         """Stamp and send one step: `messages` in the order they were consumed (or logged)."""
-        runs = runs_of(messages)
+        plain = PlainMessages.of(messages)
+        runs = plain.runs() if plain is not None else runs_of(messages)
         if not runs:
             return
         self.steps += 1
         self._order = orjson.dumps({"step": self.steps, "runs": runs}).decode()
         self._step_sent = set()
         try:
-            self._process(messages)
+            if plain is not None:
+                self._process_plain(plain)
+            else:
+                self._process(messages)
             for p in range(self.partitions):  # every partition logs every step
                 if p not in self._step_sent:
                     self._send(p, Frame(frames.PULSE, {"upto": self.last_seq,
                                                        "ts": self.max_ts}))
         finally:
             self._order = None
+
+    def _process_plain(self, plain: PlainMessages) -> None:
+        """A step of one-event messages only (the common case)."""
+        rows: list[Rows] = []
+        dead: list[DeadLetter] = []
+        for a, b in zip(plain.bounds[:-1], plain.bounds[1:]):
+            self._decode_run(plain.values[a:b], plain.offsets[a:b], int(plain.partitions[a]),
+                             rows, dead)
+        self._route(rows)
+        self._dead_letters(dead)
+
+    def _dead_letters(self, dead: list[DeadLetter]) -> None:
+        if dead:
+            self.metrics.dead_letters.inc(len(dead))
+            for letter in dead:
+                produce(self.out, self.topics.dead_letters, orjson.dumps(letter.to_json()))
 
     def _process(self, messages) -> None:
         rows: list[Rows] = []
@@ -320,10 +370,7 @@ class Router:
                 log("end_of_input", upto=self.last_seq)
         self._flush_run(run, rows, dead)
         self._route(rows)
-        if dead:
-            self.metrics.dead_letters.inc(len(dead))
-            for letter in dead:
-                produce(self.out, self.topics.dead_letters, orjson.dumps(letter.to_json()))
+        self._dead_letters(dead)
 
     def _input_ended(self, partition: int) -> bool:
         """The end-of-input marker of one source partition: has every source partition
@@ -396,16 +443,22 @@ class Router:
             return
         raws = [m.value() or b"" for m in run]
         offsets = np.fromiter((m.offset() for m in run), np.int64, len(run))
-        positions = np.arange(self.position, self.position + len(run), dtype=np.int64)
-        self.position += len(run)
+        self._decode_run(raws, offsets, run[0].partition(), rows, dead)
+
+    def _decode_run(self, raws: list[bytes], offsets: np.ndarray, partition: int, rows: list,
+                    dead: list) -> None:
+        positions = np.arange(self.position, self.position + len(raws), dtype=np.int64)
+        self.position += len(raws)
         decoded = decode_messages(raws, self.schema, positions, offsets=offsets,
-                                  partition=run[0].partition(), source=self.topics.source,
+                                  partition=partition, source=self.topics.source,
                                   max_bytes=self.max_message_bytes)
         dead.extend(decoded.dead)
-        rows.append(self._in_order(Rows(decoded.table, [raws[i] for i in decoded.rows],
-                                        offsets[decoded.rows], positions[decoded.rows],
-                                        run[0].partition(),
-                                        np.zeros(len(decoded.rows), np.int64)), dead))
+        every = len(decoded.rows) == len(raws)
+        rows.append(self._in_order(Rows(
+            decoded.table, raws if every else [raws[i] for i in decoded.rows],
+            offsets if every else offsets[decoded.rows],
+            positions if every else positions[decoded.rows], partition,
+            np.zeros(len(decoded.rows), np.int64)), dead))
 
     def _framed(self, frame: Frame, message, dead: list) -> Rows:
         """A framed batch: its rows share the frame's offset; a bad frame is one letter."""
@@ -508,11 +561,12 @@ class Router:
             parts = partition_ids(table, attrs, self.partitions)
             order = np.argsort(parts, kind="stable")
             bounds = np.searchsorted(parts[order], np.arange(self.partitions + 1))
+            grouped = table if bounds[1] == table.num_rows else table.take(pa.array(order))
             for p in range(self.partitions):
                 a, b = bounds[p], bounds[p + 1]
                 if a == b:
                     continue
-                rows = table.take(pa.array(order[a:b])) if b - a < table.num_rows else table
+                rows = grouped.slice(a, b - a) if b - a < table.num_rows else grouped
                 by_partition.setdefault(p, []).append(frames.events_frame(rows, route))
         for p in range(self.partitions):
             sent = by_partition.get(p, [])

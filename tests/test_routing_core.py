@@ -123,3 +123,21 @@ def test_end_of_input_waits_for_every_source_partition():
     ends = [(p, f) for p, f in keyed(core) if f.kind == frames.END]
     assert sorted(p for p, _ in ends) == [0, 1, 2, 3]
     assert {f.get("upto") for _, f in ends} == {4}
+
+
+def test_plain_steps_log_the_runs_runs_of_gives():
+    import random
+
+    from services.routing import PlainMessages
+    from services.splitter_order import runs_of
+
+    rng = random.Random(7)
+    nexts = [0, 100, 200]
+    messages = []
+    for _ in range(60):
+        p = rng.randrange(3)
+        for _ in range(rng.randint(1, 3)):
+            messages.append(message(p, nexts[p], b"{}"))
+            nexts[p] += 1
+    assert PlainMessages.of(messages).runs() == runs_of(messages)
+    assert PlainMessages.of(messages + [message(0, 999, b"", [("kind", b"end")])]) is None
