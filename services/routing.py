@@ -195,6 +195,7 @@ class Router:
         self._step_sent: set[int] = set()
         self.source_partitions: frozenset[int] = frozenset()  # of the source topic (start)
         self.ended: set[int] = set()  # source partitions whose end-of-input marker was taken
+        self.inputs_ended = 0  # ends of input sent
 
     # ------------------------------------------------------------ the stream and its queries
 
@@ -367,6 +368,7 @@ class Router:
                 self._route(rows, end=True)
                 rows = []
                 self._send_all(Frame(frames.END, {"upto": self.last_seq, "ts": self.max_ts}))
+                self.inputs_ended += 1
                 log("end_of_input", upto=self.last_seq)
         self._flush_run(run, rows, dead)
         self._route(rows)

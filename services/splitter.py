@@ -182,9 +182,14 @@ class Splitter:
         return len(messages)
 
     def take(self, messages: list) -> None:
-        """Stamp and send what was consumed (Router.take), then produce it."""
+        """Stamp and send what was consumed (Router.take), then produce it; at an end of
+        input, send it now (nothing more will come to batch it with: the producer's
+        linger would only delay the end's results)."""
+        ended = self.core.inputs_ended
         self.core.take(messages)
         self._forward()
+        if self.core.inputs_ended != ended:
+            self.producer.flush(30)
 
     def pulse_if_due(self) -> bool:
         """Pulse every partition unless a batch or pulse went out within the cadence (a

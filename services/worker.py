@@ -64,6 +64,7 @@ class Worker:
             os.environ.get("CEP_CHECKPOINT_BATCHES", 100))
         self.batches_since = 0
         self.last_checkpoint = time.monotonic()
+        self.ended = False  # an end of input was handled in this batch
 
     def run(self, stopping) -> None:
         # the control topic's streams, and its queries checked once for all partitions
@@ -90,6 +91,9 @@ class Worker:
                     for message in messages:
                         if not message.error():
                             self.handle(message)
+                    if self.ended:  # nothing more to batch the end's frames with: send now
+                        self.producer.flush(30)
+                        self.ended = False
                     self.producer.poll(0)
                     self.batches_since += 1
                     if self.batches_since >= self.checkpoint_batches or \
@@ -209,5 +213,7 @@ class Worker:
         state = self.parts.get(message.partition())
         if state is None:
             return
+        end_at = state.end_at
         state.handle(frames.frame_of(message), message.offset())
         state.sent.to(self.producer)
+        self.ended = self.ended or state.end_at != end_at
