@@ -23,6 +23,9 @@ the step's number and its runs of source messages, `[partition, first offset, la
 offset]` in consumption order. A restart reads the keyed topic after the checkpoint's
 keyed offsets and takes the steps again from those runs before taking new ones
 (services/splitter_order.py).
+
+All of that but Kafka is the routing core, `Router` (services/routing.py): this shell
+consumes, hands it messages and control records, produces what it sends, and checkpoints.
 """
 
 from __future__ import annotations
