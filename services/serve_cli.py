@@ -1,6 +1,6 @@
 """Typer commands of the streaming service: `cep serve`, `cep demo`, `cep bench e2e`,
-`cep bench cores` (and, from services/live_cli.py, `cep query` and `cep stream`). Registered on the main
-app by services/cli.py.
+`cep bench cores` (and, from services/live_cli.py, `cep query` and `cep stream`).
+Registered on the main app by services/cli.py.
 
 Every option also reads an environment variable (CEP_STREAM, CEP_PARTITIONS, ...;
 KAFKA_BOOTSTRAP for the broker); extra librdkafka settings come from CEP_KAFKA_* variables
