@@ -110,6 +110,13 @@ def _arrow_columns(raws: list[bytes], schema: StreamSchema,
     joined = b'}\n{"_r":'.join(raws)
     if joined.count(b"\n") != n - 1 or any(text in joined for text in _DOUBTFUL):
         return None
+    if len(joined) > 1 << 30:  # past Arrow's block size
+        return None
+    # orjson refuses nesting 1024 deep, Arrow takes it: a message that deep holds 1023
+    # brackets more than the one object it is
+    if joined.count(b"{") + joined.count(b"[") - n >= 1023 and \
+            max(raw.count(b"{") + raw.count(b"[") for raw in raws) > 1023:
+        return None
     record_type = pa.struct([(name, ARROW_TYPES[kind])
                              for name, kind in schema.attributes.items()])
     buffer = b'{"_r":' + joined + b"}"

@@ -99,5 +99,6 @@ def test_a_plain_batch_takes_the_arrow_path():
 def test_messages_that_are_not_one_object_each_are_left_to_orjson():
     one = orjson.dumps({"kind": "A", "n": 1, "x": 1.0, "ok": True, "ts": 5})
     for raws in ([one + one, b""], [one, b"[1]"], [one, b" "], [one + b"\n" + one],
-                 [one, one.replace(b'"n":1', b'"n":1,"n":2')]):
+                 [one, one.replace(b'"n":1', b'"n":1,"n":2')],
+                 [one, one[:-1] + b',"deep":' + b"[" * 1100 + b"]" * 1100 + b"}"]):
         assert _arrow_columns(raws, SCHEMA, np.arange(len(raws), dtype=np.int64)) is None
