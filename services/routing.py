@@ -131,6 +131,10 @@ def partition_ids(table: pa.Table, attrs: list[str], n: int) -> np.ndarray:
     return (h % np.uint64(n)).astype(np.int64)
 
 
+# Under the producer's message.max.bytes (services/kafka.py) with room for Arrow's framing.
+DEFAULT_MAX_FRAME_BYTES = 4 << 20
+
+
 @dataclass
 class Rows:
     """Decoded events with, per row, where they came from (for dead letters, late events)."""
@@ -164,7 +168,8 @@ class Router:
                  metrics: Metrics | None = None, allowed_lateness_ms: int = 0,
                  max_reorder_buffered: int = 100_000,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                 status_writer: StatusWriter | None = None):
+                 status_writer: StatusWriter | None = None,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
         self.topics = topics
         self.partitions = partitions
         self.out = Outbox()
@@ -181,6 +186,7 @@ class Router:
         self.sent_frames = [0] * partitions
         self.pulses = 0
         self.max_message_bytes = max_message_bytes
+        self.max_frame_bytes = max_frame_bytes  # of the events in one keyed frame, about
         # allowed_lateness_ms > 0: events are put back in time order per source partition
         # (services/reordering.py); 0: no buffer, as `cep run` (engines reject time going
         # backwards per query partition into the dead-letter topic)
@@ -558,6 +564,8 @@ class Router:
         self.max_ts = max(self.max_ts, int(ts.max()))
         self.metrics.events_in.inc(table.num_rows)
         by_partition: dict[int, list[Frame]] = {}
+        # frames sized by bytes: a backlog of framed batches makes one large step
+        rows_per_frame = max(1, self.max_frame_bytes * table.num_rows // max(1, table.nbytes))
         for route in sorted(self.queries.routes()):
             attrs = route.split(",") if route else []
             parts = partition_ids(table, attrs, self.partitions)
@@ -568,8 +576,10 @@ class Router:
                 a, b = bounds[p], bounds[p + 1]
                 if a == b:
                     continue
-                rows = grouped.slice(a, b - a) if b - a < table.num_rows else grouped
-                by_partition.setdefault(p, []).append(frames.events_frame(rows, route))
+                for at in range(a, b, rows_per_frame):
+                    rows = grouped.slice(at, min(b, at + rows_per_frame) - at) \
+                        if b - a < table.num_rows or rows_per_frame < b - a else grouped
+                    by_partition.setdefault(p, []).append(frames.events_frame(rows, route))
         for p in range(self.partitions):
             sent = by_partition.get(p, [])
             if not sent:

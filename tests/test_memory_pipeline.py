@@ -70,3 +70,27 @@ def test_framed_batches_equal_reference(kind):
         pipeline.send_table(table.slice(at, 300))
     pipeline.end()
     assert_outputs(pipeline, expected)
+
+
+def test_frames_sized_by_bytes_give_the_same_output():
+    """A large step (a backlog of framed batches) goes out as several frames per keyed
+    partition, each about `max_frame_bytes`, the step's `upto` on the last."""
+    query_file, events_file, stream, expected = case("finance")
+    pipeline = pipeline_of(query_file, stream, 4)
+    pipeline.router.max_frame_bytes = 4096
+    lines = lines_of(events_file)
+    pipeline.send(lines[:50])
+    sizes = []
+    box = pipeline.router.out
+    produce = box.produce
+
+    def keep(topic, value, key=None, partition=None, headers=None):
+        if dict(headers or ()).get("kind") == b"events":
+            sizes.append(len(value))
+        produce(topic, value, key, partition, headers)
+
+    box.produce = keep
+    pipeline.send(lines[50:])
+    pipeline.end()
+    assert_outputs(pipeline, expected)
+    assert len(sizes) > 20 and max(sizes) < 3 * 4096
