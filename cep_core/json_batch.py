@@ -17,6 +17,7 @@ limit before parsing them, and says which message each good row came from.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 import orjson
@@ -98,11 +99,11 @@ def _loads(raws: list[bytes]) -> list | None:
 def _fast_columns(records: list, schema: StreamSchema, positions: np.ndarray) -> pa.Table | None:
     if set(map(type, records)) - {dict}:
         return None
-    if any("seq" in r for r in records):
+    if any(map(dict.__contains__, records, repeat("seq"))):
         return None
     arrays = [pa.array(positions, pa.int64())]
     for name, kind in schema.attributes.items():
-        values = [r.get(name) for r in records]
+        values = list(map(dict.get, records, repeat(name)))
         if set(map(type, values)) - _FAST_TYPES[kind]:
             return None
         try:
