@@ -3,11 +3,13 @@
 A Kafka source delivers one JSON event per message. `decode_json_batch` turns a batch of
 such messages into one Arrow table (column `seq`, then the stream's attributes) without
 building an Event per record: orjson parses each record and columns are gathered and
-type-checked a whole column at a time (Arrow's JSON reader over the whole batch in one call
-was slower here: 0.92 against 0.67 us/event). A batch where anything needs a closer look
-(a missing or mistyped attribute, an ISO time, a record carrying its own `seq`, bad JSON)
-falls back to `decode_record` record by record, so reasons and accepted values
-are exactly those of `cep run`.
+type-checked a whole column at a time. A batch where anything needs a closer look (a
+missing or mistyped attribute, an ISO time, a record carrying its own `seq`, bad JSON)
+falls back to `decode_record` record by record, so reasons and accepted values are exactly
+those of `cep run`.
+
+Large batches are first parsed as one block of JSON lines by `event_reader`'s pyarrow
+parser, with the same checks and the same fallback as `cep run`'s reader.
 
 `decode_messages` is the full form for a Kafka source: it takes each message's offset (and
 the partition) so dead letters say where the original lies, rejects messages over a size
@@ -41,6 +43,10 @@ def arrow_schema(schema: StreamSchema) -> pa.Schema:
 
 
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20  # Kafka's default message.max.bytes
+# Batches of this many messages or more are parsed as one block by pyarrow (the reader of
+# `cep run`, cep_core.event_reader) before the orjson path: 1.5x faster at 20k messages,
+# no faster below a few thousand.
+COLUMNAR_FROM = 4096
 
 
 @dataclass
@@ -68,6 +74,12 @@ def decode_messages(raws: list[bytes], schema: StreamSchema, positions: np.ndarr
     if len(positions) != len(raws) or (offsets is not None and len(offsets) != len(raws)):
         raise ValueError("decode_messages: raws, positions and offsets differ in length")
     oversized = max_bytes is not None and len(raws) and max(map(len, raws)) > max_bytes
+    if not oversized and len(raws) >= COLUMNAR_FROM:
+        from cep_core.event_reader import json_messages_table
+
+        table = json_messages_table(raws, schema, positions)
+        if table is not None:
+            return DecodedMessages(table, np.arange(len(raws), dtype=np.int64), [])
     if not oversized:
         records = _loads(raws)
         if records is not None:

@@ -45,18 +45,19 @@ from cep_core.control_message import validate as parse_control  # noqa: F401
 _instances = itertools.count()
 
 
-def publish(settings, topic: str, message: ControlMessage, key: bytes | None = None) -> int:
+def publish(settings, topic: str, message: ControlMessage, key: bytes | None = None,
+            timeout_s: float = 10) -> int:
     """Write a control message (key `query/<name>` or `stream/<name>` unless `key` is
-    given) and wait for the broker's ack; the record's offset."""
-    delivered: list = []
-    producer = settings.producer()
-    producer.produce(topic, message.to_json(), key=key or message.key,
-                     on_delivery=lambda err, m: delivered.append((err, m)))
-    producer.flush(10)
-    if not delivered or delivered[0][0] is not None:
-        raise RuntimeError(f"{topic}: control message not delivered: "
-                           f"{delivered[0][0] if delivered else 'no acknowledgement'}")
-    return delivered[0][1].offset()
+    given) and wait for the broker's ack; the record's offset. services.kafka.DeliveryFailed
+    when the ack did not come."""
+    from services.kafka import Deliveries, flush_all
+
+    offsets: list[int] = []
+    deliveries = Deliveries(also=lambda err, m: offsets.append(m.offset()))
+    producer = settings.producer(**{"message.timeout.ms": int(timeout_s * 1000)})
+    producer.produce(topic, message.to_json(), key=key or message.key, on_delivery=deliveries)
+    flush_all(producer, timeout_s + 5, deliveries, f"control message {message.name!r}")
+    return offsets[0]
 
 
 def control_records(settings, topic: str) -> list[tuple[bytes | None, bytes | None]]:

@@ -42,8 +42,8 @@ from services.checkpoint import PIPELINE_HEADER, read_latest, written_since
 from cep_core.control_message import INFINITE, STREAM, LiveRegistry, check_query, horizon
 from services.control import StatusWriter, learned_live
 from services.frames import Frame
-from services.kafka import (BOUNDED_CONSUMER, BOUNDED_PRODUCER, KafkaSettings, Topics,
-                            consume_batch, ensure_topics, produce)
+from services.kafka import (BOUNDED_CONSUMER, BOUNDED_PRODUCER, Deliveries, KafkaSettings,
+                            Topics, consume_batch, ensure_topics, produce)
 from services.metrics import Metrics
 from services.serve import log, profiled
 
@@ -253,6 +253,7 @@ class Coordinator:
         self.delivered: dict[str, int] = {}  # output topic -> offset of its last record
         self.scanned: set[str] = set()  # outputs whose released position is known
         self.saved = None  # offsets of the last checkpoint
+        self.deliveries = Deliveries(also=self._delivered)
 
     def _delivered(self, err, message) -> None:
         if err is None and message.topic() in self.scanned:
@@ -302,6 +303,9 @@ class Coordinator:
         if self.offsets == self.saved:
             return
         producer.flush(30)
+        if self.deliveries.failed is not None:  # stop before the checkpoint skips them
+            log("delivery_failed", level="error", error=self.deliveries.failed)
+            self.deliveries.check()
         state = {"offsets": self.offsets, "merger": self.merger.state(),
                  "delivered": self.delivered, "reported_ends": self.reported_ends}
         produce(producer, self.topics.state, orjson.dumps(state), key=STATE_KEY)
@@ -311,7 +315,7 @@ class Coordinator:
         self.saved = list(self.offsets)
 
     def run(self, stopping) -> None:
-        producer = self.settings.producer(on_delivery=self._delivered, **BOUNDED_PRODUCER)
+        producer = self.settings.producer(on_delivery=self.deliveries, **BOUNDED_PRODUCER)
         # the control topic's streams before the checkpoint's queries that read them
         self.merger.registry = learned_live(self.settings, self.topics.control,
                                             self.topics.stream, self.merger.registry).registry

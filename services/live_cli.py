@@ -22,7 +22,16 @@ from typing import Annotated
 import orjson
 import typer
 
-from services.serve_cli import Bootstrap, Control, KafkaConfig, Stream, TopicPrefix, _settings
+from services.serve_cli import (
+    Bootstrap,
+    Control,
+    KafkaConfig,
+    SchemaPaths,
+    Stream,
+    TopicPrefix,
+    _settings,
+    export_schema_paths,
+)
 
 
 class Op(StrEnum):
@@ -61,11 +70,12 @@ def register(app: typer.Typer, guard, cli_error) -> None:
         timeout: Timeout = 30,
         no_check: NoCheck = False,
         as_json: AsJson = False,
+        schema: SchemaPaths = None,
     ) -> None:
         """Change the queries of the running pipelines (no restart), or list what is live."""
         guard(lambda: _change(cli_error, "query", op, target, name, stream, bootstrap,
                               control, topic_prefix, kafka_config, wait, timeout, no_check,
-                              as_json))
+                              as_json, schema))
 
     @app.command()
     def stream(
@@ -82,16 +92,18 @@ def register(app: typer.Typer, guard, cli_error) -> None:
         timeout: Timeout = 30,
         no_check: NoCheck = False,
         as_json: AsJson = False,
+        schema: SchemaPaths = None,
     ) -> None:
         """Register, change or remove a stream on the control topic (no file on any
         machine, no restart), or list the streams live per service."""
         guard(lambda: _change(cli_error, "stream", op, target, None, stream, bootstrap,
                               control, topic_prefix, kafka_config, wait, timeout, no_check,
-                              as_json))
+                              as_json, schema))
 
 
 def _change(cli_error, kind, op, target, only, stream, bootstrap, control, topic_prefix,
-            kafka_config, wait, timeout, no_check, as_json) -> None:
+            kafka_config, wait, timeout, no_check, as_json, schema=None) -> None:
+    export_schema_paths(schema, cli_error)
     from cep_core.control_message import ControlMessageError
     from cep_core.errors import QueryError, QueryErrors
     from services.control import control_records, publish

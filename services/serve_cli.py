@@ -39,6 +39,34 @@ KafkaConfig = Annotated[Path | None, typer.Option(
     help="File of extra librdkafka key=value settings.")]
 
 
+SchemaPaths = Annotated[list[Path] | None, typer.Option(
+    "--schema", "-s", metavar="FILE|DIR",
+    help="A schema file or directory for streams beyond the built-in ones (repeatable; put "
+    "in front of $CEP_SCHEMA_PATH, which the services' processes inherit). The services "
+    "must be given the same schemas as `cep query add`.")]
+
+
+def export_schema_paths(paths: list[Path] | None, cli_error) -> None:
+    """Put --schema paths in front of CEP_SCHEMA_PATH, so every registry this process (and
+    any process it starts) makes finds them; a bad path or schema file is a clean error
+    here rather than in a service later."""
+    import os
+
+    from cep_core.schema import SCHEMA_PATH_ENV, SchemaError, SchemaRegistry
+
+    for path in paths or []:
+        if not path.exists():
+            raise cli_error(f"schema {path}: no such file or directory", 2)
+    if paths:
+        os.environ[SCHEMA_PATH_ENV] = os.pathsep.join(
+            [str(p.resolve()) for p in paths] + [p for p in os.environ.get(SCHEMA_PATH_ENV, "")
+                                                 .split(os.pathsep) if p])
+    try:
+        SchemaRegistry()  # a bad schema file: say so now, not in a service later
+    except SchemaError as e:
+        raise cli_error(str(e)) from None
+
+
 class Role(StrEnum):
     splitter = "splitter"
     worker = "worker"
@@ -89,6 +117,10 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
         web_port: Annotated[int, typer.Option(envvar="CEP_WEB_PORT", help="splitter: port "
                                               "of the Faust web server (GET /status/).")]
         = 6066,
+        replication_factor: Annotated[int, typer.Option(
+            envvar="CEP_REPLICATION_FACTOR", min=1, help="Replication factor of the topics "
+            "the services create (internal topics, INTO topics).")] = 1,
+        schema: SchemaPaths = None,
     ) -> None:
         """Run a service of the streaming pipeline until SIGTERM (finishes its batch,
         commits, exits 0)."""
@@ -99,9 +131,11 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
             from services.metrics import Metrics
             from services.serve import ROLE, logging_config, run_all, stop_flag
 
+            export_schema_paths(schema, cli_error)
             settings = _settings(bootstrap, kafka_config)
+            settings.replication_factor = replication_factor
             topics = Topics(stream, source, control, topic_prefix)
-            if role is Role.all:
+            if role is Role.all:  # the children inherit CEP_SCHEMA_PATH
                 stopping = stop_flag()
                 create_topics(settings, topics, partitions)
                 common = ["--bootstrap", settings.bootstrap, "--stream", stream,
@@ -110,7 +144,8 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
                           "--source", topics.source, "--control", topics.control,
                           "--topic-prefix", topic_prefix, "--web-port", str(web_port),
                           "--allowed-lateness-ms", str(allowed_lateness_ms),
-                          "--idle-timeout-ms", str(idle_timeout_ms)]
+                          "--idle-timeout-ms", str(idle_timeout_ms),
+                          "--replication-factor", str(replication_factor)]
                 if kafka_config is not None:  # every client gets the security settings
                     common += ["--kafka-config", str(kafka_config)]
                 roles = [("splitter", [])] + [("worker", [])] * workers + [("coordinator", [])]

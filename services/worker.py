@@ -31,8 +31,8 @@ from confluent_kafka import TopicPartition
 from services import frames
 from services.checkpoint import read_latest
 from services.control import StatusWriter, learned_live
-from services.kafka import (BOUNDED_CONSUMER, BOUNDED_PRODUCER, KafkaSettings, Topics,
-                            consume_batch, produce)
+from services.kafka import (BOUNDED_CONSUMER, BOUNDED_PRODUCER, Deliveries, KafkaSettings,
+                            Topics, consume_batch, produce)
 from services.metrics import Metrics
 from services.partition import PartitionState
 from services.serve import log, profiled
@@ -65,12 +65,15 @@ class Worker:
         self.batches_since = 0
         self.last_checkpoint = time.monotonic()
         self.ended = False  # an end of input was handled in this batch
+        self.deliveries = Deliveries()
 
     def run(self, stopping) -> None:
         # the control topic's streams, and its queries checked once for all partitions
         self.registry = learned_live(self.settings, self.topics.control, self.topics.stream,
                                      self.registry).registry
-        self.producer = self.settings.producer(**BOUNDED_PRODUCER)
+        # a match frame or snapshot that failed to reach the broker stops the worker before
+        # its checkpoint commits past it: the restart runs again from the last checkpoint
+        self.producer = self.settings.producer(on_delivery=self.deliveries, **BOUNDED_PRODUCER)
         self.status.presence(self.producer, "up")
         self.consumer = self.settings.consumer(self.topics.group("workers"),
                                                **BOUNDED_CONSUMER)
@@ -108,6 +111,11 @@ class Worker:
             self.status.presence(self.producer, "down")
             self.producer.flush(30)
             log("worker_stopped")
+
+    def _check_deliveries(self) -> None:
+        if self.deliveries.failed is not None:
+            log("delivery_failed", level="error", error=self.deliveries.failed)
+            self.deliveries.check()
 
     def _backpressure(self, stopping) -> None:
         """While the output queue is over its bound, stop fetching (pause every assigned
@@ -153,6 +161,7 @@ class Worker:
         if not changed:
             return
         self.producer.flush(30)
+        self._check_deliveries()
         for state in changed:
             self.metrics.strings_dropped.inc(state.compact_strings())
             produce(self.producer, self.topics.state, state.snapshot(),
@@ -160,6 +169,7 @@ class Worker:
         if self.producer.flush(30):
             log("checkpoint_not_flushed", level="warning")
             return
+        self._check_deliveries()
         for state in changed:
             state.saved_offset = state.offset
         try:
@@ -182,6 +192,7 @@ class Worker:
             self.parts[tp.partition] = state
         consumer.assign(partitions)
         self._report_partitions()
+        self.metrics.readiness.joined = True
         self.metrics.partitions.set(len(self.parts))
         log("partitions_assigned", partitions=[tp.partition for tp in partitions],
             offsets=[tp.offset for tp in partitions],
