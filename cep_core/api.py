@@ -141,7 +141,7 @@ def read_events(data: Any, schema: StreamSchema, fmt: str | None = None,
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
     elif type(data).__module__.startswith("pandas"):
-        data = pa.Table.from_pandas(data, preserve_index=False)
+        data = _whole_floats_as_ints(pa.Table.from_pandas(data, preserve_index=False), schema)
     elif hasattr(data, "to_arrow"):
         data = data.to_arrow()
     elif hasattr(data, "__arrow_c_stream__") and not isinstance(data, pa.Table):
@@ -151,6 +151,26 @@ def read_events(data: Any, schema: StreamSchema, fmt: str | None = None,
     if isinstance(data, Mapping):
         raise TypeError("one event: pass a list of dicts")
     return event_reader.read_records(data, schema, "<records>", first_position)
+
+
+def _whole_floats_as_ints(table: pa.Table, schema: StreamSchema) -> pa.Table:
+    """pandas holds an integer column with a missing value as floats (NaN): such a column
+    of an int or timestamp attribute is read as integers when every value is whole."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for name, kind in schema.attributes.items():
+        if kind not in ("int", "timestamp") or name not in table.column_names:
+            continue
+        column = table.column(name)
+        if not pa.types.is_floating(column.type):
+            continue
+        whole = pc.all(pc.equal(column, pc.floor(column))).as_py()
+        biggest = pc.max(pc.abs(column)).as_py()
+        if whole is not False and (biggest is None or biggest < 2.0**53):
+            table = table.set_column(table.column_names.index(name), name,
+                                     column.cast(pa.int64()))
+    return table
 
 
 @dataclass
