@@ -307,3 +307,10 @@ def test_example_tests_pass():
                           capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert " passed" in done.stdout and "failed" not in done.stdout
+
+
+def test_the_notebook_example_runs():
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "trades_notebook.py"), "-",
+                           "20000"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "20,000 trades ->" in done.stdout and "streamed in 1 batches" in done.stdout
