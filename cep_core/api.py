@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -183,7 +184,7 @@ class Result:
     events: int  # how many events were read
     timings: dict = field(default_factory=dict)
 
-    @property
+    @cached_property
     def table(self) -> pa.Table:
         """The composite events as one Arrow table (columns in docs/semantics.md)."""
         return self.composites.to_arrow()

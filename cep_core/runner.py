@@ -23,10 +23,11 @@ PLACEMENTS = ("cpu", "gpu", "auto")
 
 
 def new_engines(queries: list[CheckedQuery], placement: str | None = None,
-                report: list | None = None) -> tuple[StreamEngines, BatchEncoder]:
+                report: list | None = None, **options) -> tuple[StreamEngines, BatchEncoder]:
     """Fresh jitted engines for the queries (one stream) and the encoder of their batches.
     `placement` (cpu, gpu, auto; None: the CPU engines) places MATCH and SEQ queries as
-    `accel.gpu.placement` decides; `report` gets one Placement per query."""
+    `accel.gpu.placement` decides; `report` gets one Placement per query; `options` go to
+    the engines (`StreamEngines`)."""
     from cep_core import engine as jit
     from cep_core.batch import BatchEncoder, StringDictionary
 
@@ -35,11 +36,11 @@ def new_engines(queries: list[CheckedQuery], placement: str | None = None,
                          f"got {placement!r}")
     strings = StringDictionary()
     if placement is None:
-        engines = jit.StreamEngines(queries, strings)
+        engines = jit.StreamEngines(queries, strings, **options)
     else:
         from accel.gpu import placement as placed
 
-        engines = placed.placed_engines(queries, strings, placement, report)
+        engines = placed.placed_engines(queries, strings, placement, report, **options)
     return engines, BatchEncoder(queries[0].schema, strings)
 
 

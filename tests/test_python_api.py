@@ -100,6 +100,20 @@ def test_pandas_datetime_column_is_the_time(finance, trades_table, expected):
     assert finance.run(frame).to_dicts() == expected
 
 
+@pytest.mark.parametrize("placement", ["cpu", "auto"])
+def test_placement_on_a_machine_without_gpu(finance, expected, placement):
+    assert finance.run(TRADES, placement=placement).to_dicts() == expected
+    stream = finance.stream(placement=placement)
+    assert in_output_order(finance, [stream.push(TRADES), stream.flush()]) == expected
+
+
+def test_unknown_engine_or_placement(finance):
+    with pytest.raises(ValueError, match="engine must be one of reference, jit"):
+        finance.run(TRADES, engine="fast")
+    with pytest.raises(ValueError, match="placement must be one of cpu, gpu, auto"):
+        finance.stream(placement="tpu")
+
+
 def test_result_is_a_table_of_composites(finance, expected):
     result = finance.run(TRADES)
     assert isinstance(result.table, pa.Table)
