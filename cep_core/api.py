@@ -100,8 +100,9 @@ def _stream_schema(schema: Any, streams: list[str], time: str | None,
         for f in schema:
             if f.name == "seq":
                 continue
-            kind = "timestamp" if pa.types.is_timestamp(f.type) else _INFERRED.get(
-                str(f.type).rstrip("0123456789"))
+            t = f.type.value_type if pa.types.is_dictionary(f.type) else f.type
+            kind = "timestamp" if pa.types.is_timestamp(t) else _INFERRED.get(
+                str(t).rstrip("0123456789"))
             if kind is None:
                 raise SchemaError(f"column {f.name!r}: no stream attribute type for Arrow "
                                   f"type {f.type} (one of {', '.join(ATTRIBUTE_TYPES)})")
@@ -228,6 +229,8 @@ class QuerySet:
     def schema(self) -> StreamSchema:
         """The schema of the stream the queries read."""
         streams = {q.schema.stream for q in self.queries}
+        if not streams:
+            raise ValueError("no queries")
         if len(streams) != 1:
             raise ValueError(f"the queries read several streams ({', '.join(sorted(streams))})"
                              "; compile each stream's queries apart")

@@ -197,6 +197,16 @@ def test_schema_from_a_file_and_a_renamed_stream(tmp_path, finance, trades_table
         [c["seq"] for c in finance.run(trades_table).to_dicts()]
 
 
+def test_categorical_columns(trades_table, expected):
+    frame = trades_table.to_pandas()
+    frame["symbol"] = frame["symbol"].astype("category")
+    schema = pa.Table.from_pandas(frame, preserve_index=False).schema
+    assert pa.types.is_dictionary(schema.field("symbol").type)
+    queries = cep.compile(FINANCE, schema)
+    assert queries.schema.attributes["symbol"] == "string"
+    assert queries.run(frame).to_dicts() == expected
+
+
 def test_schema_inferred_from_a_table_needs_a_time(trades_table):
     with pytest.raises(SchemaError, match="time=NAME"):
         cep.compile(FINANCE, trades_table.rename_columns(
