@@ -331,6 +331,11 @@ class Stream:
         self.dead_letters.extend(DeadLetter(f"query {q.name}", seq, raw, reason)
                                  for (q, seq, reason), raw in zip(rejected, raws))
 
+    def take_dead_letters(self) -> list[DeadLetter]:
+        """`dead_letters` so far, then forgotten (for a long-running stream)."""
+        taken, self.dead_letters = self.dead_letters, []
+        return taken
+
     def snapshot(self) -> bytes:
         """The whole state as bytes (for `restore` on a Stream of the same queries)."""
         return _HEADER.pack(self._position, self._last_seq) + self._engines.snapshot()

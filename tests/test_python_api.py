@@ -280,6 +280,9 @@ def test_a_stream_checks_seqs_across_pushes(tmp_path):
     assert [(d.position, d.reason) for d in stream.dead_letters] == [
         (2, "seq 6 does not increase (previous seq 6)")]
     assert orjson.loads(stream.dead_letters[0].raw)["price"] == 3
+    taken = stream.take_dead_letters()
+    assert stream.dead_letters == [] and len(taken) == 1
+    stream.dead_letters = taken
     one_run = cep.compile(RISE).run(rows)
     assert [(d.position, d.reason) for d in one_run.dead_letters] == \
         [(d.position, d.reason) for d in stream.dead_letters]
