@@ -115,3 +115,30 @@ def test_demo_runs_from_the_installed_package(installed, tmp_path):
     demo = _run([bin_dir / "cep", "demo", "--count", "500", "--workers", "1", "--verify"],
                 cwd=work, env={"CEP_HOME": str(tmp_path / "home")}, timeout=240)
     assert demo.returncode == 0, (demo.stdout + demo.stderr)[-3000:]
+
+
+API_SESSION = """
+import sys
+import pyarrow as pa
+import cep_core as cep
+from cep_core.testing import assert_engines_agree, run_query
+
+assert "numba" not in sys.modules
+rise = cep.compile("QUERY up FROM trades PARTITION BY symbol PATTERN (a b) "
+                   "DEFINE a AS TRUE, b AS price > Last(price) EMIT gain = Last(price) - "
+                   "First(price);")
+events = pa.table({"symbol": ["A", "B", "A"], "price": [1, 5, 3], "volume": [1, 1, 1],
+                   "ts": [1, 2, 3], "seqNum": [0, 1, 2]})
+result = rise.run(events)
+assert isinstance(result.table, pa.Table) and result.table.column("gain").to_pylist() == [2]
+assert run_query(rise, events.to_pylist()) == result.to_dicts()
+assert_engines_agree(rise, events.to_pylist())
+print("api ok", cep.__file__)
+"""
+
+
+def test_the_python_api_from_the_installed_package(installed):
+    bin_dir, work = installed
+    session = _run([bin_dir / "python", "-c", API_SESSION], cwd=work)
+    assert session.returncode == 0, session.stderr[-3000:]
+    assert session.stdout.startswith("api ok") and "site-packages" in session.stdout
