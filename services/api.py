@@ -35,6 +35,14 @@ CONFLICT = ("is live already", "exists already")
 MISSING = ("no live query", "no stream")
 
 
+class Refused(Exception):
+    """A request answered with `status` and the JSON `body` (the middleware sends it)."""
+
+    def __init__(self, status: int, body: dict):
+        super().__init__(body)
+        self.status, self.body = status, body
+
+
 class ApiConfig:
     def __init__(self, settings, topic_prefix: str = "", control: str = "",
                  token: str | None = None, timeout_s: float = 30, metrics_urls=(),
@@ -273,11 +281,9 @@ async def _body(request: web.Request) -> dict:
     try:
         data = orjson.loads(await request.read())
     except orjson.JSONDecodeError as e:
-        raise web.HTTPBadRequest(body=orjson.dumps({"error": f"not JSON: {e}"}),
-                                 content_type="application/json") from None
+        raise Refused(400, {"error": f"not JSON: {e}"}) from None
     if not isinstance(data, dict):
-        raise web.HTTPBadRequest(body=orjson.dumps({"error": "the body is a JSON object"}),
-                                 content_type="application/json")
+        raise Refused(400, {"error": "the body is a JSON object"})
     return data
 
 
@@ -285,17 +291,15 @@ def _wait_args(data: dict, config: ApiConfig) -> tuple[bool, float]:
     wait, timeout = data.get("wait", True), data.get("timeout_s", config.timeout_s)
     if not isinstance(wait, bool) or isinstance(timeout, bool) or \
             not isinstance(timeout, (int, float)) or not 0.1 <= timeout <= 300:
-        raise web.HTTPBadRequest(body=orjson.dumps(
-            {"error": "wait is a boolean, timeout_s a number of seconds in [0.1, 300]"}),
-            content_type="application/json")
+        raise Refused(400,
+            {"error": "wait is a boolean, timeout_s a number of seconds in [0.1, 300]"})
     return wait, float(timeout)
 
 
 def _text_of(data: dict, field: str = "text") -> str:
     text = data.get(field)
     if not isinstance(text, str) or not text.strip():
-        raise web.HTTPBadRequest(body=orjson.dumps({"error": f"{field}: a non-empty string"}),
-                                 content_type="application/json")
+        raise Refused(400, {"error": f"{field}: a non-empty string"})
     return text
 
 
@@ -314,12 +318,10 @@ def _stream_text(data: dict, name: str | None = None) -> str:
             return stream_text_from_json_schema(data["json_schema"], named if
                                                 isinstance(named, str) else None, **options)
         except ControlMessageError as e:
-            raise web.HTTPUnprocessableEntity(body=orjson.dumps(
-                {"outcome": "invalid", "errors": located_errors(str(e)), "changes": []}),
-                content_type="application/json") from None
-    raise web.HTTPBadRequest(body=orjson.dumps({"error": "give schema (a stream schema) or "
-                                                "json_schema (a JSON Schema of one event)"}),
-                             content_type="application/json")
+            raise Refused(422,
+                {"outcome": "invalid", "errors": located_errors(str(e)), "changes": []}) from None
+    raise Refused(400, {"error": "give schema (a stream schema) or "
+                                                "json_schema (a JSON Schema of one event)"})
 
 
 def _stream_name(text: str) -> str:
@@ -328,10 +330,9 @@ def _stream_name(text: str) -> str:
     except AttributeError:
         name = None
     if not isinstance(name, str):
-        raise web.HTTPUnprocessableEntity(body=orjson.dumps(
+        raise Refused(422,
             {"outcome": "invalid", "changes": [], "errors": located_errors(
-                'a stream schema names its stream ("stream")')}),
-            content_type="application/json")
+                'a stream schema names its stream ("stream")')})
     return name
 
 
@@ -347,7 +348,10 @@ def make_app(config: ApiConfig) -> web.Application:
             given = request.headers.get("Authorization", "")
             if not hmac.compare_digest(given.encode(), f"Bearer {config.token}".encode()):
                 return _error(401, "this change needs Authorization: Bearer <CEP_API_TOKEN>")
-        return await handler(request)
+        try:
+            return await handler(request)
+        except Refused as e:
+            return _json(e.body, e.status)
 
     @routes.get("/healthz")
     async def healthz(request):
@@ -393,8 +397,10 @@ def make_app(config: ApiConfig) -> web.Application:
         data = await _body(request)
         try:
             text = _stream_text(data)
-        except web.HTTPUnprocessableEntity as e:
-            return _json({"ok": False, "errors": orjson.loads(e.body)["errors"]})
+        except Refused as e:
+            if e.status != 422:
+                raise
+            return _json({"ok": False, "errors": e.body["errors"]})
         name = _stream_name(text)
         try:
             schema = check_stream(name, text)
@@ -410,7 +416,8 @@ def make_app(config: ApiConfig) -> web.Application:
             text = _stream_text(data, name)
             given = _stream_name(text)
             if name is not None and given != name:
-                return _error(422, f"the schema describes stream {given!r}, not {name!r}")
+                return _json({"outcome": "invalid", "changes": [], "errors": located_errors(
+                    f"the schema describes stream {given!r}, not {name!r}")}, 422)
             name = given
         status, body = await asyncio.to_thread(api.change, "stream", op, name, text, None,
                                                wait, timeout)

@@ -17,9 +17,10 @@ from aiohttp import web
 HEARTBEAT_S = 15
 
 
-def _bad(message: str) -> web.HTTPBadRequest:
-    return web.HTTPBadRequest(body=orjson.dumps({"error": message}),
-                              content_type="application/json")
+def _bad(message: str):
+    from services.api import Refused
+
+    return Refused(400, {"error": message})
 
 
 def _number(request: web.Request, name: str, kind, low, high):
