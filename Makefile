@@ -14,11 +14,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# Simulators the FPGA tests run (Debian packages): installed only when missing.
-SYSDEPS := iverilog yosys
+# Simulators the FPGA tests run and the browser of the console's test (Debian packages):
+# installed only when missing. TOOL or TOOL:PACKAGE.
+SYSDEPS := iverilog yosys chromium chromedriver:chromium-driver
 sysdeps:
-	@missing=""; for tool in $(SYSDEPS); do command -v $$tool >/dev/null 2>&1 || \
-	    missing="$$missing $$tool"; done; \
+	@missing=""; for dep in $(SYSDEPS); do tool=$${dep%%:*}; package=$${dep#*:}; \
+	    command -v $$tool >/dev/null 2>&1 || missing="$$missing $$package"; done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing$$missing"; \

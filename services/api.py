@@ -125,6 +125,7 @@ class Api:
         self._rates: dict[str, tuple[float, int]] = {}
         self._ends: dict[str, object] = {}  # INTO topic -> consumer at its end
         self._lock = threading.Lock()
+        self.closing = threading.Event()  # set at shutdown: open tails end
 
     # ------------------------------------------------------------ reading the topics
 
@@ -501,10 +502,14 @@ def make_app(config: ApiConfig) -> web.Application:
 
         return await tail_query(request, api, request.match_info["name"])
 
+    async def closing(app):
+        api.closing.set()
+
     async def closed(app):
         await asyncio.to_thread(api.close)
 
     app = web.Application(middlewares=[token_rule], client_max_size=1024 * 1024)
+    app.on_shutdown.append(closing)
     app.on_cleanup.append(closed)
     app.add_routes(routes)
     app.router.add_static("/console/", CONSOLE)
@@ -541,7 +546,8 @@ class ApiThread:
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         try:
-            self.runner = web.AppRunner(make_app(self.config), access_log=None)
+            self.runner = web.AppRunner(make_app(self.config), access_log=None,
+                                        shutdown_timeout=5)
             self.loop.run_until_complete(self.runner.setup())
             site = web.TCPSite(self.runner, self.host, self.port)
             self.loop.run_until_complete(site.start())

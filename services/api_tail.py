@@ -2,7 +2,7 @@
 order (offset order of each partition; the coordinator writes an INTO topic in sort-key
 order). Only records the query's pipeline wrote (header `cep.pipeline`) and whose `query`
 is the query's name are sent; each is `event: composite`, `id: PARTITION:OFFSET`, `data:`
-the composite as JSON. `from=beginning` (default `end`) replays what is there; `limit=N`
+the composite as JSON. One `event: ready` comes first, once the consumer is placed. `from=beginning` (default `end`) replays what is there; `limit=N`
 ends the stream after N events and `idle_s=S` after S seconds with none (for scripts).
 """
 
@@ -64,10 +64,13 @@ async def tail_query(request: web.Request, api, name: str) -> web.StreamResponse
         await response.prepare(request)
         await response.write(b": tail of " + topic.encode() + b"\n\n")
         sent, last = 0, time.monotonic()
-        beat = last
-        while limit is None or sent < limit:
+        beat, positioned = last, False
+        while (limit is None or sent < limit) and not api.closing.is_set():
             messages = await asyncio.to_thread(consumer.consume, 500, 0.25)
             now = time.monotonic()
+            if not positioned:  # the first fetch placed the consumer: say so
+                await response.write(b"event: ready\ndata: {}\n\n")
+                positioned = True
             for message in messages:
                 if message.error() is not None or (PIPELINE_HEADER, tag.encode()) not in \
                         (message.headers() or ()):

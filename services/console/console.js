@@ -4,6 +4,7 @@
 const $ = (id) => document.getElementById(id);
 const latest = new Map();   // query name -> its latest composite events (newest first)
 const tails = new Map();    // query name -> EventSource of its tail
+const following = new Set();  // queries whose tail is placed (its `ready` event came)
 const KEEP = 8;
 
 $("token").value = localStorage.getItem("cepToken") || "";
@@ -42,6 +43,7 @@ async function refreshQueries() {
     const s = q.state || {};
     const row = body.insertRow();
     row.dataset.query = q.name;
+    if (following.has(q.name)) row.dataset.tail = "ready";
     cell(row, q.name);
     cell(row, q.stream);
     cell(row, q.output);
@@ -62,13 +64,23 @@ async function refreshQueries() {
     if (!tails.has(q.name)) follow(q.name);
   }
   for (const [name, source] of tails) {
-    if (!names.has(name)) { source.close(); tails.delete(name); latest.delete(name); }
+    if (!names.has(name)) {
+      source.close();
+      tails.delete(name);
+      latest.delete(name);
+      following.delete(name);
+    }
   }
   renderComposites();
 }
 
 function follow(name) {
   const source = new EventSource("/api/queries/" + encodeURIComponent(name) + "/tail");
+  source.addEventListener("ready", () => {
+    following.add(name);
+    const row = document.querySelector(`#queries tr[data-query="${CSS.escape(name)}"]`);
+    if (row) row.dataset.tail = "ready";
+  });
   source.addEventListener("composite", (event) => {
     const list = latest.get(name) || [];
     list.unshift(JSON.parse(event.data));
