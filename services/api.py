@@ -313,7 +313,10 @@ def _stream_text(data: dict, name: str | None = None) -> str:
     if isinstance(data.get("schema"), dict):
         return orjson.dumps(data["schema"]).decode()
     if "json_schema" in data:
-        options = {k: data[k] for k in ("time", "time_unit") if isinstance(data.get(k), str)}
+        options = {k: data[k] for k in ("time", "time_unit", "type_attribute")
+                   if isinstance(data.get(k), str)}
+        if isinstance(data.get("skip_optional"), bool):
+            options["skip_optional"] = data["skip_optional"]
         named = name or data.get("name")
         try:
             return stream_text_from_json_schema(data["json_schema"], named if

@@ -40,10 +40,12 @@ STREAM_BODY = {
     "type": "object",
     "description": "schema: a stream schema as schemas/*.json; or json_schema: a JSON "
     "Schema (draft 2020-12) of one event, imported as `cep schema import` does (name: the "
-    "stream's name if the document has no title; time, time_unit).",
+    "stream's name if the document has no title; time, time_unit, type_attribute, "
+    "skip_optional).",
     "properties": {"schema": {"type": "object"}, "json_schema": {"type": "object"},
                    "name": {"type": "string"}, "time": {"type": "string"},
-                   "time_unit": {"type": "string"}, **WAIT}}
+                   "time_unit": {"type": "string"}, "type_attribute": {"type": "string"},
+                   "skip_optional": {"type": "boolean"}, **WAIT}}
 STREAM = {"type": "object", "required": ["name", "source", "version", "schema"],
           "properties": {"name": {"type": "string"}, "source": {"enum": ["control", "file"]},
                          "version": NULLABLE_INT, "schema": {"type": "object"}}}

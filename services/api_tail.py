@@ -2,8 +2,9 @@
 order (offset order of each partition; the coordinator writes an INTO topic in sort-key
 order). Only records the query's pipeline wrote (header `cep.pipeline`) and whose `query`
 is the query's name are sent; each is `event: composite`, `id: PARTITION:OFFSET`, `data:`
-the composite as JSON. One `event: ready` comes first, once the consumer is placed. `from=beginning` (default `end`) replays what is there; `limit=N`
-ends the stream after N events and `idle_s=S` after S seconds with none (for scripts).
+the composite as JSON. One `event: ready` comes first, once the consumer is placed.
+`from=beginning` (default `end`) replays what is there; `limit=N` ends the stream after N
+events and `idle_s=S` after S seconds with none (for scripts).
 """
 
 from __future__ import annotations

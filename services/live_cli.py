@@ -103,6 +103,11 @@ def register(app: typer.Typer, guard, cli_error) -> None:
                                                  "the time attribute.")] = None,
         time_unit: Annotated[str, typer.Option(metavar="UNIT", help="--from-jsonschema: "
                                                "unit of an integer time.")] = "ms",
+        type_attribute: Annotated[str | None, typer.Option(
+            metavar="ATTR", help="--from-jsonschema: the event-type attribute.")] = None,
+        skip_optional: Annotated[bool, typer.Option(
+            "--skip-optional", help="--from-jsonschema: leave out properties not in "
+            "required.")] = False,
     ) -> None:
         """Register, change or remove a stream on the control topic (no file on any
         machine, no restart), or list the streams live per service."""
@@ -111,7 +116,8 @@ def register(app: typer.Typer, guard, cli_error) -> None:
             if target is not None:
                 raise cli_error("give a schema file or --from-jsonschema FILE, not both", 2)
             target = str(from_jsonschema)
-            imported = {"stream": name, "time": time, "time_unit": time_unit}
+            imported = {"stream": name, "time": time, "time_unit": time_unit,
+                        "type_attribute": type_attribute, "skip_optional": skip_optional}
         guard(lambda: _change(cli_error, "stream", op, target, None, stream, bootstrap,
                               control, topic_prefix, kafka_config, wait, timeout, no_check,
                               as_json, schema, imported))

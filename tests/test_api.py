@@ -182,3 +182,29 @@ def test_stream_and_query_over_http_tail_equals_reference(settings):
         assert refused["errors"][1]["query"] == "rises" and refused["errors"][1]["line"]
         code, removed = call(api, "DELETE", "/api/queries/rises")
         assert code == 200 and removed["outcome"] == "applied", removed
+
+
+def test_cli_stream_add_from_jsonschema(settings):
+    import os
+    import subprocess
+    import sys
+
+    from services.control import control_records
+
+    prefix = f"cli{uuid.uuid4().hex[:8]}"
+    document = ROOT / "examples" / "own_stream" / "orders.jsonschema.json"
+    env = {**os.environ, "KAFKA_BOOTSTRAP": settings.bootstrap, "CEP_TOPIC_PREFIX": prefix}
+    added = subprocess.run([sys.executable, "-m", "services.cli", "stream", "add",
+                            "--from-jsonschema", str(document), "--skip-optional",
+                            "--type-attribute", "kind", "--no-wait"], env=env, cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+    assert added.returncode == 0, added.stderr
+    [(key, value)] = control_records(settings, Topics("", prefix=prefix).control)
+    made = stream_schema_from_json_schema(json.loads(document.read_text()),
+                                          skip_optional=True, type_attribute="kind")
+    assert key == b"stream/orders"
+    assert json.loads(json.loads(value)["text"]) == made.to_dict()
+    again = subprocess.run([sys.executable, "-m", "services.cli", "stream", "add",
+                            "--from-jsonschema", str(document), "--no-wait"], env=env,
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 1 and "note: not in required" in again.stderr
