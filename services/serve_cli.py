@@ -213,6 +213,12 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
         bootstrap: Annotated[str | None, typer.Option(
             "--bootstrap", envvar="KAFKA_BOOTSTRAP", metavar="HOST:PORT",
             help="A broker (default: start the embedded one).")] = None,
+        api_port: Annotated[int, typer.Option(
+            min=0, help="The API and web console on 127.0.0.1 at this port (a free one if "
+            "taken; 0: none; default: 8080, none with --verify).")] = 8080,
+        hold: Annotated[bool, typer.Option(
+            "--hold", help="Keep the pipeline and the console up after the trades, until "
+            "Ctrl-C.")] = False,
     ) -> None:
         """The streaming pipeline end to end on a synthetic trade stream."""
 
@@ -225,7 +231,8 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
             exit_on_signals()  # SIGTERM/SIGHUP stop the services and broker, as Ctrl-C does
             chosen = rate if rate is not None else (0 if verify else 2000)
             try:
-                ok = run_demo(count, workers, verify, bootstrap, chosen, Console())
+                ok = run_demo(count, workers, verify, bootstrap, chosen, Console(),
+                              0 if verify else api_port, hold)
             except ServiceFailed as e:
                 raise cli_error(str(e)) from None
             if not ok:
