@@ -208,3 +208,58 @@ def test_cli_stream_add_from_jsonschema(settings):
                             "--from-jsonschema", str(document), "--no-wait"], env=env,
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert again.returncode == 1 and "note: not in required" in again.stderr
+
+
+def test_serve_api_without_a_token_refuses_another_address(settings):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "CEP_API_TOKEN"}
+    refused = subprocess.run([sys.executable, "-m", "services.cli", "serve", "api",
+                              "--api-host", "0.0.0.0", "--bootstrap", settings.bootstrap],
+                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2
+    assert "CEP_API_TOKEN is not set: the API binds to 127.0.0.1 only" in refused.stderr
+
+
+def test_serve_all_runs_the_api(settings, tmp_path):
+    """`cep serve all --api-port`: the API is one of its processes, and a query added
+    through it is applied by the pipeline's processes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from services.broker import free_port
+
+    run = uuid.uuid4().hex[:8]
+    topics = Topics("trades", source=f"src.all.{run}", prefix=f"all{run}")
+    port = free_port()
+    env = {**os.environ, "KAFKA_BOOTSTRAP": settings.bootstrap, "CEP_API_TOKEN": TOKEN,
+           "CEP_SESSION_TIMEOUT_MS": "2000"}
+    log = open(tmp_path / "serve.log", "wb")
+    serve = subprocess.Popen([sys.executable, "-m", "services.cli", "serve", "all",
+                              "--partitions", "2", "--source", topics.source,
+                              "--topic-prefix", topics.prefix, "--web-port", str(free_port()),
+                              "--api-port", str(port), "--api-host", "127.0.0.1"],
+                             env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    api = type("Running", (), {"url": f"http://127.0.0.1:{port}"})()
+    try:
+        def up() -> bool:
+            try:
+                roles = {e["role"] for e in services_view(settings, topics.status).values()}
+                return call(api, "GET", "/readyz", timeout=5)[0] == 200 and \
+                    {"splitter", "worker", "coordinator"} <= roles
+            except OSError:
+                return False
+        wait_for(up, 120, "the API and the pipeline of cep serve all", interval_s=0.5)
+        text = UPS.format(name="ups", stream="trades", output=f"all_ups_{run}")
+        code, added = call(api, "POST", "/api/queries", {"text": text})
+        assert code == 201 and added["outcome"] == "applied", added
+        code, query = call(api, "GET", "/api/queries/ups")
+        assert code == 200 and query["state"]["live"] is True
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        serve.wait(120)
