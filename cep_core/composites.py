@@ -100,14 +100,15 @@ class Composites(Sequence):
         import pyarrow as pa
 
         from cep_core import composite_json
+        from cep_core.arrow_numpy import from_numpy
 
         batches = self._batches()
         if not batches:
-            return pa.array([], composite_json.TEXT)
+            return composite_json.lines_of([])
         texts = pa.concat_arrays([composite_json.lines(b) for b in batches])
         if self._order is not None and _is_identity(self._order):
             return texts
-        return texts.take(pa.array(self.order()))
+        return texts.take(from_numpy(self.order()))
 
     def write_jsonl(self, out=None) -> int:
         """JSON lines to `out` (a path, a binary stream, or None / "-" for stdout),
@@ -137,12 +138,14 @@ class Composites(Sequence):
         query's EMIT/SELECT fields (null in other queries' rows)."""
         import pyarrow as pa
 
+        from cep_core.arrow_numpy import from_numpy
+
         tables = [pa.Table.from_batches([_arrow(b)]) for b in self._batches()]
         if tables:
             table = pa.concat_tables(tables, promote_options="permissive")
             names = [n for n in STANDARD if n in table.column_names]
             names += [n for n in table.column_names if n not in STANDARD]
-            table = table.select(names).take(pa.array(self.order()))
+            table = table.select(names).take(from_numpy(self.order()))
         else:
             table = pa.table({"query": pa.array([], pa.string()),
                               "key": pa.array([], pa.string()),

@@ -2,10 +2,14 @@
 
 A Kafka source delivers one JSON event per message. `decode_json_batch` turns a batch of
 such messages into one Arrow table (column `seq`, then the stream's attributes) without
-building an Event per record: columns are gathered and type-checked a whole column at a
-time. A batch where anything needs a closer look (a missing or mistyped attribute, an ISO
-time, a record carrying its own `seq`, bad JSON) falls back to `decode_record` record by
-record, so reasons and accepted values are exactly those of `cep run`.
+building an Event per record: orjson parses each record and columns are gathered and
+type-checked a whole column at a time. A batch where anything needs a closer look (a
+missing or mistyped attribute, an ISO time, a record carrying its own `seq`, bad JSON)
+falls back to `decode_record` record by record, so reasons and accepted values are exactly
+those of `cep run`.
+
+Large batches are first parsed as one block of JSON lines by `event_reader`'s pyarrow
+parser, with the same checks and the same fallback as `cep run`'s reader.
 
 `decode_messages` is the full form for a Kafka source: it takes each message's offset (and
 the partition) so dead letters say where the original lies, rejects messages over a size
@@ -15,6 +19,7 @@ limit before parsing them, and says which message each good row came from.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 import orjson
@@ -38,6 +43,10 @@ def arrow_schema(schema: StreamSchema) -> pa.Schema:
 
 
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20  # Kafka's default message.max.bytes
+# Batches of this many messages or more are parsed as one block by pyarrow (the reader of
+# `cep run`, cep_core.event_reader) before the orjson path: 1.5x faster at 20k messages,
+# no faster below a few thousand.
+COLUMNAR_FROM = 4096
 
 
 @dataclass
@@ -64,7 +73,13 @@ def decode_messages(raws: list[bytes], schema: StreamSchema, positions: np.ndarr
         offsets = np.asarray(offsets, dtype=np.int64)
     if len(positions) != len(raws) or (offsets is not None and len(offsets) != len(raws)):
         raise ValueError("decode_messages: raws, positions and offsets differ in length")
-    oversized = max_bytes is not None and any(len(raw) > max_bytes for raw in raws)
+    oversized = max_bytes is not None and len(raws) and max(map(len, raws)) > max_bytes
+    if not oversized and len(raws) >= COLUMNAR_FROM:
+        from cep_core.event_reader import json_messages_table
+
+        table = json_messages_table(raws, schema, positions)
+        if table is not None:
+            return DecodedMessages(table, np.arange(len(raws), dtype=np.int64), [])
     if not oversized:
         records = _loads(raws)
         if records is not None:
@@ -88,7 +103,7 @@ def decode_json_batch(raws: list[bytes], schema: StreamSchema, positions: np.nda
 
 def _loads(raws: list[bytes]) -> list | None:
     try:
-        return [orjson.loads(raw) for raw in raws]
+        return list(map(orjson.loads, raws))
     except orjson.JSONDecodeError:
         return None
 
@@ -96,11 +111,11 @@ def _loads(raws: list[bytes]) -> list | None:
 def _fast_columns(records: list, schema: StreamSchema, positions: np.ndarray) -> pa.Table | None:
     if set(map(type, records)) - {dict}:
         return None
-    if any("seq" in r for r in records):
+    if any(map(dict.__contains__, records, repeat("seq"))):
         return None
     arrays = [pa.array(positions, pa.int64())]
     for name, kind in schema.attributes.items():
-        values = [r.get(name) for r in records]
+        values = list(map(dict.get, records, repeat(name)))
         if set(map(type, values)) - _FAST_TYPES[kind]:
             return None
         try:

@@ -257,7 +257,14 @@ def run(
 
         started = time.perf_counter()
         try:
-            simple, dead = read_events(events, stream_schema, fmt.value if fmt else None)
+            # The jit engine takes a table (no Python object per event); the reference
+            # interpreter Events, read without pyarrow.
+            if engine is Engine.reference:
+                simple, dead = read_events(events, stream_schema, fmt.value if fmt else None)
+            else:
+                simple, dead = _read_table_importing_engines(
+                    events, stream_schema, fmt.value if fmt else None, queries)
+            count = len(simple) if isinstance(simple, list) else simple.num_rows
         except InputError as e:
             raise CliError(str(e)) from None
         except OSError as e:
@@ -277,7 +284,7 @@ def run(
                              f"{_where(first)}: {first.reason}", markup=False,
                              style="yellow")
 
-        if not simple:
+        if not count:
             write_dead_letters()
             raise CliError(_no_events_message(source, dead, stream_schema, dead_letters))
 
@@ -292,11 +299,29 @@ def run(
         except OSError as e:
             raise CliError(f"{e.filename or out}: {e.strerror or e}") from None
         write_dead_letters()
-        stderr.print(f"{len(simple)} events ({len(dead)} bad) read in {read_s:.2f}s; "
-                     + _engine_summary(engine, len(simple), len(composites), run_s, timings),
+        stderr.print(f"{count} events ({len(dead)} bad) read in {read_s:.2f}s; "
+                     + _engine_summary(engine, count, len(composites), run_s, timings),
                      markup=False, style="dim")
 
     _guard(body)
+
+
+def _read_table_importing_engines(events, schema, fmt: str | None, queries):
+    """`read_table` in a thread while this one imports numba and the queries' engines:
+    pyarrow parses without the GIL, so on a machine with cores to spare the imports cost
+    no wall-clock time."""
+    from concurrent.futures import ThreadPoolExecutor
+    from importlib import import_module
+
+    from cep_core.event_reader import read_table
+
+    modules = {"match": ["match"], "seq": ["seq", "seq_aip"], "window": ["window"]}
+    with ThreadPoolExecutor(1) as pool:
+        reading = pool.submit(read_table, events, schema, fmt)
+        for kind in sorted({q.query.kind for q in queries}):
+            for module in modules.get(kind, []):
+                import_module(f"cep_core.engine.{module}")
+        return reading.result()
 
 
 def _where(letter) -> str:
@@ -337,7 +362,8 @@ def _engine_summary(engine: Engine, events: int, composites: int, run_s: float,
 def run_queries(queries, events, engine: Engine = Engine.reference,
                 placement: Placement | None = None,
                 timings: dict | None = None) -> tuple[Composites, list]:
-    """Composite events of the queries over the events, in deterministic order (as
+    """Composite events of the queries over the events (Events, or a table as
+    `event_reader.read_table` gives), in deterministic order (as
     `cep_core.composites.Composites`: columns, dicts only when asked for), with the events
     the engines rejected (time going backwards, late for a window) as DeadLetters.
 
@@ -349,13 +375,19 @@ def run_queries(queries, events, engine: Engine = Engine.reference,
     from cep_core.event_io import DeadLetter
 
     rejected: list = []
+    table = events if hasattr(events, "num_rows") else None
     if engine is Engine.reference:
         from cep_core import reference
 
         from cep_core.composites import Composites
 
+        if table is not None:
+            from cep_core.event_reader import events_from_table
+
+            events = events_from_table(table, queries[0].schema)
         composites = Composites.from_dicts(reference.run(queries, events, rejected=rejected))
-        rejected = [(q, event, reason) for q, event, reason in rejected]
+        rejected = [(q, event.seq, orjson.dumps(event.to_json()), reason)
+                    for q, event, reason in rejected]
     else:
         started = time.perf_counter()
         from cep_core import engine as jit
@@ -372,19 +404,39 @@ def run_queries(queries, events, engine: Engine = Engine.reference,
         setup_s = time.perf_counter() - started
         with jit.compile_timer() as compiling:
             started = time.perf_counter()
-            composites = jit.run_engines(engines, BatchEncoder(queries[0].schema, strings),
-                                         events, rejected=rejected)
+            encoder = BatchEncoder(queries[0].schema, strings)
+            composites = jit.run_engines(engines, encoder, events, rejected=rejected) \
+                if table is None else jit.run_table(engines, encoder, table, rejected=rejected)
             run_s = time.perf_counter() - started
         for where in report:
             stderr.print(f"placement: {where.line()}", markup=False, style="dim")
         if timings is not None:
             timings.update(setup_s=setup_s, compile_s=compiling.seconds,
                            process_s=max(run_s - compiling.seconds, 0.0))
+        rejected = [(q, seq, raw, reason) for (q, seq, reason), raw in
+                    zip(rejected, _events_json(events if table is None else table,
+                                               [seq for _, seq, _ in rejected]))]
+    return composites, [DeadLetter(f"query {q.name}", seq, raw, reason)
+                        for q, seq, raw, reason in rejected]
+
+
+def _events_json(events, seqs: list[int]) -> list[bytes]:
+    """The JSON of the events with these seqs: Events, or rows of a table (whose seqs
+    increase) found by binary search."""
+    import orjson
+
+    if not hasattr(events, "num_rows"):
         by_seq = {event.seq: event for event in events}
-        rejected = [(q, by_seq[seq], reason) for q, seq, reason in rejected]
-    return composites, [DeadLetter(f"query {q.name}", event.seq,
-                                   orjson.dumps(event.to_json()), reason)
-                        for q, event, reason in rejected]
+        return [orjson.dumps(by_seq[seq].to_json()) for seq in seqs]
+    if not seqs:
+        return []
+    import numpy as np
+
+    from cep_core.arrow_numpy import to_numpy
+    from cep_core.event_reader import row_json
+
+    rows = np.searchsorted(to_numpy(events.column("seq")), seqs)
+    return [row_json(events, int(row)) for row in rows]
 
 
 # ------------------------------------------------------------------ cep schemas

@@ -1,6 +1,6 @@
-"""Typer commands of the streaming service: `cep serve`, `cep demo`, `cep bench e2e`
-(and, from services/live_cli.py, `cep query` and `cep stream`). Registered on the main
-app by services/cli.py.
+"""Typer commands of the streaming service: `cep serve`, `cep demo`, `cep bench e2e`,
+`cep bench cores` (and, from services/live_cli.py, `cep query` and `cep stream`).
+Registered on the main app by services/cli.py.
 
 Every option also reads an environment variable (CEP_STREAM, CEP_PARTITIONS, ...;
 KAFKA_BOOTSTRAP for the broker); extra librdkafka settings come from CEP_KAFKA_* variables
@@ -265,6 +265,24 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
 
         guard(body)
 
+    @bench_app.command("cores")
+    def cores(
+        count: Annotated[int, typer.Option("--count", "-n", min=20000, metavar="N",
+                                           help="How many events.")] = 200_000,
+        batch: Annotated[int, typer.Option(min=1, help="Messages per splitter step.")] =
+        20_000,
+        as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+    ) -> None:
+        """Each service's core alone, fed from memory (no broker): splitter events/s (JSON
+        and framed), worker events/s, coordinator composites/s (M-shape)."""
+
+        def body():
+            from services.bench_cores import run_bench
+
+            result = run_bench(count, batch)
+            print(orjson.dumps(result).decode() if as_json else result)
+
+        guard(body)
 
 def _serve_api(settings, topics, host, port, metrics_urls, cli_error) -> None:
     import os
