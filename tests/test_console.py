@@ -113,14 +113,18 @@ def test_console_checks_adds_and_shows_composites(kafka_bootstrap, browser, tmp_
         produce_end(producer, topics.source)
         flush_all(producer, 30)
         kept = min(8, len(expected))  # the table keeps the newest 8 of each query
-        rows = until(browser, lambda b: len(b.find_elements(
-            By.CSS_SELECTOR, '#composites tr[data-query="ups"]')) >= kept and
-            b.find_elements(By.CSS_SELECTOR, '#composites tr[data-query="ups"]'),
-            "composite events", 120)
-        shown = [row.find_elements(By.TAG_NAME, "td")[2].text for row in rows]
-        assert shown and all(s in expected for s in shown), shown
-        state = browser.find_element(By.CSS_SELECTOR, '#queries tr[data-query="ups"]').text
+        # read in one script: the tables are rebuilt as events come (no stale elements)
+        cells = "#composites tr[data-query=ups] td:nth-child(3)"
+        shown = until(browser, lambda b: (lambda texts: len(texts) >= kept and texts)(
+            b.execute_script(f"return [...document.querySelectorAll('{cells}')]"
+                             ".map(td => td.textContent)")), "composite events", 120)
+        assert all(s in expected for s in shown), shown
+        state = browser.execute_script("return document.querySelector("
+                                       "'#queries tr[data-query=ups]').textContent")
         assert "live" in state
+        type_query(browser, BAD.replace("oops", "draft"))  # the picture shows a check too
+        until(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#checked .error"),
+              "the error of the draft")
         picture = tmp_path / "console.png"
         browser.save_screenshot(str(picture))
         assert picture.stat().st_size > 10_000

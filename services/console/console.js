@@ -141,8 +141,10 @@ function errorLine(e) {
   const div = document.createElement("div");
   div.className = "error";
   if (e.line) div.dataset.line = e.line;
-  const pad = e.column ? " ".repeat(e.column + 1) + "^ " : "";
-  div.textContent = pad + (e.line ? e.line + ":" + e.column + ": " : "") + e.message;
+  const gutter = document.createElement("span");  // as wide as the line numbers
+  gutter.className = "no";
+  const caret = e.column ? " ".repeat(e.column - 1) + "^ " : "";
+  div.append(gutter, caret + (e.line ? e.line + ":" + e.column + ": " : "") + e.message);
   return div;
 }
 
