@@ -292,8 +292,8 @@ def _wait_args(data: dict, config: ApiConfig) -> tuple[bool, float]:
     wait, timeout = data.get("wait", True), data.get("timeout_s", config.timeout_s)
     if not isinstance(wait, bool) or isinstance(timeout, bool) or \
             not isinstance(timeout, (int, float)) or not 0.1 <= timeout <= 300:
-        raise Refused(400,
-            {"error": "wait is a boolean, timeout_s a number of seconds in [0.1, 300]"})
+        raise Refused(400, {"error": "wait is a boolean, timeout_s a number of seconds in "
+                                 "[0.1, 300]"})
     return wait, float(timeout)
 
 
@@ -306,7 +306,8 @@ def _text_of(data: dict, field: str = "text") -> str:
 
 def _stream_text(data: dict, name: str | None = None) -> str:
     """A stream schema's JSON text from `schema` (as schemas/*.json) or `json_schema` (a
-    JSON Schema of one event, with optional `time`, `time_unit`)."""
+    JSON Schema of one event, with optional `time`, `time_unit`, `type_attribute`,
+    `skip_optional`)."""
     from cep_core.control_message import ControlMessageError
     from services.live_cli import stream_text_from_json_schema
 
@@ -322,10 +323,10 @@ def _stream_text(data: dict, name: str | None = None) -> str:
             return stream_text_from_json_schema(data["json_schema"], named if
                                                 isinstance(named, str) else None, **options)
         except ControlMessageError as e:
-            raise Refused(422,
-                {"outcome": "invalid", "errors": located_errors(str(e)), "changes": []}) from None
-    raise Refused(400, {"error": "give schema (a stream schema) or "
-                                                "json_schema (a JSON Schema of one event)"})
+            raise Refused(422, {"outcome": "invalid", "errors": located_errors(str(e)),
+                                "changes": []}) from None
+    raise Refused(400, {"error": "give schema (a stream schema) or json_schema (a JSON "
+                                 "Schema of one event)"})
 
 
 def _stream_name(text: str) -> str:
@@ -334,9 +335,8 @@ def _stream_name(text: str) -> str:
     except AttributeError:
         name = None
     if not isinstance(name, str):
-        raise Refused(422,
-            {"outcome": "invalid", "changes": [], "errors": located_errors(
-                'a stream schema names its stream ("stream")')})
+        raise Refused(422, {"outcome": "invalid", "changes": [], "errors": located_errors(
+            'a stream schema names its stream ("stream")')})
     return name
 
 
