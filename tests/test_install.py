@@ -142,3 +142,35 @@ def test_the_python_api_from_the_installed_package(installed):
     session = _run([bin_dir / "python", "-c", API_SESSION], cwd=work)
     assert session.returncode == 0, session.stderr[-3000:]
     assert session.stdout.startswith("api ok") and "site-packages" in session.stdout
+
+
+def test_the_installed_api_serves_the_console(installed):
+    """`cep serve api` of the core install: the console's files are package data."""
+    import time
+    import urllib.request
+
+    from services.broker import free_port
+
+    bin_dir, work = installed
+    port = free_port()
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    api = subprocess.Popen([bin_dir / "cep", "serve", "api", "--api-port", str(port),
+                            "--bootstrap", f"127.0.0.1:{free_port()}"], cwd=work,
+                           env=clean, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as page:
+                    assert b"console.js" in page.read()
+                    break
+            except OSError:
+                assert api.poll() is None and time.monotonic() < deadline, \
+                    api.stderr.read().decode() if api.poll() is not None else "no answer"
+                time.sleep(0.2)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/console/console.js",
+                                    timeout=5) as script:
+            assert b"EventSource" in script.read()
+    finally:
+        api.terminate()
+        api.wait(30)
