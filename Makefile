@@ -14,9 +14,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# Simulators the FPGA tests run and the browser of the console's test (Debian packages):
+# Simulators the FPGA tests run, the browser of the console's test and the Prometheus
+# server that scrapes the services in a test (Debian packages):
 # installed only when missing. TOOL or TOOL:PACKAGE.
-SYSDEPS := iverilog yosys chromium chromedriver:chromium-driver
+SYSDEPS := iverilog yosys chromium chromedriver:chromium-driver prometheus
 sysdeps:
 	@missing=""; for dep in $(SYSDEPS); do tool=$${dep%%:*}; package=$${dep#*:}; \
 	    command -v $$tool >/dev/null 2>&1 || missing="$$missing $$package"; done; \

@@ -25,8 +25,14 @@ from services.pipeline import LocalPipeline, create_topics, wait_for
 ROOT = Path(__file__).resolve().parent.parent
 TRADES = ROOT / "examples" / "data" / "trades.jsonl"
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-pytestmark = pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="chromium and "
-                                "chromium-driver are not installed (make sysdeps)")
+
+
+@pytest.fixture(autouse=True)
+def browser_installed():
+    """make test installs them (make sysdeps): their absence is a failure, not a skip."""
+    if not (CHROMIUM and DRIVER):
+        pytest.fail("chromium and chromium-driver are not installed: run make sysdeps")
+
 BAD = "QUERY oops FROM trades INTO oops\nPATTERN ( a )\nDEFINE a AS symbol > 3\n" \
       "EMIT symbol = symbol;"
 GOOD = """QUERY ups FROM trades INTO {output} PARTITION BY symbol

@@ -1,4 +1,4 @@
-"""Where Debian's `prometheus` is installed: it scrapes a service's metrics endpoint
+"""Debian's `prometheus` (installed by make sysdeps) scrapes a service's metrics endpoint
 (services/metrics.py) and a metric the service set is read back through Prometheus's HTTP
 API, by the name the Grafana dashboard queries it."""
 
@@ -17,8 +17,13 @@ from services.metrics import Metrics
 from services.pipeline import wait_for
 
 PROMETHEUS = shutil.which("prometheus")
-pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="Debian's prometheus is not "
-                                "installed")
+
+
+@pytest.fixture(autouse=True)
+def prometheus_installed():
+    """make test installs it (make sysdeps): its absence is a failure, not a skip."""
+    if PROMETHEUS is None:
+        pytest.fail("Debian's prometheus is not installed: run make sysdeps")
 
 
 def query(port: int, expr: str) -> list:
