@@ -5,6 +5,7 @@ match-set comparison. (The peers themselves run only in `cep bench peers`.)"""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -125,3 +126,22 @@ def test_flink_side():
     assert flink.nested_in_earlier(only_ours, only_theirs) == 1
     for text in flink.query_texts(0).values():
         load_query_text(text)
+
+
+def cep_bench_peers(home: Path, *args: str) -> subprocess.CompletedProcess:
+    """`cep bench peers` where neither OPENCEP_DIR nor PYFLINK_PYTHON is set."""
+    cep = Path(sys.executable).with_name("cep")
+    return subprocess.run([str(cep), "bench", "peers", *args], capture_output=True, text=True,
+                          timeout=120, env={"PATH": "/usr/bin:/bin", "CEP_HOME": str(home)})
+
+
+def test_cep_bench_peers_says_how_to_get_the_peers(tmp_path):
+    done = cep_bench_peers(tmp_path)
+    assert done.returncode == 2
+    assert "git clone https://github.com/ilya-kolchinsky/OpenCEP" in done.stderr
+    assert "pip install apache-flink" in done.stderr
+    done = cep_bench_peers(tmp_path, "--opencep", str(tmp_path))
+    assert done.returncode == 1
+    assert "is not an OpenCEP checkout" in done.stderr
+    done = cep_bench_peers(tmp_path, "--pyflink", str(tmp_path / "python"))
+    assert done.returncode == 1 and "cannot import pyflink" in done.stderr

@@ -42,8 +42,11 @@ def check_pyflink(python: str | None) -> str:
         raise SystemExit("Flink: no PyFlink interpreter given; make one with "
                          f"`{INSTALL}` (Java 17 on PATH) and pass --pyflink "
                          "/tmp/flinkvenv/bin/python (or set PYFLINK_PYTHON)")
-    done = subprocess.run([python, "-c", "import pyflink"], capture_output=True)
-    if done.returncode:
+    try:
+        done = subprocess.run([python, "-c", "import pyflink"], capture_output=True)
+    except OSError:
+        done = None
+    if done is None or done.returncode:
         raise SystemExit(f"Flink: {python} cannot import pyflink; make a virtualenv with "
                          f"`{INSTALL}`")
     return python
