@@ -52,11 +52,17 @@ def check_pyflink(python: str | None) -> str:
     return python
 
 
-def write_trades(rows: int, seed: int, work: Path) -> tuple[Path, Path]:
-    """The finance workload's trades as CSV with a header (cep) and without (Flink)."""
+def generate_trades(rows: int, seed: int):
+    """The finance workload's trades (`cep gen finance1`), as a pyarrow table."""
     from cep_core.workloads import WORKLOADS
 
-    table = WORKLOADS["finance1"].generate(rows, seed)
+    return WORKLOADS["finance1"].generate(rows, seed)
+
+
+def write_trades(table, rows: int, work: Path) -> tuple[Path, Path]:
+    """The first `rows` trades as CSV with a header (cep) and without (Flink): every
+    input is a prefix of the largest, so the steady-state rates compare like with like."""
+    table = table.slice(0, rows)
     ours, theirs = work / f"trades_{rows}.csv", work / f"trades_{rows}_flink.csv"
     pacsv.write_csv(table, ours)
     pacsv.write_csv(table.select(["symbol", "price", "volume", "ts", "seqNum"]), theirs,
@@ -99,8 +105,9 @@ def run(python: str, rows_list: list[int], work: Path, seed: int = 0,
     python = check_pyflink(python)
     rows = []
     texts = query_texts(seed)
-    for rows_n in rows_list:
-        ours_csv, theirs_csv = write_trades(rows_n, seed, work)
+    trades = generate_trades(max(rows_list), seed)
+    for rows_n in sorted(rows_list):
+        ours_csv, theirs_csv = write_trades(trades, rows_n, work)
         for name, text in texts.items():
             query = work / f"{name}.cep"
             query.write_text(text)

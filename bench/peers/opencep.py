@@ -46,6 +46,9 @@ def run_cep(query: Path, events: Path, out: Path, n_events: int) -> dict:
     warmup_s, _ = _timed(_cep_run(query, head, out))
     wall_s, stderr = _timed(_cep_run(query, events, out))
     m, c = _PROCESSING.search(stderr), _COMPILE.search(stderr)
+    if m is None:
+        print(f"warning: no 'processing ...s (... events/s)' in cep run's summary, so no "
+              f"engine-only time: {stderr.strip()[-300:]}", file=sys.stderr)
     rate = int(m[2].replace(",", "")) if m else None
     engine_s = n_events / rate if rate else (float(m[1]) if m else None)
     return {"wall_s": wall_s, "warmup_s": warmup_s, "engine_s": engine_s,
