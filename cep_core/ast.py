@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar
 
+from cep_core.schema import NANOS_PER_UNIT
+
 
 @dataclass(frozen=True)
 class Pos:
@@ -157,13 +159,10 @@ class Duration:
             if self.unit != "ticks":
                 raise ValueError("a stream timed in ticks takes durations in ticks")
             return self.amount
-        ms = self.amount * self.UNIT_MS[self.unit]
-        per_ms = {"ms": 1, "us": 1000, "ns": 1_000_000}
-        if time_unit == "s":
-            if ms % 1000:
-                raise ValueError("duration finer than the stream's time unit (s)")
-            return ms // 1000
-        return ms * per_ms[time_unit]
+        nanos = self.amount * self.UNIT_MS[self.unit] * NANOS_PER_UNIT["ms"]
+        if nanos % NANOS_PER_UNIT[time_unit]:
+            raise ValueError(f"duration finer than the stream's time unit ({time_unit})")
+        return nanos // NANOS_PER_UNIT[time_unit]
 
 
 # ---------------------------------------------------------------- MATCH: regex

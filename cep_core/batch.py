@@ -104,6 +104,8 @@ class BatchEncoder:
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        from cep_core.arrow_numpy import to_numpy
+
         n = table.num_rows
         columns = {}
         for name, kind in self.schema.attributes.items():
@@ -112,13 +114,12 @@ class BatchEncoder:
                 encoded = column if pa.types.is_dictionary(column.type) \
                     else pc.dictionary_encode(column)
                 mapping = self.strings.encode(encoded.dictionary.to_pylist())
-                columns[name] = mapping[encoded.indices.to_numpy(zero_copy_only=False)]
+                columns[name] = mapping[to_numpy(encoded.indices)]
             else:
                 if pa.types.is_timestamp(column.type):
                     column = column.cast(pa.int64())
-                columns[name] = column.to_numpy(zero_copy_only=False).astype(
-                    NUMPY_TYPES[kind], copy=False)
-        seq = table.column("seq").to_numpy().astype(np.int64) if "seq" in table.column_names \
+                columns[name] = to_numpy(column).astype(NUMPY_TYPES[kind], copy=False)
+        seq = to_numpy(table.column("seq")).astype(np.int64) if "seq" in table.column_names \
             else np.arange(n, dtype=np.int64)
         return Batch(seq, columns[self.schema.time].astype(np.int64, copy=False), columns)
 

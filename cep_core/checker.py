@@ -27,7 +27,7 @@ from cep_core.errors import QueryError, QueryErrors
 from cep_core.functions import FUNCTIONS
 from cep_core.functions import lookup as lookup_function
 from cep_core.parser import parse
-from cep_core.schema import SchemaError, SchemaRegistry, StreamSchema
+from cep_core.schema import NANOS_PER_UNIT, SchemaError, SchemaRegistry, StreamSchema
 
 NUMERIC = ("int", "float")
 LOGIC = ("AND", "OR")
@@ -39,7 +39,6 @@ WINDOW_AGGREGATES = (A.COUNT, A.SUM, A.MIN, A.MAX, A.AVG)
 # take them.
 RESERVED_FIELDS = ("query", "key", "seq", "start_seq", "events", "window_start", "window_end")
 MAX_DURATION_MS = 366 * 86_400_000
-_MS_PER_UNIT = {"ms": 1, "s": 1000, "us": 0.001, "ns": 0.000001}
 
 
 @dataclass(eq=False)
@@ -873,7 +872,7 @@ def _milliseconds(d: ast.Duration, time_unit: str) -> float | None:
         return d.amount * ast.Duration.UNIT_MS[d.unit]
     if time_unit == "ticks":
         return None
-    return d.amount * _MS_PER_UNIT[time_unit]
+    return d.amount * NANOS_PER_UNIT[time_unit] / NANOS_PER_UNIT["ms"]
 
 
 def _suggest(name: str, candidates) -> str:

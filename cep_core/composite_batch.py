@@ -139,6 +139,20 @@ class BoundEvents:
     var_kleene: list[bool]
     in_variable_order: bool = False
 
+    def owner(self) -> np.ndarray:
+        """The composite each element belongs to (elements are stored composite after
+        composite)."""
+        return np.repeat(np.arange(len(self.start)), self.count)
+
+    def element_order(self) -> np.ndarray:
+        """Element indices in the order of `dicts()`' events: within each composite, the
+        variables in order of first binding, each with its elements in binding order."""
+        if self.in_variable_order and not any(self.var_kleene):
+            return np.arange(len(self.seq))
+        pair = self.owner() * max(len(self.var_names), 1) + np.asarray(self.var, np.int64)
+        _, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
+        return np.argsort(first[inverse.reshape(-1)], kind="stable")
+
     def dicts(self, decoder: Decoder) -> list[dict]:
         # Each distinct event once ({"seq": .., **attributes}), shared by every use.
         unique, first, inverse = np.unique(self.seq, return_index=True, return_inverse=True)

@@ -1,31 +1,43 @@
-"""Control-topic messages: validated against `schemas/control_message.json`, then the query
-text is parsed and checked into an AST. Nothing in a message is ever evaluated: the text
-only ever reaches the grammar, and engines compile from the checked AST.
+"""The one owner of live changes: control-topic messages for queries and streams, their
+JSON Schema (`schemas/control_message.json`, draft 2020-12, checked with `jsonschema`), the
+checked form every service uses, and the live set of a pipeline with its refusal rules.
 
-    validate(value, key)  ->  ControlMessage (with `.checked` for add/update)
-                          or  ControlMessageError saying what is wrong
+Key of a record: `query/<name>` or `stream/<name>`; a bare `<name>` (the first key form)
+is a query. Value: `{"op": "add" | "update" | "remove", "name", "text"}`, where a query's
+text is the query language and a stream's text is its schema as JSON. A null value is a
+tombstone: remove. Nothing in a message is ever evaluated: query text only reaches the
+grammar, and engines compile from the checked AST.
 
-A null value with a key is a tombstone of the compacted topic: remove that query.
+    validate(value, key, registry, stream) -> ControlMessage, checked once (`.checked`)
+    LiveSet.apply(message)                  -> the change applied, or ControlMessageError
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, cache
 
 import orjson
+from jsonschema import Draft202012Validator
 
+from cep_core import ast
 from cep_core.checker import CheckedQuery, load_query_text
 from cep_core.errors import QueryError, QueryErrors
-from cep_core.schema import SCHEMA_DIR, SchemaRegistry
+from cep_core.schema import SCHEMA_DIR, SchemaError, SchemaRegistry, StreamSchema
 
 MAX_MESSAGE_BYTES = 256 * 1024
 SCHEMA_PATH = SCHEMA_DIR / "control_message.json"
+QUERY, STREAM = "query", "stream"
+KINDS = (QUERY, STREAM)
+INFINITE = None  # a horizon: composite events may come at any later time (end of input)
 
 
 class ControlMessageError(ValueError):
     """A control message that is not applied, and why."""
+
+
+class OtherStream(ControlMessageError):
+    """A query on another stream than the pipeline's: not this pipeline's to apply."""
 
 
 @dataclass(frozen=True)
@@ -33,10 +45,33 @@ class ControlMessage:
     op: str
     name: str
     text: str = ""
-    checked: CheckedQuery | None = None  # the checked query of an add or update
+    checked: CheckedQuery | StreamSchema | None = None  # of an add or update, once checked
+    kind: str = QUERY
+
+    @property
+    def key(self) -> bytes:
+        return key_of(self.kind, self.name)
 
     def to_json(self) -> bytes:
         return orjson.dumps({"op": self.op, "name": self.name, "text": self.text})
+
+
+def key_of(kind: str, name: str) -> bytes:
+    return f"{kind}/{name}".encode()
+
+
+def parse_key(key: bytes | None) -> tuple[str, str]:
+    """(kind, name) of a record key; a key without `/` is a query's (the old form)."""
+    if not key:
+        raise ControlMessageError("control message without a key")
+    text = key.decode("utf-8", "replace")
+    kind, slash, name = text.partition("/")
+    if not slash or kind not in KINDS:
+        kind, name = QUERY, text
+    problems = violations(_validator("name"), name, "key")
+    if problems:
+        raise ControlMessageError("control key: " + "; ".join(problems))
+    return kind, name
 
 
 @lru_cache(maxsize=1)
@@ -44,12 +79,27 @@ def control_schema() -> dict:
     return orjson.loads(SCHEMA_PATH.read_bytes())
 
 
+@cache
+def _validator(part: str = "") -> Draft202012Validator:
+    """The validator of the whole message, or of one part: `name`, `stream_schema`."""
+    schema = control_schema()
+    if part == "name":
+        schema = schema["properties"]["name"]
+    elif part:
+        schema = schema["$defs"][part]
+    return Draft202012Validator(schema)
+
+
 def validate(value: bytes | None, key: bytes | None = None,
              registry: SchemaRegistry | None = None, stream: str | None = None) -> ControlMessage:
-    """A control-topic record as a ControlMessage whose query (for add/update) is checked:
-    exactly one query, named as the message says, reading `stream` when given."""
+    """A control-topic record as a ControlMessage whose query or stream (add, update) is
+    checked: exactly one query, named as the message says, reading `stream` when given; or
+    a valid stream schema of that name."""
+    kind, key_name = parse_key(key) if key is not None else (QUERY, None)
     if value is None:
-        return ControlMessage("remove", _tombstone_name(key))
+        if key is None:
+            raise ControlMessageError("empty control message without a key")
+        return ControlMessage("remove", key_name, kind=kind)
     if len(value) > MAX_MESSAGE_BYTES:
         raise ControlMessageError(f"control message of {len(value)} bytes is over the limit "
                                   f"of {MAX_MESSAGE_BYTES} bytes")
@@ -57,90 +107,103 @@ def validate(value: bytes | None, key: bytes | None = None,
         data = orjson.loads(value)
     except orjson.JSONDecodeError as e:
         raise ControlMessageError(f"control message is not valid JSON: {e}") from None
-    problems = schema_violations(control_schema(), data)
+    problems = violations(_validator(), data)
     if problems:
         raise ControlMessageError("control message: " + "; ".join(problems))
-    if key is not None and key.decode("utf-8", "replace") != data["name"]:
-        raise ControlMessageError(f"control message for query {data['name']!r} has the key "
+    if key_name is not None and key_name != data["name"]:
+        raise ControlMessageError(f"control message for {kind} {data['name']!r} has the key "
                                   f"{key.decode('utf-8', 'replace')!r}")
-    if data["op"] == "remove":
-        return ControlMessage("remove", data["name"], data.get("text", ""))
-    checked = check_query(data["name"], data["text"], registry, stream)
-    return ControlMessage(data["op"], data["name"], data["text"], checked)
+    op, name, text = data["op"], data["name"], data.get("text", "")
+    if op == "remove":
+        return ControlMessage(op, name, text, kind=kind)
+    checked = check_query(name, text, registry, stream) if kind == QUERY else \
+        check_stream(name, text)
+    return ControlMessage(op, name, text, checked, kind)
 
 
 def check_query(name: str, text: str, registry: SchemaRegistry | None = None,
                 stream: str | None = None) -> CheckedQuery:
-    """The one checked query `text` holds, named `name`; ControlMessageError otherwise."""
+    """The one checked query `text` holds, named `name`; ControlMessageError otherwise
+    (with the checker's `<query NAME>:line:col` messages). A LiveRegistry checks each
+    (name, text) once until its streams change."""
+    registry = registry or SchemaRegistry()
+    checked = registry.checked.get((name, text)) if isinstance(registry, LiveRegistry) \
+        else None
+    if checked is None:
+        checked = _check_query(name, text, registry)
+        if isinstance(registry, LiveRegistry):
+            registry.checked[(name, text)] = checked
+    if stream is not None and checked.schema.stream != stream:
+        raise OtherStream(f"query {name!r} reads stream {checked.schema.stream!r}, this "
+                          f"pipeline reads {stream!r}")
+    return checked
+
+
+def _check_query(name: str, text: str, registry: SchemaRegistry) -> CheckedQuery:
     try:
-        queries = load_query_text(text, registry or SchemaRegistry(), f"<query {name}>")
+        queries = load_query_text(text, registry, f"<query {name}>")
     except QueryErrors as e:
         raise ControlMessageError("\n".join(str(err) for err in e.errors)) from None
     except QueryError as e:
         raise ControlMessageError(str(e)) from None
     if len(queries) != 1:
-        raise ControlMessageError(f"the text of query {name!r} holds {len(queries)} queries, "
-                                  "not one")
+        raise ControlMessageError(f"the text of query {name!r} holds {len(queries)} "
+                                  "queries, not one")
     if queries[0].name != name:
-        raise ControlMessageError(f"the text defines query {queries[0].name!r}, not {name!r}")
-    if stream is not None and queries[0].schema.stream != stream:
-        raise ControlMessageError(f"query {name!r} reads stream {queries[0].schema.stream!r}, "
-                                  f"this pipeline reads {stream!r}")
+        raise ControlMessageError(f"the text defines query {queries[0].name!r}, not "
+                                  f"{name!r}")
     return queries[0]
 
 
-def _tombstone_name(key: bytes | None) -> str:
-    if not key:
-        raise ControlMessageError("empty control message without a key")
-    name = key.decode("utf-8", "replace")
-    problems = schema_violations(control_schema()["properties"]["name"], name, "key")
+def check_stream(name: str, text: str) -> StreamSchema:
+    """The stream schema `text` holds (JSON, as schemas/*.json), named `name`."""
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise ControlMessageError(f"stream {name!r}: the schema is not valid JSON: {e}") \
+            from None
+    problems = violations(_validator("stream_schema"), data, "schema")
     if problems:
-        raise ControlMessageError("control tombstone: " + "; ".join(problems))
-    return name
+        raise ControlMessageError(f"stream {name!r}: " + "; ".join(problems))
+    if data["stream"] != name:
+        raise ControlMessageError(f"the schema describes stream {data['stream']!r}, not "
+                                  f"{name!r}")
+    try:
+        return StreamSchema.from_dict(data)
+    except SchemaError as e:
+        raise ControlMessageError(str(e)) from None
 
 
-# The JSON Schema keywords the control schema uses, checked without a schema library.
-_JSON_TYPES = {"object": dict, "string": str, "array": list, "boolean": bool}
+def violations(validator: Draft202012Validator, value, where: str = "message") -> list[str]:
+    """What about `value` breaks the validator's schema, one sentence per problem."""
+    return [_sentence(error, where) for error in validator.iter_errors(value)]
 
 
-def schema_violations(schema: dict, value, where: str = "message") -> list[str]:
-    """What about `value` breaks `schema` (type, enum, required, properties,
-    additionalProperties, min/maxLength, pattern, allOf, if/then); [] when nothing."""
-    problems: list[str] = []
-    kind = schema.get("type")
-    if kind is not None and not isinstance(value, _JSON_TYPES[kind]):
-        return [f"{where} must be a JSON {kind}, got {_json_type(value)}"]
-    if "enum" in schema and value not in schema["enum"]:
-        shown = ", ".join(map(str, schema["enum"]))
-        problems.append(f"{where} must be one of {shown}, got {_shown(value)}")
-    if isinstance(value, str):
-        if len(value) < schema.get("minLength", 0):
-            problems.append(f"{where} must not be empty" if schema["minLength"] == 1
-                            else f"{where} is shorter than {schema['minLength']} characters")
-        if len(value) > schema.get("maxLength", len(value)):
-            problems.append(f"{where} is longer than {schema['maxLength']} characters "
-                            f"({len(value)})")
-        elif "pattern" in schema and not re.search(schema["pattern"], value):
-            problems.append(f"{where} {_shown(value)} does not match {schema['pattern']}")
-    if isinstance(value, dict):
-        problems += _object_violations(schema, value, where)
-    for part in schema.get("allOf", []):
-        problems += schema_violations(part, value, where)
-    if "if" in schema and not schema_violations(schema["if"], value, where):
-        problems += schema_violations(schema.get("then", {}), value, where)
-    return problems
-
-
-def _object_violations(schema: dict, value: dict, where: str) -> list[str]:
-    problems = [f"{where} lacks the field {field!r}" for field in schema.get("required", [])
-                if field not in value]
-    properties = schema.get("properties", {})
-    for field, item in value.items():
-        if field in properties:
-            problems += schema_violations(properties[field], item, f"field {field!r}")
-        elif schema.get("additionalProperties", True) is False:
-            problems.append(f"{where} has an unknown field {_shown(field)}")
-    return problems
+def _sentence(error, where: str) -> str:
+    path = list(error.absolute_path)
+    if path:
+        where = f"field {'.'.join(map(str, path))!r}"
+    keyword, expected, value = error.validator, error.validator_value, error.instance
+    if keyword == "type":
+        kinds = " or ".join([expected] if isinstance(expected, str) else expected)
+        return f"{where} must be a JSON {kinds}, got {_json_type(value)}"
+    if keyword == "enum":
+        return f"{where} must be one of {', '.join(map(str, expected))}, got {_shown(value)}"
+    if keyword == "required":
+        missing = [f for f in expected if f not in value]
+        return "; ".join(f"{where} lacks the field {f!r}" for f in missing)
+    if keyword == "additionalProperties":
+        known = error.schema.get("properties", {})
+        return "; ".join(f"{where} has an unknown field {_shown(f)}" for f in value
+                         if f not in known)
+    if keyword == "minLength":
+        return f"{where} must not be empty" if expected == 1 else \
+            f"{where} is shorter than {expected} characters"
+    if keyword == "maxLength":
+        return f"{where} is longer than {expected} characters ({len(value)})"
+    if keyword == "pattern":
+        return f"{where} {_shown(value)} does not match {expected}"
+    return f"{where}: {error.message}"
 
 
 def _json_type(value) -> str:
@@ -156,3 +219,234 @@ def _json_type(value) -> str:
 def _shown(value) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+# ---------------------------------------------------------------- routes and horizons
+
+
+def route_of(checked: CheckedQuery) -> str:
+    """The keyed-topic route of a query: its PARTITION BY attributes, comma-separated."""
+    return ",".join(a.name for a in checked.query.partition_by)
+
+
+def horizon(checked: CheckedQuery) -> int | None:
+    """How far (in stream time units) a composite event's last event may lie behind the
+    event time at which it is emitted; INFINITE when unbounded (released at end of input).
+
+    MATCH reports on the last event (0). SEQ waits at most its window (trailing negations,
+    timeouts). Time windows release once time passes their end, so the last member lies
+    within RANGE; count windows and windows over another attribute are unbounded here."""
+    body = checked.query.body
+    if isinstance(body, ast.MatchQuery):
+        return 0
+    if isinstance(body, ast.SeqQuery):
+        if body.within is None or body.tesla:
+            return INFINITE
+        return checked.time_units(body.within)
+    window = body.window
+    if isinstance(window, ast.TimeWindow) and window.attr in (None, checked.schema.time):
+        return checked.time_units(window.range)
+    return INFINITE
+
+
+# ---------------------------------------------------------------- the live set
+
+
+class LiveRegistry(SchemaRegistry):
+    """The schemas a service knows: the control topic's streams over the built-in and file
+    schemas of `base`; and the checked queries, each checked once until a stream changes."""
+
+    def __init__(self, base: SchemaRegistry | None = None):
+        super().__init__(directories=[])
+        self.base = base or SchemaRegistry()
+        self.streams: dict[str, tuple[StreamSchema, int, str]] = {}  # schema, version, text
+        self.removed: set[str] = set()  # topic streams removed (files do not come back)
+        self.checked: dict[tuple[str, str], CheckedQuery] = {}
+
+    def get(self, stream: str) -> StreamSchema | None:
+        if stream in self.streams:
+            return self.streams[stream][0]
+        return None if stream in self.removed else self.base.get(stream)
+
+    def add(self, schema: StreamSchema) -> None:
+        self.base.add(schema)
+
+    def names(self) -> list[str]:
+        return sorted((set(self.base.names()) - self.removed) | set(self.streams))
+
+    def with_stream(self, name: str, entry: tuple | None) -> LiveRegistry:
+        """A copy with stream `name` set to `entry` (schema, version, text), or removed."""
+        trial = LiveRegistry(self.base)
+        trial.streams, trial.removed = dict(self.streams), set(self.removed)
+        trial.streams.pop(name, None)
+        trial.removed.discard(name)
+        if entry is None:
+            trial.removed.add(name)
+        else:
+            trial.streams[name] = entry
+        return trial
+
+    def learn(self, name: str, text: str, version: int) -> bool:
+        """Take a stream change a splitter applied (`text` empty: removed); a version not
+        newer than the one known is ignored. Whether anything changed."""
+        current = self.streams.get(name)
+        if current is not None and current[1] >= version:
+            return False
+        if current is None and not text and name in self.removed:
+            return False
+        entry = (check_stream(name, text), version, text) if text else None
+        trial = self.with_stream(name, entry)
+        self.streams, self.removed, self.checked = trial.streams, trial.removed, {}
+        return True
+
+    def versions(self) -> dict[str, int]:
+        return {name: version for name, (_, version, _) in self.streams.items()}
+
+    def to_json(self) -> list[dict]:
+        return [{"name": n, "text": t, "version": v} for n, (_, v, t) in self.streams.items()]
+
+
+@dataclass
+class LiveQuery:
+    name: str
+    text: str
+    index: int
+    checked: CheckedQuery
+
+    @property
+    def route(self) -> str:
+        return route_of(self.checked)
+
+    @property
+    def output(self) -> str:
+        return self.checked.query.output
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "text": self.text, "index": self.index}
+
+
+@dataclass
+class LiveStream:
+    name: str
+    text: str
+    version: int
+    schema: StreamSchema | None = None  # None once removed
+
+    def to_json(self) -> dict:
+        return {"kind": STREAM, "name": self.name, "text": self.text,
+                "version": self.version}
+
+
+class LiveSet:
+    """The live queries of one stream's pipeline, in order of first addition (their
+    `index`), and the streams of the control topic (LiveRegistry)."""
+
+    def __init__(self, stream: str | None, registry: SchemaRegistry | None = None):
+        self.stream = stream  # None: queries of any stream (a client's view)
+        self.registry = registry if isinstance(registry, LiveRegistry) else \
+            LiveRegistry(registry)
+        self.live: dict[str, LiveQuery] = {}
+        self.next_index = 0
+
+    def apply(self, message: ControlMessage) -> LiveQuery | LiveStream | None:
+        """Apply a change: the new LiveQuery (None when one is removed) or LiveStream.
+        ControlMessageError says why a change is refused."""
+        if message.kind == STREAM:
+            return self._apply_stream(message)
+        if message.op == "remove":
+            if message.name not in self.live:
+                raise ControlMessageError(f"no live query {message.name!r} to remove")
+            del self.live[message.name]
+            return None
+        checked = message.checked if isinstance(message.checked, CheckedQuery) else None
+        if checked is None or checked.schema != self.registry.get(checked.schema.stream):
+            checked = check_query(message.name, message.text, self.registry, self.stream)
+        old = self.live.get(message.name)
+        if message.op == "add" and old is not None:
+            raise ControlMessageError(f"query {message.name!r} is live already (use update)")
+        if message.op == "update" and old is None:
+            raise ControlMessageError(f"no live query {message.name!r} to update")
+        index = old.index if old is not None else self._take_index()
+        entry = self.live[message.name] = LiveQuery(message.name, message.text, index, checked)
+        return entry
+
+    def _apply_stream(self, message: ControlMessage) -> LiveStream:
+        name, op = message.name, message.op
+        known = self.registry.get(name)
+        current = self.registry.streams.get(name)
+        if op == "add" and known is not None:
+            raise ControlMessageError(f"stream {name!r} exists already (use update)")
+        if op == "update" and known is None:
+            raise ControlMessageError(f"no stream {name!r} to update")
+        if op == "remove" and current is None:
+            raise ControlMessageError(f"no stream {name!r} registered on the control topic "
+                                      "to remove" + (" (its schema is a file)" if known
+                                                     else ""))
+        schema = message.checked if isinstance(message.checked, StreamSchema) else \
+            None if op == "remove" else check_stream(name, message.text)
+        version = (current[1] if current else 0) + 1
+        trial = self.registry.with_stream(name, None if schema is None else
+                                          (schema, version, message.text))
+        rechecked, broken = {}, []
+        for query in self.live.values():
+            if query.checked.schema.stream != name:
+                continue
+            try:
+                rechecked[query.name] = _check_query(query.name, query.text, trial)
+            except ControlMessageError as e:
+                broken.append((query.name, str(e)))
+        if broken:
+            names = ", ".join(repr(n) for n, _ in broken)
+            raise ControlMessageError(
+                f"stream {name!r} {op} refused: it would break the live "
+                f"{'query' if len(broken) == 1 else 'queries'} {names}\n" +
+                "\n".join(reason for _, reason in broken))
+        self.registry.streams, self.registry.removed = trial.streams, trial.removed
+        self.registry.checked = {(n, q.text): rechecked[n] for n, q in self.live.items()
+                                 if n in rechecked}
+        for query_name, checked in rechecked.items():
+            self.live[query_name].checked = checked
+        return LiveStream(name, message.text if schema else "", version, schema)
+
+    def load(self, entries: list[dict]) -> None:
+        """Replace the queries by a serialized set (a `set` control frame or a snapshot)."""
+        self.live = {}
+        for entry in entries:
+            checked = check_query(entry["name"], entry["text"], self.registry, self.stream)
+            self.live[entry["name"]] = LiveQuery(entry["name"], entry["text"], entry["index"],
+                                                 checked)
+        self.next_index = max([e["index"] + 1 for e in entries] + [self.next_index])
+
+    def load_streams(self, entries: list[dict]) -> None:
+        """Take the control topic's streams of a serialized set (`LiveRegistry.to_json`)."""
+        for entry in entries:
+            self.registry.learn(entry["name"], entry["text"], entry["version"])
+
+    def to_json(self) -> list[dict]:
+        return [q.to_json() for q in self.live.values()]
+
+    def summary(self) -> dict:
+        """What is live: query names with their index, stream versions."""
+        return {"queries": {q.name: q.index for q in self.live.values()},
+                "streams": self.registry.versions()}
+
+    def _take_index(self) -> int:
+        self.next_index += 1
+        return self.next_index - 1
+
+    def routes(self) -> set[str]:
+        return {q.route for q in self.live.values()}
+
+
+def replayed(records, stream: str | None = None,
+             registry: SchemaRegistry | None = None) -> LiveSet:
+    """The live set that the control topic's (key, value) records give, applied in order
+    as a splitter applies them (refused changes are skipped); every stream's queries when
+    `stream` is None."""
+    live = LiveSet(stream, registry)
+    for key, value in records:
+        try:
+            live.apply(validate(value, key, live.registry, stream))
+        except ControlMessageError:
+            continue
+    return live

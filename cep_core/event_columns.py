@@ -20,11 +20,10 @@ import pyarrow.compute as pc
 from cep_core.errors import EventError
 from cep_core.event_io import INT64_MAX, decode_record
 from cep_core.events import Event
-from cep_core.schema import StreamSchema
+from cep_core.schema import NANOS_PER_UNIT, StreamSchema
 
 ARROW_TYPES = {"int": pa.int64(), "timestamp": pa.int64(), "float": pa.float64(),
                "bool": pa.bool_(), "string": pa.string()}
-_NANOS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
 
 
 @dataclass
@@ -150,7 +149,7 @@ def _attribute_column(table: pa.Table, name: str, kind: str, schema: StreamSchem
         fits = pa.types.is_integer(t)
     else:  # timestamp: integers in the schema's unit, or Arrow timestamps
         fits = pa.types.is_integer(t) or (pa.types.is_timestamp(t)
-                                          and schema.time_unit in _NANOS)
+                                          and schema.time_unit in NANOS_PER_UNIT)
     if not fits:
         return None
     slow |= ~column.is_valid().to_numpy(zero_copy_only=False)
@@ -171,8 +170,8 @@ def _timestamps_in_unit(column: pa.Array, time_unit: str, slow: np.ndarray) -> p
     as `decode_record` does with Python datetimes; rows whose value overflows 64 bits on
     the way are marked slow (decode_record gives their reason)."""
     ticks = column.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
-    micros, overflow = _scaled(ticks, _NANOS[column.type.unit], 1_000)
-    out, more = _scaled(micros, 1_000, _NANOS[time_unit])
+    micros, overflow = _scaled(ticks, NANOS_PER_UNIT[column.type.unit], 1_000)
+    out, more = _scaled(micros, 1_000, NANOS_PER_UNIT[time_unit])
     overflow |= more
     slow |= overflow
     valid = column.is_valid().to_numpy(zero_copy_only=False) & ~overflow

@@ -39,13 +39,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
 import orjson
 
 from cep_core.errors import EventError
 from cep_core.events import Event
-from cep_core.schema import StreamSchema
+from cep_core.schema import NANOS_PER_UNIT, StreamSchema
 
 JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
 FORMATS = {**{s: "jsonl" for s in JSON_SUFFIXES}, ".csv": "csv", ".parquet": "parquet"}
@@ -54,7 +54,6 @@ FORMAT_NAMES = ("jsonl", "csv", "parquet")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _INT_TEXT = re.compile(r"[+-]?[0-9]+")
-_UNITS_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 
 
 @dataclass(frozen=True)
@@ -194,14 +193,14 @@ def _iso_to_units(name: str, value: str, time_unit: str) -> int:
 
 
 def _datetime_to_units(name: str, when: datetime, time_unit: str) -> int:
-    if time_unit not in _UNITS_PER_SECOND:
+    if time_unit not in NANOS_PER_UNIT:
         raise EventError(f"attribute '{name}': a stream timed in {time_unit} takes integer "
                          "times, not dates")
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     delta = when - _EPOCH  # exact integer arithmetic, no float rounding
     micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-    per_second = _UNITS_PER_SECOND[time_unit]
+    per_second = NANOS_PER_UNIT["s"] // NANOS_PER_UNIT[time_unit]
     return _in_int64(name, micros * per_second // 1_000_000)
 
 
@@ -262,20 +261,50 @@ def iter_events(path: str | Path, schema: StreamSchema,
         records = {"jsonl": _jsonl_records, "csv": _csv_records,
                    "parquet": _parquet_records}[fmt](f, source)
         last_seq = None
-        for position, (raw, record, error, line) in enumerate(records):
-            if error is None:
-                try:
-                    event = decode_record(record, schema, position, text=(fmt == "csv"))
-                    if last_seq is not None and event.seq <= last_seq:
-                        raise EventError(f"seq {event.seq} does not increase (previous seq "
-                                         f"{last_seq})")
-                except EventError as e:
-                    error = str(e)
-            if error is not None:
-                yield DeadLetter(source, position, raw, error, line=line)
+        for item in decode_records(records, schema, source, text=(fmt == "csv")):
+            if isinstance(item, DecodedEvent):
+                if last_seq is not None and item.seq <= last_seq:
+                    yield DeadLetter(source, item.position, item.raw, seq_not_increasing(
+                        item.seq, last_seq), line=item.line)
+                    continue
+                last_seq = item.seq
+                yield item.event
+            else:
+                yield item
+
+
+def seq_not_increasing(seq: int, last_seq: int) -> str:
+    return f"seq {seq} does not increase (previous seq {last_seq})"
+
+
+class DecodedEvent(NamedTuple):
+    """An event as `decode_records` yields it, with where it came from (record index, line,
+    the record as read) for the seq check that follows."""
+
+    event: Event
+    position: int
+    raw: bytes | str
+    line: int | None
+
+    @property
+    def seq(self) -> int:
+        return self.event.seq
+
+
+def decode_records(records: Iterable[tuple], schema: StreamSchema, source: str,
+                   text: bool = False, first_position: int = 0) -> Iterator:
+    """Records as the readers give them, (raw, record, error, line), decoded one by one:
+    a DeadLetter, or the event with its position, raw and line (its seq not yet checked
+    against the seqs before it). Positions count from `first_position`."""
+    for position, (raw, record, error, line) in enumerate(records, first_position):
+        if error is None:
+            try:
+                yield DecodedEvent(decode_record(record, schema, position, text), position,
+                                   raw, line)
                 continue
-            last_seq = event.seq
-            yield event
+            except EventError as e:
+                error = str(e)
+        yield DeadLetter(source, position, raw, error, line=line)
 
 
 def read_events(path: str | Path, schema: StreamSchema,
@@ -318,8 +347,11 @@ class _Detaching:
 # items of a JSON array).
 
 
-def _jsonl_records(f: IO[bytes], source: str) -> Iterator[tuple]:
-    number, first = 0, True
+def _jsonl_records(f: IO[bytes], source: str, first_line: int = 1,
+                   array: bool = True) -> Iterator[tuple]:
+    """`first_line`: the number of f's first line in the file; `array`: f is the file's
+    start, where one JSON array may stand for the whole file."""
+    number, first = first_line - 1, array
     for data in f:
         number += 1
         line = data.strip()
@@ -344,14 +376,19 @@ def _json_array(data: bytes, source: str) -> Iterator[tuple]:
         yield orjson.dumps(item), item, None, None
 
 
-def _csv_records(f: IO[str], source: str = "") -> Iterator[tuple]:
+def _csv_records(f: IO[str], source: str = "", header: list[str] | None = None,
+                 first_line: int = 1) -> Iterator[tuple]:
+    """`header`: the (stripped) header when f is a part of the file after it, whose first
+    line is the file's line `first_line`."""
     reader = csv.reader(f)
-    header = next(reader, None)
+    base = first_line
     if header is None:
-        return
-    header = [h.strip() for h in header]
+        header, base = next(reader, None), 1
+        if header is None:
+            return
+        header = [h.strip() for h in header]
     while True:
-        line = reader.line_num + 1  # where the next record starts
+        line = reader.line_num + base  # where the next record starts
         row = next(reader, None)
         if row is None:
             return
@@ -404,6 +441,11 @@ def _write_lines(objects: Iterable[dict], f: IO[bytes]) -> int:
 
 def write_composites_jsonl(composites: Iterable[dict],
                            out: str | Path | IO[bytes] | None = None) -> int:
+    """Composite events as JSON lines; `cep_core.composites.Composites` are written from
+    their columns (the same bytes)."""
+    write_columns = getattr(composites, "write_jsonl", None)
+    if write_columns is not None:
+        return write_columns(out)
     return write_jsonl(composites, out)
 
 

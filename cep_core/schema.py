@@ -1,29 +1,43 @@
 """Stream schemas: attribute names and types, the event-time attribute, the type attribute.
 
-Schemas are JSON files (`schemas/<stream>.json`):
+Schemas are JSON files (`<stream>.json`); the built-in ones ship inside the package
+(`cep_core/schemas/`, also reachable as the top-level `schemas/` of a checkout):
 
     {"stream": "trades",
      "attributes": {"symbol": "string", "price": "int", "volume": "int",
                     "ts": "timestamp", "seqNum": "int"},
      "time": "ts", "time_unit": "ms", "type_attribute": null, "types": null}
+
+A registry looks streams up in: schemas added to it, the paths of `CEP_SCHEMA_PATH`
+(os.pathsep-separated files or directories, first wins), then the built-in folder.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
 ATTRIBUTE_TYPES = ("int", "float", "string", "bool", "timestamp")
-TIME_UNITS = ("ms", "s", "us", "ns", "ticks")
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
-# Files in schemas/ that describe messages, not event streams.
+# The one table of stream time units: nanoseconds per unit. "ticks" have no wall-clock
+# length (a duration in ms is taken as that many ticks where one must be converted).
+NANOS_PER_UNIT = {"ms": 1_000_000, "s": 1_000_000_000, "us": 1_000, "ns": 1}
+TIME_UNITS = (*NANOS_PER_UNIT, "ticks")
+SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"  # built-in schemas (package data)
+SCHEMA_PATH_ENV = "CEP_SCHEMA_PATH"
+# Files in the schema folders that describe messages, not event streams.
 NOT_STREAMS = ("composite_event", "control_message")
 
 
 class SchemaError(ValueError):
     pass
+
+
+def units_per_ms(time_unit: str) -> float:
+    """How many of a stream's time units make a millisecond (ticks: one)."""
+    return NANOS_PER_UNIT["ms"] / NANOS_PER_UNIT.get(time_unit, NANOS_PER_UNIT["ms"])
 
 
 @dataclass(frozen=True)
@@ -74,40 +88,73 @@ def load_schema_file(path: str | Path) -> StreamSchema:
         raise SchemaError(f"{path}: not valid JSON: {e}") from None
 
 
+def env_schema_paths() -> list[Path]:
+    """The files and directories named by CEP_SCHEMA_PATH (os.pathsep-separated)."""
+    return [Path(p) for p in os.environ.get(SCHEMA_PATH_ENV, "").split(os.pathsep) if p]
+
+
 class SchemaRegistry:
-    """Looks streams up by name: explicitly added schemas first, then the search directories."""
+    """Looks streams up by name: explicitly added schemas first, then the search path
+    (`directories`: folders of `<stream>.json` files, and single schema files), in order.
+
+    Without `directories`: the paths of CEP_SCHEMA_PATH, then the built-in SCHEMA_DIR.
+    `add_path` puts a file or folder in front. `origin(stream)` says where a stream's
+    schema came from."""
 
     def __init__(self, directories: list[Path] | None = None):
-        self.directories = list(directories) if directories is not None else [SCHEMA_DIR]
         self._schemas: dict[str, StreamSchema] = {}
+        self._origins: dict[str, str] = {}
+        self._files: dict[Path, StreamSchema] = {}  # schema files on the search path
+        if directories is not None:
+            self.directories = list(directories)
+            return
+        self.directories = [SCHEMA_DIR]
+        for path in reversed(env_schema_paths()):  # add_path puts each in front
+            if not path.exists():
+                raise SchemaError(f"{SCHEMA_PATH_ENV}: {path}: no such file or directory")
+            self.add_path(path)
 
-    def add(self, schema: StreamSchema) -> None:
+    def add(self, schema: StreamSchema, origin: str = "added") -> None:
         self._schemas[schema.stream] = schema
+        self._origins[schema.stream] = origin
 
     def add_path(self, path: str | Path) -> None:
-        """A schema file, or a directory searched for `<stream>.json`."""
+        """A schema file, or a directory searched for `<stream>.json`, in front of the
+        search path (a file is read now, so a bad one is an error here)."""
         path = Path(path)
-        if path.is_dir():
-            self.directories.insert(0, path)
-        else:
-            self.add(load_schema_file(path))
+        if not path.is_dir():
+            self._files[path] = load_schema_file(path)
+        self.directories.insert(0, path)
 
     def get(self, stream: str) -> StreamSchema | None:
         if stream not in self._schemas:
-            for directory in self.directories:
-                candidate = directory / f"{stream}.json"
+            for entry in self.directories:
+                if entry in self._files:
+                    if self._files[entry].stream == stream:
+                        self.add(self._files[entry], str(entry))
+                        break
+                    continue
+                candidate = entry / f"{stream}.json"
                 if candidate.is_file():
                     schema = load_schema_file(candidate)
                     if schema.stream != stream:
                         raise SchemaError(f"{candidate} describes stream {schema.stream!r}, "
                                           f"not {stream!r}")
-                    self._schemas[stream] = schema
+                    self.add(schema, str(candidate))
                     break
         return self._schemas.get(stream)
 
+    def origin(self, stream: str) -> str | None:
+        """The file a stream's schema was read from ("added" when given as an object), or
+        None for an unknown stream."""
+        return self._origins.get(stream) if self.get(stream) is not None else None
+
     def names(self) -> list[str]:
         found = set(self._schemas)
-        for directory in self.directories:
-            found.update(p.stem for p in directory.glob("*.json")
-                         if p.stem not in NOT_STREAMS)
+        for entry in self.directories:
+            if entry in self._files:
+                found.add(self._files[entry].stream)
+            else:
+                found.update(p.stem for p in entry.glob("*.json")
+                             if p.stem not in NOT_STREAMS)
         return sorted(found)

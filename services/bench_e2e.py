@@ -49,14 +49,15 @@ def _status(settings, topic: str, since: int):
 
 class Bench:
     def __init__(self, bootstrap: str, workers: int):
-        from services.kafka import KafkaSettings, Topics
+        from services.kafka import Deliveries, KafkaSettings, Topics
         from services.pipeline import create_topics
 
         self.settings = KafkaSettings(bootstrap, session_timeout_ms=2000)
         self.topics = Topics(STREAM, source=f"bench.{STREAM}.{os.getpid()}",
                              prefix=f"bench-{os.getpid()}")
         create_topics(self.settings, self.topics, 4, ["double_tops"])
-        self.producer = self.settings.producer()
+        self.deliveries = Deliveries()
+        self.producer = self.settings.producer(on_delivery=self.deliveries)
         self.status_seen = 0
         self.last_seq = -1
         self.workers = workers
@@ -74,13 +75,13 @@ class Bench:
         stop_services(self.services)
 
     def send(self, values: list[bytes], framed: bool = False, end: bool = True) -> None:
-        from services.kafka import produce, produce_end
+        from services.kafka import flush_all, produce, produce_end
         headers = [("kind", b"events")] if framed else None
         for value in values:
             produce(self.producer, self.topics.source, value, headers=headers)
         if end:
             produce_end(self.producer, self.topics.source)
-        self.producer.flush(60)
+        flush_all(self.producer, 60, self.deliveries, "benchmark events")
 
     def wait_end(self, timeout_s: float = 120) -> float:
         """Wall time at which the coordinator announced the next end of input."""
@@ -155,7 +156,7 @@ def run_bench(events: int, workers: int, bootstrap: str | None, latency_s: float
 def latency(bench: Bench, lines: list[bytes], rate: float, seconds: float, base: int):
     """Produce at `rate` for `seconds`; latency of each composite event from the produce
     time of its last event."""
-    from services.kafka import produce, produce_end
+    from services.kafka import flush_all, produce, produce_end
 
     consumer = bench.settings.consumer()
     consumer.assign([TopicPartition("double_tops", 0, OFFSET_BEGINNING)])
@@ -175,7 +176,7 @@ def latency(bench: Bench, lines: list[bytes], rate: float, seconds: float, base:
         sent[i:i + chunk] = now
         bench.producer.poll(0)
     produce_end(bench.producer, bench.topics.source)
-    bench.producer.flush(30)
+    flush_all(bench.producer, 30, bench.deliveries, "benchmark events")
     bench.wait_end()
     delays = []
     for m in iter(lambda: consumer.consume(10000, 0.3), []):

@@ -16,13 +16,17 @@ import os
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from cep_core.home import HomeError
 from services.cli_help import PlainHelpGroup
+from services.errors import CleanError
+
+if TYPE_CHECKING:
+    from cep_core.composites import Composites
 
 app = typer.Typer(
     name="cep",
@@ -87,8 +91,8 @@ class InputFormat(StrEnum):
 SchemaOption = Annotated[
     list[Path] | None,
     typer.Option("--schema", "-s", metavar="FILE|DIR",
-                 help="A schema file, or a directory of <stream>.json files (repeatable); "
-                 "schemas/ is always searched last."),
+                 help="A schema file, or a directory of <stream>.json files (repeatable; "
+                 "before those of $CEP_SCHEMA_PATH; the built-in schemas come last)."),
 ]
 
 
@@ -99,8 +103,11 @@ def _error(message: str) -> None:
 def _registry(schemas: list[Path] | None):
     from cep_core.schema import SchemaError, SchemaRegistry
 
-    registry = SchemaRegistry()
-    for path in schemas or []:
+    try:
+        registry = SchemaRegistry()
+    except SchemaError as e:
+        raise CliError(str(e)) from None
+    for path in reversed(schemas or []):  # add_path puts each in front: the first wins
         if not path.exists():
             raise CliError(f"schema {path}: no such file or directory", 2)
         try:
@@ -137,7 +144,7 @@ def _guard(body) -> None:
         raise typer.Exit(e.code) from None
     except (typer.Exit, typer.Abort, KeyboardInterrupt):
         raise
-    except HomeError as e:  # a folder the product writes could not be made: say which
+    except (HomeError, CleanError) as e:  # a folder not made, an extra, the broker
         _error(f"error: {e}")
         raise typer.Exit(1) from None
     except Exception as e:  # an internal error: still no traceback unless asked for
@@ -159,6 +166,9 @@ def _is_located(message: str) -> bool:
 def check(
     files: Annotated[list[Path], typer.Argument(help="Query files to parse and check.")],
     schema: SchemaOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per file on "
+                                          "stdout: ok, its queries (name, stream, INTO "
+                                          "topic) or its error messages.")] = False,
 ) -> None:
     """Parse and check query files; errors name file:line:col."""
 
@@ -169,8 +179,16 @@ def check(
             try:
                 queries = _load(path, registry)
             except CliError as e:
-                _error(f"error: {e}" if not _is_located(str(e)) else str(e))
+                if as_json:
+                    _print_json({"file": str(path), "ok": False, "error": str(e)})
+                else:
+                    _error(f"error: {e}" if not _is_located(str(e)) else str(e))
                 failed = max(failed, e.code)
+                continue
+            if as_json:
+                _print_json({"file": str(path), "ok": True, "queries": [
+                    {"name": q.name, "stream": q.schema.stream, "into": q.query.output}
+                    for q in queries]})
                 continue
             names = ", ".join(q.name for q in queries)
             plural = "query" if len(queries) == 1 else "queries"
@@ -202,7 +220,8 @@ def run(
     Engine.reference,
     out: Annotated[Path | None, typer.Option(
         "--out", "--output", "-o", metavar="FILE", show_default=False,
-        help="Where composite events go, as JSON lines (default: standard output).")] = None,
+        help="Where composite events go: FILE.parquet (Parquet), FILE.arrow (Arrow IPC "
+        "file), any other name JSON lines (default: standard output, JSON lines).")] = None,
     dead_letters: Annotated[Path | None, typer.Option(
         "--dead-letters", metavar="FILE", help="Write bad events here as JSON lines "
         "(default: a summary on stderr).")] = None,
@@ -210,7 +229,8 @@ def run(
         help="jit engine: where SEQ queries run (auto: costly ones on a real GPU; gpu: every "
         "query the GPU engine supports; see docs/gpu.md; default: the CPU engines).")] = None,
 ) -> None:
-    """Run the queries of a file over a file of events; composite events as JSON lines.
+    """Run the queries of a file over a file of events; composite events as JSON lines
+    (or Parquet / Arrow by the suffix of --out).
 
     Exits 1 when no valid event could be read (dead letters are still written)."""
 
@@ -220,7 +240,6 @@ def run(
             STDIN_SOURCE,
             InputError,
             read_events,
-            write_composites_jsonl,
             write_dead_letters_jsonl,
         )
 
@@ -238,7 +257,14 @@ def run(
 
         started = time.perf_counter()
         try:
-            simple, dead = read_events(events, stream_schema, fmt.value if fmt else None)
+            # The jit engine takes a table (no Python object per event); the reference
+            # interpreter Events, read without pyarrow.
+            if engine is Engine.reference:
+                simple, dead = read_events(events, stream_schema, fmt.value if fmt else None)
+            else:
+                simple, dead = _read_table_importing_engines(
+                    events, stream_schema, fmt.value if fmt else None, queries)
+            count = len(simple) if isinstance(simple, list) else simple.num_rows
         except InputError as e:
             raise CliError(str(e)) from None
         except OSError as e:
@@ -258,7 +284,7 @@ def run(
                              f"{_where(first)}: {first.reason}", markup=False,
                              style="yellow")
 
-        if not simple:
+        if not count:
             write_dead_letters()
             raise CliError(_no_events_message(source, dead, stream_schema, dead_letters))
 
@@ -269,15 +295,33 @@ def run(
         dead.extend(rejected)
 
         try:
-            write_composites_jsonl(composites, out)
+            composites.write(out)
         except OSError as e:
             raise CliError(f"{e.filename or out}: {e.strerror or e}") from None
         write_dead_letters()
-        stderr.print(f"{len(simple)} events ({len(dead)} bad) read in {read_s:.2f}s; "
-                     + _engine_summary(engine, len(simple), len(composites), run_s, timings),
+        stderr.print(f"{count} events ({len(dead)} bad) read in {read_s:.2f}s; "
+                     + _engine_summary(engine, count, len(composites), run_s, timings),
                      markup=False, style="dim")
 
     _guard(body)
+
+
+def _read_table_importing_engines(events, schema, fmt: str | None, queries):
+    """`read_table` in a thread while this one imports numba and the queries' engines:
+    pyarrow parses without the GIL, so on a machine with cores to spare the imports cost
+    no wall-clock time."""
+    from concurrent.futures import ThreadPoolExecutor
+    from importlib import import_module
+
+    from cep_core.event_reader import read_table
+
+    modules = {"match": ["match"], "seq": ["seq", "seq_aip"], "window": ["window"]}
+    with ThreadPoolExecutor(1) as pool:
+        reading = pool.submit(read_table, events, schema, fmt)
+        for kind in sorted({q.query.kind for q in queries}):
+            for module in modules.get(kind, []):
+                import_module(f"cep_core.engine.{module}")
+        return reading.result()
 
 
 def _where(letter) -> str:
@@ -317,9 +361,11 @@ def _engine_summary(engine: Engine, events: int, composites: int, run_s: float,
 
 def run_queries(queries, events, engine: Engine = Engine.reference,
                 placement: Placement | None = None,
-                timings: dict | None = None) -> tuple[list[dict], list]:
-    """Composite events of the queries over the events, in deterministic order, with the
-    events the engines rejected (time going backwards, late for a window) as DeadLetters.
+                timings: dict | None = None) -> tuple[Composites, list]:
+    """Composite events of the queries over the events (Events, or a table as
+    `event_reader.read_table` gives), in deterministic order (as
+    `cep_core.composites.Composites`: columns, dicts only when asked for), with the events
+    the engines rejected (time going backwards, late for a window) as DeadLetters.
 
     jit engine: `timings` (when given) gets `setup_s` (numba and engine imports, code
     generation), `compile_s` (numba compiling kernels or loading them from its cache while
@@ -329,11 +375,19 @@ def run_queries(queries, events, engine: Engine = Engine.reference,
     from cep_core.event_io import DeadLetter
 
     rejected: list = []
+    table = events if hasattr(events, "num_rows") else None
     if engine is Engine.reference:
         from cep_core import reference
 
-        composites = reference.run(queries, events, rejected=rejected)
-        rejected = [(q, event, reason) for q, event, reason in rejected]
+        from cep_core.composites import Composites
+
+        if table is not None:
+            from cep_core.event_reader import events_from_table
+
+            events = events_from_table(table, queries[0].schema)
+        composites = Composites.from_dicts(reference.run(queries, events, rejected=rejected))
+        rejected = [(q, event.seq, orjson.dumps(event.to_json()), reason)
+                    for q, event, reason in rejected]
     else:
         started = time.perf_counter()
         from cep_core import engine as jit
@@ -350,52 +404,158 @@ def run_queries(queries, events, engine: Engine = Engine.reference,
         setup_s = time.perf_counter() - started
         with jit.compile_timer() as compiling:
             started = time.perf_counter()
-            composites = jit.run_engines(engines, BatchEncoder(queries[0].schema, strings),
-                                         events, rejected=rejected)
+            encoder = BatchEncoder(queries[0].schema, strings)
+            composites = jit.run_engines(engines, encoder, events, rejected=rejected) \
+                if table is None else jit.run_table(engines, encoder, table, rejected=rejected)
             run_s = time.perf_counter() - started
         for where in report:
             stderr.print(f"placement: {where.line()}", markup=False, style="dim")
         if timings is not None:
             timings.update(setup_s=setup_s, compile_s=compiling.seconds,
                            process_s=max(run_s - compiling.seconds, 0.0))
+        rejected = [(q, seq, raw, reason) for (q, seq, reason), raw in
+                    zip(rejected, _events_json(events if table is None else table,
+                                               [seq for _, seq, _ in rejected]))]
+    return composites, [DeadLetter(f"query {q.name}", seq, raw, reason)
+                        for q, seq, raw, reason in rejected]
+
+
+def _events_json(events, seqs: list[int]) -> list[bytes]:
+    """The JSON of the events with these seqs: Events, or rows of a table (whose seqs
+    increase) found by binary search."""
+    import orjson
+
+    if not hasattr(events, "num_rows"):
         by_seq = {event.seq: event for event in events}
-        rejected = [(q, by_seq[seq], reason) for q, seq, reason in rejected]
-    return composites, [DeadLetter(f"query {q.name}", event.seq,
-                                   orjson.dumps(event.to_json()), reason)
-                        for q, event, reason in rejected]
+        return [orjson.dumps(by_seq[seq].to_json()) for seq in seqs]
+    if not seqs:
+        return []
+    import numpy as np
+
+    from cep_core.arrow_numpy import to_numpy
+    from cep_core.event_reader import row_json
+
+    rows = np.searchsorted(to_numpy(events.column("seq")), seqs)
+    return [row_json(events, int(row)) for row in rows]
 
 
 # ------------------------------------------------------------------ cep schemas
 
 
+class SchemasAction(StrEnum):
+    list = "list"
+    import_ = "import"
+
+
 @app.command()
-def schemas(schema: SchemaOption = None) -> None:
-    """List the known streams and their attributes."""
+def schemas(
+    action: Annotated[SchemasAction, typer.Argument(
+        help="list (the default): the known streams; import FILE: a stream schema from the "
+        "JSON Schema (draft 2020-12) of one event.")] = SchemasAction.list,
+    file: Annotated[Path | None, typer.Argument(help="import: the JSON Schema file.")] = None,
+    schema: SchemaOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="list: one JSON object per stream "
+                                          "(its schema and `origin`, the file it came "
+                                          "from).")] = False,
+    out: Annotated[Path | None, typer.Option(
+        "--out", "--output", "-o", metavar="FILE",
+        help="import: where the stream schema goes (default: standard output).")] = None,
+    stream: Annotated[str | None, typer.Option(metavar="NAME", help="import: the stream's "
+                                               "name (default: the JSON Schema's title).")]
+    = None,
+    time_attribute: Annotated[str | None, typer.Option(
+        "--time", metavar="PROPERTY", help="import: the event-time property (default: the "
+        "one date-time property).")] = None,
+    time_unit: Annotated[str, typer.Option(help="import: unit of integer times (ms, s, us, "
+                                           "ns or ticks).")] = "ms",
+    type_attribute: Annotated[str | None, typer.Option(
+        metavar="PROPERTY", help="import: the string property holding the event type.")]
+    = None,
+    skip_optional: Annotated[bool, typer.Option(
+        "--skip-optional", help="import: leave out properties that are not required (else "
+        "an error: a stream attribute is in every event).")] = False,
+) -> None:
+    """List the known streams, their attributes and where each schema came from; or import
+    a JSON Schema: `cep schemas import FILE --out STREAM.json`."""
 
     def body():
-        from rich.table import Table
-
-        from cep_core.schema import SchemaError
-
-        registry = _registry(schema)
-        table = Table(title="Streams")
-        for column in ("stream", "attributes", "time", "type attribute"):
-            table.add_column(column)
-        for name in registry.names():
-            try:
-                s = registry.get(name)
-            except SchemaError as e:
-                _error(f"error: {e}")
-                continue
-            if s is None:
-                continue
-            attrs = ", ".join(f"{a}: {t}" for a, t in s.attributes.items())
-            typed = "-" if s.type_attribute is None else s.type_attribute + (
-                f" ({', '.join(s.types)})" if s.types else "")
-            table.add_row(s.stream, attrs, f"{s.time} ({s.time_unit})", typed)
-        stdout.print(table)
+        if action is SchemasAction.import_:
+            if file is None:
+                raise CliError("cep schemas import needs a JSON Schema file", 2)
+            _import_json_schema(file, out, stream, time_attribute, time_unit, type_attribute,
+                                skip_optional)
+        elif file is not None:
+            raise CliError(f"cep schemas list takes no file (got {file})", 2)
+        else:
+            _list_schemas(_registry(schema), as_json)
 
     _guard(body)
+
+
+def _list_schemas(registry, as_json: bool) -> None:
+    from rich.table import Table
+
+    from cep_core.schema import SchemaError
+
+    table = Table(title="Streams")
+    for column in ("stream", "attributes", "time", "type attribute", "from"):
+        table.add_column(column)
+    for name in registry.names():
+        try:
+            s = registry.get(name)
+        except SchemaError as e:
+            _error(f"error: {e}")
+            continue
+        if s is None:
+            continue
+        if as_json:
+            _print_json({**s.to_dict(), "origin": registry.origin(name)})
+            continue
+        attrs = ", ".join(f"{a}: {t}" for a, t in s.attributes.items())
+        typed = "-" if s.type_attribute is None else s.type_attribute + (
+            f" ({', '.join(s.types)})" if s.types else "")
+        table.add_row(s.stream, attrs, f"{s.time} ({s.time_unit})", typed,
+                      _shown_origin(registry.origin(name)))
+    if not as_json:
+        stdout.print(table)
+
+
+def _shown_origin(origin: str | None) -> str:
+    from cep_core.schema import SCHEMA_DIR
+
+    if origin and Path(origin).parent == SCHEMA_DIR:
+        return "built-in"
+    return origin or "-"
+
+
+def _import_json_schema(file: Path, out: Path | None, stream, time_attribute, time_unit,
+                        type_attribute, skip_optional) -> None:
+    import orjson
+
+    from cep_core.schema_import import SchemaImportError, stream_schema_from_json_schema
+
+    try:
+        document = orjson.loads(file.read_bytes())
+    except OSError as e:
+        raise CliError(f"{file}: {e.strerror or e}", 2) from None
+    except orjson.JSONDecodeError as e:
+        raise CliError(f"{file}: not valid JSON: {e}") from None
+    try:
+        made = stream_schema_from_json_schema(document, stream, time_attribute, time_unit,
+                                              type_attribute, skip_optional)
+    except SchemaImportError as e:
+        raise CliError(f"{file}: {e}") from None
+    text = orjson.dumps(made.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n"
+    if out is None:
+        print(text, end="")
+        return
+    try:
+        out.write_text(text)
+    except OSError as e:
+        raise CliError(f"{out}: {e.strerror or e}") from None
+    stderr.print(f"stream {made.stream} ({len(made.attributes)} attributes, time "
+                 f"{made.time}) in {out}; use it: --schema {out} or CEP_SCHEMA_PATH",
+                 markup=False, style="dim")
 
 
 # ------------------------------------------------------------------ cep gen
@@ -599,6 +759,9 @@ def bench_backfill(
     `cep run --engine jit` in one process: events/s of both and their ratio."""
 
     def body():
+        from services.extras import require
+
+        require("pyspark", "spark", "cep bench backfill")
         from services.backfill_bench import bench_backfill as run_bench
 
         result = run_bench(count, master=master, seed=seed, partitions=partitions,
@@ -666,6 +829,9 @@ def backfill(
     """Run the queries over history with Spark; composite events as Parquet."""
 
     def body():
+        from services.extras import require
+
+        require("pyspark", "spark", "cep backfill")
         from cep_core.event_io import InputError
         from services.backfill import run_backfill, spark_session
 

@@ -1,174 +1,76 @@
-"""Run-time queries: the control topic and the live query set.
+"""Live changes over Kafka: the control topic (publish, read) and the status topic (what
+each service did with each change, which services are up, what is live in each).
 
-The control topic is compacted, key = query name, value = JSON `{"op": "add" | "update" |
-"remove", "name": ..., "text": ...}`, validated against schemas/control_message.json
-(`parse_control`). The text is parsed and checked (never evaluated) and
-must hold exactly one query of that name. The splitter applies control messages in order;
-a change holds from the next sequence number on, and reaches every worker partition and the
-coordinator as a control frame at that seq.
+What a change is, how it is checked and when it is refused: cep_core/control_message.py.
+The splitter applies control records in topic order, a change holds from the next
+sequence number on, and reaches every worker partition and the coordinator as a control
+frame at that seq.
+
+Status records (JSON, on `cep.<stream>.status`), besides `query_live` and `end_of_input`:
+
+    {"event": "change", "service", "role", "key", "offset", "kind", "op", "name",
+     "outcome": "applied" | "refused", "reason", "at", "partition", "live", "starting"}
+    {"event": "service", "service", "role", "state": "up" | "down", "live", "partitions"}
+
+`key`/`offset` name the control record; `live` is the service's live set after it
+(`{"queries": {name: index}, "streams": {name: version}}`); workers report per keyed
+`partition`, and `partitions` (presence) maps each assigned partition to its live set;
+`starting`: the splitter applied the change while starting (it reaches the workers and the
+coordinator in its start-up `set` frame).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+import os
+import socket
+import time
 
 import orjson
 
-from cep_core.checker import CheckedQuery, load_query_text
-from cep_core.errors import QueryError, QueryErrors
-from cep_core.schema import SchemaRegistry
+from cep_core.control_message import (  # noqa: F401  (the names services and tests use)
+    INFINITE,
+    ControlMessage,
+    LiveQuery,
+    LiveSet,
+    horizon,
+    replayed,
+    route_of,
+)
+from cep_core.control_message import ControlMessageError as ControlError  # noqa: F401
+from cep_core.control_message import LiveSet as QuerySet  # noqa: F401
+from cep_core.control_message import check_query as check_query_text  # noqa: F401
+from cep_core.control_message import validate as parse_control  # noqa: F401
 
-OPS = ("add", "update", "remove")
-INFINITE = None  # a horizon: composite events may come at any later time (end of input)
-
-
-class ControlError(ValueError):
-    pass
-
-
-@dataclass(frozen=True)
-class ControlMessage:
-    op: str
-    name: str
-    text: str = ""
-
-    def to_json(self) -> bytes:
-        return orjson.dumps({"op": self.op, "name": self.name, "text": self.text})
+_instances = itertools.count()
 
 
-def parse_control(value: bytes | None, key: bytes | None = None,
-                  registry: SchemaRegistry | None = None,
-                  stream: str | None = None) -> ControlMessage:
-    """A control message from a record of the control topic, validated against
-    schemas/control_message.json (cep_core.control_message.validate: op, a name equal to
-    the key, size limits; add/update: the text checks into exactly one query of that name
-    on `stream`). A null value with a key is a tombstone: remove. ControlError says why a
-    record is refused."""
-    from cep_core.control_message import ControlMessageError, validate
+def publish(settings, topic: str, message: ControlMessage, key: bytes | None = None,
+            timeout_s: float = 10) -> int:
+    """Write a control message (key `query/<name>` or `stream/<name>` unless `key` is
+    given) and wait for the broker's ack; the record's offset. services.kafka.DeliveryFailed
+    when the ack did not come."""
+    from services.kafka import Deliveries, flush_all
 
-    try:
-        message = validate(value, key, registry, stream)
-    except ControlMessageError as e:
-        raise ControlError(str(e)) from None
-    return ControlMessage(message.op, message.name, message.text)
+    offsets: list[int] = []
+    deliveries = Deliveries(also=lambda err, m: offsets.append(m.offset()))
+    producer = settings.producer(**{"message.timeout.ms": int(timeout_s * 1000)})
+    producer.produce(topic, message.to_json(), key=key or message.key, on_delivery=deliveries)
+    flush_all(producer, timeout_s + 5, deliveries, f"control message {message.name!r}")
+    return offsets[0]
 
 
-def check_query_text(name: str, text: str, registry: SchemaRegistry | None = None,
-                     stream: str | None = None) -> CheckedQuery:
-    """The one checked query the text holds; ControlError otherwise."""
-    try:
-        queries = load_query_text(text, registry or SchemaRegistry(), f"<query {name}>")
-    except QueryErrors as e:
-        raise ControlError("\n".join(str(err) for err in e.errors)) from None
-    except QueryError as e:
-        raise ControlError(str(e)) from None
-    if len(queries) != 1:
-        raise ControlError(f"the text of query {name!r} holds {len(queries)} queries, not one")
-    if queries[0].name != name:
-        raise ControlError(f"the text defines query {queries[0].name!r}, not {name!r}")
-    if stream is not None and queries[0].schema.stream != stream:
-        raise ControlError(f"query {name!r} reads stream {queries[0].schema.stream!r}, this "
-                           f"pipeline reads {stream!r}")
-    return queries[0]
+def control_records(settings, topic: str) -> list[tuple[bytes | None, bytes | None]]:
+    """(key, value) of every record of the control topic, in order."""
+    from services.kafka import read_all
+
+    return [(m.key(), m.value()) for m in read_all(settings, topic)]
 
 
-def route_of(checked: CheckedQuery) -> str:
-    """The keyed-topic route of a query: its PARTITION BY attributes, comma-separated."""
-    return ",".join(a.name for a in checked.query.partition_by)
-
-
-def horizon(checked: CheckedQuery) -> int | None:
-    """How far (in stream time units) a composite event's last event may lie behind the
-    event time at which it is emitted; INFINITE when unbounded (released at end of input).
-
-    MATCH reports on the last event (0). SEQ waits at most its window (trailing negations,
-    timeouts). Time windows release once time passes their end, so the last member lies
-    within RANGE; count windows and windows over another attribute are unbounded here."""
-    from cep_core import ast
-
-    body = checked.query.body
-    if isinstance(body, ast.MatchQuery):
-        return 0
-    if isinstance(body, ast.SeqQuery):
-        if body.within is None or body.tesla:
-            return INFINITE
-        return checked.time_units(body.within)
-    window = body.window
-    if isinstance(window, ast.TimeWindow) and window.attr in (None, checked.schema.time):
-        return checked.time_units(window.range)
-    return INFINITE
-
-
-@dataclass
-class LiveQuery:
-    name: str
-    text: str
-    index: int
-    checked: CheckedQuery
-
-    @property
-    def route(self) -> str:
-        return route_of(self.checked)
-
-    @property
-    def output(self) -> str:
-        return self.checked.query.output
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "text": self.text, "index": self.index}
-
-
-class QuerySet:
-    """The live queries of one stream, in order of first addition (their `index`)."""
-
-    def __init__(self, stream: str, registry: SchemaRegistry | None = None):
-        self.stream = stream
-        self.registry = registry or SchemaRegistry()
-        self.live: dict[str, LiveQuery] = {}
-        self.next_index = 0
-
-    def apply(self, message: ControlMessage) -> LiveQuery | None:
-        """Apply a change; the new LiveQuery (None for remove). ControlError when invalid."""
-        if message.op == "remove":
-            if message.name not in self.live:
-                raise ControlError(f"no live query {message.name!r} to remove")
-            del self.live[message.name]
-            return None
-        checked = check_query_text(message.name, message.text, self.registry, self.stream)
-        old = self.live.get(message.name)
-        if message.op == "add" and old is not None:
-            raise ControlError(f"query {message.name!r} is live already (use update)")
-        if message.op == "update" and old is None:
-            raise ControlError(f"no live query {message.name!r} to update")
-        index = old.index if old is not None else self._take_index()
-        entry = self.live[message.name] = LiveQuery(message.name, message.text, index, checked)
-        return entry
-
-    def load(self, entries: list[dict]) -> None:
-        """Replace the set by a serialized one (a `set` control frame or a snapshot)."""
-        self.live = {}
-        for entry in entries:
-            checked = check_query_text(entry["name"], entry["text"], self.registry, self.stream)
-            self.live[entry["name"]] = LiveQuery(entry["name"], entry["text"], entry["index"],
-                                                 checked)
-        self.next_index = max([e["index"] + 1 for e in entries] + [self.next_index])
-
-    def to_json(self) -> list[dict]:
-        return [q.to_json() for q in self.live.values()]
-
-    def _take_index(self) -> int:
-        self.next_index += 1
-        return self.next_index - 1
-
-    def routes(self) -> set[str]:
-        return {q.route for q in self.live.values()}
-
-
-def publish(settings, topic: str, message: ControlMessage) -> None:
-    """Write a control message (key = query name) and wait for the broker's ack."""
-    producer = settings.producer()
-    producer.produce(topic, message.to_json(), key=message.name.encode())
-    producer.flush(10)
+def learned_live(settings, topic: str, stream: str | None = None, registry=None) -> LiveSet:
+    """The live set (queries of `stream`, every stream) the control topic gives: how a
+    service learns streams registered at run time before any frame tells it."""
+    return replayed(control_records(settings, topic), stream, registry)
 
 
 def split_query_file(text: str, path: str = "<queries>") -> list[tuple[str, str]]:
@@ -184,3 +86,131 @@ def split_query_file(text: str, path: str = "<queries>") -> list[tuple[str, str]
         first = lines[a][q.pos.column - 1:]
         out.append((q.name, (first + "".join(lines[a + 1:b])).strip()))
     return out
+
+
+# ---------------------------------------------------------------- status records
+
+
+def change_of(key: bytes | None, offset: int, message: ControlMessage | None = None) -> dict:
+    """What names a change in status records and control frames."""
+    out = {"key": (key or b"").decode("utf-8", "replace"), "offset": offset}
+    if message is not None:
+        out.update(kind=message.kind, op=message.op, name=message.name)
+    return out
+
+
+class StatusWriter:
+    """Writes one service's records to the status topic."""
+
+    def __init__(self, topic: str, role: str):
+        self.topic, self.role = topic, role
+        n = next(_instances)
+        self.service = f"{role}@{socket.gethostname()}:{os.getpid()}" + (f"#{n}" if n else "")
+
+    def presence(self, producer, state: str, **fields) -> None:
+        self._write(producer, {"event": "service", "state": state, **fields})
+
+    def outcome(self, producer, change: dict, outcome: str, **fields) -> None:
+        self._write(producer, {"event": "change", **change, "outcome": outcome, **fields})
+
+    def _write(self, producer, record: dict) -> None:
+        from services.kafka import produce
+
+        produce(producer, self.topic, orjson.dumps(
+            {**record, "service": self.service, "role": self.role}))
+        producer.poll(0)
+
+
+class StatusReader:
+    """Follows a status topic from its beginning (one partition)."""
+
+    def __init__(self, settings, topic: str):
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+        self.consumer = settings.consumer()
+        metadata = self.consumer.list_topics(topic, timeout=10).topics.get(topic)
+        self.exists = metadata is not None and metadata.error is None
+        self.consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        self.tp = TopicPartition(topic, 0)
+        self.records: list[dict] = []
+
+    def poll(self, timeout_s: float = 0.1) -> list[dict]:
+        got = []
+        for message in self.consumer.consume(1000, timeout_s):
+            if message.error() is None and message.value():
+                try:
+                    got.append(orjson.loads(message.value()))
+                except orjson.JSONDecodeError:
+                    continue
+        self.records.extend(got)
+        return got
+
+    def caught_up(self) -> bool:
+        _, high = self.consumer.get_watermark_offsets(self.tp, cached=True)
+        position = self.consumer.position([self.tp])[0].offset
+        return high == 0 or (high > 0 and position >= high)
+
+    def read_existing(self, timeout_s: float = 10) -> list[dict]:
+        """Every record there now (up to the fetch high-watermark)."""
+        deadline = time.monotonic() + timeout_s
+        while self.exists:
+            got = self.poll(0.1)
+            if (not got and self.caught_up()) or time.monotonic() > deadline:
+                break
+        return self.records
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def services_up(records: list[dict]) -> dict[str, dict]:
+    """What is live per service that is up (its last presence record says `up`): role,
+    live set (splitter, coordinator) or live set per keyed partition (workers)."""
+    view: dict[str, dict] = {}
+    for record in records:
+        service = record.get("service")
+        if service is None:
+            continue
+        entry = view.setdefault(service, {"service": service, "role": record.get("role"),
+                                          "state": "up", "live": None, "partitions": {}})
+        if record["event"] == "service":
+            entry["state"] = record["state"]
+            if "live" in record:
+                entry["live"] = record["live"]
+            if "partitions" in record:
+                entry["partitions"] = {int(p): live for p, live in record["partitions"].items()}
+                _drop_partitions(view, service, entry["partitions"])
+        elif record["event"] == "change" and record.get("outcome") == "applied":
+            if record.get("partition") is not None:
+                entry["partitions"][int(record["partition"])] = record.get("live")
+                _drop_partitions(view, service, {record["partition"]})
+            elif record.get("live") is not None:
+                entry["live"] = record["live"]
+    return {s: e for s, e in view.items() if e["state"] == "up"}
+
+
+def _drop_partitions(view: dict, owner: str, partitions) -> None:
+    for service, entry in view.items():
+        if service != owner:
+            for p in partitions:
+                entry["partitions"].pop(int(p), None)
+
+
+def outcomes_of(records: list[dict], change: dict) -> dict:
+    """The status records about one change (its key and offset), by role."""
+    mine = [r for r in records if r.get("event") == "change" and
+            r.get("key") == change["key"] and r.get("offset") == change["offset"]]
+    return {"splitter": next((r for r in mine if r["role"] == "splitter"), None),
+            "workers": [r for r in mine if r["role"] == "worker"],
+            "coordinator": next((r for r in mine if r["role"] == "coordinator"), None)}
+
+
+def settled(found: dict) -> str | None:
+    """`refused`, `applied` (the splitter applied it and the coordinator saw it in every
+    keyed partition) or None (not yet)."""
+    splitter, coordinator = found["splitter"], found["coordinator"]
+    if splitter is not None and splitter["outcome"] == "refused":
+        return "refused"
+    if splitter is not None and coordinator is not None:
+        return "applied"
+    return None

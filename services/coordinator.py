@@ -39,9 +39,11 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from cep_core.composite import sort_key
 from services import frames
 from services.checkpoint import PIPELINE_HEADER, read_latest, written_since
-from services.control import INFINITE, horizon
+from cep_core.control_message import INFINITE, STREAM, LiveRegistry, check_query, horizon
+from services.control import StatusWriter, learned_live
 from services.frames import Frame
-from services.kafka import KafkaSettings, Topics, consume_batch, ensure_topics, produce
+from services.kafka import (BOUNDED_CONSUMER, BOUNDED_PRODUCER, Deliveries, KafkaSettings,
+                            Topics, consume_batch, ensure_topics, produce)
 from services.metrics import Metrics
 from services.serve import log, profiled
 
@@ -60,11 +62,10 @@ class Merger:
     """The release logic, without Kafka: feed frames, take what is final."""
 
     def __init__(self, partitions: int, stream: str, registry=None):
-        from cep_core.schema import SchemaRegistry
-
         self.partitions = partitions
         self.stream = stream
-        self.registry = registry or SchemaRegistry()
+        self.registry = registry if isinstance(registry, LiveRegistry) else \
+            LiveRegistry(registry)
         self.upto = [-1] * partitions
         self.pulses: deque[tuple[int, int]] = deque()  # (upto, ts), increasing upto
         self.ends: dict[int, set[int]] = {}  # end-of-input seq -> partitions that reached it
@@ -104,23 +105,38 @@ class Merger:
 
     def _control(self, frame: Frame, part: int) -> None:
         change = frames.json_payload(frame)
-        entries = change["queries"] if change["op"] == "set" else [change]
+        if change["op"] == "set":
+            for entry in change.get("streams", []):
+                self.registry.learn(entry["name"], entry["text"], entry["version"])
+        elif change.get("kind") == STREAM:
+            self.registry.learn(change["name"], change["text"], change["version"])
+        entries = change["queries"] if change["op"] == "set" else \
+            [] if change.get("kind") == STREAM else [change]
         for entry in entries:
             if entry.get("text"):
                 self._add_query(entry)
-        marker = (change["op"], change.get("name"), frame.get("at"))
+        marker = (change["op"], change.get("key") or change.get("name"), frame.get("at"))
         seen = self.control_seen.setdefault(marker, set())
         seen.add(part)
         if len(seen) == self.partitions:
             del self.control_seen[marker]
             sent = frame.get("sent_ms")
+            changes = change.get("changes", []) if change["op"] == "set" else \
+                [{k: change[k] for k in ("key", "offset", "kind", "op", "name")}] \
+                if "key" in change else []
             self.live_events.append({"op": change["op"], "name": change.get("name"),
+                                     "kind": change.get("kind", "query"),
                                      "at": frame.get("at"), "latency_ms": None if sent is None
-                                     else round(time.time() * 1000 - sent, 1)})
+                                     else round(time.time() * 1000 - sent, 1),
+                                     "changes": changes})
+
+    def summary(self) -> dict:
+        """What is live here: query names with their index, stream versions."""
+        return {"queries": {q.name: q.index for q in self.queries.values()},
+                "streams": self.registry.versions()}
 
     def _add_query(self, entry: dict) -> None:
-        from services.control import check_query_text
-        checked = check_query_text(entry["name"], entry["text"], self.registry)
+        checked = check_query(entry["name"], entry["text"], self.registry)
         self.queries[entry["name"]] = QueryInfo(entry["name"], entry["index"],
                                                 checked.query.output, horizon(checked),
                                                 entry["text"])
@@ -220,6 +236,7 @@ class Coordinator:
         self.topics = topics
         self.partitions = partitions
         self.merger = Merger(partitions, topics.stream, registry)
+        self.status = StatusWriter(topics.status, "coordinator")
         self.metrics = metrics or Metrics("coordinator", 0)
         self.on_output = on_output
         self.reported_ends = 0
@@ -236,6 +253,7 @@ class Coordinator:
         self.delivered: dict[str, int] = {}  # output topic -> offset of its last record
         self.scanned: set[str] = set()  # outputs whose released position is known
         self.saved = None  # offsets of the last checkpoint
+        self.deliveries = Deliveries(also=self._delivered)
 
     def _delivered(self, err, message) -> None:
         if err is None and message.topic() in self.scanned:
@@ -285,6 +303,9 @@ class Coordinator:
         if self.offsets == self.saved:
             return
         producer.flush(30)
+        if self.deliveries.failed is not None:  # stop before the checkpoint skips them
+            log("delivery_failed", level="error", error=self.deliveries.failed)
+            self.deliveries.check()
         state = {"offsets": self.offsets, "merger": self.merger.state(),
                  "delivered": self.delivered, "reported_ends": self.reported_ends}
         produce(producer, self.topics.state, orjson.dumps(state), key=STATE_KEY)
@@ -294,10 +315,12 @@ class Coordinator:
         self.saved = list(self.offsets)
 
     def run(self, stopping) -> None:
-        from services.worker import BOUNDED_CONSUMER, BOUNDED_PRODUCER
-
-        producer = self.settings.producer(on_delivery=self._delivered, **BOUNDED_PRODUCER)
+        producer = self.settings.producer(on_delivery=self.deliveries, **BOUNDED_PRODUCER)
+        # the control topic's streams before the checkpoint's queries that read them
+        self.merger.registry = learned_live(self.settings, self.topics.control,
+                                            self.topics.stream, self.merger.registry).registry
         self.restore()
+        self.status.presence(producer, "up", live=self.merger.summary())
         consumer = self.settings.consumer(self.topics.group("coordinator"), **BOUNDED_CONSUMER)
         consumer.assign([TopicPartition(self.topics.matches, p, self.offsets[p])
                          for p in range(self.partitions)])
@@ -323,6 +346,7 @@ class Coordinator:
                     self._backpressure(consumer)
             self.checkpoint(producer)
         finally:
+            self.status.presence(producer, "down")
             producer.flush(30)
             consumer.close()
             log("coordinator_stopped", repeats_dropped=self.merger.repeats)
@@ -369,9 +393,15 @@ class Coordinator:
             self.on_output(released)
         for event in self.merger.live_events:
             self.lived.append(event)
-            log("query_live", **event)
-            produce(producer, self.topics.status, orjson.dumps(
-                {"event": "query_live", **event}))
+            changes = event.pop("changes")
+            if event["kind"] != STREAM:
+                log("query_live", **event)
+                produce(producer, self.topics.status, orjson.dumps(
+                    {"event": "query_live", **event}))
+            for change in changes:
+                self.status.outcome(producer, change, "applied", at=event["at"],
+                                    partitions=self.partitions,
+                                    latency_ms=event["latency_ms"], live=self.merger.summary())
         self.merger.live_events.clear()
         for end in self.merger.ended[self.reported_ends:]:
             log("end_of_input_released", upto=end)

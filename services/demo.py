@@ -110,7 +110,14 @@ def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rat
     from cep_core.home import state_dir
     from services.broker import EmbeddedBroker
     from services.control import ControlMessage, publish
-    from services.kafka import KafkaSettings, Topics, produce, produce_end
+    from services.kafka import (
+        Deliveries,
+        KafkaSettings,
+        Topics,
+        flush_all,
+        produce,
+        produce_end,
+    )
     from services.pipeline import create_topics
 
     broker = None
@@ -132,7 +139,8 @@ def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rat
         lines = trade_lines(events)
         output = _consumer(settings, ["double_tops", "trade_stats"])
         pipeline = topics.group("coordinator")  # INTO records of this run carry it
-        producer = settings.producer()
+        deliveries = Deliveries()
+        producer = settings.producer(on_delivery=deliveries)
         started = time.perf_counter()
         chunk = 1000 if rate else len(lines)
         received: list[tuple[str, int, dict]] = []
@@ -145,7 +153,7 @@ def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rat
                 time.sleep(chunk / rate)
             _collect(output, received, view, pipeline)
         produce_end(producer, topics.source)
-        producer.flush(30)
+        flush_all(producer, 30, deliveries, "trades")
         done = _collect_until_end(settings, output, received, view, pipeline, topics.status,
                                   len(lines) - 1, 300 + events / 1000)
         elapsed = time.perf_counter() - started
@@ -265,9 +273,9 @@ def compare_outputs(expected: dict[str, list[dict]], received, index: dict[str, 
 
 def _verify(queries, lines: list[bytes], received, settings) -> list[str]:
     from cep_core import reference
-    from services.control import check_query_text
+    from cep_core.control_message import check_query
 
-    checked = [check_query_text(name, text) for name, text in queries]
+    checked = [check_query(name, text) for name, text in queries]
     for i, q in enumerate(checked):
         q.index = i
     with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as f:

@@ -18,6 +18,14 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from services.errors import BrokerUnreachable, DeliveryFailed
+
+# Bounds on what a client holds in memory (backpressure instead of growth): the consumer
+# prefetches at most this much per partition, the producer queues at most this much.
+BOUNDED_CONSUMER = {"queued.max.messages.kbytes": 32 * 1024, "queued.min.messages": 1000}
+BOUNDED_PRODUCER = {"queue.buffering.max.kbytes": 64 * 1024,
+                    "queue.buffering.max.messages": 100000}
+
 
 @dataclass
 class Topics:
@@ -98,6 +106,9 @@ class KafkaSettings:
     # "tansu" or "kafka": which defaults the clients get; "" asks the broker (its cluster
     # id: tansu's is "tansu_cluster" unless configured) unless CEP_BROKER says
     broker: str = ""
+    # replication factor of the topics the services create (CEP_REPLICATION_FACTOR; a
+    # production cluster wants 3: a topic with one replica is lost with its broker)
+    replication_factor: int = 1
 
     @classmethod
     def from_env(cls, bootstrap: str | None = None, config_file: Path | None = None,
@@ -114,7 +125,8 @@ class KafkaSettings:
                 extra[name[len("CEP_KAFKA_"):].lower().replace("_", ".")] = value
         timeout = session_timeout_ms or int(os.environ.get("CEP_SESSION_TIMEOUT_MS", 6000))
         return cls(bootstrap or os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092"), extra,
-                   timeout, max(100, timeout // 4))
+                   timeout, max(100, timeout // 4),
+                   replication_factor=int(os.environ.get("CEP_REPLICATION_FACTOR", 1)))
 
     def base(self) -> dict:
         # Nagle's algorithm holds small frames (pulses, matches) back for tens of ms.
@@ -205,8 +217,12 @@ def ensure_topics(settings: KafkaSettings, partitions: dict[str, int],
     those in `any_count` (a user's source topic). Returns each topic's partition count."""
     admin = settings.admin()
     deadline = time.monotonic() + timeout_s
-    existing = admin.list_topics(timeout=timeout_s).topics
-    wanted = [NewTopic(name, count, 1, config={"cleanup.policy": "compact"}
+    try:
+        existing = admin.list_topics(timeout=timeout_s).topics
+    except KafkaException as e:
+        raise BrokerUnreachable(f"broker {settings.bootstrap}: {e.args[0].str()}") from None
+    wanted = [NewTopic(name, count, settings.replication_factor,
+                       config={"cleanup.policy": "compact"}
                        if name in compacted else {})
               for name, count in partitions.items() if name not in existing]
     if wanted:
@@ -229,6 +245,37 @@ def ensure_topics(settings: KafkaSettings, partitions: dict[str, int],
         if counts[name] != count and name not in any_count:
             raise RuntimeError(f"topic {name} has {counts[name]} partitions, {count} wanted")
     return counts
+
+
+class Deliveries:
+    """A producer's `on_delivery` callback that remembers the first failed delivery (then
+    calls `also`, if given, for every report)."""
+
+    def __init__(self, also=None):
+        self.failed: str | None = None
+        self.also = also
+
+    def __call__(self, err, message) -> None:
+        if err is not None and self.failed is None:
+            self.failed = f"{message.topic()} [{message.partition()}]: {err}"
+        if self.also is not None:
+            self.also(err, message)
+
+    def check(self, what: str = "messages") -> None:
+        if self.failed is not None:
+            raise DeliveryFailed(f"{what} not delivered: {self.failed}")
+
+
+def flush_all(producer: Producer, timeout_s: float, deliveries: Deliveries | None = None,
+              what: str = "messages") -> None:
+    """Flush, raising DeliveryFailed when messages are still queued after `timeout_s` (the
+    broker cannot be reached) or a delivery report was an error (`deliveries`)."""
+    remaining = producer.flush(timeout_s)
+    if remaining:
+        raise DeliveryFailed(f"{remaining} {what} not delivered within {timeout_s:g} s "
+                             "(is the broker reachable?)")
+    if deliveries is not None:
+        deliveries.check(what)
 
 
 def produce_end(producer: Producer, topic: str) -> None:
@@ -287,7 +334,11 @@ def read_all(settings: KafkaSettings, topic: str, idle_s: float = 0.5,
 
     consumer = settings.consumer()
     try:
-        metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        try:
+            metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        except KafkaException as e:
+            raise BrokerUnreachable(f"broker {settings.bootstrap}: {e.args[0].str()}") \
+                from None
         if metadata is None or metadata.error is not None:
             return []
         partitions = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in metadata.partitions]

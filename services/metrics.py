@@ -7,11 +7,82 @@ Workers also export, per query, the engines' own counts (`cep_engine_state`, fro
 engine's metrics) and its live partial matches (`cep_partial_matches`) where the engine
 has a count: SEQ by incremental automata: live instances; SEQ by delayed processing:
 pending matches; MATCH: keys holding partial matches.
+
+The same port answers `GET /healthz` (200 while the process serves) and `GET /readyz`
+(200 once connected, assigned and caught up, else 503; both JSON): see `Readiness`.
 """
 
 from __future__ import annotations
 
+import os
+import threading
+import time
+from dataclasses import dataclass
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import orjson
+
 from services.serve import log
+
+READY_MAX_LAG_ENV = "CEP_READY_MAX_LAG"
+
+
+@dataclass
+class Readiness:
+    """What `/readyz` reports, from the service's periodic lag observation: `connected`
+    (a fetch of every assigned partition was answered), `assigned` (it holds partitions,
+    or, for a worker in a group, its group gave it an assignment even if empty), `lag`
+    (messages behind the fetch high-watermarks; caught up: at most `max_lag`,
+    CEP_READY_MAX_LAG, default 10000)."""
+
+    connected: bool = False
+    assigned: bool = False
+    joined: bool = False  # a group member's assignment came (it may hold no partition)
+    lag: int | None = None
+    observed_at: float | None = None
+    max_lag: int = 10_000
+
+    def ready(self) -> bool:
+        return self.connected and self.assigned and self.lag is not None and \
+            self.lag <= self.max_lag
+
+    def to_json(self) -> dict:
+        age = None if self.observed_at is None else round(time.monotonic() - self.observed_at,
+                                                          3)
+        return {"ready": self.ready(), "connected": self.connected, "assigned": self.assigned,
+                "lag": self.lag, "max_lag": self.max_lag, "observed_s_ago": age}
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, *args) -> None:  # scrapes and probes are not worth a log line
+        pass
+
+
+def serve_http(port: int, registry, readiness: Readiness, role: str):
+    """Prometheus metrics, /healthz and /readyz on 0.0.0.0:port in a daemon thread."""
+    from prometheus_client import make_wsgi_app
+
+    metrics_app = make_wsgi_app(registry)
+
+    def app(environ, start_response):
+        path = environ.get("PATH_INFO", "")
+        if path not in ("/healthz", "/readyz"):
+            return metrics_app(environ, start_response)
+        body = {"role": role, "alive": True} if path == "/healthz" else \
+            {"role": role, **readiness.to_json()}
+        ok = path == "/healthz" or body["ready"]
+        start_response("200 OK" if ok else "503 Service Unavailable",
+                       [("Content-Type", "application/json")])
+        return [orjson.dumps(body)]
+
+    server = make_server("0.0.0.0", port, app, _Server, _QuietHandler)
+    threading.Thread(target=server.serve_forever, name=f"metrics-{role}", daemon=True).start()
+    return server
 
 
 class Metrics:
@@ -50,10 +121,10 @@ class Metrics:
         self.engine_state = Gauge("cep_engine_state", "An engine's own count (its metrics), "
                                   "summed over partitions", ["query", "measure"], **labels)
         self.port = port
+        self.readiness = Readiness(max_lag=int(os.environ.get(READY_MAX_LAG_ENV, 10_000)))
         self.server = None
         if port:
-            from prometheus_client import start_http_server
-            self.server, _ = start_http_server(port, registry=self.registry)
+            self.server = serve_http(port, self.registry, self.readiness, role)
             log("metrics_listening", port=port, role=role)
 
     def close(self) -> None:
@@ -65,16 +136,23 @@ class Metrics:
     def observe_lag(self, consumer) -> None:
         """Lag from the high-watermarks cached from fetches (not ListOffsets)."""
         total = 0
+        answered = True
         assignment = consumer.assignment()
         for tp in consumer.position(assignment):
             try:
                 _, high = consumer.get_watermark_offsets(tp, cached=True)
             except Exception:
+                answered = False
                 continue
+            answered = answered and high >= 0
             if high >= 0 and tp.offset >= 0:
                 total += max(0, high - tp.offset)
         self.lag.set(total)
         self.partitions.set(len(assignment))
+        ready = self.readiness
+        ready.connected = answered and (bool(assignment) or ready.joined)
+        ready.assigned = bool(assignment) or ready.joined
+        ready.lag, ready.observed_at = total, time.monotonic()
 
     def observe_engines(self, engines_by_query: dict[str, list]) -> None:
         """Per query, the engines' counts summed over the partitions that run it."""

@@ -1,5 +1,6 @@
-"""Typer commands of the streaming service: `cep serve`, `cep query`, `cep demo`,
-`cep bench e2e`. Registered on the main app by services/cli.py.
+"""Typer commands of the streaming service: `cep serve`, `cep demo`, `cep bench e2e`
+(and, from services/live_cli.py, `cep query` and `cep stream`). Registered on the main
+app by services/cli.py.
 
 Every option also reads an environment variable (CEP_STREAM, CEP_PARTITIONS, ...;
 KAFKA_BOOTSTRAP for the broker); extra librdkafka settings come from CEP_KAFKA_* variables
@@ -9,8 +10,6 @@ or `--kafka-config`.
 from __future__ import annotations
 
 import logging.config
-import sys
-import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -40,8 +39,32 @@ KafkaConfig = Annotated[Path | None, typer.Option(
     help="File of extra librdkafka key=value settings.")]
 
 
-QUERY_HELP = ("add FILE / update FILE: register the queries of a query file (or only --name); "
-              "remove NAME; list.")
+SchemaPaths = Annotated[list[Path] | None, typer.Option(
+    "--schema", "-s", metavar="FILE|DIR",
+    help="A schema file or directory for streams beyond the built-in ones (repeatable; put "
+    "in front of $CEP_SCHEMA_PATH, which the services' processes inherit). The services "
+    "must be given the same schemas as `cep query add`.")]
+
+
+def export_schema_paths(paths: list[Path] | None, cli_error) -> None:
+    """Put --schema paths in front of CEP_SCHEMA_PATH, so every registry this process (and
+    any process it starts) makes finds them; a bad path or schema file is a clean error
+    here rather than in a service later."""
+    import os
+
+    from cep_core.schema import SCHEMA_PATH_ENV, SchemaError, SchemaRegistry
+
+    for path in paths or []:
+        if not path.exists():
+            raise cli_error(f"schema {path}: no such file or directory", 2)
+    if paths:
+        os.environ[SCHEMA_PATH_ENV] = os.pathsep.join(
+            [str(p.resolve()) for p in paths] + [p for p in os.environ.get(SCHEMA_PATH_ENV, "")
+                                                 .split(os.pathsep) if p])
+    try:
+        SchemaRegistry()  # a bad schema file: say so now, not in a service later
+    except SchemaError as e:
+        raise cli_error(str(e)) from None
 
 
 class Role(StrEnum):
@@ -51,20 +74,17 @@ class Role(StrEnum):
     all = "all"
 
 
-class Op(StrEnum):
-    add = "add"
-    update = "update"
-    remove = "remove"
-    list = "list"
-
-
 def _settings(bootstrap: str, kafka_config: Path | None):
     from services.kafka import KafkaSettings
     return KafkaSettings.from_env(bootstrap, kafka_config)
 
 
 def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None:
-    """Add the service commands to the `cep` app (guard: cli's error handling)."""
+    """Add the service commands to the `cep` app (guard: cli's error handling); `cep query`
+    and `cep stream` come from services/live_cli.py."""
+    from services import live_cli
+
+    live_cli.register(app, guard, cli_error)
 
     @app.command()
     def serve(
@@ -97,6 +117,10 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
         web_port: Annotated[int, typer.Option(envvar="CEP_WEB_PORT", help="splitter: port "
                                               "of the Faust web server (GET /status/).")]
         = 6066,
+        replication_factor: Annotated[int, typer.Option(
+            envvar="CEP_REPLICATION_FACTOR", min=1, help="Replication factor of the topics "
+            "the services create (internal topics, INTO topics).")] = 1,
+        schema: SchemaPaths = None,
     ) -> None:
         """Run a service of the streaming pipeline until SIGTERM (finishes its batch,
         commits, exits 0)."""
@@ -107,9 +131,11 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
             from services.metrics import Metrics
             from services.serve import ROLE, logging_config, run_all, stop_flag
 
+            export_schema_paths(schema, cli_error)
             settings = _settings(bootstrap, kafka_config)
+            settings.replication_factor = replication_factor
             topics = Topics(stream, source, control, topic_prefix)
-            if role is Role.all:
+            if role is Role.all:  # the children inherit CEP_SCHEMA_PATH
                 stopping = stop_flag()
                 create_topics(settings, topics, partitions)
                 common = ["--bootstrap", settings.bootstrap, "--stream", stream,
@@ -118,7 +144,8 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
                           "--source", topics.source, "--control", topics.control,
                           "--topic-prefix", topic_prefix, "--web-port", str(web_port),
                           "--allowed-lateness-ms", str(allowed_lateness_ms),
-                          "--idle-timeout-ms", str(idle_timeout_ms)]
+                          "--idle-timeout-ms", str(idle_timeout_ms),
+                          "--replication-factor", str(replication_factor)]
                 if kafka_config is not None:  # every client gets the security settings
                     common += ["--kafka-config", str(kafka_config)]
                 roles = [("splitter", [])] + [("worker", [])] * workers + [("coordinator", [])]
@@ -147,78 +174,6 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
             else:
                 from services.coordinator import Coordinator
                 Coordinator(settings, topics, partitions, metrics=metrics).run(stopping)
-
-        guard(body)
-
-    @app.command()
-    def query(
-        op: Annotated[Op, typer.Argument(help=QUERY_HELP)],
-        target: Annotated[str | None, typer.Argument(help="A query file (add, update) or a "
-                                                     "query name (remove).")] = None,
-        name: Annotated[str | None, typer.Option(metavar="NAME",
-                                                 help="Only this query of the file.")] = None,
-        bootstrap: Bootstrap = "127.0.0.1:9092",
-        control: Control = "",
-        topic_prefix: TopicPrefix = "",
-        kafka_config: KafkaConfig = None,
-        wait: Annotated[float, typer.Option(help="Seconds to wait for the change to be live "
-                                            "in the pipeline (0: do not wait); prints the "
-                                            "latency from control message to live.")] = 0,
-    ) -> None:
-        """Change the queries of the running pipeline (no restart)."""
-
-        def body():
-            from services.control import (
-                ControlError,
-                ControlMessage,
-                check_query_text,
-                publish,
-                split_query_file,
-            )
-            from services.kafka import Topics, ensure_topics
-
-            settings = _settings(bootstrap, kafka_config)
-            control_topic = Topics("", control=control, prefix=topic_prefix).control
-            if op is Op.list:
-                for entry in list_queries(settings, control_topic):
-                    print(orjson.dumps(entry).decode())
-                return
-            if not target:
-                raise cli_error(f"cep query {op.value} needs a "
-                                f"{'query name' if op is Op.remove else 'query file'}", 2)
-            if op is Op.remove:
-                messages = [ControlMessage("remove", target)]
-            else:
-                path = Path(target)
-                if not path.is_file():
-                    raise cli_error(f"{path}: no such file", 2)
-                messages = []
-                for query_name, text in split_query_file(path.read_text(), str(path)):
-                    if name is not None and query_name != name:
-                        continue
-                    try:
-                        checked = check_query_text(query_name, text)
-                    except ControlError as e:
-                        raise cli_error(str(e)) from None
-                    messages.append(ControlMessage(op.value, query_name, text))
-                    stream_of = checked.schema.stream
-                if not messages:
-                    raise cli_error(f"{path}: no query {name!r}" if name else
-                                    f"{path}: no queries")
-            ensure_topics(settings, {control_topic: 1}, compacted=(control_topic,))
-            sent = time.time()
-            for message in messages:
-                publish(settings, control_topic, message)
-                print(f"{message.op} {message.name}: sent to {control_topic}", file=sys.stderr)
-            if wait > 0 and op is not Op.remove:
-                status = Topics(stream_of, prefix=topic_prefix).status
-                for message in messages:
-                    event = wait_live(settings, status, message.name, sent, wait)
-                    if event is None:
-                        raise cli_error(f"{message.name}: not live after {wait} s")
-                    print(f"{message.name}: live from seq {event['at']} "
-                          f"({event['latency_ms']} ms after the control message)",
-                          file=sys.stderr)
 
         guard(body)
 
@@ -281,37 +236,3 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
             print(orjson.dumps(result).decode() if as_json else result)
 
         guard(body)
-
-
-def list_queries(settings, control: str) -> list[dict]:
-    """The live queries according to the control topic (last message per name)."""
-    from services.control import ControlError, parse_control
-    from services.kafka import read_all
-
-    live: dict[str, dict] = {}
-    for message in read_all(settings, control):
-        try:
-            change = parse_control(message.value(), message.key())
-        except ControlError:
-            continue
-        if change.op == "remove":
-            live.pop(change.name, None)
-        else:
-            live[change.name] = {"name": change.name, "op": change.op, "text": change.text}
-    return list(live.values())
-
-
-def wait_live(settings, status: str, name: str, since: float, timeout_s: float):
-    """The coordinator's query_live record for `name` on the status topic written after
-    `since`, or None."""
-    from services.kafka import read_all
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for message in read_all(settings, status, idle_s=0.2):
-            record = orjson.loads(message.value())
-            if record.get("event") == "query_live" and record.get("name") == name and \
-                    message.timestamp()[1] >= since * 1000 - 50:
-                return record
-        time.sleep(0.1)
-    return None

@@ -47,7 +47,10 @@ from cep_core.json_batch import (DEFAULT_MAX_MESSAGE_BYTES, arrow_schema, confor
 from cep_core.reorder import ReorderBuffer
 from services import frames
 from services.checkpoint import read_latest
-from services.control import ControlError, QuerySet, parse_control
+from cep_core.control_message import (STREAM, ControlMessageError, LiveSet, OtherStream,
+                                      validate)
+from cep_core.schema import units_per_ms
+from services.control import StatusWriter, change_of
 from services.frames import Frame
 from services.kafka import KafkaSettings, Topics, consume_batch, produce
 from services.reorder_checkpoint import Refill, saved_state
@@ -57,7 +60,6 @@ from services.serve import log, profiled
 
 
 SPLITTER_KEY = b"splitter"  # the splitter's checkpoint on the state topic
-UNITS_PER_MS = {"ms": 1, "s": 1e-3, "us": 1e3, "ns": 1e6, "ticks": 1}
 
 
 def stable_hash(values: pa.Array) -> np.ndarray:
@@ -121,7 +123,9 @@ class Splitter:
         # after a batch's first record, wait this long for more: fewer, larger frames when
         # the input trickles (each frame costs every worker and the coordinator ~1-2 ms)
         self.linger_s = linger_ms / 1000
-        self.queries = QuerySet(topics.stream, registry)
+        self.queries = LiveSet(topics.stream, registry)
+        self.status_writer = StatusWriter(topics.status, "splitter")
+        self._initial_changes: list[dict] = []  # applied before the first `set` frame
         self.schema = None
         self.metrics = metrics or Metrics("splitter", 0)
         self.position = 0  # records consumed (the default seq of the next one)
@@ -171,35 +175,51 @@ class Splitter:
             raise RuntimeError(f"no schema for stream {self.topics.stream!r}")
         if self.reorder is not None:
             self.reorder.allowed_lateness = round(
-                self.allowed_lateness_ms * UNITS_PER_MS.get(self.schema.time_unit, 1))
+                self.allowed_lateness_ms * units_per_ms(self.schema.time_unit))
 
-    def start(self) -> None:
-        self.setup_schema()
+    def start(self, stopping=None) -> bool:
+        """Learn the live set from the control topic (waiting, until `stopping`, for the
+        stream's schema when none is known yet), then resume the source. False when
+        stopped before the stream was known."""
         self.producer = self.settings.producer(on_delivery=self._delivered)
+        self.control = self.settings.consumer()
+        self.control.assign([TopicPartition(self.topics.control, 0, -2)])
+        self._drain_control(initial=True)
+        if self._schema() is None:  # up: changes get their outcome, as soon as it starts
+            log("waiting_for_stream", stream=self.topics.stream, control=self.topics.control)
+            self.status_writer.presence(self.producer, "up", waiting_for_stream=True)
+        while self._schema() is None and not (stopping is not None and stopping.is_set()):
+            self._drain_control(initial=True)
+        if self._schema() is None:
+            self.status_writer.presence(self.producer, "down")
+            self.producer.flush(10)
+            self.control.close()
+            return False
+        self.setup_schema()
         self.source = self.settings.consumer(self.topics.group("splitter"))
         metadata = self.source.list_topics(self.topics.source, timeout=10).topics[
             self.topics.source]
         tps = [TopicPartition(self.topics.source, p) for p in sorted(metadata.partitions)]
         self.source_partitions = frozenset(tp.partition for tp in tps)
         self.source.assign(self._resume_at(tps))
-        self.control = self.settings.consumer()
-        self.control.assign([TopicPartition(self.topics.control, 0, -2)])
-        self._drain_control(initial=True)
-        self._send_all(frames.json_frame(frames.CONTROL, {"op": "set",
-                                                          "queries": self.queries.to_json()},
-                                         at=self.last_seq + 1, upto=self.last_seq,
-                                         ts=self.max_ts))
+        self._send_all(frames.json_frame(frames.CONTROL, {
+            "op": "set", "queries": self.queries.to_json(),
+            "streams": self.queries.registry.to_json(), "changes": self._initial_changes},
+            at=self.last_seq + 1, upto=self.last_seq, ts=self.max_ts))
+        self._initial_changes = []
+        self.status_writer.presence(self.producer, "up", live=self.queries.summary())
         self.started = True
         log("splitter_started", stream=self.topics.stream, partitions=self.partitions,
             queries=list(self.queries.live), next_position=self.position)
+        return True
 
     # ------------------------------------------------------------ the loop
 
     def run(self, stopping, pulses: bool = True) -> None:
         """Start, then move batches until `stopping` is set. `pulses=False` when another
         thread calls `pulse_if_due` (the Faust app's timer)."""
-        self.start()
-        self.loop(stopping, pulses)
+        if self.start(stopping):
+            self.loop(stopping, pulses)
 
     def loop(self, stopping, pulses: bool = True) -> None:
         last_commit = time.monotonic()
@@ -275,6 +295,7 @@ class Splitter:
         with self.lock:
             self.started = False
         try:
+            self.status_writer.presence(self.producer, "down")
             self.producer.flush(30)
             self.commit()
         finally:
@@ -364,21 +385,45 @@ class Splitter:
                 return
 
     def _apply_control(self, message, announce: bool) -> None:
+        """Check and apply one control record (once: what goes downstream is the checked
+        change), and say on the status topic what became of it."""
+        key, offset = message.key(), message.offset()
+        change = None
         try:
-            change = parse_control(message.value(), message.key(),
-                                   self.queries.registry, self.topics.stream)
+            change = validate(message.value(), key, self.queries.registry, self.topics.stream)
+            if change.kind == STREAM and change.name == self.topics.stream and \
+                    change.op == "remove" and self.schema is not None:
+                raise ControlMessageError(f"stream {change.name!r} is read by this running "
+                                          "pipeline: stop it before removing the stream")
+            if change.kind == STREAM and change.name == self.topics.stream and \
+                    self.reorder is not None and self.schema is not None:
+                raise ControlMessageError(f"stream {change.name!r}: this pipeline reorders "
+                                          "late events, and cannot change its schema while "
+                                          "it runs")
             entry = self.queries.apply(change)
-        except ControlError as e:
-            log("query_rejected", level="warning", reason=str(e),
-                key=(message.key() or b"").decode(errors="replace"))
-            produce(self.producer, self.topics.status, orjson.dumps(
-                {"event": "query_rejected", "key": (message.key() or b"").decode(
-                    errors="replace"), "reason": str(e)}))
+        except OtherStream:
             return
-        log("query_applied", op=change.op, name=change.name, at=self.last_seq + 1)
+        except ControlMessageError as e:
+            if change is not None and change.kind == STREAM and \
+                    change.name != self.topics.stream:
+                return  # another pipeline's stream: not ours to report
+            log("change_refused", level="warning", reason=str(e),
+                key=(key or b"").decode(errors="replace"), offset=offset)
+            self.status_writer.outcome(self.producer, change_of(key, offset, change), "refused",
+                                       reason=str(e), live=self.queries.summary())
+            return
+        if change.kind == STREAM and change.name != self.topics.stream:
+            return  # learnt for the registry; the pipeline reads another stream
+        named = change_of(key, offset, change)
+        log("change_applied", **named, at=self.last_seq + 1)
+        self.status_writer.outcome(self.producer, named, "applied", at=self.last_seq + 1,
+                                   live=self.queries.summary(), starting=not announce)
+        if change.kind == STREAM and self.schema is not None:
+            self.setup_schema()  # decode with the new version from the next seq on
         if not announce:
+            self._initial_changes.append(named)
             return
-        body = {"op": change.op, "name": change.name}
+        body = {"op": change.op, "name": change.name, **named}
         if entry is not None:
             body.update(entry.to_json())
         sent_ms = message.timestamp()[1]

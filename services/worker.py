@@ -32,20 +32,16 @@ from cep_core.engine import StreamEngines
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cep_core.control_message import STREAM, LiveSet, horizon
+from cep_core.schema import units_per_ms
 from services import frames
 from services.checkpoint import read_latest
-from services.control import QuerySet
+from services.control import StatusWriter, learned_live
 from services.frames import Frame
-from services.kafka import KafkaSettings, Topics, consume_batch, produce
+from services.kafka import (BOUNDED_CONSUMER, BOUNDED_PRODUCER, Deliveries, KafkaSettings,
+                            Topics, consume_batch, produce)
 from services.metrics import Metrics
 from services.serve import log, profiled
-
-
-# Bounds on what a client holds in memory (backpressure instead of growth): the consumer
-# prefetches at most this much per partition, the producer queues at most this much.
-BOUNDED_CONSUMER = {"queued.max.messages.kbytes": 32 * 1024, "queued.min.messages": 1000}
-BOUNDED_PRODUCER = {"queue.buffering.max.kbytes": 64 * 1024,
-                    "queue.buffering.max.messages": 100000}
 
 
 class PartitionState:
@@ -55,7 +51,7 @@ class PartitionState:
                  idle_timeout_ms: int | None = None):
         self.partition = partition
         self.idle_timeout_ms = idle_timeout_ms
-        self.queries = QuerySet(stream, registry)
+        self.queries = LiveSet(stream, registry)
         self.routes: dict[str, tuple[StreamEngines, BatchEncoder]] = {}
         self.upto = -1
         self.ts = None
@@ -82,11 +78,8 @@ class PartitionState:
         twice the query's horizon (its window), so eviction drops only state no match uses."""
         if self.idle_timeout_ms is None or entry.checked.query.kind == "window":
             return {}
-        from services.control import horizon
-        from services.splitter import UNITS_PER_MS
-
-        units = UNITS_PER_MS.get(entry.checked.schema.time_unit, 1)
-        timeout = max(1, round(self.idle_timeout_ms * units))
+        timeout = max(1, round(self.idle_timeout_ms * units_per_ms(
+            entry.checked.schema.time_unit)))
         window = horizon(entry.checked)
         return {"idle_timeout": max(timeout, 2 * window) if window else timeout}
 
@@ -116,6 +109,12 @@ class PartitionState:
         self.routes = {}
         self.queries.live = {}
         self.reconcile(entries)
+
+    def new_schema(self) -> None:
+        """The stream's schema changed (a compatible update): decode frames with it."""
+        schema = self.queries.registry.get(self.queries.stream)
+        for _, encoder in self.routes.values():
+            encoder.schema = schema
 
     def compact_strings(self) -> int:
         """Drop the strings no engine holds any more (see StreamEngines.compact_strings);
@@ -161,6 +160,7 @@ class Worker:
         self.settings = settings
         self.topics = topics
         self.registry = registry or SchemaRegistry()
+        self.status = StatusWriter(topics.status, "worker")
         self.batch_size = batch_size
         self.metrics = metrics or Metrics("worker", 0)
         self.parts: dict[int, PartitionState] = {}
@@ -175,9 +175,16 @@ class Worker:
             os.environ.get("CEP_CHECKPOINT_BATCHES", 100))
         self.batches_since = 0
         self.last_checkpoint = time.monotonic()
+        self.deliveries = Deliveries()
 
     def run(self, stopping) -> None:
-        self.producer = self.settings.producer(**BOUNDED_PRODUCER)
+        # the control topic's streams, and its queries checked once for all partitions
+        self.registry = learned_live(self.settings, self.topics.control, self.topics.stream,
+                                     self.registry).registry
+        # a match frame or snapshot that failed to reach the broker stops the worker before
+        # its checkpoint commits past it: the restart runs again from the last checkpoint
+        self.producer = self.settings.producer(on_delivery=self.deliveries, **BOUNDED_PRODUCER)
+        self.status.presence(self.producer, "up")
         self.consumer = self.settings.consumer(self.topics.group("workers"),
                                                **BOUNDED_CONSUMER)
         self.consumer.subscribe([self.topics.keyed], on_assign=self._on_assign,
@@ -208,8 +215,14 @@ class Worker:
                     self._backpressure(stopping)
         finally:
             self.consumer.close()  # revokes: snapshots and commits
+            self.status.presence(self.producer, "down")
             self.producer.flush(30)
             log("worker_stopped")
+
+    def _check_deliveries(self) -> None:
+        if self.deliveries.failed is not None:
+            log("delivery_failed", level="error", error=self.deliveries.failed)
+            self.deliveries.check()
 
     def _backpressure(self, stopping) -> None:
         """While the output queue is over its bound, stop fetching (pause every assigned
@@ -255,6 +268,7 @@ class Worker:
         if not changed:
             return
         self.producer.flush(30)
+        self._check_deliveries()
         for state in changed:
             self.metrics.strings_dropped.inc(state.compact_strings())
             produce(self.producer, self.topics.state, state.snapshot(),
@@ -262,6 +276,7 @@ class Worker:
         if self.producer.flush(30):
             log("checkpoint_not_flushed", level="warning")
             return
+        self._check_deliveries()
         for state in changed:
             state.saved_offset = state.offset
         try:
@@ -283,10 +298,16 @@ class Worker:
             tp.offset = state.offset
             self.parts[tp.partition] = state
         consumer.assign(partitions)
+        self._report_partitions()
+        self.metrics.readiness.joined = True
         self.metrics.partitions.set(len(self.parts))
         log("partitions_assigned", partitions=[tp.partition for tp in partitions],
             offsets=[tp.offset for tp in partitions],
             restore_ms=round((time.perf_counter() - started) * 1000, 1))
+
+    def _report_partitions(self) -> None:
+        self.status.presence(self.producer, "up", partitions={
+            str(p): state.queries.summary() for p, state in self.parts.items()})
 
     def _on_revoke(self, consumer, partitions) -> None:
         self._hand_over(consumer, partitions, commit=True)
@@ -300,6 +321,7 @@ class Worker:
         for tp in partitions:
             self.parts.pop(tp.partition, None)
         consumer.unassign()
+        self._report_partitions()
         self.metrics.partitions.set(len(self.parts))
         log("partitions_revoked", partitions=[tp.partition for tp in partitions])
 
@@ -346,9 +368,18 @@ class Worker:
         state.out.extend(engines.process(batch))
 
     def _control(self, state: PartitionState, frame: Frame) -> None:
+        """Apply a change the splitter checked (queries are parsed again from their
+        canonical text by the same function, once per process: the registry's cache)."""
         change = frames.json_payload(frame)
+        stream_changed = False
         if change["op"] == "set":
+            before = self.registry.get(self.topics.stream)
+            state.queries.load_streams(change.get("streams", []))
+            stream_changed = self.registry.get(self.topics.stream) != before
             state.reconcile(change["queries"])
+        elif change.get("kind") == STREAM:
+            self.registry.learn(change["name"], change["text"], change["version"])
+            stream_changed = change["name"] == self.topics.stream
         elif change["op"] == "remove":
             if change["name"] in state.queries.live:
                 state.stop(change["name"])
@@ -359,6 +390,12 @@ class Worker:
             state.queries.load(state.queries.to_json() + [
                 {k: change[k] for k in ("name", "text", "index")}])
             state.start(state.queries.live[change["name"]])
+        if stream_changed:
+            state.new_schema()
+        if "key" in change:
+            self.status.outcome(self.producer, {k: change[k] for k in (
+                "key", "offset", "kind", "op", "name")}, "applied", at=frame.get("at"),
+                partition=state.partition, live=state.queries.summary())
         self._send(state, Frame(frames.CONTROL, {**frame.headers, "part": state.partition},
                                 frame.payload))
 

@@ -241,7 +241,9 @@ def resources(
 
     def body():
         from accel.fpga import resources as res
+        from services.extras import require
 
+        require("matplotlib", "fpga", "cep fpga resources (its plot)")
         try:
             sizes = [int(d) for d in depths.split(",") if d.strip()]
         except ValueError:

@@ -169,4 +169,4 @@ def run(queries: list[CheckedQuery], stream: Iterable[Event | Punctuation],
     strings = StringDictionary()
     return run_engines(placed_engines(queries, strings, placement, report, **options),
                        BatchEncoder(queries[0].schema, strings), stream, batch_size, flush,
-                       rejected)
+                       rejected).to_dicts()

@@ -13,6 +13,7 @@ from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import CheckedQuery
 from cep_core.composite import sort_key
 from cep_core.composite_batch import CompositeBatch, RowBatch, to_dicts
+from cep_core.composites import Composites
 from cep_core.engine.base import Engine
 from cep_core.events import Event, Punctuation
 
@@ -56,6 +57,16 @@ def compact_strings(parts, strings: StringDictionary, slack: float = 2.0,
     for part in parts:
         part.remap_strings(new_code)
     return before - len(strings)
+
+
+def _columns(part, method: str, *args) -> list[CompositeBatch]:
+    """`part.<method>_columns(*args)`, or its dicts as one RowBatch where the part (the
+    WINDOW query set, GPU engines) builds dicts."""
+    columns = getattr(part, f"{method}_columns", None)
+    if columns is not None:
+        return columns(*args)
+    rows = getattr(part, method)(*args)
+    return [RowBatch(rows)] if rows else []
 
 
 def batches(stream: Iterable[Event | Punctuation], size: int):
@@ -127,6 +138,16 @@ class StreamEngines:
 
     def flush(self) -> list[dict]:
         return [c for part in self._parts() for c in part.flush()]
+
+    def punctuate_columns(self, ts: int) -> list[CompositeBatch]:
+        return [b for part in self._parts() for b in _columns(part, "punctuate", ts)]
+
+    def flush_columns(self) -> list[CompositeBatch]:
+        return [b for part in self._parts() for b in _columns(part, "flush")]
+
+    def composites(self, batches: list[CompositeBatch]) -> Composites:
+        """`batches` (in the order the engines gave them) as output-ordered Composites."""
+        return Composites(batches, {name: q.index for name, q in self.queries.items()})
 
     # ------------------------------------------------------------ run-time changes
 
@@ -263,21 +284,38 @@ def run(queries: list[CheckedQuery], stream: Iterable[Event | Punctuation],
     strings = StringDictionary()
     return run_engines(StreamEngines(queries, strings, **options),
                        BatchEncoder(queries[0].schema, strings), stream, batch_size, flush,
-                       rejected)
+                       rejected).to_dicts()
+
+
+def run_table(engines: StreamEngines, encoder: BatchEncoder, table, slice_rows: int = 65536,
+              flush: bool = True, rejected: list | None = None) -> Composites:
+    """`run_engines` over a table of events (`seq`, then the stream's attributes, as
+    `cep_core.event_reader.read_table` gives), `slice_rows` rows per batch: no Event
+    objects. The same composite events as `run_engines` over the table's events."""
+    found: list[CompositeBatch] = []
+    for start in range(0, table.num_rows, slice_rows):
+        found.extend(engines.process_columns(encoder.from_arrow(table.slice(start,
+                                                                            slice_rows))))
+    if flush:
+        found.extend(engines.flush_columns())
+    if rejected is not None:
+        rejected.extend(engines.dead_letters())
+    return engines.composites(found)
 
 
 def run_engines(engines: StreamEngines, encoder: BatchEncoder,
                 stream: Iterable[Event | Punctuation], batch_size: int = 65536,
-                flush: bool = True, rejected: list | None = None) -> list[dict]:
-    """`run` over engines already made (sharing `encoder`'s string dictionary)."""
-    found: list[dict] = []
+                flush: bool = True, rejected: list | None = None) -> Composites:
+    """`run` over engines already made (sharing `encoder`'s string dictionary), as
+    Composites: columns in deterministic order, dicts only when asked for."""
+    found: list[CompositeBatch] = []
     for chunk in batches(stream, batch_size):
         if isinstance(chunk, Punctuation):
-            found.extend(engines.punctuate(chunk.ts))
+            found.extend(engines.punctuate_columns(chunk.ts))
         else:
-            found.extend(engines.process(encoder.from_events(chunk)))
+            found.extend(engines.process_columns(encoder.from_events(chunk)))
     if flush:
-        found.extend(engines.flush())
+        found.extend(engines.flush_columns())
     if rejected is not None:
         rejected.extend(engines.dead_letters())
-    return engines.order(found)
+    return engines.composites(found)

@@ -44,6 +44,15 @@ class Engine(ABC):
     def flush(self) -> list[dict]:
         return []
 
+    def punctuate_columns(self, ts: int) -> list[CompositeBatch]:
+        """`punctuate` as CompositeBatches (engines that decode columns override it)."""
+        rows = self.punctuate(ts)
+        return [RowBatch(rows)] if rows else []
+
+    def flush_columns(self) -> list[CompositeBatch]:
+        rows = self.flush()
+        return [RowBatch(rows)] if rows else []
+
     @abstractmethod
     def state(self) -> tuple[dict, dict[str, np.ndarray]]:
         """(JSON-able metadata, named numpy arrays) that make up the whole state."""

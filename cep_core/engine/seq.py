@@ -40,7 +40,7 @@ from cep_core.batch import Batch, StringDictionary
 from cep_core.checker import CheckedQuery
 from cep_core.compiler.seq_cdp import ERR, OVF, PALIVE, CdpKernel
 from cep_core.compiler.seq_plan import SeqPlan
-from cep_core.composite_batch import CompositeBatch
+from cep_core.composite_batch import CompositeBatch, to_dicts
 from cep_core.engine.seq_base import BACKWARDS_TIME, SeqEngineBase
 from cep_core.engine.seq_idle import drop_events, idle_partitions
 
@@ -125,6 +125,9 @@ class SeqEngine(SeqEngineBase):
         return [out] if len(out) else []
 
     def punctuate(self, ts: int) -> list[dict]:
+        return to_dicts(self.punctuate_columns(ts))
+
+    def punctuate_columns(self, ts: int) -> list[CompositeBatch]:
         if ts > self.punct:
             self.punct = int(ts)
         out = self._release_all(False)
@@ -147,9 +150,12 @@ class SeqEngine(SeqEngineBase):
                                       self.cnt, self.phead, none_live, P, False))
 
     def flush(self) -> list[dict]:
+        return to_dicts(self.flush_columns())
+
+    def flush_columns(self) -> list[CompositeBatch]:
         return self._release_all(True)
 
-    def _release_all(self, force: bool) -> list[dict]:
+    def _release_all(self, force: bool) -> list[CompositeBatch]:
         if self.ctr[PALIVE] == 0:
             return []
         sc, tables = self._strings()
@@ -157,9 +163,9 @@ class SeqEngine(SeqEngineBase):
             self.punct, force, *self._arenas(), self.base, self.cnt, self.evicted, self.last_ts,
             self.pd,
             self.pk, self.phead, self.ptail, self.pdec, self.pfirst, self.ctr, sc, *tables)
-        out = self._decode(*res).to_dicts()
+        out = self._decode(*res)
         self._maybe_compact_pending()
-        return out
+        return [out] if len(out) else []
 
     def metrics(self) -> dict:
         return {"partitions": self.P, "overflows": int(self.ctr[OVF]),

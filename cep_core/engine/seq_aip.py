@@ -201,14 +201,20 @@ class SeqAipEngine(SeqEngineBase):
         return [b for b in out if len(b)]
 
     def punctuate(self, ts: int) -> list[dict]:
+        return to_dicts(self.punctuate_columns(ts))
+
+    def punctuate_columns(self, ts: int) -> list[CompositeBatch]:
         if ts > self.punct:
             self.punct = int(ts)
-        out = self._release_all(False) + to_dicts(self._time_out_all(False))
+        out = self._release_all(False) + self._time_out_all(False)
         self.idle.advance(ts)
-        return out + to_dicts(self._sweep())
+        return [b for b in out + self._sweep() if len(b)]
 
     def flush(self) -> list[dict]:
-        return self._release_all(True) + to_dicts(self._time_out_all(True))
+        return to_dicts(self.flush_columns())
+
+    def flush_columns(self) -> list[CompositeBatch]:
+        return [b for b in self._release_all(True) + self._time_out_all(True) if len(b)]
 
     def _time_out_all(self, force: bool,
                       parts: np.ndarray | None = None) -> list[CompositeBatch]:
@@ -259,7 +265,7 @@ class SeqAipEngine(SeqEngineBase):
                                                    self.n_qfree)
         self.released_instance_keys += self.n_qfree - before
 
-    def _release_all(self, force: bool) -> list[dict]:
+    def _release_all(self, force: bool) -> list[CompositeBatch]:
         if self.ctr[PALIVE] == 0:
             return []
         sc, tables = self._strings()
@@ -267,9 +273,9 @@ class SeqAipEngine(SeqEngineBase):
             self.punct, force, *self._arenas(), self.base, self.cnt, self.evicted,
             self.last_ts, self.pd, self.pk, self.phead, self.ptail, self.pdec, self.pfirst,
             self.ctr, sc, *tables)
-        out = self._decode(*res).to_dicts()
+        out = self._decode(*res)
         self._maybe_compact_pending()
-        return out
+        return [out]
 
     # ------------------------------------------------------------ memory
 

@@ -15,6 +15,12 @@ import numpy as np
 from cep_core.composite_batch import BoundEvents, ColumnBatch, Decoder, Field, Keys
 
 
+def _copy(column: np.ndarray) -> np.ndarray:
+    """A contiguous copy (a one-column slice would otherwise stay a view of the kernel's
+    output, which composite batches must not share)."""
+    return np.array(column, copy=True, order="C")
+
+
 class SeqOutput:
     """Decoding plan of one SEQ engine: `engine` has `plan`, `layout`, `schema`, `query`,
     `strings`, `keys` (a KeyIndex) and `decode_key`."""
@@ -62,26 +68,26 @@ class SeqOutput:
         partial matches (`timed_out`) carry the variables bound so far, no EMIT fields,
         and "timed_out": true."""
         om, oe_i, oe_f = om[:n_out], oe_i[:n_el], oe_f[:n_el]
-        seqs = np.ascontiguousarray(oe_i[:, 1])
-        starts = np.ascontiguousarray(om[:, 1])
+        seqs = _copy(oe_i[:, 1])
+        starts = _copy(om[:, 1])
         if n_out:
             high = np.maximum.reduceat(seqs, starts)
             low = np.minimum.reduceat(seqs, starts)
         else:
             high = low = np.zeros(0, np.int64)
-        attrs = {name: (kind, np.ascontiguousarray(oe_f[:, col] if where == "f"
+        attrs = {name: (kind, _copy(oe_f[:, col] if where == "f"
                                                     else oe_i[:, col]))
                  for name, where, col, kind in self.attr_plan}
-        events = BoundEvents(starts, np.ascontiguousarray(om[:, 2]),
-                             np.ascontiguousarray(oe_i[:, 0]), seqs, attrs, self.var_names,
+        events = BoundEvents(starts, _copy(om[:, 2]),
+                             _copy(oe_i[:, 0]), seqs, attrs, self.var_names,
                              self.var_kleene, in_variable_order=not timed_out)
         fields = []
         if not timed_out:
             for j, (name, kind) in enumerate(self.emit_plan):
                 source = ovf[:n_out, j] if kind == "float" else ovi[:n_out, j]
-                fields.append(Field(name, kind, np.ascontiguousarray(source),
-                                    np.ascontiguousarray(ovn[:n_out, j])))
+                fields.append(Field(name, kind, _copy(source),
+                                    _copy(ovn[:n_out, j])))
         strings = self.engine.strings.strings
         return ColumnBatch(self.engine.query.name, Decoder(strings),
-                           self._key_column(np.ascontiguousarray(om[:, 0])), high, low,
+                           self._key_column(_copy(om[:, 0])), high, low,
                            fields, events, {"timed_out": True} if timed_out else None)

@@ -1,0 +1,93 @@
+"""`cep run --engine jit` as a whole process, and reading events alone: old reader
+(`event_io.read_events`, one dict + Event per record) against the columnar one
+(`event_reader.read_table`), on the same generated files.
+
+Generates finance1 events (`cep gen finance1`) as JSON lines and Parquet, plus a CSV copy,
+then times each `cep run` in a fresh process (wall clock, imports and kernel loads
+included; a first untimed run warms numba's kernel cache) and each read in this process.
+Run: `.venv/bin/python bench/bench_run.py [--events 1000000] [--repeat 3] [--dir DIR]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CEP = Path(sys.executable).with_name("cep")
+
+
+def cep(*args) -> float:
+    """Seconds one `cep` command takes, as a process (output to /dev/null)."""
+    command = [str(CEP)] if CEP.exists() else [sys.executable, "-m", "services.cli"]
+    started = time.perf_counter()
+    subprocess.run(command + [str(a) for a in args], check=True, cwd=ROOT,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def generate(directory: Path, events: int) -> dict[str, Path]:
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    files = {"jsonl": directory / "trades.jsonl", "parquet": directory / "trades.parquet",
+             "csv": directory / "trades.csv"}
+    for fmt in ("jsonl", "parquet"):
+        if not files[fmt].exists():
+            cep("gen", "finance1", "--events", events, "--seed", 7, "--format", fmt,
+                "--out", directory)
+    if not files["csv"].exists():
+        pcsv.write_csv(pq.read_table(files["parquet"]), files["csv"],
+                       pcsv.WriteOptions(quoting_style="none"))
+    return files
+
+
+def best(repeat: int, measure) -> float:
+    return min(measure() for _ in range(repeat))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="where the generated files go (kept: later runs reuse them)")
+    args = parser.parse_args()
+    directory = args.dir or Path(tempfile.gettempdir()) / f"bench_run_{args.events}"
+    directory.mkdir(parents=True, exist_ok=True)
+    files = generate(directory, args.events)
+    query = directory / "finance1.cep"
+
+    from cep_core.checker import load_queries
+    from cep_core.event_io import read_events
+    from cep_core.event_reader import read_table
+
+    schema = load_queries(query)[0].schema
+    n = args.events
+    print(f"{n:,} finance1 events, best of {args.repeat}; busy machines give noisy numbers")
+    print(f"{'format':8} {'what':34} {'seconds':>8} {'events/s':>12}")
+    for fmt, path in files.items():
+        cep("run", query, "--events", path, "--engine", "jit", "-o", "/dev/null")  # warm
+        whole = best(args.repeat, lambda path=path: cep(
+            "run", query, "--events", path, "--engine", "jit", "-o", "/dev/null"))
+        new = best(args.repeat, lambda path=path: _timed(read_table, path, schema))
+        old = best(1, lambda path=path: _timed(read_events, path, schema))
+        for what, seconds in (("cep run --engine jit (process)", whole),
+                              ("read_table (columnar reader)", new),
+                              ("read_events (record reader)", old)):
+            print(f"{fmt:8} {what:34} {seconds:8.3f} {n / seconds:12,.0f}")
+        print(f"{fmt:8} {'reader speed-up':34} {old / new:8.1f}x")
+
+
+def _timed(read, path, schema) -> float:
+    started = time.perf_counter()
+    read(path, schema)
+    return time.perf_counter() - started
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,284 @@
+"""The composite events of a finite run (`cep run`), as columns: the engines'
+CompositeBatches and their deterministic order (`cep_core.composite_order`).
+
+`Composites` is a read-only sequence of the composite dicts (built only when asked for:
+indexing, iterating, `to_dicts()`, `==`), and writes them without building them:
+`write(out)` picks JSON lines, Parquet or an Arrow IPC file by the suffix of `out`;
+`to_arrow()` is every composite in one Arrow table (columns in docs/semantics.md, "Composite
+events as Arrow, Parquet"). `read_table` gives back the exact dicts from such a table.
+
+pyarrow is imported only where it is used: `cep run` with the reference engine and JSON lines
+out (`Composites.from_dicts`) does without it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import orjson
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from cep_core.composite_batch import CompositeBatch
+
+# Columns every composite may have, in the order they come in a composite's JSON object.
+STANDARD = ("query", "key", "seq", "start_seq", "events", "window_start", "window_end",
+            "timed_out")
+METADATA = b"cep.queries"  # per query: its columns in JSON order and its Kleene variables
+
+
+class Composites(Sequence):
+    def __init__(self, batches: list[CompositeBatch], query_index: dict[str, int],
+                 ordered: bool = False):
+        """`batches` in the order the engines gave them; `ordered`: they are already in
+        output order (e.g. the reference interpreter's list)."""
+        self.batches = [b for b in batches if len(b)]
+        self.query_index = query_index
+        self._dicts: list[dict] | None = None
+        self._order = np.arange(len(self), dtype=np.int64) if ordered else None
+
+    @classmethod
+    def from_dicts(cls, rows: list[dict]) -> Composites:
+        """Composite dicts already in output order (no batches, no pyarrow)."""
+        composites = cls([], {}, ordered=True)
+        composites._dicts = rows
+        composites._order = np.arange(len(rows), dtype=np.int64)
+        return composites
+
+    def _batches(self) -> list[CompositeBatch]:
+        if self._dicts is not None and not self.batches:
+            from cep_core.composite_batch import RowBatch
+
+            return [RowBatch(self._dicts)] if self._dicts else []
+        return self.batches
+
+    def __len__(self) -> int:
+        if self._dicts is not None:
+            return len(self._dicts)
+        return sum(len(b) for b in self.batches)
+
+    def order(self) -> np.ndarray:
+        """Output position -> index into the batches' composites, concatenated."""
+        if self._order is None:
+            from cep_core.composite_order import order as output_order
+
+            self._order = output_order(self.batches, self.query_index)
+        return self._order
+
+    def to_dicts(self) -> list[dict]:
+        if self._dicts is None:
+            found = [c for b in self.batches for c in b.to_dicts()]
+            self._dicts = [found[i] for i in self.order().tolist()]
+        return self._dicts
+
+    def __getitem__(self, i):
+        return self.to_dicts()[i]
+
+    def __iter__(self):
+        return iter(self.to_dicts())
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, Composites):
+            other = other.to_dicts()
+        return isinstance(other, list) and self.to_dicts() == other
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"Composites({len(self)} composite events in {len(self.batches)} batches)"
+
+    # ------------------------------------------------------------ JSON lines
+
+    def json_lines(self) -> pa.Array:
+        """Every composite's JSON line (with its newline), in output order."""
+        import pyarrow as pa
+
+        from cep_core import composite_json
+        from cep_core.arrow_numpy import from_numpy
+
+        batches = self._batches()
+        if not batches:
+            return composite_json.lines_of([])
+        texts = pa.concat_arrays([composite_json.lines(b) for b in batches])
+        if self._order is not None and _is_identity(self._order):
+            return texts
+        return texts.take(from_numpy(self.order()))
+
+    def write_jsonl(self, out=None) -> int:
+        """JSON lines to `out` (a path, a binary stream, or None / "-" for stdout),
+        byte for byte what orjson gives for each composite dict. Returns the count."""
+        if self._dicts is not None and not self.batches:  # dicts already: orjson each
+            from cep_core.event_io import write_jsonl
+
+            return write_jsonl(self._dicts, out)
+        from cep_core import composite_json
+
+        texts = self.json_lines()
+        if out is None or str(out) == "-":
+            composite_json.write([texts], sys.stdout.buffer)
+            sys.stdout.buffer.flush()
+        elif isinstance(out, (str, Path)):
+            with open(out, "wb") as f:
+                composite_json.write([texts], f)
+        else:
+            composite_json.write([texts], out)
+            out.flush()
+        return len(texts)
+
+    # ------------------------------------------------------------ Arrow, Parquet
+
+    def to_arrow(self) -> pa.Table:
+        """One table, rows in output order: the STANDARD columns that occur, then every
+        query's EMIT/SELECT fields (null in other queries' rows)."""
+        import pyarrow as pa
+
+        from cep_core.arrow_numpy import from_numpy
+
+        tables = [pa.Table.from_batches([_arrow(b)]) for b in self._batches()]
+        if tables:
+            table = pa.concat_tables(tables, promote_options="permissive")
+            names = [n for n in STANDARD if n in table.column_names]
+            names += [n for n in table.column_names if n not in STANDARD]
+            table = table.select(names).take(from_numpy(self.order()))
+        else:
+            table = pa.table({"query": pa.array([], pa.string()),
+                              "key": pa.array([], pa.string()),
+                              "seq": pa.array([], pa.int64()),
+                              "start_seq": pa.array([], pa.int64())})
+        return table.replace_schema_metadata({METADATA: orjson.dumps(self._query_meta())})
+
+    def _query_meta(self) -> dict:
+        meta: dict[str, dict] = {}
+        for b in self._batches():
+            for query, names, kleene in _shapes(b):
+                entry = meta.setdefault(query, {"columns": [], "kleene": []})
+                entry["columns"] = list(dict.fromkeys(entry["columns"] + names))
+                entry["kleene"] = sorted(set(entry["kleene"]) | set(kleene))
+        return meta
+
+    def write(self, out=None) -> int:
+        """By `out`'s suffix: .parquet (Parquet), .arrow (Arrow IPC file), anything else
+        (or None / "-": stdout) JSON lines. Returns the number of composites."""
+        suffix = Path(str(out)).suffix.lower() if out is not None else ""
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            pq.write_table(self.to_arrow(), out)
+        elif suffix == ".arrow":
+            import pyarrow as pa
+
+            table = self.to_arrow()
+            with pa.ipc.new_file(str(out), table.schema) as writer:
+                writer.write_table(table)
+        else:
+            return self.write_jsonl(out)
+        return len(self)
+
+
+def _is_identity(order: np.ndarray) -> bool:
+    return bool(np.array_equal(order, np.arange(len(order))))
+
+
+def _arrow(batch: CompositeBatch) -> pa.RecordBatch:
+    from cep_core.composite_batch import ColumnBatch
+
+    if isinstance(batch, ColumnBatch):
+        return batch.to_arrow()
+    return _rows_arrow(batch.to_dicts())
+
+
+def _rows_arrow(rows: list[dict]) -> pa.RecordBatch:
+    """Dicts -> the columns ColumnBatch.to_arrow gives (key as JSON, events as a list of
+    {variable, seq, attributes...})."""
+    import pyarrow as pa
+
+    names = list(dict.fromkeys(name for row in rows for name in row))
+    arrays = []
+    for name in names:
+        values = [row.get(name) for row in rows]
+        if name == "key":
+            values = [orjson.dumps(v).decode() for v in values]
+        elif name == "events":
+            values = [None if v is None else _flat_events(v) for v in values]
+        arrays.append(pa.array(values))
+    return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def _flat_events(events: dict) -> list[dict]:
+    out = []
+    for variable, bound in events.items():
+        for event in bound if isinstance(bound, list) else [bound]:
+            out.append({"variable": variable, **event})
+    return out
+
+
+def _shapes(batch: CompositeBatch):
+    """(query, column names in JSON order without timed_out, Kleene variables) of the
+    batch's composites."""
+    from cep_core.composite_batch import ColumnBatch
+
+    if isinstance(batch, ColumnBatch):
+        names = ["query", "key", "seq", "start_seq"]
+        kleene = []
+        if batch.events is not None:
+            names.append("events")
+            kleene = [v for v, k in zip(batch.events.var_names, batch.events.var_kleene) if k]
+        names += [n for n in batch.extra if n != "timed_out"] + [f.name for f in batch.fields]
+        yield batch.query, names, kleene
+        return
+    for row in batch.to_dicts():
+        kleene = [v for v, bound in (row.get("events") or {}).items()
+                  if isinstance(bound, list)]
+        yield row["query"], [n for n in row if n != "timed_out"], kleene
+
+
+def read_table(table: pa.Table) -> list[dict]:
+    """The composite dicts of a table written by `Composites.to_arrow` (read back from
+    Parquet or Arrow IPC), exactly as JSON lines would give them."""
+    meta = orjson.loads(table.schema.metadata[METADATA])
+    out = []
+    for row in table.to_pylist():
+        query = meta[row["query"]]
+        timed_out = row.get("timed_out") is True
+        names = [n for n in query["columns"] if not timed_out or n in STANDARD]
+        composite = {}
+        for name in names:
+            value = row[name]
+            if name == "key":
+                value = orjson.loads(value)
+            elif name == "events":
+                value = _grouped_events(value, set(query["kleene"]))
+            composite[name] = value
+        if timed_out:  # after events, in place of the EMIT fields
+            composite["timed_out"] = True
+        out.append(composite)
+    return out
+
+
+def _grouped_events(elements: list[dict], kleene: set[str]) -> dict:
+    events: dict = {}
+    for element in elements:
+        variable = element.pop("variable")
+        if variable in kleene:
+            events.setdefault(variable, []).append(element)
+        else:
+            events[variable] = element
+    return events
+
+
+def read(path: str | Path) -> list[dict]:
+    """The composite dicts of a .parquet or .arrow file written by `Composites.write`."""
+    if Path(path).suffix.lower() == ".parquet":
+        import pyarrow.parquet as pq
+
+        return read_table(pq.read_table(path))
+    import pyarrow as pa
+
+    with pa.memory_map(str(path)) as source:
+        return read_table(pa.ipc.open_file(source).read_all())

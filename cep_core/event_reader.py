@@ -1,0 +1,667 @@
+"""Reading a file of events into one Arrow table, a block of records at a time.
+
+`read_table(path, schema)` gives what `event_io.read_events` gives (the same accepted
+values, the same dead letters: reason, line, position, raw) as one table with
+`json_batch.arrow_schema(schema)` (`seq`, then the stream's attributes) and no Python
+object per event:
+
+- JSON lines are cut into blocks of whole lines and parsed by `pyarrow.json` with the
+  stream's column types (`_JsonParser`). A block the fast parser cannot vouch for as a
+  whole (a parse error, a line that is not one object, text orjson would refuse: NaN,
+  numbers beyond a double, invalid UTF-8, a BOM, deep nesting) is read again record by
+  record by `event_io`'s reader, so every reason is the one `cep run` always gave; rows
+  the vectorised checks doubt (nulls, non-finite floats, negative seqs, unknown types)
+  are decoded one by one the same way.
+- CSV blocks are parsed by `pyarrow.csv` as text and coerced column by column where the
+  text is in a form whose value cannot differ from `decode_record`'s (plain integers,
+  plain decimals, `true`/`false`); other rows go through `decode_record`.
+- Parquet row groups are decoded by `event_columns.decode_table`.
+
+Seqs are checked for order over the whole file at the end, vectorised: a row is accepted
+when its seq is above every seq accepted before it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import re
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cep_core.arrow_numpy import from_numpy, is_null, strings, to_numpy
+from cep_core.batch import NUMPY_TYPES
+from cep_core.errors import EventError
+from cep_core.event_io import (
+    STDIN,
+    STDIN_SOURCE,
+    DeadLetter,
+    DecodedEvent,
+    InputError,
+    _csv_records,
+    _jsonl_records,
+    decode_record,
+    decode_records,
+    event_format,
+    seq_not_increasing,
+)
+from cep_core.events import Event
+from cep_core.json_batch import ARROW_TYPES, arrow_schema
+from cep_core.schema import StreamSchema
+
+BLOCK_BYTES = 4 << 20
+_WHITESPACE = np.zeros(256, dtype=bool)  # what bytes.strip() strips
+_WHITESPACE[list(b" \t\n\r\x0b\x0c")] = True
+_MAX_OPENINGS = 1000  # orjson refuses nesting deeper than 1024; pyarrow takes any depth
+# Lines: a refused block this small is read record by record (a parse costs ~150 us of
+# pyarrow's set-up, what ~40 records cost orjson and decode_record); the size under which
+# two refused halves mean bad records are dense.
+_SMALLEST_HALF = 256
+_DENSE_BELOW = 16384
+
+
+def read_table(path: str | Path, schema: StreamSchema, fmt: str | None = None, *,
+               block_bytes: int = BLOCK_BYTES) -> tuple[pa.Table, list[DeadLetter]]:
+    """The good events of a file (or of standard input, "-") as one table, and the dead
+    letters, exactly as `event_io.read_events` reads them."""
+    fmt = event_format(path, fmt)
+    if str(path) == STDIN:
+        source = STDIN_SOURCE
+        opened = contextlib.nullcontext(
+            io.BytesIO(sys.stdin.buffer.read()) if fmt == "parquet" else sys.stdin.buffer)
+    else:
+        path = Path(path)
+        if not path.is_file():
+            raise InputError(f"{path}: no such file")
+        source, opened = str(path), path.open("rb")
+    rows = _Rows(schema, source)
+    with opened as f:
+        {"jsonl": _read_jsonl, "csv": _read_csv, "parquet": _read_parquet}[fmt](
+            f, rows, block_bytes)
+    return rows.finish()
+
+
+def events_from_table(table: pa.Table, schema: StreamSchema) -> list[Event]:
+    """Events of a table read by `read_table` (for the reference interpreter)."""
+    names = list(schema.attributes)
+    columns = [table.column(name).to_pylist() for name in names]
+    times = table.column(schema.time).to_pylist()
+    return [Event(seq, ts, dict(zip(names, values))) for seq, ts, *values in
+            zip(table.column("seq").to_pylist(), times, *columns)]
+
+
+def row_json(table: pa.Table, row: int) -> bytes:
+    """One row of such a table as the JSON of its event (`seq`, then the attributes)."""
+    return orjson.dumps(table.slice(row, 1).to_pylist()[0])
+
+
+# ------------------------------------------------------------------ the rows read so far
+
+
+@dataclass
+class _Piece:
+    table: pa.Table  # good rows: seq, then the attributes
+    positions: np.ndarray  # each row's record index in the file
+    lines: list | np.ndarray | None  # each row's line (None: lines mean nothing)
+    raw: Callable[[int], bytes | str]  # row -> the record as read
+
+
+class _Rows:
+    """Good rows in file order, piece by piece, and dead letters; `finish` checks seqs."""
+
+    def __init__(self, schema: StreamSchema, source: str):
+        self.schema = schema
+        self.source = source
+        self.arrow_schema = arrow_schema(schema)
+        self.pieces: list[_Piece] = []
+        self.dead: list[DeadLetter] = []
+
+    def add(self, table: pa.Table, positions: np.ndarray, lines, raw) -> None:
+        if table.num_rows:
+            self.pieces.append(_Piece(table, positions, lines, raw))
+
+    def add_records(self, records: Iterable[tuple], first_position: int,
+                    text: bool = False) -> int:
+        """Records as `event_io`'s readers give them, decoded one by one; returns how many."""
+        good: list[DecodedEvent] = []
+        count = 0
+        for item in decode_records(records, self.schema, self.source, text, first_position):
+            count += 1
+            if isinstance(item, DeadLetter):
+                self.dead.append(item)
+            else:
+                good.append(item)
+        self.add_decoded(good)
+        return count
+
+    def add_decoded(self, good: list[DecodedEvent]) -> None:
+        columns = [from_numpy(np.array([d.event.seq for d in good], dtype=np.int64))]
+        for name, kind in self.schema.attributes.items():
+            values = [d.event.attrs[name] for d in good]
+            columns.append(strings(values) if kind == "string" else
+                           from_numpy(np.array(values, dtype=NUMPY_TYPES[kind])))
+        raws = [d.raw for d in good]
+        self.add(pa.Table.from_arrays(columns, schema=self.arrow_schema),
+                 np.array([d.position for d in good], dtype=np.int64),
+                 [d.line for d in good], raws.__getitem__)
+
+    def finish(self) -> tuple[pa.Table, list[DeadLetter]]:
+        if not self.pieces:
+            return self.arrow_schema.empty_table(), sorted(self.dead, key=_position)
+        table = pa.concat_tables([p.table for p in self.pieces])
+        seq = to_numpy(table.column("seq"))
+        previous = np.maximum.accumulate(np.concatenate(([-1], seq[:-1])))
+        late = np.flatnonzero(seq <= previous)
+        if len(late):
+            starts = np.cumsum([0] + [p.table.num_rows for p in self.pieces])
+            for row in late.tolist():
+                k = int(np.searchsorted(starts, row, side="right")) - 1
+                piece, i = self.pieces[k], row - int(starts[k])
+                line = None if piece.lines is None else piece.lines[i]
+                self.dead.append(DeadLetter(
+                    self.source, int(piece.positions[i]), piece.raw(i),
+                    seq_not_increasing(int(seq[row]), int(previous[row])),
+                    line=None if line is None else int(line)))
+            keep = np.ones(len(seq), dtype=bool)
+            keep[late] = False
+            table = table.filter(from_numpy(keep))
+        return table, sorted(self.dead, key=_position)
+
+
+def _position(letter: DeadLetter) -> int:
+    return letter.position
+
+
+# ------------------------------------------------------------------ blocks of lines
+
+
+def _blocks(f: IO[bytes], size: int):
+    """Blocks of about `size` bytes, each ending at the end of a line."""
+    while True:
+        block = f.read(size)
+        if not block:
+            return
+        if not block.endswith(b"\n"):
+            block += f.readline()
+        yield block
+
+
+@dataclass
+class _Lines:
+    """The lines of a block that are not blank: their (start, end) in the block, their
+    index among all lines of the block, and their first byte that is not whitespace."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    index: np.ndarray
+    opening: np.ndarray
+
+    @classmethod
+    def of(cls, block: bytes, blank: Callable[[bytes], bool]) -> _Lines:
+        data = np.frombuffer(block, dtype=np.uint8)
+        newlines = np.flatnonzero(data == 10)
+        starts = np.concatenate(([0], newlines + 1))
+        ends = np.concatenate((newlines, [len(block)]))
+        filled = starts < ends
+        keep = filled.copy()
+        opening = np.zeros(len(starts), dtype=np.uint8)
+        opening[filled] = data[starts[filled]]
+        for i in np.flatnonzero(filled & _WHITESPACE[opening]).tolist():  # rare: the line
+            line = block[starts[i]:ends[i]]
+            keep[i] = not blank(line)
+            opening[i] = line.lstrip()[0] if line.strip() else 32
+        index = np.flatnonzero(keep)
+        return cls(starts[index], ends[index], index, opening[index])
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def raw(self, block: bytes, i: int) -> bytes:
+        """Line i as `event_io` keeps a JSON record: stripped."""
+        return block[self.starts[i]:self.ends[i]].strip()
+
+
+# ------------------------------------------------------------------ JSON lines
+
+
+def _read_jsonl(f: IO[bytes], rows: _Rows, block_bytes: int) -> None:
+    parser = _JsonParser(rows.schema)
+    line, position, first = 1, 0, True
+    for block in _blocks(f, block_bytes):
+        if first:
+            start = block.lstrip()
+            if start.startswith(b"["):  # a .json file holding one array: read it whole
+                rows.add_records(_jsonl_records(io.BytesIO(block + f.read()), rows.source,
+                                                line), position)
+                return
+            first = not start
+        position += _jsonl_block(block, line, position, rows, parser)
+        line += block.count(b"\n")
+
+
+class _JsonParser:
+    """pyarrow.json with the stream's columns, trusted only where it agrees with orjson.
+
+    Records holding only the stream's fields are parsed strictly (another field is an
+    error): a NaN or Infinity, which pyarrow takes and orjson refuses, can then only land
+    in a float column, where the finite check sends its row to orjson. Once a block has
+    other fields, they are ignored, and a block must first be free of NaN and Infinity
+    literals and of nesting deeper than orjson takes."""
+
+    def __init__(self, schema: StreamSchema):
+        import pyarrow.json as pj
+
+        self.read_json = pj.read_json
+        columns = _json_schema(schema)
+        self.strict = pj.ParseOptions(explicit_schema=columns,
+                                      unexpected_field_behavior="error")
+        self.lenient = pj.ParseOptions(explicit_schema=columns,
+                                       unexpected_field_behavior="ignore")
+        self.other_fields = False
+        self.dense = False  # the last refused block had bad records everywhere
+        self.threads = pj.ReadOptions(use_threads=True)
+        self.one_thread = pj.ReadOptions(use_threads=False)  # less set-up for small blocks
+
+    def parse(self, block: bytes, lines: _Lines) -> pa.Table | None:
+        """The block, one row per line, or None where it needs orjson."""
+        if not len(lines) or not (lines.opening == ord("{")).all():
+            return None  # not objects (and pyarrow 26 crashes on a line `null`)
+        if not block.isascii():
+            if b"\xef\xbb\xbf" in block:  # pyarrow skips a BOM
+                return None
+            try:
+                block.decode("utf-8")
+            except UnicodeDecodeError:
+                return None
+        table, other_fields = (None, True) if self.other_fields else \
+            self._read(block, self.strict)
+        if table is None:
+            if not other_fields or b"NaN" in block or b"Inf" in block or \
+                    _may_overflow(block) or (
+                        block.count(b"{") + block.count(b"[") - len(lines) >= _MAX_OPENINGS
+                        and _deepest(block, lines) >= _MAX_OPENINGS):
+                return None
+            table, _ = self._read(block, self.lenient)
+            self.other_fields = table is not None
+        return table if table is not None and table.num_rows == len(lines) else None
+
+    def _read(self, block: bytes, options) -> tuple[pa.Table | None, bool]:
+        """The table, or None and whether a field beyond the stream's was the reason."""
+        threads = self.threads if len(block) > 1 << 20 else self.one_thread
+        try:
+            return self.read_json(pa.py_buffer(block), parse_options=options,
+                                  read_options=threads), False
+        except (pa.ArrowException, ValueError, OverflowError) as e:
+            return None, "unexpected field" in str(e)
+
+
+def json_messages_table(raws: list[bytes], schema: StreamSchema,
+                        positions: np.ndarray) -> pa.Table | None:
+    """Messages of one JSON object each (a Kafka batch) as a table, parsed as one block of
+    lines by pyarrow, or None where any message needs orjson and `decode_record` (a
+    newline or blank in a message, anything the block and row checks doubt)."""
+    block = b"\n".join(raws) + b"\n"
+    if block.count(b"\n") != len(raws):
+        return None
+    lines = _Lines.of(block, _blank)
+    if len(lines) != len(raws):
+        return None
+    table = _JsonParser(schema).parse(block, lines)
+    if table is None or len(_doubtful_rows(table, schema)):
+        return None
+    return _with_seq(table, np.asarray(positions, dtype=np.int64), arrow_schema(schema))
+
+
+def _json_schema(schema: StreamSchema) -> pa.Schema:
+    return pa.schema([("seq", pa.int64())] + [(name, ARROW_TYPES[kind])
+                                              for name, kind in schema.attributes.items()])
+
+
+def _jsonl_block(block: bytes, first_line: int, first_position: int, rows: _Rows,
+                 parser: _JsonParser) -> int:
+    """One block of JSON lines into `rows`; returns how many records it held."""
+    lines = _Lines.of(block, _blank)
+    table = parser.parse(block, lines)
+    if table is None and parser.dense:  # as the block before: not worth halving
+        return rows.add_records(_jsonl_records(io.BytesIO(block), rows.source, first_line,
+                                               array=False), first_position)
+    if table is None:
+        return _refused_block(block, lines, first_line, first_position, rows, parser)
+    parser.dense = False
+    return _parsed_block(block, lines, table, first_line, first_position, rows)
+
+
+def _blank(line: bytes) -> bool:
+    return not line.strip()
+
+
+def _refused_block(block: bytes, lines: _Lines, first_line: int, first_position: int,
+                   rows: _Rows, parser: _JsonParser) -> int:
+    """A block the parser refused, halved at a line and each half parsed again, so that a
+    bad record costs its neighbourhood, not its block. A half refused again is halved in
+    turn; record by record when it is small, or when both halves were refused while their
+    block was under _DENSE_BELOW lines (bad records everywhere: halving would not pay)."""
+    if len(lines) <= _SMALLEST_HALF:
+        return rows.add_records(_jsonl_records(io.BytesIO(block), rows.source, first_line,
+                                               array=False), first_position)
+    cut = int(lines.starts[len(lines) // 2])
+    halves = []
+    line, position = first_line, first_position
+    for part in (block[:cut], block[cut:]):
+        part_lines = _Lines.of(part, _blank)
+        halves.append((part, part_lines, parser.parse(part, part_lines), line, position))
+        line, position = line + part.count(b"\n"), position + len(part_lines)
+    dense = len(lines) < _DENSE_BELOW and all(half[2] is None for half in halves)
+    parser.dense = parser.dense or dense
+    for part, part_lines, table, line, position in halves:
+        if table is not None:
+            _parsed_block(part, part_lines, table, line, position, rows)
+        elif dense:
+            rows.add_records(_jsonl_records(io.BytesIO(part), rows.source, line, array=False),
+                             position)
+        else:
+            _refused_block(part, part_lines, line, position, rows, parser)
+    return len(lines)
+
+
+def _parsed_block(block: bytes, lines: _Lines, table: pa.Table, first_line: int,
+                  first_position: int, rows: _Rows) -> int:
+    """A block pyarrow parsed: its rows, the doubtful ones decoded by orjson and
+    `decode_record`."""
+    positions = np.arange(first_position, first_position + len(lines), dtype=np.int64)
+    line_numbers = lines.index + first_line
+    doubtful = _doubtful_rows(table, rows.schema)
+    if len(doubtful):
+        good = []
+        for i in doubtful.tolist():
+            raw = lines.raw(block, i)
+            try:
+                good.append(DecodedEvent(decode_record(orjson.loads(raw), rows.schema,
+                                                       int(positions[i])),
+                                         int(positions[i]), raw, int(line_numbers[i])))
+            except orjson.JSONDecodeError as e:  # not expected: pyarrow parsed it
+                rows.dead.append(DeadLetter(rows.source, int(positions[i]), raw,
+                                            f"not valid JSON: {e}", line=int(line_numbers[i])))
+            except EventError as e:
+                rows.dead.append(DeadLetter(rows.source, int(positions[i]), raw, str(e),
+                                            line=int(line_numbers[i])))
+        _add_rows_with_doubtful(rows, table, positions, line_numbers, doubtful, good,
+                                lambda i: lines.raw(block, i))
+        return len(lines)
+    rows.add(_with_seq(table, positions, rows.arrow_schema), positions, line_numbers,
+             lambda i: lines.raw(block, i))
+    return len(lines)
+
+
+# Each byte as what it is to a number: digit 1, exponent e, sign +, anything else 0.
+_NUMBER_SHAPE = bytes(b"1"[0] if 48 <= b <= 57 else b"e"[0] if b in b"eE" else
+                      b"+"[0] if b == b"+"[0] else b"0"[0] for b in range(256))
+
+
+def _may_overflow(block: bytes) -> bool:
+    """Whether a number in the block might be beyond a double (orjson refuses it; pyarrow
+    takes it in a field it ignores): 200 digits in a row, or an exponent of 100 or more."""
+    shape = block.translate(_NUMBER_SHAPE)
+    return b"1" * 200 in shape or b"e111" in shape or b"e+111" in shape
+
+
+def _deepest(block: bytes, lines: _Lines) -> int:
+    """The most `{` and `[` any line holds (a bound on its nesting)."""
+    data = np.frombuffer(block, dtype=np.uint8)
+    at = np.flatnonzero((data == ord("{")) | (data == ord("[")))
+    line = np.searchsorted(lines.starts, at, side="right") - 1
+    return int(np.bincount(line[line >= 0]).max()) if len(at) else 0
+
+
+def _doubtful_rows(table: pa.Table, schema: StreamSchema,
+                   text_checks: np.ndarray | None = None) -> np.ndarray:
+    """Rows that `decode_record` must look at: a null, a non-finite float, a negative seq,
+    an unknown event type. (Numpy does the comparisons: Arrow's, with a Python value,
+    would import pandas.)"""
+    doubt = np.zeros(table.num_rows, dtype=bool) if text_checks is None else text_checks
+    for name, kind in schema.attributes.items():
+        column = table.column(name)
+        if column.null_count:
+            doubt |= is_null(column)
+        if kind == "float":  # nulls come out as NaN: doubtful already
+            doubt |= ~np.isfinite(to_numpy(column))
+    seq = table.column("seq")
+    if seq.null_count < len(seq) and pc.min(seq).as_py() < 0:
+        doubt |= (to_numpy(seq) < 0) & ~is_null(seq)
+    if schema.type_attribute is not None and schema.types is not None:
+        known = pc.is_in(table.column(schema.type_attribute), strings(list(schema.types)))
+        doubt |= ~to_numpy(known)  # a null is not in the set: doubtful
+    return np.flatnonzero(doubt)
+
+
+def _with_seq(table: pa.Table, positions: np.ndarray, schema: pa.Schema) -> pa.Table:
+    """`table` (seq null where the record has none) with the default seqs filled in."""
+    seq = table.column("seq")
+    if seq.null_count == len(seq):
+        seq = from_numpy(positions)
+    elif seq.null_count:
+        seq = pc.coalesce(seq, from_numpy(positions))
+    columns = [seq] + [table.column(name) for name in schema.names[1:]]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _add_rows_with_doubtful(rows: _Rows, table: pa.Table, positions: np.ndarray,
+                            lines, doubtful: np.ndarray, good: list[DecodedEvent],
+                            raw: Callable[[int], bytes | str]) -> None:
+    """The fast rows of a block and its doubtful rows decoded one by one, in file order."""
+    if not len(doubtful):
+        rows.add(_with_seq(table, positions, rows.arrow_schema), positions, lines, raw)
+        return
+    fine = np.ones(table.num_rows, dtype=bool)
+    fine[doubtful] = False
+    fast = np.flatnonzero(fine)
+    fast_table = _with_seq(table.take(from_numpy(fast)), positions[fast], rows.arrow_schema)
+    if not good:
+        rows.add(fast_table, positions[fast], None if lines is None else lines[fast],
+                 lambda i: raw(int(fast[i])))
+        return
+    slow = _Rows(rows.schema, rows.source)
+    slow.add_decoded(good)
+    merged = pa.concat_tables([fast_table, slow.pieces[0].table]).combine_chunks()
+    slow_positions = slow.pieces[0].positions
+    all_positions = np.concatenate((positions[fast], slow_positions))
+    order = np.argsort(all_positions, kind="stable")
+    source_row = np.concatenate((fast, np.searchsorted(positions, slow_positions)))[order]
+    rows.add(merged.take(from_numpy(order)), all_positions[order],
+             None if lines is None else np.asarray(lines)[source_row],
+             lambda i: raw(int(source_row[i])))
+
+
+# ------------------------------------------------------------------ CSV
+
+
+def _read_csv(f: IO[bytes], rows: _Rows, block_bytes: int) -> None:
+    first = f.readline()
+    text = first.decode("utf-8", "replace")
+    if not _ONE_LINE_RECORD.fullmatch(text) or not text.strip("\r\n"):
+        rows.add_records(_csv_records(_text(first + f.read())), 0, text=True)
+        return
+    header = [h.strip() for h in next(csv.reader([text]))]
+    line, position = 2, 0
+    for block in _blocks(f, block_bytes):
+        if (b'"' in block and not _simply_quoted(block)) or \
+                block.count(b"\r") != block.count(b"\r\n"):
+            # A quoted field may span lines, a lone CR ends one: from here on, records
+            # and lines are the csv module's to find.
+            rows.add_records(_csv_records(_text(block + f.read()), rows.source, header, line),
+                             position, text=True)
+            return
+        position += _csv_block(block, header, line, position, rows)
+        line += block.count(b"\n")
+
+
+def _simply_quoted(block: bytes) -> bool:
+    """Whether every quote of a CSV block opens or closes a whole field holding no quote,
+    comma, CR or newline (`"AMZN"`, as pyarrow writes strings): read alike by the csv
+    module and pyarrow, one record per line."""
+    data = np.frombuffer(block, dtype=np.uint8)
+    quotes = np.flatnonzero(data == ord('"'))
+    if len(quotes) % 2:
+        return False
+    opens, closes = quotes[0::2], quotes[1::2]
+    before = np.where(opens > 0, data[np.maximum(opens - 1, 0)], ord("\n"))
+    after = np.where(closes + 1 < len(data), data[np.minimum(closes + 1, len(data) - 1)],
+                     ord("\n"))
+    if not (np.isin(before, list(b",\n")).all() and np.isin(after, list(b",\r\n")).all()):
+        return False
+    breaks = np.flatnonzero((data == ord(",")) | (data == ord("\n")) | (data == ord("\r")))
+    return bool((np.searchsorted(breaks, opens) == np.searchsorted(breaks, closes)).all())
+
+
+# A CSV line that is one whole record: fields plain, or quoted whole ("" for a quote).
+_CSV_FIELD = r'(?:"(?:[^"\r\n]|"")*"|[^"\r\n,]*)'
+_ONE_LINE_RECORD = re.compile(rf"{_CSV_FIELD}(?:,{_CSV_FIELD})*\r?\n?")
+
+
+def _text(data: bytes) -> io.StringIO:
+    return io.StringIO(data.decode("utf-8", "replace"), newline="")
+
+
+def _csv_block(block: bytes, header: list[str], first_line: int, first_position: int,
+               rows: _Rows) -> int:
+    lines = _Lines.of(block, lambda line: line in (b"", b"\r"))
+    table = _parse_csv_block(block, header, lines)
+    if table is None:
+        return rows.add_records(_csv_records(_text(block), rows.source, header, first_line),
+                                first_position, text=True)
+    positions = np.arange(first_position, first_position + len(lines), dtype=np.int64)
+    line_numbers = lines.index + first_line
+    typed, doubt = _coerce_text(table, rows.schema)
+    doubtful = _doubtful_rows(typed, rows.schema, doubt)
+    fields = None
+    good = []
+    if len(doubtful):
+        fields = [table.column(i).to_pylist() for i in range(table.num_columns)]
+        for i in doubtful.tolist():
+            row = [column[i] for column in fields]
+            raw = _csv_raw(row)
+            position = int(positions[i])
+            try:
+                good.append(DecodedEvent(decode_record(dict(zip(header, row)), rows.schema,
+                                                       position, text=True),
+                                         position, raw, int(line_numbers[i])))
+            except EventError as e:
+                rows.dead.append(DeadLetter(rows.source, position, raw, str(e),
+                                            line=int(line_numbers[i])))
+
+    def raw(i: int) -> str:
+        return _csv_raw([table.column(c)[i].as_py() for c in range(table.num_columns)])
+
+    _add_rows_with_doubtful(rows, typed, positions, line_numbers, doubtful, good, raw)
+    return len(lines)
+
+
+def _csv_raw(row: list[str]) -> str:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="").writerow(row)
+    return out.getvalue()
+
+
+def _parse_csv_block(block: bytes, header: list[str], lines: _Lines) -> pa.Table | None:
+    """The block's fields as text, one row per line, or None where the Python csv reader
+    might see other fields (NUL bytes, duplicate names)."""
+    import pyarrow.csv as pcsv
+
+    if not len(lines) or b"\0" in block or len(set(header)) != len(header):
+        return None
+    names = [f"f{i}" for i in range(len(header))]
+    try:
+        table = pcsv.read_csv(
+            pa.py_buffer(block),
+            read_options=pcsv.ReadOptions(column_names=names),
+            parse_options=pcsv.ParseOptions(ignore_empty_lines=True),
+            convert_options=pcsv.ConvertOptions(
+                column_types={n: pa.string() for n in names}, strings_can_be_null=False,
+                quoted_strings_can_be_null=False))
+    except (pa.ArrowException, ValueError):
+        return None
+    if table.num_rows != len(lines):
+        return None
+    return table.rename_columns(header)
+
+
+_PLAIN_INT = r"^-?[0-9]{1,18}$"  # fits in 64 bits, means the same to int() and to Arrow
+# Plain decimals small enough to stay finite: Arrow's and Python's parsers both round
+# them correctly, so they give the same double.
+_PLAIN_FLOAT = r"^-?[0-9]{1,20}(\.[0-9]{1,40})?([eE][-+]?[0-9]{1,2})?$"
+
+
+def _coerce_text(table: pa.Table, schema: StreamSchema) -> tuple[pa.Table, np.ndarray]:
+    """CSV text columns as the stream's types where the text is plain; the rows with any
+    other text (or a missing column) are marked for `decode_record` (their values here
+    are null)."""
+    n = table.num_rows
+    doubt = np.zeros(n, dtype=bool)
+    columns = [pa.nulls(n, pa.int64())]  # seq
+    if "seq" in table.column_names:
+        seq_text = table.column("seq")
+        plain = to_numpy(pc.match_substring_regex(seq_text, _PLAIN_INT))
+        empty = to_numpy(pc.binary_length(seq_text)) == 0
+        doubt |= ~(plain | empty)
+        columns[0] = pc.if_else(from_numpy(plain), seq_text, pa.nulls(n, pa.string())).cast(
+            pa.int64())
+    for name, kind in schema.attributes.items():
+        if name not in table.column_names:
+            doubt[:] = True
+            columns.append(pa.nulls(n, ARROW_TYPES[kind]))
+            continue
+        text = table.column(name)
+        if kind == "string":
+            columns.append(text)
+            continue
+        if kind == "bool":
+            plain = pc.is_in(text, strings(["true", "false"]))
+        else:
+            plain = pc.match_substring_regex(text, _PLAIN_FLOAT if kind == "float"
+                                             else _PLAIN_INT)
+        plain = to_numpy(plain)
+        doubt |= ~plain
+        kept = pc.if_else(from_numpy(plain), text, pa.nulls(n, pa.string()))
+        columns.append(pc.starts_with(kept, "t") if kind == "bool"
+                       else kept.cast(ARROW_TYPES[kind]))
+    return pa.Table.from_arrays(columns, names=["seq", *schema.attributes]), doubt
+
+
+# ------------------------------------------------------------------ Parquet
+
+
+def _read_parquet(f, rows: _Rows, block_bytes: int) -> None:
+    import pyarrow.parquet as pq
+
+    from cep_core.event_columns import decode_table
+
+    try:
+        parquet = pq.ParquetFile(f)
+    except (OSError, ValueError, pa.ArrowException) as e:
+        raise InputError(f"{rows.source}: not a readable Parquet file: {e}") from None
+    position = 0
+    for batch in parquet.iter_batches():
+        table = pa.Table.from_batches([batch])
+        positions = np.arange(position, position + table.num_rows, dtype=np.int64)
+        position += table.num_rows
+        decoded = decode_table(table, rows.schema, positions)
+        bad = np.array([e is not None for e in decoded.errors], dtype=bool)
+        for i in np.flatnonzero(bad).tolist():
+            rows.dead.append(DeadLetter(rows.source, int(positions[i]),
+                                        decoded.raw[i].encode(), decoded.errors[i]))
+        good = np.flatnonzero(~bad)
+        take = from_numpy(good)
+        columns = [from_numpy(decoded.seq[good])] + [
+            decoded.attributes[name].take(take) for name in rows.schema.attributes]
+        rows.add(pa.Table.from_arrays(columns, schema=rows.arrow_schema), positions[good],
+                 None, lambda i, table=table, good=good: orjson.dumps(
+                     table.slice(int(good[i]), 1).to_pylist()[0], default=str))
