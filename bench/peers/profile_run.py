@@ -2,10 +2,11 @@
 
     .venv/bin/python bench/peers/profile_run.py QUERY_FILE EVENTS [--engine jit]
 
-Phases (cumulative seconds of the functions that make them): importing and compiling or
-loading kernels, reading events (one Python Event per event), columns from events, the
-numba kernels, composite events as dicts, ordering them, writing JSON lines. Run it twice:
-the first run fills the kernel cache.
+Phases (cumulative seconds of the functions that make them): the engines over the table
+(columns from the table, the numba kernels, the composites put in order), writing JSON
+lines. Reading runs in a thread beside the imports, where cProfile does not see it:
+`cep run`'s own summary (printed too) gives its time. Run it twice: the first run fills
+the kernel cache.
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ import time
 
 # phase -> (file suffix, function name) whose cumulative time is that phase
 PHASES = {
-    "read events": ("cep_core/event_io.py", "read_events"),
-    "columns from events": ("cep_core/batch.py", "from_events"),
-    "engines (kernels + their Python)": ("cep_core/engine/__init__.py", "process_columns"),
-    "composites as dicts": ("cep_core/composite_batch.py", "to_dicts"),
-    "order composites": ("cep_core/engine/__init__.py", "order"),
-    "write JSON lines": ("cep_core/event_io.py", "write_composites_jsonl"),
+    "engines over the table": ("cep_core/engine/__init__.py", "run_table"),
+    "engines over Event objects": ("cep_core/engine/__init__.py", "run_engines"),
+    "of which columns from the table": ("cep_core/batch.py", "from_arrow"),
+    "of which ordering composites": ("cep_core/composite_order.py", "order"),
+    "write JSON lines": ("cep_core/composites.py", "write_jsonl"),
 }
 
 
