@@ -711,6 +711,29 @@ def bench_backfill(
     _guard(body)
 
 
+@bench_app.command("peers", context_settings={"allow_extra_args": True,
+                                              "ignore_unknown_options": True,
+                                              "help_option_names": []})
+def bench_peers(ctx: typer.Context) -> None:
+    """This product against OpenCEP and Apache Flink (MATCH_RECOGNIZE), side by side, match
+    sets compared: bench/peers/run.py, whose options it takes (`cep bench peers --help`;
+    docs/peers.md)."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parent.parent / "bench" / "peers" / "run.py"
+
+    def body():
+        if not script.is_file():
+            raise CliError(f"{script}: not found (cep bench peers runs from a checkout of "
+                           "the repository)")
+        code = subprocess.run([sys.executable, str(script), *ctx.args]).returncode
+        if code:
+            raise typer.Exit(code)
+
+    _guard(body)
+
+
 # ------------------------------------------------------------------ cep backfill
 
 
