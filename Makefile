@@ -14,11 +14,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# Simulators the FPGA tests run (Debian packages): installed only when missing.
-SYSDEPS := iverilog yosys
+# Simulators the FPGA tests run, the browser of the console's test and the Prometheus
+# server that scrapes the services in a test (Debian packages):
+# installed only when missing. TOOL or TOOL:PACKAGE.
+SYSDEPS := iverilog yosys chromium chromedriver:chromium-driver prometheus
 sysdeps:
-	@missing=""; for tool in $(SYSDEPS); do command -v $$tool >/dev/null 2>&1 || \
-	    missing="$$missing $$tool"; done; \
+	@missing=""; for dep in $(SYSDEPS); do tool=$${dep%%:*}; package=$${dep#*:}; \
+	    command -v $$tool >/dev/null 2>&1 || missing="$$missing $$package"; done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing$$missing"; \
@@ -37,10 +39,11 @@ test: sysdeps $(STAMP)
 test-full: sysdeps $(STAMP)
 	CEP_TEST_FULL=1 $(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile
 
-# The live demo: embedded broker, splitter, 2 workers, coordinator; ~20k trades at 2000/s
-# (bounded: about 30 s), composite events shown as they arrive, then everything stops.
-# CI runs a short verifying variant: make demo DEMO_ARGS="--count 5000 --verify".
-DEMO_ARGS ?= --count 20000 --workers 2 --rate 2000
+# The live demo: embedded broker, splitter, 2 workers, coordinator and the web console
+# (its URL is printed: http://127.0.0.1:8080/); ~20k trades at 2000/s (about 30 s),
+# composite events shown as they arrive; then it all stays up for the console until
+# Ctrl-C. CI runs a short verifying variant: make demo DEMO_ARGS="--count 5000 --verify".
+DEMO_ARGS ?= --count 20000 --workers 2 --rate 2000 --hold
 demo: $(STAMP)
 	$(BIN)/cep demo $(DEMO_ARGS)
 

@@ -13,6 +13,25 @@ class QueryError(Exception):
         self.message = message
         self.pos = pos
         self.source = source
+        self.errors: list[QueryError] = [self]  # every error of the text (`cep.compile`)
+
+    @property
+    def line(self) -> int:
+        """1-based line of the problem in the query text."""
+        return self.pos.line
+
+    @property
+    def column(self) -> int:
+        """1-based column of the problem in its line."""
+        return self.pos.column
+
+    @property
+    def source_line(self) -> str | None:
+        """The line of the query text the problem is on (None when not known)."""
+        if not self.source or self.pos.line < 1:
+            return None
+        lines = self.source.splitlines()
+        return lines[self.pos.line - 1] if self.pos.line <= len(lines) else None
 
     def with_source(self, source: str) -> QueryError:
         self.source = source

@@ -642,8 +642,6 @@ def _coerce_text(table: pa.Table, schema: StreamSchema) -> tuple[pa.Table, np.nd
 def _read_parquet(f, rows: _Rows, block_bytes: int) -> None:
     import pyarrow.parquet as pq
 
-    from cep_core.event_columns import decode_table
-
     try:
         parquet = pq.ParquetFile(f)
     except (OSError, ValueError, pa.ArrowException) as e:
@@ -651,17 +649,44 @@ def _read_parquet(f, rows: _Rows, block_bytes: int) -> None:
     position = 0
     for batch in parquet.iter_batches():
         table = pa.Table.from_batches([batch])
-        positions = np.arange(position, position + table.num_rows, dtype=np.int64)
+        add_arrow(rows, table, position)
         position += table.num_rows
-        decoded = decode_table(table, rows.schema, positions)
-        bad = np.array([e is not None for e in decoded.errors], dtype=bool)
-        for i in np.flatnonzero(bad).tolist():
-            rows.dead.append(DeadLetter(rows.source, int(positions[i]),
-                                        decoded.raw[i].encode(), decoded.errors[i]))
-        good = np.flatnonzero(~bad)
-        take = from_numpy(good)
-        columns = [from_numpy(decoded.seq[good])] + [
-            decoded.attributes[name].take(take) for name in rows.schema.attributes]
-        rows.add(pa.Table.from_arrays(columns, schema=rows.arrow_schema), positions[good],
-                 None, lambda i, table=table, good=good: orjson.dumps(
-                     table.slice(int(good[i]), 1).to_pylist()[0], default=str))
+
+
+def add_arrow(rows: _Rows, table: pa.Table, first_position: int) -> None:
+    """Rows of a typed table (field name -> value, as Parquet or a DataFrame holds them)
+    decoded by `event_columns.decode_table`: good rows to `rows`, bad ones to its dead
+    letters; record indexes count from `first_position`."""
+    from cep_core.event_columns import decode_table
+
+    positions = np.arange(first_position, first_position + table.num_rows, dtype=np.int64)
+    decoded = decode_table(table, rows.schema, positions)
+    bad = np.array([e is not None for e in decoded.errors], dtype=bool)
+    for i in np.flatnonzero(bad).tolist():
+        rows.dead.append(DeadLetter(rows.source, int(positions[i]),
+                                    decoded.raw[i].encode(), decoded.errors[i]))
+    good = np.flatnonzero(~bad)
+    take = from_numpy(good)
+    columns = [from_numpy(decoded.seq[good])] + [
+        decoded.attributes[name].take(take) for name in rows.schema.attributes]
+    rows.add(pa.Table.from_arrays(columns, schema=rows.arrow_schema), positions[good],
+             None, lambda i, table=table, good=good: orjson.dumps(
+                 table.slice(int(good[i]), 1).to_pylist()[0], default=str))
+
+
+def read_arrow(table: pa.Table, schema: StreamSchema, source: str = "<table>",
+               first_position: int = 0) -> tuple[pa.Table, list[DeadLetter]]:
+    """`read_table` for a table already in memory (a DataFrame's, a Parquet file's)."""
+    rows = _Rows(schema, source)
+    add_arrow(rows, table, first_position)
+    return rows.finish()
+
+
+def read_records(records: Iterable[dict], schema: StreamSchema, source: str = "<records>",
+                 first_position: int = 0) -> tuple[pa.Table, list[DeadLetter]]:
+    """`read_table` for records already in memory (dicts, as JSON lines would give), each
+    decoded by `event_io.decode_record`; a record's raw is its JSON."""
+    rows = _Rows(schema, source)
+    rows.add_records(((orjson.dumps(r, default=str), r, None, None) for r in records),
+                     first_position)
+    return rows.finish()

@@ -2,10 +2,11 @@
 
 A Kafka source delivers one JSON event per message. `decode_json_batch` turns a batch of
 such messages into one Arrow table (column `seq`, then the stream's attributes) without
-building an Event per record: columns are gathered and type-checked a whole column at a
-time. A batch where anything needs a closer look (a missing or mistyped attribute, an ISO
-time, a record carrying its own `seq`, bad JSON) falls back to `decode_record` record by
-record, so reasons and accepted values are exactly those of `cep run`.
+building an Event per record: orjson parses each record and columns are gathered and
+type-checked a whole column at a time. A batch where anything needs a closer look (a
+missing or mistyped attribute, an ISO time, a record carrying its own `seq`, bad JSON)
+falls back to `decode_record` record by record, so reasons and accepted values are exactly
+those of `cep run`.
 
 Large batches are first parsed as one block of JSON lines by `event_reader`'s pyarrow
 parser, with the same checks and the same fallback as `cep run`'s reader.
@@ -18,6 +19,7 @@ limit before parsing them, and says which message each good row came from.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 import orjson
@@ -71,7 +73,7 @@ def decode_messages(raws: list[bytes], schema: StreamSchema, positions: np.ndarr
         offsets = np.asarray(offsets, dtype=np.int64)
     if len(positions) != len(raws) or (offsets is not None and len(offsets) != len(raws)):
         raise ValueError("decode_messages: raws, positions and offsets differ in length")
-    oversized = max_bytes is not None and any(len(raw) > max_bytes for raw in raws)
+    oversized = max_bytes is not None and len(raws) and max(map(len, raws)) > max_bytes
     if not oversized and len(raws) >= COLUMNAR_FROM:
         from cep_core.event_reader import json_messages_table
 
@@ -101,7 +103,7 @@ def decode_json_batch(raws: list[bytes], schema: StreamSchema, positions: np.nda
 
 def _loads(raws: list[bytes]) -> list | None:
     try:
-        return [orjson.loads(raw) for raw in raws]
+        return list(map(orjson.loads, raws))
     except orjson.JSONDecodeError:
         return None
 
@@ -109,11 +111,11 @@ def _loads(raws: list[bytes]) -> list | None:
 def _fast_columns(records: list, schema: StreamSchema, positions: np.ndarray) -> pa.Table | None:
     if set(map(type, records)) - {dict}:
         return None
-    if any("seq" in r for r in records):
+    if any(map(dict.__contains__, records, repeat("seq"))):
         return None
     arrays = [pa.array(positions, pa.int64())]
     for name, kind in schema.attributes.items():
-        values = [r.get(name) for r in records]
+        values = list(map(dict.get, records, repeat(name)))
         if set(map(type, values)) - _FAST_TYPES[kind]:
             return None
         try:

@@ -73,13 +73,11 @@ def _warm_kernels(queries, events_path: Path) -> None:
     """Compile (or load) every kernel once, on a few events, so neither side pays it."""
     import pyarrow.parquet as pq
 
-    from cep_core.batch import BatchEncoder, StringDictionary
-    from cep_core.engine import StreamEngines
+    from cep_core.runner import new_engines
 
     sample = pq.ParquetFile(events_path).read_row_group(0).slice(0, 1000)
-    strings = StringDictionary()
-    engines = StreamEngines(queries, strings)
-    engines.process(BatchEncoder(queries[0].schema, strings).from_arrow(sample))
+    engines, encoder = new_engines(queries)
+    engines.process(encoder.from_arrow(sample))
     engines.flush()
 
 

@@ -69,12 +69,9 @@ class PartitionRunner:
 
     def __call__(self, batches):
         os.environ["CEP_KERNEL_CACHE"] = self.kernel_cache  # the driver's kernel cache
-        from cep_core.batch import BatchEncoder, StringDictionary
-        from cep_core.engine import StreamEngines
+        from cep_core.runner import new_engines
 
-        strings = StringDictionary()
-        encoder = BatchEncoder(self.queries[0].schema, strings)
-        engines = StreamEngines(self.queries, strings, **self.options)
+        engines, encoder = new_engines(self.queries, **self.options)
         index = {q.name: q.index for q in self.queries}
         seen_rejected = 0
         for batch in batches:

@@ -362,81 +362,17 @@ def _engine_summary(engine: Engine, events: int, composites: int, run_s: float,
 def run_queries(queries, events, engine: Engine = Engine.reference,
                 placement: Placement | None = None,
                 timings: dict | None = None) -> tuple[Composites, list]:
-    """Composite events of the queries over the events (Events, or a table as
-    `event_reader.read_table` gives), in deterministic order (as
-    `cep_core.composites.Composites`: columns, dicts only when asked for), with the events
-    the engines rejected (time going backwards, late for a window) as DeadLetters.
+    """`cep_core.runner.run_checked` (the glue the Python API uses too), printing where
+    each query was placed when `placement` is given."""
+    from cep_core.runner import run_checked
 
-    jit engine: `timings` (when given) gets `setup_s` (numba and engine imports, code
-    generation), `compile_s` (numba compiling kernels or loading them from its cache while
-    the events ran) and `process_s` (the rest: the events themselves)."""
-    import orjson
-
-    from cep_core.event_io import DeadLetter
-
-    rejected: list = []
-    table = events if hasattr(events, "num_rows") else None
-    if engine is Engine.reference:
-        from cep_core import reference
-
-        from cep_core.composites import Composites
-
-        if table is not None:
-            from cep_core.event_reader import events_from_table
-
-            events = events_from_table(table, queries[0].schema)
-        composites = Composites.from_dicts(reference.run(queries, events, rejected=rejected))
-        rejected = [(q, event.seq, orjson.dumps(event.to_json()), reason)
-                    for q, event, reason in rejected]
-    else:
-        started = time.perf_counter()
-        from cep_core import engine as jit
-        from cep_core.batch import BatchEncoder, StringDictionary
-
-        strings = StringDictionary()
-        report: list = []
-        if placement is None:
-            engines = jit.StreamEngines(queries, strings)
-        else:
-            from accel.gpu import placement as placed
-
-            engines = placed.placed_engines(queries, strings, placement.value, report)
-        setup_s = time.perf_counter() - started
-        with jit.compile_timer() as compiling:
-            started = time.perf_counter()
-            encoder = BatchEncoder(queries[0].schema, strings)
-            composites = jit.run_engines(engines, encoder, events, rejected=rejected) \
-                if table is None else jit.run_table(engines, encoder, table, rejected=rejected)
-            run_s = time.perf_counter() - started
-        for where in report:
-            stderr.print(f"placement: {where.line()}", markup=False, style="dim")
-        if timings is not None:
-            timings.update(setup_s=setup_s, compile_s=compiling.seconds,
-                           process_s=max(run_s - compiling.seconds, 0.0))
-        rejected = [(q, seq, raw, reason) for (q, seq, reason), raw in
-                    zip(rejected, _events_json(events if table is None else table,
-                                               [seq for _, seq, _ in rejected]))]
-    return composites, [DeadLetter(f"query {q.name}", seq, raw, reason)
-                        for q, seq, raw, reason in rejected]
-
-
-def _events_json(events, seqs: list[int]) -> list[bytes]:
-    """The JSON of the events with these seqs: Events, or rows of a table (whose seqs
-    increase) found by binary search."""
-    import orjson
-
-    if not hasattr(events, "num_rows"):
-        by_seq = {event.seq: event for event in events}
-        return [orjson.dumps(by_seq[seq].to_json()) for seq in seqs]
-    if not seqs:
-        return []
-    import numpy as np
-
-    from cep_core.arrow_numpy import to_numpy
-    from cep_core.event_reader import row_json
-
-    rows = np.searchsorted(to_numpy(events.column("seq")), seqs)
-    return [row_json(events, int(row)) for row in rows]
+    report: list = []
+    composites, rejected = run_checked(queries, events, engine.value,
+                                       placement.value if placement else None, timings,
+                                       report)
+    for where in report:
+        stderr.print(f"placement: {where.line()}", markup=False, style="dim")
+    return composites, rejected
 
 
 # ------------------------------------------------------------------ cep schemas
@@ -772,6 +708,29 @@ def bench_backfill(
             _print_json(result)
         else:
             _print_table("cep bench backfill", result, vertical=True)
+
+    _guard(body)
+
+
+@bench_app.command("peers", context_settings={"allow_extra_args": True,
+                                              "ignore_unknown_options": True,
+                                              "help_option_names": []})
+def bench_peers(ctx: typer.Context) -> None:
+    """This product against OpenCEP and Apache Flink (MATCH_RECOGNIZE), side by side, match
+    sets compared: bench/peers/run.py, whose options it takes (`cep bench peers --help`;
+    docs/peers.md)."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parent.parent / "bench" / "peers" / "run.py"
+
+    def body():
+        if not script.is_file():
+            raise CliError(f"{script}: not found (cep bench peers runs from a checkout of "
+                           "the repository)")
+        code = subprocess.run([sys.executable, str(script), *ctx.args]).returncode
+        if code:
+            raise typer.Exit(code)
 
     _guard(body)
 

@@ -407,7 +407,10 @@ class Coordinator:
             log("end_of_input_released", upto=end)
             produce(producer, self.topics.status, orjson.dumps(
                 {"event": "end_of_input", "upto": end}))
+        ended = len(self.merger.ended) != self.reported_ends
         self.reported_ends = len(self.merger.ended)
         self.metrics.events_in.inc(self.merger.received - received)
         self.metrics.events_out.inc(len(released))
+        if ended:  # the end's composite events and status now, not after the linger
+            producer.flush(30)
         producer.poll(0)

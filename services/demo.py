@@ -46,9 +46,10 @@ def trade_lines(events: int, seed: int = 1) -> list[bytes]:
     return [orjson.dumps(r) for r in table.to_pylist()]
 
 
-def start_services(bootstrap: str, workers: int, log_path: Path, topics) -> subprocess.Popen:
+def start_services(bootstrap: str, workers: int, log_path: Path, topics,
+                   api_port: int = 0) -> subprocess.Popen:
     """`cep serve all` for `topics` (its prefix, source and control topics); the splitter's
-    Faust web server on a free port."""
+    Faust web server on a free port; the API and console on `api_port` (0: none)."""
     from services.broker import free_port
 
     from services.serve import die_with_parent
@@ -57,7 +58,8 @@ def start_services(bootstrap: str, workers: int, log_path: Path, topics) -> subp
     return subprocess.Popen(
         [sys.executable, "-m", "services.cli", "serve", "all", "--workers", str(workers),
          "--stream", topics.stream, "--source", topics.source, "--control", topics.control,
-         "--topic-prefix", topics.prefix, "--web-port", str(free_port())],
+         "--topic-prefix", topics.prefix, "--web-port", str(free_port()),
+         "--api-port", str(api_port)],
         env={**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "CEP_SESSION_TIMEOUT_MS": "2000"},
         stdout=log, stderr=log, start_new_session=True, preexec_fn=die_with_parent)
 
@@ -105,8 +107,24 @@ def wait_status(settings, status: str, event: str, timeout_s: float, check=None,
     raise TimeoutError(f"no {event} {match} on the status topic after {timeout_s} s")
 
 
+def usable_port(port: int) -> int:
+    """`port` if nothing listens on it on 127.0.0.1, else a free one."""
+    import socket
+
+    from services.broker import free_port
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            return free_port()
+
+
 def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rate: float,
-             console) -> bool:
+             console, api_port: int = 0, hold: bool = False) -> bool:
+    """The demo; with `api_port`, the API and web console there too (its URL printed),
+    and with `hold` everything stays up after the trades until Ctrl-C or SIGTERM."""
     from cep_core.home import state_dir
     from services.broker import EmbeddedBroker
     from services.control import ControlMessage, publish
@@ -132,10 +150,14 @@ def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rat
     create_topics(settings, topics, 4, ["double_tops", "trade_stats"])
     for name, text in queries:
         publish(settings, topics.control, ControlMessage("add", name, text))
-    services = start_services(bootstrap, workers, log_path, topics)
+    api_port = usable_port(api_port) if api_port else 0
+    services = start_services(bootstrap, workers, log_path, topics, api_port)
     try:
         wait_status(settings, topics.status, "query_live", 120, op="set",
                     check=lambda: check_services(services, log_path))
+        if api_port:
+            console.print(f"console: http://127.0.0.1:{api_port}/ (API: "
+                          f"http://127.0.0.1:{api_port}/openapi.json)", markup=False)
         lines = trade_lines(events)
         output = _consumer(settings, ["double_tops", "trade_stats"])
         pipeline = topics.group("coordinator")  # INTO records of this run carry it
@@ -173,6 +195,14 @@ def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rat
         if not done:
             print(f"demo: no end of input on the status topic in time (log: {log_path})",
                   file=sys.stderr)
+        if hold and api_port:
+            print(f"demo: the pipeline and the console (http://127.0.0.1:{api_port}/) stay "
+                  "up: add queries there; Ctrl-C stops everything", flush=True)
+            try:
+                while services.poll() is None:
+                    time.sleep(0.5)
+            except KeyboardInterrupt:
+                pass
         return ok and done
     finally:
         code = stop_services(services)

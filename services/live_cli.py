@@ -93,16 +93,39 @@ def register(app: typer.Typer, guard, cli_error) -> None:
         no_check: NoCheck = False,
         as_json: AsJson = False,
         schema: SchemaPaths = None,
+        from_jsonschema: Annotated[Path | None, typer.Option(
+            "--from-jsonschema", metavar="FILE", help="add/update: the stream from the JSON "
+            "Schema (draft 2020-12) of one event, as `cep schema import` maps it (its "
+            "title names the stream unless --name).")] = None,
+        name: Annotated[str | None, typer.Option(metavar="NAME", help="--from-jsonschema: "
+                                                 "the stream's name.")] = None,
+        time: Annotated[str | None, typer.Option(metavar="ATTR", help="--from-jsonschema: "
+                                                 "the time attribute.")] = None,
+        time_unit: Annotated[str, typer.Option(metavar="UNIT", help="--from-jsonschema: "
+                                               "unit of an integer time.")] = "ms",
+        type_attribute: Annotated[str | None, typer.Option(
+            metavar="ATTR", help="--from-jsonschema: the event-type attribute.")] = None,
+        skip_optional: Annotated[bool, typer.Option(
+            "--skip-optional", help="--from-jsonschema: leave out properties not in "
+            "required.")] = False,
     ) -> None:
         """Register, change or remove a stream on the control topic (no file on any
         machine, no restart), or list the streams live per service."""
+        imported = None
+        if from_jsonschema is not None:
+            if target is not None:
+                raise cli_error("give a schema file or --from-jsonschema FILE, not both", 2)
+            target = str(from_jsonschema)
+            imported = {"stream": name, "time": time, "time_unit": time_unit,
+                        "type_attribute": type_attribute, "skip_optional": skip_optional}
         guard(lambda: _change(cli_error, "stream", op, target, None, stream, bootstrap,
                               control, topic_prefix, kafka_config, wait, timeout, no_check,
-                              as_json, schema))
+                              as_json, schema, imported))
 
 
 def _change(cli_error, kind, op, target, only, stream, bootstrap, control, topic_prefix,
-            kafka_config, wait, timeout, no_check, as_json, schema=None) -> None:
+            kafka_config, wait, timeout, no_check, as_json, schema=None,
+            json_schema=None) -> None:
     export_schema_paths(schema, cli_error)
     from cep_core.control_message import ControlMessageError
     from cep_core.errors import QueryError, QueryErrors
@@ -119,8 +142,9 @@ def _change(cli_error, kind, op, target, only, stream, bootstrap, control, topic
                         f"{kind + ' name' if op is Op.remove else 'file'}", 2)
     records = control_records(settings, control_topic)
     try:
-        changes = (_query_changes if kind == "query" else _stream_changes)(
-            op, target, only, records, no_check, cli_error)
+        changes = _query_changes(op, target, only, records, no_check, cli_error) \
+            if kind == "query" else _stream_changes(op, target, records, no_check, cli_error,
+                                                   json_schema)
     except (ControlMessageError, QueryError, QueryErrors) as e:  # QueryError: --no-check
         raise cli_error(str(e)) from None
     ensure_topics(settings, {control_topic: 1}, compacted=(control_topic,))
@@ -145,67 +169,124 @@ def _key_for(kind: str, name: str, records) -> bytes:
 
 
 def _query_changes(op, target, only, records, no_check, cli_error) -> list:
-    from cep_core.control_message import ControlMessage, check_query, replayed
-    from cep_core.parser import parse
-    from services.control import split_query_file
-
-    view = replayed(records)  # every stream's queries, as the topic gives them
     if op is Op.remove:
-        live = view.live.get(target)
-        message = ControlMessage("remove", target)
-        if not no_check:
-            view.apply(message)
-        return [(message, _key_for("query", target, records),
-                 live.checked.schema.stream if live is not None else None)]
+        return query_changes(op.value, target, None, "", None, records, no_check)
     path = Path(target)
     if not path.is_file():
         raise cli_error(f"{path}: no such file", 2)
-    out = []
-    for query_name, text in split_query_file(path.read_text(), str(path)):
-        if only is not None and query_name != only:
-            continue
-        message = ControlMessage(op.value, query_name, text)
-        if no_check:
-            stream_of = parse(text, str(path)).queries[0].stream
-        else:  # the splitter's refusals, on the topic's live set: a refused record would
-            # replace the one it was meant to change on the compacted topic
-            message = ControlMessage(op.value, query_name, text,
-                                     check_query(query_name, text, view.registry))
-            view.apply(message)
-            stream_of = message.checked.schema.stream
-        out.append((message, _key_for("query", query_name, records), stream_of))
+    out = query_changes(op.value, None, path.read_text(), str(path), only, records, no_check)
     if not out:
         raise cli_error(f"{path}: no query {only!r}" if only else f"{path}: no queries")
     return out
 
 
-def _stream_changes(op, target, only, records, no_check, cli_error) -> list:
+def query_changes(op: str, name: str | None, text: str, source: str, only: str | None,
+                  records, no_check: bool = False) -> list:
+    """(message, key, stream) of each change: `remove` of query `name`, or `add`/`update`
+    of each query of the query text (only the one named `only`), checked as the splitter
+    checks it on the live set the control `records` give (unless `no_check`).
+    ControlMessageError (QueryError, QueryErrors with `no_check`) says why not."""
+    from cep_core.control_message import ControlMessage, check_query, replayed
+    from cep_core.parser import parse
+    from services.control import split_query_file
+
+    view = replayed(records)  # every stream's queries, as the topic gives them
+    if op == "remove":
+        live = view.live.get(name)
+        message = ControlMessage("remove", name)
+        if not no_check:
+            view.apply(message)
+        return [(message, _key_for("query", name, records),
+                 live.checked.schema.stream if live is not None else None)]
+    out = []
+    for query_name, query_text in split_query_file(text, source):
+        if only is not None and query_name != only:
+            continue
+        message = ControlMessage(op, query_name, query_text)
+        if no_check:
+            stream_of = parse(query_text, source).queries[0].stream
+        else:  # the splitter's refusals, on the topic's live set: a refused record would
+            # replace the one it was meant to change on the compacted topic
+            message = ControlMessage(op, query_name, query_text,
+                                     check_query(query_name, query_text, view.registry))
+            view.apply(message)
+            stream_of = message.checked.schema.stream
+        out.append((message, _key_for("query", query_name, records), stream_of))
+    return out
+
+
+def _stream_changes(op, target, records, no_check, cli_error, json_schema=None) -> list:
+    if op is Op.remove:
+        return stream_changes(op.value, target, None, records, no_check)
+    path = Path(target)
+    if not path.is_file():
+        raise cli_error(f"{path}: no such file", 2)
+    text = path.read_text()
+    if json_schema is not None:  # --from-jsonschema: a JSON Schema of one event
+        try:
+            text = stream_text_from_json_schema(orjson.loads(text), **json_schema)
+        except orjson.JSONDecodeError as e:
+            raise cli_error(f"{path}: not JSON: {e}") from None
+    try:
+        name = orjson.loads(text)["stream"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        raise cli_error(f"{path}: not a stream schema (JSON with a \"stream\" name)") \
+            from None
+    return stream_changes(op.value, name, text, records, no_check)
+
+
+def stream_text_from_json_schema(document, stream: str | None = None, **options) -> str:
+    """A stream schema's JSON text from the JSON Schema of one event
+    (cep_core/schema_import.py); ControlMessageError says why it cannot map."""
+    from cep_core.control_message import ControlMessageError
+    from cep_core.schema import SchemaError
+    from cep_core.schema_import import stream_schema_from_json_schema
+
+    if not isinstance(document, dict):
+        raise ControlMessageError("a JSON Schema is a JSON object")
+    try:
+        schema = stream_schema_from_json_schema(document, stream, **options)
+    except SchemaError as e:
+        raise ControlMessageError(str(e)) from None
+    return orjson.dumps(schema.to_dict()).decode()
+
+
+def stream_changes(op: str, name: str, text: str | None, records,
+                   no_check: bool = False) -> list:
+    """[(message, key, stream)] of a change of stream `name` (`text`: its schema as JSON),
+    refused as a splitter would refuse it on the topic's live queries (unless
+    `no_check`): ControlMessageError says why."""
     from cep_core.control_message import STREAM, ControlMessage, check_stream, replayed
 
-    if op is Op.remove:
-        message = ControlMessage("remove", target, kind=STREAM)
-    else:
-        path = Path(target)
-        if not path.is_file():
-            raise cli_error(f"{path}: no such file", 2)
-        text = path.read_text()
-        try:
-            name = orjson.loads(text)["stream"]
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            raise cli_error(f"{path}: not a stream schema (JSON with a \"stream\" name)") \
-                from None
-        message = ControlMessage(op.value, name, text, check_stream(name, text), STREAM)
+    message = ControlMessage("remove", name, kind=STREAM) if op == "remove" else \
+        ControlMessage(op, name, text, check_stream(name, text), STREAM)
     if not no_check:  # the same refusals as a splitter's, on the topic's live queries
         replayed(records).apply(message)
     return [(message, _key_for("stream", message.name, records), message.name)]
 
 
 def _wait(settings, sent: list, prefix: str, control_topic: str, timeout: float) -> int:
-    """Follow each change on its stream's status topic; the exit code."""
+    """Follow each change on its stream's status topic, print its outcome; the exit code."""
+    found = wait_outcomes(settings, sent, prefix, control_topic, timeout)
+    for outcome in found:
+        print(outcome["said"])
+    return max([EXIT[o["outcome"]] for o in found] + [0])
+
+
+EXIT = {"applied": 0, "queued": 0, "refused": 1, "timed_out": 2}
+
+
+def wait_outcomes(settings, sent: list, prefix: str, control_topic: str,
+                  timeout: float) -> list[dict]:
+    """The outcome of each sent change ((change, message, stream) as `_change` sends
+    them), followed on its stream's status topic: `applied` (the splitter applied it and
+    the coordinator saw it in every keyed partition), `refused` (with the splitter's
+    `reason`), `queued` (no pipeline of that stream is up) or `timed_out` (with who did
+    not report, `missing`); `said` is the line the CLI prints."""
     from services.control import StatusReader, outcomes_of, services_up, settled
     from services.kafka import Topics
 
-    code = 0
+    out = []
     deadline = time.monotonic() + timeout
     for stream in dict.fromkeys(s for _, _, s in sent):
         reader = StatusReader(settings, Topics(stream, prefix=prefix).status)
@@ -213,9 +294,10 @@ def _wait(settings, sent: list, prefix: str, control_topic: str, timeout: float)
             mine = [(c, m) for c, m, s in sent if s == stream]
             if not any(e["role"] == "splitter"
                        for e in services_up(reader.read_existing()).values()):
-                for _, message in mine:
-                    print(f"{message.kind} {message.name}: no {stream!r} pipeline is up; "
-                          f"the change waits on {control_topic} for it")
+                for change, message in mine:
+                    out.append(_outcome(message, change, "queued", said=(
+                        f"{message.kind} {message.name}: no {stream!r} pipeline is up; "
+                        f"the change waits on {control_topic} for it")))
                 continue
             waiting = list(mine)
             while waiting and time.monotonic() < deadline:
@@ -224,46 +306,68 @@ def _wait(settings, sent: list, prefix: str, control_topic: str, timeout: float)
                     found = outcomes_of(reader.records, change)
                     if settled(found):
                         waiting.remove((change, message))
-                        code = max(code, _report(message, found))
+                        out.append(_settled(message, change, found))
             for change, message in waiting:
                 found = outcomes_of(reader.records, change)
                 missing = [r for r in ("splitter", "coordinator") if found[r] is None]
-                print(f"{message.kind} {message.name}: no outcome from the "
-                      f"{' and the '.join(missing)} of {stream!r} after {timeout:g} s")
-                code = 2
+                out.append(_outcome(message, change, "timed_out", missing=missing, said=(
+                    f"{message.kind} {message.name}: no outcome from the "
+                    f"{' and the '.join(missing)} of {stream!r} after {timeout:g} s")))
         finally:
             reader.close()
-    return code
+    return out
 
 
-def _report(message, found: dict) -> int:
+def _outcome(message, change: dict, outcome: str, **fields) -> dict:
+    return {"kind": message.kind, "name": message.name, "op": message.op, **change,
+            "outcome": outcome, **fields}
+
+
+def _settled(message, change: dict, found: dict) -> dict:
     splitter, coordinator = found["splitter"], found["coordinator"]
     what = f"{message.kind} {message.name}: {message.op}"
     if splitter["outcome"] == "refused":
-        print(f"{what} refused by {splitter['service']}:\n{splitter['reason']}")
-        return 1
-    workers = ", ".join(sorted({w["service"] for w in found["workers"]})) or \
+        return _outcome(message, change, "refused", reason=splitter["reason"],
+                        splitter=splitter["service"],
+                        said=f"{what} refused by {splitter['service']}:\n{splitter['reason']}")
+    services = sorted({w["service"] for w in found["workers"]})
+    workers = ", ".join(services) or \
         ("those of the splitter's start-up set" if splitter.get("starting") else "-")
     latency = coordinator.get("latency_ms")
-    print(f"{what} applied from seq {splitter['at']}: splitter {splitter['service']}, "
-          f"workers {workers}, coordinator {coordinator['service']} (all "
-          f"{coordinator.get('partitions')} partitions"
-          + (f", {latency} ms after the control message)" if latency is not None else ")"))
-    return 0
+    said = (f"{what} applied from seq {splitter['at']}: splitter {splitter['service']}, "
+            f"workers {workers}, coordinator {coordinator['service']} (all "
+            f"{coordinator.get('partitions')} partitions"
+            + (f", {latency} ms after the control message)" if latency is not None else ")"))
+    return _outcome(message, change, "applied", at=splitter["at"],
+                    splitter=splitter["service"], workers=services,
+                    coordinator=coordinator["service"],
+                    partitions=coordinator.get("partitions"), latency_ms=latency, said=said)
 
 
 def _list(settings, status_topic: str, kind: str, as_json: bool) -> None:
-    from services.control import StatusReader, services_up
-
-    reader = StatusReader(settings, status_topic)
-    try:
-        view = services_up(reader.read_existing())
-    finally:
-        reader.close()
+    view = services_view(settings, status_topic)
     if as_json:
         print(orjson.dumps({"status_topic": status_topic, "services": list(view.values())},
                            option=orjson.OPT_NON_STR_KEYS).decode())
         return
+    for item in live_items(view, kind):
+        print(orjson.dumps(item).decode())
+
+
+def services_view(settings, status_topic: str) -> dict[str, dict]:
+    """The services up on a status topic and what each holds (services.control)."""
+    from services.control import StatusReader, services_up
+
+    reader = StatusReader(settings, status_topic)
+    try:
+        return services_up(reader.read_existing())
+    finally:
+        reader.close()
+
+
+def live_items(view: dict[str, dict], kind: str) -> list[dict]:
+    """One item per live query (`index`) or stream (`version`), with the services that
+    are up and hold it, in query order (streams: by name)."""
     field = "queries" if kind == "query" else "streams"
     merged: dict[str, dict] = {}
     for entry in view.values():
@@ -276,5 +380,4 @@ def _list(settings, status_topic: str, kind: str, as_json: bool) -> None:
                 if entry["service"] not in item["services"]:
                     item["services"].append(entry["service"])
     order = "index" if kind == "query" else "name"
-    for item in sorted(merged.values(), key=lambda i: i[order]):
-        print(orjson.dumps(item).decode())
+    return sorted(merged.values(), key=lambda i: i[order])

@@ -1,6 +1,6 @@
-"""Typer commands of the streaming service: `cep serve`, `cep demo`, `cep bench e2e`
-(and, from services/live_cli.py, `cep query` and `cep stream`). Registered on the main
-app by services/cli.py.
+"""Typer commands of the streaming service: `cep serve`, `cep demo`, `cep bench e2e`,
+`cep bench cores` (and, from services/live_cli.py, `cep query` and `cep stream`).
+Registered on the main app by services/cli.py.
 
 Every option also reads an environment variable (CEP_STREAM, CEP_PARTITIONS, ...;
 KAFKA_BOOTSTRAP for the broker); extra librdkafka settings come from CEP_KAFKA_* variables
@@ -71,6 +71,7 @@ class Role(StrEnum):
     splitter = "splitter"
     worker = "worker"
     coordinator = "coordinator"
+    api = "api"
     all = "all"
 
 
@@ -88,8 +89,9 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
 
     @app.command()
     def serve(
-        role: Annotated[Role, typer.Argument(help="splitter, worker, coordinator, or all "
-                                             "(one process per role).")],
+        role: Annotated[Role, typer.Argument(help="splitter, worker, coordinator, api (HTTP "
+                                             "API and web console), or all (one process "
+                                             "per role; the API with --api-port).")],
         bootstrap: Bootstrap = "127.0.0.1:9092",
         stream: Stream = "trades",
         partitions: Partitions = 4,
@@ -121,6 +123,16 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
             envvar="CEP_REPLICATION_FACTOR", min=1, help="Replication factor of the topics "
             "the services create (internal topics, INTO topics).")] = 1,
         schema: SchemaPaths = None,
+        api_port: Annotated[int, typer.Option(envvar="CEP_API_PORT", min=0, help="api: its "
+                                              "port (default 8080); all: also run the API "
+                                              "on this port (0: not).")] = 0,
+        api_host: Annotated[str | None, typer.Option(
+            envvar="CEP_API_HOST", metavar="ADDR", help="api: the address to listen on "
+            "(default 0.0.0.0 with CEP_API_TOKEN set, else 127.0.0.1, the only one allowed "
+            "without a token).")] = None,
+        api_metrics: Annotated[list[str] | None, typer.Option(
+            "--api-metrics", metavar="URL", help="api: a service's Prometheus endpoint to "
+            "read per-query partial matches from (repeatable).")] = None,
     ) -> None:
         """Run a service of the streaming pipeline until SIGTERM (finishes its batch,
         commits, exits 0)."""
@@ -152,9 +164,18 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
                 plan = [(r, common + (["--metrics-port", str(metrics_port + i)]
                                       if metrics_port else []) + extra)
                         for i, (r, extra) in enumerate(roles)]
+                if api_port:  # the API reads the others' metrics
+                    urls = [f"--api-metrics=http://127.0.0.1:{metrics_port + i}/metrics"
+                            for i in range(len(roles))] if metrics_port else []
+                    plan.append(("api", common + ["--api-port", str(api_port)] + urls +
+                                 (["--api-host", api_host] if api_host else [])))
                 raise typer.Exit(run_all(plan, stopping))
             ROLE["name"] = role.value
             logging.config.dictConfig(logging_config())
+            if role is Role.api:
+                _serve_api(settings, topics, api_host, api_port or 8080, api_metrics,
+                           cli_error)
+                return
             metrics = Metrics(role.value, metrics_port)
             if role is Role.splitter:  # a Faust app: Faust handles the signals
                 from cep_core.home import state_dir
@@ -192,6 +213,12 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
         bootstrap: Annotated[str | None, typer.Option(
             "--bootstrap", envvar="KAFKA_BOOTSTRAP", metavar="HOST:PORT",
             help="A broker (default: start the embedded one).")] = None,
+        api_port: Annotated[int, typer.Option(
+            min=0, help="The API and web console on 127.0.0.1 at this port (a free one if "
+            "taken; 0: none; default: 8080, none with --verify).")] = 8080,
+        hold: Annotated[bool, typer.Option(
+            "--hold", help="Keep the pipeline and the console up after the trades, until "
+            "Ctrl-C.")] = False,
     ) -> None:
         """The streaming pipeline end to end on a synthetic trade stream."""
 
@@ -204,7 +231,8 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
             exit_on_signals()  # SIGTERM/SIGHUP stop the services and broker, as Ctrl-C does
             chosen = rate if rate is not None else (0 if verify else 2000)
             try:
-                ok = run_demo(count, workers, verify, bootstrap, chosen, Console())
+                ok = run_demo(count, workers, verify, bootstrap, chosen, Console(),
+                              0 if verify else api_port, hold)
             except ServiceFailed as e:
                 raise cli_error(str(e)) from None
             if not ok:
@@ -236,3 +264,35 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
             print(orjson.dumps(result).decode() if as_json else result)
 
         guard(body)
+
+    @bench_app.command("cores")
+    def cores(
+        count: Annotated[int, typer.Option("--count", "-n", min=20000, metavar="N",
+                                           help="How many events.")] = 200_000,
+        batch: Annotated[int, typer.Option(min=1, help="Messages per splitter step.")] =
+        20_000,
+        as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+    ) -> None:
+        """Each service's core alone, fed from memory (no broker): splitter events/s (JSON
+        and framed), worker events/s, coordinator composites/s (M-shape)."""
+
+        def body():
+            from services.bench_cores import run_bench
+
+            result = run_bench(count, batch)
+            print(orjson.dumps(result).decode() if as_json else result)
+
+        guard(body)
+
+def _serve_api(settings, topics, host, port, metrics_urls, cli_error) -> None:
+    import os
+
+    from services.api import TOKEN_ENV, ApiConfig, bind_host, serve_api
+
+    token = os.environ.get(TOKEN_ENV) or None
+    try:
+        bind_host(host, token)
+    except ValueError as e:
+        raise cli_error(str(e), 2) from None
+    serve_api(ApiConfig(settings, topics.prefix, topics.control, token,
+                        metrics_urls=metrics_urls or []), host, port)

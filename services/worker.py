@@ -16,137 +16,26 @@ offset, so a killed worker's partitions replay from there: the replay sends the 
 composite events again (same seqs), and the coordinator drops what it has released.
 Events at or below the last seq a partition processed on a route (a restarted splitter
 sends its last batches again) are dropped, and so is a repeated end of input.
+
+All of that but Kafka is the partition core, `PartitionState` (services/partition.py):
+this shell consumes, assigns, checkpoints and produces what each partition sends.
 """
 
 from __future__ import annotations
 
 import os
-import struct
 import time
 
-import orjson
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import TopicPartition
 
-from cep_core.batch import BatchEncoder, StringDictionary
-from cep_core.engine import StreamEngines
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from cep_core.control_message import STREAM, LiveSet, horizon
-from cep_core.schema import units_per_ms
 from services import frames
 from services.checkpoint import read_latest
 from services.control import StatusWriter, learned_live
-from services.frames import Frame
 from services.kafka import (BOUNDED_CONSUMER, BOUNDED_PRODUCER, Deliveries, KafkaSettings,
                             Topics, consume_batch, produce)
 from services.metrics import Metrics
+from services.partition import PartitionState
 from services.serve import log, profiled
-
-
-class PartitionState:
-    """The engines of one keyed partition."""
-
-    def __init__(self, partition: int, stream: str, registry,
-                 idle_timeout_ms: int | None = None):
-        self.partition = partition
-        self.idle_timeout_ms = idle_timeout_ms
-        self.queries = LiveSet(stream, registry)
-        self.routes: dict[str, tuple[StreamEngines, BatchEncoder]] = {}
-        self.upto = -1
-        self.ts = None
-        self.offset = OFFSET_BEGINNING
-        self.out: list[dict] = []
-        self.seen: dict[str, int] = {}  # route -> last event seq processed
-        self.end_at = -1  # upto of the last end of input
-        self.saved_offset = None  # offset of the last snapshot written
-
-    def engines(self, route: str) -> tuple[StreamEngines, BatchEncoder]:
-        pair = self.routes.get(route)
-        if pair is None:
-            strings = StringDictionary()
-            schema = self.queries.registry.get(self.queries.stream)
-            pair = self.routes[route] = (StreamEngines([], strings),
-                                         BatchEncoder(schema, strings))
-        return pair
-
-    def start(self, entry) -> None:
-        self.engines(entry.route)[0].add(entry.checked, **self.engine_options(entry))
-
-    def engine_options(self, entry) -> dict:
-        """Idle-key eviction: the configured timeout in the stream's time units, at least
-        twice the query's horizon (its window), so eviction drops only state no match uses."""
-        if self.idle_timeout_ms is None or entry.checked.query.kind == "window":
-            return {}
-        timeout = max(1, round(self.idle_timeout_ms * units_per_ms(
-            entry.checked.schema.time_unit)))
-        window = horizon(entry.checked)
-        return {"idle_timeout": max(timeout, 2 * window) if window else timeout}
-
-    def stop(self, name: str) -> None:
-        for route, (engines, _) in list(self.routes.items()):
-            if name in engines.queries:
-                engines.remove(name)
-                if not engines.queries:
-                    del self.routes[route]
-
-    def reconcile(self, entries: list[dict]) -> None:
-        """Make the live set equal to `entries`; queries whose text is unchanged keep
-        their state."""
-        wanted = {e["name"]: e for e in entries}
-        for name, live in list(self.queries.live.items()):
-            if name not in wanted or wanted[name]["text"] != live.text:
-                self.stop(name)
-                del self.queries.live[name]
-        fresh = [e for e in entries if e["name"] not in self.queries.live]
-        kept = [q.to_json() for q in self.queries.live.values()]
-        self.queries.load(kept + fresh)
-        for entry in fresh:
-            self.start(self.queries.live[entry["name"]])
-
-    def restart_engines(self) -> None:
-        entries = self.queries.to_json()
-        self.routes = {}
-        self.queries.live = {}
-        self.reconcile(entries)
-
-    def new_schema(self) -> None:
-        """The stream's schema changed (a compatible update): decode frames with it."""
-        schema = self.queries.registry.get(self.queries.stream)
-        for _, encoder in self.routes.values():
-            encoder.schema = schema
-
-    def compact_strings(self) -> int:
-        """Drop the strings no engine holds any more (see StreamEngines.compact_strings);
-        how many were dropped."""
-        return sum(engines.compact_strings() for engines, _ in self.routes.values())
-
-    def strings(self) -> int:
-        return sum(len(encoder.strings) for _, encoder in self.routes.values())
-
-    # ------------------------------------------------------------ snapshots
-
-    def snapshot(self) -> bytes:
-        blobs = {route: engines.snapshot() for route, (engines, _) in self.routes.items()}
-        meta = {"partition": self.partition, "offset": self.offset, "upto": self.upto,
-                "ts": self.ts, "queries": self.queries.to_json(),
-                "routes": {r: len(b) for r, b in blobs.items()}, "out": self.out,
-                "seen": self.seen, "end_at": self.end_at}
-        head = orjson.dumps(meta)
-        return struct.pack(">I", len(head)) + head + b"".join(blobs.values())
-
-    def restore(self, data: bytes) -> None:
-        (size,) = struct.unpack(">I", data[:4])
-        meta = orjson.loads(data[4:4 + size])
-        self.offset, self.upto, self.ts = meta["offset"], meta["upto"], meta["ts"]
-        self.out, self.seen = meta.get("out", []), meta.get("seen", {})
-        self.end_at = meta.get("end_at", -1)
-        self.saved_offset = self.offset
-        self.reconcile(meta["queries"])
-        at = 4 + size
-        for route, length in meta["routes"].items():
-            self.engines(route)[0].restore(data[at:at + length])
-            at += length
 
 
 class Worker:
@@ -175,6 +64,7 @@ class Worker:
             os.environ.get("CEP_CHECKPOINT_BATCHES", 100))
         self.batches_since = 0
         self.last_checkpoint = time.monotonic()
+        self.ended = False  # an end of input was handled in this batch
         self.deliveries = Deliveries()
 
     def run(self, stopping) -> None:
@@ -204,6 +94,9 @@ class Worker:
                     for message in messages:
                         if not message.error():
                             self.handle(message)
+                    if self.ended:  # nothing more to batch the end's frames with: send now
+                        self.producer.flush(30)
+                        self.ended = False
                     self.producer.poll(0)
                     self.batches_since += 1
                     if self.batches_since >= self.checkpoint_batches or \
@@ -291,7 +184,7 @@ class Worker:
         snapshots = read_latest(self.settings, self.topics.state)
         for tp in partitions:
             state = PartitionState(tp.partition, self.topics.stream, self.registry,
-                                   self.idle_timeout_ms)
+                                   self.idle_timeout_ms, self.topics, self.metrics, self.status)
             data = snapshots.get(str(tp.partition).encode())
             if data:
                 state.restore(data)
@@ -331,104 +224,7 @@ class Worker:
         state = self.parts.get(message.partition())
         if state is None:
             return
-        frame = frames.frame_of(message)
-        state.offset = message.offset() + 1
-        if frame is None:
-            return
-        if frame.kind == frames.EVENTS:
-            self._events(state, frame)
-        elif frame.kind == frames.CONTROL:
-            self._control(state, frame)
-        upto = frame.get("upto")
-        if upto is None or upto < state.upto:
-            return
-        if frame.kind == frames.END:
-            if upto <= state.end_at:
-                return  # a restarted splitter sent this end of input again
-            state.end_at = upto
-        self._complete(state, frame, upto)
-
-    def _events(self, state: PartitionState, frame: Frame) -> None:
-        route = frame.get("route", "")
-        if route not in state.routes:
-            return  # no live query reads this route (a change raced the frame)
-        engines, encoder = state.routes[route]
-        seen = state.seen.get(route, -1)
-        last = frame.get("last")
-        if last is not None and last <= seen:
-            return  # sent again by a restarted splitter
-        table = frames.decode_table(frame.payload)
-        if table.num_rows and (frame.get("first") is None or frame.get("first") <= seen):
-            table = table.filter(pc.greater(table.column("seq"), pa.scalar(seen, pa.int64())))
-        if not table.num_rows:
-            return
-        state.seen[route] = table.column("seq")[-1].as_py()
-        batch = encoder.from_arrow(table)
-        self.metrics.events_in.inc(len(batch))
-        state.out.extend(engines.process(batch))
-
-    def _control(self, state: PartitionState, frame: Frame) -> None:
-        """Apply a change the splitter checked (queries are parsed again from their
-        canonical text by the same function, once per process: the registry's cache)."""
-        change = frames.json_payload(frame)
-        stream_changed = False
-        if change["op"] == "set":
-            before = self.registry.get(self.topics.stream)
-            state.queries.load_streams(change.get("streams", []))
-            stream_changed = self.registry.get(self.topics.stream) != before
-            state.reconcile(change["queries"])
-        elif change.get("kind") == STREAM:
-            self.registry.learn(change["name"], change["text"], change["version"])
-            stream_changed = change["name"] == self.topics.stream
-        elif change["op"] == "remove":
-            if change["name"] in state.queries.live:
-                state.stop(change["name"])
-                del state.queries.live[change["name"]]
-        else:
-            state.stop(change["name"])
-            state.queries.live.pop(change["name"], None)
-            state.queries.load(state.queries.to_json() + [
-                {k: change[k] for k in ("name", "text", "index")}])
-            state.start(state.queries.live[change["name"]])
-        if stream_changed:
-            state.new_schema()
-        if "key" in change:
-            self.status.outcome(self.producer, {k: change[k] for k in (
-                "key", "offset", "kind", "op", "name")}, "applied", at=frame.get("at"),
-                partition=state.partition, live=state.queries.summary())
-        self._send(state, Frame(frames.CONTROL, {**frame.headers, "part": state.partition},
-                                frame.payload))
-
-    def _complete(self, state: PartitionState, frame: Frame, upto: int) -> None:
-        ts = frame.get("ts")
-        for engines, _ in state.routes.values():
-            if ts is not None and (state.ts is None or ts > state.ts):
-                state.out.extend(engines.punctuate(ts))
-        if ts is not None and (state.ts is None or ts > state.ts):
-            state.ts = ts
-        kind = frames.MATCHES
-        if frame.kind == frames.END:
-            for engines, _ in state.routes.values():
-                state.out.extend(engines.flush())
-            state.restart_engines()
-            state.ts = None
-            kind = frames.END
-        state.upto = upto
-        self._dead_letters(state)
-        out, state.out = state.out, []
-        self.metrics.events_out.inc(len(out))
-        self._send(state, Frame(kind, {"part": state.partition, "upto": upto, "ts": ts},
-                                orjson.dumps(out) if out else b""))
-
-    def _dead_letters(self, state: PartitionState) -> None:
-        for engines, _ in state.routes.values():
-            rejected = engines.take_dead_letters()
-            for q, seq, reason in rejected:
-                produce(self.producer, self.topics.dead_letters, orjson.dumps(
-                    {"source": f"query {q.name}", "position": seq, "reason": reason,
-                     "raw": None}))
-            self.metrics.dead_letters.inc(len(rejected))
-
-    def _send(self, state: PartitionState, frame: Frame) -> None:
-        produce(self.producer, self.topics.matches, frame.payload, partition=state.partition,
-                headers=frame.kafka_headers())
+        end_at = state.end_at
+        state.handle(frames.frame_of(message), message.offset())
+        state.sent.to(self.producer)
+        self.ended = self.ended or state.end_at != end_at

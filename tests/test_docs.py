@@ -19,6 +19,10 @@ Every code block is one of:
     types and choices); a synopsis with placeholders (`QUERY_FILE`, `HOST:PORT`, `a|b`) has
     its sub-command and option names checked. Optional parts `[--flag X]` are tried both
     with and without.
+- A Python block (a fence marked `python`): every Python block of a doc runs, in order, in
+  one namespace, from the repository root; functions it defines named `test_*` are then
+  called (the pytest examples of docs/python.md). A sketch that cannot run stands in
+  NOT_EXAMPLES.
 - The output table of `cep fpga resources` (docs/fpga.md): Yosys takes minutes per circuit,
   so LUT and flip-flop counts are not measured again, but the table must be what the
   command's `format_table` prints for those figures, with the state counts the code computes.
@@ -77,6 +81,7 @@ class Block:
     doc: Path
     line: int  # 1-based, of the block's first content line
     text: str
+    info: str = ""  # a fence's language ("python")
 
     @property
     def id(self) -> str:
@@ -97,7 +102,7 @@ def _blocks() -> list[Block]:
         for token in _tokens(doc):
             if token.type in ("fence", "code_block"):
                 first = token.map[0] + (2 if token.type == "fence" else 1)
-                blocks.append(Block(doc, first, token.content))
+                blocks.append(Block(doc, first, token.content, token.info.strip()))
     return blocks
 
 
@@ -117,6 +122,8 @@ COMMAND_LINE = re.compile(r"^(\$ )?([A-Z_][A-Z0-9_]*=\S*\s+)*"
 
 
 def _kind(block: Block) -> str:
+    if block.info == "python" and (block.doc.name, block.first_line) not in NOT_EXAMPLES:
+        return "python"
     if COMMAND_LINE.search(block.text.replace("\\\n", " ")):
         return "commands"
     if QUERY_LINE.search(block.text):
@@ -364,6 +371,25 @@ def test_inline_commands_name_real_options(doc, line, text):
     _check_options(path_words)
 
 
+# ---------------------------------------------------------------- Python
+
+
+PYTHON_DOCS = sorted({b.doc for b in BLOCKS if _kind(b) == "python"})
+
+
+@pytest.mark.parametrize("doc", PYTHON_DOCS, ids=lambda d: d.name)
+def test_documented_python_runs(doc, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    namespace: dict = {"__name__": f"docs_{doc.stem}"}
+    for block in (b for b in BLOCKS if b.doc == doc and _kind(b) == "python"):
+        code = compile("\n" * (block.line - 1) + block.text, str(doc), "exec")
+        exec(code, namespace)  # the docs' own examples
+    tests = [f for name, f in namespace.items() if name.startswith("test_") and callable(f)]
+    for test in tests:
+        test()
+    assert tests or doc.name != "python.md", "docs/python.md shows no pytest example"
+
+
 # ---------------------------------------------------------------- the fpga resources table
 
 
@@ -482,3 +508,18 @@ def test_docs_named_in_code_and_help_texts_exist():
                for n, line in enumerate(p.read_text().splitlines(), 1)
                for m in MENTIONED_DOC.finditer(line) if not (ROOT / m.group(1)).exists()]
     assert not missing
+
+
+def test_no_file_holds_merge_conflict_markers():
+    """A merge resolved by hand left `<<<<<<< HEAD` in a doc once; git knows every file."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
+                             check=True).stdout.decode().split("\0")
+    marked = []
+    for name in filter(None, tracked):
+        path = ROOT / name
+        if path.is_symlink() or not path.is_file() or path.suffix in (".png", ".parquet"):
+            continue
+        for number, line in enumerate(path.read_bytes().split(b"\n"), 1):
+            if line.startswith((b"<<<<<<< ", b">>>>>>> ")):
+                marked.append(f"{name}:{number}")
+    assert not marked, marked

@@ -115,3 +115,62 @@ def test_demo_runs_from_the_installed_package(installed, tmp_path):
     demo = _run([bin_dir / "cep", "demo", "--count", "500", "--workers", "1", "--verify"],
                 cwd=work, env={"CEP_HOME": str(tmp_path / "home")}, timeout=240)
     assert demo.returncode == 0, (demo.stdout + demo.stderr)[-3000:]
+
+
+API_SESSION = """
+import sys
+import pyarrow as pa
+import cep_core as cep
+from cep_core.testing import assert_engines_agree, run_query
+
+assert "numba" not in sys.modules
+rise = cep.compile("QUERY up FROM trades PARTITION BY symbol PATTERN (a b) "
+                   "DEFINE a AS TRUE, b AS price > Last(price) EMIT gain = Last(price) - "
+                   "First(price);")
+events = pa.table({"symbol": ["A", "B", "A"], "price": [1, 5, 3], "volume": [1, 1, 1],
+                   "ts": [1, 2, 3], "seqNum": [0, 1, 2]})
+result = rise.run(events)
+assert isinstance(result.table, pa.Table) and result.table.column("gain").to_pylist() == [2]
+assert run_query(rise, events.to_pylist()) == result.to_dicts()
+assert_engines_agree(rise, events.to_pylist())
+print("api ok", cep.__file__)
+"""
+
+
+def test_the_python_api_from_the_installed_package(installed):
+    bin_dir, work = installed
+    session = _run([bin_dir / "python", "-c", API_SESSION], cwd=work)
+    assert session.returncode == 0, session.stderr[-3000:]
+    assert session.stdout.startswith("api ok") and "site-packages" in session.stdout
+
+
+def test_the_installed_api_serves_the_console(installed):
+    """`cep serve api` of the core install: the console's files are package data."""
+    import time
+    import urllib.request
+
+    from services.broker import free_port
+
+    bin_dir, work = installed
+    port = free_port()
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    api = subprocess.Popen([bin_dir / "cep", "serve", "api", "--api-port", str(port),
+                            "--bootstrap", f"127.0.0.1:{free_port()}"], cwd=work,
+                           env=clean, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as page:
+                    assert b"console.js" in page.read()
+                    break
+            except OSError:
+                assert api.poll() is None and time.monotonic() < deadline, \
+                    api.stderr.read().decode() if api.poll() is not None else "no answer"
+                time.sleep(0.2)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/console/console.js",
+                                    timeout=5) as script:
+            assert b"EventSource" in script.read()
+    finally:
+        api.terminate()
+        api.wait(30)

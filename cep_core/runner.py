@@ -1,0 +1,115 @@
+"""Running checked queries over a finite input: the one glue between readers and engines.
+
+`run_checked` is what `cep run` (`services.cli.run_queries`) and the Python API
+(`cep_core.api.QuerySet.run`) call: the reference interpreter over Events, or the jitted
+engines (optionally placed on a GPU) over a table as `event_reader.read_table` gives.
+`new_engines` is the jitted engines' set-up, shared with `QuerySet.stream()`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cep_core.batch import BatchEncoder
+    from cep_core.checker import CheckedQuery
+    from cep_core.composites import Composites
+    from cep_core.engine import StreamEngines
+    from cep_core.event_io import DeadLetter
+
+ENGINES = ("reference", "jit")
+PLACEMENTS = ("cpu", "gpu", "auto")
+
+
+def new_engines(queries: list[CheckedQuery], placement: str | None = None,
+                report: list | None = None, **options) -> tuple[StreamEngines, BatchEncoder]:
+    """Fresh jitted engines for the queries (one stream) and the encoder of their batches.
+    `placement` (cpu, gpu, auto; None: the CPU engines) places MATCH and SEQ queries as
+    `accel.gpu.placement` decides; `report` gets one Placement per query; `options` go to
+    the engines (`StreamEngines`)."""
+    from cep_core import engine as jit
+    from cep_core.batch import BatchEncoder, StringDictionary
+
+    if placement is not None and placement not in PLACEMENTS:
+        raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)} or None, "
+                         f"got {placement!r}")
+    strings = StringDictionary()
+    if placement is None:
+        engines = jit.StreamEngines(queries, strings, **options)
+    else:
+        from accel.gpu import placement as placed
+
+        engines = placed.placed_engines(queries, strings, placement, report, **options)
+    return engines, BatchEncoder(queries[0].schema, strings)
+
+
+def run_checked(queries: list[CheckedQuery], events, engine: str = "reference",
+                placement: str | None = None, timings: dict | None = None,
+                report: list | None = None) -> tuple[Composites, list[DeadLetter]]:
+    """Composite events of the queries over the events (Events, or a table as
+    `event_reader.read_table` gives), in deterministic order (as
+    `cep_core.composites.Composites`: columns, dicts only when asked for), with the events
+    the engines rejected (time going backwards, late for a window) as DeadLetters.
+
+    jit engine: `timings` (when given) gets `setup_s` (numba and engine imports, code
+    generation), `compile_s` (numba compiling kernels or loading them from its cache while
+    the events ran) and `process_s` (the rest: the events themselves); `report` the
+    placement of each query when `placement` is given."""
+    import orjson
+
+    from cep_core.event_io import DeadLetter
+
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    rejected: list = []
+    table = events if hasattr(events, "num_rows") else None
+    if engine == "reference":
+        from cep_core import reference
+        from cep_core.composites import Composites
+
+        if table is not None:
+            from cep_core.event_reader import events_from_table
+
+            events = events_from_table(table, queries[0].schema)
+        composites = Composites.from_dicts(reference.run(queries, events, rejected=rejected))
+        rejected = [(q, event.seq, orjson.dumps(event.to_json()), reason)
+                    for q, event, reason in rejected]
+    else:
+        started = time.perf_counter()
+        from cep_core import engine as jit
+
+        engines, encoder = new_engines(queries, placement, report)
+        setup_s = time.perf_counter() - started
+        with jit.compile_timer() as compiling:
+            started = time.perf_counter()
+            composites = jit.run_engines(engines, encoder, events, rejected=rejected) \
+                if table is None else jit.run_table(engines, encoder, table, rejected=rejected)
+            run_s = time.perf_counter() - started
+        if timings is not None:
+            timings.update(setup_s=setup_s, compile_s=compiling.seconds,
+                           process_s=max(run_s - compiling.seconds, 0.0))
+        rejected = [(q, seq, raw, reason) for (q, seq, reason), raw in
+                    zip(rejected, events_json(events if table is None else table,
+                                              [seq for _, seq, _ in rejected]))]
+    return composites, [DeadLetter(f"query {q.name}", seq, raw, reason)
+                        for q, seq, raw, reason in rejected]
+
+
+def events_json(events, seqs: list[int]) -> list[bytes]:
+    """The JSON of the events with these seqs: Events, or rows of a table (whose seqs
+    increase) found by binary search."""
+    import orjson
+
+    if not hasattr(events, "num_rows"):
+        by_seq = {event.seq: event for event in events}
+        return [orjson.dumps(by_seq[seq].to_json()) for seq in seqs]
+    if not seqs:
+        return []
+    import numpy as np
+
+    from cep_core.arrow_numpy import to_numpy
+    from cep_core.event_reader import row_json
+
+    rows = np.searchsorted(to_numpy(events.column("seq")), seqs)
+    return [row_json(events, int(row)) for row in rows]
