@@ -20,7 +20,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--partitions", type=int, default=None,
+                        help="Spark partitions per keyed group (default: the cores)")
     parser.add_argument("--baseline-events", type=int, default=None,
                         help="events for the single-process jit baseline (default: all)")
     parser.add_argument("--json", action="store_true")

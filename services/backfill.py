@@ -20,15 +20,18 @@ from cep_core.checker import CheckedQuery
 from cep_core.home import kernel_cache_dir
 from services.backfill_engines import (
     COMPOSITE,
-    REJECTED,
     RESULT_SCHEMA,
     PartitionRunner,
+    RejectedRows,
     map_in_arrow,
+    unique_rejected,
 )
 from services.backfill_ingest import accept, list_inputs, read_decoded
 from services.backfill_plan import describe, plan
 
 ARROW_BATCH_ROWS = 65_536
+DEAD_LETTER_SCHEMA = ("stage int, query_index int, source string, line long, position long, "
+                      "reason string, raw string")
 
 
 @dataclass
@@ -49,10 +52,12 @@ class BackfillResult:
                 f"({self.events_per_second:,.0f} events/s)")
 
 
-def spark_session(master: str = "local[*]", shuffle_partitions: int = 8,
+def spark_session(master: str = "local[*]", shuffle_partitions: int | None = None,
                   app_name: str = "cep-backfill", **conf):
     """A SparkSession for backfills: UI off, case-sensitive names (attributes may differ
-    only in case), Python workers on this interpreter with this process's kernel cache."""
+    only in case), Python workers on this interpreter with this process's kernel cache.
+    `shuffle_partitions` (the partitions of each keyed group): default, the cores Spark
+    has (`defaultParallelism`), one engine task per core."""
     import os
 
     from pyspark.sql import SparkSession
@@ -61,7 +66,7 @@ def spark_session(master: str = "local[*]", shuffle_partitions: int = 8,
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+               .config("spark.sql.shuffle.partitions", str(shuffle_partitions or 8))
                .config("spark.sql.caseSensitive", "true")
                .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ARROW_BATCH_ROWS))
                .config("spark.executorEnv.CEP_KERNEL_CACHE", str(kernel_cache_dir())))
@@ -69,6 +74,9 @@ def spark_session(master: str = "local[*]", shuffle_partitions: int = 8,
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if shuffle_partitions is None:
+        spark.conf.set("spark.sql.shuffle.partitions",
+                       str(spark.sparkContext.defaultParallelism))
     return spark
 
 
@@ -91,10 +99,12 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
     partitions = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
     started = time.perf_counter()
     rows = spark.sparkContext.accumulator(0)
+    rejected_rows = spark.sparkContext.accumulator([], RejectedRows())
     groups = plan(queries)
 
     def job() -> BackfillResult:
-        cached = read_decoded(spark, list_inputs(spark, inputs), schema).persist(
+        files = list_inputs(spark, inputs)
+        cached = read_decoded(spark, files, schema).persist(
             StorageLevel.MEMORY_AND_DISK)  # decoded once: the seq check and the rest read it
         decoded = accept(cached)
         good = decoded.where(F.col("_error").isNull()).select("seq", *schema.attributes)
@@ -102,35 +112,34 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
         for group in groups:
             keyed = (good.repartition(partitions, *group.keys) if group.keys
                      else good.repartition(1))
-            runner = PartitionRunner(list(group.queries), str(kernel_cache_dir()), rows)
+            runner = PartitionRunner(list(group.queries), str(kernel_cache_dir()), rows,
+                                     rejected=rejected_rows)
             results.append(map_in_arrow(keyed.sortWithinPartitions("seq"), runner,
                                         RESULT_SCHEMA))
-        found = reduce(lambda a, b: a.unionByName(b), results)
-        found = found.persist(StorageLevel.MEMORY_AND_DISK)
+        found = reduce(lambda a, b: a.unionByName(b), results)  # composite events only
         (found.where(F.col("kind") == COMPOSITE)
          .select("query", "query_index", "key", "seq", "start_seq",
                  F.col("body").alias("composite"))
          .write.mode("overwrite").parquet(output))
         bad_input = decoded.where(F.col("_error").isNotNull()).select(
             F.lit(0).alias("stage"), F.lit(None).cast("int").alias("query_index"),
-            F.col("_source").alias("source"), F.col("_line").alias("line"),
+            F.element_at(F.array(*[F.lit(f.source) for f in files]), F.col("_file") + 1)
+            .alias("source"), F.col("_line").alias("line"),
             F.col("_position").alias("position"), F.col("_error").alias("reason"),
             F.col("_raw").alias("raw"))
-        rejected = found.where(F.col("kind") == REJECTED).select(
-            F.lit(1).alias("stage"), "query_index",
-            F.concat(F.lit("query "), F.col("query")).alias("source"),
-            F.lit(None).cast("long").alias("line"), F.col("seq").alias("position"), "reason",
-            F.col("body").alias("raw"))
+        rejected = spark.createDataFrame(
+            [(1, index, f"query {name}", None, seq, reason, raw)
+             for index, name, seq, reason, raw in unique_rejected(rejected_rows.value)],
+            DEAD_LETTER_SCHEMA)
         bad_input.unionByName(rejected).coalesce(1).write.mode("overwrite") \
             .parquet(dead_letters)
-        counts = {row["kind"]: row["count"] for row in found.groupBy("kind").count().collect()}
+        n_composites = spark.read.parquet(output).count()  # from the Parquet footers
         good_or_bad = {row["good"]: row["count"] for row in decoded.groupBy(
             F.col("_error").isNull().alias("good")).count().collect()}
         n_good, n_bad = good_or_bad.get(True, 0), good_or_bad.get(False, 0)
         cached.unpersist()
-        found.unpersist()
-        return BackfillResult(n_good, n_bad + counts.get(REJECTED, 0),
-                              counts.get(COMPOSITE, 0), 0.0, describe(groups))
+        return BackfillResult(n_good, n_bad + len(unique_rejected(rejected_rows.value)),
+                              n_composites, 0.0, describe(groups))
 
     if console is not None:
         from services.backfill_progress import SparkProgress

@@ -3,7 +3,9 @@
 A task receives every event of its keys in seq order (Arrow batches from `mapInArrow`),
 feeds them batch by batch to one `StreamEngines` (one engine per query, per-key state
 inside), flushes at the end of the partition (the end of the input is event time +infinity,
-as in `cep run`) and yields its composite events and rejected events as Arrow rows.
+as in `cep run`) and yields its composite events and rejected events as Arrow rows. The
+composite rows are built from the engines' CompositeBatch columns (`body` by
+`composite_json.lines`), not from a dict per composite event.
 """
 
 from __future__ import annotations
@@ -13,23 +15,57 @@ import os
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from cep_core import composite_json
+from cep_core.arrow_numpy import from_numpy
 from cep_core.checker import CheckedQuery
+from cep_core.composite_batch import ColumnBatch
 
 RESULT_SCHEMA = ("kind string, query string, query_index int, key string, seq long, "
                  "start_seq long, reason string, body string")
 COMPOSITE, REJECTED = "composite", "rejected"
 
 
+class RejectedRows:
+    """An AccumulatorParam gathering rejected events, (query_index, query, seq, reason,
+    raw) tuples: they are few, and sent this way the job's result (composite events only)
+    is consumed once, by the Parquet write, and needs no cache. A task run again (a lost
+    shuffle) adds its rows again: `unique_rejected` drops the copies."""
+
+    def zero(self, value):
+        return []
+
+    def addInPlace(self, value1, value2):  # noqa: N802 (PySpark's name)
+        value1.extend(value2)
+        return value1
+
+
+def unique_rejected(rows: list[tuple]) -> list[tuple]:
+    """Rejected rows without the copies of tasks run twice, by query and seq."""
+    return list({(row[0], row[2]): row for row in rows}.values())
+
+
 class PartitionRunner:
-    """Called by mapInArrow once per partition; `rows` (an accumulator) counts events."""
+    """Called by mapInArrow once per partition; `rows` (an accumulator) counts events;
+    `rejected` (an accumulator with `RejectedRows`) takes the rejected events, which
+    are otherwise yielded as `rejected` rows."""
 
     def __init__(self, queries: list[CheckedQuery], kernel_cache: str, rows=None,
-                 options: dict | None = None):
+                 options: dict | None = None, rejected=None):
         self.queries = queries
         self.kernel_cache = kernel_cache
         self.rows = rows
         self.options = options or {}
+        self.rejected = rejected
+
+    def _send(self, index: dict[str, int], rejected: list[tuple]) -> list[tuple]:
+        """`rejected` rows to the accumulator (returning none) or back to be yielded."""
+        if self.rejected is None or not rejected:
+            return rejected
+        self.rejected.add([(index[q.name], q.name, seq, reason, raw)
+                           for q, seq, reason, raw in rejected])
+        return []
 
     def __call__(self, batches):
         os.environ["CEP_KERNEL_CACHE"] = self.kernel_cache  # the driver's kernel cache
@@ -39,21 +75,20 @@ class PartitionRunner:
         index = {q.name: q.index for q in self.queries}
         seen_rejected = 0
         for batch in batches:
-            table = pa.Table.from_batches([batch])
-            if table.num_rows == 0:
+            if batch.num_rows == 0:
                 continue
-            composites = engines.process(encoder.from_arrow(table))
+            table = pa.Table.from_batches([batch])
+            found = engines.process_columns(encoder.from_arrow(table))
             rejected = engines.dead_letters()
             fresh, seen_rejected = rejected[seen_rejected:], len(rejected)
             if self.rows is not None:
                 self.rows.add(table.num_rows)
-            if composites or fresh:
-                yield _result_batch(composites, index, _rejected_rows(fresh, table))
-        composites = engines.flush()
+            yield from result_batches(found, index,
+                                      self._send(index, _rejected_rows(fresh, table)))
+        found = engines.flush_columns()
         rejected = engines.dead_letters()[seen_rejected:]
-        if composites or rejected:
-            yield _result_batch(composites, index, [(q, seq, reason, None)
-                                                    for q, seq, reason in rejected])
+        yield from result_batches(found, index, self._send(
+            index, [(q, seq, reason, None) for q, seq, reason in rejected]))
 
 
 def _rejected_rows(rejected, table: pa.Table) -> list[tuple]:
@@ -68,8 +103,41 @@ def _rejected_rows(rejected, table: pa.Table) -> list[tuple]:
             for (q, seq, reason), record in zip(rejected, records)]
 
 
-def _result_batch(composites: list[dict], index: dict[str, int],
-                  rejected: list[tuple]) -> pa.RecordBatch:
+RESULT_NAMES = ["kind", "query", "query_index", "key", "seq", "start_seq", "reason", "body"]
+
+
+def result_batches(found: list, index: dict[str, int], rejected: list[tuple]):
+    """Result rows: one record batch per engine CompositeBatch, built from its columns
+    (`composite_json.lines` for `body`, no dict per composite), then the rejected events."""
+    rows: list[dict] = []
+    for batch in found:
+        if not len(batch):
+            continue
+        if isinstance(batch, ColumnBatch):
+            yield _column_rows(batch, index[batch.query])
+        else:  # WINDOW composites come as dicts already
+            rows.extend(batch.to_dicts())
+    if rows or rejected:
+        yield _dict_rows(rows, index, rejected)
+
+
+def _column_rows(batch: ColumnBatch, query_index: int) -> pa.RecordBatch:
+    n = len(batch)
+    body = pc.utf8_slice_codeunits(composite_json.lines(batch), 0, -1)  # no newline
+    return pa.RecordBatch.from_arrays([
+        pa.array([COMPOSITE] * n, pa.string()),
+        pa.array([batch.query] * n, pa.string()),
+        pa.array(np.full(n, query_index, np.int32)),
+        batch.keys.arrow().cast(pa.string()),
+        from_numpy(np.asarray(batch.seq, np.int64)),
+        from_numpy(np.asarray(batch.start_seq, np.int64)),
+        pa.nulls(n, pa.string()),
+        body.cast(pa.string()),
+    ], names=RESULT_NAMES)
+
+
+def _dict_rows(composites: list[dict], index: dict[str, int],
+               rejected: list[tuple]) -> pa.RecordBatch:
     kind = [COMPOSITE] * len(composites) + [REJECTED] * len(rejected)
     query = [c["query"] for c in composites] + [q.name for q, *_ in rejected]
     return pa.RecordBatch.from_arrays([
@@ -85,7 +153,7 @@ def _result_batch(composites: list[dict], index: dict[str, int],
                  pa.string()),
         pa.array([orjson.dumps(c).decode() for c in composites]
                  + [body for *_, body in rejected], pa.string()),
-    ], names=["kind", "query", "query_index", "key", "seq", "start_seq", "reason", "body"])
+    ], names=RESULT_NAMES)
 
 
 def map_in_arrow(df, func, schema: str):

@@ -24,17 +24,22 @@ from pathlib import PurePosixPath
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cep_core.errors import EventError
-from cep_core.event_io import FORMATS, InputError, _csv_records, decode_record
+from cep_core.arrow_numpy import from_numpy, to_numpy
 from cep_core.event_columns import decode_table, events_to_columns
+from cep_core.event_io import FORMATS, InputError, _csv_records, decode_record
+from cep_core.event_reader import _jsonl_block, _JsonParser, _Rows
+from cep_core.json_batch import ARROW_TYPES, arrow_schema
 from cep_core.schema import StreamSchema
 from services.backfill_engines import map_in_arrow
 
 SPARK_TYPES = {"int": "long", "timestamp": "long", "float": "double", "bool": "boolean",
                "string": "string"}
-# Columns of the decoded DataFrame besides `seq` and the stream's attributes.
-BOOKKEEPING = "_source string, _position long, _line long, _chunk int, _prev_max long, " \
+# Columns of the decoded DataFrame besides `seq` and the stream's attributes. `_file`: the
+# input's place in the list of inputs (its source is named where dead letters are written).
+BOOKKEEPING = "_file int, _position long, _line long, _chunk int, _prev_max long, " \
               "_error string, _raw string"
 BLOCK = "_block"  # the split's byte offset in its file (_metadata.file_block_start)
 _BLANK_JSON = "\\S"  # Java's \s is Python's bytes.strip() set: a line without \S is skipped
@@ -126,7 +131,7 @@ def read_decoded(spark, files: list[InputFile], schema: StreamSchema):
             position += counts[i][block]
             line += lines[i][block]
             chunk += 1
-        decoder = SplitDecoder(schema, f, header, splits)
+        decoder = SplitDecoder(schema, f, header, splits, file_index=i)
         frames.append(map_in_arrow(df, decoder, decoded_schema(schema)))
     if not frames:
         raise InputError("no input files")
@@ -202,12 +207,14 @@ class SplitDecoder:
     split's first line in its file: None for Parquet)."""
 
     def __init__(self, schema: StreamSchema, f: InputFile, header: str | None,
-                 splits: dict[int, tuple[int, int]]):
+                 splits: dict[int, tuple[int, int]], file_index: int = 0):
         self.schema = schema
         self.file = f
+        self.file_index = file_index
         self.header = header
         self.splits = splits
         self.first_block = min(splits, default=0)
+        self._json_parser = None
 
     def __call__(self, batches):
         block, position, chunk, line, prev_max, skip_header = None, 0, 0, None, -1, False
@@ -238,6 +245,9 @@ class SplitDecoder:
             seq, columns, errors, raw = decoded.seq, decoded.attributes, decoded.errors, \
                 decoded.raw
             numbers = [None] * len(seq)
+        elif self.file.fmt == "jsonl":
+            seq, columns, errors, raw, numbers = self._decode_json_block(table.column(0),
+                                                                         position, line)
         else:
             lines = table.column(0).to_pylist()
             if skip_header and lines:
@@ -258,15 +268,53 @@ class SplitDecoder:
                     raw[r] = orjson.dumps(record, default=str).decode()
         out = pa.RecordBatch.from_arrays(
             [pa.array(seq, pa.int64()), *columns.values(),
-             pa.array([self.file.source] * n, pa.string()),
+             pa.array(np.full(n, self.file_index, dtype=np.int32)),
              pa.array(np.arange(position, position + n, dtype=np.int64)),
              pa.array(numbers, pa.int64()),
              pa.array(np.full(n, chunk, dtype=np.int32)),
              pa.array(running[:-1], pa.int64()),
-             pa.array(errors, pa.string()), pa.array(raw, pa.string())],
-            names=["seq", *columns, "_source", "_position", "_line", "_chunk", "_prev_max",
+             pa.array(errors, pa.string()),
+             raw.cast(pa.string()) if isinstance(raw, pa.Array) else pa.array(raw, pa.string())],
+            names=["seq", *columns, "_file", "_position", "_line", "_chunk", "_prev_max",
                    "_error", "_raw"])
         return out, skip_header, int(running[-1])
+
+    def _decode_json_block(self, lines: pa.ChunkedArray, position: int, line: int):
+        """JSON lines through `event_reader`'s block decoder (pyarrow's parser, records it
+        cannot vouch for by `event_io`'s reader): the same records, seqs and reasons as
+        `cep run`; `line`: the file's line number of lines[0]. Every record keeps its
+        stripped line as `raw` (an earlier split's seqs may still reject it)."""
+        if self._json_parser is None:
+            self._json_parser = _JsonParser(self.schema)
+        stripped = pc.ascii_trim_whitespace(lines)  # bytes.strip()'s set: ASCII spaces
+        records = to_numpy(pc.not_equal(pc.binary_length(stripped), 0))
+        raw = stripped.filter(from_numpy(records))
+        n = len(raw)
+        block = "\n".join(lines.to_pylist()).encode("utf-8")
+        rows = _Rows(self.schema, self.file.source)
+        if _jsonl_block(block, line, position, rows, self._json_parser) != n:
+            raise RuntimeError("the block decoder and the split disagree on its records")
+        source_row = np.full(n, -1, dtype=np.int64)  # record -> row of the good table
+        good = pa.concat_tables([p.table for p in rows.pieces]) if rows.pieces else None
+        if good is not None:
+            positions = np.concatenate([p.positions for p in rows.pieces]) - position
+            source_row[positions] = np.arange(len(positions))
+        bad = source_row < 0
+        errors: list = [None] * n
+        for letter in rows.dead:
+            errors[letter.position - position] = letter.reason
+        if good is None:
+            good = pa.Table.from_batches([], arrow_schema(self.schema))
+            source_row[:] = 0
+        taken = good.take(pa.array(source_row, mask=bad)) if good.num_rows else None
+        seq = np.arange(position, position + n, dtype=np.int64)
+        if taken is not None:
+            seq = np.where(bad, seq, to_numpy(taken.column("seq")))
+        columns = {name: (taken.column(name).combine_chunks() if taken is not None
+                          else pa.nulls(n, ARROW_TYPES[kind]))
+                   for name, kind in self.schema.attributes.items()}
+        numbers = np.flatnonzero(records) + line
+        return seq, columns, errors, raw.combine_chunks(), numbers
 
     def _decode_lines(self, lines: list[str], position: int, line: int):
         """JSON lines or CSV rows through `cep_core.event_io`'s own decoding; `line`: the

@@ -680,8 +680,9 @@ def bench_gpu(
 def bench_backfill(
     count: Annotated[int, count_option()] = 10_000_000,
     master: Annotated[str, typer.Option(metavar="URL", help="Spark master.")] = "local[2]",
-    partitions: Annotated[int, typer.Option(min=1, help="Spark partitions per keyed "
-                                            "group.")] = 8,
+    partitions: Annotated[int | None, typer.Option(min=1, help="Spark partitions per "
+                                                   "keyed group (default: the cores Spark "
+                                                   "has).")] = None,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 1,
     baseline_events: Annotated[int | None, typer.Option(
         metavar="N", help="Events for the single-process jit baseline (default: all).")] =
@@ -749,8 +750,8 @@ def backfill(
                                         "directory, local or any Hadoop URI).")],
     master: Annotated[str, typer.Option(metavar="URL", help="Spark master.")] = "local[*]",
     partitions: Annotated[int | None, typer.Option(min=1, help="Spark partitions per keyed "
-                                                   "query group (default: the shuffle "
-                                                   "partitions, 8).")] = None,
+                                                   "query group (default: the cores Spark "
+                                                   "has).")] = None,
     dead_letters: Annotated[str | None, typer.Option(
         "--dead-letters", metavar="DIR", help="Where dead letters go (Parquet; default "
         "OUTPUT_dead_letters).")] = None,
@@ -775,7 +776,7 @@ def backfill(
         if to_kafka and not (bootstrap or os.environ.get("KAFKA_BOOTSTRAP")):
             raise CliError("--to-kafka needs a broker: pass --bootstrap or set "
                            "KAFKA_BOOTSTRAP", 2)
-        spark = spark_session(master, shuffle_partitions=partitions or 8)
+        spark = spark_session(master, shuffle_partitions=partitions)
         try:
             result = run_backfill(spark, queries, inputs, output, dead_letters=dead_letters,
                                   partitions=partitions, console=stderr, to_kafka=to_kafka,
