@@ -53,6 +53,7 @@ class PartitionState:
         self.seen: dict[str, int] = {}  # route -> last event seq processed
         self.end_at = -1  # upto of the last end of input
         self.saved_offset = None  # offset of the last snapshot written
+        self.live_sets = 0  # start-up `set` frames applied: the worker reports its live set
 
     def engines(self, route: str) -> tuple[StreamEngines, BatchEncoder]:
         pair = self.routes.get(route)
@@ -191,6 +192,7 @@ class PartitionState:
             self.queries.load_streams(change.get("streams", []))
             stream_changed = self.queries.registry.get(self.queries.stream) != before
             self.reconcile(change["queries"])
+            self.live_sets += 1
         elif change.get("kind") == STREAM:
             self.queries.registry.learn(change["name"], change["text"], change["version"])
             stream_changed = change["name"] == self.queries.stream

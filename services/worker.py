@@ -224,7 +224,9 @@ class Worker:
         state = self.parts.get(message.partition())
         if state is None:
             return
-        end_at = state.end_at
+        end_at, live_sets = state.end_at, state.live_sets
         state.handle(frames.frame_of(message), message.offset())
         state.sent.to(self.producer)
         self.ended = self.ended or state.end_at != end_at
+        if state.live_sets != live_sets:  # the splitter's start-up queries: say they are live
+            self._report_partitions()

@@ -171,3 +171,27 @@ def test_no_outcome_in_time_exits_2_and_no_pipeline_exits_0(broker, tmp_path):
     assert update.returncode == 2, update.stdout + update.stderr
     assert "query ups: no outcome from the splitter and the coordinator of 'trades' after 1 s" \
         in update.stdout
+
+
+def test_queries_live_at_start_up_show_in_every_workers_partitions(broker, tmp_path):
+    """A query already on the control topic reaches the workers in the splitter's start-up
+    `set` frame: each worker then says which of its partitions hold it (the console and
+    `cep query list` read that), not only that it is up."""
+    run = uuid.uuid4().hex[:8]
+    topics = Topics("trades", source=f"src.trades.{run}", prefix=f"t{run}")
+    output = f"ups_{run}"
+    create_topics(broker, topics, 2, [output])
+    good = write(tmp_path / "good.cep", UPS.format(name="ups", stream="trades", output=output))
+    queued = cep(broker, topics, "query", "add", good)  # no pipeline up: it waits there
+    assert queued.returncode == 0, queued.stdout + queued.stderr
+
+    def workers_hold_it() -> bool:
+        listed = cep(broker, topics, "query", "list", "--json")
+        workers = [s for s in orjson.loads(listed.stdout)["services"]
+                   if s["role"] == "worker"]
+        lives = [live for w in workers for live in w.get("partitions", {}).values()]
+        return len(lives) == 2 and all("ups" in live["queries"] for live in lives)
+
+    with LocalPipeline(broker, topics, workers=1, partitions=2):
+        wait_for(workers_hold_it, 120, "the worker's partitions holding the start-up query",
+                 interval_s=1.0)
