@@ -6,6 +6,7 @@ the compose plugin: elsewhere this module holds no test (nothing claims this cov
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -27,8 +28,14 @@ def _compose_available() -> bool:
 if _compose_available():
 
     def test_compose_file_as_docker_reads_it():
+        refused = subprocess.run(["docker", "compose", "config"], cwd=ROOT,
+                                 capture_output=True, text=True, timeout=60,
+                                 env={k: v for k, v in os.environ.items()
+                                      if k != "CEP_API_TOKEN"})
+        assert refused.returncode != 0 and "CEP_API_TOKEN" in refused.stderr
         result = subprocess.run(["docker", "compose", "config", "--format", "json"],
-                                cwd=ROOT, capture_output=True, text=True, timeout=60)
+                                cwd=ROOT, capture_output=True, text=True, timeout=60,
+                                env={**os.environ, "CEP_API_TOKEN": "test-token"})
         assert result.returncode == 0, result.stderr
         config = json.loads(result.stdout)
         services = config["services"]
