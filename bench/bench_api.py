@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_run import generate  # bench/ is on the path when this runs
+
 ROOT = Path(__file__).resolve().parent.parent
 CEP = Path(sys.executable).with_name("cep")
 API_SCRIPT = """
@@ -51,11 +53,7 @@ def main() -> None:
     args = parser.parse_args()
     directory = args.dir or Path(tempfile.gettempdir()) / f"bench_api_{args.events}"
     directory.mkdir(parents=True, exist_ok=True)
-    files = {fmt: directory / f"trades.{fmt}" for fmt in ("jsonl", "parquet")}
-    for fmt, path in files.items():
-        if not path.exists():
-            timed(cep_command("gen", "finance1", "--count", args.events, "--seed", 7,
-                              "--format", fmt, "--out", directory))
+    files = generate(directory, args.events, csv=False)  # bench_run's files and events
     query = directory / "finance1.cep"
 
     import pyarrow.parquet as pq

@@ -30,7 +30,7 @@ def cep(*args) -> float:
     return time.perf_counter() - started
 
 
-def generate(directory: Path, events: int) -> dict[str, Path]:
+def generate(directory: Path, events: int, csv: bool = True) -> dict[str, Path]:
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
@@ -40,7 +40,9 @@ def generate(directory: Path, events: int) -> dict[str, Path]:
         if not files[fmt].exists():
             cep("gen", "finance1", "--events", events, "--seed", 7, "--format", fmt,
                 "--out", directory)
-    if not files["csv"].exists():
+    if not csv:
+        del files["csv"]
+    elif not files["csv"].exists():
         pcsv.write_csv(pq.read_table(files["parquet"]), files["csv"],
                        pcsv.WriteOptions(quoting_style="none"))
     return files
