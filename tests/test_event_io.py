@@ -384,18 +384,21 @@ def _stdin(monkeypatch, data: bytes):
     return stream
 
 
+def standard_input_data(fmt: str) -> bytes:
+    """Two good events and a bad one between them (record 1), in `fmt`."""
+    if fmt == "jsonl":
+        return orjson.dumps(GOOD[0]) + b"\n\n{bad\n" + orjson.dumps(GOOD[1]) + b"\n"
+    if fmt == "csv":
+        return b"kind,n,x,ok,ts\nA,1,1.5,true,1000\nA,x,1,true,3\nB,2,2,false,2000\n"
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"kind": ["A", "Z", "B"], "n": [1, 1, 2], "x": [1.5, 1, 2],
+                             "ok": [True, True, False], "ts": [1000, 1, 2000]}), sink)
+    return sink.getvalue()
+
+
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
 def test_read_events_from_standard_input(monkeypatch, tmp_path, fmt):
-    if fmt == "jsonl":
-        data = orjson.dumps(GOOD[0]) + b"\n\n{bad\n" + orjson.dumps(GOOD[1]) + b"\n"
-    elif fmt == "csv":
-        data = b"kind,n,x,ok,ts\nA,1,1.5,true,1000\nA,x,1,true,3\nB,2,2,false,2000\n"
-    else:
-        sink = io.BytesIO()
-        pq.write_table(pa.table({"kind": ["A", "Z", "B"], "n": [1, 1, 2], "x": [1.5, 1, 2],
-                                 "ok": [True, True, False], "ts": [1000, 1, 2000]}), sink)
-        data = sink.getvalue()
-    stream = _stdin(monkeypatch, data)
+    stream = _stdin(monkeypatch, standard_input_data(fmt))
     events, [letter] = read_events("-", SCHEMA, fmt)
     assert [(e.seq, e.attrs["n"]) for e in events] == [(0, 1), (2, 2)]
     assert letter.source == "<stdin>" and letter.position == 1

@@ -21,7 +21,7 @@ from cep_core.event_reader import events_from_table, read_table, row_json
 from cep_core.json_batch import arrow_schema
 from cep_core.schema import SchemaRegistry, StreamSchema
 from cep_core.workloads import WORKLOADS, write_events
-from tests.test_event_io import BAD_CASES, GOOD, MESSAGE_CASES, SCHEMA
+from tests.test_event_io import BAD_CASES, GOOD, MESSAGE_CASES, SCHEMA, standard_input_data
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCKS = (1, 40, 200, 1 << 20)  # bytes: every line its own block ... the whole file
@@ -340,15 +340,7 @@ def test_unreadable_inputs_raise_as_before(tmp_path):
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
 def test_standard_input(monkeypatch, fmt):
-    if fmt == "jsonl":
-        data = orjson.dumps(GOOD[0]) + b"\n\n{bad\n" + orjson.dumps(GOOD[1]) + b"\n"
-    elif fmt == "csv":
-        data = b"kind,n,x,ok,ts\nA,1,1.5,true,1000\nA,x,1,true,3\nB,2,2,false,2000\n"
-    else:
-        sink = io.BytesIO()
-        pq.write_table(pa.table({"kind": ["A", "Z", "B"], "n": [1, 1, 2], "x": [1.5, 1, 2],
-                                 "ok": [True, True, False], "ts": [1000, 1, 2000]}), sink)
-        data = sink.getvalue()
+    data = standard_input_data(fmt)
     results = []
     for read in (read_events, read_table):
         stream = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
