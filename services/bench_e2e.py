@@ -48,13 +48,13 @@ def _status(settings, topic: str, since: int):
 
 
 class Bench:
-    def __init__(self, bootstrap: str, workers: int):
+    def __init__(self, bootstrap: str, workers: int, coordinators: int = 1):
         from services.kafka import Deliveries, KafkaSettings, Topics
         from services.pipeline import create_topics
 
         self.settings = KafkaSettings(bootstrap, session_timeout_ms=2000)
         self.topics = Topics(STREAM, source=f"bench.{STREAM}.{os.getpid()}",
-                             prefix=f"bench-{os.getpid()}")
+                             prefix=f"bench-{os.getpid()}", shards=coordinators)
         create_topics(self.settings, self.topics, 4, ["double_tops"])
         self.deliveries = Deliveries()
         self.producer = self.settings.producer(on_delivery=self.deliveries)
@@ -84,14 +84,17 @@ class Bench:
         flush_all(self.producer, 60, self.deliveries, "benchmark events")
 
     def wait_end(self, timeout_s: float = 120) -> float:
-        """Wall time at which the coordinator announced the next end of input."""
+        """Wall time at which the last coordinator shard announced the next end of input."""
         deadline = time.monotonic() + timeout_s
+        ended: set[int] = set()
         while time.monotonic() < deadline:
             for offset, record, ts in _status(self.settings, self.topics.status,
                                               self.status_seen):
                 self.status_seen = offset + 1
                 if record.get("event") == "end_of_input":
-                    return ts / 1000
+                    ended.add(record.get("shard", 0))
+                    if len(ended) == self.topics.shards:
+                        return ts / 1000
             time.sleep(0.02)
         raise TimeoutError("end of input not released")
 
@@ -115,7 +118,7 @@ def raw_consume(settings, topic: str, n: int) -> float:
 
 
 def run_bench(events: int, workers: int, bootstrap: str | None, latency_s: float,
-              latency_rate: float = 0) -> dict:
+              latency_rate: float = 0, coordinators: int = 1) -> dict:
     from cep_core.workloads import WORKLOADS
     from services.broker import EmbeddedBroker
 
@@ -124,7 +127,7 @@ def run_bench(events: int, workers: int, bootstrap: str | None, latency_s: float
         broker = EmbeddedBroker().start()
         bootstrap = broker.bootstrap
     try:
-        bench = Bench(bootstrap, workers)
+        bench = Bench(bootstrap, workers, coordinators)
         lines = trade_lines(events)
         table = WORKLOADS["finance1"].generate(events, 1).drop_columns(["seq"])
         bench.start()
@@ -147,7 +150,8 @@ def run_bench(events: int, workers: int, bootstrap: str | None, latency_s: float
         if broker is not None:
             broker.kill()
     measured = events / json_s
-    return {"events": events, "workers": workers, "events_per_s": round(measured),
+    return {"events": events, "workers": workers, "coordinators": coordinators,
+            "events_per_s": round(measured),
             "raw_consume_events_per_s": round(raw), "ratio": round(measured / raw, 3),
             "framed_events_per_s": round(events / framed_s), "latency_rate": round(rate),
             "p50_ms": p50, "p99_ms": p99}
