@@ -294,7 +294,9 @@ class Coordinator:
     def _scan_outputs(self) -> None:
         """Find the released position of outputs not scanned yet: what this pipeline wrote
         to them after the last checkpoint."""
-        for output in {q.output for q in self.merger.queries.values()} - self.scanned:
+        mine = {q.output for q in self.merger.queries.values()
+                if self.topics.shard_of(q.output) == self.shard}
+        for output in mine - self.scanned:
             self._ensure_output(output)
             found = written_since(self.settings, output, self.delivered.get(output, -1),
                                   self.pipeline)
