@@ -229,7 +229,7 @@ class Router:
         of it. `announce` False: while starting (a replay of the compacted topic, see
         cep_core/control_message.py: upserts, no-ops skipped silently)."""
         record = message if isinstance(message, ControlRecord) else ControlRecord.of(message)
-        if record.republished:
+        if record.republished and announce:  # at a start, it is the key's live record
             self._came_back(record)
             return
         key, offset = record.key, record.offset
