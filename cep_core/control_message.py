@@ -84,8 +84,12 @@ class ControlRecord(NamedTuple):
                    dict(message.headers() or ()))
 
     def header(self, name: str) -> int | None:
+        """A numeric header (None where absent or not a number)."""
         value = (self.headers or {}).get(name)
-        return None if value is None else int(value)
+        try:
+            return None if value is None else int(value)
+        except ValueError:
+            return None
 
     @property
     def republished(self) -> bool:
