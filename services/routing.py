@@ -24,9 +24,8 @@ import pyarrow.compute as pc
 from confluent_kafka import Message
 
 from cep_core.batch import Batch
-from cep_core.control_message import (REFUSED_HEADER, STREAM, VERSION_HEADER, ControlMessage,
-                                      ControlMessageError, ControlRecord, LiveSet, OtherStream,
-                                      parse_key, validate)
+from cep_core.control_message import (STREAM, ControlMessageError, ControlRecord, LiveSet,
+                                      OtherStream, validate)
 from cep_core.errors import EventError
 from cep_core.event_io import DeadLetter
 from cep_core.json_batch import (DEFAULT_MAX_MESSAGE_BYTES, arrow_schema, conform_table,
@@ -35,6 +34,7 @@ from cep_core.reorder import ReorderBuffer
 from cep_core.schema import units_per_ms
 from services import frames
 from services.control import StatusWriter, change_of
+from services.control_write_back import came_back, write_back
 from services.frames import Frame
 from services.kafka import Topics, produce
 from services.metrics import Metrics
@@ -230,7 +230,7 @@ class Router:
         cep_core/control_message.py: upserts, no-ops skipped silently)."""
         record = message if isinstance(message, ControlRecord) else ControlRecord.of(message)
         if record.republished and announce:  # at a start, it is the key's live record
-            self._came_back(record)
+            came_back(self, record)
             return
         key, offset = record.key, record.offset
         change = None
@@ -258,7 +258,7 @@ class Router:
                 key=(key or b"").decode(errors="replace"), offset=offset)
             self.status_writer.outcome(self.out, change_of(key, offset, change), "refused",
                                        reason=str(e), live=self.queries.summary())
-            self._write_back(record)
+            write_back(self, record)
             return
         if change.kind == STREAM and change.name != self.topics.stream:
             return  # learnt for the registry; the pipeline reads another stream
@@ -277,61 +277,6 @@ class Router:
         sent_ms = None if isinstance(message, ControlRecord) else message.timestamp()[1]
         self._send_all(frames.json_frame(frames.CONTROL, body, at=self.last_seq + 1,
                                          upto=self.last_seq, ts=self.max_ts, sent_ms=sent_ms))
-
-    def _write_back(self, record: ControlRecord) -> None:
-        """After a refusal, the live record under the refused key again (a tombstone where
-        none is live), marked with the refused offset: on the compacted topic the last
-        record of a key stays what is live. Another pipeline's query is not written over."""
-        try:
-            kind, name = parse_key(record.key)
-        except ControlMessageError:
-            return
-        text = self.queries.live_text(kind, name)
-        if kind == STREAM and name != self.topics.stream or \
-                text is None and kind != STREAM and self._reads_another_stream(record):
-            return
-        headers = [(REFUSED_HEADER, str(record.offset).encode())]
-        value = None
-        if text is not None:
-            value = ControlMessage("add", name, text, kind=kind).to_json()
-            if kind == STREAM:
-                version = self.queries.registry.streams[name][1]
-                headers.append((VERSION_HEADER, str(version).encode()))
-        log("change_written_back", key=record.key.decode(errors="replace"),
-            refused=record.offset, tombstone=value is None)
-        produce(self.out, self.topics.control, value, key=record.key, headers=headers)
-
-    def _reads_another_stream(self, record: ControlRecord) -> bool:
-        """Whether a refused query record reads another pipeline's stream (as far as its
-        text parses): that pipeline answers for it."""
-        from cep_core.errors import QueryError, QueryErrors
-        from cep_core.parser import parse
-
-        try:
-            text = orjson.loads(record.value)["text"]
-            return any(q.stream != self.topics.stream for q in parse(text).queries)
-        except (QueryError, QueryErrors, orjson.JSONDecodeError, KeyError, TypeError):
-            return False
-
-    def _came_back(self, record: ControlRecord) -> None:
-        """A record a splitter wrote again after a refusal: nothing to do where it holds
-        what is live here (no status, no frame, no engine reset). Where a change came in
-        between (or another splitter wrote it), the record live here is written again;
-        another pipeline's stream is learnt as it says."""
-        try:
-            change = validate(record.value, record.key, self.queries.registry,
-                              self.topics.stream)
-        except ControlMessageError:
-            return  # another pipeline's query, or one this splitter cannot check
-        if self.queries.unchanged(change):
-            return
-        if change.kind == STREAM and change.name != self.topics.stream:
-            try:
-                self.queries.apply(change, record.version, starting=True)
-            except ControlMessageError:
-                pass
-            return
-        self._write_back(record)
 
     def announce(self) -> None:
         """The whole live set (and the changes applied before it) to every partition: the
