@@ -183,3 +183,21 @@ def test_versions_a_worker_holds_do_not_change_with_compaction():
     later = topic.splitter.queries.apply(
         ControlMessage("update", "quotes2", orjson.dumps(QUOTES).decode(), kind="stream"), 7)
     assert worker.learn("quotes2", later.text, later.version)  # a later change is newer
+
+
+def test_a_record_refused_at_a_start_is_written_over_once():
+    log = [ControlRecord(*stream("add", QUOTES), 0),
+           ControlRecord(*query("add", "wide", QUERY.format(name="wide", spread=1)), 1),
+           ControlRecord(*query("update", "wide", BAD), 2)]  # written with no splitter up
+    core = started(log)
+    assert core.queries.live == {}  # as compaction leaves it: the update alone
+    ((key, value, headers),) = [(k, v, h) for t, v, k, _, h in core.out.records
+                                if t == core.topics.control]
+    assert (key, value, headers) == (b"query/wide", None, [(REFUSED_HEADER, b"2")])
+    log.append(ControlRecord(key, value, 3, dict(headers)))
+    again = started(log)
+    assert [t for t, *_ in again.out.records if t == again.topics.control] == []
+    assert again.queries.summary() == core.queries.summary()
+    stray = ControlRecord(*query("add", "wide", QUERY.format(name="wide", spread=1)), 4,
+                          {REFUSED_HEADER: b"not a number"})
+    assert not stray.republished and started(log + [stray]).queries.live["wide"]
