@@ -33,6 +33,7 @@ import orjson
 from cep_core.control_message import (  # noqa: F401  (the names services and tests use)
     INFINITE,
     ControlMessage,
+    ControlRecord,
     LiveQuery,
     LiveSet,
     horizon,
@@ -69,10 +70,18 @@ def control_records(settings, topic: str) -> list[tuple[bytes | None, bytes | No
     return [(m.key(), m.value()) for m in read_all(settings, topic)]
 
 
+def control_log(settings, topic: str) -> list[ControlRecord]:
+    """Every record of the control topic, in order, with offsets and headers (the
+    offsets make stream versions that compaction keeps)."""
+    from services.kafka import read_all
+
+    return [ControlRecord.of(m) for m in read_all(settings, topic)]
+
+
 def learned_live(settings, topic: str, stream: str | None = None, registry=None) -> LiveSet:
     """The live set (queries of `stream`, every stream) the control topic gives: how a
     service learns streams registered at run time before any frame tells it."""
-    return replayed(control_records(settings, topic), stream, registry)
+    return replayed(control_log(settings, topic), stream, registry)
 
 
 def split_query_file(text: str, path: str = "<queries>") -> list[tuple[str, str]]:

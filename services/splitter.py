@@ -37,6 +37,7 @@ import time
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
+from cep_core.control_message import ControlRecord, compacted
 from cep_core.json_batch import DEFAULT_MAX_MESSAGE_BYTES
 from services.checkpoint import read_latest
 from services.control import StatusWriter
@@ -294,21 +295,32 @@ class Splitter:
 
     def _drain_control(self, initial: bool = False) -> None:
         """Apply pending control messages; at start, all of the topic up to its fetch
-        high-watermark."""
+        high-watermark, as what compaction leaves of it (the last record of each key,
+        streams first: cep_core/control_message.py `compacted`), so that a start gives the
+        same live set on the whole log and on the compacted one."""
         deadline = time.monotonic() + 10
         tp = TopicPartition(self.topics.control, 0)
+        pending = []
         while True:
             messages = self.control.consume(1000, 0.05 if initial else 0)
             for message in messages:
-                if not message.error():
-                    self.core.apply_control(message, announce=not initial)
-            self._forward()
-            if not initial or time.monotonic() > deadline:
+                if message.error():
+                    continue
+                if initial:
+                    pending.append(ControlRecord.of(message))
+                else:
+                    self.core.apply_control(message, announce=True)
+            if not initial:
+                self._forward()
                 return
             _, high = self.control.get_watermark_offsets(tp, cached=True)
             position = self.control.position([tp])[0].offset
-            if high >= 0 and (high == 0 or position >= high) and not messages:
-                return
+            if time.monotonic() > deadline or \
+                    high >= 0 and (high == 0 or position >= high) and not messages:
+                break
+        for record in compacted(pending):
+            self.core.apply_control(record, announce=False)
+        self._forward()
 
     def _delivered(self, err, message) -> None:
         if err is not None:
