@@ -112,8 +112,25 @@ def compacted(records) -> list[ControlRecord]:
     record written again may now follow the queries that read it)."""
     records = [r if isinstance(r, ControlRecord) else ControlRecord(*r) for r in records]
     last = {r.key: i for i, r in enumerate(records)}
-    kept = [r for i, r in enumerate(records) if r.key is None or last[r.key] == i]
-    return sorted(kept, key=lambda r: not _is_stream_key(r.key))
+    since: dict[bytes | None, int] = {}  # where the key's current incarnation began
+    for i, r in enumerate(records):
+        since.setdefault(r.key, i)
+        if _is_removal(r.value):
+            since.pop(r.key)
+    kept = [i for i, r in enumerate(records) if r.key is None or last[r.key] == i]
+    # A query keeps the place its first record since its last removal gave it (an `add`
+    # then an `update` on the whole log: the add's place, as when it ran); streams first.
+    return [records[i] for i in sorted(kept, key=lambda i: (
+        not _is_stream_key(records[i].key), since.get(records[i].key, i)))]
+
+
+def _is_removal(value: bytes | None) -> bool:
+    if value is None:
+        return True
+    try:
+        return orjson.loads(value).get("op") == "remove"
+    except (orjson.JSONDecodeError, AttributeError):
+        return False
 
 
 def _is_stream_key(key: bytes | None) -> bool:

@@ -201,3 +201,18 @@ def test_a_record_refused_at_a_start_is_written_over_once():
     stray = ControlRecord(*query("add", "wide", QUERY.format(name="wide", spread=1)), 4,
                           {REFUSED_HEADER: b"not a number"})
     assert not stray.republished and started(log + [stray]).queries.live["wide"]
+
+
+def test_a_start_on_the_whole_log_keeps_the_order_queries_were_added_in():
+    """Indexes order composite events of one seq across queries: after `add a`, `add b`,
+    `update a`, a start gives a the first place again, as the running splitter had it."""
+    topic = Topic()
+    topic.change(*stream("add", QUOTES))
+    topic.change(*query("add", "a", QUERY.format(name="a", spread=1)))
+    topic.change(*query("add", "b", QUERY.format(name="b", spread=2)))
+    topic.change(*query("update", "a", QUERY.format(name="a", spread=3)))
+    running = live_of(topic.splitter)
+    assert running["queries"]["a"][0] < running["queries"]["b"][0]
+    assert live_of(started(topic.log)) == running
+    assert {n: q.index for n, q in replayed(topic.log, "quotes2").live.items()} == \
+        {n: i for n, (i, _) in running["queries"].items()}
