@@ -27,6 +27,7 @@ from services.backfill_engines import (
     unique_rejected,
 )
 from services.backfill_ingest import accept, list_inputs, read_decoded
+from services.backfill_parquet import BAD, GOOD, SplitCounts, parquet_input
 from services.backfill_plan import describe, plan
 
 ARROW_BATCH_ROWS = 65_536
@@ -100,14 +101,21 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
     started = time.perf_counter()
     rows = spark.sparkContext.accumulator(0)
     rejected_rows = spark.sparkContext.accumulator([], RejectedRows())
+    bad_splits = spark.sparkContext.accumulator({}, SplitCounts())
     groups = plan(queries)
 
     def job() -> BackfillResult:
         files = list_inputs(spark, inputs)
-        cached = read_decoded(spark, files, schema).persist(
-            StorageLevel.MEMORY_AND_DISK)  # decoded once: the seq check and the rest read it
-        decoded = accept(cached)
-        good = decoded.where(F.col("_error").isNull()).select("seq", *schema.attributes)
+        direct = parquet_input(spark, files)
+        cached = None
+        if direct is not None and direct.splits_ordered:  # every dead letter found in tasks
+            good = direct.frame(spark, schema, GOOD, bad_counts=bad_splits)
+        else:
+            cached = (direct.frame(spark, schema) if direct is not None
+                      else read_decoded(spark, files, schema))
+            cached = cached.persist(StorageLevel.MEMORY_AND_DISK)  # the seq check and the
+            decoded = accept(cached)                                # rest read it
+            good = decoded.where(F.col("_error").isNull()).select("seq", *schema.attributes)
         results = []
         for group in groups:
             keyed = (good.repartition(partitions, *group.keys) if group.keys
@@ -121,6 +129,9 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
          .select("query", "query_index", "key", "seq", "start_seq",
                  F.col("body").alias("composite"))
          .write.mode("overwrite").parquet(output))
+        if cached is None:  # decode again only the splits that have dead letters
+            decoded = direct.frame(spark, schema, BAD, split_ids=[
+                split for split, count in bad_splits.value.items() if count])
         bad_input = decoded.where(F.col("_error").isNotNull()).select(
             F.lit(0).alias("stage"), F.lit(None).cast("int").alias("query_index"),
             F.element_at(F.array(*[F.lit(f.source) for f in files]), F.col("_file") + 1)
@@ -134,12 +145,17 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
         bad_input.unionByName(rejected).coalesce(1).write.mode("overwrite") \
             .parquet(dead_letters)
         n_composites = spark.read.parquet(output).count()  # from the Parquet footers
-        good_or_bad = {row["good"]: row["count"] for row in decoded.groupBy(
-            F.col("_error").isNull().alias("good")).count().collect()}
-        n_good, n_bad = good_or_bad.get(True, 0), good_or_bad.get(False, 0)
-        cached.unpersist()
-        return BackfillResult(n_good, n_bad + len(unique_rejected(rejected_rows.value)),
-                              n_composites, 0.0, describe(groups))
+        n_rejected = len(unique_rejected(rejected_rows.value))
+        if cached is None:
+            n_bad = sum(bad_splits.value.values())
+            n_good = direct.rows - n_bad
+        else:
+            good_or_bad = {row["good"]: row["count"] for row in decoded.groupBy(
+                F.col("_error").isNull().alias("good")).count().collect()}
+            n_good, n_bad = good_or_bad.get(True, 0), good_or_bad.get(False, 0)
+            cached.unpersist()
+        return BackfillResult(n_good, n_bad + n_rejected, n_composites, 0.0,
+                              describe(groups))
 
     if console is not None:
         from services.backfill_progress import SparkProgress
