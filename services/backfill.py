@@ -116,19 +116,24 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
             cached = cached.persist(StorageLevel.MEMORY_AND_DISK)  # the seq check and the
             decoded = accept(cached)                                # rest read it
             good = decoded.where(F.col("_error").isNull()).select("seq", *schema.attributes)
+        out_dir = _pyarrow_directory(output)  # tasks write there, or Spark does
         results = []
-        for group in groups:
+        for g, group in enumerate(groups):
             keyed = (good.repartition(partitions, *group.keys) if group.keys
                      else good.repartition(1))
             runner = PartitionRunner(list(group.queries), str(kernel_cache_dir()), rows,
-                                     rejected=rejected_rows)
+                                     rejected=rejected_rows, output=out_dir, group=g)
             results.append(map_in_arrow(keyed.sortWithinPartitions("seq"), runner,
-                                        RESULT_SCHEMA))
+                                        "composites long" if out_dir else RESULT_SCHEMA))
         found = reduce(lambda a, b: a.unionByName(b), results)  # composite events only
-        (found.where(F.col("kind") == COMPOSITE)
-         .select("query", "query_index", "key", "seq", "start_seq",
-                 F.col("body").alias("composite"))
-         .write.mode("overwrite").parquet(output))
+        if out_dir:
+            n_composites = sum(row[0] for row in found.collect())
+        else:
+            (found.where(F.col("kind") == COMPOSITE)
+             .select("query", "query_index", "key", "seq", "start_seq",
+                     F.col("body").alias("composite"))
+             .write.mode("overwrite").parquet(output))
+            n_composites = spark.read.parquet(output).count()  # from the Parquet footers
         if cached is None:  # decode again only the splits that have dead letters
             decoded = direct.frame(spark, schema, BAD, split_ids=[
                 split for split, count in bad_splits.value.items() if count])
@@ -144,7 +149,6 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
             DEAD_LETTER_SCHEMA)
         bad_input.unionByName(rejected).coalesce(1).write.mode("overwrite") \
             .parquet(dead_letters)
-        n_composites = spark.read.parquet(output).count()  # from the Parquet footers
         n_rejected = len(unique_rejected(rejected_rows.value))
         if cached is None:
             n_bad = sum(bad_splits.value.values())
@@ -170,6 +174,24 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
         produce_to_kafka(output, to_kafka, bootstrap)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _pyarrow_directory(output: str) -> str | None:
+    """`output` emptied and made, as a URI pyarrow opens in the tasks; None where pyarrow
+    cannot open it (Spark's writer then writes it)."""
+    import os
+
+    import pyarrow.fs as pafs
+
+    uri = output if "://" in output or output.startswith("file:") else os.path.abspath(output)
+    try:
+        fs, path = pafs.FileSystem.from_uri(uri)
+        if fs.get_file_info(path).type != pafs.FileType.NotFound:
+            fs.delete_dir(path)
+        fs.create_dir(path)
+    except (OSError, ValueError):
+        return None
+    return uri
 
 
 def produce_to_kafka(output: str, topic: str, bootstrap: str | None) -> int:
