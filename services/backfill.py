@@ -134,21 +134,24 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
                      F.col("body").alias("composite"))
              .write.mode("overwrite").parquet(output))
             n_composites = spark.read.parquet(output).count()  # from the Parquet footers
-        if cached is None:  # decode again only the splits that have dead letters
-            decoded = direct.frame(spark, schema, BAD, split_ids=[
-                split for split, count in bad_splits.value.items() if count])
-        bad_input = decoded.where(F.col("_error").isNotNull()).select(
-            F.lit(0).alias("stage"), F.lit(None).cast("int").alias("query_index"),
-            F.element_at(F.array(*[F.lit(f.source) for f in files]), F.col("_file") + 1)
-            .alias("source"), F.col("_line").alias("line"),
-            F.col("_position").alias("position"), F.col("_error").alias("reason"),
-            F.col("_raw").alias("raw"))
-        rejected = spark.createDataFrame(
-            [(1, index, f"query {name}", None, seq, reason, raw)
-             for index, name, seq, reason, raw in unique_rejected(rejected_rows.value)],
-            DEAD_LETTER_SCHEMA)
-        bad_input.unionByName(rejected).coalesce(1).write.mode("overwrite") \
-            .parquet(dead_letters)
+        rejected_list = [(1, index, f"query {name}", None, seq, reason, raw)
+                         for index, name, seq, reason, raw in
+                         unique_rejected(rejected_rows.value)]
+        bad_ids = [split for split, count in bad_splits.value.items() if count]
+        if cached is None and not bad_ids and _write_dead_letters(rejected_list, dead_letters):
+            pass  # no bad input record: the driver wrote the engines' rejections
+        else:
+            if cached is None:  # decode again only the splits that have dead letters
+                decoded = direct.frame(spark, schema, BAD, split_ids=bad_ids)
+            bad_input = decoded.where(F.col("_error").isNotNull()).select(
+                F.lit(0).alias("stage"), F.lit(None).cast("int").alias("query_index"),
+                F.element_at(F.array(*[F.lit(f.source) for f in files]), F.col("_file") + 1)
+                .alias("source"), F.col("_line").alias("line"),
+                F.col("_position").alias("position"), F.col("_error").alias("reason"),
+                F.col("_raw").alias("raw"))
+            rejected = spark.createDataFrame(rejected_list, DEAD_LETTER_SCHEMA)
+            bad_input.unionByName(rejected).coalesce(1).write.mode("overwrite") \
+                .parquet(dead_letters)
         n_rejected = len(unique_rejected(rejected_rows.value))
         if cached is None:
             n_bad = sum(bad_splits.value.values())
@@ -192,6 +195,26 @@ def _pyarrow_directory(output: str) -> str | None:
     except (OSError, ValueError):
         return None
     return uri
+
+
+def _write_dead_letters(rows: list[tuple], dead_letters: str) -> bool:
+    """`rows` (DEAD_LETTER_SCHEMA) as the one file of the dead-letters directory, written
+    by pyarrow here; False where pyarrow cannot open it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    directory = _pyarrow_directory(dead_letters)
+    if directory is None:
+        return False
+    schema = pa.schema([("stage", pa.int32()), ("query_index", pa.int32()),
+                        ("source", pa.string()), ("line", pa.int64()),
+                        ("position", pa.int64()), ("reason", pa.string()),
+                        ("raw", pa.string())])
+    fs, path = pa.fs.FileSystem.from_uri(directory)
+    table = pa.Table.from_pylist([dict(zip(schema.names, row)) for row in rows], schema)
+    with fs.open_output_stream(f"{path}/part-00000.parquet") as out:
+        pq.write_table(table, out)
+    return True
 
 
 def produce_to_kafka(output: str, topic: str, bootstrap: str | None) -> int:

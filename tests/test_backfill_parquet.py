@@ -104,3 +104,15 @@ def test_json_lines_inputs_keep_spark_s_reader(spark, tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text("{}\n")
     assert parquet_input(spark, [InputFile(str(path), str(path), "jsonl")]) is None
+
+
+def test_clean_input_with_engine_rejections(spark, finance, tmp_path):
+    """No bad record in the input: the dead letters are only the events the engines
+    reject (an event time going backwards), written without a Spark job."""
+    records = trades()
+    records[50]["ts"] -= 600_000
+    path = write(records, tmp_path / "trades.parquet", row_group_size=300)
+    events, dead = read_events(path, finance[0].schema)
+    assert not dead
+    assert_like_cep_run(spark, finance, path, tmp_path)
+    assert read_dead_letters(f"{tmp_path / 'out'}_dead_letters")
