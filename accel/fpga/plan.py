@@ -31,7 +31,7 @@ import numpy as np
 
 from cep_core import ast
 from cep_core.batch import Batch, StringDictionary
-from cep_core.checker import CheckedQuery
+from cep_core.checker import CheckedQuery, Types
 from cep_core.compiler.match import Automaton, MatchCompileError, glushkov
 from cep_core.errors import QueryError
 from cep_core.reference.expr import Env, evaluate
@@ -337,8 +337,7 @@ class _NotConstant(Exception):
 
 
 def _constant(expr) -> tuple[bool, object]:
-    if any(isinstance(n, (ast.Attr, ast.Aggregate, ast.WindowAggregate, ast.Call))
-           for n in ast.walk(expr)):
+    if expr.find(ast.Attr, ast.Aggregate, ast.WindowAggregate, ast.Call) is not None:
         return False, None
     try:
         return True, evaluate(expr, _NoAttributes())
@@ -363,12 +362,12 @@ class _Decoder:
         return "int" if kind == "timestamp" else kind
 
     def formula(self, expr) -> Formula:
-        for node in ast.walk(expr):
-            if isinstance(node, (ast.Aggregate, ast.WindowAggregate)):
-                name = node.func.value.capitalize() + "()"
-                raise FpgaUnsupported(
-                    f"aggregate {name} in DEFINE: the FPGA circuit compares tuple fields "
-                    "with constants only", node.pos)
+        node = expr.find(ast.Aggregate, ast.WindowAggregate)
+        if node is not None:
+            name = node.func.value.capitalize() + "()"
+            raise FpgaUnsupported(
+                f"aggregate {name} in DEFINE: the FPGA circuit compares tuple fields "
+                "with constants only", node.pos)
         is_constant, value = _constant(expr)
         if is_constant:
             return Const(bool(value))
@@ -384,9 +383,10 @@ class _Decoder:
                 terms = tuple(self.comparison(expr, "=", operand, option) for option in options)
                 inside = _or(terms) if terms else Const(False)
                 return _not(inside) if negated else inside
-            case ast.Attr(name=name) if expr.type == "bool":
+            case ast.Attr(name=name) if self.checked.types[expr] == "bool":
                 return self.atom(expr, name, "=", True)
-        raise FpgaUnsupported(f"{_describe(expr)} in DEFINE: the FPGA circuit supports "
+        described = _describe(expr, self.checked.types)
+        raise FpgaUnsupported(f"{described} in DEFINE: the FPGA circuit supports "
                               "comparisons of a tuple field with a constant, AND, OR, NOT "
                               "and IN lists", _pos(expr))
 
@@ -404,8 +404,8 @@ class _Decoder:
         else:
             side = right if isinstance(left, ast.Attr) or left_const else left
             raise FpgaUnsupported(
-                f"{_describe(side)} in a comparison: the FPGA circuit compares a tuple field "
-                "with a constant", _pos(side))
+                f"{_describe(side, self.checked.types)} in a comparison: the FPGA circuit "
+                "compares a tuple field with a constant", _pos(side))
         if value is None:
             return Const(False)  # a comparison with null is false
         return self.atom(node, attr.name, op, value)
@@ -497,7 +497,7 @@ def _or(items: tuple) -> Formula:
     return Const(False) if not flat else flat[0] if len(flat) == 1 else Or(tuple(flat))
 
 
-def _describe(expr) -> str:
+def _describe(expr, types: Types) -> str:
     match expr:
         case ast.Binary(op=op):
             return f"arithmetic ({op})" if op in "+-*/%" else f"operator {op}"
@@ -506,7 +506,7 @@ def _describe(expr) -> str:
         case ast.Call(name=name):
             return f"function call {name}()"
         case ast.Attr(name=name):
-            return f"the {expr.type or ''} attribute {name} used as a condition"
+            return f"the {types[expr] or ''} attribute {name} used as a condition"
     return type(expr).__name__
 
 

@@ -121,7 +121,7 @@ def analyse(expr, index: int, kleene_vars: set[str]) -> Conjunct:
             return
         if isinstance(node, ast.WindowAggregate):
             mentioned.add(node.anchor)
-        for child in ast.children(node):
+        for child in node.children():
             visit(child)
 
     visit(expr)
@@ -200,10 +200,9 @@ class SeqPlan:
         for expr in exprs:
             if expr is None:
                 continue
-            for node in ast.walk(expr):
-                if isinstance(node, ast.WindowAggregate):
-                    self.window_aggregates[id(node)] = WindowAggregateUse(
-                        node, checked.time_units(node.within), self.channel(node.event_type))
+            for node in expr.find_all(ast.WindowAggregate):
+                self.window_aggregates[id(node)] = WindowAggregateUse(
+                    node, checked.time_units(node.within), self.channel(node.event_type))
 
         for step in self.all_steps():
             if step.anchor is not None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cep_core import ast
-from cep_core.checker import CheckedQuery, select_name
+from cep_core.checker import CheckedQuery, Types, select_name
 from cep_core.compiler.expressions import (
     STRING_TABLE_PARAMS,
     Code,
@@ -100,15 +100,15 @@ class _TemplateCompiler(ExpressionCompiler):
     expressions never fail, so short-circuiting is not needed), which lets the per-event
     loop run without mispredicted jumps."""
 
-    def __init__(self, leaves, constants: StringConstants):
-        super().__init__(leaves, constants)
+    def __init__(self, leaves, constants: StringConstants, types: Types):
+        super().__init__(leaves, constants, types)
         self.ints: list[int] = []
         self.floats: list[float] = []
 
-    def _literal(self, node: ast.Literal) -> Code:
+    def visit_Literal(self, node: ast.Literal) -> Code:
         value = node.value
         if isinstance(value, bool) or isinstance(value, str):
-            return super()._literal(node)
+            return super().visit_Literal(node)
         if isinstance(value, int):
             self.ints.append(value)
             return Code(f"ki[{len(self.ints) - 1}]")
@@ -121,13 +121,13 @@ class _TemplateCompiler(ExpressionCompiler):
         code = self.compile(expr)
         return code.value if not code.nullable else f"((not {code.null}) & {code.value})"
 
-    def _binary(self, node: ast.Binary) -> Code:
+    def visit_Binary(self, node: ast.Binary) -> Code:
         if node.op in ("AND", "OR"):
             left, right = self.condition(node.left), self.condition(node.right)
             return Code(f"({left} {'&' if node.op == 'AND' else '|'} {right})")
-        return super()._binary(node)
+        return super().visit_Binary(node)
 
-    def _inlist(self, node: ast.InList) -> Code:
+    def visit_InList(self, node: ast.InList) -> Code:
         operand = self.compile(node.operand)
         options = [self.compile(option) for option in node.options]
         tests = " | ".join(f"({operand.value} == {o.value})" for o in options)
@@ -168,11 +168,12 @@ class CompiledPredicate:
     kernel: object = field(repr=False, default=None)
 
 
-def compile_predicate(expr: ast.Expr, schema) -> CompiledPredicate:
+def compile_predicate(expr: ast.Expr, schema, types: Types) -> CompiledPredicate:
+    """`types`: the checked query's (`CheckedQuery.types`)."""
     attributes = list(schema.attributes)
     leaves = _Leaves(attributes)
     constants = StringConstants()
-    compiler = _TemplateCompiler(leaves, constants)
+    compiler = _TemplateCompiler(leaves, constants, types)
     condition = compiler.condition(expr)
     used = sorted(leaves.used.items(), key=lambda item: item[1])
     source = _PREDICATE.format(columns="".join(f"c{k}, " for _, k in used),

@@ -108,7 +108,7 @@ def _analyse(expr, kleene_vars: set[str]) -> _Conjunct:
         if isinstance(node, ast.WindowAggregate):
             mentioned.add(node.anchor)
             # bare attributes in its filter are the aggregated event's; `s.area` is bound
-        for child in ast.children(node):
+        for child in node.children():
             visit(child)
 
     visit(expr)
@@ -833,9 +833,8 @@ class SeqInterpreter:
                      *(s.filter for s in self.steps.values())]:
             if expr is None:
                 continue
-            for node in ast.walk(expr):
-                if isinstance(node, ast.WindowAggregate):
-                    extra = max(extra, self.checked.time_units(node.within))
+            for node in expr.find_all(ast.WindowAggregate):
+                extra = max(extra, self.checked.time_units(node.within))
         return span + extra
 
     def _chain_span(self) -> int | None:
