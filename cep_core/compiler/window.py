@@ -56,22 +56,33 @@ def conjuncts(where: ast.Expr | None) -> list[ast.Expr]:
     return found
 
 
-def canonical(expr) -> tuple:
+class _Canonical(ast.Visitor):
     """The structure of an expression with its constants: equal for identical conjuncts."""
-    match expr:
-        case ast.Literal(value=value):
-            return ("lit", type(value).__name__, value)
-        case ast.Attr(name=name, var=var):
-            return ("attr", var, name)
-        case ast.Unary(op=op, operand=operand):
-            return ("unary", op, canonical(operand))
-        case ast.Binary(op=op, left=left, right=right):
-            return ("binary", op, canonical(left), canonical(right))
-        case ast.InList(operand=operand, options=options, negated=negated):
-            return ("in", negated, canonical(operand), tuple(canonical(o) for o in options))
-        case ast.Call(name=name, args=args):
-            return ("call", name.lower(), tuple(canonical(a) for a in args))
-    raise TypeError(f"{type(expr).__name__} cannot appear in a WINDOW WHERE")
+
+    def visit_Literal(self, node: ast.Literal) -> tuple:
+        return ("lit", type(node.value).__name__, node.value)
+
+    def visit_Attr(self, node: ast.Attr) -> tuple:
+        return ("attr", node.var, node.name)
+
+    def visit_Unary(self, node: ast.Unary) -> tuple:
+        return ("unary", node.op, self.visit(node.operand))
+
+    def visit_Binary(self, node: ast.Binary) -> tuple:
+        return ("binary", node.op, self.visit(node.left), self.visit(node.right))
+
+    def visit_InList(self, node: ast.InList) -> tuple:
+        return ("in", node.negated, self.visit(node.operand),
+                tuple(self.visit(o) for o in node.options))
+
+    def visit_Call(self, node: ast.Call) -> tuple:
+        return ("call", node.name.lower(), tuple(self.visit(a) for a in node.args))
+
+    def generic_visit(self, node: ast.Node) -> tuple:
+        raise TypeError(f"{type(node).__name__} cannot appear in a WINDOW WHERE")
+
+
+canonical = _Canonical().visit
 
 
 class _Leaves:
