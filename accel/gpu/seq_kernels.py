@@ -110,7 +110,7 @@ class SeqKernelGenerator:
 
     def expressions(self, leaves) -> ExpressionCompiler:
         """An expression compiler over `leaves` with this query's string constants and types."""
-        return self.expressions(leaves)
+        return ExpressionCompiler(leaves, self.constants, self.plan.checked.types)
 
     def condition(self, expr, subject=None, reduced=False) -> str:
         leaves = _Leaves(self, subject, reduced)
