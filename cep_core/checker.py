@@ -18,6 +18,7 @@ How it is organised:
 from __future__ import annotations
 
 import difflib
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -45,7 +46,23 @@ MAX_DURATION_MS = 366 * 86_400_000
 class Types(dict[ast.Expression, str | None]):
     """The checker's type of each expression node of one query: "int", "float", "string",
     "bool" or "list", or None where an error made it unknown. Keyed by the node itself
-    (nodes hash by identity), so it holds for exactly the tree that was checked."""
+    (nodes hash by identity), so it holds for exactly the tree that was checked.
+
+    A subtree moved from another checked query (a shared WHERE) keeps the types its own
+    check gave it: a node missing here is looked up in the Types that typed it."""
+
+    def __setitem__(self, node: ast.Expression, kind: str | None) -> None:
+        super().__setitem__(node, kind)
+        _TYPED_BY[id(node)] = self  # while this Types lives, so does the node: ids are unique
+
+    def __missing__(self, node: ast.Expression) -> str | None:
+        origin = _TYPED_BY.get(id(node))
+        if origin is None or origin is self or node not in origin:
+            raise KeyError(node)
+        return origin[node]
+
+
+_TYPED_BY: weakref.WeakValueDictionary[int, Types] = weakref.WeakValueDictionary()
 
 
 @dataclass(eq=False)

@@ -133,3 +133,12 @@ def test_a_visit_method_naming_no_node_class_is_refused():
 def test_a_node_without_a_handler_is_an_error():
     with pytest.raises(TypeError, match="Evaluator has no handler for RSym"):
         evaluate(ast.RSym("A"), None)
+
+
+def test_a_subtree_moved_from_another_checked_query_keeps_its_types():
+    [q0], [q3] = load_query_text(ALL["ticks"]), load_query_text(ALL["ticks"])
+    moved = q0.query.body.items[1].expr
+    assert moved not in q3.types
+    assert q3.types[moved] == q0.types[moved] == "float"
+    with pytest.raises(KeyError):
+        q3.types[ast.Attr("price")]
