@@ -261,10 +261,10 @@ HEAD = ("head",)
 class _Compiler(ExpressionCompiler):
     """String literals read kernel locals (`sc0`, `sc1`, ...) loaded once per call."""
 
-    def _literal(self, node: ast.Literal) -> Code:
+    def visit_Literal(self, node: ast.Literal) -> Code:
         if isinstance(node.value, str):
             return Code(f"sc{self.constants.index(node.value)}")
-        return super()._literal(node)
+        return super().visit_Literal(node)
 
 
 class _Leaves:
@@ -319,6 +319,9 @@ class _Generator:
         self.slots = Table("slot", [("key",)])
         self.last_attrs: list[str] = []  # Last(a) in predicates: locals l0, l1, ...
         self.constants = StringConstants()
+
+    def compiler(self, leaves: _Leaves) -> _Compiler:
+        return _Compiler(leaves, self.constants, self.checked.types)
 
     def kind(self, attr: str) -> str:
         kind = self.schema.attributes[attr]
@@ -410,9 +413,8 @@ def compile_match(checked: CheckedQuery) -> Program:
     dynamic: list[tuple[int, str]] = []
     for label, name in enumerate(auto.names):
         condition = defines[name]
-        reads = any(isinstance(n, ast.Aggregate) and n.func is not A.LAST
-                    for n in ast.walk(condition))
-        code = _Compiler(_Leaves(gen, "ci", emit=False), gen.constants).condition(condition)
+        reads = any(n.func is not A.LAST for n in condition.find_all(ast.Aggregate))
+        code = gen.compiler(_Leaves(gen, "ci", emit=False)).condition(condition)
         (dynamic if reads else static).append((auto.mask_of(label), code))
 
     per_key = not dynamic and not any(
@@ -435,8 +437,8 @@ def compile_match(checked: CheckedQuery) -> Program:
             gen.need_count()
             emit_specs.append(EmitSpec(item.name, "list", element=gen.kind(attr)))
             continue
-        code = _Compiler(_Leaves(gen, "wi", emit=True), gen.constants).compile(expr)
-        kind = expr.type or "int"
+        code = gen.compiler(_Leaves(gen, "wi", emit=True)).compile(expr)
+        kind = gen.checked.types[expr] or "int"
         emit_specs.append(EmitSpec(item.name, kind, nullable=code.nullable))
         emit_lines.append(f"e{j}[U(no)] = {code.value}")
         if code.nullable:

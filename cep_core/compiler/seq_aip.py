@@ -73,7 +73,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cep_core import ast
-from cep_core.compiler.expressions import STRING_TABLE_PARAMS, ExpressionCompiler
+from cep_core.compiler.expressions import STRING_TABLE_PARAMS
 from cep_core.compiler.modules import load_module
 from cep_core.compiler.seq_aip_runtime import (
     AIP_RUNTIME_VERSION,
@@ -295,7 +295,7 @@ class AipGenerator(MatchCodeGenerator):
                 channel, arr, _ = kleene[v]
                 full[v] = (channel, f"{arr}[j{x}]")
         leaves = ChannelLeaves(self, full, kleene)
-        cond = ExpressionCompiler(leaves, self.constants).condition(c.expr)
+        cond = self.expressions(leaves).condition(c.expr)
         fail = [f"if not {cond}:", f"    {flag} = False"]
         if not kvars:
             return leaves.pre + fail

@@ -29,7 +29,7 @@ a negated variable under test.
 from __future__ import annotations
 
 from cep_core import ast
-from cep_core.compiler.expressions import STRING_TABLE_PARAMS, ExpressionCompiler
+from cep_core.compiler.expressions import STRING_TABLE_PARAMS
 from cep_core.compiler.modules import load_module
 from cep_core.compiler.seq_codegen import (
     CTR_SIZE,
@@ -80,7 +80,7 @@ class CdpGenerator(MatchCodeGenerator):
                 var = self.plan.variables[v]
                 full[v] = (var.channel, f"k{var.index}[j{var.index}]")
         leaves = ChannelLeaves(self, full, self.param_kleene())
-        cond = ExpressionCompiler(leaves, self.constants).condition(c.expr)
+        cond = self.expressions(leaves).condition(c.expr)
         fail = [f"if not {cond}:", f"    {flag} = False"]
         if not kvars:
             return leaves.pre + fail

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cep_core.compiler.expressions import StringConstants
+from cep_core.compiler.expressions import ExpressionCompiler, StringConstants
 from cep_core.compiler.seq_plan import ANY, SeqPlan
 
 INT64_MIN = -(2 ** 63)
@@ -119,6 +119,10 @@ class ChannelCodeGenerator:
         self.singles = [v for v in self.positive if v.kind == "single"]
         self.kleene = [v for v in self.positive if v.kind == "kleene"]
         self.channels = list(range(len(plan.channels)))
+
+    def expressions(self, leaves) -> ExpressionCompiler:
+        """An expression compiler over `leaves` with this query's string constants and types."""
+        return ExpressionCompiler(leaves, self.constants, self.plan.checked.types)
 
     def fresh(self, prefix: str) -> str:
         self._counter += 1

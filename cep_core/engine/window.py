@@ -336,7 +336,7 @@ class WindowQuerySet:
                              f"this set reads {self.schema.stream!r}")
         plan_ = plan(checked)
         for expr in plan_.where:
-            compiled = compile_predicate(expr, self.schema)
+            compiled = compile_predicate(expr, self.schema, checked.types)
             predicate = self.predicates.get(compiled.key)
             if predicate is None:
                 predicate = self.predicates[compiled.key] = _Predicate(compiled)
