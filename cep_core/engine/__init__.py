@@ -95,6 +95,9 @@ class StreamEngines:
     `order()` puts any list of them in the deterministic output order."""
 
     def __init__(self, queries: list[CheckedQuery], strings: StringDictionary, **options):
+        from cep_core.engine import cache_load
+
+        cache_load.install()
         self.queries = {q.name: q for q in queries}
         self._strings = strings
         self._compact_at = 0.0  # dictionary size at which compact_strings looks again
