@@ -36,6 +36,7 @@ from collections import deque
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
+from cep_core import snapshot_format
 from cep_core.composite import sort_key
 from services import frames
 from services.checkpoint import PIPELINE_HEADER, read_latest, written_since
@@ -265,7 +266,7 @@ class Coordinator:
         started = time.perf_counter()
         data = read_latest(self.settings, self.topics.state).get(STATE_KEY)
         if data is not None:
-            state = orjson.loads(data)
+            state = snapshot_format.unpack_json("coordinator", data)
             self.merger.load_state(state["merger"])
             self.offsets = state["offsets"]
             self.delivered = state["delivered"]
@@ -308,7 +309,8 @@ class Coordinator:
             self.deliveries.check()
         state = {"offsets": self.offsets, "merger": self.merger.state(),
                  "delivered": self.delivered, "reported_ends": self.reported_ends}
-        produce(producer, self.topics.state, orjson.dumps(state), key=STATE_KEY)
+        produce(producer, self.topics.state, snapshot_format.pack_json("coordinator", state),
+                key=STATE_KEY)
         if producer.flush(30):
             log("checkpoint_not_flushed", level="warning")
             return
