@@ -176,8 +176,9 @@ def _envelope(k: Kind, data: bytes) -> tuple[int, int] | None:
                                 "not even a whole header")
         if k.unversioned(data):
             return None
-        raise SnapshotError(f"not a {k.name} snapshot: no envelope ({MAGIC.decode()}...) and "
-                            f"not the beginning of an unversioned one (first bytes "
+        raise SnapshotError(f"not a snapshot of kind {k.name!r}: no envelope "
+                            f"({MAGIC.decode()}...) and not the beginning of an "
+                            f"unversioned one (first bytes "
                             f"{first[:16]!r}, {len(data)} bytes in all)")
     found = _HEAD.match(first)
     if found is None:
@@ -198,6 +199,8 @@ def _envelope(k: Kind, data: bytes) -> tuple[int, int] | None:
 
 
 def _migrate(k: Kind, version: int, payload):
+    if version < k.version and isinstance(payload, memoryview):
+        payload = bytes(payload)
     for v in range(version, k.version):
         payload = MIGRATIONS[(k.name, v)](payload)
     return payload
