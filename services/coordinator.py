@@ -43,6 +43,7 @@ from collections import deque
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
+from cep_core import snapshot_format
 from cep_core.composite import sort_key
 from services import frames
 from services.checkpoint import PIPELINE_HEADER, read_latest, written_since
@@ -280,7 +281,7 @@ class Coordinator:
         started = time.perf_counter()
         data = read_latest(self.settings, self.topics.state).get(self.state_key)
         if data is not None:
-            state = orjson.loads(data)
+            state = snapshot_format.unpack_json("coordinator", data)
             self.merger.load_state(state["merger"])
             self.offsets = state["offsets"]
             self.delivered = state["delivered"]
@@ -326,7 +327,8 @@ class Coordinator:
             self.deliveries.check()
         state = {"offsets": self.offsets, "merger": self.merger.state(),
                  "delivered": self.delivered, "reported_ends": self.reported_ends}
-        produce(producer, self.topics.state, orjson.dumps(state), key=self.state_key)
+        produce(producer, self.topics.state, snapshot_format.pack_json("coordinator", state),
+                key=self.state_key)
         if producer.flush(30):
             log("checkpoint_not_flushed", level="warning")
             return

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import OFFSET_BEGINNING
 
+from cep_core import snapshot_format
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.control_message import STREAM, LiveSet, horizon
 from cep_core.engine import StreamEngines
@@ -128,9 +129,11 @@ class PartitionState:
                 "routes": {r: len(b) for r, b in blobs.items()}, "out": self.out,
                 "seen": self.seen, "end_at": self.end_at, "outputs": self.outputs}
         head = orjson.dumps(meta)
-        return struct.pack(">I", len(head)) + head + b"".join(blobs.values())
+        return snapshot_format.pack("partition", struct.pack(">I", len(head)) + head
+                                    + b"".join(blobs.values()))
 
     def restore(self, data: bytes) -> None:
+        data = snapshot_format.unpack("partition", data)
         (size,) = struct.unpack(">I", data[:4])
         meta = orjson.loads(data[4:4 + size])
         self.offset, self.upto, self.ts = meta["offset"], meta["upto"], meta["ts"]

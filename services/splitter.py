@@ -34,9 +34,9 @@ import os
 import threading
 import time
 
-import orjson
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
+from cep_core import snapshot_format
 from cep_core.control_message import ControlRecord, compacted
 from cep_core.json_batch import DEFAULT_MAX_MESSAGE_BYTES
 from services.checkpoint import read_latest
@@ -236,13 +236,14 @@ class Splitter:
         with the same seqs (a seq is the record's position in consumption order)."""
         saved = read_latest(self.settings, self.topics.state).get(SPLITTER_KEY)
         if saved is not None:
-            state = orjson.loads(saved)
+            state = snapshot_format.unpack_json("splitter", saved)
             offsets = {int(p): o for p, o in state["offsets"].items()}
             for tp in tps:
                 tp.offset = offsets.get(tp.partition, OFFSET_BEGINNING)
         else:
             committed = self.source.committed(tps, timeout=10)
-            state = next((orjson.loads(tp.metadata) for tp in committed if tp.metadata), None)
+            state = next((snapshot_format.unpack_json("splitter", tp.metadata)
+                          for tp in committed if tp.metadata), None)
             for tp, done in zip(tps, committed):
                 tp.offset = done.offset if state is not None and done.offset >= 0 \
                     else OFFSET_BEGINNING
@@ -280,10 +281,11 @@ class Splitter:
         consumed = offsets
         if self.reorder is not None:  # resume where the oldest waiting event was read
             offsets, reorder = saved_state(self.reorder, consumed)
-        state = orjson.dumps({"position": self.position, "last_seq": self.last_seq,
-                              "max_ts": self.max_ts, "offsets": offsets, "reorder": reorder,
-                              "steps": self.steps, "ended": sorted(self.ended),
-                              "keyed": {str(p): o for p, o in self.keyed_next.items()}})
+        state = snapshot_format.pack_json("splitter", {
+            "position": self.position, "last_seq": self.last_seq, "max_ts": self.max_ts,
+            "offsets": offsets, "reorder": reorder, "steps": self.steps,
+            "ended": sorted(self.ended),
+            "keyed": {str(p): o for p, o in self.keyed_next.items()}})
         produce(self.producer, self.topics.state, state, key=SPLITTER_KEY)
         if self.producer.flush(30):
             log("checkpoint_not_flushed", level="warning")

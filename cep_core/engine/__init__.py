@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from contextlib import contextmanager
 
+from cep_core import snapshot_format
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import CheckedQuery
 from cep_core.composite import sort_key
@@ -197,7 +198,7 @@ class StreamEngines:
             arrays.update({f"w_{k}": v for k, v in window_arrays.items()})
         buffer = io.BytesIO()
         np.savez(buffer, __meta__=np.frombuffer(orjson.dumps(meta), dtype=np.uint8), **arrays)
-        return buffer.getvalue()
+        return snapshot_format.pack("engines", buffer.getvalue())
 
     def restore(self, data: bytes) -> None:
         """Put back a snapshot taken from engines with the same queries."""
@@ -206,6 +207,7 @@ class StreamEngines:
         import numpy as np
         import orjson
 
+        data = snapshot_format.unpack("engines", data)
         with np.load(io.BytesIO(data), allow_pickle=False) as archive:
             arrays = {name: archive[name] for name in archive.files}
         meta = orjson.loads(arrays.pop("__meta__").tobytes())
