@@ -20,7 +20,7 @@ from cep_core import reference
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_queries
 from cep_core.engine import StreamEngines
-from cep_core.engine import window_kernels as wk
+from cep_core.kernels import window_kernels as wk
 from cep_core.engine.window import RELEASE_AT, WindowEngine
 from cep_core.event_io import read_events
 from cep_core.events import Event, Punctuation

@@ -25,7 +25,7 @@ from cep_core.checker import load_queries, load_query_text
 from cep_core.composite import sort_key
 from cep_core.engine import create_engine
 from cep_core.engine.window import WindowEngine, WindowQuerySet
-from cep_core.engine.window_kernels import exact_sum, mask_rows, table_bits
+from cep_core.kernels.window_kernels import exact_sum, mask_rows, table_bits
 from cep_core.event_io import read_events
 from cep_core.events import Event, Punctuation
 from engine_harness import assert_same

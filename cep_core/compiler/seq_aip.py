@@ -75,7 +75,7 @@ from dataclasses import dataclass
 from cep_core import ast
 from cep_core.compiler.expressions import STRING_TABLE_PARAMS, ExpressionCompiler
 from cep_core.compiler.modules import load_module
-from cep_core.compiler.seq_aip_runtime import (
+from cep_core.kernels.seq_aip_runtime import (
     AIP_RUNTIME_VERSION,
     R_DL,
     R_FIRST,
@@ -99,7 +99,7 @@ from cep_core.compiler.seq_codegen import (
 from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
 from cep_core.compiler.seq_codegen_matches import MatchCodeGenerator
 from cep_core.compiler.seq_plan import Conjunct, SeqPlan
-from cep_core.compiler.seq_runtime import RUNTIME_VERSION
+from cep_core.kernels.seq_runtime import RUNTIME_VERSION
 
 # the engine (engine.seq_aip) imports the kernel's constants from here
 __all__ = ["ERR", "OVF", "PALIVE", "POOL", "AipGenerator", "AipKernel", "AipUnsupported"]
@@ -1048,7 +1048,7 @@ class AipGenerator(MatchCodeGenerator):
 
 AIP_RUNTIME_HELPERS = ("grow_pool", "kmat", "same_list", "seg_reserve")
 HELPERS = (f"\n# runtime versions {RUNTIME_VERSION} / {AIP_RUNTIME_VERSION}\n"
-           + import_block("cep_core.compiler.seq_aip_runtime",
+           + import_block("cep_core.kernels.seq_aip_runtime",
                           {name: f"_{name}" for name in AIP_RUNTIME_HELPERS})
            + seq_runtime_import(AipGenerator.append_row)
            + f"\nINT64_MIN = np.int64({INT64_MIN})\nINT64_MAX = np.int64({INT64_MAX})\n\n")

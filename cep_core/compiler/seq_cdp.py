@@ -47,7 +47,7 @@ from cep_core.compiler.seq_codegen import (
 from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
 from cep_core.compiler.seq_codegen_matches import MatchCodeGenerator
 from cep_core.compiler.seq_plan import Conjunct, SeqPlan
-from cep_core.compiler.seq_runtime import RUNTIME_VERSION
+from cep_core.kernels.seq_runtime import RUNTIME_VERSION
 
 # the engines (seq, seq_base) and the GPU kernels import the kernels' constants from here
 __all__ = ["CTR_SIZE", "ERR", "INT64_MAX", "INT64_MIN", "OVF", "PALIVE", "PKN", "PN", "Layout",

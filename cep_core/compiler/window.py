@@ -32,7 +32,7 @@ from cep_core.compiler.expressions import (
     StringConstants,
 )
 from cep_core.compiler.modules import load_module
-from cep_core.engine import window_kernels as wk
+from cep_core.kernels import window_kernels as wk
 
 # ---------------------------------------------------------------- predicates
 

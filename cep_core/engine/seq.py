@@ -38,11 +38,12 @@ import numpy as np
 
 from cep_core.batch import Batch, StringDictionary
 from cep_core.checker import CheckedQuery
-from cep_core.compiler.seq_cdp import ERR, OVF, PALIVE, CdpKernel
+from cep_core.compiler.seq_cdp import CdpKernel
 from cep_core.compiler.seq_plan import SeqPlan
 from cep_core.composite_batch import CompositeBatch, to_dicts
 from cep_core.engine.seq_base import BACKWARDS_TIME, SeqEngineBase
 from cep_core.engine.seq_idle import drop_events, idle_partitions
+from cep_core.kernels.seq_layout import ERR, OVF, PALIVE
 
 __all__ = ["BACKWARDS_TIME", "NotSupportedError", "SeqEngine", "SeqOverflowError"]
 

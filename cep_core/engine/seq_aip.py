@@ -39,15 +39,7 @@ import numpy as np
 
 from cep_core.batch import Batch, StringDictionary
 from cep_core.checker import CheckedQuery
-from cep_core.compiler.seq_aip import (
-    ERR,
-    OVF,
-    PALIVE,
-    POOL,
-    AipKernel,
-    AipUnsupported,
-)
-from cep_core.compiler.seq_aip_runtime import expire, pool_compact
+from cep_core.compiler.seq_aip import AipKernel, AipUnsupported
 from cep_core.compiler.seq_plan import SeqPlan
 from cep_core.composite_batch import ColumnBatch, CompositeBatch, to_dicts
 from cep_core.engine.seq_base import SeqEngineBase
@@ -61,6 +53,8 @@ from cep_core.engine.seq_idle import (
     release_empty_instance_keys,
 )
 from cep_core.engine.seq import NotSupportedError
+from cep_core.kernels.seq_aip_runtime import expire, pool_compact
+from cep_core.kernels.seq_layout import ERR, OVF, PALIVE, POOL
 
 _kernels: dict[str, AipKernel] = {}
 

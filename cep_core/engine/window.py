@@ -46,7 +46,7 @@ from cep_core.compiler.window import (
     compile_predicate,
     plan,
 )
-from cep_core.engine import window_kernels as wk
+from cep_core.kernels import window_kernels as wk
 from cep_core.engine.base import Engine
 from cep_core.engine.keys import KeyIndex
 from cep_core.composite_batch import row_builder
