@@ -1,8 +1,9 @@
-"""What the SEQ code generators (CDP in `seq_cdp`, AIP in `seq_aip`) share about events: the
-counter and pending-record slots their kernels agree on, where an attribute lives in a
-channel row (`Layout`), names of generated locals, how the per-channel event columns are
-read, and how an arriving event is admitted and stored. What they do with a completed match
-is in `seq_codegen_matches`; expression leaves over channel rows in `seq_codegen_leaves`.
+"""What the SEQ code generators (CDP in `seq_cdp`, AIP in `seq_aip`) share about events
+(the counter and pending-record slots their kernels agree on are in
+`cep_core.kernels.seq_layout`): where an attribute lives in a channel row (`Layout`), names
+of generated locals, how the per-channel event columns are read, and how an arriving event
+is admitted and stored. What they do with a completed match is in `seq_codegen_matches`;
+expression leaves over channel rows in `seq_codegen_leaves`.
 
 Channels. Per partition and per channel (an event type that a step, a negation or a window
 aggregate reads, or ANY) the kernels keep the events of that type in seq order, as two
@@ -19,24 +20,6 @@ from dataclasses import dataclass
 
 from cep_core.compiler.expressions import StringConstants
 from cep_core.compiler.seq_plan import ANY, SeqPlan
-from cep_core.kernels.seq_layout import (  # noqa: F401 (the generators import them from here)
-    CTR_SIZE,
-    ERR,
-    INT64_MAX,
-    INT64_MIN,
-    OVF,
-    P_CNT,
-    P_DEC,
-    P_FIRST,
-    P_FIXED,
-    P_NEXT,
-    P_PART,
-    PALIVE,
-    PEL,
-    PKN,
-    PN,
-    POOL,
-)
 
 
 # seq_runtime functions every SEQ kernel module imports as `_name`

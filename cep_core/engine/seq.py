@@ -5,7 +5,7 @@
 (`cep_core.compiler.seq_cdp`): per-type columns per partition, matches built back from each
 terminator. It evaluates skip-till-any-match queries (with TESLA's EACH / LAST / FIRST).
 
-The planner is `cep_core.engine.create_engine`: skip-till-next-match, strict-contiguity and
+The planner is `cep_core.engine_factory.create_engine`: skip-till-next-match, strict-contiguity and
 a forced `algorithm="aip"` go to the incremental automata (`cep_core.engine.seq_aip`),
 everything else here. Asked directly for "aip" or a run strategy, SeqEngine raises
 `NotSupportedError` naming it.
