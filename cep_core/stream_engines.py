@@ -1,7 +1,8 @@
-"""The jitted engine: checked queries run over columnar batches by numba kernels.
-
-`create_engine(checked, strings)` picks the engine for the query's kind; `run()` is the
-batch counterpart of `cep_core.reference.run` and gives identical composite events.
+"""A stream's queries on the jitted engines: `StreamEngines` holds one engine per checked
+query (made by `cep_core.engine_factory.create_engine`) over one string dictionary, adds,
+replaces and removes queries, orders their composite events and snapshots them together.
+`run()` is the batch counterpart of `cep_core.reference.run` and gives identical composite
+events; `run_table`/`run_engines` feed an Arrow table or event batches through.
 """
 
 from __future__ import annotations
@@ -14,28 +15,8 @@ from cep_core.checker import CheckedQuery
 from cep_core.composite import sort_key
 from cep_core.composite_batch import CompositeBatch, RowBatch, to_dicts
 from cep_core.composites import Composites
-from cep_core.engine.base import Engine
+from cep_core.engine_factory import create_engine
 from cep_core.events import Event, Punctuation
-
-
-def create_engine(checked: CheckedQuery, strings: StringDictionary, **options) -> Engine:
-    kind = checked.query.kind
-    if kind == "match":
-        from cep_core.engine.match import MatchEngine
-        return MatchEngine(checked, strings, **options)
-    if kind == "seq":
-        # The planner: runs (skip-till-next-match, strict contiguity) and a forced "aip" go
-        # to incremental automata; the rest to column-based delayed processing.
-        from cep_core.ast import Strategy
-        algorithm = options.get("algorithm", "auto")
-        if algorithm == "aip" or (algorithm == "auto" and checked.query.body.strategy
-                                  is not Strategy.SKIP_TILL_ANY_MATCH):
-            from cep_core.engine.seq_aip import SeqAipEngine
-            return SeqAipEngine(checked, strings, **options)
-        from cep_core.engine.seq import SeqEngine
-        return SeqEngine(checked, strings, **options)
-    from cep_core.engine.window import WindowEngine
-    return WindowEngine(checked, strings, **options)
 
 
 def compact_strings(parts, strings: StringDictionary, slack: float = 2.0,

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cep_core.batch import BatchEncoder, StringDictionary
-from cep_core.engine import compact_strings
+from cep_core.stream_engines import compact_strings
 from cep_core.engine.match import MatchEngine
 from cep_core.event_io import read_events
 from tests.engine_harness import assert_same, new_shapes, reference_run

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from cep_core import reference
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_queries
-from cep_core.engine import StreamEngines
+from cep_core.stream_engines import StreamEngines
 from cep_core.kernels import window_kernels as wk
 from cep_core.engine.window import RELEASE_AT, WindowEngine
 from cep_core.event_io import read_events

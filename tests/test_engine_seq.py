@@ -26,7 +26,7 @@ from cep_core.checker import load_queries, load_query_text
 from cep_core.event_io import read_events
 from cep_core.events import Event, Punctuation
 from cep_core.schema import SchemaRegistry, StreamSchema
-from cep_core.engine import create_engine
+from cep_core.engine_factory import create_engine
 from cep_core.engine.seq import NotSupportedError, SeqEngine, SeqOverflowError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,7 +15,7 @@ from engine_harness import assert_same
 
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_query_text
-from cep_core.engine import create_engine
+from cep_core.engine_factory import create_engine
 from cep_core.engine.seq import SeqEngine
 from cep_core.engine.seq_aip import SeqAipEngine
 from cep_core.events import Event, Punctuation

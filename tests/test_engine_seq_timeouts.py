@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_query_text
-from cep_core.engine import create_engine
+from cep_core.engine_factory import create_engine
 from cep_core.engine.seq import NotSupportedError, SeqEngine
 from cep_core.engine.seq_aip import SeqAipEngine
 from cep_core.events import Event, Punctuation

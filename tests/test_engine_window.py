@@ -23,7 +23,7 @@ from cep_core import reference
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_queries, load_query_text
 from cep_core.composite import sort_key
-from cep_core.engine import create_engine
+from cep_core.engine_factory import create_engine
 from cep_core.engine.window import WindowEngine, WindowQuerySet
 from cep_core.kernels.window_kernels import exact_sum, mask_rows, table_bits
 from cep_core.event_io import read_events
