@@ -84,12 +84,13 @@ class StreamEngines:
         windows = [q for q in queries if q.query.kind == "window"]
         self.windows = None
         if windows:
+            from cep_core.compiler.window import compile_window
             from cep_core.engine.window import WindowQuerySet
             known = ("chunk", "rows_capacity", "groups", "masked_at", "release_at")
             self.windows = WindowQuerySet(windows[0].schema, strings,
                                           **{k: v for k, v in options.items() if k in known})
             for q in windows:
-                self.windows.add(q)
+                self.windows.add(compile_window(q))
 
     def _parts(self):
         yield from self.engines
@@ -140,10 +141,11 @@ class StreamEngines:
         if checked.query.kind != "window":
             self.engines.append(create_engine(checked, self._strings, **options))
             return
+        from cep_core.compiler.window import compile_window
         if self.windows is None:
             from cep_core.engine.window import WindowQuerySet
             self.windows = WindowQuerySet(checked.schema, self._strings)
-        self.windows.add(checked)
+        self.windows.add(compile_window(checked))
 
     def remove(self, name: str) -> None:
         """Stop a query and drop its state; the others keep theirs."""
