@@ -22,7 +22,7 @@ from confluent_kafka import OFFSET_BEGINNING
 from cep_core import snapshot_format
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.control_message import STREAM, LiveSet, horizon
-from cep_core.engine import StreamEngines
+from cep_core.stream_engines import StreamEngines
 from cep_core.schema import units_per_ms
 from services import frames
 from services.control import StatusWriter

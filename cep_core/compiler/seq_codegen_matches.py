@@ -15,8 +15,14 @@ from abc import ABC, abstractmethod
 from cep_core import ast
 from cep_core.compiler.expressions import STRING_TABLE_PARAMS
 from cep_core.compiler.seq_codegen import (
-    INT64_MAX,
+    ChannelCodeGenerator,
     emit_store_lines,
+    indent,
+)
+from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
+from cep_core.compiler.seq_plan import Conjunct, SeqPlan
+from cep_core.kernels.seq_layout import (
+    INT64_MAX,
     P_CNT,
     P_DEC,
     P_FIRST,
@@ -27,11 +33,7 @@ from cep_core.compiler.seq_codegen import (
     PEL,
     PKN,
     PN,
-    ChannelCodeGenerator,
-    indent,
 )
-from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
-from cep_core.compiler.seq_plan import Conjunct, SeqPlan
 
 
 class MatchCodeGenerator(ChannelCodeGenerator, ABC):

@@ -283,6 +283,12 @@ class SeqPlan:
         return span + extra
 
     def _chain_span(self) -> int | None:
+        distances = self.chain_distances()
+        return None if distances is None else max(distances.values())
+
+    def chain_distances(self) -> dict[str, int] | None:
+        """TESLA: each positive variable's largest possible distance (in time) to the
+        terminator, when every step is chained to it by `WITHIN w FROM y`; else None."""
         last = self.items[-1]
         if last.kind != "single":
             return None
@@ -301,5 +307,5 @@ class SeqPlan:
             dist[var] = base + self.checked.time_units(step.within)
             return dist[var]
 
-        found = [distance(v) for v in steps]
-        return None if any(d is None for d in found) else max(found)
+        found = {v: distance(v) for v in steps}
+        return None if any(d is None for d in found.values()) else found

@@ -32,7 +32,8 @@ from cep_core.compiler.expressions import (
     StringConstants,
 )
 from cep_core.compiler.modules import load_module
-from cep_core.engine import window_kernels as wk
+from cep_core.compiler.programs import once_per_query
+from cep_core.kernels import window_kernels as wk
 
 # ---------------------------------------------------------------- predicates
 
@@ -306,3 +307,22 @@ def plan(checked: CheckedQuery) -> WindowPlan:
                       panes=size // slide, window_attr=window_attr, group_by=group_by,
                       where=conjuncts(body.where), int_accs=int_accs, float_accs=float_accs,
                       exact_sums=exact_sums, items=items)
+
+
+@dataclass(frozen=True, eq=False)
+class WindowProgram:
+    """A compiled WINDOW query: its plan and a compiled predicate per WHERE conjunct (in
+    `plan.where` order), built once per checked query and shared by the engines that run
+    it (`cep_core.engine.window`)."""
+
+    checked: CheckedQuery
+    plan: WindowPlan
+    predicates: tuple[CompiledPredicate, ...]
+
+
+@once_per_query
+def compile_window(checked: CheckedQuery) -> WindowProgram:
+    plan_ = plan(checked)
+    predicates = tuple(compile_predicate(expr, checked.schema, checked.types)
+                       for expr in plan_.where)
+    return WindowProgram(checked, plan_, predicates)
