@@ -25,7 +25,7 @@ from cep_core import reference  # noqa: E402
 from cep_core.batch import BatchEncoder, StringDictionary  # noqa: E402
 from cep_core.composite import sort_key  # noqa: E402
 from cep_core.composites import read_table as composite_dicts  # noqa: E402
-from cep_core.engine import create_engine  # noqa: E402
+from cep_core.engine_factory import create_engine  # noqa: E402
 from cep_core.event_reader import events_from_table  # noqa: E402
 from cep_core.snapshot_format import unpack_json  # noqa: E402
 from services.coordinator import Merger  # noqa: E402
