@@ -36,7 +36,7 @@ RUNS = [("finance0", {}), ("finance1", {}), ("finance2", {}), ("marathon", {}),
 
 def measure(workload: str, events: int, batch: int, options: dict) -> dict:
     """One measurement in this process (public API only: it runs on either version)."""
-    from cep_core import engine as jit
+    from cep_core import stream_engines as jit
     from cep_core.batch import BatchEncoder, StringDictionary
     from cep_core.checker import load_query_text
     from cep_core.workloads import WORKLOADS

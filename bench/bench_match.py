@@ -29,11 +29,13 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
 
 import numpy as np
 
 from cep_core.batch import Batch, BatchEncoder, StringDictionary
 from cep_core.checker import load_query_text
+from cep_core.compiler.match import compile_match
 from cep_core.engine.match import MatchEngine
 from cep_core.events import Event
 from cep_core.reference.match import MatchInterpreter
@@ -144,12 +146,13 @@ def measure(name: str, text: str, batch: Batch, strings: StringDictionary, batch
     checked = load_query_text(text)[0]
     n = len(batch)
     # Compile (or load from numba's cache) outside the timing.
-    MatchEngine(checked, StringDictionary(strings.strings)).process(batch.slice(0, 1000))
+    program = compile_match(checked)
+    MatchEngine(program, StringDictionary(strings.strings)).process(batch.slice(0, 1000))
 
     best = None
     for _ in range(repeat):
-        engine = MatchEngine(checked, StringDictionary(strings.strings))
-        timed = engine.program.kernel = _Timed(engine.program.kernel)
+        timed = _Timed(program.kernel)
+        engine = MatchEngine(replace(program, kernel=timed), StringDictionary(strings.strings))
         found = 0
         started, cpu_started = time.perf_counter(), time.thread_time()
         for lo in range(0, n, batch_size):
@@ -167,7 +170,7 @@ def measure(name: str, text: str, batch: Batch, strings: StringDictionary, batch
     for event in events:
         expected.extend(interpreter.process(event))
     ref_rate = len(events) / (time.perf_counter() - started)
-    check = MatchEngine(checked, StringDictionary(strings.strings))
+    check = MatchEngine(program, StringDictionary(strings.strings))
     got = check.process(batch.slice(0, len(events)))
     assert got == expected, f"{name}: engine and reference differ on the sample"
     rate = n / seconds

@@ -29,7 +29,7 @@ from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_query_text
 from cep_core.composite import sort_key
 from cep_core.composite_batch import to_dicts
-from cep_core.engine import StreamEngines
+from cep_core.stream_engines import StreamEngines
 from cep_core.workloads import WORKLOADS
 
 BATCH = 65_536

@@ -5,12 +5,17 @@
 Generates finance1 events (`cep gen finance1`) as JSON lines and Parquet, plus a CSV copy,
 then times each `cep run` in a fresh process (wall clock, imports and kernel loads
 included; a first untimed run warms numba's kernel cache) and each read in this process.
-Run: `.venv/bin/python bench/bench_run.py [--events 1000000] [--repeat 3] [--dir DIR]`.
+Also `cep run` on the first 1000 events (start-up alone) and Parquet in and out. Each
+process's CPU seconds (user + system, all its threads) are shown beside its wall time: on
+a busy machine they move much less than the wall clock.
+Run: `.venv/bin/python bench/bench_run.py [--events 1000000] [--repeat 3] [--dir DIR]
+[--processes-only]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import subprocess
 import sys
 import tempfile
@@ -23,11 +28,19 @@ CEP = Path(sys.executable).with_name("cep")
 
 def cep(*args) -> float:
     """Seconds one `cep` command takes, as a process (output to /dev/null)."""
+    return cep_times(*args)[0]
+
+
+def cep_times(*args) -> tuple[float, float]:
+    """Wall and CPU seconds (user + system) of one `cep` command, as a process."""
     command = [str(CEP)] if CEP.exists() else [sys.executable, "-m", "services.cli"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     subprocess.run(command + [str(a) for a in args], check=True, cwd=ROOT,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - started
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def generate(directory: Path, events: int, csv: bool = True) -> dict[str, Path]:
@@ -58,6 +71,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=None,
                         help="where the generated files go (kept: later runs reuse them)")
+    parser.add_argument("--processes-only", action="store_true",
+                        help="time only the `cep run` processes, not the readers in-process")
     args = parser.parse_args()
     directory = args.dir or Path(tempfile.gettempdir()) / f"bench_run_{args.events}"
     directory.mkdir(parents=True, exist_ok=True)
@@ -71,15 +86,24 @@ def main() -> None:
     schema = load_queries(query)[0].schema
     n = args.events
     print(f"{n:,} finance1 events, best of {args.repeat}; busy machines give noisy numbers")
-    print(f"{'format':8} {'what':34} {'seconds':>8} {'events/s':>12}")
-    for fmt, path in files.items():
-        cep("run", query, "--events", path, "--engine", "jit", "-o", "/dev/null")  # warm
-        whole = best(args.repeat, lambda path=path: cep(
-            "run", query, "--events", path, "--engine", "jit", "-o", "/dev/null"))
+    print(f"{'format':8} {'what':34} {'seconds':>8} {'events/s':>12} {'cpu s':>6}")
+    tiny = directory / "first1000.jsonl"
+    with files["jsonl"].open("rb") as f:
+        tiny.write_bytes(b"".join(f.readline() for _ in range(1000)))
+    processes = [("start-up", "cep run, first 1000 events", tiny, "/dev/null", 1000)]
+    processes += [(fmt, "cep run --engine jit (process)", path, "/dev/null", n)
+                  for fmt, path in files.items()]
+    processes.append(("parquet", "cep run, Parquet out (process)", files["parquet"],
+                      directory / "out.parquet", n))
+    for fmt, what, path, out, events in processes:
+        run = ("run", query, "--events", path, "--engine", "jit", "-o", out)
+        cep(*run)  # warm
+        wall, cpu = min(cep_times(*run) for _ in range(args.repeat))
+        print(f"{fmt:8} {what:34} {wall:8.3f} {events / wall:12,.0f} {cpu:6.2f}")
+    for fmt, path in ({} if args.processes_only else files).items():
         new = best(args.repeat, lambda path=path: _timed(read_table, path, schema))
         old = best(1, lambda path=path: _timed(read_events, path, schema))
-        for what, seconds in (("cep run --engine jit (process)", whole),
-                              ("read_table (columnar reader)", new),
+        for what, seconds in (("read_table (columnar reader)", new),
                               ("read_events (record reader)", old)):
             print(f"{fmt:8} {what:34} {seconds:8.3f} {n / seconds:12,.0f}")
         print(f"{fmt:8} {'reader speed-up':34} {old / new:8.1f}x")

@@ -29,7 +29,7 @@ import numpy as np
 
 from cep_core.batch import Batch, StringDictionary
 from cep_core.checker import load_query_text
-from cep_core.engine import create_engine
+from cep_core.engine_factory import create_engine
 from cep_core.events import Event
 from cep_core.reference.seq import SeqInterpreter
 

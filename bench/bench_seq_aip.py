@@ -93,16 +93,15 @@ def reference_rate(checked, table, start: int, count: int) -> float:
 
 
 def run(events: int) -> list[dict]:
-    from cep_core.engine.seq import SeqEngine
-    from cep_core.engine.seq_aip import SeqAipEngine
+    from cep_core.engine_factory import seq_aip_engine, seq_engine
 
     rows = []
     for name, workload, text, warm, ref_count in cases():
         [checked] = [q for q in load_query_text(text)]
         table = WORKLOADS[workload].generate(warm + events, 1)
-        aip, found = engine_rate(SeqAipEngine, checked, table, warm)
+        aip, found = engine_rate(seq_aip_engine, checked, table, warm)
         try:
-            cdp, cdp_found = engine_rate(SeqEngine, checked, table, warm, algorithm="cdp")
+            cdp, cdp_found = engine_rate(seq_engine, checked, table, warm, algorithm="cdp")
         except Exception:  # CDP may not evaluate every query
             cdp, cdp_found = None, None
         ref = reference_rate(checked, table, warm, ref_count)

@@ -31,6 +31,7 @@ from rich.table import Table
 from cep_core import reference
 from cep_core.batch import Batch, StringDictionary
 from cep_core.checker import load_query_text
+from cep_core.compiler.window import compile_window
 from cep_core.engine.window import WindowQuerySet
 from cep_core.events import Event
 from cep_core.workloads import WORKLOADS
@@ -63,7 +64,7 @@ def engine_rate(queries, batch: Batch, strings: StringDictionary,
     for _ in range(repeat):
         qset = WindowQuerySet(queries[0].schema, strings)
         for q in queries:
-            qset.add(q)
+            qset.add(compile_window(q))
         started = time.perf_counter()
         out = qset.process(batch)
         out += qset.flush()

@@ -15,6 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cep_core import snapshot_format
 from cep_core.errors import QueryError, QueryErrors
 from cep_core.schema import ATTRIBUTE_TYPES, SchemaRegistry, StreamSchema
 
@@ -338,10 +339,12 @@ class Stream:
 
     def snapshot(self) -> bytes:
         """The whole state as bytes (for `restore` on a Stream of the same queries)."""
-        return _HEADER.pack(self._position, self._last_seq) + self._engines.snapshot()
+        return snapshot_format.pack("stream", _HEADER.pack(self._position, self._last_seq)
+                                    + self._engines.snapshot())
 
     def restore(self, data: bytes) -> None:
         """Put back a `snapshot()`; this Stream must be fresh (nothing pushed yet)."""
+        data = snapshot_format.unpack("stream", data)
         self._position, self._last_seq = _HEADER.unpack_from(data)
         self._engines.restore(data[_HEADER.size:])
 

@@ -1,4 +1,5 @@
-"""Arrow columns to numpy and back, sharing memory, without importing pandas.
+"""Arrow columns to numpy and back, sharing memory, without importing pandas (`array`:
+`pa.array` for the columns of composite events).
 
 pyarrow's own conversions (`Array.to_numpy`, `pa.array(ndarray)`, comparisons with a
 Python value) look for pandas objects first, which imports pandas: 0.1-0.2 s of a
@@ -61,3 +62,35 @@ def strings(values: list[str]) -> pa.Array:
     offsets = np.concatenate(([0], np.cumsum([len(d) for d in data]))).astype(np.int32)
     return pa.Array.from_buffers(pa.string(), len(values),
                                  [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
+
+
+def array(values, arrow_type: pa.DataType, mask: np.ndarray | None = None) -> pa.Array:
+    """`pa.array(values, arrow_type, mask=mask)` without pandas, for numpy columns of a
+    fixed-width type (or bool) and lists of strings (None: null); `mask` marks nulls."""
+    if pa.types.is_string(arrow_type) and not isinstance(values, np.ndarray):
+        nulls = np.array([v is None for v in values], dtype=bool)
+        data = [b"" if v is None else v.encode() for v in values]
+        offsets = np.zeros(len(data) + 1, dtype=np.int64)
+        np.cumsum([len(d) for d in data], out=offsets[1:])
+        if offsets[-1] >= 1 << 31:  # beyond 32-bit offsets: pyarrow's own error
+            return pa.array(values, arrow_type, mask=mask)
+        buffers = [pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(data))]
+        return _with_validity(arrow_type, len(data), buffers, nulls if mask is None
+                              else nulls | np.asarray(mask, dtype=bool))
+    values = np.asarray(values)
+    if arrow_type == pa.bool_():
+        data = pa.py_buffer(np.packbits(values.astype(bool), bitorder="little"))
+    elif arrow_type in _NUMPY:
+        data = pa.py_buffer(np.ascontiguousarray(values, dtype=_NUMPY[arrow_type]))
+    else:
+        return pa.array(values, arrow_type, mask=mask)
+    return _with_validity(arrow_type, len(values), [data], mask)
+
+
+def _with_validity(arrow_type: pa.DataType, n: int, buffers: list,
+                   nulls: np.ndarray | None) -> pa.Array:
+    if nulls is None or not nulls.any():
+        return pa.Array.from_buffers(arrow_type, n, [None, *buffers])
+    valid = pa.py_buffer(np.packbits(~np.asarray(nulls, dtype=bool), bitorder="little"))
+    return pa.Array.from_buffers(arrow_type, n, [valid, *buffers],
+                                 null_count=int(np.count_nonzero(nulls)))

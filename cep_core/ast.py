@@ -2,15 +2,22 @@
 
 Every node carries a `Pos` (file, line, column) so checks can point at the spot.
 The parser (`cep_core.parser`) builds these nodes; the checker
-(`cep_core.checker`) validates them against stream schemas and fills in types;
-interpreters and compilers work from the checked tree only, never from text.
+(`cep_core.checker`) validates them against stream schemas and records their types in its
+result (`CheckedQuery.types`), never in the tree; interpreters and compilers work from the
+checked query only, never from text.
+
+Every node class says which of its fields hold child nodes (`child_fields`, as sqlglot's
+`arg_types` does); `children()`, `walk()` and `find_all()` follow that declaration, and each
+node gets its `parent` when the node holding it is built.
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from cep_core.schema import NANOS_PER_UNIT
 
@@ -27,68 +34,190 @@ class Pos:
 
 NOPOS = Pos("<none>", 0, 0)
 
+N = TypeVar("N", bound="Node")
+
+
+class Node:
+    """The base of every AST node.
+
+    `child_fields` names the fields that hold child nodes (a node, a list of nodes, or None);
+    every other field is a value. `parent` is the node whose child field holds this one
+    (None for a root): set when that node is built, and by `set` when a child is replaced.
+    A node is in one tree only: place a `copy()` where the same subtree is needed twice.
+    """
+
+    child_fields: ClassVar[tuple[str, ...]] = ()
+    parent: Node | None = None
+
+    def __post_init__(self) -> None:
+        for child in self.children():
+            child.parent = self
+
+    def children(self) -> list[Node]:
+        """The direct child nodes, in the order of `child_fields` (source order)."""
+        out = []
+        for name in self.child_fields:
+            value = getattr(self, name)
+            if isinstance(value, list):
+                out.extend(value)
+            elif value is not None:
+                out.append(value)
+        return out
+
+    def walk(self) -> Iterator[Node]:
+        """Every node of this subtree, this one first, in source order (depth first)."""
+        stack: list[Node] = [self]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(reversed(node.children()))
+
+    def find_all(self, *types: type[N]) -> Iterator[N]:
+        """The nodes of this subtree that are instances of `types`, in walk order."""
+        return (node for node in self.walk() if isinstance(node, types))
+
+    def find(self, *types: type[N]) -> N | None:
+        return next(self.find_all(*types), None)
+
+    def set(self, name: str, value) -> None:
+        """Replace child field `name` (a node, a list of nodes or None), keeping parent links."""
+        if name not in self.child_fields:
+            raise AttributeError(f"{type(self).__name__}.{name} is not a child field")
+        setattr(self, name, value)
+        for child in value if isinstance(value, list) else [value]:
+            if child is not None:
+                child.parent = self
+
+    def copy(self: N) -> N:
+        """A deep copy of this subtree, without a parent (it gets one where it is placed)."""
+        clone = copy.deepcopy(self, {id(self.parent): None})
+        clone.parent = None
+        return clone
+
+    def root(self) -> Node:
+        node = self
+        while node.parent is not None:
+            node = node.parent
+        return node
+
+
+def node_classes(base: type[Node] | None = None) -> list[type[Node]]:
+    """Every concrete node class below `base` (default: all), found by introspection."""
+    found, stack = [], [base or Node]
+    while stack:
+        cls = stack.pop()
+        subclasses = cls.__subclasses__()
+        if not subclasses and cls not in (Node, Expression, RegexNode):
+            found.append(cls)
+        stack.extend(subclasses)
+    return sorted(found, key=lambda c: (c.__module__, c.__name__))
+
+
+class Visitor:
+    """The base of every AST walker: `visit(node, *args)` calls `visit_<NodeClass>(node,
+    *args)` and returns its result.
+
+    Handlers are plain methods, so a walker that refines another (the MATCH compiler's
+    literals, the WINDOW compiler's AND/OR) overrides just those; `handles()` says which node
+    classes a walker has handlers for (the test that every walker covers every node class
+    reads it); a `visit_` method that names no node class fails when its class is defined.
+    """
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        known = {node.__name__ for node in node_classes()}
+        for name in vars(cls):
+            if name.startswith("visit_") and name[len("visit_"):] not in known:
+                raise TypeError(f"{cls.__name__}.{name}: no node class "
+                                f"{name[len('visit_'):]}")
+
+    def visit(self, node: Node, *args):
+        handler = getattr(self, "visit_" + type(node).__name__, None)
+        if handler is None:
+            return self.generic_visit(node, *args)
+        return handler(node, *args)
+
+    def generic_visit(self, node: Node, *args):
+        """What a node without a handler gets: an error, unless a walker that only cares about
+        some classes overrides it (to visit the children, say)."""
+        raise TypeError(f"{type(self).__name__} has no handler for {type(node).__name__}")
+
+    @classmethod
+    def handles(cls) -> set[type[Node]]:
+        return {node for node in node_classes() if hasattr(cls, "visit_" + node.__name__)}
+
+
+class Expression(Node):
+    """The base of expression nodes (every walker of expressions handles each subclass)."""
+
+
+class RegexNode(Node):
+    """The base of MATCH pattern nodes."""
+
 
 # ---------------------------------------------------------------- expressions
 
 
 @dataclass(eq=False)
-class Literal:
+class Literal(Expression):
     """A constant. A duration written in an expression (`Delta(ts) <= 5 minutes`) keeps
     `duration`; the checker sets `value` to it in the stream's time unit (an int), so engines
     see a plain number."""
 
     value: int | float | str | bool
     pos: Pos = NOPOS
-    type: str | None = None  # filled in by the checker
     duration: Duration | None = None
 
 
 @dataclass(eq=False)
-class Attr:
+class Attr(Expression):
     """`name` (an attribute of the current event) or `var.name` (of a bound variable)."""
 
     name: str
     var: str | None = None
     pos: Pos = NOPOS
-    type: str | None = None  # filled in by the checker
 
 
 @dataclass(eq=False)
-class Unary:
+class Unary(Expression):
+    child_fields = ("operand",)
+
     op: str  # "-" or "NOT"
     operand: Expr
     pos: Pos = NOPOS
-    type: str | None = None  # filled in by the checker
 
 
 @dataclass(eq=False)
-class Binary:
+class Binary(Expression):
     """Arithmetic (+ - * / %), comparison (= != < <= > >=) or logic (AND, OR)."""
+
+    child_fields = ("left", "right")
 
     op: str
     left: Expr
     right: Expr
     pos: Pos = NOPOS
-    type: str | None = None  # filled in by the checker
 
 
 @dataclass(eq=False)
-class InList:
+class InList(Expression):
+    child_fields = ("operand", "options")
+
     operand: Expr
     options: list[Expr]
     negated: bool = False
     pos: Pos = NOPOS
-    type: str | None = None  # filled in by the checker
 
 
 @dataclass(eq=False)
-class Call:
+class Call(Expression):
     """A call to a registered function (see `cep_core.functions`)."""
+
+    child_fields = ("args",)
 
     name: str
     args: list[Expr]
     pos: Pos = NOPOS
-    type: str | None = None  # filled in by the checker
 
 
 class AggFunc(StrEnum):
@@ -104,7 +233,7 @@ class AggFunc(StrEnum):
 
 
 @dataclass(eq=False)
-class Aggregate:
+class Aggregate(Expression):
     """An aggregate.
 
     MATCH: over the partial match (`Count()`, `First(price)`): `arg` is an Attr without var,
@@ -114,20 +243,23 @@ class Aggregate:
     WINDOW: over the window's group (`max(price)`, `count(*)`: arg None).
     """
 
+    child_fields = ("arg",)
+
     func: AggFunc
     arg: Attr | None
     pos: Pos = NOPOS
-    type: str | None = None  # filled in by the checker
 
 
 @dataclass(eq=False)
-class WindowAggregate:
+class WindowAggregate(Expression):
     """TESLA's `avg(Temp(area = s.area).value WITHIN 5 minutes FROM s)`.
 
     Aggregates `attr` over events of `event_type` that satisfy `filter` (bare attributes
     in it are the aggregated event's), lie within `within` before the event bound to
     `anchor` (`anchor.ts - within <= e.ts`) and precede it in the query's order.
     """
+
+    child_fields = ("filter",)
 
     func: AggFunc
     event_type: str
@@ -136,7 +268,6 @@ class WindowAggregate:
     within: Duration
     anchor: str
     pos: Pos = NOPOS
-    type: str | None = None  # filled in by the checker
 
 
 Expr = Literal | Attr | Unary | Binary | InList | Call | Aggregate | WindowAggregate
@@ -169,7 +300,7 @@ class Duration:
 
 
 @dataclass(eq=False)
-class RSym:
+class RSym(RegexNode):
     """A predicate name from DEFINE."""
 
     name: str
@@ -177,34 +308,40 @@ class RSym:
 
 
 @dataclass(eq=False)
-class RAny:
+class RAny(RegexNode):
     """`.`: any event."""
 
     pos: Pos = NOPOS
 
 
 @dataclass(eq=False)
-class REmpty:
+class REmpty(RegexNode):
     """The empty regex `()`."""
 
     pos: Pos = NOPOS
 
 
 @dataclass(eq=False)
-class RCat:
+class RCat(RegexNode):
+    child_fields = ("items",)
+
     items: list[Regex]
     pos: Pos = NOPOS
 
 
 @dataclass(eq=False)
-class RAlt:
+class RAlt(RegexNode):
+    child_fields = ("options",)
+
     options: list[Regex]
     pos: Pos = NOPOS
 
 
 @dataclass(eq=False)
-class RRepeat:
+class RRepeat(RegexNode):
     """`r*` (min 0, max None), `r+` (1, None), `r?` (0, 1)."""
+
+    child_fields = ("item",)
 
     item: Regex
     min: int
@@ -216,21 +353,27 @@ Regex = RSym | RAny | REmpty | RCat | RAlt | RRepeat
 
 
 @dataclass(eq=False)
-class Define:
+class Define(Node):
+    child_fields = ("condition",)
+
     name: str
     condition: Expr
     pos: Pos = NOPOS
 
 
 @dataclass(eq=False)
-class EmitItem:
+class EmitItem(Node):
+    child_fields = ("expr",)
+
     name: str
     expr: Expr
     pos: Pos = NOPOS
 
 
 @dataclass(eq=False)
-class MatchQuery:
+class MatchQuery(Node):
+    child_fields = ("pattern", "defines", "emit")
+
     pattern: Regex
     defines: list[Define]
     emit: list[EmitItem]
@@ -259,7 +402,9 @@ class StepKind(StrEnum):
 
 
 @dataclass(eq=False)
-class Step:
+class Step(Node):
+    child_fields = ("filter",)
+
     kind: StepKind
     event_type: str  # a value of the stream's type attribute, or "ANY" for any type
     var: str
@@ -273,8 +418,10 @@ class Step:
 
 
 @dataclass(eq=False)
-class AndGroup:
+class AndGroup(Node):
     """`AND(T1 a, T2 b, ...)`: all of these, in any order, at this position."""
+
+    child_fields = ("steps",)
 
     steps: list[Step]
     pos: Pos = NOPOS
@@ -284,12 +431,14 @@ SeqItem = Step | AndGroup
 
 
 @dataclass(eq=False)
-class SeqQuery:
+class SeqQuery(Node):
     """SEQ(...) patterns and TESLA rules, both normalised to steps in sequence order.
 
     A TESLA rule `C c, EACH B b WITHIN 8 min FROM c, LAST A a WITHIN 3 min FROM b` becomes
     steps [A a (LAST, 3 min from b), B b (EACH, 8 min from c), C c].
     """
+
+    child_fields = ("steps", "where", "order_by", "emit")
 
     steps: list[SeqItem]
     where: Expr | None
@@ -312,14 +461,16 @@ class SeqQuery:
 
 
 @dataclass(eq=False)
-class SelectItem:
+class SelectItem(Node):
+    child_fields = ("expr",)
+
     expr: Expr  # an Aggregate, or an Attr (a GROUP BY attribute or the window attribute)
     alias: str | None
     pos: Pos = NOPOS
 
 
 @dataclass(eq=False)
-class TimeWindow:
+class TimeWindow(Node):
     range: Duration
     slide: Duration
     attr: str | None  # WATTR; None = the stream's time attribute
@@ -327,14 +478,16 @@ class TimeWindow:
 
 
 @dataclass(eq=False)
-class RowWindow:
+class RowWindow(Node):
     rows: int
     slide: int
     pos: Pos = NOPOS
 
 
 @dataclass(eq=False)
-class WindowQuery:
+class WindowQuery(Node):
+    child_fields = ("items", "window", "where", "group_by")
+
     items: list[SelectItem]
     stream: str
     window: TimeWindow | RowWindow
@@ -347,7 +500,9 @@ class WindowQuery:
 
 
 @dataclass(eq=False)
-class Query:
+class Query(Node):
+    child_fields = ("partition_by", "body")
+
     name: str
     stream: str
     output: str  # output topic
@@ -361,24 +516,8 @@ class Query:
 
 
 @dataclass(eq=False)
-class QueryFile:
+class QueryFile(Node):
+    child_fields = ("queries",)
+
     path: str
     queries: list[Query] = field(default_factory=list)
-
-
-def children(node) -> list:
-    """The direct child nodes of an AST node (expressions, regexes, steps, items)."""
-    out = []
-    for value in vars(node).values():
-        if isinstance(value, list):
-            out.extend(v for v in value if hasattr(v, "pos"))
-        elif hasattr(value, "pos") and not isinstance(value, (Pos, Duration)):
-            out.append(value)
-    return out
-
-
-def walk(node):
-    """Every node under `node`, `node` first, in source order."""
-    yield node
-    for child in children(node):
-        yield from walk(child)

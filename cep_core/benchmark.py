@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 
-from cep_core import engine as jit
+from cep_core import stream_engines as jit
 from cep_core import reference
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_query_text

@@ -2,23 +2,25 @@
 
 The public API (CheckedQuery, check, load_queries, load_query_text) is what every engine
 uses. `check` reports every problem of a file at once, in source order, each at the node
-it is about; it also fills in `type` on every expression node ("int", "float", "string",
-"bool" or "list"; a schema "timestamp" is an "int").
+it is about; each CheckedQuery carries `types`, the type of every expression node ("int",
+"float", "string", "bool" or "list"; a schema "timestamp" is an "int"), kept beside the
+tree, not written into it.
 
 How it is organised:
 
 - `Scope` says what an expression may use where it stands (bare attributes, `var.attr`,
   which aggregates, window aggregates). Each clause of each query kind has one.
-- `_QueryChecker` checks one query: one method per clause (`_match`, `_seq`, `_window`, ...)
-  and one per expression node type (`_EXPR_CHECKS` dispatches on the node's class).
+- `_QueryChecker` checks one query: an `ast.Visitor` with a `visit_<Class>` method per query
+  body and per expression node class, and one method per clause (`_defines`, `_step`, ...).
 - MATCH pattern analysis (nullable, first positions) is in `cep_core.regex_analysis`.
 """
 
 from __future__ import annotations
 
 import difflib
+import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cep_core import ast
@@ -41,17 +43,40 @@ RESERVED_FIELDS = ("query", "key", "seq", "start_seq", "events", "window_start",
 MAX_DURATION_MS = 366 * 86_400_000
 
 
+class Types(dict[ast.Expression, str | None]):
+    """The checker's type of each expression node of one query: "int", "float", "string",
+    "bool" or "list", or None where an error made it unknown. Keyed by the node itself
+    (nodes hash by identity), so it holds for exactly the tree that was checked.
+
+    A subtree moved from another checked query (a shared WHERE) keeps the types its own
+    check gave it: a node missing here is looked up in the Types that typed it."""
+
+    def __setitem__(self, node: ast.Expression, kind: str | None) -> None:
+        super().__setitem__(node, kind)
+        _TYPED_BY[id(node)] = self  # while this Types lives, so does the node: ids are unique
+
+    def __missing__(self, node: ast.Expression) -> str | None:
+        origin = _TYPED_BY.get(id(node))
+        if origin is None or origin is self or node not in origin:
+            raise KeyError(node)
+        return origin[node]
+
+
+_TYPED_BY: weakref.WeakValueDictionary[int, Types] = weakref.WeakValueDictionary()
+
+
 @dataclass(eq=False)
 class CheckedQuery:
     """A query that passed every check, with the schema of its input stream.
 
-    `index` is the query's position in its file (it orders output between queries).
-    Expression nodes have their `type` filled in.
+    `index` is the query's position in its file (it orders output between queries);
+    `types` is the type of every expression node of `query`.
     """
 
     query: ast.Query
     schema: StreamSchema
     index: int
+    types: Types = field(default_factory=Types)
 
     @property
     def name(self) -> str:
@@ -77,10 +102,11 @@ def check(query_file: ast.QueryFile, registry: SchemaRegistry,
         schema = _schema_of(query, registry, source, errors)
         if schema is None:
             continue
-        query_errors = _QueryChecker(query, schema, source).run()
+        query_checker = _QueryChecker(query, schema, source)
+        query_errors = query_checker.run()
         errors.extend(query_errors)
         if not query_errors:
-            checked.append(CheckedQuery(query, schema, index))
+            checked.append(CheckedQuery(query, schema, index, query_checker.types))
     if errors:
         raise QueryErrors(_in_source_order(errors))
     return checked
@@ -192,21 +218,23 @@ WINDOW_SELECT = replace(WINDOW_WHERE, name="SELECT", aggregates="window")
 # ---------------------------------------------------------------- one query
 
 
-class _QueryChecker:
+class _QueryChecker(ast.Visitor):
+    """`visit_<QueryBody>(body)` checks a query body, `visit_<Expression>(node, scope)` an
+    expression and returns its type."""
+
     def __init__(self, query: ast.Query, schema: StreamSchema, source: str | None):
         self.query = query
         self.schema = schema
         self.source = source
         self.errors: list[QueryError] = []
+        self.types = Types()
 
     def error(self, pos: ast.Pos, message: str) -> None:
         self.errors.append(QueryError(message, pos, self.source))
 
     def run(self) -> list[QueryError]:
         self._key_attrs(self.query.partition_by, "PARTITION BY")
-        body = self.query.body
-        {ast.MatchQuery: self._match, ast.SeqQuery: self._seq,
-         ast.WindowQuery: self._window}[type(body)](body)
+        self.visit(self.query.body)
         return self.errors
 
     # ------------------------------------------------------------ shared pieces
@@ -229,7 +257,7 @@ class _QueryChecker:
                 self.error(attr.pos, f"{clause} takes attribute names: write '{attr.name}', "
                                      f"not '{attr.var}.{attr.name}'")
             else:
-                attr.type = self.attribute_type(attr.name, attr.pos)
+                self.types[attr] = self.attribute_type(attr.name, attr.pos)
 
     def duration(self, d: ast.Duration, positive: bool = True) -> int | None:
         """The duration in the stream's time unit, or None after reporting why not."""
@@ -284,7 +312,7 @@ class _QueryChecker:
 
     # ------------------------------------------------------------ MATCH
 
-    def _match(self, body: ast.MatchQuery) -> None:
+    def visit_MatchQuery(self, body: ast.MatchQuery) -> None:
         defines = self._defines(body.defines)
         self._pattern(body.pattern, defines, body.pos)
         self._emit(body.emit, MATCH_EMIT)
@@ -323,7 +351,7 @@ class _QueryChecker:
 
     # ------------------------------------------------------------ SEQ and TESLA
 
-    def _seq(self, body: ast.SeqQuery) -> None:
+    def visit_SeqQuery(self, body: ast.SeqQuery) -> None:
         variables = self._bind(body.steps)
         for index, item in enumerate(body.steps):
             for step in _members(item):
@@ -431,7 +459,7 @@ class _QueryChecker:
                                           "combination would be a partial match")
 
     def _order_by(self, attr: ast.Attr) -> None:
-        attr.type = self._known_type(attr.name)
+        self.types[attr] = self._known_type(attr.name)
         if attr.name != self.schema.time:
             self.error(attr.pos, f"ORDER BY takes the time attribute '{self.schema.time}' "
                                  f"(or seq), not '{attr.name}'")
@@ -458,7 +486,7 @@ class _QueryChecker:
 
     # ------------------------------------------------------------ WINDOW
 
-    def _window(self, body: ast.WindowQuery) -> None:
+    def visit_WindowQuery(self, body: ast.WindowQuery) -> None:
         if isinstance(body.window, ast.TimeWindow):
             window_attr = self._time_window(body.window)
         else:
@@ -499,7 +527,7 @@ class _QueryChecker:
         for item in body.items:
             expr = item.expr
             self.expr(expr, WINDOW_SELECT)
-            if isinstance(expr, ast.Attr) and expr.var is None and expr.type is not None \
+            if isinstance(expr, ast.Attr) and expr.var is None and self.types[expr] is not None \
                     and expr.name not in group and expr.name != window_attr:
                 also = f" nor the window attribute '{window_attr}'" if window_attr else ""
                 self.error(expr.pos, f"'{expr.name}' in SELECT is not a GROUP BY attribute"
@@ -514,12 +542,12 @@ class _QueryChecker:
     # ------------------------------------------------------------ expressions
 
     def expr(self, node: ast.Expr, scope: Scope) -> str | None:
-        """Check an expression, fill in its `type` (and its children's) and return it;
-        None when an error made it unknown."""
-        node.type = _EXPR_CHECKS[type(node)](self, node, scope)
-        return node.type
+        """Check an expression, record its type (and its children's) in `types` and return
+        it; None when an error made it unknown."""
+        kind = self.types[node] = self.visit(node, scope)
+        return kind
 
-    def _literal(self, node: ast.Literal, scope: Scope) -> str | None:
+    def visit_Literal(self, node: ast.Literal, scope: Scope) -> str | None:
         if node.duration is not None:  # not beside Delta (`_binary` takes those)
             d = node.duration
             self.error(node.pos, f"a duration ({_show(d)}) can only be compared with "
@@ -539,7 +567,7 @@ class _QueryChecker:
                 return literal
         return None
 
-    def _attr(self, node: ast.Attr, scope: Scope) -> str | None:
+    def visit_Attr(self, node: ast.Attr, scope: Scope) -> str | None:
         if node.var is None:
             if not scope.bare:
                 self.error(node.pos, f"bare attribute '{node.name}' in a SEQ pattern: name the "
@@ -569,7 +597,7 @@ class _QueryChecker:
             self.error(pos, f"unknown variable '{name}' (the pattern binds: {bound})")
         return var
 
-    def _unary(self, node: ast.Unary, scope: Scope) -> str | None:
+    def visit_Unary(self, node: ast.Unary, scope: Scope) -> str | None:
         kind = self.expr(node.operand, scope)
         if node.op == "NOT":
             self._expect_bool(node.operand, kind, "NOT")
@@ -579,15 +607,16 @@ class _QueryChecker:
             return None
         return kind
 
-    def _binary(self, node: ast.Binary, scope: Scope) -> str | None:
+    def visit_Binary(self, node: ast.Binary, scope: Scope) -> str | None:
         duration = self._delta_duration(node)
         if duration is not None:
             # Delta is in the stream's time unit: so is the duration, as a plain int from here
             # on (recomputed from `duration` each time, so checking twice changes nothing).
             units = self.duration(duration.duration, positive=False)
-            duration.value, duration.type = (units, "int") if units is not None else (0, None)
-        left = duration.type if duration is node.left else self.expr(node.left, scope)
-        right = duration.type if duration is node.right else self.expr(node.right, scope)
+            duration.value, self.types[duration] = (units, "int") if units is not None \
+                else (0, None)
+        left = self.types[duration] if duration is node.left else self.expr(node.left, scope)
+        right = self.types[duration] if duration is node.right else self.expr(node.right, scope)
         if node.op in LOGIC:
             self._expect_bool(node.left, left, node.op)
             self._expect_bool(node.right, right, node.op)
@@ -623,7 +652,7 @@ class _QueryChecker:
             return "float"
         return "int"
 
-    def _in_list(self, node: ast.InList, scope: Scope) -> str:
+    def visit_InList(self, node: ast.InList, scope: Scope) -> str:
         kind = self.expr(node.operand, scope)
         if kind == "list":
             self.error(_start(node.operand), "IN tests a single value, not a list")
@@ -636,7 +665,7 @@ class _QueryChecker:
                                            f"tested is {kind}")
         return "bool"
 
-    def _call(self, node: ast.Call, scope: Scope) -> str | None:
+    def visit_Call(self, node: ast.Call, scope: Scope) -> str | None:
         kinds = [self.expr(arg, scope) for arg in node.args]
         function = lookup_function(node.name)
         if function is None:
@@ -664,7 +693,7 @@ class _QueryChecker:
             return None if function.result == "same" else function.result
         return function.result_type(kinds)
 
-    def _aggregate(self, node: ast.Aggregate, scope: Scope) -> str | None:
+    def visit_Aggregate(self, node: ast.Aggregate, scope: Scope) -> str | None:
         if scope.aggregates is None:
             self.error(node.pos, f"aggregates are not allowed in {scope.name}")
             return None
@@ -704,12 +733,12 @@ class _QueryChecker:
                 self.error(arg.pos, f"aggregates in MATCH are over the match, which has no "
                                     f"variables: write {node.func.value}({arg.name})")
             return _INVALID
-        arg.type = self.attribute_type(arg.name, arg.pos)
-        if node.func is A.DELTA and arg.type is not None and arg.name != self.schema.time:
+        arg_kind = self.types[arg] = self.attribute_type(arg.name, arg.pos)
+        if node.func is A.DELTA and arg_kind is not None and arg.name != self.schema.time:
             self.error(arg.pos, f"Delta takes the time attribute '{self.schema.time}', "
                                 f"not '{arg.name}'")
             return _INVALID
-        return arg.type
+        return arg_kind
 
     def _kleene_aggregate_arg(self, node: ast.Aggregate, scope: Scope):
         """SEQ: over the events bound to a Kleene variable (`avg(dup.price)`, `count(dup)`)."""
@@ -733,10 +762,10 @@ class _QueryChecker:
                                 "pattern are over KLEENE steps (one or more events)")
             return _INVALID
         if arg.name == "":  # count(dup)
-            arg.type = "list"
+            self.types[arg] = "list"
             return None
-        arg.type = self.attribute_type(arg.name, arg.pos)
-        return arg.type
+        kind = self.types[arg] = self.attribute_type(arg.name, arg.pos)
+        return kind
 
     def _window_aggregate_arg(self, node: ast.Aggregate, scope: Scope):
         """WINDOW: over the group's events in the window; `count(*)`, `count(attr)`,
@@ -749,15 +778,15 @@ class _QueryChecker:
         if arg is None:
             return None
         if node.func is A.COUNT:  # count(price) arrives as Attr(name="", var="price")
-            arg.type = self.attribute_type(arg.var, arg.pos)
-            return arg.type
+            kind = self.types[arg] = self.attribute_type(arg.var, arg.pos)
+            return kind
         if arg.var is not None:
             self.error(arg.pos, _NO_VARS_WINDOW.format(var=arg.var, name=arg.name))
             return _INVALID
-        arg.type = self.attribute_type(arg.name, arg.pos)
-        return arg.type
+        kind = self.types[arg] = self.attribute_type(arg.name, arg.pos)
+        return kind
 
-    def _window_aggregate(self, node: ast.WindowAggregate, scope: Scope) -> str | None:
+    def visit_WindowAggregate(self, node: ast.WindowAggregate, scope: Scope) -> str | None:
         if not scope.window_aggregates:
             self.error(node.pos, f"a window aggregate (... WITHIN w FROM x) is not allowed in "
                                  f"{scope.name}; it belongs in WHERE or EMIT of a SEQ pattern")
@@ -779,17 +808,6 @@ class _QueryChecker:
 
 
 _INVALID = object()  # an aggregate argument that was reported as wrong
-
-_EXPR_CHECKS = {
-    ast.Literal: _QueryChecker._literal,
-    ast.Attr: _QueryChecker._attr,
-    ast.Unary: _QueryChecker._unary,
-    ast.Binary: _QueryChecker._binary,
-    ast.InList: _QueryChecker._in_list,
-    ast.Call: _QueryChecker._call,
-    ast.Aggregate: _QueryChecker._aggregate,
-    ast.WindowAggregate: _QueryChecker._window_aggregate,
-}
 
 _AGGREGATE_ARGS = {
     "match": _QueryChecker._match_aggregate_arg,
@@ -815,7 +833,7 @@ def _accepts(param: str, kind: str) -> bool:
 
 def _start(expr) -> ast.Pos:
     """Where an expression begins in the text (the leftmost position of its nodes)."""
-    located = [node.pos for node in ast.walk(expr) if node.pos.line > 0]
+    located = [node.pos for node in expr.walk() if node.pos.line > 0]
     return min(located, key=lambda p: (p.line, p.column), default=expr.pos)
 
 
@@ -836,7 +854,7 @@ def _conjuncts(expr: ast.Expr) -> list[ast.Expr]:
 def _mentions(expr: ast.Expr) -> list[tuple[str, ast.Pos]]:
     """The variables an expression reads, with where, in source order."""
     found = []
-    for node in ast.walk(expr):
+    for node in expr.find_all(ast.Attr, ast.WindowAggregate):
         if isinstance(node, ast.Attr) and node.var is not None:
             found.append((node.var, node.pos))
         elif isinstance(node, ast.WindowAggregate):
@@ -845,7 +863,7 @@ def _mentions(expr: ast.Expr) -> list[tuple[str, ast.Pos]]:
 
 
 def _reads_aggregates(expr: ast.Expr) -> bool:
-    return any(isinstance(node, ast.Aggregate) for node in ast.walk(expr))
+    return expr.find(ast.Aggregate) is not None
 
 
 def _example_var(scope: Scope, kleene: bool = False) -> str:

@@ -21,6 +21,8 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from cep_core.arrow_numpy import array
+
 ARROW_TYPES = {"int": pa.int64(), "timestamp": pa.int64(), "float": pa.float64(),
                "bool": pa.bool_(), "string": pa.string()}
 
@@ -89,16 +91,16 @@ class Decoder:
             if mask is not None:
                 codes = np.where(mask, -1, codes)  # a NULL's code is whatever was there
             used, inverse = np.unique(codes, return_inverse=True)
-            values = pa.array([self.strings[c] if c >= 0 else None for c in used.tolist()],
-                              pa.string())
-            return values.take(pa.array(inverse.reshape(-1), pa.int64(), mask=mask))
+            values = array([self.strings[c] if c >= 0 else None for c in used.tolist()],
+                           pa.string())
+            return values.take(array(inverse.reshape(-1), pa.int64(), mask=mask))
         if kind == "bool":
             column = column != 0
-        return pa.array(column, ARROW_TYPES[kind], mask=mask)
+        return array(column, ARROW_TYPES[kind], mask=mask)
 
     def arrow_field(self, f: Field) -> pa.Array:
         if f.offsets is not None:
-            return pa.ListArray.from_arrays(pa.array(f.offsets, pa.int32()),
+            return pa.ListArray.from_arrays(array(f.offsets, pa.int32()),
                                             self.arrow(f.kind, f.values))
         return self.arrow(f.kind, f.values, f.nulls)
 
@@ -120,7 +122,7 @@ class Keys:
     def arrow(self) -> pa.Array:
         distinct, inverse = np.unique(self.ids, return_inverse=True)
         text = [orjson.dumps(k).decode() for k in self.decode(distinct)]
-        return pa.array(text, pa.string()).take(pa.array(inverse.reshape(-1)))
+        return array(text, pa.string()).take(array(inverse.reshape(-1), pa.int64()))
 
 
 @dataclass
@@ -180,13 +182,13 @@ class BoundEvents:
         return grouped
 
     def arrow(self, decoder: Decoder) -> pa.Array:
-        names = pa.array(self.var_names, pa.string()).take(pa.array(self.var))
-        fields = [names, pa.array(self.seq, pa.int64())]
+        names = array(self.var_names, pa.string()).take(array(self.var, pa.int64()))
+        fields = [names, array(self.seq, pa.int64())]
         fields += [decoder.arrow(kind, column) for kind, column in self.attrs.values()]
         elements = pa.StructArray.from_arrays(fields, ["variable", "seq", *self.attrs])
         offsets = np.append(self.start, self.start[-1] + self.count[-1]) if len(self.start) \
             else np.zeros(1, np.int64)
-        return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), elements)
+        return pa.ListArray.from_arrays(array(offsets, pa.int32()), elements)
 
 
 class ColumnBatch(CompositeBatch):
@@ -225,8 +227,8 @@ class ColumnBatch(CompositeBatch):
     def to_arrow(self) -> pa.RecordBatch:
         n = len(self.seq)
         names = ["query", "key", "seq", "start_seq"]
-        arrays = [pa.array([self.query] * n, pa.string()), self.keys.arrow(),
-                  pa.array(self.seq, pa.int64()), pa.array(self.start_seq, pa.int64())]
+        arrays = [array([self.query] * n, pa.string()), self.keys.arrow(),
+                  array(self.seq, pa.int64()), array(self.start_seq, pa.int64())]
         if self.events is not None:
             names.append("events")
             arrays.append(self.events.arrow(self.decoder))

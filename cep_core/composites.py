@@ -167,9 +167,15 @@ class Composites(Sequence):
         (or None / "-": stdout) JSON lines. Returns the number of composites."""
         suffix = Path(str(out)).suffix.lower() if out is not None else ""
         if suffix == ".parquet":
+            import pyarrow as pa
             import pyarrow.parquet as pq
 
-            pq.write_table(self.to_arrow(), out)
+            table = self.to_arrow()
+            # Dictionaries only for strings (query names, keys and string attributes repeat);
+            # seqs are unique, so a dictionary of a number column is work that never pays.
+            strings = [field.name for field in table.schema
+                       if pa.types.is_string(field.type) or pa.types.is_large_string(field.type)]
+            pq.write_table(table, out, use_dictionary=strings)
         elif suffix == ".arrow":
             import pyarrow as pa
 

@@ -10,12 +10,22 @@ grammar, and engines compile from the checked AST.
 
     validate(value, key, registry, stream) -> ControlMessage, checked once (`.checked`)
     LiveSet.apply(message)                  -> the change applied, or ControlMessageError
+    replayed(records)                       -> the live set the topic gives (on a start)
+
+The topic is compacted: only the last record of each key stays. A start therefore takes
+the last record of each key (`compacted`: the same on the whole log and on the compacted
+one), streams before queries, `add`/`update` as upserts and removals of what is not live
+as no-ops; a stream's version is the offset (+1) of the record that made it. A splitter
+that refuses a change writes the live record again under its key (a tombstone when none
+is live), with the headers `cep.refused` (the refused offset) and `cep.version`, so that
+the last record of each key is what is live.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache, cache
+from typing import NamedTuple
 
 import orjson
 from jsonschema import Draft202012Validator
@@ -30,6 +40,8 @@ SCHEMA_PATH = SCHEMA_DIR / "control_message.json"
 QUERY, STREAM = "query", "stream"
 KINDS = (QUERY, STREAM)
 INFINITE = None  # a horizon: composite events may come at any later time (end of input)
+REFUSED_HEADER = "cep.refused"  # on a record a splitter wrote again: the offset it refused
+VERSION_HEADER = "cep.version"  # on such a stream record: the version it holds
 
 
 class ControlMessageError(ValueError):
@@ -54,6 +66,78 @@ class ControlMessage:
 
     def to_json(self) -> bytes:
         return orjson.dumps({"op": self.op, "name": self.name, "text": self.text})
+
+
+class ControlRecord(NamedTuple):
+    """One record of the control topic; `offset` None where unknown (versions are then
+    counted per applied change, as a client's view without offsets does)."""
+
+    key: bytes | None
+    value: bytes | None
+    offset: int | None = None
+    headers: dict | None = None  # header name -> bytes
+
+    @classmethod
+    def of(cls, message) -> ControlRecord:
+        """A consumed confluent_kafka Message."""
+        return cls(message.key(), message.value(), message.offset(),
+                   dict(message.headers() or ()))
+
+    def header(self, name: str) -> int | None:
+        """A numeric header (None where absent or not a number)."""
+        value = (self.headers or {}).get(name)
+        try:
+            return None if value is None else int(value)
+        except ValueError:
+            return None
+
+    @property
+    def republished(self) -> bool:
+        """Written again by a splitter after a refusal (the live record under its key)."""
+        return self.header(REFUSED_HEADER) is not None
+
+    @property
+    def version(self) -> int | None:
+        """The stream version this record makes: the offset + 1 of the record that made
+        it (a record written again names it), which compaction keeps."""
+        held = self.header(VERSION_HEADER)
+        if held is not None:
+            return held
+        return None if self.offset is None else self.offset + 1
+
+
+def compacted(records) -> list[ControlRecord]:
+    """What compaction leaves of `records` ((key, value[, offset, headers]) in topic
+    order): the last record of each key, in topic order, stream records first (a stream
+    record written again may now follow the queries that read it)."""
+    records = [r if isinstance(r, ControlRecord) else ControlRecord(*r) for r in records]
+    last = {r.key: i for i, r in enumerate(records)}
+    since: dict[bytes | None, int] = {}  # where the key's current incarnation began
+    for i, r in enumerate(records):
+        since.setdefault(r.key, i)
+        if _is_removal(r.value):
+            since.pop(r.key)
+    kept = [i for i, r in enumerate(records) if r.key is None or last[r.key] == i]
+    # A query keeps the place its first record since its last removal gave it (an `add`
+    # then an `update` on the whole log: the add's place, as when it ran); streams first.
+    return [records[i] for i in sorted(kept, key=lambda i: (
+        not _is_stream_key(records[i].key), since.get(records[i].key, i)))]
+
+
+def _is_removal(value: bytes | None) -> bool:
+    if value is None:
+        return True
+    try:
+        return orjson.loads(value).get("op") == "remove"
+    except (orjson.JSONDecodeError, AttributeError):
+        return False
+
+
+def _is_stream_key(key: bytes | None) -> bool:
+    try:
+        return parse_key(key)[0] == STREAM
+    except ControlMessageError:
+        return False
 
 
 def key_of(kind: str, name: str) -> bytes:
@@ -348,11 +432,16 @@ class LiveSet:
         self.live: dict[str, LiveQuery] = {}
         self.next_index = 0
 
-    def apply(self, message: ControlMessage) -> LiveQuery | LiveStream | None:
-        """Apply a change: the new LiveQuery (None when one is removed) or LiveStream.
-        ControlMessageError says why a change is refused."""
+    def apply(self, message: ControlMessage, version: int | None = None,
+              starting: bool = False) -> LiveQuery | LiveStream | None:
+        """Apply a change: the new LiveQuery (None when one is removed) or LiveStream
+        (`version`: ControlRecord.version; None: one more than the last). ControlMessageError
+        says why a change is refused. `starting` (a replay of the compacted topic):
+        `add` and `update` are upserts; see `unchanged` for what is then skipped."""
+        if starting:
+            message = self._upsert(message)
         if message.kind == STREAM:
-            return self._apply_stream(message)
+            return self._apply_stream(message, version)
         if message.op == "remove":
             if message.name not in self.live:
                 raise ControlMessageError(f"no live query {message.name!r} to remove")
@@ -370,7 +459,38 @@ class LiveSet:
         entry = self.live[message.name] = LiveQuery(message.name, message.text, index, checked)
         return entry
 
-    def _apply_stream(self, message: ControlMessage) -> LiveStream:
+    def unchanged(self, message: ControlMessage) -> bool:
+        """Whether the change leaves the live set as it is: the live text again, or a
+        removal of what is not live (of a stream: not registered on the control topic)."""
+        if message.kind == STREAM:
+            current = self.registry.streams.get(message.name)
+            return current is None if message.op == "remove" else \
+                current is not None and current[2] == message.text
+        live = self.live.get(message.name)
+        return live is None if message.op == "remove" else \
+            live is not None and live.text == message.text
+
+    def live_text(self, kind: str, name: str) -> str | None:
+        """The text live under a name (a query's, or a stream's registered on the topic)."""
+        if kind == STREAM:
+            current = self.registry.streams.get(name)
+            return None if current is None else current[2]
+        live = self.live.get(name)
+        return None if live is None else live.text
+
+    def _upsert(self, message: ControlMessage) -> ControlMessage:
+        if message.op == "remove":
+            return message
+        if message.kind == STREAM:
+            live = message.name in self.registry.streams if message.op == "add" else \
+                self.registry.get(message.name) is not None
+        else:
+            live = message.name in self.live
+        op = "update" if live else "add"
+        return message if op == message.op else \
+            ControlMessage(op, message.name, message.text, message.checked, message.kind)
+
+    def _apply_stream(self, message: ControlMessage, version: int | None = None) -> LiveStream:
         name, op = message.name, message.op
         known = self.registry.get(name)
         current = self.registry.streams.get(name)
@@ -384,7 +504,8 @@ class LiveSet:
                                                      else ""))
         schema = message.checked if isinstance(message.checked, StreamSchema) else \
             None if op == "remove" else check_stream(name, message.text)
-        version = (current[1] if current else 0) + 1
+        if version is None:
+            version = (current[1] if current else 0) + 1
         trial = self.registry.with_stream(name, None if schema is None else
                                           (schema, version, message.text))
         rechecked, broken = {}, []
@@ -440,13 +561,23 @@ class LiveSet:
 
 def replayed(records, stream: str | None = None,
              registry: SchemaRegistry | None = None) -> LiveSet:
-    """The live set that the control topic's (key, value) records give, applied in order
-    as a splitter applies them (refused changes are skipped); every stream's queries when
-    `stream` is None."""
+    """The live set that the control topic's records ((key, value[, offset, headers]) in
+    topic order, or ControlRecords) give, as a starting splitter applies them: the same
+    on the whole log and on the compacted one (refused changes are skipped); every
+    stream's queries when `stream` is None."""
     live = LiveSet(stream, registry)
-    for key, value in records:
+    for record in compacted(records):
         try:
-            live.apply(validate(value, key, live.registry, stream))
+            replay(live, record)
         except ControlMessageError:
             continue
     return live
+
+
+def replay(live: LiveSet, record: ControlRecord) -> tuple[ControlMessage, object] | None:
+    """Apply one record of a replay (see `replayed`): (the change, what `apply` gave), or
+    None where it changes nothing. ControlMessageError (OtherStream) when refused."""
+    message = validate(record.value, record.key, live.registry, live.stream)
+    if live.unchanged(message):
+        return None
+    return message, live.apply(message, record.version, starting=True)

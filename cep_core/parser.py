@@ -129,11 +129,11 @@ def parse(text: str, path: str = "<query>") -> ast.QueryFile:
         raise
     for query in queries:
         _check_ast_depth(query, text)
-        for node in ast.walk(query):
-            if isinstance(node, _CallMember):
-                raise QueryError("'.attribute' after a call is only for window aggregates, as "
-                                 "in avg(Temp(area = s.area).value WITHIN 5 minutes FROM s)",
-                                 node.pos, text)
+        member = query.find(_CallMember)
+        if member is not None:
+            raise QueryError("'.attribute' after a call is only for window aggregates, as "
+                             "in avg(Temp(area = s.area).value WITHIN 5 minutes FROM s)",
+                             member.pos, text)
     return ast.QueryFile(path, queries)
 
 
@@ -164,7 +164,7 @@ def _check_ast_depth(query: ast.Query, text: str) -> None:
         if depth > MAX_TREE_DEPTH:
             raise QueryError(f"the query is nested too deeply (more than {MAX_TREE_DEPTH} "
                              "levels of parentheses and operators)", node.pos, text)
-        stack.extend((child, depth + 1) for child in ast.children(node))
+        stack.extend((child, depth + 1) for child in node.children())
 
 
 def parse_file(path: str | Path) -> ast.QueryFile:
@@ -469,7 +469,7 @@ class _ToAst(Transformer):
             comparison = ast.Binary(op, left, right, self._pos(children[i]))
             result = comparison if result is None else ast.Binary(
                 "AND", result, comparison, comparison.pos)
-            left = right
+            left = right.copy()  # `b` of `a = b = c` in the second comparison too
         return result
 
     @v_args(meta=True, inline=False)
@@ -612,11 +612,14 @@ class _CallWindow:
         self.duration, self.anchor = duration, anchor
 
 
-class _CallMember:
+class _CallMember(ast.Node):
     """`Temp(cond).value` inside a window aggregate; never left in the AST."""
+
+    child_fields = ("filter",)
 
     def __init__(self, call_name, flt, member, pos):
         self.call_name, self.filter, self.member, self.pos = call_name, flt, member, pos
+        self.__post_init__()
 
 
 _HEADER_WORDS = {"from": "FROM", "into": "INTO", "partition": "PARTITION BY"}

@@ -20,36 +20,91 @@ from cep_core import ast
 Position = ast.RSym | ast.RAny
 
 
+class _Nullable(ast.Visitor):
+    def visit_RSym(self, r: Position) -> bool:
+        return False
+
+    visit_RAny = visit_RSym
+
+    def visit_REmpty(self, r: ast.REmpty) -> bool:
+        return True
+
+    def visit_RCat(self, r: ast.RCat) -> bool:
+        return all(self.visit(item) for item in r.items)
+
+    def visit_RAlt(self, r: ast.RAlt) -> bool:
+        return any(self.visit(option) for option in r.options)
+
+    def visit_RRepeat(self, r: ast.RRepeat) -> bool:
+        return r.min == 0 or r.max == 0 or self.visit(r.item)
+
+
+class _AcceptsNonempty(ast.Visitor):
+    def visit_RSym(self, r: Position) -> bool:
+        return True
+
+    visit_RAny = visit_RSym
+
+    def visit_REmpty(self, r: ast.REmpty) -> bool:
+        return False
+
+    def visit_RCat(self, r: ast.RCat) -> bool:
+        return any(self.visit(item) for item in r.items)
+
+    def visit_RAlt(self, r: ast.RAlt) -> bool:
+        return any(self.visit(option) for option in r.options)
+
+    def visit_RRepeat(self, r: ast.RRepeat) -> bool:
+        return r.max != 0 and self.visit(r.item)
+
+
+class _First(ast.Visitor):
+    """The positions that can begin a word; `_Last` (reversed) those that can end one."""
+
+    def visit_RSym(self, r: Position) -> list[Position]:
+        return [r]
+
+    visit_RAny = visit_RSym
+
+    def visit_REmpty(self, r: ast.REmpty) -> list[Position]:
+        return []
+
+    def visit_RCat(self, r: ast.RCat) -> list[Position]:
+        found: list[Position] = []
+        for item in r.items:
+            found.extend(self.visit(item))
+            if not nullable(item):
+                break
+        return found
+
+    def visit_RAlt(self, r: ast.RAlt) -> list[Position]:
+        return [p for option in r.options for p in self.visit(option)]
+
+    def visit_RRepeat(self, r: ast.RRepeat) -> list[Position]:
+        return [] if r.max == 0 else self.visit(r.item)
+
+
+class _Last(_First):
+    def visit_RCat(self, r: ast.RCat) -> list[Position]:
+        found: list[Position] = []
+        for item in reversed(r.items):
+            found[:0] = self.visit(item)
+            if not nullable(item):
+                break
+        return found
+
+
+_NULLABLE, _ACCEPTS_NONEMPTY, _FIRST, _LAST = _Nullable(), _AcceptsNonempty(), _First(), _Last()
+
+
 def nullable(r: ast.Regex) -> bool:
     """Whether the regex accepts the empty sequence."""
-    match r:
-        case ast.RSym() | ast.RAny():
-            return False
-        case ast.REmpty():
-            return True
-        case ast.RCat(items=items):
-            return all(nullable(item) for item in items)
-        case ast.RAlt(options=options):
-            return any(nullable(option) for option in options)
-        case ast.RRepeat(item=item, min=low, max=high):
-            return low == 0 or high == 0 or nullable(item)
-    raise TypeError(f"not a regex node: {type(r).__name__}")
+    return _NULLABLE.visit(r)
 
 
 def accepts_nonempty(r: ast.Regex) -> bool:
     """Whether the regex accepts some sequence of at least one event."""
-    match r:
-        case ast.RSym() | ast.RAny():
-            return True
-        case ast.REmpty():
-            return False
-        case ast.RCat(items=items):
-            return any(accepts_nonempty(item) for item in items)
-        case ast.RAlt(options=options):
-            return any(accepts_nonempty(option) for option in options)
-        case ast.RRepeat(item=item, max=high):
-            return high != 0 and accepts_nonempty(item)
-    raise TypeError(f"not a regex node: {type(r).__name__}")
+    return _ACCEPTS_NONEMPTY.visit(r)
 
 
 def matches_only_empty(r: ast.Regex) -> bool:
@@ -59,58 +114,17 @@ def matches_only_empty(r: ast.Regex) -> bool:
 
 def positions(r: ast.Regex) -> list[Position]:
     """Every predicate and `.` occurrence, in source order."""
-    match r:
-        case ast.RSym() | ast.RAny():
-            return [r]
-        case ast.REmpty():
-            return []
-        case ast.RCat(items=parts) | ast.RAlt(options=parts):
-            return [p for part in parts for p in positions(part)]
-        case ast.RRepeat(item=item):
-            return positions(item)
-    raise TypeError(f"not a regex node: {type(r).__name__}")
+    return list(r.find_all(ast.RSym, ast.RAny))
 
 
 def first(r: ast.Regex) -> list[Position]:
     """Positions that can begin a match: the transitions out of the start state."""
-    match r:
-        case ast.RSym() | ast.RAny():
-            return [r]
-        case ast.REmpty():
-            return []
-        case ast.RCat(items=items):
-            found: list[Position] = []
-            for item in items:
-                found.extend(first(item))
-                if not nullable(item):
-                    break
-            return found
-        case ast.RAlt(options=options):
-            return [p for option in options for p in first(option)]
-        case ast.RRepeat(item=item, max=high):
-            return [] if high == 0 else first(item)
-    raise TypeError(f"not a regex node: {type(r).__name__}")
+    return _FIRST.visit(r)
 
 
 def last(r: ast.Regex) -> list[Position]:
     """Positions that can end a match: the accepting states (besides a nullable start)."""
-    match r:
-        case ast.RSym() | ast.RAny():
-            return [r]
-        case ast.REmpty():
-            return []
-        case ast.RCat(items=items):
-            found: list[Position] = []
-            for item in reversed(items):
-                found[:0] = last(item)
-                if not nullable(item):
-                    break
-            return found
-        case ast.RAlt(options=options):
-            return [p for option in options for p in last(option)]
-        case ast.RRepeat(item=item, max=high):
-            return [] if high == 0 else last(item)
-    raise TypeError(f"not a regex node: {type(r).__name__}")
+    return _LAST.visit(r)
 
 
 def first_symbols(r: ast.Regex) -> set[str]:
@@ -121,28 +135,38 @@ def first_symbols(r: ast.Regex) -> set[str]:
 def follow(r: ast.Regex) -> dict[int, list[Position]]:
     """For each position (keyed by `id(node)`), the positions that may follow it."""
     table: dict[int, list[Position]] = {id(p): [] for p in positions(r)}
-    _fill_follow(r, table)
+    _FollowFiller(table).visit(r)
     return table
 
 
-def _fill_follow(r: ast.Regex, table: dict[int, list[Position]]) -> None:
-    match r:
-        case ast.RCat(items=items):
-            for i, item in enumerate(items):
-                _fill_follow(item, table)
-                for later in items[i + 1:]:
-                    _link(last(item), first(later), table)
-                    if not nullable(later):
-                        break
-        case ast.RAlt(options=options):
-            for option in options:
-                _fill_follow(option, table)
-        case ast.RRepeat(item=item, min=low, max=high):
-            if (low, high) not in ((0, None), (1, None), (0, 1)):
-                raise ValueError(f"follow() handles *, + and ?, not {{{low},{high}}}")
-            _fill_follow(item, table)
-            if high is None:
-                _link(last(item), first(item), table)
+class _FollowFiller(ast.Visitor):
+    """Fills `table` (position id -> following positions) from a regex."""
+
+    def __init__(self, table: dict[int, list[Position]]):
+        self.table = table
+
+    def generic_visit(self, r: ast.Regex) -> None:
+        """A position or the empty regex: nothing follows inside it."""
+
+    def visit_RCat(self, r: ast.RCat) -> None:
+        items = r.items
+        for i, item in enumerate(items):
+            self.visit(item)
+            for later in items[i + 1:]:
+                _link(last(item), first(later), self.table)
+                if not nullable(later):
+                    break
+
+    def visit_RAlt(self, r: ast.RAlt) -> None:
+        for option in r.options:
+            self.visit(option)
+
+    def visit_RRepeat(self, r: ast.RRepeat) -> None:
+        if (r.min, r.max) not in ((0, None), (1, None), (0, 1)):
+            raise ValueError(f"follow() handles *, + and ?, not {{{r.min},{r.max}}}")
+        self.visit(r.item)
+        if r.max is None:
+            _link(last(r.item), first(r.item), self.table)
 
 
 def _link(sources: list[Position], targets: list[Position],

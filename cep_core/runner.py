@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from cep_core.batch import BatchEncoder
     from cep_core.checker import CheckedQuery
     from cep_core.composites import Composites
-    from cep_core.engine import StreamEngines
+    from cep_core.stream_engines import StreamEngines
     from cep_core.event_io import DeadLetter
 
 ENGINES = ("reference", "jit")
@@ -28,7 +28,7 @@ def new_engines(queries: list[CheckedQuery], placement: str | None = None,
     `placement` (cpu, gpu, auto; None: the CPU engines) places MATCH and SEQ queries as
     `accel.gpu.placement` decides; `report` gets one Placement per query; `options` go to
     the engines (`StreamEngines`)."""
-    from cep_core import engine as jit
+    from cep_core import stream_engines as jit
     from cep_core.batch import BatchEncoder, StringDictionary
 
     if placement is not None and placement not in PLACEMENTS:
@@ -77,7 +77,7 @@ def run_checked(queries: list[CheckedQuery], events, engine: str = "reference",
                     for q, event, reason in rejected]
     else:
         started = time.perf_counter()
-        from cep_core import engine as jit
+        from cep_core import stream_engines as jit
 
         engines, encoder = new_engines(queries, placement, report)
         setup_s = time.perf_counter() - started

@@ -130,11 +130,11 @@ class Api:
     # ------------------------------------------------------------ reading the topics
 
     def records(self, fresh: bool = False) -> list:
-        from services.control import control_records
+        from services.control import control_log
 
         now = time.monotonic()
         if fresh or self._records is None or now - self._records[0] > self.config.cache_s:
-            self._records = (now, control_records(self.config.settings, self.config.control))
+            self._records = (now, control_log(self.config.settings, self.config.control))
         return self._records[1]
 
     def live(self, fresh: bool = False):

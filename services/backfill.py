@@ -27,6 +27,7 @@ from services.backfill_engines import (
     unique_rejected,
 )
 from services.backfill_ingest import accept, list_inputs, read_decoded
+from services.backfill_parquet import BAD, GOOD, SplitCounts, parquet_input
 from services.backfill_plan import describe, plan
 
 ARROW_BATCH_ROWS = 65_536
@@ -100,46 +101,68 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
     started = time.perf_counter()
     rows = spark.sparkContext.accumulator(0)
     rejected_rows = spark.sparkContext.accumulator([], RejectedRows())
+    bad_splits = spark.sparkContext.accumulator({}, SplitCounts())
     groups = plan(queries)
 
     def job() -> BackfillResult:
         files = list_inputs(spark, inputs)
-        cached = read_decoded(spark, files, schema).persist(
-            StorageLevel.MEMORY_AND_DISK)  # decoded once: the seq check and the rest read it
-        decoded = accept(cached)
-        good = decoded.where(F.col("_error").isNull()).select("seq", *schema.attributes)
+        direct = parquet_input(spark, files)
+        cached = None
+        if direct is not None and direct.splits_ordered:  # every dead letter found in tasks
+            good = direct.frame(spark, schema, GOOD, bad_counts=bad_splits)
+        else:
+            cached = (direct.frame(spark, schema) if direct is not None
+                      else read_decoded(spark, files, schema))
+            cached = cached.persist(StorageLevel.MEMORY_AND_DISK)  # the seq check and the
+            decoded = accept(cached)                                # rest read it
+            good = decoded.where(F.col("_error").isNull()).select("seq", *schema.attributes)
+        out_dir = _pyarrow_directory(output)  # tasks write there, or Spark does
         results = []
-        for group in groups:
+        for g, group in enumerate(groups):
             keyed = (good.repartition(partitions, *group.keys) if group.keys
                      else good.repartition(1))
             runner = PartitionRunner(list(group.queries), str(kernel_cache_dir()), rows,
-                                     rejected=rejected_rows)
+                                     rejected=rejected_rows, output=out_dir, group=g)
             results.append(map_in_arrow(keyed.sortWithinPartitions("seq"), runner,
-                                        RESULT_SCHEMA))
+                                        "composites long" if out_dir else RESULT_SCHEMA))
         found = reduce(lambda a, b: a.unionByName(b), results)  # composite events only
-        (found.where(F.col("kind") == COMPOSITE)
-         .select("query", "query_index", "key", "seq", "start_seq",
-                 F.col("body").alias("composite"))
-         .write.mode("overwrite").parquet(output))
-        bad_input = decoded.where(F.col("_error").isNotNull()).select(
-            F.lit(0).alias("stage"), F.lit(None).cast("int").alias("query_index"),
-            F.element_at(F.array(*[F.lit(f.source) for f in files]), F.col("_file") + 1)
-            .alias("source"), F.col("_line").alias("line"),
-            F.col("_position").alias("position"), F.col("_error").alias("reason"),
-            F.col("_raw").alias("raw"))
-        rejected = spark.createDataFrame(
-            [(1, index, f"query {name}", None, seq, reason, raw)
-             for index, name, seq, reason, raw in unique_rejected(rejected_rows.value)],
-            DEAD_LETTER_SCHEMA)
-        bad_input.unionByName(rejected).coalesce(1).write.mode("overwrite") \
-            .parquet(dead_letters)
-        n_composites = spark.read.parquet(output).count()  # from the Parquet footers
-        good_or_bad = {row["good"]: row["count"] for row in decoded.groupBy(
-            F.col("_error").isNull().alias("good")).count().collect()}
-        n_good, n_bad = good_or_bad.get(True, 0), good_or_bad.get(False, 0)
-        cached.unpersist()
-        return BackfillResult(n_good, n_bad + len(unique_rejected(rejected_rows.value)),
-                              n_composites, 0.0, describe(groups))
+        if out_dir:
+            n_composites = sum(row[0] for row in found.collect())
+        else:
+            (found.where(F.col("kind") == COMPOSITE)
+             .select("query", "query_index", "key", "seq", "start_seq",
+                     F.col("body").alias("composite"))
+             .write.mode("overwrite").parquet(output))
+            n_composites = spark.read.parquet(output).count()  # from the Parquet footers
+        rejected_list = [(1, index, f"query {name}", None, seq, reason, raw)
+                         for index, name, seq, reason, raw in
+                         unique_rejected(rejected_rows.value)]
+        bad_ids = [split for split, count in bad_splits.value.items() if count]
+        if cached is None and not bad_ids and _write_dead_letters(rejected_list, dead_letters):
+            pass  # no bad input record: the driver wrote the engines' rejections
+        else:
+            if cached is None:  # decode again only the splits that have dead letters
+                decoded = direct.frame(spark, schema, BAD, split_ids=bad_ids)
+            bad_input = decoded.where(F.col("_error").isNotNull()).select(
+                F.lit(0).alias("stage"), F.lit(None).cast("int").alias("query_index"),
+                F.element_at(F.array(*[F.lit(f.source) for f in files]), F.col("_file") + 1)
+                .alias("source"), F.col("_line").alias("line"),
+                F.col("_position").alias("position"), F.col("_error").alias("reason"),
+                F.col("_raw").alias("raw"))
+            rejected = spark.createDataFrame(rejected_list, DEAD_LETTER_SCHEMA)
+            bad_input.unionByName(rejected).coalesce(1).write.mode("overwrite") \
+                .parquet(dead_letters)
+        n_rejected = len(unique_rejected(rejected_rows.value))
+        if cached is None:
+            n_bad = sum(bad_splits.value.values())
+            n_good = direct.rows - n_bad
+        else:
+            good_or_bad = {row["good"]: row["count"] for row in decoded.groupBy(
+                F.col("_error").isNull().alias("good")).count().collect()}
+            n_good, n_bad = good_or_bad.get(True, 0), good_or_bad.get(False, 0)
+            cached.unpersist()
+        return BackfillResult(n_good, n_bad + n_rejected, n_composites, 0.0,
+                              describe(groups))
 
     if console is not None:
         from services.backfill_progress import SparkProgress
@@ -154,6 +177,44 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
         produce_to_kafka(output, to_kafka, bootstrap)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _pyarrow_directory(output: str) -> str | None:
+    """`output` emptied and made, as a URI pyarrow opens in the tasks; None where pyarrow
+    cannot open it (Spark's writer then writes it)."""
+    import os
+
+    import pyarrow.fs as pafs
+
+    uri = output if "://" in output or output.startswith("file:") else os.path.abspath(output)
+    try:
+        fs, path = pafs.FileSystem.from_uri(uri)
+        if fs.get_file_info(path).type != pafs.FileType.NotFound:
+            fs.delete_dir(path)
+        fs.create_dir(path)
+    except (OSError, ValueError):
+        return None
+    return uri
+
+
+def _write_dead_letters(rows: list[tuple], dead_letters: str) -> bool:
+    """`rows` (DEAD_LETTER_SCHEMA) as the one file of the dead-letters directory, written
+    by pyarrow here; False where pyarrow cannot open it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    directory = _pyarrow_directory(dead_letters)
+    if directory is None:
+        return False
+    schema = pa.schema([("stage", pa.int32()), ("query_index", pa.int32()),
+                        ("source", pa.string()), ("line", pa.int64()),
+                        ("position", pa.int64()), ("reason", pa.string()),
+                        ("raw", pa.string())])
+    fs, path = pa.fs.FileSystem.from_uri(directory)
+    table = pa.Table.from_pylist([dict(zip(schema.names, row)) for row in rows], schema)
+    with fs.open_output_stream(f"{path}/part-00000.parquet") as out:
+        pq.write_table(table, out)
+    return True
 
 
 def produce_to_kafka(output: str, topic: str, bootstrap: str | None) -> int:

@@ -25,6 +25,12 @@ from cep_core.composite_batch import ColumnBatch
 RESULT_SCHEMA = ("kind string, query string, query_index int, key string, seq long, "
                  "start_seq long, reason string, body string")
 COMPOSITE, REJECTED = "composite", "rejected"
+# The composite events' output file (backfill_output): RESULT_SCHEMA's columns, body as
+# `composite`.
+COMPOSITE_COLUMNS = ["query", "query_index", "key", "seq", "start_seq", "body"]
+COMPOSITE_SCHEMA = pa.schema([("query", pa.string()), ("query_index", pa.int32()),
+                              ("key", pa.string()), ("seq", pa.int64()),
+                              ("start_seq", pa.int64()), ("composite", pa.string())])
 
 
 class RejectedRows:
@@ -52,12 +58,15 @@ class PartitionRunner:
     are otherwise yielded as `rejected` rows."""
 
     def __init__(self, queries: list[CheckedQuery], kernel_cache: str, rows=None,
-                 options: dict | None = None, rejected=None):
+                 options: dict | None = None, rejected=None, output: str | None = None,
+                 group: int = 0):
         self.queries = queries
         self.kernel_cache = kernel_cache
         self.rows = rows
         self.options = options or {}
         self.rejected = rejected
+        self.output = output  # write composites there (pyarrow) and yield their count
+        self.group = group
 
     def _send(self, index: dict[str, int], rejected: list[tuple]) -> list[tuple]:
         """`rejected` rows to the accumulator (returning none) or back to be yielded."""
@@ -68,6 +77,32 @@ class PartitionRunner:
         return []
 
     def __call__(self, batches):
+        if self.output is None:
+            return self._results(batches)
+        return self._write(self._results(batches))
+
+    def _write(self, results):
+        """Composite rows into one Parquet file of this task (named by its group and
+        partition, so a task run again replaces its own file); yields their count."""
+        import pyarrow.fs  # noqa: F401
+        import pyarrow.parquet as pq
+        from pyspark import TaskContext
+
+        fs, directory = pa.fs.FileSystem.from_uri(self.output)
+        name = f"part-{self.group:03d}-{TaskContext.get().partitionId():05d}.parquet"
+        count = 0
+        with pq.ParquetWriter(fs.open_output_stream(f"{directory}/{name}"),
+                              COMPOSITE_SCHEMA) as writer:
+            for batch in results:
+                composites = batch.filter(pc.equal(batch.column("kind"), COMPOSITE))
+                if composites.num_rows:
+                    writer.write_batch(pa.RecordBatch.from_arrays(
+                        [composites.column(c) for c in COMPOSITE_COLUMNS],
+                        schema=COMPOSITE_SCHEMA))
+                    count += composites.num_rows
+        yield pa.RecordBatch.from_arrays([pa.array([count], pa.int64())], ["composites"])
+
+    def _results(self, batches):
         os.environ["CEP_KERNEL_CACHE"] = self.kernel_cache  # the driver's kernel cache
         from cep_core.runner import new_engines
 

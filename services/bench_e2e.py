@@ -10,6 +10,8 @@ Everything runs here together: the embedded broker (unless --bootstrap), `cep se
 - `framed_events_per_s`: the same with framed input (Arrow batches of 10k events).
 - `p50_ms`/`p99_ms`: produce to composite event (its Kafka timestamp) at `latency_rate`
   events/s (`--latency-rate`; default half of `events_per_s`), JSON input.
+- `hops_ms`: p50 and p99 of each hop of that latency (services/bench_hops.py): splitter
+  (produce -> keyed frame), worker (-> match frame), coordinator (-> INTO record).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
+from services.bench_hops import hops
 from services.demo import STREAM, demo_queries, start_services, stop_services, trade_lines
 
 
@@ -48,13 +51,13 @@ def _status(settings, topic: str, since: int):
 
 
 class Bench:
-    def __init__(self, bootstrap: str, workers: int):
+    def __init__(self, bootstrap: str, workers: int, coordinators: int = 1):
         from services.kafka import Deliveries, KafkaSettings, Topics
         from services.pipeline import create_topics
 
         self.settings = KafkaSettings(bootstrap, session_timeout_ms=2000)
         self.topics = Topics(STREAM, source=f"bench.{STREAM}.{os.getpid()}",
-                             prefix=f"bench-{os.getpid()}")
+                             prefix=f"bench-{os.getpid()}", shards=coordinators)
         create_topics(self.settings, self.topics, 4, ["double_tops"])
         self.deliveries = Deliveries()
         self.producer = self.settings.producer(on_delivery=self.deliveries)
@@ -84,14 +87,17 @@ class Bench:
         flush_all(self.producer, 60, self.deliveries, "benchmark events")
 
     def wait_end(self, timeout_s: float = 120) -> float:
-        """Wall time at which the coordinator announced the next end of input."""
+        """Wall time at which the last coordinator shard announced the next end of input."""
         deadline = time.monotonic() + timeout_s
+        ended: set[int] = set()
         while time.monotonic() < deadline:
             for offset, record, ts in _status(self.settings, self.topics.status,
                                               self.status_seen):
                 self.status_seen = offset + 1
                 if record.get("event") == "end_of_input":
-                    return ts / 1000
+                    ended.add(record.get("shard", 0))
+                    if len(ended) == self.topics.shards:
+                        return ts / 1000
             time.sleep(0.02)
         raise TimeoutError("end of input not released")
 
@@ -115,7 +121,7 @@ def raw_consume(settings, topic: str, n: int) -> float:
 
 
 def run_bench(events: int, workers: int, bootstrap: str | None, latency_s: float,
-              latency_rate: float = 0) -> dict:
+              latency_rate: float = 0, coordinators: int = 1) -> dict:
     from cep_core.workloads import WORKLOADS
     from services.broker import EmbeddedBroker
 
@@ -124,7 +130,7 @@ def run_bench(events: int, workers: int, bootstrap: str | None, latency_s: float
         broker = EmbeddedBroker().start()
         bootstrap = broker.bootstrap
     try:
-        bench = Bench(bootstrap, workers)
+        bench = Bench(bootstrap, workers, coordinators)
         lines = trade_lines(events)
         table = WORKLOADS["finance1"].generate(events, 1).drop_columns(["seq"])
         bench.start()
@@ -140,17 +146,18 @@ def run_bench(events: int, workers: int, bootstrap: str | None, latency_s: float
         # seq of the next record: warm-up + JSON run (one each) + framed run (one per event)
         base = 2000 + 2 * events
         rate = latency_rate or 0.5 * events / json_s
-        p50, p99 = latency(bench, lines, rate, latency_s, base)
+        p50, p99, hops_ms = latency(bench, lines, rate, latency_s, base)
         raw = raw_consume(bench.settings, bench.topics.source, 2 * events)
         bench.stop()
     finally:
         if broker is not None:
             broker.kill()
     measured = events / json_s
-    return {"events": events, "workers": workers, "events_per_s": round(measured),
+    return {"events": events, "workers": workers, "coordinators": coordinators,
+            "events_per_s": round(measured),
             "raw_consume_events_per_s": round(raw), "ratio": round(measured / raw, 3),
             "framed_events_per_s": round(events / framed_s), "latency_rate": round(rate),
-            "p50_ms": p50, "p99_ms": p99}
+            "p50_ms": p50, "p99_ms": p99, "hops_ms": hops_ms}
 
 
 def latency(bench: Bench, lines: list[bytes], rate: float, seconds: float, base: int):
@@ -179,14 +186,18 @@ def latency(bench: Bench, lines: list[bytes], rate: float, seconds: float, base:
     flush_all(bench.producer, 30, bench.deliveries, "benchmark events")
     bench.wait_end()
     delays = []
+    released = []  # (value, create time ms, produce time ms of its last event)
     for m in iter(lambda: consumer.consume(10000, 0.3), []):
         for message in m:
             c = orjson.loads(message.value())
             index = c["seq"] - base
             if 0 <= index < n:
                 delays.append(message.timestamp()[1] / 1000 - sent[index])
+                released.append((message.value(), message.timestamp()[1],
+                                 sent[index] * 1000))
     consumer.close()
     if not delays:
-        return None, None
+        return None, None, None
     return (round(float(np.percentile(delays, 50)) * 1000, 1),
-            round(float(np.percentile(delays, 99)) * 1000, 1))
+            round(float(np.percentile(delays, 99)) * 1000, 1),
+            hops(bench.settings, bench.topics, 4, "double_tops", released))

@@ -6,7 +6,9 @@ The splitter applies control records in topic order, a change holds from the nex
 sequence number on, and reaches every worker partition and the coordinator as a control
 frame at that seq.
 
-Status records (JSON, on `cep.<stream>.status`), besides `query_live` and `end_of_input`:
+Status records (JSON, on `cep.<stream>.status`), besides `query_live` and `end_of_input`
+(`{"event": "end_of_input", "upto"}`, with `shard` and `shards` when the coordinator is
+sharded: one per shard, see `input_ended`):
 
     {"event": "change", "service", "role", "key", "offset", "kind", "op", "name",
      "outcome": "applied" | "refused", "reason", "at", "partition", "live", "starting"}
@@ -31,6 +33,7 @@ import orjson
 from cep_core.control_message import (  # noqa: F401  (the names services and tests use)
     INFINITE,
     ControlMessage,
+    ControlRecord,
     LiveQuery,
     LiveSet,
     horizon,
@@ -67,10 +70,18 @@ def control_records(settings, topic: str) -> list[tuple[bytes | None, bytes | No
     return [(m.key(), m.value()) for m in read_all(settings, topic)]
 
 
+def control_log(settings, topic: str) -> list[ControlRecord]:
+    """Every record of the control topic, in order, with offsets and headers (the
+    offsets make stream versions that compaction keeps)."""
+    from services.kafka import read_all
+
+    return [ControlRecord.of(m) for m in read_all(settings, topic)]
+
+
 def learned_live(settings, topic: str, stream: str | None = None, registry=None) -> LiveSet:
     """The live set (queries of `stream`, every stream) the control topic gives: how a
     service learns streams registered at run time before any frame tells it."""
-    return replayed(control_records(settings, topic), stream, registry)
+    return replayed(control_log(settings, topic), stream, registry)
 
 
 def split_query_file(text: str, path: str = "<queries>") -> list[tuple[str, str]]:
@@ -194,6 +205,14 @@ def _drop_partitions(view: dict, owner: str, partitions) -> None:
         if service != owner:
             for p in partitions:
                 entry["partitions"].pop(int(p), None)
+
+
+def input_ended(records: list[dict], shards: int = 1, upto: int | None = None) -> bool:
+    """Whether every coordinator shard released an end of input (at seq `upto`, if
+    given): each shard announces its own, after its composite events (docs/scaling.md)."""
+    done = {r.get("shard", 0) for r in records if r.get("event") == "end_of_input"
+            and (upto is None or r.get("upto") == upto)}
+    return len(done) >= shards
 
 
 def outcomes_of(records: list[dict], change: dict) -> dict:

@@ -23,6 +23,13 @@ topic under the key `coordinator`. A restarted coordinator loads it, reads each 
 after the checkpointed offset for records it wrote later (header `cep.pipeline`), moves the
 released position past them, and resumes the match topic at the checkpointed offsets. No
 Kafka transactions: tansu delivers aborted records (docs/broker.md).
+
+Shards (`Topics.shards`, docs/scaling.md): shard k of S reads its own match topic
+(`Topics.matches_of(k)`), to which the workers send the composites of the INTO topics
+`Topics.shard_of` gives k, and every pulse, end and control frame. Each INTO topic thus has
+one writer, so the order and no-repeat reasoning above holds per shard unchanged; each shard
+checkpoints under its own key (`coordinator.<k>`). Shard 0 alone reports applied changes and
+live queries; each shard reports its end of input (`shard` in the record).
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from collections import deque
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
+from cep_core import snapshot_format
 from cep_core.composite import sort_key
 from services import frames
 from services.checkpoint import PIPELINE_HEADER, read_latest, written_since
@@ -48,7 +56,7 @@ from services.metrics import Metrics
 from services.serve import log, profiled
 
 
-STATE_KEY = b"coordinator"
+STATE_KEY = b"coordinator"  # the checkpoint key with one shard (Topics.coordinator_name)
 
 
 class QueryInfo:
@@ -231,13 +239,21 @@ class Merger:
 class Coordinator:
     def __init__(self, settings: KafkaSettings, topics: Topics, partitions: int = 4,
                  registry=None, metrics: Metrics | None = None, on_output=None,
-                 checkpoint_ms: int | None = None, max_pending: int = 200_000):
+                 checkpoint_ms: int | None = None, max_pending: int = 200_000,
+                 shard: int = 0):
+        if not 0 <= shard < topics.shards:
+            raise ValueError(f"shard {shard} of {topics.shards}: not in 0..{topics.shards - 1}")
         self.settings = settings
         self.topics = topics
         self.partitions = partitions
+        self.shard = shard
+        self.name = topics.coordinator_name(shard)
+        self.matches = topics.matches_of(shard)
+        self.state_key = self.name.encode()
         self.merger = Merger(partitions, topics.stream, registry)
         self.status = StatusWriter(topics.status, "coordinator")
         self.metrics = metrics or Metrics("coordinator", 0)
+        self.metrics.shard.labels(str(topics.shards)).set(shard)
         self.on_output = on_output
         self.reported_ends = 0
         self.lived: list[dict] = []  # every query change once all partitions switched
@@ -263,22 +279,25 @@ class Coordinator:
     def restore(self) -> None:
         """Load the newest checkpoint, if any."""
         started = time.perf_counter()
-        data = read_latest(self.settings, self.topics.state).get(STATE_KEY)
+        data = read_latest(self.settings, self.topics.state).get(self.state_key)
         if data is not None:
-            state = orjson.loads(data)
+            state = snapshot_format.unpack_json("coordinator", data)
             self.merger.load_state(state["merger"])
             self.offsets = state["offsets"]
             self.delivered = state["delivered"]
             self.reported_ends = state["reported_ends"]
             self.saved = list(self.offsets)
         self._scan_outputs()
-        log("coordinator_restored", checkpoint=data is not None, offsets=self.offsets,
+        log("coordinator_restored", shard=self.shard, checkpoint=data is not None,
+            offsets=self.offsets,
             restore_ms=round((time.perf_counter() - started) * 1000, 1))
 
     def _scan_outputs(self) -> None:
         """Find the released position of outputs not scanned yet: what this pipeline wrote
         to them after the last checkpoint."""
-        for output in {q.output for q in self.merger.queries.values()} - self.scanned:
+        mine = {q.output for q in self.merger.queries.values()
+                if self.topics.shard_of(q.output) == self.shard}
+        for output in mine - self.scanned:
             self._ensure_output(output)
             found = written_since(self.settings, output, self.delivered.get(output, -1),
                                   self.pipeline)
@@ -308,7 +327,8 @@ class Coordinator:
             self.deliveries.check()
         state = {"offsets": self.offsets, "merger": self.merger.state(),
                  "delivered": self.delivered, "reported_ends": self.reported_ends}
-        produce(producer, self.topics.state, orjson.dumps(state), key=STATE_KEY)
+        produce(producer, self.topics.state, snapshot_format.pack_json("coordinator", state),
+                key=self.state_key)
         if producer.flush(30):
             log("checkpoint_not_flushed", level="warning")
             return
@@ -321,10 +341,11 @@ class Coordinator:
                                             self.topics.stream, self.merger.registry).registry
         self.restore()
         self.status.presence(producer, "up", live=self.merger.summary())
-        consumer = self.settings.consumer(self.topics.group("coordinator"), **BOUNDED_CONSUMER)
-        consumer.assign([TopicPartition(self.topics.matches, p, self.offsets[p])
+        consumer = self.settings.consumer(self.topics.group(self.name), **BOUNDED_CONSUMER)
+        consumer.assign([TopicPartition(self.matches, p, self.offsets[p])
                          for p in range(self.partitions)])
-        log("coordinator_started", stream=self.topics.stream, partitions=self.partitions)
+        log("coordinator_started", stream=self.topics.stream, partitions=self.partitions,
+            shard=self.shard, shards=self.topics.shards)
         last_lag = 0.0
         last_checkpoint = time.monotonic()
         try:
@@ -362,12 +383,12 @@ class Coordinator:
         behind = set(self.paused) if waiting <= self.max_pending // 2 else \
             {p for p in self.paused if self.merger.upto[p] <= low}
         if behind:
-            consumer.resume([TopicPartition(self.topics.matches, p) for p in behind])
+            consumer.resume([TopicPartition(self.matches, p) for p in behind])
             self.paused -= behind
         if waiting > self.max_pending:
             ahead = {p for p, upto in enumerate(self.merger.upto) if upto > low} - self.paused
             if ahead:
-                consumer.pause([TopicPartition(self.topics.matches, p) for p in ahead])
+                consumer.pause([TopicPartition(self.matches, p) for p in ahead])
                 self.paused |= ahead
                 self.pauses += 1
                 self.metrics.paused.inc()
@@ -394,6 +415,8 @@ class Coordinator:
         for event in self.merger.live_events:
             self.lived.append(event)
             changes = event.pop("changes")
+            if self.shard != 0:  # every shard sees every change: one of them says so
+                continue
             if event["kind"] != STREAM:
                 log("query_live", **event)
                 produce(producer, self.topics.status, orjson.dumps(
@@ -403,10 +426,12 @@ class Coordinator:
                                     partitions=self.partitions,
                                     latency_ms=event["latency_ms"], live=self.merger.summary())
         self.merger.live_events.clear()
+        shard = {"shard": self.shard, "shards": self.topics.shards} \
+            if self.topics.shards > 1 else {}
         for end in self.merger.ended[self.reported_ends:]:
-            log("end_of_input_released", upto=end)
+            log("end_of_input_released", upto=end, **shard)
             produce(producer, self.topics.status, orjson.dumps(
-                {"event": "end_of_input", "upto": end}))
+                {"event": "end_of_input", "upto": end, **shard}))
         ended = len(self.merger.ended) != self.reported_ends
         self.reported_ends = len(self.merger.ended)
         self.metrics.events_in.inc(self.merger.received - received)

@@ -47,7 +47,7 @@ def trade_lines(events: int, seed: int = 1) -> list[bytes]:
 
 
 def start_services(bootstrap: str, workers: int, log_path: Path, topics,
-                   api_port: int = 0) -> subprocess.Popen:
+                   api_port: int = 0) -> subprocess.Popen:  # topics.shards: coordinators
     """`cep serve all` for `topics` (its prefix, source and control topics); the splitter's
     Faust web server on a free port; the API and console on `api_port` (0: none)."""
     from services.broker import free_port
@@ -59,7 +59,7 @@ def start_services(bootstrap: str, workers: int, log_path: Path, topics,
         [sys.executable, "-m", "services.cli", "serve", "all", "--workers", str(workers),
          "--stream", topics.stream, "--source", topics.source, "--control", topics.control,
          "--topic-prefix", topics.prefix, "--web-port", str(free_port()),
-         "--api-port", str(api_port)],
+         "--api-port", str(api_port), "--coordinators", str(topics.shards)],
         env={**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "CEP_SESSION_TIMEOUT_MS": "2000"},
         stdout=log, stderr=log, start_new_session=True, preexec_fn=die_with_parent)
 
@@ -122,9 +122,10 @@ def usable_port(port: int) -> int:
 
 
 def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rate: float,
-             console, api_port: int = 0, hold: bool = False) -> bool:
+             console, api_port: int = 0, hold: bool = False, coordinators: int = 1) -> bool:
     """The demo; with `api_port`, the API and web console there too (its URL printed),
-    and with `hold` everything stays up after the trades until Ctrl-C or SIGTERM."""
+    and with `hold` everything stays up after the trades until Ctrl-C or SIGTERM;
+    `coordinators` coordinator shards."""
     from cep_core.home import state_dir
     from services.broker import EmbeddedBroker
     from services.control import ControlMessage, publish
@@ -144,7 +145,8 @@ def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rat
         bootstrap = broker.bootstrap
     settings = KafkaSettings(bootstrap, session_timeout_ms=2000)
     run_id = f"{os.getpid()}-{int(time.time())}"
-    topics = Topics(STREAM, source=f"demo.{STREAM}.{run_id}", prefix=f"demo-{run_id}")
+    topics = Topics(STREAM, source=f"demo.{STREAM}.{run_id}", prefix=f"demo-{run_id}",
+                    shards=coordinators)
     queries = demo_queries()
     log_path = state_dir("logs") / f"demo-{run_id}.log"
     create_topics(settings, topics, 4, ["double_tops", "trade_stats"])
@@ -177,12 +179,13 @@ def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rat
         produce_end(producer, topics.source)
         flush_all(producer, 30, deliveries, "trades")
         done = _collect_until_end(settings, output, received, view, pipeline, topics.status,
-                                  len(lines) - 1, 300 + events / 1000)
+                                  len(lines) - 1, 300 + events / 1000, topics.shards)
         elapsed = time.perf_counter() - started
         if view is not None:
             view.stop()
         ok = True
         summary = (f"demo: {events} events, {workers} worker{'s' if workers != 1 else ''}, "
+                   + (f"{coordinators} coordinator shards, " if coordinators > 1 else "") +
                    f"{len(received)} composite events, {events / elapsed:,.0f} events/s "
                    f"(produce to last composite event)")
         if verify:
@@ -243,9 +246,9 @@ def _collect(consumer, received: list, view, pipeline: str | None = None,
 
 
 def _collect_until_end(settings, consumer, received: list, view, pipeline: str | None,
-                       status: str, last: int, timeout_s: float) -> bool:
-    """Collect until the coordinator's end-of-input record for seq `last` is on the
-    `status` topic (False if not within `timeout_s`), then read every partition assigned
+                       status: str, last: int, timeout_s: float, shards: int = 1) -> bool:
+    """Collect until every coordinator shard's end-of-input record for seq `last` is on
+    the `status` topic (False if not within `timeout_s`), then read every partition assigned
     to `consumer` from its position up to the partition's fetch high-watermark: the
     coordinator writes every composite event before that record. The rest is read with a
     new consumer, whose high-watermarks come from fetches made after the end record
@@ -253,12 +256,12 @@ def _collect_until_end(settings, consumer, received: list, view, pipeline: str |
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
     from services.checkpoint import read_partitions
+    from services.control import input_ended
     from services.kafka import read_all
 
     deadline = time.monotonic() + timeout_s
-    while not any(orjson.loads(m.value()).get("event") == "end_of_input" and
-                  orjson.loads(m.value()).get("upto") == last
-                  for m in read_all(settings, status, idle_s=0.05)):
+    while not input_ended([orjson.loads(m.value()) for m in read_all(
+            settings, status, idle_s=0.05)], shards, last):
         if time.monotonic() > deadline:
             return False
         _collect(consumer, received, view, pipeline)

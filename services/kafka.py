@@ -9,6 +9,7 @@ producers use the murmur2 partitioner so every client agrees on key placement.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import time
@@ -34,12 +35,17 @@ class Topics:
     `prefix` (`--topic-prefix` / CEP_TOPIC_PREFIX) goes in front of every internal name
     (cep.<stream>.*, the groups, the default control topic), so separate deployments can
     share a broker; `run1` gives `run1.cep.trades.keyed`. The source topic and the queries'
-    INTO topics are named by the user and are not prefixed."""
+    INTO topics are named by the user and are not prefixed.
+
+    `shards` (`--coordinators` / CEP_COORDINATORS): coordinator shards. Every role must be
+    given the same count: workers send each INTO topic's composites to the match topic of
+    its shard (`shard_of`), and pulses and control frames to all of them."""
 
     stream: str
     source: str = ""
     control: str = ""
     prefix: str = ""
+    shards: int = 1
 
     def __post_init__(self):
         if self.prefix and not self.prefix.endswith((".", "-", "_")):
@@ -57,6 +63,24 @@ class Topics:
     @property
     def matches(self) -> str:
         return self._internal("matches")
+
+    def matches_of(self, shard: int) -> str:
+        """The match topic of a coordinator shard: `matches` itself with one shard,
+        `matches.<shard>` with more."""
+        return self.matches if self.shards == 1 else f"{self.matches}.{shard}"
+
+    def shard_of(self, output: str) -> int:
+        """The coordinator shard that merges and writes an INTO topic: a stable hash of its
+        name (BLAKE2b, not Python's salted `hash`), so every process agrees without asking
+        anyone and a query keeps its shard across restarts."""
+        if self.shards == 1:
+            return 0
+        digest = hashlib.blake2b(output.encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") % self.shards
+
+    def coordinator_name(self, shard: int) -> str:
+        """A shard's consumer group and checkpoint key: `coordinator` with one shard."""
+        return "coordinator" if self.shards == 1 else f"coordinator.{shard}"
 
     @property
     def state(self) -> str:

@@ -129,7 +129,7 @@ def _change(cli_error, kind, op, target, only, stream, bootstrap, control, topic
     export_schema_paths(schema, cli_error)
     from cep_core.control_message import ControlMessageError
     from cep_core.errors import QueryError, QueryErrors
-    from services.control import control_records, publish
+    from services.control import control_log, publish
     from services.kafka import Topics, ensure_topics
 
     settings = _settings(bootstrap, kafka_config)
@@ -140,7 +140,7 @@ def _change(cli_error, kind, op, target, only, stream, bootstrap, control, topic
     if not target:
         raise cli_error(f"cep {kind} {op.value} needs a "
                         f"{kind + ' name' if op is Op.remove else 'file'}", 2)
-    records = control_records(settings, control_topic)
+    records = control_log(settings, control_topic)
     try:
         changes = _query_changes(op, target, only, records, no_check, cli_error) \
             if kind == "query" else _stream_changes(op, target, records, no_check, cli_error,
@@ -163,7 +163,7 @@ def _change(cli_error, kind, op, target, only, stream, bootstrap, control, topic
 def _key_for(kind: str, name: str, records) -> bytes:
     """`kind/name`, or the bare name where the topic already holds the query so (the old
     key form): a record under a new key would not replace it on the compacted topic."""
-    if kind == "query" and any(k == name.encode() for k, _ in records):
+    if kind == "query" and any(r[0] == name.encode() for r in records):
         return name.encode()
     return f"{kind}/{name}".encode()
 

@@ -1,7 +1,8 @@
 """A whole pipeline in memory: the routing core, one partition core per keyed partition
 and the coordinator's `Merger`, wired by lists instead of topics (no broker, no threads).
 
-What the splitter, workers and coordinator do to records, without Kafka: for tests that
+What the splitter, workers and coordinator do to records, without Kafka (with `shards`
+coordinator shards: one `Merger` per shard on its own match topic): for tests that
 need no broker (the broker tests keep what only a broker shows: rebalances, kills,
 restarts) and for benches of each core alone (services/bench_cores.py).
 
@@ -31,15 +32,16 @@ EVENTS = [("kind", b"events")]
 class MemoryPipeline:
     def __init__(self, stream: str, partitions: int = 4, registry=None,
                  allowed_lateness_ms: int = 0, source_partitions: int = 1,
-                 idle_timeout_ms: int | None = 3_600_000):
-        self.topics = Topics(stream, source=f"src.{stream}")
+                 idle_timeout_ms: int | None = 3_600_000, shards: int = 1):
+        self.topics = Topics(stream, source=f"src.{stream}", shards=shards)
         self.router = Router(self.topics, partitions, registry,
                              allowed_lateness_ms=allowed_lateness_ms)
         self.router.source_partitions = frozenset(range(source_partitions))
         self.registry = self.router.queries.registry
         self.parts = [PartitionState(p, stream, self.registry, idle_timeout_ms, self.topics)
                       for p in range(partitions)]
-        self.merger = Merger(partitions, stream, self.registry)
+        self.mergers = [Merger(partitions, stream, self.registry) for _ in range(shards)]
+        self.merger = self.mergers[0]
         self.next_offset = [0] * source_partitions
         self.keyed_offset = [0] * partitions
         self.control_offset = 0
@@ -77,24 +79,26 @@ class MemoryPipeline:
 
     def _deliver(self) -> None:
         """Keyed frames to their partition cores, match frames to the merger."""
-        self._route(self.router.out, self.topics.keyed, self._keyed)
+        self._route(self.router.out, {self.topics.keyed: None}, self._keyed)
 
-    def _keyed(self, value, partition, headers) -> None:
+    def _keyed(self, _, value, partition, headers) -> None:
         frame = frames.frame_of(message(partition, 0, value, headers))
         state = self.parts[partition]
         state.handle(frame, self.keyed_offset[partition])
         self.keyed_offset[partition] += 1
-        self._route(state.sent, self.topics.matches, self._matches)
+        shards = {self.topics.matches_of(k): merger for k, merger in enumerate(self.mergers)}
+        self._route(state.sent, shards, self._matches)
 
-    def _matches(self, value, partition, headers) -> None:
-        self.merger.feed(frames.frame_of(message(partition, 0, value, headers)))
-        for output, composite in self.merger.release():
+    def _matches(self, merger: Merger, value, partition, headers) -> None:
+        merger.feed(frames.frame_of(message(partition, 0, value, headers)))
+        for output, composite in merger.release():
             self.outputs.setdefault(output, []).append(composite)
 
-    def _route(self, box: Outbox, topic: str, to) -> None:
+    def _route(self, box: Outbox, to: dict, handle) -> None:
+        """Records for a topic in `to` go to `handle(to[topic], ...)`, others to `sent`."""
         for record_topic, value, key, partition, headers in box.take():
-            if record_topic == topic:
-                to(value, partition, headers)
+            if record_topic in to:
+                handle(to[record_topic], value, partition, headers)
             else:
                 self.sent.setdefault(record_topic, []).append((value, key, partition, headers))
 

@@ -120,6 +120,9 @@ class Metrics:
                                      "query, summed over partitions", ["query"], **labels)
         self.engine_state = Gauge("cep_engine_state", "An engine's own count (its metrics), "
                                   "summed over partitions", ["query", "measure"], **labels)
+        self.shard = Gauge("cep_coordinator_shard", "coordinator: this process's shard (the "
+                           "value) of how many (`shards` label); every other metric of the "
+                           "process is that shard's own", ["shards"], **labels)
         self.port = port
         self.readiness = Readiness(max_lag=int(os.environ.get(READY_MAX_LAG_ENV, 10_000)))
         self.server = None

@@ -19,9 +19,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import OFFSET_BEGINNING
 
+from cep_core import snapshot_format
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.control_message import STREAM, LiveSet, horizon
-from cep_core.engine import StreamEngines
+from cep_core.stream_engines import StreamEngines
 from cep_core.schema import units_per_ms
 from services import frames
 from services.control import StatusWriter
@@ -54,6 +55,7 @@ class PartitionState:
         self.end_at = -1  # upto of the last end of input
         self.saved_offset = None  # offset of the last snapshot written
         self.live_sets = 0  # start-up `set` frames applied: the worker reports its live set
+        self.outputs: dict[str, str] = {}  # query -> INTO topic, removed queries included
 
     def engines(self, route: str) -> tuple[StreamEngines, BatchEncoder]:
         pair = self.routes.get(route)
@@ -125,11 +127,13 @@ class PartitionState:
         meta = {"partition": self.partition, "offset": self.offset, "upto": self.upto,
                 "ts": self.ts, "queries": self.queries.to_json(),
                 "routes": {r: len(b) for r, b in blobs.items()}, "out": self.out,
-                "seen": self.seen, "end_at": self.end_at}
+                "seen": self.seen, "end_at": self.end_at, "outputs": self.outputs}
         head = orjson.dumps(meta)
-        return struct.pack(">I", len(head)) + head + b"".join(blobs.values())
+        return snapshot_format.pack("partition", struct.pack(">I", len(head)) + head
+                                    + b"".join(blobs.values()))
 
     def restore(self, data: bytes) -> None:
+        data = snapshot_format.unpack("partition", data)
         (size,) = struct.unpack(">I", data[:4])
         meta = orjson.loads(data[4:4 + size])
         self.offset, self.upto, self.ts = meta["offset"], meta["upto"], meta["ts"]
@@ -137,6 +141,7 @@ class PartitionState:
         self.end_at = meta.get("end_at", -1)
         self.saved_offset = self.offset
         self.reconcile(meta["queries"])
+        self.outputs = {**meta.get("outputs", {}), **self._live_outputs()}
         at = 4 + size
         for route, length in meta["routes"].items():
             self.engines(route)[0].restore(data[at:at + length])
@@ -208,6 +213,7 @@ class PartitionState:
             self.start(self.queries.live[change["name"]])
         if stream_changed:
             self.new_schema()
+        self.outputs.update(self._live_outputs())
         if "key" in change:
             self.status.outcome(self.sent, {k: change[k] for k in (
                 "key", "offset", "kind", "op", "name")}, "applied", at=frame.get("at"),
@@ -233,8 +239,28 @@ class PartitionState:
         self._dead_letters()
         out, self.out = self.out, []
         self.metrics.events_out.inc(len(out))
-        self._send(Frame(kind, {"part": self.partition, "upto": upto, "ts": ts},
-                         orjson.dumps(out) if out else b""))
+        headers = {"part": self.partition, "upto": upto, "ts": ts}
+        if self.topics.shards == 1:
+            self._send(Frame(kind, headers, orjson.dumps(out) if out else b""))
+            return
+        by_shard: list[list[dict]] = [[] for _ in range(self.topics.shards)]
+        for composite in out:
+            by_shard[self._shard(composite["query"])].append(composite)
+        for shard, mine in enumerate(by_shard):  # every shard gets the pulse
+            self._send(Frame(kind, headers, orjson.dumps(mine) if mine else b""), shard)
+
+    def _live_outputs(self) -> dict[str, str]:
+        return {name: q.checked.query.output for name, q in self.queries.live.items()}
+
+    def _shard(self, query: str) -> int:
+        """The shard whose merger releases this query's composites: that of the INTO topic
+        the coordinator's merger will give it (the query's latest, as it learns changes
+        from the control frames sent before these composites)."""
+        output = self.outputs.get(query)
+        if output is None:
+            self.outputs.update(self._live_outputs())
+            output = self.outputs[query]
+        return self.topics.shard_of(output)
 
     def _dead_letters(self) -> None:
         for engines, _ in self.routes.values():
@@ -245,6 +271,9 @@ class PartitionState:
                      "raw": None}))
             self.metrics.dead_letters.inc(len(rejected))
 
-    def _send(self, frame: Frame) -> None:
-        produce(self.sent, self.topics.matches, frame.payload, partition=self.partition,
-                headers=frame.kafka_headers())
+    def _send(self, frame: Frame, shard: int | None = None) -> None:
+        """To the match topic of `shard` (None: of every shard)."""
+        shards = range(self.topics.shards) if shard is None else (shard,)
+        for k in shards:
+            produce(self.sent, self.topics.matches_of(k), frame.payload,
+                    partition=self.partition, headers=frame.kafka_headers())

@@ -17,7 +17,8 @@ from services.worker import Worker
 def create_topics(settings: KafkaSettings, topics: Topics, partitions: int,
                   outputs: list[str] = (), source_partitions: int = 1) -> None:
     ensure_topics(settings, {topics.source: source_partitions, topics.control: 1,
-                             topics.keyed: partitions, topics.matches: partitions,
+                             topics.keyed: partitions,
+                             **{topics.matches_of(k): partitions for k in range(topics.shards)},
                              topics.state: 1, topics.status: 1, topics.dead_letters: 1,
                              topics.late: 1,
                              **{o: 1 for o in outputs}},
@@ -43,9 +44,14 @@ class LocalPipeline:
         self.workers = [Worker(settings, topics, registry, metrics=self.metrics[1 + i],
                                **(worker_options or {}))
                         for i in range(workers)]
-        self.coordinator = Coordinator(settings, topics, partitions, registry,
-                                       on_output=on_output, metrics=self.metrics[-1],
-                                       **(coordinator_options or {}))
+        shard_metrics = [self.metrics[-1]] + [Metrics("coordinator", 0)
+                                              for _ in range(1, topics.shards)]
+        self.coordinators = [
+            Coordinator(settings, topics, partitions, registry, on_output=on_output,
+                        metrics=shard_metrics[k], shard=k, **(coordinator_options or {}))
+            for k in range(topics.shards)]
+        self.metrics += shard_metrics[1:]
+        self.coordinator = self.coordinators[0]
         self.stops: list[threading.Event] = []
         self.threads: list[threading.Thread] = []
         self.errors: list[BaseException] = []
@@ -69,7 +75,8 @@ class LocalPipeline:
         self._thread(self.splitter.run, "splitter")
         for i, worker in enumerate(self.workers):
             self._thread(worker.run, f"worker-{i}")
-        self._thread(self.coordinator.run, "coordinator")
+        for k, coordinator in enumerate(self.coordinators):
+            self._thread(coordinator.run, f"coordinator-{k}")
         return self
 
     def stop(self, timeout_s: float = 30) -> None:

@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 from confluent_kafka import Message
 
 from cep_core.batch import Batch
-from cep_core.control_message import (STREAM, ControlMessageError, LiveSet, OtherStream,
-                                      validate)
+from cep_core.control_message import (STREAM, ControlMessageError, ControlRecord, LiveSet,
+                                      OtherStream, validate)
 from cep_core.errors import EventError
 from cep_core.event_io import DeadLetter
 from cep_core.json_batch import (DEFAULT_MAX_MESSAGE_BYTES, arrow_schema, conform_table,
@@ -34,6 +34,7 @@ from cep_core.reorder import ReorderBuffer
 from cep_core.schema import units_per_ms
 from services import frames
 from services.control import StatusWriter, change_of
+from services.control_write_back import came_back, write_back
 from services.frames import Frame
 from services.kafka import Topics, produce
 from services.metrics import Metrics
@@ -223,12 +224,20 @@ class Router:
                 self.allowed_lateness_ms * units_per_ms(self.schema.time_unit))
 
     def apply_control(self, message, announce: bool) -> None:
-        """Check and apply one control record (once: what goes downstream is the checked
-        change), and say on the status topic what became of it."""
-        key, offset = message.key(), message.offset()
+        """Check and apply one control record, a Message or a ControlRecord (once: what
+        goes downstream is the checked change), and say on the status topic what became
+        of it. `announce` False: while starting (a replay of the compacted topic, see
+        cep_core/control_message.py: upserts, no-ops skipped silently)."""
+        record = message if isinstance(message, ControlRecord) else ControlRecord.of(message)
+        if record.republished and announce:  # at a start, it is the key's live record
+            came_back(self, record)
+            return
+        key, offset = record.key, record.offset
         change = None
         try:
-            change = validate(message.value(), key, self.queries.registry, self.topics.stream)
+            change = validate(record.value, key, self.queries.registry, self.topics.stream)
+            if not announce and self.queries.unchanged(change):
+                return
             if change.kind == STREAM and change.name == self.topics.stream and \
                     change.op == "remove" and self.schema is not None:
                 raise ControlMessageError(f"stream {change.name!r} is read by this running "
@@ -238,7 +247,7 @@ class Router:
                 raise ControlMessageError(f"stream {change.name!r}: this pipeline reorders "
                                           "late events, and cannot change its schema while "
                                           "it runs")
-            entry = self.queries.apply(change)
+            entry = self.queries.apply(change, record.version, starting=not announce)
         except OtherStream:
             return
         except ControlMessageError as e:
@@ -249,6 +258,7 @@ class Router:
                 key=(key or b"").decode(errors="replace"), offset=offset)
             self.status_writer.outcome(self.out, change_of(key, offset, change), "refused",
                                        reason=str(e), live=self.queries.summary())
+            write_back(self, record)
             return
         if change.kind == STREAM and change.name != self.topics.stream:
             return  # learnt for the registry; the pipeline reads another stream
@@ -264,7 +274,7 @@ class Router:
         body = {"op": change.op, "name": change.name, **named}
         if entry is not None:
             body.update(entry.to_json())
-        sent_ms = message.timestamp()[1]
+        sent_ms = None if isinstance(message, ControlRecord) else message.timestamp()[1]
         self._send_all(frames.json_frame(frames.CONTROL, body, at=self.last_seq + 1,
                                          upto=self.last_seq, ts=self.max_ts, sent_ms=sent_ms))
 

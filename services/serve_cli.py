@@ -34,6 +34,9 @@ TopicPrefix = Annotated[str, typer.Option(
     envvar="CEP_TOPIC_PREFIX", metavar="PREFIX",
     help="Prefix of the internal topics and consumer groups, so separate deployments can "
     "share a broker.")]
+Coordinators = Annotated[int, typer.Option(
+    envvar="CEP_COORDINATORS", min=1, help="Coordinator shards (docs/scaling.md); every "
+    "role must be given the same count.")]
 KafkaConfig = Annotated[Path | None, typer.Option(
     envvar="CEP_KAFKA_CONFIG", metavar="FILE",
     help="File of extra librdkafka key=value settings.")]
@@ -97,6 +100,10 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
         partitions: Partitions = 4,
         workers: Annotated[int, typer.Option(envvar="CEP_WORKERS", min=1,
                                              help="all: how many worker processes.")] = 1,
+        coordinators: Coordinators = 1,
+        shard: Annotated[int, typer.Option(
+            envvar="CEP_COORDINATOR_SHARD", min=0, help="coordinator: which shard this "
+            "process is, 0 to --coordinators - 1 (all: one process per shard).")] = 0,
         pulse_ms: Annotated[int, typer.Option(envvar="CEP_PULSE_MS", min=1,
                                               help="Pulse cadence of the splitter.")] = 100,
         linger_ms: Annotated[float, typer.Option(envvar="CEP_LINGER_MS", min=0, help=
@@ -146,7 +153,9 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
             export_schema_paths(schema, cli_error)
             settings = _settings(bootstrap, kafka_config)
             settings.replication_factor = replication_factor
-            topics = Topics(stream, source, control, topic_prefix)
+            topics = Topics(stream, source, control, topic_prefix, coordinators)
+            if shard >= coordinators:
+                raise cli_error(f"--shard {shard}: not below --coordinators {coordinators}", 2)
             if role is Role.all:  # the children inherit CEP_SCHEMA_PATH
                 stopping = stop_flag()
                 create_topics(settings, topics, partitions)
@@ -157,10 +166,12 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
                           "--topic-prefix", topic_prefix, "--web-port", str(web_port),
                           "--allowed-lateness-ms", str(allowed_lateness_ms),
                           "--idle-timeout-ms", str(idle_timeout_ms),
-                          "--replication-factor", str(replication_factor)]
+                          "--replication-factor", str(replication_factor),
+                          "--coordinators", str(coordinators)]
                 if kafka_config is not None:  # every client gets the security settings
                     common += ["--kafka-config", str(kafka_config)]
-                roles = [("splitter", [])] + [("worker", [])] * workers + [("coordinator", [])]
+                roles = [("splitter", [])] + [("worker", [])] * workers + \
+                    [("coordinator", ["--shard", str(k)]) for k in range(coordinators)]
                 plan = [(r, common + (["--metrics-port", str(metrics_port + i)]
                                       if metrics_port else []) + extra)
                         for i, (r, extra) in enumerate(roles)]
@@ -194,7 +205,8 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
                        idle_timeout_ms=idle_timeout_ms or None).run(stopping)
             else:
                 from services.coordinator import Coordinator
-                Coordinator(settings, topics, partitions, metrics=metrics).run(stopping)
+                Coordinator(settings, topics, partitions, metrics=metrics,
+                            shard=shard).run(stopping)
 
         guard(body)
 
@@ -204,6 +216,9 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
                                            help="How many trades (--events N: the old "
                                            "name).")] = 20000,
         workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 2,
+        coordinators: Annotated[int, typer.Option(min=1, help="Coordinator shards (its "
+                                                  "two INTO topics go to different shards "
+                                                  "with 2).")] = 1,
         verify: Annotated[bool, typer.Option("--verify", help="Non-interactive: compare "
                                              "with the reference interpreter; exit 1 if "
                                              "different.")] = False,
@@ -232,7 +247,7 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
             chosen = rate if rate is not None else (0 if verify else 2000)
             try:
                 ok = run_demo(count, workers, verify, bootstrap, chosen, Console(),
-                              0 if verify else api_port, hold)
+                              0 if verify else api_port, hold, coordinators)
             except ServiceFailed as e:
                 raise cli_error(str(e)) from None
             if not ok:
@@ -246,6 +261,7 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
                                            help="How many events (--events N: the old "
                                            "name).")] = 200_000,
         workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 1,
+        coordinators: Annotated[int, typer.Option(min=1, help="Coordinator shards.")] = 1,
         latency_s: Annotated[float, typer.Option(help="Seconds of the latency run.")] = 8,
         latency_rate: Annotated[float | None, typer.Option(
             min=0, help="Events/s of the latency run (default: half of events_per_s).")] =
@@ -260,7 +276,8 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
         def body():
             from services.bench_e2e import run_bench
 
-            result = run_bench(count, workers, bootstrap, latency_s, latency_rate or 0)
+            result = run_bench(count, workers, bootstrap, latency_s, latency_rate or 0,
+                               coordinators)
             print(orjson.dumps(result).decode() if as_json else result)
 
         guard(body)

@@ -34,9 +34,10 @@ import os
 import threading
 import time
 
-import orjson
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
+from cep_core import snapshot_format
+from cep_core.control_message import ControlRecord, compacted
 from cep_core.json_batch import DEFAULT_MAX_MESSAGE_BYTES
 from services.checkpoint import read_latest
 from services.control import StatusWriter
@@ -235,13 +236,14 @@ class Splitter:
         with the same seqs (a seq is the record's position in consumption order)."""
         saved = read_latest(self.settings, self.topics.state).get(SPLITTER_KEY)
         if saved is not None:
-            state = orjson.loads(saved)
+            state = snapshot_format.unpack_json("splitter", saved)
             offsets = {int(p): o for p, o in state["offsets"].items()}
             for tp in tps:
                 tp.offset = offsets.get(tp.partition, OFFSET_BEGINNING)
         else:
             committed = self.source.committed(tps, timeout=10)
-            state = next((orjson.loads(tp.metadata) for tp in committed if tp.metadata), None)
+            state = next((snapshot_format.unpack_json("splitter", tp.metadata)
+                          for tp in committed if tp.metadata), None)
             for tp, done in zip(tps, committed):
                 tp.offset = done.offset if state is not None and done.offset >= 0 \
                     else OFFSET_BEGINNING
@@ -279,10 +281,11 @@ class Splitter:
         consumed = offsets
         if self.reorder is not None:  # resume where the oldest waiting event was read
             offsets, reorder = saved_state(self.reorder, consumed)
-        state = orjson.dumps({"position": self.position, "last_seq": self.last_seq,
-                              "max_ts": self.max_ts, "offsets": offsets, "reorder": reorder,
-                              "steps": self.steps, "ended": sorted(self.ended),
-                              "keyed": {str(p): o for p, o in self.keyed_next.items()}})
+        state = snapshot_format.pack_json("splitter", {
+            "position": self.position, "last_seq": self.last_seq, "max_ts": self.max_ts,
+            "offsets": offsets, "reorder": reorder, "steps": self.steps,
+            "ended": sorted(self.ended),
+            "keyed": {str(p): o for p, o in self.keyed_next.items()}})
         produce(self.producer, self.topics.state, state, key=SPLITTER_KEY)
         if self.producer.flush(30):
             log("checkpoint_not_flushed", level="warning")
@@ -294,21 +297,32 @@ class Splitter:
 
     def _drain_control(self, initial: bool = False) -> None:
         """Apply pending control messages; at start, all of the topic up to its fetch
-        high-watermark."""
+        high-watermark, as what compaction leaves of it (the last record of each key,
+        streams first: cep_core/control_message.py `compacted`), so that a start gives the
+        same live set on the whole log and on the compacted one."""
         deadline = time.monotonic() + 10
         tp = TopicPartition(self.topics.control, 0)
+        pending = []
         while True:
             messages = self.control.consume(1000, 0.05 if initial else 0)
             for message in messages:
-                if not message.error():
-                    self.core.apply_control(message, announce=not initial)
-            self._forward()
-            if not initial or time.monotonic() > deadline:
+                if message.error():
+                    continue
+                if initial:
+                    pending.append(ControlRecord.of(message))
+                else:
+                    self.core.apply_control(message, announce=True)
+            if not initial:
+                self._forward()
                 return
             _, high = self.control.get_watermark_offsets(tp, cached=True)
             position = self.control.position([tp])[0].offset
-            if high >= 0 and (high == 0 or position >= high) and not messages:
-                return
+            if time.monotonic() > deadline or \
+                    high >= 0 and (high == 0 or position >= high) and not messages:
+                break
+        for record in compacted(pending):
+            self.core.apply_control(record, announce=False)
+        self._forward()
 
     def _delivered(self, err, message) -> None:
         if err is not None:

@@ -17,7 +17,8 @@ from cep_core import reference
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.composite import sort_key
 from cep_core.checker import load_queries
-from cep_core.engine import compact_strings, create_engine
+from cep_core.engine_factory import create_engine
+from cep_core.stream_engines import compact_strings
 from cep_core.events import Event, Punctuation
 
 

@@ -144,7 +144,7 @@ def expressions(query: ast.Query):
     """Every expression node of a query."""
     kinds = (ast.Literal, ast.Attr, ast.Unary, ast.Binary, ast.InList, ast.Call,
              ast.Aggregate, ast.WindowAggregate)
-    return [node for node in ast.walk(query) if isinstance(node, kinds)]
+    return list(query.find_all(*kinds))
 
 
 def checked(text: str):
@@ -157,10 +157,10 @@ def test_example_checks_and_every_expression_is_typed(name):
     assert queries
     for index, query in enumerate(queries):
         assert query.index == index
-        untyped = [node for node in expressions(query.query) if node.type is None]
+        untyped = [node for node in expressions(query.query) if query.types[node] is None]
         assert untyped == []
         for node in expressions(query.query):
-            assert node.type in ("int", "float", "string", "bool", "list")
+            assert query.types[node] in ("int", "float", "string", "bool", "list")
 
 
 def test_all_semantics_examples_in_one_file():
@@ -170,16 +170,16 @@ def test_all_semantics_examples_in_one_file():
 
 
 def type_of(query, predicate) -> list[str]:
-    return [node.type for node in expressions(query.query) if predicate(node)]
+    return [query.types[node] for node in expressions(query.query) if predicate(node)]
 
 
 def test_types_of_match_expressions():
     [query] = checked(MORE_EXAMPLES["match_emit_collect_delta"])
-    emit = {item.name: item.expr.type for item in query.query.body.emit}
+    emit = {item.name: query.types[item.expr] for item in query.query.body.emit}
     assert emit == {"prices": "list", "took": "int", "mean": "float", "lo": "int",
                     "total": "int", "ratio": "float", "last": "int"}
     define = query.query.body.defines[0].condition
-    assert define.type == "bool"
+    assert query.types[define] == "bool"
     assert type_of(query, lambda n: isinstance(n, ast.Call)) == ["string"]
     # ts is a timestamp: an int, so `ts + 1` is int arithmetic
     assert type_of(query, lambda n: isinstance(n, ast.Binary) and n.op == "+") == ["int"]
@@ -195,33 +195,33 @@ def test_a_duration_compared_with_delta_is_a_number_in_the_streams_time_unit():
         for _ in range(2):  # checking again converts from the duration as written again
             [query] = check(query_file, registry, text)
             literal = query.query.body.defines[0].condition.left
-            assert (literal.value, literal.type) == (units, "int"), (stream, written)
+            assert (literal.value, query.types[literal]) == (units, "int"), (stream, written)
 
 
 def test_types_of_seq_expressions():
     [query] = checked(MORE_EXAMPLES["kleene_aggregates"])
-    emit = {item.name: item.expr.type for item in query.query.body.emit}
+    emit = {item.name: query.types[item.expr] for item in query.query.body.emit}
     assert emit == {"n": "int", "first_dup": "int", "span": "int"}
     avg = [n for n in expressions(query.query) if isinstance(n, ast.Aggregate)
            and n.func is ast.AggFunc.AVG]
-    assert [a.type for a in avg] == ["float"]
+    assert [query.types[a] for a in avg] == ["float"]
     [fire] = checked(SEMANTICS_EXAMPLES["fire_avg"])
     window_aggregates = [n for n in expressions(fire.query)
                          if isinstance(n, ast.WindowAggregate)]
-    assert [w.type for w in window_aggregates] == ["float", "float"]
+    assert [fire.types[w] for w in window_aggregates] == ["float", "float"]
     [r4] = checked(SEMANTICS_EXAMPLES["tesla_r4"])
-    assert r4.query.body.steps[1].filter.type == "bool"
+    assert r4.types[r4.query.body.steps[1].filter] == "bool"
 
 
 def test_types_of_window_expressions():
     [query] = checked(SEMANTICS_EXAMPLES["ticks"])
     items = query.query.body.items
-    assert [(select_name(i), i.expr.type) for i in items] == [
+    assert [(select_name(i), query.types[i.expr]) for i in items] == [
         ("symbol", "string"), ("hi", "float"), ("n", "int")]
     [bids] = checked(SEMANTICS_EXAMPLES["max_bid"])
     assert [select_name(i) for i in bids.query.body.items] == ["max_bid_price", "timestamp"]
     [rows] = checked(MORE_EXAMPLES["row_window"])
-    assert [(select_name(i), i.expr.type) for i in rows.query.body.items] == [
+    assert [(select_name(i), rows.types[i.expr]) for i in rows.query.body.items] == [
         ("count", "int"), ("v", "int"), ("avg_price", "float"), ("min_symbol", "string"),
         ("n_price", "int")]
 

@@ -387,7 +387,7 @@ def test_jit_rate_leaves_compiling_out():
 def test_compile_timer_counts_numba_compiling_only():
     import numba
 
-    from cep_core.engine import compile_timer
+    from cep_core.stream_engines import compile_timer
 
     @numba.njit
     def twice(x):

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cep_core.batch import BatchEncoder, StringDictionary
-from cep_core.engine import compact_strings
-from cep_core.engine.match import MatchEngine
+from cep_core.stream_engines import compact_strings
+from cep_core.engine_factory import match_engine
 from cep_core.event_io import read_events
 from tests.engine_harness import assert_same, new_shapes, reference_run
 from tests.test_engine_match import (
@@ -96,7 +96,7 @@ def test_per_key_candidates_and_last_values_survive_compaction():
                    c AS volume = 3
             EMIT n = Count(), first = First(symbol), top = Max(symbol), s = upper(symbol)
         """)
-        assert MatchEngine(queries[0], StringDictionary()).program.per_key
+        assert match_engine(queries[0], StringDictionary()).program.per_key
         got = assert_same(queries, random_walks(2000, keys=6), sizes=(1, 13, 400),
                           restore_at=777, compact=True)
         assert len({c["first"] for c in got}) > 1
@@ -136,7 +136,7 @@ def test_dictionary_stays_bounded_when_keys_never_come_back(key):
     assert_same([q], stream, sizes=(97,), restore_at=3000, idle_timeout=TIMEOUT, compact=True)
 
     strings = StringDictionary()
-    engine = MatchEngine(q, strings, idle_timeout=TIMEOUT)
+    engine = match_engine(q, strings, idle_timeout=TIMEOUT)
     encoder = BatchEncoder(MIXED, strings)
     got, sizes = [], []
     for lo in range(0, len(stream), 97):
@@ -153,7 +153,7 @@ def test_dictionary_stays_bounded_when_keys_never_come_back(key):
 def test_dropping_a_string_the_state_holds_is_an_error():
     [q] = query(STRINGY.format(partition="PARTITION BY flag"))
     strings = StringDictionary()
-    engine = MatchEngine(q, strings)
+    engine = match_engine(q, strings)
     words = ["zeta", "mu", "nu"]  # one partial match: First zeta, Max zeta, Last nu
     engine.process(BatchEncoder(MIXED, strings).from_events(events([
         {"symbol": w, "price": 0, "volume": 0, "ratio": 0.0, "flag": True, "ts": i}

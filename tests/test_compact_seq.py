@@ -28,7 +28,8 @@ from test_engine_seq_aip import random_stream as random_run_stream
 
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_queries, load_query_text
-from cep_core.engine import compact_strings, create_engine
+from cep_core.engine_factory import create_engine
+from cep_core.stream_engines import compact_strings
 from cep_core.event_io import read_events
 from cep_core.events import Event, Punctuation
 

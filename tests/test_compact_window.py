@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 from cep_core import reference
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_queries
-from cep_core.engine import StreamEngines
-from cep_core.engine import window_kernels as wk
+from cep_core.stream_engines import StreamEngines
+from cep_core.kernels import window_kernels as wk
+from cep_core.compiler.window import compile_window
 from cep_core.engine.window import RELEASE_AT, WindowEngine
 from cep_core.event_io import read_events
 from cep_core.events import Event, Punctuation
@@ -77,6 +78,10 @@ class _ForgetfulWindowEngine(WindowEngine):
         return out
 
 
+def _forgetful_window_engine(checked, strings, **options):
+    return _ForgetfulWindowEngine(compile_window(checked), strings, **options)
+
+
 @SETTINGS
 @given(data=st.data())
 def test_random_queries_forgetting_idle_groups_equal_the_reference(data):
@@ -87,7 +92,7 @@ def test_random_queries_forgetting_idle_groups_equal_the_reference(data):
                             label="batch sizes"))
     restore_at = data.draw(st.none() | st.integers(0, 40), label="restore at")
     assert_same([checked], stream, sizes=sizes, restore_at=restore_at,
-                factory=_ForgetfulWindowEngine, groups=1, rows_capacity=2)
+                factory=_forgetful_window_engine, groups=1, rows_capacity=2)
 
 
 WINDOW_FILES = [p for p in sorted((ROOT / "examples").glob("*.cep"))

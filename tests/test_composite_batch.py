@@ -10,7 +10,7 @@ from cep_core import reference
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_queries, load_query_text
 from cep_core.composite_batch import ColumnBatch, to_dicts
-from cep_core.engine import StreamEngines
+from cep_core.stream_engines import StreamEngines
 from cep_core.event_io import read_events
 
 ROOT = Path(__file__).resolve().parent.parent

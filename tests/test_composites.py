@@ -30,7 +30,7 @@ from cep_core.checker import load_queries, load_query_text
 from cep_core.composite import sort_key
 from cep_core.composite_batch import ColumnBatch, Decoder, Field, Keys
 from cep_core.composites import Composites, read
-from cep_core.engine import StreamEngines, run_engines
+from cep_core.stream_engines import StreamEngines, run_engines
 from cep_core.event_io import read_events
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -52,6 +52,17 @@ def test_demo_verifies_from_an_empty_home(tmp_path):
     assert sorted(p.name for p in (tmp_path / "home").iterdir()) == [".cache", ".local"]
 
 
+def test_demo_with_two_coordinator_shards_verifies(tmp_path):
+    """`--coordinators 2`: the demo's two INTO topics go to different shards (one process
+    each), and the output is still the reference interpreter's."""
+    done = subprocess.run([sys.executable, "-m", "services.cli", "demo", "--events", "3000",
+                           "--workers", "2", "--coordinators", "2", "--verify"],
+                          env=demo_env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 coordinator shards" in done.stdout
+    assert "verify: identical to cep run --engine reference" in done.stdout
+
+
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc (Linux)")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_stops_the_demo_and_everything_it_started(tmp_path, signum):

@@ -26,7 +26,7 @@ from cep_core import regex_analysis as ra
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_queries, load_query_text
 from cep_core.compiler.match import MatchCompileError, compile_match
-from cep_core.engine.match import MatchEngine
+from cep_core.engine_factory import match_engine
 from cep_core.event_io import read_events
 from cep_core.events import Event, Punctuation
 from cep_core.schema import SchemaRegistry, StreamSchema
@@ -251,7 +251,7 @@ def test_arrays_grow_and_results_stay_the_same():
     got = assert_same(queries, stream, sizes=(10_000,))
     assert len(got) > 300
     assert_same(queries, stream, sizes=(1, 50, 999), restore_at=2001)
-    engine = MatchEngine(queries[0], StringDictionary())
+    engine = match_engine(queries[0], StringDictionary())
     engine.process(BatchEncoder(MIXED, engine.strings).from_events(stream))
     assert engine.nslots >= 32 and engine.cap > 4 and engine.out_cap > 256
 
@@ -368,11 +368,11 @@ def test_idle_eviction_changes_nothing_when_longer_than_any_match():
     engine_out, dead = jit_run(queries, stream, sizes=(37,), restore_at=1500,
                                idle_timeout=longest + 10)
     assert engine_out == expected and dead == expected_dead
-    engine = MatchEngine(queries[0], StringDictionary(), idle_timeout=longest + 10)
+    engine = match_engine(queries[0], StringDictionary(), idle_timeout=longest + 10)
     engine.process(BatchEncoder(MIXED, engine.strings).from_events(stream))
     assert engine.metrics["evicted_keys"] > 0
     # A short timeout evicts partial matches that would have completed.
-    short = MatchEngine(queries[0], StringDictionary(), idle_timeout=5)
+    short = match_engine(queries[0], StringDictionary(), idle_timeout=5)
     encoder = BatchEncoder(MIXED, short.strings)
     out = []
     for lo in range(0, len(stream), 10):
@@ -404,14 +404,14 @@ def test_idle_keys_are_forgotten_and_their_ids_reused(key):
     expected = reference_run([q], stream)
     assert expected[0]
     assert jit_run([q], stream, sizes=(97,), restore_at=3000, idle_timeout=timeout) == expected
-    engine = MatchEngine(q, StringDictionary(), idle_timeout=timeout)
+    engine = match_engine(q, StringDictionary(), idle_timeout=timeout)
     encoder = BatchEncoder(MIXED, engine.strings)
     for lo in range(0, len(stream), 97):
         engine.process(encoder.from_events(stream[lo:lo + 97]))
     distinct = len({r["symbol"] for r in rows})
     assert engine.metrics["released_keys"] > distinct // 3
     assert len(engine.keys) < distinct * 3 // 4  # without release: one id per key ever seen
-    again = MatchEngine(q, StringDictionary(), idle_timeout=timeout)
+    again = match_engine(q, StringDictionary(), idle_timeout=timeout)
     again.restore(engine.snapshot())
     assert len(again.keys) == len(engine.keys)
     assert sorted(again.keys.free_ids().tolist()) == sorted(engine.keys.free_ids().tolist())
@@ -424,7 +424,7 @@ def test_punctuation_advances_the_eviction_clock():
     """)
     stream = events([{"symbol": "A", "price": 0, "volume": 0, "ratio": 0.0, "flag": False,
                       "ts": 0}])
-    engine = MatchEngine(queries[0], StringDictionary(), idle_timeout=100)
+    engine = match_engine(queries[0], StringDictionary(), idle_timeout=100)
     engine.process(BatchEncoder(MIXED, engine.strings).from_events(stream))
     assert engine.punctuate(50) == [] and engine.metrics["evicted_keys"] == 0
     assert engine.punctuate(100) == [] and engine.metrics["evicted_keys"] == 1
@@ -461,7 +461,7 @@ def test_more_than_63_positions_is_refused_clearly():
     pattern = " ".join(["a"] * 64)
     checked = query(f"QUERY big FROM mixed PATTERN ( {pattern} ) DEFINE a AS price > 0")[0]
     with pytest.raises(MatchCompileError, match="64 positions.*at most 63"):
-        MatchEngine(checked, StringDictionary())
+        match_engine(checked, StringDictionary())
     ok = query(f"QUERY ok FROM mixed PATTERN ( {' '.join(['a'] * 63)} ) "
                "DEFINE a AS price > 0 EMIT n = Count()")
     assert_same(ok, random_walks(300, keys=1), sizes=(1, 64), restore_at=100)
@@ -472,12 +472,12 @@ def test_snapshot_is_independent_of_the_engine_it_came_from():
     stream = random_walks(1200, keys=5)
     strings = StringDictionary()
     encoder = BatchEncoder(MIXED, strings)
-    engine = MatchEngine(queries[0], strings)
+    engine = match_engine(queries[0], strings)
     first = engine.process(encoder.from_events(stream[:600]))
     data = engine.snapshot()
     rest_a = engine.process(encoder.from_events(stream[600:]))
     strings_b = StringDictionary()
-    restored = MatchEngine(queries[0], strings_b)
+    restored = match_engine(queries[0], strings_b)
     restored.restore(data)
     rest_b = restored.process(BatchEncoder(MIXED, strings_b).from_events(stream[600:]))
     assert rest_a == rest_b
@@ -497,7 +497,7 @@ def test_batches_bigger_than_a_chunk_give_the_same_composites(workload, monkeypa
 
     def composites():
         strings = StringDictionary()
-        engine = MatchEngine(checked, strings)
+        engine = match_engine(checked, strings)
         batch = BatchEncoder(checked.schema, strings).from_arrow(table)
         return engine.process(batch) + engine.flush(), engine.dead_letters
 

@@ -26,7 +26,7 @@ from cep_core.checker import load_queries, load_query_text
 from cep_core.event_io import read_events
 from cep_core.events import Event, Punctuation
 from cep_core.schema import SchemaRegistry, StreamSchema
-from cep_core.engine import create_engine
+from cep_core.engine_factory import create_engine, seq_engine
 from cep_core.engine.seq import NotSupportedError, SeqEngine, SeqOverflowError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -368,13 +368,13 @@ def test_algorithm_choice():
     assert isinstance(engine, SeqEngine) and engine.algorithm == "cdp"
     assert create_engine(q, StringDictionary(), algorithm="cdp").algorithm == "cdp"
     with pytest.raises(NotSupportedError, match="algorithm 'aip'"):
-        SeqEngine(q, StringDictionary(), algorithm="aip")
+        seq_engine(q, StringDictionary(), algorithm="aip")
     with pytest.raises(ValueError, match="unknown SEQ algorithm"):
-        SeqEngine(q, StringDictionary(), algorithm="nfa")
+        seq_engine(q, StringDictionary(), algorithm="nfa")
     [q] = load_query_text("QUERY q FROM abc PATTERN SEQ(A a, B b) WITHIN 5 "
                           "USING skip-till-next-match")
     with pytest.raises(NotSupportedError, match="skip-till-next-match"):
-        SeqEngine(q, StringDictionary())
+        seq_engine(q, StringDictionary())
     assert create_engine(q, StringDictionary()).algorithm == "aip"
 
 

@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_queries, load_query_text
 from cep_core.engine.seq import NotSupportedError
-from cep_core.engine.seq_aip import AipOverflowError, SeqAipEngine
+from cep_core.engine.seq_aip import AipOverflowError
+from cep_core.engine_factory import seq_aip_engine
 from cep_core.event_io import read_events
 from cep_core.events import Event, Punctuation
 
@@ -271,7 +272,7 @@ def _differential(seed: int, strategy: str) -> None:
     queries = load_query_text(text)
     try:
         assert_same(queries, events, sizes=sizes, restore_at=restore_at,
-                    factory=SeqAipEngine)
+                    factory=seq_aip_engine)
     except AssertionError as e:
         raise AssertionError(f"seed {seed}\n{text}\nsizes {sizes} restore_at {restore_at}"
                              f"\n{e}") from None
@@ -309,7 +310,7 @@ def test_examples_equal_reference(path, name):
     [q] = [q for q in load_queries(path) if q.name == name]
     events, _ = read_events(EXAMPLES / "data" / f"{q.schema.stream}.jsonl", q.schema)
     out = assert_same([q], events, sizes=(1000, 7), restore_at=len(events) // 2,
-                      factory=SeqAipEngine)
+                      factory=seq_aip_engine)
     assert out, f"{name} finds nothing in its sample data"
 
 
@@ -323,7 +324,7 @@ def _events(stream: str, rows: list[tuple]) -> list[Event]:
 
 def _engine(q, **options):
     strings = StringDictionary()
-    return SeqAipEngine(q, strings, **options), BatchEncoder(q.schema, strings)
+    return seq_aip_engine(q, strings, **options), BatchEncoder(q.schema, strings)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -332,8 +333,8 @@ def test_time_going_backwards_is_a_dead_letter_per_partition(strategy):
                           f"USING {strategy}")
     rows = [("A", 0, 1, 10), ("A", 1, 1, 12), ("B", 0, 1, 11), ("B", 1, 1, 11),
             ("B", 0, 2, 13)]
-    assert_same([q], _events("abc", rows), sizes=(2,), factory=SeqAipEngine)
-    _, dead = jit_run([q], _events("abc", rows), factory=SeqAipEngine)
+    assert_same([q], _events("abc", rows), sizes=(2,), factory=seq_aip_engine)
+    _, dead = jit_run([q], _events("abc", rows), factory=seq_aip_engine)
     assert dead == [("q", 3, "event time goes backwards")]
 
 
@@ -344,7 +345,7 @@ def test_trailing_negation_waits_for_punctuation_and_flush(strategy):
     rows = [("O", 1, 1, 0), ("D", 1, 1, 3), ("C", 2, 2, 5), ("O", 1, 1, 20), ("D", 1, 1, 21)]
     stream = _events("rfid", rows)
     stream = stream[:3] + [Punctuation(11)] + stream[3:]
-    out = assert_same([q], stream, sizes=(1,), factory=SeqAipEngine)
+    out = assert_same([q], stream, sizes=(1,), factory=seq_aip_engine)
     assert [c["seq"] for c in out] == [1, 4]
     engine, encoder = _engine(q)
     assert engine.process(encoder.from_events(stream[:3])) == []
@@ -359,7 +360,7 @@ def test_between_negation_kills_waiting_instances():
     [q] = load_query_text("QUERY q FROM rfid PATTERN SEQ(O o, NOT(C c), D d) "
                           "WHERE c.item = o.item AND d.item = o.item WITHIN 100")
     rows = [("O", 1, 0, 0), ("O", 2, 0, 1), ("C", 1, 0, 2), ("D", 1, 0, 3), ("D", 2, 0, 4)]
-    out = assert_same([q], _events("rfid", rows), sizes=(1,), factory=SeqAipEngine)
+    out = assert_same([q], _events("rfid", rows), sizes=(1,), factory=seq_aip_engine)
     assert [c["seq"] for c in out] == [4]
     engine, encoder = _engine(q)
     engine.process(encoder.from_events(_events("rfid", rows[:3])))
@@ -371,7 +372,7 @@ def test_last_and_first_are_resolved_among_completed_instances():
     [q] = [q for q in load_queries(EXAMPLES / "r4.cep")]
     rows = [("A", 1, 0, 0), ("A", 1, 0, 60_000), ("A", 2, 0, 70_000), ("B", 1, 20, 100_000),
             ("A", 1, 0, 110_000), ("B", 1, 30, 120_000), ("C", 1, 0, 130_000)]
-    out = assert_same([q], _events("abc", rows), sizes=(1, 3), factory=SeqAipEngine)
+    out = assert_same([q], _events("abc", rows), sizes=(1, 3), factory=seq_aip_engine)
     assert [(c["events"]["a"]["seq"], c["events"]["b"]["seq"]) for c in out] == \
         [(1, 3), (4, 5)]
 
@@ -379,9 +380,9 @@ def test_last_and_first_are_resolved_among_completed_instances():
 def test_refuses_last_under_order_by_ts():
     [q] = load_query_text("QUERY q FROM abc DETECT C c, LAST B b WITHIN 5 FROM c ORDER BY ts")
     with pytest.raises(NotSupportedError, match="LAST/FIRST under ORDER BY ts"):
-        SeqAipEngine(q, StringDictionary())
+        seq_aip_engine(q, StringDictionary())
     [q] = load_query_text("QUERY q FROM abc DETECT C c, EACH B b WITHIN 5 FROM c ORDER BY ts")
-    SeqAipEngine(q, StringDictionary())  # EACH is fine
+    seq_aip_engine(q, StringDictionary())  # EACH is fine
 
 
 KLEENE_BLOWUP = "QUERY q FROM abc PATTERN SEQ(A a, KLEENE(B k), C c) WITHIN 100"
@@ -431,7 +432,7 @@ def test_many_partitions_long_stream(strategy):
         ts += rng.choice([0, 1, 1, 2])
         rows.append((rng.choice("OORRDDC"), rng.randint(1, 25), 0, ts))
     out = assert_same([q], _events("rfid", rows), sizes=(97, 13), restore_at=1500,
-                      factory=SeqAipEngine)
+                      factory=seq_aip_engine)
     assert strategy == "strict-contiguity" or len(out) > 20
 
 
@@ -451,7 +452,7 @@ def test_equality_class_keys_instances_by_value():
                              [(att % 40 + 1).astype(np.int64)])
     events = [decode_record(row, schema, i) for i, row in enumerate(table.to_pylist())]
     out = assert_same(queries, events, sizes=(500, 77), restore_at=1500,
-                      factory=SeqAipEngine)
+                      factory=seq_aip_engine)
     assert len(out) > 100
     engine, _ = _engine(queries[0])
     assert engine.class_attr == "att"

@@ -15,7 +15,7 @@ from test_engine_seq_idle import ANY_MATCH, RUNS, drifting_stream, run_engine
 
 from cep_core.batch import StringDictionary
 from cep_core.checker import load_query_text
-from cep_core.engine.seq_aip import SeqAipEngine
+from cep_core.engine_factory import seq_aip_engine
 from cep_core.events import Event
 
 # v is equated across every positive variable: instances are kept per (partition, v)
@@ -27,9 +27,9 @@ CLASS = """QUERY e FROM abc PARTITION BY p PATTERN SEQ(A a, B b, C c)
 def test_aip_forgets_idle_partitions_and_reuses_their_ids(text):
     queries = load_query_text(text)
     stream = drifting_stream(7, n=2000)  # 80 generations of 3 partitions
-    assert_same(queries, stream, sizes=(16, 5), restore_at=1000, factory=SeqAipEngine,
+    assert_same(queries, stream, sizes=(16, 5), restore_at=1000, factory=seq_aip_engine,
                 idle_timeout=12)
-    engine = SeqAipEngine(queries[0], StringDictionary(), idle_timeout=12)
+    engine = seq_aip_engine(queries[0], StringDictionary(), idle_timeout=12)
     assert run_engine(engine, stream)
     seen = len({e.attrs["p"] for e in stream if isinstance(e, Event)})
     metrics = engine.metrics()
@@ -38,7 +38,7 @@ def test_aip_forgets_idle_partitions_and_reuses_their_ids(text):
     assert engine.Q < seen // 2 * (3 if engine.class_attr else 1)
     if engine.class_attr is not None:  # (p, v) keys: up to 3 values per partition
         assert metrics["released_instance_keys"] > seen
-    again = SeqAipEngine(queries[0], StringDictionary(), idle_timeout=12)
+    again = seq_aip_engine(queries[0], StringDictionary(), idle_timeout=12)
     again.restore(engine.snapshot())
     assert again.metrics() == engine.metrics()
     assert sorted(again.keys.free) == sorted(engine.keys.free)
@@ -47,7 +47,7 @@ def test_aip_forgets_idle_partitions_and_reuses_their_ids(text):
 
 def test_without_timeout_nothing_is_released():
     queries = load_query_text(CLASS)
-    engine = SeqAipEngine(queries[0], StringDictionary())
+    engine = seq_aip_engine(queries[0], StringDictionary())
     run_engine(engine, drifting_stream(7, n=600))
     seen = len({e.attrs["p"] for e in drifting_stream(7, n=600) if isinstance(e, Event)})
     assert engine.metrics()["released_keys"] == 0

@@ -15,9 +15,7 @@ from engine_harness import assert_same
 
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_query_text
-from cep_core.engine import create_engine
-from cep_core.engine.seq import SeqEngine
-from cep_core.engine.seq_aip import SeqAipEngine
+from cep_core.engine_factory import create_engine, seq_aip_engine, seq_engine
 from cep_core.events import Event, Punctuation
 
 ANY_MATCH = """QUERY c FROM abc PARTITION BY p PATTERN SEQ(A a, B b, NOT(C c))
@@ -55,7 +53,8 @@ def run_engine(engine, stream) -> list[dict]:
     return out + engine.flush()
 
 
-CASES = [(ANY_MATCH, SeqEngine, {}), (ANY_MATCH, SeqAipEngine, {}), (RUNS, create_engine, {})]
+CASES = [(ANY_MATCH, seq_engine, {}), (ANY_MATCH, seq_aip_engine, {}),
+         (RUNS, create_engine, {})]
 
 
 @pytest.mark.parametrize("text,factory,options", CASES, ids=["cdp", "aip_any", "aip_runs"])
@@ -74,7 +73,7 @@ def test_eviction_keeps_results_and_counts(text, factory, options, seed):
     assert engine.metrics()["stored_events"] < plain.metrics()["stored_events"]
 
 
-@pytest.mark.parametrize("factory", [SeqEngine, SeqAipEngine])
+@pytest.mark.parametrize("factory", [seq_engine, seq_aip_engine])
 def test_counter_counts_idle_partitions_with_state(factory):
     queries = load_query_text(ANY_MATCH)
     strings = StringDictionary()
@@ -102,14 +101,14 @@ def test_cdp_forgets_idle_partitions_and_reuses_their_ids():
     the output (across a snapshot and restore) is still the reference's."""
     queries = load_query_text(ANY_MATCH)
     stream = drifting_stream(7, n=2000)  # 80 generations of 3 partitions
-    assert_same(queries, stream, sizes=(16, 5), restore_at=1000, factory=SeqEngine,
+    assert_same(queries, stream, sizes=(16, 5), restore_at=1000, factory=seq_engine,
                 idle_timeout=12)
-    engine = SeqEngine(queries[0], StringDictionary(), idle_timeout=12)
+    engine = seq_engine(queries[0], StringDictionary(), idle_timeout=12)
     assert run_engine(engine, stream)
     seen = len({e.attrs["p"] for e in stream if isinstance(e, Event)})
     assert engine.metrics()["released_keys"] > seen // 2
     assert len(engine.keys) < seen // 4  # without release: one id per partition ever seen
-    again = SeqEngine(queries[0], StringDictionary(), idle_timeout=12)
+    again = seq_engine(queries[0], StringDictionary(), idle_timeout=12)
     again.restore(engine.snapshot())
     assert again.metrics() == engine.metrics()
     assert sorted(again.keys.free) == sorted(engine.keys.free)

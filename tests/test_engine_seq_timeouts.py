@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_query_text
-from cep_core.engine import create_engine
-from cep_core.engine.seq import NotSupportedError, SeqEngine
+from cep_core.engine.seq import NotSupportedError
+from cep_core.engine_factory import create_engine, seq_engine
 from cep_core.engine.seq_aip import SeqAipEngine
 from cep_core.events import Event, Punctuation
 
@@ -82,5 +82,5 @@ def test_punctuation_reports_a_quiet_partition():
 def test_cdp_refuses_and_the_planner_routes_to_aip():
     queries = load_query_text(QUERIES["strict_and"])
     with pytest.raises(NotSupportedError):
-        SeqEngine(queries[0], StringDictionary(), algorithm="cdp")
+        seq_engine(queries[0], StringDictionary(), algorithm="cdp")
     assert isinstance(create_engine(queries[0], StringDictionary()), SeqAipEngine)

@@ -23,9 +23,10 @@ from cep_core import reference
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_queries, load_query_text
 from cep_core.composite import sort_key
-from cep_core.engine import create_engine
+from cep_core.engine_factory import create_engine
+from cep_core.compiler.window import compile_window
 from cep_core.engine.window import WindowEngine, WindowQuerySet
-from cep_core.engine.window_kernels import exact_sum, mask_rows, table_bits
+from cep_core.kernels.window_kernels import exact_sum, mask_rows, table_bits
 from cep_core.event_io import read_events
 from cep_core.events import Event, Punctuation
 from engine_harness import assert_same
@@ -287,7 +288,7 @@ def test_query_set_equals_each_query_alone_across_changes(data):
                "masked_at": data.draw(st.sampled_from([1, 2, 4]), label="masked at")}
     qset = WindowQuerySet(queries["q0"].schema, strings, **options)
     for name in ("q0", "q1", "q3"):
-        qset.add(queries[name])
+        qset.add(compile_window(queries[name]))
     got: dict[str, list] = {name: [] for name in queries}
     got["q1v2"] = []
     updated = check(update_text)
@@ -302,8 +303,8 @@ def test_query_set_equals_each_query_alone_across_changes(data):
     version = 1
     for number, step in enumerate(steps):
         if number == change_at:  # add q2, update q1, remove q3
-            qset.add(queries["q2"])
-            qset.update(updated)
+            qset.add(compile_window(queries["q2"]))
+            qset.update(compile_window(updated))
             version = 2
             qset.remove("q3")
         if number == restore_at:
@@ -313,7 +314,7 @@ def test_query_set_equals_each_query_alone_across_changes(data):
             encoder = BatchEncoder(queries["q0"].schema, strings)
             fresh = WindowQuerySet(queries["q0"].schema, strings, **options)
             for name in qset.names:
-                fresh.add(qset.queries[name].checked)
+                fresh.add(compile_window(qset.queries[name].checked))
             fresh.load_state(meta, arrays)
             for name in qset.names:
                 assert fresh.dead_letters(name) == dead[name]
@@ -323,8 +324,8 @@ def test_query_set_equals_each_query_alone_across_changes(data):
         else:
             collect(qset.process(encoder.from_events(step)), version)
     if change_at >= len(steps):
-        qset.add(queries["q2"])
-        qset.update(updated)
+        qset.add(compile_window(queries["q2"]))
+        qset.update(compile_window(updated))
         version = 2
         qset.remove("q3")
     collect(qset.flush(), version)
@@ -355,7 +356,7 @@ def test_query_set_shares_predicates():
     queries = [check(t) for t in texts]
     qset = WindowQuerySet(queries[0].schema, strings)
     for q in queries:
-        qset.add(q)
+        qset.add(compile_window(q))
     # one IN predicate for all, three distinct ORs; the ORs share one compiled kernel
     assert len(qset.predicates) == 4
     kernels = {id(p.compiled.kernel) for p in qset.predicates.values()

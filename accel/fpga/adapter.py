@@ -325,8 +325,8 @@ class FpgaAdapter:
 def _emit_attributes(checked: CheckedQuery) -> list[str]:
     names: list[str] = []
     for item in checked.query.body.emit:
-        for node in ast.walk(item.expr):
-            if isinstance(node, ast.Attr) and node.name and node.name not in names \
+        for node in item.expr.find_all(ast.Attr):
+            if node.name and node.name not in names \
                     and node.name != checked.schema.time:
                 names.append(node.name)
     return names

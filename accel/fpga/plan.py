@@ -31,7 +31,7 @@ import numpy as np
 
 from cep_core import ast
 from cep_core.batch import Batch, StringDictionary
-from cep_core.checker import CheckedQuery
+from cep_core.checker import CheckedQuery, Types
 from cep_core.compiler.match import Automaton, MatchCompileError, glushkov
 from cep_core.errors import QueryError
 from cep_core.reference.expr import Env, evaluate
@@ -337,8 +337,7 @@ class _NotConstant(Exception):
 
 
 def _constant(expr) -> tuple[bool, object]:
-    if any(isinstance(n, (ast.Attr, ast.Aggregate, ast.WindowAggregate, ast.Call))
-           for n in ast.walk(expr)):
+    if expr.find(ast.Attr, ast.Aggregate, ast.WindowAggregate, ast.Call) is not None:
         return False, None
     try:
         return True, evaluate(expr, _NoAttributes())
@@ -346,8 +345,9 @@ def _constant(expr) -> tuple[bool, object]:
         return False, None
 
 
-class _Decoder:
-    """Turns DEFINE conditions into formulas over shared atoms, and collects the fields."""
+class _Decoder(ast.Visitor):
+    """Turns DEFINE conditions into formulas over shared atoms, and collects the fields.
+    `visit_<Class>` translates what the circuit supports; `generic_visit` refuses the rest."""
 
     def __init__(self, checked: CheckedQuery, strings: StringDictionary):
         self.checked = checked
@@ -363,30 +363,44 @@ class _Decoder:
         return "int" if kind == "timestamp" else kind
 
     def formula(self, expr) -> Formula:
-        for node in ast.walk(expr):
-            if isinstance(node, (ast.Aggregate, ast.WindowAggregate)):
-                name = node.func.value.capitalize() + "()"
-                raise FpgaUnsupported(
-                    f"aggregate {name} in DEFINE: the FPGA circuit compares tuple fields "
-                    "with constants only", node.pos)
+        node = expr.find(ast.Aggregate, ast.WindowAggregate)
+        if node is not None:
+            name = node.func.value.capitalize() + "()"
+            raise FpgaUnsupported(
+                f"aggregate {name} in DEFINE: the FPGA circuit compares tuple fields "
+                "with constants only", node.pos)
         is_constant, value = _constant(expr)
         if is_constant:
             return Const(bool(value))
-        match expr:
-            case ast.Unary(op="NOT", operand=operand):
-                return _not(self.formula(operand))
-            case ast.Binary(op="AND" | "OR", left=left, right=right):
-                items = (self.formula(left), self.formula(right))
-                return _and(items) if expr.op == "AND" else _or(items)
-            case ast.Binary(op=op, left=left, right=right) if op in _FLIP:
-                return self.comparison(expr, op, left, right)
-            case ast.InList(operand=operand, options=options, negated=negated):
-                terms = tuple(self.comparison(expr, "=", operand, option) for option in options)
-                inside = _or(terms) if terms else Const(False)
-                return _not(inside) if negated else inside
-            case ast.Attr(name=name) if expr.type == "bool":
-                return self.atom(expr, name, "=", True)
-        raise FpgaUnsupported(f"{_describe(expr)} in DEFINE: the FPGA circuit supports "
+        return self.visit(expr)
+
+    def visit_Unary(self, expr: ast.Unary) -> Formula:
+        if expr.op != "NOT":
+            return self.generic_visit(expr)
+        return _not(self.formula(expr.operand))
+
+    def visit_Binary(self, expr: ast.Binary) -> Formula:
+        if expr.op in ("AND", "OR"):
+            items = (self.formula(expr.left), self.formula(expr.right))
+            return _and(items) if expr.op == "AND" else _or(items)
+        if expr.op in _FLIP:
+            return self.comparison(expr, expr.op, expr.left, expr.right)
+        return self.generic_visit(expr)
+
+    def visit_InList(self, expr: ast.InList) -> Formula:
+        terms = tuple(self.comparison(expr, "=", expr.operand, option)
+                      for option in expr.options)
+        inside = _or(terms) if terms else Const(False)
+        return _not(inside) if expr.negated else inside
+
+    def visit_Attr(self, expr: ast.Attr) -> Formula:
+        if self.checked.types[expr] != "bool":
+            return self.generic_visit(expr)
+        return self.atom(expr, expr.name, "=", True)
+
+    def generic_visit(self, expr: ast.Node) -> Formula:
+        described = _describe(expr, self.checked.types)
+        raise FpgaUnsupported(f"{described} in DEFINE: the FPGA circuit supports "
                               "comparisons of a tuple field with a constant, AND, OR, NOT "
                               "and IN lists", _pos(expr))
 
@@ -404,8 +418,8 @@ class _Decoder:
         else:
             side = right if isinstance(left, ast.Attr) or left_const else left
             raise FpgaUnsupported(
-                f"{_describe(side)} in a comparison: the FPGA circuit compares a tuple field "
-                "with a constant", _pos(side))
+                f"{_describe(side, self.checked.types)} in a comparison: the FPGA circuit "
+                "compares a tuple field with a constant", _pos(side))
         if value is None:
             return Const(False)  # a comparison with null is false
         return self.atom(node, attr.name, op, value)
@@ -497,17 +511,26 @@ def _or(items: tuple) -> Formula:
     return Const(False) if not flat else flat[0] if len(flat) == 1 else Or(tuple(flat))
 
 
-def _describe(expr) -> str:
-    match expr:
-        case ast.Binary(op=op):
-            return f"arithmetic ({op})" if op in "+-*/%" else f"operator {op}"
-        case ast.Unary(op=op):
-            return f"unary {op}"
-        case ast.Call(name=name):
-            return f"function call {name}()"
-        case ast.Attr(name=name):
-            return f"the {expr.type or ''} attribute {name} used as a condition"
-    return type(expr).__name__
+class _Description(ast.Visitor):
+    """What an unsupported expression is, for messages."""
+
+    def visit_Binary(self, expr: ast.Binary, types: Types) -> str:
+        return f"arithmetic ({expr.op})" if expr.op in "+-*/%" else f"operator {expr.op}"
+
+    def visit_Unary(self, expr: ast.Unary, types: Types) -> str:
+        return f"unary {expr.op}"
+
+    def visit_Call(self, expr: ast.Call, types: Types) -> str:
+        return f"function call {expr.name}()"
+
+    def visit_Attr(self, expr: ast.Attr, types: Types) -> str:
+        return f"the {types[expr] or ''} attribute {expr.name} used as a condition"
+
+    def generic_visit(self, expr: ast.Node, types: Types) -> str:
+        return type(expr).__name__
+
+
+_describe = _Description().visit  # _describe(expr, types)
 
 
 def _pos(expr) -> ast.Pos:

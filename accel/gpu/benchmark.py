@@ -20,7 +20,7 @@ import pyarrow as pa
 from accel.gpu import device
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_query_text
-from cep_core.engine import create_engine
+from cep_core.engine_factory import create_engine
 
 BASE = {"window": 100_000, "length": 3, "rules": 1}
 WINDOWS = (10_000, 50_000, 100_000, 250_000)

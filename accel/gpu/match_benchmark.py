@@ -19,7 +19,7 @@ from accel.gpu import device
 from cep_core import reference
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_query_text
-from cep_core.engine.match import MatchEngine
+from cep_core.engine_factory import match_engine
 from cep_core.events import Event
 from cep_core.workloads import WORKLOADS
 
@@ -76,7 +76,7 @@ def main(n: int = 200_000, quick: bool = False) -> list[dict]:
         keys = len(set(table.column(query.query.partition_by[0].name).to_pylist()))
         row = {"workload": name, "keys": keys, **params}
         row["reference"] = _reference_rate(query, table)
-        row["cpu"], row["matches"] = _engine_rate(MatchEngine, query, table)
+        row["cpu"], row["matches"] = _engine_rate(match_engine, query, table)
         gpu_text = f"{'n/a':>11} {'n/a':>8}"
         if gpu:
             from accel.gpu.match_engine import GpuMatchEngine

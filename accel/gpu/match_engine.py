@@ -30,7 +30,7 @@ from accel.gpu.match_kernels import DEAD_N, NEED_ROWS, OUT_N, compile_kernel
 from cep_core.batch import Batch, StringDictionary
 from cep_core.checker import CheckedQuery
 from cep_core.compiler import match as cpu
-from cep_core.compiler.expressions import StringTables
+from cep_core.kernels.string_tables import StringTables
 from cep_core.engine.base import Engine
 from cep_core.engine.match import MatchEngine, _Keys
 from cep_core.engine.seq import NotSupportedError

@@ -91,16 +91,14 @@ def generate(checked: CheckedQuery) -> tuple[str, dict]:
     dynamic: list[tuple[int, str]] = []  # predicates reading aggregates: per candidate
     for label, name in enumerate(auto.names):
         condition = defines[name]
-        reads = any(isinstance(n, ast.Aggregate) for n in ast.walk(condition))
-        code = cpu._Compiler(cpu._Leaves(gen, "ci", emit=False), gen.constants) \
-            .condition(condition)
+        reads = condition.find(ast.Aggregate) is not None
+        code = gen.compiler(cpu._Leaves(gen, "ci", emit=False)).condition(condition)
         (dynamic if reads else static).append((auto.mask_of(label), code))
     emit_specs: list[cpu.EmitSpec] = []
     emit_lines: list[str] = []
     for j, item in enumerate(body.emit):
-        code = cpu._Compiler(cpu._Leaves(gen, "wi", emit=True), gen.constants) \
-            .compile(item.expr)
-        emit_specs.append(cpu.EmitSpec(item.name, item.expr.type or "int",
+        code = gen.compiler(cpu._Leaves(gen, "wi", emit=True)).compile(item.expr)
+        emit_specs.append(cpu.EmitSpec(item.name, checked.types[item.expr] or "int",
                                        nullable=code.nullable))
         emit_lines.append(f"e{j}[U(no)] = {code.value}")
         if code.nullable:

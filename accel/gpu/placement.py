@@ -3,8 +3,8 @@ the GPU, simple ones on CPU cores.
 
 `place(checked, placement)` decides where one query runs and says why;
 `create_placed_engine(checked, strings, placement=..., **options)` builds that engine (the
-GPU engine, or `cep_core.engine.create_engine`'s CPU engine); `run(...)` is
-`cep_core.engine.run` with placement and a report of where each query went.
+GPU engine, or `cep_core.engine_factory.create_engine`'s CPU engine); `run(...)` is
+`cep_core.stream_engines.run` with placement and a report of where each query went.
 
 - `cpu`: every query on the CPU engines.
 - `gpu`: every query the GPU engine supports on the GPU (the CUDA simulator counts, so
@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from accel.gpu import device
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import CheckedQuery
-from cep_core.engine import StreamEngines, create_engine, run_engines
+from cep_core.engine_factory import create_engine
+from cep_core.stream_engines import StreamEngines, run_engines
 from cep_core.engine.base import Engine
 from cep_core.events import Event, Punctuation
 
@@ -163,7 +164,7 @@ def placed_engines(queries: list[CheckedQuery], strings: StringDictionary,
 def run(queries: list[CheckedQuery], stream: Iterable[Event | Punctuation],
         placement: str = "auto", batch_size: int = 65536, flush: bool = True,
         rejected: list | None = None, report: list | None = None, **options) -> list[dict]:
-    """`cep_core.engine.run` with placement: composite events in deterministic order."""
+    """`cep_core.stream_engines.run` with placement: composite events in deterministic order."""
     if not queries:
         return []
     strings = StringDictionary()

@@ -108,9 +108,13 @@ class SeqKernelGenerator:
             return f"(I{channel}[{slot}, {col}] != 0)"
         return f"I{channel}[{slot}, {col}]"
 
+    def expressions(self, leaves) -> ExpressionCompiler:
+        """An expression compiler over `leaves` with this query's string constants and types."""
+        return ExpressionCompiler(leaves, self.constants, self.plan.checked.types)
+
     def condition(self, expr, subject=None, reduced=False) -> str:
         leaves = _Leaves(self, subject, reduced)
-        return ExpressionCompiler(leaves, self.constants).condition(expr)
+        return self.expressions(leaves).condition(expr)
 
     def arenas(self) -> str:
         return ", ".join(f"I{c}, F{c}" for c in range(len(self.plan.channels)))
@@ -238,8 +242,8 @@ class SeqKernelGenerator:
         body.append("keep[m] = 1")
         for j, item in enumerate(self.plan.body.emit):
             leaves = _Leaves(self, reduced=True)
-            code = ExpressionCompiler(leaves, self.constants).compile(item.expr)
-            body += emit_store_lines(j, item.expr.type, code, "m")
+            code = self.expressions(leaves).compile(item.expr)
+            body += emit_store_lines(j, self.plan.checked.types[item.expr], code, "m")
         return ["@cuda.jit", f"def final({params}):"] + _indent(body) + [""]
 
 

@@ -14,7 +14,7 @@ from cep_core.compiler.seq_plan import SeqPlan
 
 
 def has_window_aggregate(expr) -> bool:
-    return expr is not None and any(isinstance(n, ast.WindowAggregate) for n in ast.walk(expr))
+    return expr is not None and expr.find(ast.WindowAggregate) is not None
 
 
 def deciding_item(plan: SeqPlan, conjunct) -> int:

@@ -20,8 +20,8 @@ import time
 
 # phase -> (file suffix, function name) whose cumulative time is that phase
 PHASES = {
-    "engines over the table": ("cep_core/engine/__init__.py", "run_table"),
-    "engines over Event objects": ("cep_core/engine/__init__.py", "run_engines"),
+    "engines over the table": ("cep_core/stream_engines.py", "run_table"),
+    "engines over Event objects": ("cep_core/stream_engines.py", "run_engines"),
     "of which columns from the table": ("cep_core/batch.py", "from_arrow"),
     "of which ordering composites": ("cep_core/composite_order.py", "order"),
     "write JSON lines": ("cep_core/composites.py", "write_jsonl"),

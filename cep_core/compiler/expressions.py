@@ -18,6 +18,8 @@ import numpy as np
 
 from cep_core import ast
 from cep_core.batch import StringDictionary
+from cep_core.checker import Types
+from cep_core.kernels.string_tables import STRING_TABLE_PARAMS  # noqa: F401 (the generators take it from here)
 
 FALSE = "False"
 
@@ -58,61 +60,25 @@ class StringConstants:
         return np.array([strings.code(v) for v in self.values] or [0], dtype=np.int64)
 
 
-class StringTables:
-    """Per-code tables kernels use for what needs a string's text.
-
-    `rank[c]`: the string's place in sorted order (for <, <=, >, >=); `lower[c]` and
-    `upper[c]`: codes of the lower/upper-cased string; `length[c]`: its length.
-    Refreshed whenever the dictionary has grown or been compacted.
-    """
-
-    def __init__(self, strings: StringDictionary):
-        self.strings = strings
-        self.size = -1
-        self.generation = -1
-        self.refresh()
-
-    def refresh(self) -> None:
-        if self.size == len(self.strings) and self.generation == self.strings.generation:
-            return
-        # lower/upper may add strings to the dictionary, so close over it first.
-        for s in list(self.strings.strings):
-            self.strings.code(s.lower())
-            self.strings.code(s.upper())
-        texts = self.strings.strings
-        order = sorted(range(len(texts)), key=texts.__getitem__)
-        self.rank = np.empty(max(len(texts), 1), dtype=np.int64)
-        self.rank[order] = np.arange(len(texts), dtype=np.int64)
-        self.lower = np.array([self.strings.codes[s.lower()] for s in texts] or [0], np.int64)
-        self.upper = np.array([self.strings.codes[s.upper()] for s in texts] or [0], np.int64)
-        self.length = np.array([len(s) for s in texts] or [0], dtype=np.int64)
-        self.size = len(texts)
-        self.generation = self.strings.generation
-
-    def arrays(self) -> tuple[np.ndarray, ...]:
-        """In the order of the kernels' parameters `s_rank, s_lower, s_upper, s_length`."""
-        return (self.rank, self.lower, self.upper, self.length)
-
-
-STRING_TABLE_PARAMS = "s_rank, s_lower, s_upper, s_length"
 
 _COMPARE = {"=": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
 
-class ExpressionCompiler:
+class ExpressionCompiler(ast.Visitor):
     """Compiles expressions; what attributes and aggregates are is up to `leaves`.
 
     `leaves` has `attr(node) -> Code`, `aggregate(node) -> Code` and
     `window_aggregate(node) -> Code`, each returning code over names the kernel defines.
+    `types` is the checked query's (`CheckedQuery.types`).
     """
 
-    def __init__(self, leaves, constants: StringConstants):
+    def __init__(self, leaves, constants: StringConstants, types: Types):
         self.leaves = leaves
         self.constants = constants
+        self.types = types
 
-    def compile(self, expr) -> Code:
-        method = getattr(self, "_" + type(expr).__name__.lower())
-        return method(expr)
+    def compile(self, expr: ast.Expression) -> Code:
+        return self.visit(expr)
 
     def condition(self, expr) -> str:
         """A boolean expression that is False where the value would be null."""
@@ -123,7 +89,7 @@ class ExpressionCompiler:
 
     # ------------------------------------------------------------ leaves
 
-    def _literal(self, node: ast.Literal) -> Code:
+    def visit_Literal(self, node: ast.Literal) -> Code:
         value = node.value
         if isinstance(value, bool):
             return Code("True" if value else "False")
@@ -131,31 +97,31 @@ class ExpressionCompiler:
             return Code(f"sc[{self.constants.index(value)}]")
         return Code(repr(value))  # an int or float the parser built: never query text
 
-    def _attr(self, node: ast.Attr) -> Code:
+    def visit_Attr(self, node: ast.Attr) -> Code:
         return self.leaves.attr(node)
 
-    def _aggregate(self, node: ast.Aggregate) -> Code:
+    def visit_Aggregate(self, node: ast.Aggregate) -> Code:
         return self.leaves.aggregate(node)
 
-    def _windowaggregate(self, node: ast.WindowAggregate) -> Code:
+    def visit_WindowAggregate(self, node: ast.WindowAggregate) -> Code:
         return self.leaves.window_aggregate(node)
 
     # ------------------------------------------------------------ operators
 
-    def _unary(self, node: ast.Unary) -> Code:
+    def visit_Unary(self, node: ast.Unary) -> Code:
         operand = self.compile(node.operand)
         if node.op == "NOT":
             return Code(f"(not {operand.value})")
         return Code(f"(-{operand.value})", operand.null)
 
-    def _binary(self, node: ast.Binary) -> Code:
+    def visit_Binary(self, node: ast.Binary) -> Code:
         if node.op in ("AND", "OR"):
             left, right = self.condition(node.left), self.condition(node.right)
             return Code(f"({left} {node.op.lower()} {right})")
         left, right = self.compile(node.left), self.compile(node.right)
         if node.op in _COMPARE:
             a, b = left.value, right.value
-            if node.left.type == "string" and node.op not in ("=", "!="):
+            if self.types[node.left] == "string" and node.op not in ("=", "!="):
                 a, b = f"s_rank[{a}]", f"s_rank[{b}]"
             guard = _or(left.null, right.null)
             test = f"({a} {_COMPARE[node.op]} {b})"
@@ -168,11 +134,11 @@ class ExpressionCompiler:
             return Code(f"(({a}) / ({b}) if ({b}) != 0 else np.float64(0.0))",
                         _or(null, f"(({b}) == 0)"))
         if node.op == "%":
-            zero = "np.float64(0.0)" if node.type == "float" else "np.int64(0)"
+            zero = "np.float64(0.0)" if self.types[node] == "float" else "np.int64(0)"
             return Code(f"(({a}) % ({b}) if ({b}) != 0 else {zero})", _or(null, f"(({b}) == 0)"))
         raise ValueError(f"unknown operator {node.op}")
 
-    def _inlist(self, node: ast.InList) -> Code:
+    def visit_InList(self, node: ast.InList) -> Code:
         operand = self.compile(node.operand)
         options = [self.compile(option) for option in node.options]
         tests = " or ".join(f"({operand.value} == {o.value})" for o in options)
@@ -180,7 +146,7 @@ class ExpressionCompiler:
         guard = operand.null
         return Code(found if guard == FALSE else f"((not {guard}) and {found})")
 
-    def _call(self, node: ast.Call) -> Code:
+    def visit_Call(self, node: ast.Call) -> Code:
         args = [self.compile(arg) for arg in node.args]
         null = _or(*(a.null for a in args))
         v = [a.value for a in args]

@@ -41,10 +41,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
 from cep_core import ast
 from cep_core import regex_analysis as ra
@@ -56,35 +52,22 @@ from cep_core.compiler.expressions import (
     StringConstants,
 )
 from cep_core.compiler.modules import load_module
+from cep_core.compiler.programs import once_per_query
+from cep_core.kernels.match_runtime import (
+    COUNT,
+    CTR,
+    DONE,
+    FULL_CANDIDATES,
+    FULL_COLLECT,
+    FULL_LOG,
+    FULL_OUTPUT,
+    FULL_SLOTS,
+    HEAD,
+)
+from cep_core.kernels.match_runtime import dtype_of as _dtype
 
 MAX_POSITIONS = 63
 A = ast.AggFunc
-
-# Status codes the kernel returns with the index of the event it stopped before.
-DONE, FULL_OUTPUT, FULL_SLOTS, FULL_CANDIDATES, FULL_LOG, FULL_COLLECT = range(6)
-# Counters the kernel reads and writes back (`ctr` array).
-CTR = ("free_top", "high", "out_n", "dead_n", "clock", "log_n", "coll_n")
-
-
-@intrinsic
-def prefetch(typingctx, array, index):
-    """Hint the CPU to fetch `array[index]` into cache (LLVM's prefetch: read, keep)."""
-    if not isinstance(array, types.Array):
-        return None
-
-    def codegen(context, builder, signature, args):
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        function = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
-            "llvm.prefetch.p0")
-        address = builder.bitcast(builder.gep(data, [args[1]]), i8p)
-        builder.call(function, [address, i32(0), i32(3), i32(1)])
-        return context.get_dummy_value()
-
-    return types.void(array, index), codegen
-
 
 class MatchCompileError(ValueError):
     """The query cannot be compiled to a kernel (too many positions)."""
@@ -154,10 +137,6 @@ def glushkov(pattern: ast.Regex) -> Automaton:
 # ---------------------------------------------------------------- what the kernel keeps
 
 
-def _dtype(kind: str) -> str:
-    return {"float": "float64", "bool": "bool_"}.get(kind, "int64")
-
-
 class Table:
     """The columns of a state matrix pair: `<name>_i` (int64: ints, timestamps, string codes
     and bools) and `<name>_f` (float64), one row per record. Keys name what a column holds:
@@ -220,10 +199,13 @@ class EmitSpec:
     element: str | None = None  # Collect: the attribute's type
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class Program:
-    """A compiled MATCH query: the kernel and the layout of the arrays it works on."""
+    """A compiled MATCH query: the kernel and the layout of the arrays it works on. Built
+    once per checked query (`compile_match`) and shared by every engine that runs it; the
+    engines (`cep_core.engine.match.MatchEngine`) hold the state."""
 
+    checked: CheckedQuery
     kernel: object
     automaton: Automaton
     ftab: np.ndarray
@@ -254,17 +236,15 @@ class Program:
 
 
 SCALAR_ARGS = ("i0", "n", "cap", "nslots", "out_cap", "log_cap", "coll_cap")
-COUNT = ("cnt",)
-HEAD = ("head",)
 
 
 class _Compiler(ExpressionCompiler):
     """String literals read kernel locals (`sc0`, `sc1`, ...) loaded once per call."""
 
-    def _literal(self, node: ast.Literal) -> Code:
+    def visit_Literal(self, node: ast.Literal) -> Code:
         if isinstance(node.value, str):
             return Code(f"sc{self.constants.index(node.value)}")
-        return super()._literal(node)
+        return super().visit_Literal(node)
 
 
 class _Leaves:
@@ -319,6 +299,9 @@ class _Generator:
         self.slots = Table("slot", [("key",)])
         self.last_attrs: list[str] = []  # Last(a) in predicates: locals l0, l1, ...
         self.constants = StringConstants()
+
+    def compiler(self, leaves: _Leaves) -> _Compiler:
+        return _Compiler(leaves, self.constants, self.checked.types)
 
     def kind(self, attr: str) -> str:
         kind = self.schema.attributes[attr]
@@ -394,8 +377,9 @@ def _indent(lines: list[str], depth: int) -> list[str]:
     return ["    " * depth + line for line in lines]
 
 
+@once_per_query
 def compile_match(checked: CheckedQuery) -> Program:
-    """Generate, load and describe the kernel of a checked MATCH query."""
+    """The program of a checked MATCH query (generated and loaded once, then shared)."""
     body = checked.query.body
     if not isinstance(body, ast.MatchQuery):
         raise TypeError(f"query {checked.name} is not a MATCH query")
@@ -410,9 +394,8 @@ def compile_match(checked: CheckedQuery) -> Program:
     dynamic: list[tuple[int, str]] = []
     for label, name in enumerate(auto.names):
         condition = defines[name]
-        reads = any(isinstance(n, ast.Aggregate) and n.func is not A.LAST
-                    for n in ast.walk(condition))
-        code = _Compiler(_Leaves(gen, "ci", emit=False), gen.constants).condition(condition)
+        reads = any(n.func is not A.LAST for n in condition.find_all(ast.Aggregate))
+        code = gen.compiler(_Leaves(gen, "ci", emit=False)).condition(condition)
         (dynamic if reads else static).append((auto.mask_of(label), code))
 
     per_key = not dynamic and not any(
@@ -435,8 +418,8 @@ def compile_match(checked: CheckedQuery) -> Program:
             gen.need_count()
             emit_specs.append(EmitSpec(item.name, "list", element=gen.kind(attr)))
             continue
-        code = _Compiler(_Leaves(gen, "wi", emit=True), gen.constants).compile(expr)
-        kind = expr.type or "int"
+        code = gen.compiler(_Leaves(gen, "wi", emit=True)).compile(expr)
+        kind = gen.checked.types[expr] or "int"
         emit_specs.append(EmitSpec(item.name, kind, nullable=code.nullable))
         emit_lines.append(f"e{j}[U(no)] = {code.value}")
         if code.nullable:
@@ -451,7 +434,7 @@ def compile_match(checked: CheckedQuery) -> Program:
     module = load_module(source)
     uses_tables = any(f"{t}[" in source for t in STRING_TABLE_PARAMS.split(", "))
     return Program(
-        kernel=module.kernel, automaton=auto, ftab=auto.follow_table(),
+        checked=checked, kernel=module.kernel, automaton=auto, ftab=auto.follow_table(),
         constants=gen.constants, uses_tables=uses_tables, aggregate_mode=bool(dynamic),
         columns=[(a, _dtype(gen.kind(a))) for a in gen.columns], records=gen.records,
         keys=gen.keys, slots=gen.slots,
@@ -628,7 +611,7 @@ def _kernel_source(gen: _Generator, auto: Automaton, static, dynamic, emit_specs
     add("i += 1")
 
     params = list(SCALAR_ARGS) + _array_args(gen, emit_specs, collected)
-    lines = ["from cep_core.compiler.match import prefetch", "", "",
+    lines = ["from cep_core.kernels.match_runtime import prefetch", "", "",
              "@njit(cache=True, error_model='numpy')",
              f"def kernel({', '.join(params)}):"]
     widths = records.widths() + keys.widths() + slots.widths()

@@ -73,9 +73,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cep_core import ast
-from cep_core.compiler.expressions import STRING_TABLE_PARAMS, ExpressionCompiler
+from cep_core.compiler.expressions import STRING_TABLE_PARAMS
 from cep_core.compiler.modules import load_module
-from cep_core.compiler.seq_aip_runtime import (
+from cep_core.kernels.seq_aip_runtime import (
     AIP_RUNTIME_VERSION,
     R_DL,
     R_FIRST,
@@ -86,12 +86,6 @@ from cep_core.compiler.seq_aip_runtime import (
 )
 from cep_core.compiler.seq_aip_timeouts import timeout_source
 from cep_core.compiler.seq_codegen import (
-    ERR,
-    INT64_MAX,
-    INT64_MIN,
-    OVF,
-    PALIVE,
-    POOL,
     import_block,
     indent,
     seq_runtime_import,
@@ -99,7 +93,8 @@ from cep_core.compiler.seq_codegen import (
 from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
 from cep_core.compiler.seq_codegen_matches import MatchCodeGenerator
 from cep_core.compiler.seq_plan import Conjunct, SeqPlan
-from cep_core.compiler.seq_runtime import RUNTIME_VERSION
+from cep_core.kernels.seq_layout import ERR, INT64_MAX, INT64_MIN, OVF, PALIVE, POOL
+from cep_core.kernels.seq_runtime import RUNTIME_VERSION
 
 # the engine (engine.seq_aip) imports the kernel's constants from here
 __all__ = ["ERR", "OVF", "PALIVE", "POOL", "AipGenerator", "AipKernel", "AipUnsupported"]
@@ -148,31 +143,6 @@ def equality_class(plan: SeqPlan) -> EqualityClass | None:
         if len(group[names[0]]) == len(names):
             return EqualityClass(attr)
     return None
-
-
-def chain_distances(plan: SeqPlan) -> dict[str, int] | None:
-    """TESLA: each positive variable's largest possible distance (in time) to the
-    terminator, when every step is chained to it by `WITHIN w FROM y`; else None."""
-    last = plan.items[-1]
-    if last.kind != "single":
-        return None
-    steps = {s.var: s for item in plan.items for s in item.steps}
-    dist = {last.step.var: 0}
-
-    def distance(var: str, depth: int = 0) -> int | None:
-        if var in dist:
-            return dist[var]
-        step = steps[var]
-        if step.anchor is None or depth > len(steps):
-            return None
-        base = distance(step.anchor, depth + 1)
-        if base is None:
-            return None
-        dist[var] = base + plan.checked.time_units(step.within)
-        return dist[var]
-
-    found = {v: distance(v) for v in steps}
-    return None if any(d is None for d in found.values()) else found
 
 
 # ---------------------------------------------------------------- the generator
@@ -224,7 +194,7 @@ class AipGenerator(MatchCodeGenerator):
         # instance lists per key and stage (position): an event visits only the stages it
         # can advance; under ORDER BY ts (skip-till-any-match) any position can be filled
         self.S = 1 if (self.by_ts and not self.runs) else self.n_items
-        self.dist = chain_distances(plan)
+        self.dist = plan.chain_distances()
         self.eq = equality_class(plan) if not self.runs else None
         self.killable = self._killable()
 
@@ -295,7 +265,7 @@ class AipGenerator(MatchCodeGenerator):
                 channel, arr, _ = kleene[v]
                 full[v] = (channel, f"{arr}[j{x}]")
         leaves = ChannelLeaves(self, full, kleene)
-        cond = ExpressionCompiler(leaves, self.constants).condition(c.expr)
+        cond = self.expressions(leaves).condition(c.expr)
         fail = [f"if not {cond}:", f"    {flag} = False"]
         if not kvars:
             return leaves.pre + fail
@@ -1048,7 +1018,7 @@ class AipGenerator(MatchCodeGenerator):
 
 AIP_RUNTIME_HELPERS = ("grow_pool", "kmat", "same_list", "seg_reserve")
 HELPERS = (f"\n# runtime versions {RUNTIME_VERSION} / {AIP_RUNTIME_VERSION}\n"
-           + import_block("cep_core.compiler.seq_aip_runtime",
+           + import_block("cep_core.kernels.seq_aip_runtime",
                           {name: f"_{name}" for name in AIP_RUNTIME_HELPERS})
            + seq_runtime_import(AipGenerator.append_row)
            + f"\nINT64_MIN = np.int64({INT64_MIN})\nINT64_MAX = np.int64({INT64_MAX})\n\n")

@@ -20,7 +20,7 @@ Runs never use equality classes, so a run's key is its partition.
 
 from __future__ import annotations
 
-from cep_core.compiler.seq_aip_runtime import R_FIRST, R_MASK
+from cep_core.kernels.seq_aip_runtime import R_FIRST, R_MASK
 from cep_core.compiler.seq_codegen import indent as _indent
 
 

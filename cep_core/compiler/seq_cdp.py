@@ -29,19 +29,9 @@ a negated variable under test.
 from __future__ import annotations
 
 from cep_core import ast
-from cep_core.compiler.expressions import STRING_TABLE_PARAMS, ExpressionCompiler
+from cep_core.compiler.expressions import STRING_TABLE_PARAMS
 from cep_core.compiler.modules import load_module
 from cep_core.compiler.seq_codegen import (
-    CTR_SIZE,
-    ERR,
-    INT64_MAX,
-    INT64_MIN,
-    OVF,
-    P_NEXT,
-    PALIVE,
-    PEL,
-    PKN,
-    PN,
     Layout,
     indent,
     seq_runtime_import,
@@ -49,11 +39,11 @@ from cep_core.compiler.seq_codegen import (
 from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
 from cep_core.compiler.seq_codegen_matches import MatchCodeGenerator
 from cep_core.compiler.seq_plan import Conjunct, SeqPlan
-from cep_core.compiler.seq_runtime import RUNTIME_VERSION
+from cep_core.kernels.seq_layout import ERR, INT64_MIN, OVF, P_NEXT, PALIVE, PEL, PKN, PN
+from cep_core.kernels.seq_runtime import RUNTIME_VERSION
 
-# the engines (seq, seq_base) and the GPU kernels import the kernels' constants from here
-__all__ = ["CTR_SIZE", "ERR", "INT64_MAX", "INT64_MIN", "OVF", "PALIVE", "PKN", "PN", "Layout",
-           "CdpGenerator", "CdpKernel"]
+# the GPU kernels import Layout from here; the kernels' constants are in kernels.seq_layout
+__all__ = ["Layout", "CdpGenerator", "CdpKernel"]
 
 
 class CdpGenerator(MatchCodeGenerator):
@@ -84,7 +74,7 @@ class CdpGenerator(MatchCodeGenerator):
                 var = self.plan.variables[v]
                 full[v] = (var.channel, f"k{var.index}[j{var.index}]")
         leaves = ChannelLeaves(self, full, self.param_kleene())
-        cond = ExpressionCompiler(leaves, self.constants).condition(c.expr)
+        cond = self.expressions(leaves).condition(c.expr)
         fail = [f"if not {cond}:", f"    {flag} = False"]
         if not kvars:
             return leaves.pre + fail

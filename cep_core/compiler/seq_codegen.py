@@ -1,8 +1,9 @@
-"""What the SEQ code generators (CDP in `seq_cdp`, AIP in `seq_aip`) share about events: the
-counter and pending-record slots their kernels agree on, where an attribute lives in a
-channel row (`Layout`), names of generated locals, how the per-channel event columns are
-read, and how an arriving event is admitted and stored. What they do with a completed match
-is in `seq_codegen_matches`; expression leaves over channel rows in `seq_codegen_leaves`.
+"""What the SEQ code generators (CDP in `seq_cdp`, AIP in `seq_aip`) share about events
+(the counter and pending-record slots their kernels agree on are in
+`cep_core.kernels.seq_layout`): where an attribute lives in a channel row (`Layout`), names
+of generated locals, how the per-channel event columns are read, and how an arriving event
+is admitted and stored. What they do with a completed match is in `seq_codegen_matches`;
+expression leaves over channel rows in `seq_codegen_leaves`.
 
 Channels. Per partition and per channel (an event type that a step, a negation or a window
 aggregate reads, or ANY) the kernels keep the events of that type in seq order, as two
@@ -17,19 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cep_core.compiler.expressions import StringConstants
+from cep_core.compiler.expressions import ExpressionCompiler, StringConstants
 from cep_core.compiler.seq_plan import ANY, SeqPlan
 
-INT64_MIN = -(2 ** 63)
-INT64_MAX = 2 ** 63 - 1
-
-# ctr slots (an int64 array the kernels update in place; seq_runtime's compact_pending reads
-# PN and PKN); POOL: the AIP kernel's Kleene pool fill
-PN, PKN, PALIVE, PEL, OVF, ERR, POOL = range(7)
-CTR_SIZE = 8
-# pending record columns before the per-variable slots (compact_pending reads P_NEXT = 3)
-P_PART, P_DEC, P_FIRST, P_NEXT, P_CNT = range(5)
-P_FIXED = 5
 
 # seq_runtime functions every SEQ kernel module imports as `_name`
 SEQ_RUNTIME_HELPERS = ("grow_1d", "grow_el", "grow_out", "grow_rows", "lb_seq", "lb_ts",
@@ -69,7 +60,7 @@ def seq_runtime_import(append_row: str) -> str:
     """The kernel module's import of seq_runtime (`append_row` under the given name)."""
     names = {"append_row": append_row}
     names.update({name: f"_{name}" for name in SEQ_RUNTIME_HELPERS})
-    return import_block("cep_core.compiler.seq_runtime", names)
+    return import_block("cep_core.kernels.seq_runtime", names)
 
 
 @dataclass(frozen=True)
@@ -119,6 +110,10 @@ class ChannelCodeGenerator:
         self.singles = [v for v in self.positive if v.kind == "single"]
         self.kleene = [v for v in self.positive if v.kind == "kleene"]
         self.channels = list(range(len(plan.channels)))
+
+    def expressions(self, leaves) -> ExpressionCompiler:
+        """An expression compiler over `leaves` with this query's string constants and types."""
+        return ExpressionCompiler(leaves, self.constants, self.plan.checked.types)
 
     def fresh(self, prefix: str) -> str:
         self._counter += 1

@@ -6,7 +6,7 @@ placed before the expression."""
 from __future__ import annotations
 
 from cep_core import ast
-from cep_core.compiler.expressions import Code, ExpressionCompiler
+from cep_core.compiler.expressions import Code
 from cep_core.compiler.seq_codegen import indent
 
 A = ast.AggFunc
@@ -95,7 +95,7 @@ class ChannelLeaves:
         guard = None
         if node.filter is not None:
             inner = ChannelLeaves(gen, self.rows, self.kleene, subject=(cw, rw))
-            guard = ExpressionCompiler(inner, gen.constants).condition(node.filter)
+            guard = gen.expressions(inner).condition(node.filter)
             self.pre.extend(inner.pre)
         kind = gen.kind(node.attr) if node.attr else None
         value = gen.column(cw, rw, node.attr) if node.attr else "0"

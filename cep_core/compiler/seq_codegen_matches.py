@@ -13,10 +13,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 
 from cep_core import ast
-from cep_core.compiler.expressions import STRING_TABLE_PARAMS, ExpressionCompiler
+from cep_core.compiler.expressions import STRING_TABLE_PARAMS
 from cep_core.compiler.seq_codegen import (
-    INT64_MAX,
+    ChannelCodeGenerator,
     emit_store_lines,
+    indent,
+)
+from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
+from cep_core.compiler.seq_plan import Conjunct, SeqPlan
+from cep_core.kernels.seq_layout import (
+    INT64_MAX,
     P_CNT,
     P_DEC,
     P_FIRST,
@@ -27,11 +33,7 @@ from cep_core.compiler.seq_codegen import (
     PEL,
     PKN,
     PN,
-    ChannelCodeGenerator,
-    indent,
 )
-from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
-from cep_core.compiler.seq_plan import Conjunct, SeqPlan
 
 
 class MatchCodeGenerator(ChannelCodeGenerator, ABC):
@@ -82,7 +84,7 @@ class MatchCodeGenerator(ChannelCodeGenerator, ABC):
         if step.filter is None:
             return None
         leaves = ChannelLeaves(self, {}, {}, subject=(channel, row))
-        code = ExpressionCompiler(leaves, self.constants).condition(step.filter)
+        code = self.expressions(leaves).condition(step.filter)
         if leaves.pre:
             raise self.Unsupported("a step filter with an aggregate")
         return code
@@ -216,9 +218,9 @@ class MatchCodeGenerator(ChannelCodeGenerator, ABC):
         rows, kleene = self.param_rows(), self.param_kleene()
         for j, item in enumerate(self.plan.body.emit):
             leaves = ChannelLeaves(self, rows, kleene)
-            code = ExpressionCompiler(leaves, self.constants).compile(item.expr)
+            code = self.expressions(leaves).compile(item.expr)
             body += leaves.pre
-            body += emit_store_lines(j, item.expr.type, code, "n_out")
+            body += emit_store_lines(j, self.plan.checked.types[item.expr], code, "n_out")
         body.append("return n_out + 1, n_el")
         return L + indent(body) + [""]
 

@@ -102,31 +102,42 @@ def split_and(expr) -> list:
     return [expr]
 
 
+class Mentions(ast.Visitor):
+    """The variables an expression mentions: all of them, the Kleene ones it reads per
+    element, and those it reads inside an aggregate (`count(dup)`)."""
+
+    def __init__(self, kleene_vars: set[str]):
+        self.kleene_vars = kleene_vars
+        self.mentioned: set[str] = set()
+        self.elementwise: set[str] = set()
+        self.aggregated: set[str] = set()
+
+    def generic_visit(self, node: ast.Node) -> None:
+        for child in node.children():
+            self.visit(child)
+
+    def visit_Attr(self, node: ast.Attr) -> None:
+        if node.var is not None:
+            self.mentioned.add(node.var)
+            if node.var in self.kleene_vars:
+                self.elementwise.add(node.var)
+
+    def visit_Aggregate(self, node: ast.Aggregate) -> None:
+        if node.arg is not None and node.arg.var is not None:
+            self.mentioned.add(node.arg.var)
+            self.aggregated.add(node.arg.var)
+
+    def visit_WindowAggregate(self, node: ast.WindowAggregate) -> None:
+        self.mentioned.add(node.anchor)
+        # bare attributes in its filter are the aggregated event's; `s.area` is bound
+        self.generic_visit(node)
+
+
 def analyse(expr, index: int, kleene_vars: set[str]) -> Conjunct:
-    mentioned: set[str] = set()
-    elementwise: set[str] = set()
-    aggregated: set[str] = set()
-
-    def visit(node) -> None:
-        if isinstance(node, ast.Attr):
-            if node.var is not None:
-                mentioned.add(node.var)
-                if node.var in kleene_vars:
-                    elementwise.add(node.var)
-            return
-        if isinstance(node, ast.Aggregate):
-            if node.arg is not None and node.arg.var is not None:
-                mentioned.add(node.arg.var)
-                aggregated.add(node.arg.var)
-            return
-        if isinstance(node, ast.WindowAggregate):
-            mentioned.add(node.anchor)
-        for child in ast.children(node):
-            visit(child)
-
-    visit(expr)
-    return Conjunct(index, expr, frozenset(mentioned), frozenset(elementwise),
-                    frozenset(aggregated))
+    found = Mentions(kleene_vars)
+    found.visit(expr)
+    return Conjunct(index, expr, frozenset(found.mentioned), frozenset(found.elementwise),
+                    frozenset(found.aggregated))
 
 
 class SeqPlan:
@@ -200,10 +211,9 @@ class SeqPlan:
         for expr in exprs:
             if expr is None:
                 continue
-            for node in ast.walk(expr):
-                if isinstance(node, ast.WindowAggregate):
-                    self.window_aggregates[id(node)] = WindowAggregateUse(
-                        node, checked.time_units(node.within), self.channel(node.event_type))
+            for node in expr.find_all(ast.WindowAggregate):
+                self.window_aggregates[id(node)] = WindowAggregateUse(
+                    node, checked.time_units(node.within), self.channel(node.event_type))
 
         for step in self.all_steps():
             if step.anchor is not None:
@@ -273,6 +283,12 @@ class SeqPlan:
         return span + extra
 
     def _chain_span(self) -> int | None:
+        distances = self.chain_distances()
+        return None if distances is None else max(distances.values())
+
+    def chain_distances(self) -> dict[str, int] | None:
+        """TESLA: each positive variable's largest possible distance (in time) to the
+        terminator, when every step is chained to it by `WITHIN w FROM y`; else None."""
         last = self.items[-1]
         if last.kind != "single":
             return None
@@ -291,5 +307,5 @@ class SeqPlan:
             dist[var] = base + self.checked.time_units(step.within)
             return dist[var]
 
-        found = [distance(v) for v in steps]
-        return None if any(d is None for d in found) else max(found)
+        found = {v: distance(v) for v in steps}
+        return None if any(d is None for d in found.values()) else found

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cep_core import ast
-from cep_core.checker import CheckedQuery, select_name
+from cep_core.checker import CheckedQuery, Types, select_name
 from cep_core.compiler.expressions import (
     STRING_TABLE_PARAMS,
     Code,
@@ -32,7 +32,8 @@ from cep_core.compiler.expressions import (
     StringConstants,
 )
 from cep_core.compiler.modules import load_module
-from cep_core.engine import window_kernels as wk
+from cep_core.compiler.programs import once_per_query
+from cep_core.kernels import window_kernels as wk
 
 # ---------------------------------------------------------------- predicates
 
@@ -56,22 +57,33 @@ def conjuncts(where: ast.Expr | None) -> list[ast.Expr]:
     return found
 
 
-def canonical(expr) -> tuple:
+class _Canonical(ast.Visitor):
     """The structure of an expression with its constants: equal for identical conjuncts."""
-    match expr:
-        case ast.Literal(value=value):
-            return ("lit", type(value).__name__, value)
-        case ast.Attr(name=name, var=var):
-            return ("attr", var, name)
-        case ast.Unary(op=op, operand=operand):
-            return ("unary", op, canonical(operand))
-        case ast.Binary(op=op, left=left, right=right):
-            return ("binary", op, canonical(left), canonical(right))
-        case ast.InList(operand=operand, options=options, negated=negated):
-            return ("in", negated, canonical(operand), tuple(canonical(o) for o in options))
-        case ast.Call(name=name, args=args):
-            return ("call", name.lower(), tuple(canonical(a) for a in args))
-    raise TypeError(f"{type(expr).__name__} cannot appear in a WINDOW WHERE")
+
+    def visit_Literal(self, node: ast.Literal) -> tuple:
+        return ("lit", type(node.value).__name__, node.value)
+
+    def visit_Attr(self, node: ast.Attr) -> tuple:
+        return ("attr", node.var, node.name)
+
+    def visit_Unary(self, node: ast.Unary) -> tuple:
+        return ("unary", node.op, self.visit(node.operand))
+
+    def visit_Binary(self, node: ast.Binary) -> tuple:
+        return ("binary", node.op, self.visit(node.left), self.visit(node.right))
+
+    def visit_InList(self, node: ast.InList) -> tuple:
+        return ("in", node.negated, self.visit(node.operand),
+                tuple(self.visit(o) for o in node.options))
+
+    def visit_Call(self, node: ast.Call) -> tuple:
+        return ("call", node.name.lower(), tuple(self.visit(a) for a in node.args))
+
+    def generic_visit(self, node: ast.Node) -> tuple:
+        raise TypeError(f"{type(node).__name__} cannot appear in a WINDOW WHERE")
+
+
+canonical = _Canonical().visit
 
 
 class _Leaves:
@@ -100,15 +112,15 @@ class _TemplateCompiler(ExpressionCompiler):
     expressions never fail, so short-circuiting is not needed), which lets the per-event
     loop run without mispredicted jumps."""
 
-    def __init__(self, leaves, constants: StringConstants):
-        super().__init__(leaves, constants)
+    def __init__(self, leaves, constants: StringConstants, types: Types):
+        super().__init__(leaves, constants, types)
         self.ints: list[int] = []
         self.floats: list[float] = []
 
-    def _literal(self, node: ast.Literal) -> Code:
+    def visit_Literal(self, node: ast.Literal) -> Code:
         value = node.value
         if isinstance(value, bool) or isinstance(value, str):
-            return super()._literal(node)
+            return super().visit_Literal(node)
         if isinstance(value, int):
             self.ints.append(value)
             return Code(f"ki[{len(self.ints) - 1}]")
@@ -121,13 +133,13 @@ class _TemplateCompiler(ExpressionCompiler):
         code = self.compile(expr)
         return code.value if not code.nullable else f"((not {code.null}) & {code.value})"
 
-    def _binary(self, node: ast.Binary) -> Code:
+    def visit_Binary(self, node: ast.Binary) -> Code:
         if node.op in ("AND", "OR"):
             left, right = self.condition(node.left), self.condition(node.right)
             return Code(f"({left} {'&' if node.op == 'AND' else '|'} {right})")
-        return super()._binary(node)
+        return super().visit_Binary(node)
 
-    def _inlist(self, node: ast.InList) -> Code:
+    def visit_InList(self, node: ast.InList) -> Code:
         operand = self.compile(node.operand)
         options = [self.compile(option) for option in node.options]
         tests = " | ".join(f"({operand.value} == {o.value})" for o in options)
@@ -168,11 +180,12 @@ class CompiledPredicate:
     kernel: object = field(repr=False, default=None)
 
 
-def compile_predicate(expr: ast.Expr, schema) -> CompiledPredicate:
+def compile_predicate(expr: ast.Expr, schema, types: Types) -> CompiledPredicate:
+    """`types`: the checked query's (`CheckedQuery.types`)."""
     attributes = list(schema.attributes)
     leaves = _Leaves(attributes)
     constants = StringConstants()
-    compiler = _TemplateCompiler(leaves, constants)
+    compiler = _TemplateCompiler(leaves, constants, types)
     condition = compiler.condition(expr)
     used = sorted(leaves.used.items(), key=lambda item: item[1])
     source = _PREDICATE.format(columns="".join(f"c{k}, " for _, k in used),
@@ -294,3 +307,22 @@ def plan(checked: CheckedQuery) -> WindowPlan:
                       panes=size // slide, window_attr=window_attr, group_by=group_by,
                       where=conjuncts(body.where), int_accs=int_accs, float_accs=float_accs,
                       exact_sums=exact_sums, items=items)
+
+
+@dataclass(frozen=True, eq=False)
+class WindowProgram:
+    """A compiled WINDOW query: its plan and a compiled predicate per WHERE conjunct (in
+    `plan.where` order), built once per checked query and shared by the engines that run
+    it (`cep_core.engine.window`)."""
+
+    checked: CheckedQuery
+    plan: WindowPlan
+    predicates: tuple[CompiledPredicate, ...]
+
+
+@once_per_query
+def compile_window(checked: CheckedQuery) -> WindowProgram:
+    plan_ = plan(checked)
+    predicates = tuple(compile_predicate(expr, checked.schema, checked.types)
+                       for expr in plan_.where)
+    return WindowProgram(checked, plan_, predicates)

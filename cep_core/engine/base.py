@@ -8,6 +8,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 import orjson
 
+from cep_core import snapshot_format
 from cep_core.batch import Batch, StringDictionary
 from cep_core.checker import CheckedQuery
 from cep_core.composite_batch import CompositeBatch, RowBatch, to_dicts
@@ -82,9 +83,10 @@ class Engine(ABC):
                 "dead_letters": self.dead_letters, **meta}
         buffer = io.BytesIO()
         np.savez(buffer, __meta__=np.frombuffer(orjson.dumps(meta), dtype=np.uint8), **arrays)
-        return buffer.getvalue()
+        return snapshot_format.pack("engine", buffer.getvalue())
 
     def restore(self, data: bytes) -> None:
+        data = snapshot_format.unpack("engine", data)
         with np.load(io.BytesIO(data), allow_pickle=False) as archive:
             arrays = {name: archive[name] for name in archive.files}
         meta = orjson.loads(arrays.pop("__meta__").tobytes())

@@ -1,4 +1,5 @@
-"""The jitted MATCH engine: one generated kernel per query (`cep_core.compiler.match`).
+"""The jitted MATCH engine: the state of one query whose compiled program (a generated
+kernel and the layout of its arrays, `cep_core.compiler.match.Program`) it is given.
 
 Python gives each event its key id (`_Keys`), calls the kernel, which processes every
 event of the batch and writes matches into preallocated output arrays, and turns only those
@@ -44,28 +45,28 @@ from numba import njit
 
 from cep_core import ast
 from cep_core.batch import Batch, StringDictionary
-from cep_core.checker import CheckedQuery
-from cep_core.compiler import match as compiler
-from cep_core.compiler.expressions import StringTables
+from cep_core.kernels import match_runtime as layout
+from cep_core.kernels.string_tables import StringTables
 from cep_core.composite_batch import ColumnBatch, CompositeBatch, Decoder, Field, Keys
 from cep_core.engine.base import Engine
 from cep_core.engine.keys import KeyIndex
 
 INT64_MIN = np.iinfo(np.int64).min
 CHUNK = 1 << 22  # a bigger batch is processed in chunks (bounds the per-event buffers)
-_CTR = {name: i for i, name in enumerate(compiler.CTR)}
+_CTR = {name: i for i, name in enumerate(layout.CTR)}
 
 
 class MatchEngine(Engine):
     """A MATCH query over columnar batches (see the module docstring). Options:
     `idle_timeout` (event-time units, None: never evict)."""
 
-    def __init__(self, checked: CheckedQuery, strings: StringDictionary,
-                 idle_timeout: int | None = None, **options):
+    def __init__(self, program, strings: StringDictionary, idle_timeout: int | None = None,
+                 **options):
+        # `program`: `cep_core.compiler.match.Program`, shared by every engine of its query.
         # Other options belong to the engines of other query kinds (create_engine passes
         # the same options to every engine of a file).
-        super().__init__(checked, strings)
-        self.program = compiler.compile_match(checked)
+        super().__init__(program.checked, strings)
+        self.program = program
         self.key_attrs = [a.name for a in self.query.partition_by]
         self.keys = _Keys(self.key_attrs, self.schema)
         if idle_timeout is not None and idle_timeout <= 0:
@@ -87,7 +88,7 @@ class MatchEngine(Engine):
         self.cap, self.nslots = cap, nslots
         self.out_cap, self.log_cap, self.coll_cap = out_cap, log_cap, coll_cap
         a: dict[str, np.ndarray] = {}
-        a["ctr"] = np.zeros(len(compiler.CTR), np.int64)
+        a["ctr"] = np.zeros(len(layout.CTR), np.int64)
         a["ctr"][_CTR["clock"]] = INT64_MIN
         a["ctr"][_CTR["high"]] = 1  # slot 0: reserved, always empty (keys without one)
         a["ftab"] = p.ftab
@@ -104,7 +105,7 @@ class MatchEngine(Engine):
                 a[name] = np.zeros(log_cap, dtype)
             for j, spec in enumerate(p.emit):
                 if spec.kind == "list":
-                    a[f"cv{j}"] = np.zeros(coll_cap, compiler._dtype(spec.element))
+                    a[f"cv{j}"] = np.zeros(coll_cap, layout.dtype_of(spec.element))
         a["dead"] = np.zeros(1, np.int64)
         self.arrays = a
         self._dead = np.empty(0, np.int64)  # kept between batches: fresh memory faults
@@ -120,7 +121,7 @@ class MatchEngine(Engine):
         for j, spec in enumerate(self.program.emit):
             if spec.kind == "list":
                 continue
-            make(f"e{j}", compiler._dtype(spec.kind))
+            make(f"e{j}", layout.dtype_of(spec.kind))
             if spec.nullable:
                 make(f"e{j}n", np.bool_)
         if self.program.collect:
@@ -129,18 +130,18 @@ class MatchEngine(Engine):
     def _grow(self, status: int) -> None:
         a, p = self.arrays, self.program
         ctr = a["ctr"]
-        if status == compiler.FULL_OUTPUT:
+        if status == layout.FULL_OUTPUT:
             self.out_cap *= 2
             self._out_arrays(a, self.out_cap, keep=int(ctr[_CTR["out_n"]]))
-        elif status == compiler.FULL_SLOTS:
+        elif status == layout.FULL_SLOTS:
             self._resize_slots(self.nslots * 2)
-        elif status == compiler.FULL_CANDIDATES and p.per_key:
+        elif status == layout.FULL_CANDIDATES and p.per_key:
             self.cap *= 2  # key rows widen: their candidates follow their fields
             for name, width, dtype in p.key_arrays(self.cap):
                 grown = _zeros((len(a[name]), width), dtype)
                 grown[:, :a[name].shape[1]] = a[name]
                 a[name] = grown
-        elif status == compiler.FULL_CANDIDATES:
+        elif status == layout.FULL_CANDIDATES:
             old, new = self.cap, self.cap * 2
             for name, width, dtype in p.records.arrays():
                 grown = _zeros((self.nslots * new + 1, width), dtype)
@@ -148,9 +149,9 @@ class MatchEngine(Engine):
                     a[name][:self.nslots * old].reshape(self.nslots, old, width)
                 a[name] = grown
             self.cap = new
-        elif status == compiler.FULL_LOG:
+        elif status == layout.FULL_LOG:
             self._compact_log()
-        elif status == compiler.FULL_COLLECT:
+        elif status == layout.FULL_COLLECT:
             self.coll_cap *= 2
             for j, spec in enumerate(p.emit):
                 if spec.kind == "list":
@@ -187,8 +188,8 @@ class MatchEngine(Engine):
         a, p = self.arrays, self.program
         ctr = a["ctr"]
         used = int(ctr[_CTR["log_n"]])
-        keep = _log_keep(a["log_prev"], used, a["slot_i"], p.slots.ints[compiler.HEAD],
-                         a["key_i"], a["rec_i"], p.records.ints[compiler.COUNT], self.cap,
+        keep = _log_keep(a["log_prev"], used, a["slot_i"], p.slots.ints[layout.HEAD],
+                         a["key_i"], a["rec_i"], p.records.ints[layout.COUNT], self.cap,
                          int(ctr[_CTR["high"]]))
         kept = len(keep)
         if kept > self.log_cap // 2:
@@ -269,7 +270,7 @@ class MatchEngine(Engine):
             # Matrices go in flattened (the kernel knows their widths).
             status, i = kernel(i, n, self.cap, self.nslots, self.out_cap, self.log_cap,
                                self.coll_cap, *[a[name].reshape(-1) for name in names])
-            if status == compiler.DONE:
+            if status == layout.DONE:
                 break
             self._grow(status)
         out = self._results(int(ctr[_CTR["out_n"]]))
@@ -487,8 +488,9 @@ def _grown(array: np.ndarray, rows: int) -> np.ndarray:
 _MISSING = object()
 
 
-def _string_columns(table: compiler.Table) -> np.ndarray:
-    """Indexes of a state table's int columns that hold string codes."""
+def _string_columns(table) -> np.ndarray:
+    """Indexes of a state table's (`Program.records`, `.keys`, `.slots`) int columns that
+    hold string codes."""
     return np.array([table.ints[key] for key, kind in table.kinds.items()
                      if kind == "string"], np.int64)
 

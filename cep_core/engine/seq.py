@@ -1,14 +1,16 @@
 """The jitted SEQ engine by column-based delayed processing (CDP, Cugola & Margara).
 
-`SeqEngine(checked, strings, algorithm="auto"|"cdp", **options)` plans the query
-(`cep_core.compiler.seq_plan`) and runs it with a generated numba kernel
-(`cep_core.compiler.seq_cdp`): per-type columns per partition, matches built back from each
-terminator. It evaluates skip-till-any-match queries (with TESLA's EACH / LAST / FIRST).
+`SeqEngine(program, strings, **options)` holds the state of one query whose program (its
+plan, `cep_core.compiler.seq_plan`, and generated numba kernel, `cep_core.compiler.seq_cdp`;
+built by `cep_core.compiler.seq_programs.compile_cdp`) it is given: per-type columns per
+partition, matches built back from each terminator. It evaluates skip-till-any-match
+queries (with TESLA's EACH / LAST / FIRST).
 
-The planner is `cep_core.engine.create_engine`: skip-till-next-match, strict-contiguity and
-a forced `algorithm="aip"` go to the incremental automata (`cep_core.engine.seq_aip`),
-everything else here. Asked directly for "aip" or a run strategy, SeqEngine raises
-`NotSupportedError` naming it.
+The planner is `cep_core.engine_factory.create_engine`: skip-till-next-match,
+strict-contiguity and a forced `algorithm="aip"` go to the incremental automata
+(`cep_core.engine.seq_aip`), everything else here. Asked for a CDP engine
+(`engine_factory.seq_engine(checked, strings, algorithm="auto"|"cdp")`) for "aip" or a run
+strategy, the factory raises `NotSupportedError` naming it.
 
 Options (others are ignored, so one option set can serve every engine kind):
 - `max_matches_per_event` (default 1,000,000) and `max_subsets_per_event` (Kleene subsets
@@ -37,19 +39,14 @@ from __future__ import annotations
 import numpy as np
 
 from cep_core.batch import Batch, StringDictionary
-from cep_core.checker import CheckedQuery
-from cep_core.compiler.seq_cdp import ERR, OVF, PALIVE, CdpKernel
-from cep_core.compiler.seq_plan import SeqPlan
 from cep_core.composite_batch import CompositeBatch, to_dicts
 from cep_core.engine.seq_base import BACKWARDS_TIME, SeqEngineBase
 from cep_core.engine.seq_idle import drop_events, idle_partitions
+from cep_core.kernels.seq_layout import ERR, OVF, PALIVE
 
 __all__ = ["BACKWARDS_TIME", "NotSupportedError", "SeqEngine", "SeqOverflowError"]
 
 ALGORITHMS = ("auto", "cdp", "aip")
-
-_kernels: dict[str, CdpKernel] = {}
-
 
 class NotSupportedError(NotImplementedError):
     """The engine cannot evaluate this query with the requested algorithm (yet)."""
@@ -59,32 +56,19 @@ class SeqOverflowError(RuntimeError):
     """One event would produce more matches (or examine more Kleene subsets) than allowed."""
 
 
-def _kernel(plan: SeqPlan) -> CdpKernel:
-    kernel = CdpKernel(plan)
-    return _kernels.setdefault(kernel.source, kernel)
-
-
 class SeqEngine(SeqEngineBase):
-    def __init__(self, checked: CheckedQuery, strings: StringDictionary,
-                 algorithm: str = "auto", max_matches_per_event: int = 1_000_000,
+    def __init__(self, program, strings: StringDictionary,
+                 max_matches_per_event: int = 1_000_000,
                  max_subsets_per_event: int = 10_000_000, on_overflow: str = "error",
                  idle_timeout: int | None = None, **_other_options):
-        super().__init__(checked, strings)
-        if algorithm not in ALGORITHMS:
-            raise ValueError(f"unknown SEQ algorithm {algorithm!r} (one of "
-                             f"{', '.join(ALGORITHMS)})")
-        self.plan = plan = SeqPlan(checked)
-        if algorithm == "aip" or plan.uses_runs:
-            why = "algorithm 'aip'" if algorithm == "aip" else \
-                f"USING {plan.strategy.value} (runs)"
-            raise NotSupportedError(
-                f"query {checked.name!r}: {why} is evaluated by incremental automata "
-                "(cep_core.engine.seq_aip.SeqAipEngine; create_engine plans it), not by "
-                "the CDP engine")
+        # `program`: `cep_core.compiler.seq_programs.compile_cdp`'s, shared by the query's
+        # engines.
+        super().__init__(program.checked, strings)
+        self.plan = program.plan
+        self.kernel = program.kernel
         self.algorithm = "cdp"
         self.max_matches = int(max_matches_per_event)
         self.max_subsets = int(max_subsets_per_event)
-        self.kernel = _kernel(plan)
         self.pending_kleene_slots = np.array(self.kernel.kleene_slots, np.int64)
         self._setup(idle_timeout, on_overflow)
         self._reset()

@@ -1,8 +1,9 @@
 """The jitted SEQ engine by incremental automata (AIP, Cugola & Margara).
 
-`SeqAipEngine(checked, strings, max_instances=1_000_000, on_overflow="error")` plans the
-query (`cep_core.compiler.seq_plan`) and runs it with a generated numba kernel
-(`cep_core.compiler.seq_aip`: how instances advance, LAST/FIRST witnesses, negation,
+`SeqAipEngine(program, strings, max_instances=1_000_000, on_overflow="error")` holds the
+state of one query whose program it is given (`cep_core.compiler.seq_programs.compile_aip`:
+the plan, `cep_core.compiler.seq_plan`, and a generated numba kernel,
+`cep_core.compiler.seq_aip`: how instances advance, LAST/FIRST witnesses, negation,
 equality classes). Results — composite events, dead letters ("event time goes backwards"),
 pending matches released by punctuations or flush — are identical to the reference
 interpreter's (`cep_core.reference.seq`).
@@ -38,17 +39,6 @@ from __future__ import annotations
 import numpy as np
 
 from cep_core.batch import Batch, StringDictionary
-from cep_core.checker import CheckedQuery
-from cep_core.compiler.seq_aip import (
-    ERR,
-    OVF,
-    PALIVE,
-    POOL,
-    AipKernel,
-    AipUnsupported,
-)
-from cep_core.compiler.seq_aip_runtime import expire, pool_compact
-from cep_core.compiler.seq_plan import SeqPlan
 from cep_core.composite_batch import ColumnBatch, CompositeBatch, to_dicts
 from cep_core.engine.seq_base import SeqEngineBase
 from cep_core.engine.seq_idle import (
@@ -60,38 +50,26 @@ from cep_core.engine.seq_idle import (
     live_instances,
     release_empty_instance_keys,
 )
-from cep_core.engine.seq import NotSupportedError
+from cep_core.kernels.seq_aip_runtime import expire, pool_compact
+from cep_core.kernels.seq_layout import ERR, OVF, PALIVE, POOL
 
-_kernels: dict[str, AipKernel] = {}
 
 
 class AipOverflowError(RuntimeError):
     """An event would make a key's live automaton instances exceed `max_instances`."""
 
 
-def _kernel(plan: SeqPlan) -> AipKernel:
-    from cep_core.compiler.seq_aip import AipGenerator
-
-    source = AipGenerator(plan).source()
-    kernel = _kernels.get(source)
-    if kernel is None:
-        kernel = _kernels[source] = AipKernel(plan)
-    return kernel
-
-
 class SeqAipEngine(SeqEngineBase):
-    def __init__(self, checked: CheckedQuery, strings: StringDictionary,
+    def __init__(self, program, strings: StringDictionary,
                  max_instances: int = 1_000_000, on_overflow: str = "error",
                  idle_timeout: int | None = None, **_other_options):
-        super().__init__(checked, strings)
+        # `program`: `cep_core.compiler.seq_programs.compile_aip`'s, shared by the query's
+        # engines.
+        super().__init__(program.checked, strings)
         if max_instances < 1:
             raise ValueError("max_instances must be at least 1")
-        self.plan = plan = SeqPlan(checked)
-        try:
-            self.kernel = _kernel(plan)
-        except AipUnsupported as e:
-            raise NotSupportedError(
-                f"query {checked.name!r}: the AIP SEQ kernel does not evaluate {e}") from None
+        self.plan = program.plan
+        self.kernel = program.kernel
         self.algorithm = "aip"
         self.max_instances = int(max_instances)
         self.width = self.kernel.width

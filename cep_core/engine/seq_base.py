@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from cep_core.batch import Batch
-from cep_core.compiler.expressions import StringTables
-from cep_core.compiler.seq_cdp import CTR_SIZE, ERR, INT64_MAX, INT64_MIN, PALIVE, PKN, PN
-from cep_core.compiler.seq_runtime import compact_pending
+from cep_core.kernels.string_tables import StringTables
+from cep_core.kernels.seq_layout import CTR_SIZE, ERR, INT64_MAX, INT64_MIN, PALIVE, PKN, PN
+from cep_core.kernels.seq_runtime import compact_pending
 from cep_core.composite_batch import ColumnBatch
 from cep_core.engine.base import Engine
 from cep_core.engine.keys import KeyIndex

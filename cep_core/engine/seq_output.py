@@ -33,7 +33,8 @@ class SeqOutput:
             self.attr_plan.append((name, where, col + 1 if where == "i" else col, kind))
         self.var_names = [v.name for v in engine.plan.positive]
         self.var_kleene = [v.kind == "kleene" for v in engine.plan.positive]
-        self.emit_plan = [(item.name, item.expr.type) for item in engine.plan.body.emit]
+        types = engine.plan.checked.types
+        self.emit_plan = [(item.name, types[item.expr]) for item in engine.plan.body.emit]
         self.decoded_keys: dict[int, object] = {}
 
     def forget_keys(self, ids=None) -> None:

@@ -5,8 +5,10 @@ each distinct WHERE conjunct is computed once per event into a shared predicate 
 (one bit per event and predicate), then every query folds the events it selects into its
 panes (`window_kernels.run_query`) and releases the windows whose end event time has
 passed. Queries are added (`add`), changed (`update`) and removed (`remove`) between
-batches; the others keep their state. `WindowEngine`, what `create_engine` builds for a
-WINDOW query, is the set with one query.
+batches; the others keep their state. Each query comes compiled
+(`cep_core.compiler.window.compile_window`: its plan and predicate kernels); the set holds
+the state. `WindowEngine`, what `create_engine` builds for a WINDOW query, is the set with
+one query.
 
 Per batch (in chunks of `chunk` events): predicate kernels fill the matrix (a predicate on
 one string attribute is a per-code table look-up; `masked_at` or more on one attribute are
@@ -37,16 +39,8 @@ import numpy as np
 import orjson
 
 from cep_core.batch import Batch, StringDictionary
-from cep_core.checker import CheckedQuery
-from cep_core.compiler.expressions import StringTables
-from cep_core.compiler.window import (
-    CompiledPredicate,
-    WindowPlan,
-    canonical,
-    compile_predicate,
-    plan,
-)
-from cep_core.engine import window_kernels as wk
+from cep_core.kernels.string_tables import StringTables
+from cep_core.kernels import window_kernels as wk
 from cep_core.engine.base import Engine
 from cep_core.engine.keys import KeyIndex
 from cep_core.composite_batch import row_builder
@@ -63,7 +57,7 @@ _EMPTY_I = np.zeros(0, dtype=np.int64)
 class _Predicate:
     """A shared WHERE conjunct and the queries that use it."""
 
-    def __init__(self, compiled: CompiledPredicate):
+    def __init__(self, compiled):  # cep_core.compiler.window.CompiledPredicate
         self.compiled = compiled
         self.users: set[str] = set()
         self.codes = np.zeros(1, dtype=np.int64)  # string constants' dictionary codes
@@ -115,8 +109,8 @@ class _Grouping:
 class _Query:
     """One query's plan and state: kernel arrays, its groups' keys, its dead letters."""
 
-    def __init__(self, checked: CheckedQuery, plan_: WindowPlan, rows_capacity: int,
-                 groups: int):
+    def __init__(self, program, rows_capacity: int, groups: int):
+        checked, plan_ = program.checked, program.plan
         self.checked = checked
         self.name = checked.name
         self.plan = plan_
@@ -140,7 +134,7 @@ class _Query:
         self.key_rank = np.zeros(0, dtype=np.int64)  # group -> place in key order
         self.make_rows = row_builder(["query", "key", "seq", "start_seq", "window_start",
                                        "window_end", *(name for name, _ in plan_.items)])
-        self.predicate_keys = [canonical(expr) for expr in plan_.where]
+        self.predicate_keys = [predicate.key for predicate in program.predicates]
         self.dead: list[tuple[int, str]] = []
         self.loc = np.full(1, -1, dtype=np.int64)
         self.first_groups = groups if self.group_attrs else 1
@@ -327,16 +321,17 @@ class WindowQuerySet:
     def names(self) -> list[str]:
         return list(self.queries)
 
-    def add(self, checked: CheckedQuery) -> None:
-        """Start evaluating a query (from the next batch on, with fresh state)."""
+    def add(self, program) -> None:
+        """Start evaluating a query (from the next batch on, with fresh state), given its
+        program (`cep_core.compiler.window.compile_window`)."""
+        checked = program.checked
         if checked.name in self.queries:
             raise ValueError(f"query {checked.name!r} is already in the set")
         if checked.schema.stream != self.schema.stream:
             raise ValueError(f"query {checked.name!r} reads stream {checked.schema.stream!r}, "
                              f"this set reads {self.schema.stream!r}")
-        plan_ = plan(checked)
-        for expr in plan_.where:
-            compiled = compile_predicate(expr, self.schema)
+        plan_ = program.plan
+        for compiled in program.predicates:
             predicate = self.predicates.get(compiled.key)
             if predicate is None:
                 predicate = self.predicates[compiled.key] = _Predicate(compiled)
@@ -346,7 +341,7 @@ class WindowQuerySet:
         if grouping is None:
             grouping = self.groupings[attrs] = _Grouping(attrs, self.schema)
         grouping.users.add(checked.name)
-        self.queries[checked.name] = _Query(checked, plan_, self.rows_capacity, self.groups)
+        self.queries[checked.name] = _Query(program, self.rows_capacity, self.groups)
         self._layout()
 
     def remove(self, name: str) -> None:
@@ -362,12 +357,12 @@ class WindowQuerySet:
             del self.groupings[query.group_attrs]
         self._layout()
 
-    def update(self, checked: CheckedQuery) -> None:
-        """Replace a query by a new version of the same name; it starts afresh (windows,
-        event time and row numbers), the others keep their state."""
-        if checked.name in self.queries:
-            self.remove(checked.name)
-        self.add(checked)
+    def update(self, program) -> None:
+        """Replace a query by a new version of the same name (given its program); it starts
+        afresh (windows, event time and row numbers), the others keep their state."""
+        if program.checked.name in self.queries:
+            self.remove(program.checked.name)
+        self.add(program)
 
     def _layout(self) -> None:
         """Predicate rows and stacked columns after the set of queries changed."""
@@ -740,14 +735,15 @@ class WindowEngine(Engine):
     are forgotten once this many and as many as live); options meant for other engines
     are ignored."""
 
-    def __init__(self, checked: CheckedQuery, strings: StringDictionary, **options):
+    def __init__(self, program, strings: StringDictionary, **options):
+        checked = program.checked
         self.set = WindowQuerySet(checked.schema, strings,
                                   chunk=options.get("chunk", CHUNK),
                                   rows_capacity=options.get("rows_capacity", FIRST_ROWS),
                                   groups=options.get("groups", FIRST_GROUPS),
                                   masked_at=options.get("masked_at", MASKED_AT),
                                   release_at=options.get("release_at", RELEASE_AT))
-        self.set.add(checked)
+        self.set.add(program)
         super().__init__(checked, strings)
 
     @property

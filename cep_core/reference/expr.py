@@ -83,41 +83,51 @@ def _arith(op: str, a, b):
     raise ValueError(f"unknown operator {op}")
 
 
-def evaluate(expr, env: Env):
-    """The value of `expr` in `env`."""
-    match expr:
-        case ast.Literal(value=value):
-            return value
-        case ast.Attr():
-            return env.attr(expr)
-        case ast.Aggregate():
-            return env.aggregate(expr)
-        case ast.WindowAggregate():
-            return env.window_aggregate(expr)
-        case ast.Unary(op="NOT", operand=operand):
-            return not evaluate(operand, env)
-        case ast.Unary(op="-", operand=operand):
-            value = evaluate(operand, env)
-            return None if value is None else -value
-        case ast.Binary(op="AND", left=left, right=right):
-            return bool(evaluate(left, env)) and bool(evaluate(right, env))
-        case ast.Binary(op="OR", left=left, right=right):
-            return bool(evaluate(left, env)) or bool(evaluate(right, env))
-        case ast.Binary(op=op, left=left, right=right) if op in _COMPARE:
-            a, b = evaluate(left, env), evaluate(right, env)
+class Evaluator(ast.Visitor):
+    """Evaluates expressions; `visit(expr, env)` is the value of `expr` in `env`."""
+
+    def visit_Literal(self, node: ast.Literal, env: Env):
+        return node.value
+
+    def visit_Attr(self, node: ast.Attr, env: Env):
+        return env.attr(node)
+
+    def visit_Aggregate(self, node: ast.Aggregate, env: Env):
+        return env.aggregate(node)
+
+    def visit_WindowAggregate(self, node: ast.WindowAggregate, env: Env):
+        return env.window_aggregate(node)
+
+    def visit_Unary(self, node: ast.Unary, env: Env):
+        value = self.visit(node.operand, env)
+        if node.op == "NOT":
+            return not value
+        return None if value is None else -value
+
+    def visit_Binary(self, node: ast.Binary, env: Env):
+        op = node.op
+        if op == "AND":
+            return bool(self.visit(node.left, env)) and bool(self.visit(node.right, env))
+        if op == "OR":
+            return bool(self.visit(node.left, env)) or bool(self.visit(node.right, env))
+        a, b = self.visit(node.left, env), self.visit(node.right, env)
+        if op in _COMPARE:
             return a is not None and b is not None and _COMPARE[op](a, b)
-        case ast.Binary(op=op, left=left, right=right):
-            return _arith(op, evaluate(left, env), evaluate(right, env))
-        case ast.InList(operand=operand, options=options, negated=negated):
-            value = evaluate(operand, env)
-            if value is None:
-                return False
-            found = any(value == evaluate(option, env) for option in options)
-            return found != negated
-        case ast.Call(name=name, args=args):
-            function = lookup(name)
-            return function.impl(*(evaluate(arg, env) for arg in args))
-    raise TypeError(f"cannot evaluate {type(expr).__name__}")
+        return _arith(op, a, b)
+
+    def visit_InList(self, node: ast.InList, env: Env):
+        value = self.visit(node.operand, env)
+        if value is None:
+            return False
+        found = any(value == self.visit(option, env) for option in node.options)
+        return found != node.negated
+
+    def visit_Call(self, node: ast.Call, env: Env):
+        function = lookup(node.name)
+        return function.impl(*(self.visit(arg, env) for arg in node.args))
+
+
+evaluate = Evaluator().visit  # evaluate(expr, env): the value of `expr` in `env`
 
 
 def holds(expr, env: Env) -> bool:

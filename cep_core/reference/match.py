@@ -98,25 +98,34 @@ def rep(item: tuple, lo: int, hi: int | None) -> tuple:
     return ("rep", item, lo, hi)
 
 
+class _Residual(ast.Visitor):
+    """A pattern's AST as a residual."""
+
+    def visit_RSym(self, regex: ast.RSym) -> tuple:
+        return sym(regex.name)
+
+    def visit_RAny(self, regex: ast.RAny) -> tuple:
+        return ANY
+
+    def visit_REmpty(self, regex: ast.REmpty) -> tuple:
+        return EMPTY
+
+    def visit_RCat(self, regex: ast.RCat) -> tuple:
+        result = EMPTY
+        for item in reversed(regex.items):
+            result = cat(self.visit(item), result)
+        return result
+
+    def visit_RAlt(self, regex: ast.RAlt) -> tuple:
+        return alt(self.visit(option) for option in regex.options)
+
+    def visit_RRepeat(self, regex: ast.RRepeat) -> tuple:
+        return rep(self.visit(regex.item), regex.min, regex.max)
+
+
 def from_ast(regex: ast.Regex) -> tuple:
     """The pattern of a query as a residual."""
-    match regex:
-        case ast.RSym(name=name):
-            return sym(name)
-        case ast.RAny():
-            return ANY
-        case ast.REmpty():
-            return EMPTY
-        case ast.RCat(items=items):
-            result = EMPTY
-            for item in reversed(items):
-                result = cat(from_ast(item), result)
-            return result
-        case ast.RAlt(options=options):
-            return alt(from_ast(option) for option in options)
-        case ast.RRepeat(item=item, min=lo, max=hi):
-            return rep(from_ast(item), lo, hi)
-    raise TypeError(f"not a regex: {type(regex).__name__}")
+    return _Residual().visit(regex)
 
 
 def nullable(r: tuple) -> bool:

@@ -88,31 +88,44 @@ def _split_and(expr) -> list:
     return [expr]
 
 
+class _Mentions(ast.Visitor):
+    """The variables an expression mentions: all of them, the Kleene ones it reads per
+    element, and those it reads inside an aggregate (`count(dup)`). The same analysis as the
+    compiler's `seq_plan.Mentions`, kept apart on purpose: the oracle shares no analysis with
+    the engines it checks."""
+
+    def __init__(self, kleene_vars: set[str]):
+        self.kleene_vars = kleene_vars
+        self.mentioned: set[str] = set()
+        self.elementwise: set[str] = set()
+        self.aggregated: set[str] = set()
+
+    def generic_visit(self, node: ast.Node) -> None:
+        for child in node.children():
+            self.visit(child)
+
+    def visit_Attr(self, node: ast.Attr) -> None:
+        if node.var is not None:
+            self.mentioned.add(node.var)
+            if node.var in self.kleene_vars:
+                self.elementwise.add(node.var)
+
+    def visit_Aggregate(self, node: ast.Aggregate) -> None:
+        if node.arg is not None and node.arg.var is not None:
+            self.mentioned.add(node.arg.var)
+            self.aggregated.add(node.arg.var)
+
+    def visit_WindowAggregate(self, node: ast.WindowAggregate) -> None:
+        self.mentioned.add(node.anchor)
+        # bare attributes in its filter are the aggregated event's; `s.area` is bound
+        self.generic_visit(node)
+
+
 def _analyse(expr, kleene_vars: set[str]) -> _Conjunct:
-    mentioned: set[str] = set()
-    elementwise: set[str] = set()
-    aggregated: set[str] = set()
-
-    def visit(node) -> None:
-        if isinstance(node, ast.Attr):
-            if node.var is not None:
-                mentioned.add(node.var)
-                if node.var in kleene_vars:
-                    elementwise.add(node.var)
-            return
-        if isinstance(node, ast.Aggregate):
-            if node.arg is not None and node.arg.var is not None:
-                mentioned.add(node.arg.var)
-                aggregated.add(node.arg.var)
-            return
-        if isinstance(node, ast.WindowAggregate):
-            mentioned.add(node.anchor)
-            # bare attributes in its filter are the aggregated event's; `s.area` is bound
-        for child in ast.children(node):
-            visit(child)
-
-    visit(expr)
-    return _Conjunct(expr, frozenset(mentioned), frozenset(elementwise), frozenset(aggregated))
+    found = _Mentions(kleene_vars)
+    found.visit(expr)
+    return _Conjunct(expr, frozenset(found.mentioned), frozenset(found.elementwise),
+                     frozenset(found.aggregated))
 
 
 def _is_any(event_type: str) -> bool:
@@ -833,9 +846,8 @@ class SeqInterpreter:
                      *(s.filter for s in self.steps.values())]:
             if expr is None:
                 continue
-            for node in ast.walk(expr):
-                if isinstance(node, ast.WindowAggregate):
-                    extra = max(extra, self.checked.time_units(node.within))
+            for node in expr.find_all(ast.WindowAggregate):
+                extra = max(extra, self.checked.time_units(node.within))
         return span + extra
 
     def _chain_span(self) -> int | None:

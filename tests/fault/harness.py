@@ -30,7 +30,7 @@ from cep_core.event_io import read_events
 from cep_core.events import Event
 from services.broker import free_port
 from services import frames
-from services.control import ControlMessage, horizon, publish, split_query_file
+from services.control import ControlMessage, horizon, input_ended, publish, split_query_file
 from services.checkpoint import read_latest, read_partitions
 from services.kafka import KafkaSettings, Topics, produce, produce_end
 from services.pipeline import create_topics, wait_for
@@ -50,24 +50,33 @@ class Pipeline:
     def __init__(self, bootstrap: str, logs: Path, workers: int = 2, partitions: int = 4,
                  checkpoint_ms: int = 300, limit: int | None = None,
                  source_partitions: int = 1, role_env: dict[str, dict] | None = None,
-                 **env: str):
+                 coordinators: int = 1, **env: str):
         """`limit`: only the first so many events of the file; `source_partitions`: of the
         source topic (events keyed by symbol); `env`: more settings of the services
         (CEP_PULSE_MS, CEP_KAFKA_FETCH_WAIT_MAX_MS, ...); `role_env`: settings of one
-        role only ({"splitter": {...}})."""
-        run = uuid.uuid4().hex[:8]
+        role only ({"splitter": {...}}); `coordinators`: coordinator shards (roles
+        coordinator0, coordinator1, ... when more than one; the run's two INTO topics then
+        go to different shards)."""
         self.settings = KafkaSettings(bootstrap, session_timeout_ms=2000)
-        self.topics = Topics("trades", source=f"src.trades.{run}", prefix=f"f{run}")
+        while True:
+            run = uuid.uuid4().hex[:8]
+            self.topics = Topics("trades", source=f"src.trades.{run}", prefix=f"f{run}",
+                                 shards=coordinators)
+            shards = {self.topics.shard_of(f"{o}_{run}") for o in ("double_tops", "trade_stats")}
+            if len(shards) == min(2, coordinators):
+                break
         self.logs = logs
         self.partitions = partitions
         self.source_partitions = source_partitions
-        self.roles = ["splitter"] + [f"worker{i}" for i in range(workers)] + ["coordinator"]
+        self.roles = ["splitter"] + [f"worker{i}" for i in range(workers)] + \
+            (["coordinator"] if coordinators == 1 else
+             [f"coordinator{k}" for k in range(coordinators)])
         self.processes: dict[str, subprocess.Popen] = {}
         self.env = {**os.environ, "KAFKA_BOOTSTRAP": bootstrap,
                     "CEP_SESSION_TIMEOUT_MS": "2000", "CEP_TOPIC_PREFIX": self.topics.prefix,
                     "CEP_SOURCE_TOPIC": self.topics.source, "CEP_STREAM": "trades",
                     "CEP_PARTITIONS": str(partitions), "CEP_CHECKPOINT_MS": str(checkpoint_ms),
-                    "CEP_PULSE_MS": "100", **env}
+                    "CEP_PULSE_MS": "100", "CEP_COORDINATORS": str(coordinators), **env}
         self.role_env = role_env or {}
         texts = []
         for name, text in split_query_file(QUERIES.read_text()):
@@ -94,6 +103,8 @@ class Pipeline:
         log = open(self.logs / f"{role}.log", "ab")
         env = {**self.env, **self.role_env.get(kind, {}), "CEP_ROLE": kind,
                "CEP_WEB_PORT": str(free_port())}
+        if kind == "coordinator" and role != kind:
+            env["CEP_COORDINATOR_SHARD"] = role[len(kind):]
         process = subprocess.Popen([sys.executable, "-m", "services.cli", "serve", kind],
                                    env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
@@ -240,8 +251,8 @@ class Pipeline:
         return sum(len(self.values(topic)) for topic in self.expected)
 
     def ended(self) -> bool:
-        """The coordinator has released the end of input."""
-        return any(r.get("event") == "end_of_input" for r in self.values(self.topics.status))
+        """Every coordinator shard has released the end of input."""
+        return input_ended(self.values(self.topics.status), self.topics.shards)
 
     def finished(self) -> bool:
         """End of input released, and every INTO topic holds at least what it should."""

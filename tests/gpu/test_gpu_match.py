@@ -25,7 +25,7 @@ from accel.gpu.match_engine import GpuMatchEngine  # noqa: E402
 from cep_core import reference  # noqa: E402
 from cep_core.batch import BatchEncoder, StringDictionary  # noqa: E402
 from cep_core.checker import load_queries, load_query_text  # noqa: E402
-from cep_core.engine.match import MatchEngine  # noqa: E402
+from cep_core.engine_factory import match_engine  # noqa: E402
 from cep_core.engine.seq import NotSupportedError  # noqa: E402
 from cep_core.event_io import read_events  # noqa: E402
 from cep_core.events import Event, Punctuation  # noqa: E402
@@ -185,7 +185,7 @@ def test_idle_eviction_as_the_cpu_engine():
         assert got == want and dead == want_dead
     assert (got, dead) == reference_run([q], stream)
     engines = [GpuMatchEngine(q, StringDictionary(), idle_timeout=4),
-               MatchEngine(q, StringDictionary(), idle_timeout=4)]
+               match_engine(q, StringDictionary(), idle_timeout=4)]
     for engine in engines:
         engine.process(BatchEncoder(MIXED, engine.strings).from_events(stream[:150]))
         engine.punctuate(stream[149].ts + 30)
@@ -206,7 +206,7 @@ def test_placement_routes_match_queries():
     assert where.target == "cpu" and "Collect()" in where.reason
     with pytest.raises(NotSupportedError, match="Collect"):
         GpuMatchEngine(collect, StringDictionary())
-    cpu_snapshot = MatchEngine(cheat, StringDictionary()).snapshot()
+    cpu_snapshot = match_engine(cheat, StringDictionary()).snapshot()
     with pytest.raises(ValueError, match="not a snapshot of the GPU MATCH engine"):
         GpuMatchEngine(cheat, StringDictionary()).restore(cpu_snapshot)
     report: list = []

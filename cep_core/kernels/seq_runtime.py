@@ -14,63 +14,49 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-RUNTIME_VERSION = 2  # bump when a signature or a behaviour here changes
+RUNTIME_VERSION = 3  # bump when a signature or a behaviour here changes
+
+
+SEQ, TS = 0, 1  # the first two columns of a channel's int64 rows
+
+
+@njit(cache=True)
+def first_row(A, col, x, strict):
+    """First row whose column `col` is > x (`strict`) or >= x; rows sorted on `col`."""
+    lo = 0
+    hi = A.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        v = A[mid, col]
+        if v < x or (strict and v == x):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 @njit(cache=True)
 def lb_ts(A, x):
     """First row with ts >= x."""
-    lo = 0
-    hi = A.shape[0]
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if A[mid, 1] < x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+    return first_row(A, TS, x, False)
 
 
 @njit(cache=True)
 def ub_ts(A, x):
     """First row with ts > x."""
-    lo = 0
-    hi = A.shape[0]
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if A[mid, 1] <= x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+    return first_row(A, TS, x, True)
 
 
 @njit(cache=True)
 def lb_seq(A, x):
     """First row with seq >= x."""
-    lo = 0
-    hi = A.shape[0]
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if A[mid, 0] < x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+    return first_row(A, SEQ, x, False)
 
 
 @njit(cache=True)
 def ub_seq(A, x):
     """First row with seq > x."""
-    lo = 0
-    hi = A.shape[0]
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if A[mid, 0] <= x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+    return first_row(A, SEQ, x, True)
 
 
 @njit(cache=True)
