@@ -322,6 +322,23 @@ def test_trailing_negation_waits_for_punctuation_and_flush():
     assert [c["seq"] for c in engine.flush()] == [4]
 
 
+def test_terminators_that_fill_the_output_and_pending_arrays_are_redone():
+    """One terminator building more matches than the kernel's first output arrays (64)
+    and pending table (16) hold: its enumeration is undone and redone with larger ones,
+    also when its partition already has pending matches linked before it."""
+    [plain] = load_query_text("QUERY q FROM abc PARTITION BY p PATTERN SEQ(A a, B b) "
+                              "WITHIN 1000")
+    [pending] = load_query_text("QUERY q FROM abc PARTITION BY p PATTERN "
+                                "SEQ(A a, B b, NOT(C c)) WHERE c.v = a.v WITHIN 1000")
+    rows = [("A", i % 2, i % 3, i) for i in range(150)] + [("B", 0, 0, 150)]
+    rows += [("B", 1, 0, 151), ("C", 0, 1, 152), ("B", 0, 0, 153), ("A", 1, 0, 154),
+             ("B", 1, 0, 155)]
+    for q in (plain, pending):
+        for sizes in ((1,), (7,), (1000,)):
+            out = assert_same([q], _events("abc", rows), sizes=sizes)
+            assert len(out) > 150
+
+
 KLEENE_BLOWUP = "QUERY q FROM abc PATTERN SEQ(A a, KLEENE(B k), C c) WITHIN 100"
 
 

@@ -39,7 +39,7 @@ from cep_core.compiler.seq_codegen import (
 from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
 from cep_core.compiler.seq_codegen_matches import MatchCodeGenerator
 from cep_core.compiler.seq_plan import Conjunct, SeqPlan
-from cep_core.kernels.seq_layout import ERR, INT64_MIN, OVF
+from cep_core.kernels.seq_layout import ERR, INT64_MIN, OVF, P_NEXT, PALIVE, PEL, PKN, PN
 from cep_core.kernels.seq_runtime import RUNTIME_VERSION
 
 # the GPU kernels import Layout from here; the kernels' constants are in kernels.seq_layout
@@ -54,7 +54,9 @@ class CdpGenerator(MatchCodeGenerator):
             raise ValueError(f"CDP evaluates skip-till-any-match queries, not "
                              f"{plan.strategy.value}")
         super().__init__(plan)
-        self.scratch: list[str] = []  # per-level candidate buffers of the main kernel
+        # per-level candidate buffers of the main kernel: name -> channel (as many rows)
+        self.scratch: dict[str, int] = {}
+        self.redo_when_full = False  # while generating process's enumeration (gen_process)
 
     # ------------------------------------------------------------ small helpers
 
@@ -97,6 +99,42 @@ class CdpGenerator(MatchCodeGenerator):
     def param_conjunct_lines(self, c: Conjunct, rows: dict, flag: str) -> list[str]:
         return self.conjunct_lines(c, rows, flag)
 
+    FULL = ["    full = True", "    stop = True", "    break"]
+
+    def ensure_emit_capacity(self, elements: str) -> list[str]:
+        if not self.redo_when_full:
+            return super().ensure_emit_capacity(elements)
+        return [f"if n_out >= om.shape[0] or n_el + {elements} > oe_i.shape[0]:", *self.FULL]
+
+    def pending_lines(self, first: str, rows: str = "k", count: str = "n") -> list[str]:
+        lines = super().pending_lines(first, rows, count)
+        if not self.redo_when_full:
+            return lines
+        out = []
+        for line in lines:
+            grows = line.startswith(("    pd = _grow_rows(pd,", "    pk = _grow_1d(pk,"))
+            out += self.FULL if grows else [line]
+        assert len(out) > len(lines), "pending_lines no longer grows pd as expected"
+        return out
+
+    def redo_lines(self, enumeration: list[str]) -> list[str]:
+        """A terminator's enumeration, redone with larger output arrays (and pending
+        table) when they are full: what it wrote is undone first."""
+        saved = [("n_out0", "n_out"), ("n_el0", "n_el")]
+        if self.pending_possible:
+            saved += [(f"ctr0_{k}", f"ctr[{k}]") for k in (PN, PKN, PALIVE, PEL)]
+            saved += [(f"{name}0", f"{name}[p]") for name in ("phead", "ptail", "pdec",
+                                                               "pfirst")]
+        undo = [f"{now} = {was}" for was, now in saved]
+        if self.pending_possible:
+            undo += ["if ptail0 >= 0:", f"    pd[ptail0, {P_NEXT}] = -1",
+                     "pd = _grow_rows(pd, pd.shape[0] + 1)",
+                     "pk = _grow_1d(pk, pk.shape[0] + 1)"]
+        undo += ["om, ovi, ovf, ovn = _grow_out(om, ovi, ovf, ovn, om.shape[0] + 1)",
+                 "oe_i, oe_f = _grow_el(oe_i, oe_f, oe_i.shape[0] + 1)"]
+        redo = ["full = False"] + enumeration + ["if not full:", "    break"] + undo
+        return [f"{was} = {now}" for was, now in saved] + ["while True:"] + indent(redo)
+
     # ------------------------------------------------------------ the module
 
     def source(self) -> str:
@@ -112,6 +150,7 @@ class CdpGenerator(MatchCodeGenerator):
 
     def gen_process(self) -> list[str]:
         plan = self.plan
+        self.redo_when_full = True
         L = ["@njit(cache=True)",
              f"def process(n, pid, EI, EF, {self.arena_params()}, base, size, cnt, evicted, top, "
              f"last_ts, pd, pk, "
@@ -124,8 +163,17 @@ class CdpGenerator(MatchCodeGenerator):
         loop = self.arrival_lines() + self.release_due_lines()
         loop += self.append_lines()
         gate = self.terminator_gate()
-        enum = self.fetch_lines() + ["stop = False", "work = 0", "nm = 0"]
-        enum += self.gen_item(self.n_items - 1, self.initial_state())
+        start = ["stop = False", "work = 0", "nm = 0"]
+        items = self.gen_item(self.n_items - 1, self.initial_state())
+        # Arrays reassigned inside the enumeration's loops made numba's code several times
+        # slower: the candidate buffers are sized before it, and a terminator that fills the
+        # output arrays or the pending table is redone with larger ones (`redo_lines`).
+        fetch = self.fetch_lines()
+        for name, c in self.scratch.items():
+            fetch += [f"if I{c}.shape[0] > {name}.shape[0]:",
+                      f"    {name} = np.empty(2 * I{c}.shape[0], np.int64)"]
+        enum = fetch + self.redo_lines(start + items)
+        self.redo_when_full = False
         body += [f"{name} = np.empty(256, np.int64)" for name in self.scratch]
         enum += ["if stop:", f"    ctr[{OVF}] += 1", "    if stop_on_overflow:",
                  f"        ctr[{ERR}] = t", "        break"]
@@ -293,11 +341,9 @@ class CdpGenerator(MatchCodeGenerator):
             return lines
         if not (not self.by_ts and last):
             # EACH: collect the candidates in a tight loop, then build on each
-            collect = [f"if hi{i} - lo{i} > cb{i}.shape[0]:",
-                       f"    cb{i} = np.empty(2 * (hi{i} - lo{i}), np.int64)",
-                       f"nc{i} = 0", loop] + indent(
+            collect = [f"nc{i} = 0", loop] + indent(
                 checks + [f"cb{i}[nc{i}] = {r}", f"nc{i} += 1"])
-            self.scratch.append(f"cb{i}")
+            self.scratch[f"cb{i}"] = c
             each = ["if stop:", "    break", f"{r} = cb{i}[jc{i}]", f"q{v} = I{c}[{r}, 0]",
                     f"t{v} = I{c}[{r}, 1]"] + body
             lines += indent(collect + [f"for jc{i} in range(nc{i}):"] + indent(each), ind)
