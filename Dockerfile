@@ -7,6 +7,7 @@ COPY pyproject.toml README.md ./
 COPY cep_core cep_core
 COPY services services
 COPY accel accel
+COPY bench bench
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM python:3.11-slim

@@ -40,7 +40,7 @@ def timed(command: list) -> float:
 
 
 def cep_command(*args) -> list:
-    return ([str(CEP)] if CEP.exists() else [sys.executable, "-m", "services.cli"]) + \
+    return ([str(CEP)] if CEP.exists() else [sys.executable, "-m", "services.cli.main"]) + \
         list(args)
 
 

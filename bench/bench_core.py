@@ -3,7 +3,7 @@ against the reference interpreter measured in the same run (on a prefix of the e
 `events/s`: fresh engines, the whole table as one batch, composite events out as columns;
 `steady events/s`: engines already running, batches of 65,536 events; `dicts events/s`:
 as `events/s` with every composite event also built as a Python dict (see
-`cep_core.benchmark`).
+`bench.kernels`).
 
     .venv/bin/python bench/bench_core.py [--events N] [--json]
 """
@@ -16,7 +16,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from cep_core.benchmark import core
+from bench.kernels import core
 
 RUNS = [("finance0", {}), ("finance1", {}), ("finance2", {}), ("finance3", {}),
         ("finance4", {}), ("finance5", {}), ("twitter1", {}), ("twitter2", {}),

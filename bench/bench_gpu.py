@@ -1,7 +1,7 @@
 """GPU benchmark (Cugola & Margara's R5 scenario): CPU AIP and CDP, and GPU CDP on a real
 GPU only; then MATCH (batched per-key NFA): reference, CPU jit, and GPU on a real GPU only.
 Usage: python bench/bench_gpu.py [EVENTS] [--quick] [--match] (--match: the MATCH columns
-only). See accel/gpu/benchmark.py and accel/gpu/match_benchmark.py."""
+only). See bench/gpu_kernels.py and bench/gpu_match.py."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from accel.gpu import match_benchmark  # noqa: E402
-from accel.gpu.benchmark import main  # noqa: E402
+from bench import gpu_match as match_benchmark  # noqa: E402
+from bench.gpu_kernels import main  # noqa: E402
 
 if __name__ == "__main__":
     numbers = [int(a) for a in sys.argv[1:] if a.isdigit()]

@@ -19,7 +19,7 @@ every record, so its RSS grows by design; only the services must stay flat.
 
 The CPU seconds of each process are sampled too (the summary gives each one's share of a
 core over the run and over its last minute). On the embedded broker the clients use the
-settings chosen for tansu (services/kafka.py; docs/reliability.md, "Soak");
+settings chosen for tansu (services/stream/kafka.py; docs/reliability.md, "Soak");
 `--bootstrap HOST:PORT` for an Apache Kafka.
 """
 
@@ -45,11 +45,11 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from services.broker import EmbeddedBroker, free_port  # noqa: E402
-from services.control import ControlMessage, publish, split_query_file  # noqa: E402
-from services.frames import encode_table  # noqa: E402
-from services.kafka import KafkaSettings, Topics, produce  # noqa: E402
-from services.pipeline import create_topics  # noqa: E402
+from services.stream.broker import EmbeddedBroker, free_port  # noqa: E402
+from services.stream.control import ControlMessage, publish, split_query_file  # noqa: E402
+from services.stream.frames import encode_table  # noqa: E402
+from services.stream.kafka import KafkaSettings, Topics, produce  # noqa: E402
+from services.stream.pipeline import create_topics  # noqa: E402
 
 QUERIES = ROOT / "examples" / "finance.cep"
 ROLES = ("splitter", "worker", "coordinator")
@@ -114,7 +114,7 @@ class Services:
                    "CEP_WEB_PORT": str(free_port())}
             with open(logs / f"{role}.log", "ab") as log:
                 self.processes[role] = subprocess.Popen(
-                    [sys.executable, "-m", "services.cli", "serve", role], env=env, cwd=ROOT,
+                    [sys.executable, "-m", "services.cli.main", "serve", role], env=env, cwd=ROOT,
                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def check_alive(self) -> None:
@@ -207,7 +207,7 @@ def register_queries(settings: KafkaSettings, topics: Topics, run: str) -> list[
 
 def wait_live(settings: KafkaSettings, topics: Topics, timeout_s: float) -> None:
     """Until the coordinator reports the registered queries live on every partition."""
-    from services.kafka import read_all
+    from services.stream.kafka import read_all
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -1,6 +1,6 @@
 """Shared fixtures. `kafka_bootstrap`: a real Kafka-protocol broker for the session:
 the one named by KAFKA_BOOTSTRAP, else a testcontainers Kafka where a Docker engine is
-reachable, else the embedded tansu broker (services/broker.py)."""
+reachable, else the embedded tansu broker (services/stream/broker.py)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def kafka_bootstrap():
         with KafkaContainer() as kafka:
             yield kafka.get_bootstrap_server()
         return
-    from services.broker import EmbeddedBroker
+    from services.stream.broker import EmbeddedBroker
     broker = EmbeddedBroker().start()
     try:
         yield broker.bootstrap

@@ -17,9 +17,9 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from services.api import ApiConfig, ApiThread
-from services.api_openapi import openapi_document
-from services.kafka import KafkaSettings
+from services.api.app import ApiConfig, ApiThread
+from services.api.openapi import openapi_document
+from services.stream.kafka import KafkaSettings
 
 TOKEN = "schemathesis-token"
 schema = schemathesis.openapi.from_dict(openapi_document()).exclude(path_regex="/tail$")

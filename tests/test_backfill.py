@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from cep_core.checker import load_queries, load_query_text
 from cep_core.event_io import read_events
 from cep_core.schema import SchemaRegistry
-from services.backfill import run_backfill, spark_session
-from services.backfill_output import first_difference, read_composites, read_dead_letters
-from services.backfill_plan import plan, split_keys
-from services.cli import Engine, run_queries
+from services.backfill.job import run_backfill, spark_session
+from services.backfill.output import first_difference, read_composites, read_dead_letters
+from services.backfill.plan import plan, split_keys
+from services.cli.common import Engine, run_queries
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -244,7 +244,7 @@ def test_generated_streams(spark, tmp_path_factory, stream, partitions):
 def test_cli_backfill_and_a_missing_input(spark, tmp_path):
     from typer.testing import CliRunner
 
-    from services.cli import app
+    from services.cli.main import app
 
     out = tmp_path / "cli_out"
     runner = CliRunner()
@@ -302,9 +302,9 @@ def test_backfill_equals_the_streaming_service(spark, kafka_bootstrap, tmp_path,
     the same order."""
     import uuid
 
-    from services.control import ControlMessage, publish, split_query_file
-    from services.kafka import KafkaSettings, Topics, produce, produce_end, read_all
-    from services.pipeline import LocalPipeline, create_topics, wait_for
+    from services.stream.control import ControlMessage, publish, split_query_file
+    from services.stream.kafka import KafkaSettings, Topics, produce, produce_end, read_all
+    from services.stream.pipeline import LocalPipeline, create_topics, wait_for
 
     path = EXAMPLES / "data" / events_file
     queries = load_queries(EXAMPLES / query_file, SchemaRegistry())

@@ -1,4 +1,4 @@
-"""Parquet inputs read by pyarrow in the tasks (`services/backfill_parquet.py`): the splits,
+"""Parquet inputs read by pyarrow in the tasks (`services/backfill/parquet.py`): the splits,
 the footer-based seq-order proof that lets the job skip the driver's seq check and the
 cache, and the same composite events and dead letters as `cep run` either way."""
 
@@ -14,11 +14,11 @@ import pytest
 from cep_core.checker import load_queries
 from cep_core.event_io import read_events
 from cep_core.schema import SchemaRegistry
-from services.backfill import run_backfill, spark_session
-from services.backfill_ingest import InputFile
-from services.backfill_output import first_difference, read_composites, read_dead_letters
-from services.backfill_parquet import parquet_input
-from services.cli import Engine, run_queries
+from services.backfill.job import run_backfill, spark_session
+from services.backfill.ingest import InputFile
+from services.backfill.output import first_difference, read_composites, read_dead_letters
+from services.backfill.parquet import parquet_input
+from services.cli.common import Engine, run_queries
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TYPES = pa.schema([("seq", pa.int64()), ("symbol", pa.string()), ("price", pa.int64()),

@@ -1,4 +1,4 @@
-"""`cep bench e2e`'s per-hop latency (services/bench_hops.py) attributes a composite event's
+"""`cep bench e2e`'s per-hop latency (bench/hops.py) attributes a composite event's
 time to the records that carried it, found by their create times on a real broker."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import uuid
 
 import orjson
 
-from services import frames
-from services.bench_hops import hops
-from services.kafka import KafkaSettings, Topics, produce
-from services.pipeline import create_topics
+from services.stream import frames
+from bench.hops import hops
+from services.stream.kafka import KafkaSettings, Topics, produce
+from services.stream.pipeline import create_topics
 
 
 def test_each_hop_is_the_gap_between_the_records_that_carried_the_composite(

@@ -2,7 +2,7 @@
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from services.broker import EmbeddedBroker, wait_for_port
+from services.stream.broker import EmbeddedBroker, wait_for_port
 
 
 def test_embedded_broker_round_trip_and_restart_on_same_port():

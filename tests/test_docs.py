@@ -247,7 +247,7 @@ def _commands(block: Block) -> tuple[list[Command], list[str]]:
 def _cli():
     from typer.main import get_command
 
-    from services.cli import app
+    from services.cli.main import app
     return get_command(app)
 
 
@@ -296,7 +296,7 @@ def _executed(words: list[str]) -> bool:
 
 
 def cep(*args: str) -> subprocess.CompletedProcess:
-    command = [str(CEP)] if CEP.exists() else [sys.executable, "-m", "services.cli"]
+    command = [str(CEP)] if CEP.exists() else [sys.executable, "-m", "services.cli.main"]
     env = {k: v for k, v in os.environ.items() if k != "CEP_DEBUG"}
     return subprocess.run(command + list(args), capture_output=True, text=True, cwd=ROOT,
                           env=env, timeout=120, check=False)

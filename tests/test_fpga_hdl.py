@@ -222,7 +222,7 @@ def test_yosys_counts_one_flip_flop_per_nfa_state():
 
 def test_cli_hdl_writes_a_circuit_that_compiles(tmp_path):
     cep = Path(sys.executable).with_name("cep")
-    command = [str(cep)] if cep.exists() else [sys.executable, "-m", "services.cli"]
+    command = [str(cep)] if cep.exists() else [sys.executable, "-m", "services.cli.main"]
     done = subprocess.run(command + ["fpga", "hdl",
                            "examples/marathon.cep", "--out", str(tmp_path), "--elements", "4"],
                           capture_output=True, text=True)

@@ -21,7 +21,7 @@ from cep_core import reference
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_queries
 from cep_core.events import Event
-from services.cli import app
+from services.cli.main import app
 
 MARATHON = load_queries("examples/marathon.cep")[0]
 CHECKPOINTS = ["Staten Island", "Brooklyn", "Queens", "Bronx", "Manhattan", "Harlem"]

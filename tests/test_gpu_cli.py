@@ -12,7 +12,7 @@ from accel.gpu.placement import estimated_cost, place
 from cep_core.checker import load_queries, load_query_text
 
 ROOT = Path(__file__).resolve().parent.parent
-CEP = [sys.executable, "-c", "from services.cli import main; main()"]
+CEP = [sys.executable, "-c", "from services.cli.main import main; main()"]
 
 
 def cep(*args, **env):

@@ -1,5 +1,5 @@
 """The Grafana dashboard of the compose stack: it parses, every metric it queries is one
-the services export (services/metrics.py, as prometheus-client names its samples), and
+the services export (services/stream/metrics.py, as prometheus-client names its samples), and
 the compose file provisions it with the Prometheus data source it names."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from services.metrics import Metrics
+from services.stream.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAFANA = ROOT / "services" / "grafana"

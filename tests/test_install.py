@@ -149,7 +149,7 @@ def test_the_installed_api_serves_the_console(installed):
     import time
     import urllib.request
 
-    from services.broker import free_port
+    from services.stream.broker import free_port
 
     bin_dir, work = installed
     port = free_port()

@@ -1,5 +1,5 @@
 """CEP_KAFKA_* variables and `--kafka-config` files reach every Kafka client the services
-build (services/kafka.py: producer, consumer, admin; the Faust app's credentials). A real
+build (services/stream/kafka.py: producer, consumer, admin; the Faust app's credentials). A real
 librdkafka client refuses an unknown value of a setting at construction, which proves the
 setting reached it; valid SASL settings construct."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaException
 
-from services.kafka import KafkaSettings
+from services.stream.kafka import KafkaSettings
 
 SASL = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
         "sasl.username": "cep", "sasl.password": "secret"}
@@ -64,9 +64,9 @@ def test_faust_app_gets_sasl_and_ssl_credentials():
 
 def test_tansu_gets_its_own_client_defaults(kafka_bootstrap, monkeypatch):
     """On tansu (cluster id tansu_cluster) producers linger 200 ms and fetches wait 100 ms
-    (services/kafka.py: a fetch lists every stored batch of its partitions); other
+    (services/stream/kafka.py: a fetch lists every stored batch of its partitions); other
     brokers keep the low-latency defaults; CEP_KAFKA_* values win over both."""
-    from services.kafka import TANSU_CONSUMER_DEFAULTS, TANSU_PRODUCER_DEFAULTS
+    from services.stream.kafka import TANSU_CONSUMER_DEFAULTS, TANSU_PRODUCER_DEFAULTS
 
     monkeypatch.delenv("CEP_BROKER", raising=False)
     settings = KafkaSettings(kafka_bootstrap)

@@ -1,4 +1,4 @@
-"""The pipeline's cores wired in memory (services/memory_pipeline.py) give the reference
+"""The pipeline's cores wired in memory (services/stream/memory_pipeline.py) give the reference
 interpreter's composite events, for any number of keyed partitions, with one JSON event
 per message or framed Arrow batches, cut into steps of any size."""
 
@@ -11,8 +11,8 @@ import pytest
 from cep_core import reference
 from cep_core.checker import load_queries
 from cep_core.event_io import read_events
-from services.control import ControlMessage, split_query_file
-from services.memory_pipeline import MemoryPipeline
+from services.stream.control import ControlMessage, split_query_file
+from services.stream.memory_pipeline import MemoryPipeline
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 CASES = {"match": ("marathon.cep", "data/checkpoints.jsonl"),

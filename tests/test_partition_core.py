@@ -1,4 +1,4 @@
-"""A worker's partition core without Kafka (services/partition.py): keyed frames in,
+"""A worker's partition core without Kafka (services/stream/partition.py): keyed frames in,
 composite frames and pulses out, with dedupe of frames a restarted splitter sends again,
 control switches at their seq, and snapshots a restarted worker goes on from."""
 
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import orjson
 
-from services import frames
-from services.control import ControlMessage, split_query_file
-from services.kafka import Topics
-from services.partition import PartitionState
-from services.routing import message, Router, records
+from services.stream import frames
+from services.stream.control import ControlMessage, split_query_file
+from services.stream.kafka import Topics
+from services.stream.partition import PartitionState
+from services.stream.routing import message, Router, records
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TRADES = [line for line in (EXAMPLES / "data" / "trades.jsonl").read_bytes().splitlines()

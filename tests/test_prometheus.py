@@ -1,5 +1,5 @@
 """Debian's `prometheus` (installed by make sysdeps) scrapes a service's metrics endpoint
-(services/metrics.py) and a metric the service set is read back through Prometheus's HTTP
+(services/stream/metrics.py) and a metric the service set is read back through Prometheus's HTTP
 API, by the name the Grafana dashboard queries it."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import urllib.request
 
 import pytest
 
-from services.broker import free_port
-from services.metrics import Metrics
-from services.pipeline import wait_for
+from services.stream.broker import free_port
+from services.stream.metrics import Metrics
+from services.stream.pipeline import wait_for
 
 PROMETHEUS = shutil.which("prometheus")
 

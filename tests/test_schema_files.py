@@ -33,7 +33,7 @@ ORDERS = {
 
 
 def _cep(*args, env=None, cwd=None):
-    return subprocess.run([sys.executable, "-m", "services.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "services.cli.main", *args], capture_output=True,
                           text=True, env={**os.environ, **(env or {})}, cwd=cwd)
 
 

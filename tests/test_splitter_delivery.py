@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError
 
-from services.splitter import SPLITTER_KEY
+from services.stream.splitter import SPLITTER_KEY
 from tests.test_splitter_end import Source, new_splitter, source_messages
 
 

@@ -1,4 +1,4 @@
-"""`cep fpga ...`: the FPGA adapter's commands (registered by services/cli.py)."""
+"""`cep fpga ...`: the FPGA adapter's commands (registered by services/cli/main.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ TickOption = Annotated[int, typer.Option(min=1, help="Received tuples per timer 
 
 
 def _address(text: str) -> tuple[str, int]:
-    from services.cli import CliError
+    from services.cli.common import CliError
 
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit() or int(port) > 65535:
@@ -36,9 +36,9 @@ def _queries(query_file: Path, schema, name: str | None, one: bool):
     here with the construct named)."""
     from accel.fpga.plan import FpgaUnsupported, compile_fpga
     from cep_core.batch import StringDictionary
-    from services import cli
+    from services.cli import common as cli
 
-    queries = cli._load(query_file, cli._registry(schema))
+    queries = cli.load_query_file(query_file, cli.schema_registry(schema))
     if name is not None:
         queries = [q for q in queries if q.name == name]
         if not queries:
@@ -56,7 +56,7 @@ def _queries(query_file: Path, schema, name: str | None, one: bool):
 
 def _events(path: Path, checked):
     from cep_core.event_io import InputError, read_events
-    from services import cli
+    from services.cli import common as cli
 
     try:
         simple, dead = read_events(path, checked.schema)
@@ -86,7 +86,7 @@ def send(
 ) -> None:
     """Stream events to a device (or `cep fpga emulate`); print its matches as composite
     events (JSON lines)."""
-    from services import cli
+    from services.cli import common as cli
 
     def body():
         from accel.fpga.adapter import FpgaAdapter
@@ -111,7 +111,7 @@ def send(
                          f"matches, {counts['discarded']} discarded, {counts['expired']} "
                          f"expired, {counts['lost_tuples']} lost", markup=False)
 
-    cli._guard(body)
+    cli.guard(body)
 
 
 @fpga_app.command()
@@ -129,7 +129,7 @@ def emulate(
     query: QueryOption = None,
 ) -> None:
     """Serve the circuit of one query over UDP (a functional emulator of the FPGA)."""
-    from services import cli
+    from services.cli import common as cli
 
     def body():
         from accel.fpga.emulator import Circuit, EmulatorServer
@@ -151,7 +151,7 @@ def emulate(
             server.close()
         cli.stderr.print(f"counts: {circuit.counts()}", markup=False)
 
-    cli._guard(body)
+    cli.guard(body)
 
 
 @fpga_app.command()
@@ -166,7 +166,7 @@ def verify(
     """Run the stream through adapter + emulator (UDP), every device leg (emulator, HDL
     simulation) and the reference interpreter; print whether all agree (exit 0 only if
     they do)."""
-    from services import cli
+    from services.cli import common as cli
 
     def body():
         from accel.fpga.plan import CircuitConfig
@@ -190,7 +190,7 @@ def verify(
         if not agree:
             raise typer.Exit(1)
 
-    cli._guard(body)
+    cli.guard(body)
 
 
 @fpga_app.command()
@@ -205,7 +205,7 @@ def hdl(
 ) -> None:
     """Write the circuit of a query as synthesizable Verilog (predicate decoder, NFA,
     pipelined stream partitioner) and a testbench that reads tuples from a hex file."""
-    from services import cli
+    from services.cli import common as cli
 
     def body():
         from accel.fpga.hdl import write_hdl
@@ -222,7 +222,7 @@ def hdl(
                          f"{files.circuit.name} {files.testbench.name} && vvp sim "
                          "+tuples=<hex file> +reports=<out file>", markup=False)
 
-    cli._guard(body)
+    cli.guard(body)
 
 
 @fpga_app.command()
@@ -237,7 +237,7 @@ def resources(
     """Synthesize with Yosys and print LUT and flip-flop counts: NFA vs powerset DFA
     (one-hot, binary) of (0|1)*1(0|1)^i, and the stream partitioner by depth (the paper's
     Figures 4 and 9); writes a PNG plot."""
-    from services import cli
+    from services.cli import common as cli
 
     def body():
         from accel.fpga import resources as res
@@ -266,4 +266,4 @@ def resources(
         cli.stdout.print(res.format_table(rows), markup=False)
         cli.stdout.print(f"plot: {res.plot(rows, png)}", markup=False)
 
-    cli._guard(body)
+    cli.guard(body)

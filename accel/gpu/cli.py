@@ -1,4 +1,4 @@
-"""`cep gpu ...`: the GPU adapter's commands (registered by services/cli.py)."""
+"""`cep gpu ...`: the GPU adapter's commands (registered by services/cli/main.py)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def verify(
 ) -> None:
     """Run the stream through the GPU path and the reference interpreter; print whether they
     agree (exit 0 only if they do)."""
-    from services import cli
+    from services.cli import common as cli
 
     def body():
         from accel.gpu import device
@@ -36,7 +36,7 @@ def verify(
         from cep_core.event_io import InputError, read_events
 
         target = device.use_simulator_if_no_gpu()
-        queries = cli._load(query_file, cli._registry(schema))
+        queries = cli.load_query_file(query_file, cli.schema_registry(schema))
         try:
             simple, _ = read_events(events, queries[0].schema)
         except InputError as e:
@@ -63,4 +63,4 @@ def verify(
         cli.stdout.print(f"all {len(queries)} queries agree with the reference interpreter",
                          markup=False)
 
-    cli._guard(body)
+    cli.guard(body)

@@ -48,7 +48,7 @@ def main() -> None:
     ap.add_argument("--engine", default="jit")
     ap.add_argument("--top", type=int, default=0, help="Also print the top N functions.")
     args = ap.parse_args()
-    from services.cli import main as cep_main
+    from services.cli.main import main as cep_main
 
     sys.argv = ["cep", "run", args.query, "--events", args.events, "--engine", args.engine,
                 "--out", "/dev/null"]

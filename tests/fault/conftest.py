@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from services.broker import EmbeddedBroker, free_port, wait_for_port
+from services.stream.broker import EmbeddedBroker, free_port, wait_for_port
 
 
 @pytest.fixture

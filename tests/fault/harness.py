@@ -28,14 +28,14 @@ from cep_core import reference
 from cep_core.checker import load_query_text
 from cep_core.event_io import read_events
 from cep_core.events import Event
-from services.broker import free_port
-from services import frames
-from services.control import ControlMessage, horizon, input_ended, publish, split_query_file
-from services.checkpoint import read_latest, read_partitions
-from services.kafka import KafkaSettings, Topics, produce, produce_end
-from services.pipeline import create_topics, wait_for
-from services.splitter import SPLITTER_KEY
-from services.splitter_order import ORDER_HEADER
+from services.stream.broker import free_port
+from services.stream import frames
+from services.stream.control import ControlMessage, horizon, input_ended, publish, split_query_file
+from services.stream.checkpoint import read_latest, read_partitions
+from services.stream.kafka import KafkaSettings, Topics, produce, produce_end
+from services.stream.pipeline import create_topics, wait_for
+from services.stream.splitter import SPLITTER_KEY
+from services.stream.splitter_order import ORDER_HEADER
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -105,7 +105,7 @@ class Pipeline:
                "CEP_WEB_PORT": str(free_port())}
         if kind == "coordinator" and role != kind:
             env["CEP_COORDINATOR_SHARD"] = role[len(kind):]
-        process = subprocess.Popen([sys.executable, "-m", "services.cli", "serve", kind],
+        process = subprocess.Popen([sys.executable, "-m", "services.cli.main", "serve", kind],
                                    env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
         log.close()

@@ -17,9 +17,9 @@ import pytest
 from cep_core import reference
 from cep_core.checker import load_queries
 from cep_core.event_io import decode_record
-from services.control import ControlMessage, publish, split_query_file
-from services.kafka import KafkaSettings, Topics, produce, produce_end, read_all
-from services.pipeline import LocalPipeline, create_topics, wait_for
+from services.stream.control import ControlMessage, publish, split_query_file
+from services.stream.kafka import KafkaSettings, Topics, produce, produce_end, read_all
+from services.stream.pipeline import LocalPipeline, create_topics, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERIES = ROOT / "examples" / "rfid.cep"

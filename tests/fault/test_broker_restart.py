@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from services.pipeline import wait_for
+from services.stream.pipeline import wait_for
 from tests.fault.harness import Pipeline, assert_exact
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import random
 
-from services.control import horizon
-from services.pipeline import wait_for
+from services.stream.control import horizon
+from services.stream.pipeline import wait_for
 from tests.fault.harness import Pipeline, after_released, assert_exact, restart
 from tests.fault.test_kills import kill_point
 

@@ -17,8 +17,8 @@ import subprocess
 import sys
 import time
 
-from services.broker import free_port
-from services.pipeline import wait_for
+from services.stream.broker import free_port
+from services.stream.pipeline import wait_for
 from tests.fault.harness import ROOT, Pipeline, after_released, assert_exact, restart
 
 
@@ -90,7 +90,7 @@ def test_serve_all_restarts_a_killed_worker(kafka_bootstrap, tmp_path):
     checkpoint and the result is still exact."""
     pipe = Pipeline(kafka_bootstrap, tmp_path, workers=1, checkpoint_ms=2000)
     log = open(tmp_path / "all.log", "wb")
-    serve = subprocess.Popen([sys.executable, "-m", "services.cli", "serve", "all",
+    serve = subprocess.Popen([sys.executable, "-m", "services.cli.main", "serve", "all",
                               "--workers", "1", "--web-port", str(free_port())],
                              env=pipe.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                              start_new_session=True)

@@ -1,6 +1,6 @@
 """A source topic with several partitions: the seqs follow consumption order, which a
 restarted splitter would take differently; it takes the logged order again
-(services/splitter_order.py), so every record keeps its seq and the INTO topics equal the
+(services/stream/splitter_order.py), so every record keeps its seq and the INTO topics equal the
 reference interpreter run on the stream as stamped."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from cep_core import reference
-from services.pipeline import wait_for
+from services.stream.pipeline import wait_for
 from tests.fault.harness import Pipeline, restart
 
 

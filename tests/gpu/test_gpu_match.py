@@ -216,7 +216,7 @@ def test_placement_routes_match_queries():
 
 
 def test_cep_gpu_verify_on_the_marathon(tmp_path):
-    from services.cli import app
+    from services.cli.main import app
     lines = (ROOT / "examples/data/checkpoints.jsonl").read_text().splitlines()[:300]
     events = tmp_path / "checkpoints.jsonl"
     events.write_text("\n".join(lines) + "\n")

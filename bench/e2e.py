@@ -1,0 +1,203 @@
+"""`cep bench e2e`: the pipeline's throughput and latency on this machine.
+
+Everything runs here together: the embedded broker (unless --bootstrap), `cep serve all`
+(splitter, workers, coordinator as processes) and the load generator. Measured:
+
+- `raw_consume_events_per_s`: a bare confluent-kafka consumer reading the source topic.
+- `events_per_s`: source topic to composite-event topic, M-shape query: N JSON events
+  (one per message) produced before the clock starts are taken in by the running pipeline;
+  time from the splitter's first read to the coordinator's release of end of input.
+- `framed_events_per_s`: the same with framed input (Arrow batches of 10k events).
+- `p50_ms`/`p99_ms`: produce to composite event (its Kafka timestamp) at `latency_rate`
+  events/s (`--latency-rate`; default half of `events_per_s`), JSON input.
+- `hops_ms`: p50 and p99 of each hop of that latency (bench/hops.py): splitter
+  (produce -> keyed frame), worker (-> match frame), coordinator (-> INTO record).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from bench.hops import hops
+from services.stream.demo import STREAM, demo_queries, start_services, stop_services, trade_lines
+
+
+def _frames(lines_table, size: int) -> list[bytes]:
+    from services.stream.frames import encode_table
+    return [encode_table(lines_table.slice(i, size)) for i in range(0, lines_table.num_rows,
+                                                                   size)]
+
+
+def _status(settings, topic: str, since: int):
+    """(offset, record) of the status records from offset `since` on."""
+    consumer = settings.consumer()
+    consumer.assign([TopicPartition(topic, 0, since)])
+    out = []
+    quiet = time.monotonic()
+    while time.monotonic() - quiet < 0.05:
+        for m in consumer.consume(1000, 0.02):
+            if not m.error():
+                out.append((m.offset(), orjson.loads(m.value()), m.timestamp()[1]))
+                quiet = time.monotonic()
+    consumer.close()
+    return out
+
+
+class Bench:
+    def __init__(self, bootstrap: str, workers: int, coordinators: int = 1):
+        from services.stream.kafka import Deliveries, KafkaSettings, Topics
+        from services.stream.pipeline import create_topics
+
+        self.settings = KafkaSettings(bootstrap, session_timeout_ms=2000)
+        self.topics = Topics(STREAM, source=f"bench.{STREAM}.{os.getpid()}",
+                             prefix=f"bench-{os.getpid()}", shards=coordinators)
+        create_topics(self.settings, self.topics, 4, ["double_tops"])
+        self.deliveries = Deliveries()
+        self.producer = self.settings.producer(on_delivery=self.deliveries)
+        self.status_seen = 0
+        self.last_seq = -1
+        self.workers = workers
+
+    def start(self) -> None:
+        from services.stream.control import ControlMessage, publish
+
+        name, text = demo_queries()[0]
+        publish(self.settings, self.topics.control, ControlMessage("add", name, text))
+        log_path = Path(tempfile.gettempdir()) / f"cep-bench-{os.getpid()}.log"
+        self.services = start_services(self.settings.bootstrap, self.workers, log_path,
+                                       self.topics)
+
+    def stop(self) -> None:
+        stop_services(self.services)
+
+    def send(self, values: list[bytes], framed: bool = False, end: bool = True) -> None:
+        from services.stream.kafka import flush_all, produce, produce_end
+        headers = [("kind", b"events")] if framed else None
+        for value in values:
+            produce(self.producer, self.topics.source, value, headers=headers)
+        if end:
+            produce_end(self.producer, self.topics.source)
+        flush_all(self.producer, 60, self.deliveries, "benchmark events")
+
+    def wait_end(self, timeout_s: float = 120) -> float:
+        """Wall time at which the last coordinator shard announced the next end of input."""
+        deadline = time.monotonic() + timeout_s
+        ended: set[int] = set()
+        while time.monotonic() < deadline:
+            for offset, record, ts in _status(self.settings, self.topics.status,
+                                              self.status_seen):
+                self.status_seen = offset + 1
+                if record.get("event") == "end_of_input":
+                    ended.add(record.get("shard", 0))
+                    if len(ended) == self.topics.shards:
+                        return ts / 1000
+            time.sleep(0.02)
+        raise TimeoutError("end of input not released")
+
+
+def raw_consume(settings, topic: str, n: int) -> float:
+    consumer = settings.consumer()
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    got = 0
+    started = finished = None
+    while got < n:
+        messages = consumer.consume(10000, 1.0)
+        if not messages and started is not None:
+            break  # the topic holds fewer than n records
+        if started is None and messages:
+            started = time.perf_counter()
+        got += len(messages)
+        finished = time.perf_counter()
+    rate = got / (finished - started)
+    consumer.close()
+    return rate
+
+
+def run_bench(events: int, workers: int, bootstrap: str | None, latency_s: float,
+              latency_rate: float = 0, coordinators: int = 1) -> dict:
+    from cep_core.workloads import WORKLOADS
+    from services.stream.broker import EmbeddedBroker
+
+    broker = None
+    if not bootstrap:
+        broker = EmbeddedBroker().start()
+        bootstrap = broker.bootstrap
+    try:
+        bench = Bench(bootstrap, workers, coordinators)
+        lines = trade_lines(events)
+        table = WORKLOADS["finance1"].generate(events, 1).drop_columns(["seq"])
+        bench.start()
+        bench.send(lines[:2000])  # warm-up: joins, kernels compiled or loaded
+        bench.wait_end()
+        # The load is produced as fast as possible; the clock runs from its first record.
+        started = time.time()
+        bench.send(lines)
+        json_s = bench.wait_end() - started
+        started = time.time()
+        bench.send(_frames(table, 10000), framed=True)
+        framed_s = bench.wait_end() - started
+        # seq of the next record: warm-up + JSON run (one each) + framed run (one per event)
+        base = 2000 + 2 * events
+        rate = latency_rate or 0.5 * events / json_s
+        p50, p99, hops_ms = latency(bench, lines, rate, latency_s, base)
+        raw = raw_consume(bench.settings, bench.topics.source, 2 * events)
+        bench.stop()
+    finally:
+        if broker is not None:
+            broker.kill()
+    measured = events / json_s
+    return {"events": events, "workers": workers, "coordinators": coordinators,
+            "events_per_s": round(measured),
+            "raw_consume_events_per_s": round(raw), "ratio": round(measured / raw, 3),
+            "framed_events_per_s": round(events / framed_s), "latency_rate": round(rate),
+            "p50_ms": p50, "p99_ms": p99, "hops_ms": hops_ms}
+
+
+def latency(bench: Bench, lines: list[bytes], rate: float, seconds: float, base: int):
+    """Produce at `rate` for `seconds`; latency of each composite event from the produce
+    time of its last event."""
+    from services.stream.kafka import flush_all, produce, produce_end
+
+    consumer = bench.settings.consumer()
+    consumer.assign([TopicPartition("double_tops", 0, OFFSET_BEGINNING)])
+    while consumer.consume(10000, 0.2):
+        pass  # skip the earlier runs' output
+    n = min(len(lines), int(rate * seconds))
+    chunk = max(1, int(rate / 200))
+    sent = np.zeros(n)
+    started = time.time()
+    for i in range(0, n, chunk):
+        due = started + i / rate
+        while time.time() < due:
+            time.sleep(0.0005)
+        now = time.time()
+        for line in lines[i:i + chunk]:
+            produce(bench.producer, bench.topics.source, line)
+        sent[i:i + chunk] = now
+        bench.producer.poll(0)
+    produce_end(bench.producer, bench.topics.source)
+    flush_all(bench.producer, 30, bench.deliveries, "benchmark events")
+    bench.wait_end()
+    delays = []
+    released = []  # (value, create time ms, produce time ms of its last event)
+    for m in iter(lambda: consumer.consume(10000, 0.3), []):
+        for message in m:
+            c = orjson.loads(message.value())
+            index = c["seq"] - base
+            if 0 <= index < n:
+                delays.append(message.timestamp()[1] / 1000 - sent[index])
+                released.append((message.value(), message.timestamp()[1],
+                                 sent[index] * 1000))
+    consumer.close()
+    if not delays:
+        return None, None, None
+    return (round(float(np.percentile(delays, 50)) * 1000, 1),
+            round(float(np.percentile(delays, 99)) * 1000, 1),
+            hops(bench.settings, bench.topics, 4, "double_tops", released))

@@ -1,0 +1,256 @@
+"""The Spark backfill: run queries over history (Parquet, JSON lines, CSV) at scale.
+
+    decode (Arrow tasks, cep_core's decoders) -> seq check -> per query group:
+    repartition by the group's keys -> sort by seq within partitions -> mapInArrow(engines)
+    -> composite events (Parquet) + dead letters (Parquet) [-> Kafka]
+
+Which queries may be split by key is decided in `backfill_plan`; input decoding in
+`backfill_ingest`; the engine task in `backfill_engines`; output layout and readers in
+`backfill_output`. The output equals `cep run` (reference or jit) on the same input.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from functools import reduce
+
+from cep_core.checker import CheckedQuery
+from cep_core.home import kernel_cache_dir
+from services.backfill.engines import (
+    COMPOSITE,
+    RESULT_SCHEMA,
+    PartitionRunner,
+    RejectedRows,
+    map_in_arrow,
+    unique_rejected,
+)
+from services.backfill.ingest import accept, list_inputs, read_decoded
+from services.backfill.parquet import BAD, GOOD, SplitCounts, parquet_input
+from services.backfill.plan import describe, plan
+
+ARROW_BATCH_ROWS = 65_536
+DEAD_LETTER_SCHEMA = ("stage int, query_index int, source string, line long, position long, "
+                      "reason string, raw string")
+
+
+@dataclass
+class BackfillResult:
+    events: int  # good events run through the queries
+    dead_letters: int  # bad input records plus events an engine rejected
+    composites: int
+    seconds: float
+    plan: list[str] = field(default_factory=list)
+
+    @property
+    def events_per_second(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else float("inf")
+
+    def summary(self) -> str:
+        return (f"backfill: {self.events:,} events ({self.dead_letters:,} dead letters), "
+                f"{self.composites:,} composite events in {self.seconds:.2f}s "
+                f"({self.events_per_second:,.0f} events/s)")
+
+
+def spark_session(master: str = "local[*]", shuffle_partitions: int | None = None,
+                  app_name: str = "cep-backfill", **conf):
+    """A SparkSession for backfills: UI off, case-sensitive names (attributes may differ
+    only in case), Python workers on this interpreter with this process's kernel cache.
+    `shuffle_partitions` (the partitions of each keyed group): default, the cores Spark
+    has (`defaultParallelism`), one engine task per core."""
+    import os
+
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", str(shuffle_partitions or 8))
+               .config("spark.sql.caseSensitive", "true")
+               .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ARROW_BATCH_ROWS))
+               .config("spark.executorEnv.CEP_KERNEL_CACHE", str(kernel_cache_dir())))
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    if shuffle_partitions is None:
+        spark.conf.set("spark.sql.shuffle.partitions",
+                       str(spark.sparkContext.defaultParallelism))
+    return spark
+
+
+def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: str,
+                 dead_letters: str | None = None, partitions: int | None = None,
+                 console=None, to_kafka: str | None = None,
+                 bootstrap: str | None = None) -> BackfillResult:
+    """Run `queries` (one stream) over the input files; write composite events to `output`
+    and dead letters to `dead_letters` (default: `<output>_dead_letters`), both Parquet.
+    `partitions`: Spark partitions of each keyed group (default: shuffle partitions)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    streams = sorted({q.schema.stream for q in queries})
+    if len(streams) != 1:
+        raise ValueError(f"the queries read several streams ({', '.join(streams)}); a "
+                         "backfill takes one stream per query file")
+    schema = queries[0].schema
+    dead_letters = dead_letters or f"{output.rstrip('/')}_dead_letters"
+    partitions = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
+    started = time.perf_counter()
+    rows = spark.sparkContext.accumulator(0)
+    rejected_rows = spark.sparkContext.accumulator([], RejectedRows())
+    bad_splits = spark.sparkContext.accumulator({}, SplitCounts())
+    groups = plan(queries)
+
+    def job() -> BackfillResult:
+        files = list_inputs(spark, inputs)
+        direct = parquet_input(spark, files)
+        cached = None
+        if direct is not None and direct.splits_ordered:  # every dead letter found in tasks
+            good = direct.frame(spark, schema, GOOD, bad_counts=bad_splits)
+        else:
+            cached = (direct.frame(spark, schema) if direct is not None
+                      else read_decoded(spark, files, schema))
+            cached = cached.persist(StorageLevel.MEMORY_AND_DISK)  # the seq check and the
+            decoded = accept(cached)                                # rest read it
+            good = decoded.where(F.col("_error").isNull()).select("seq", *schema.attributes)
+        out_dir = _pyarrow_directory(output)  # tasks write there, or Spark does
+        results = []
+        for g, group in enumerate(groups):
+            keyed = (good.repartition(partitions, *group.keys) if group.keys
+                     else good.repartition(1))
+            runner = PartitionRunner(list(group.queries), str(kernel_cache_dir()), rows,
+                                     rejected=rejected_rows, output=out_dir, group=g)
+            results.append(map_in_arrow(keyed.sortWithinPartitions("seq"), runner,
+                                        "composites long" if out_dir else RESULT_SCHEMA))
+        found = reduce(lambda a, b: a.unionByName(b), results)  # composite events only
+        if out_dir:
+            n_composites = sum(row[0] for row in found.collect())
+        else:
+            (found.where(F.col("kind") == COMPOSITE)
+             .select("query", "query_index", "key", "seq", "start_seq",
+                     F.col("body").alias("composite"))
+             .write.mode("overwrite").parquet(output))
+            n_composites = spark.read.parquet(output).count()  # from the Parquet footers
+        rejected_list = [(1, index, f"query {name}", None, seq, reason, raw)
+                         for index, name, seq, reason, raw in
+                         unique_rejected(rejected_rows.value)]
+        bad_ids = [split for split, count in bad_splits.value.items() if count]
+        if cached is None and not bad_ids and _write_dead_letters(rejected_list, dead_letters):
+            pass  # no bad input record: the driver wrote the engines' rejections
+        else:
+            if cached is None:  # decode again only the splits that have dead letters
+                decoded = direct.frame(spark, schema, BAD, split_ids=bad_ids)
+            bad_input = decoded.where(F.col("_error").isNotNull()).select(
+                F.lit(0).alias("stage"), F.lit(None).cast("int").alias("query_index"),
+                F.element_at(F.array(*[F.lit(f.source) for f in files]), F.col("_file") + 1)
+                .alias("source"), F.col("_line").alias("line"),
+                F.col("_position").alias("position"), F.col("_error").alias("reason"),
+                F.col("_raw").alias("raw"))
+            rejected = spark.createDataFrame(rejected_list, DEAD_LETTER_SCHEMA)
+            bad_input.unionByName(rejected).coalesce(1).write.mode("overwrite") \
+                .parquet(dead_letters)
+        n_rejected = len(unique_rejected(rejected_rows.value))
+        if cached is None:
+            n_bad = sum(bad_splits.value.values())
+            n_good = direct.rows - n_bad
+        else:
+            good_or_bad = {row["good"]: row["count"] for row in decoded.groupBy(
+                F.col("_error").isNull().alias("good")).count().collect()}
+            n_good, n_bad = good_or_bad.get(True, 0), good_or_bad.get(False, 0)
+            cached.unpersist()
+        return BackfillResult(n_good, n_bad + n_rejected, n_composites, 0.0,
+                              describe(groups))
+
+    if console is not None:
+        from services.backfill.progress import SparkProgress
+
+        for line in describe(groups):
+            console.print(f"plan: {line}", markup=False, style="dim")
+        with SparkProgress(spark, console, rows):
+            result = job()
+    else:
+        result = job()
+    if to_kafka:
+        produce_to_kafka(output, to_kafka, bootstrap)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _pyarrow_directory(output: str) -> str | None:
+    """`output` emptied and made, as a URI pyarrow opens in the tasks; None where pyarrow
+    cannot open it (Spark's writer then writes it)."""
+    import os
+
+    import pyarrow.fs as pafs
+
+    uri = output if "://" in output or output.startswith("file:") else os.path.abspath(output)
+    try:
+        fs, path = pafs.FileSystem.from_uri(uri)
+        if fs.get_file_info(path).type != pafs.FileType.NotFound:
+            fs.delete_dir(path)
+        fs.create_dir(path)
+    except (OSError, ValueError):
+        return None
+    return uri
+
+
+def _write_dead_letters(rows: list[tuple], dead_letters: str) -> bool:
+    """`rows` (DEAD_LETTER_SCHEMA) as the one file of the dead-letters directory, written
+    by pyarrow here; False where pyarrow cannot open it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    directory = _pyarrow_directory(dead_letters)
+    if directory is None:
+        return False
+    schema = pa.schema([("stage", pa.int32()), ("query_index", pa.int32()),
+                        ("source", pa.string()), ("line", pa.int64()),
+                        ("position", pa.int64()), ("reason", pa.string()),
+                        ("raw", pa.string())])
+    fs, path = pa.fs.FileSystem.from_uri(directory)
+    table = pa.Table.from_pylist([dict(zip(schema.names, row)) for row in rows], schema)
+    with fs.open_output_stream(f"{path}/part-00000.parquet") as out:
+        pq.write_table(table, out)
+    return True
+
+
+def produce_to_kafka(output: str, topic: str, bootstrap: str | None) -> int:
+    """Produce the composite events of a backfill output to `topic`, in output order: one
+    JSON per message, the partition key as JSON for the message key."""
+    import os
+
+    import orjson
+
+    from services.backfill.output import read_composites
+
+    bootstrap = bootstrap or os.environ.get("KAFKA_BOOTSTRAP")
+    if not bootstrap:
+        raise ValueError("--to-kafka needs a broker: pass --bootstrap or set KAFKA_BOOTSTRAP")
+    from services.stream.kafka import KafkaSettings  # CEP_KAFKA_* security settings too
+
+    producer = KafkaSettings.from_env(bootstrap).producer(**{"enable.idempotence": True})
+    errors: list[str] = []
+
+    def delivered(err, _msg):
+        if err is not None:
+            errors.append(str(err))
+
+    composites = read_composites(output)
+    for composite in composites:
+        message = {"value": orjson.dumps(composite), "key": orjson.dumps(composite.get("key")),
+                   "on_delivery": delivered}
+        while True:
+            try:
+                producer.produce(topic, **message)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.1)
+        producer.poll(0)
+    remaining = producer.flush(30)
+    if errors or remaining:
+        raise RuntimeError(f"producing to {topic} failed: "
+                           f"{errors[0] if errors else f'{remaining} messages undelivered'}")
+    return len(composites)

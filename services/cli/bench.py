@@ -1,0 +1,132 @@
+"""`cep bench`: benchmarks (their code lives in bench/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from services.cli.common import (
+    CliError,
+    count_option,
+    guard,
+    print_json,
+    print_table,
+    stderr,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+bench_app = typer.Typer(help="Benchmarks (throughput against the reference interpreter).",
+                        no_args_is_help=True)
+
+
+@bench_app.command("core")
+def bench_core(
+    workload: Annotated[str, typer.Option(metavar="NAME",
+                                          help="A workload name (see cep gen).")],
+    count: Annotated[int, count_option()] = 1_000_000,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 1,
+    queries: Annotated[int | None, typer.Option(help="Concurrent queries (q9; default "
+                                                "1).")] = None,
+    reference_events: Annotated[int | None, typer.Option(
+        metavar="N", help="Events for the reference baseline (default: per workload).")] =
+    None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """A workload's events, already in columns, through the jitted engine (events/s), with
+    the reference interpreter as the baseline in the same run."""
+
+    def body():
+        from bench.kernels import core
+        from cep_core.workloads import WORKLOADS
+
+        if workload not in WORKLOADS:
+            raise CliError(f"unknown workload '{workload}' (one of {', '.join(WORKLOADS)})", 2)
+        options = {"queries": queries} if queries is not None else {}
+        result = core(workload, count, seed, reference_events, **options)
+        if as_json:
+            print_json(result)
+        else:
+            print_table(f"cep bench core --workload {workload}", result)
+
+    guard(body)
+
+
+@bench_app.command("gpu")
+def bench_gpu(
+    count: Annotated[int, count_option("events per run")] = 60_000,
+    quick: Annotated[bool, typer.Option("--quick", help="Fewer points (a smoke run).")] =
+    False,
+) -> None:
+    """Cugola & Margara's R5 scenario: microseconds per event on CPU (AIP, CDP) and, on a
+    real GPU only, GPU CDP; varying window, sequence length and number of rules."""
+
+    def body():
+        from bench.gpu_kernels import main as bench_main
+
+        bench_main(count, quick)
+
+    guard(body)
+
+
+@bench_app.command("backfill")
+def bench_backfill(
+    count: Annotated[int, count_option()] = 10_000_000,
+    master: Annotated[str, typer.Option(metavar="URL", help="Spark master.")] = "local[2]",
+    partitions: Annotated[int | None, typer.Option(min=1, help="Spark partitions per "
+                                                   "keyed group (default: the cores Spark "
+                                                   "has).")] = None,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 1,
+    baseline_events: Annotated[int | None, typer.Option(
+        metavar="N", help="Events for the single-process jit baseline (default: all).")] =
+    None,
+    workdir: Annotated[Path | None, typer.Option(metavar="DIR", help="Where the data and "
+                                                 "outputs go (default: a temporary "
+                                                 "directory).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """The finance workloads through the Spark backfill and, in the same run, through
+    `cep run --engine jit` in one process: events/s of both and their ratio."""
+
+    def body():
+        from services.extras import require
+
+        require("pyspark", "spark", "cep bench backfill")
+        from bench.spark_backfill import bench_backfill as run_bench
+
+        result = run_bench(count, master=master, seed=seed, partitions=partitions,
+                           baseline_events=baseline_events,
+                           workdir=str(workdir) if workdir else None, console=stderr)
+        if as_json:
+            print_json(result)
+        else:
+            print_table("cep bench backfill", result, vertical=True)
+
+    guard(body)
+
+
+@bench_app.command("peers", context_settings={"allow_extra_args": True,
+                                              "ignore_unknown_options": True,
+                                              "help_option_names": []})
+def bench_peers(ctx: typer.Context) -> None:
+    """This product against OpenCEP and Apache Flink (MATCH_RECOGNIZE), side by side, match
+    sets compared: bench/peers/run.py, whose options it takes (`cep bench peers --help`;
+    docs/peers.md)."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "bench" / "peers" / "run.py"
+
+    def body():
+        if not script.is_file():
+            raise CliError(f"{script}: not found (cep bench peers runs from a checkout of "
+                           "the repository)")
+        code = subprocess.run([sys.executable, str(script), *ctx.args]).returncode
+        if code:
+            raise typer.Exit(code)
+
+    guard(body)

@@ -1,0 +1,235 @@
+"""What every `cep` command shares: consoles, clean errors, schema and query loading."""
+
+from __future__ import annotations
+
+import os
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+
+from cep_core.home import HomeError
+from services.errors import CleanError
+
+if TYPE_CHECKING:
+    from cep_core.composites import Composites
+
+
+stderr = Console(stderr=True, soft_wrap=True, highlight=False, emoji=False)
+
+
+stdout = Console(soft_wrap=True, highlight=False, emoji=False)
+
+
+class CliError(Exception):
+    """A clean error: printed as `error: message` and exits with `code`."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+class Engine(StrEnum):
+    reference = "reference"
+    jit = "jit"
+
+
+class Placement(StrEnum):
+    cpu = "cpu"
+    gpu = "gpu"
+    auto = "auto"
+
+
+class InputFormat(StrEnum):
+    jsonl = "jsonl"
+    csv = "csv"
+    parquet = "parquet"
+
+
+SchemaOption = Annotated[
+    list[Path] | None,
+    typer.Option("--schema", "-s", metavar="FILE|DIR",
+                 help="A schema file, or a directory of <stream>.json files (repeatable; "
+                 "before those of $CEP_SCHEMA_PATH; the built-in schemas come last)."),
+]
+
+
+def print_error(message: str) -> None:
+    stderr.print(message, markup=False, style="red")
+
+
+def schema_registry(schemas: list[Path] | None):
+    from cep_core.schema import SchemaError, SchemaRegistry
+
+    try:
+        registry = SchemaRegistry()
+    except SchemaError as e:
+        raise CliError(str(e)) from None
+    for path in reversed(schemas or []):  # add_path puts each in front: the first wins
+        if not path.exists():
+            raise CliError(f"schema {path}: no such file or directory", 2)
+        try:
+            registry.add_path(path)
+        except SchemaError as e:
+            raise CliError(f"schema {path}: {e}") from None
+    return registry
+
+
+def load_query_file(path: Path, registry):
+    """Checked queries of one file; CliError with every located message otherwise."""
+    from cep_core.checker import load_queries
+    from cep_core.errors import QueryError, QueryErrors
+    from cep_core.schema import SchemaError
+
+    if not path.is_file():
+        raise CliError(f"{path}: no such file", 2 if not path.exists() else 1)
+    try:
+        return load_queries(path, registry)
+    except QueryErrors as e:
+        raise CliError("\n".join(str(err) for err in e.errors)) from None
+    except QueryError as e:
+        raise CliError(str(e)) from None
+    except (SchemaError, UnicodeDecodeError) as e:
+        raise CliError(f"{path}: {e}") from None
+
+
+def guard(body) -> None:
+    """Run a command body, turning errors into clean messages and exit codes."""
+    try:
+        body()
+    except CliError as e:
+        print_error(f"error: {e}" if not is_located(str(e)) else str(e))
+        raise typer.Exit(e.code) from None
+    except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        raise
+    except (HomeError, CleanError) as e:  # a folder not made, an extra, the broker
+        print_error(f"error: {e}")
+        raise typer.Exit(1) from None
+    except Exception as e:  # an internal error: still no traceback unless asked for
+        if os.environ.get("CEP_DEBUG"):
+            raise
+        print_error(f"internal error: {type(e).__name__}: {e} (set CEP_DEBUG=1 for the traceback)")
+        raise typer.Exit(2) from None
+
+
+def is_located(message: str) -> bool:
+    """Whether the message already starts `file:line:col: error:`."""
+    return ": error: " in message.split("\n", 1)[0]
+
+
+def run_queries(queries, events, engine: Engine = Engine.reference,
+                placement: Placement | None = None,
+                timings: dict | None = None) -> tuple[Composites, list]:
+    """`cep_core.runner.run_checked` (the glue the Python API uses too), printing where
+    each query was placed when `placement` is given."""
+    from cep_core.runner import run_checked
+
+    report: list = []
+    composites, rejected = run_checked(queries, events, engine.value,
+                                       placement.value if placement else None, timings,
+                                       report)
+    for where in report:
+        stderr.print(f"placement: {where.line()}", markup=False, style="dim")
+    return composites, rejected
+
+
+def count_option(what: str = "events", minimum: int = 1):
+    """`--count N` / `-n N`, how many events; `--events N`, its old name, still works (an
+    events *file* is `--events FILE` in `cep run`)."""
+    return typer.Option("--count", "--events", "-n", min=minimum, metavar="N",
+                        help=f"How many {what} (--events N: the old name).")
+
+
+def print_table(title: str, result: dict, vertical: bool = False) -> None:
+    from rich.table import Table
+
+    def shown(value) -> str:
+        return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) \
+            else str(value)
+
+    table = Table(title=title)
+    if vertical:
+        table.add_column("measure")
+        table.add_column("value", justify="right")
+        for name, value in result.items():
+            table.add_row(name, shown(value))
+    else:
+        for name in result:
+            table.add_column(name, justify="right")
+        table.add_row(*(shown(v) for v in result.values()))
+    stdout.print(table)
+
+
+def print_json(result: dict) -> None:
+    import orjson
+
+    print(orjson.dumps(result).decode())
+
+
+Bootstrap = Annotated[str, typer.Option("--bootstrap", envvar="KAFKA_BOOTSTRAP",
+                                        metavar="HOST:PORT", help="Kafka bootstrap servers.")]
+
+
+Stream = Annotated[str, typer.Option(
+    envvar="CEP_STREAM", metavar="NAME",
+    help="The stream (its schema name); internal topics are cep.<stream>.*")]
+
+
+Partitions = Annotated[int, typer.Option(envvar="CEP_PARTITIONS", min=1,
+                                         help="Partitions of the keyed and match topics.")]
+
+
+Source = Annotated[str, typer.Option(
+    envvar="CEP_SOURCE_TOPIC", metavar="TOPIC",
+    help="Source topic (default: the stream's name).")]
+
+
+Control = Annotated[str, typer.Option(
+    envvar="CEP_CONTROL_TOPIC", metavar="TOPIC",
+    help="The compacted query control topic (default: <prefix>cep.queries).")]
+
+
+TopicPrefix = Annotated[str, typer.Option(
+    envvar="CEP_TOPIC_PREFIX", metavar="PREFIX",
+    help="Prefix of the internal topics and consumer groups, so separate deployments can "
+    "share a broker.")]
+
+
+KafkaConfig = Annotated[Path | None, typer.Option(
+    envvar="CEP_KAFKA_CONFIG", metavar="FILE",
+    help="File of extra librdkafka key=value settings.")]
+
+
+SchemaPaths = Annotated[list[Path] | None, typer.Option(
+    "--schema", "-s", metavar="FILE|DIR",
+    help="A schema file or directory for streams beyond the built-in ones (repeatable; put "
+    "in front of $CEP_SCHEMA_PATH, which the services' processes inherit). The services "
+    "must be given the same schemas as `cep query add`.")]
+
+
+def export_schema_paths(paths: list[Path] | None, cli_error) -> None:
+    """Put --schema paths in front of CEP_SCHEMA_PATH, so every registry this process (and
+    any process it starts) makes finds them; a bad path or schema file is a clean error
+    here rather than in a service later."""
+    import os
+
+    from cep_core.schema import SCHEMA_PATH_ENV, SchemaError, SchemaRegistry
+
+    for path in paths or []:
+        if not path.exists():
+            raise cli_error(f"schema {path}: no such file or directory", 2)
+    if paths:
+        os.environ[SCHEMA_PATH_ENV] = os.pathsep.join(
+            [str(p.resolve()) for p in paths] + [p for p in os.environ.get(SCHEMA_PATH_ENV, "")
+                                                 .split(os.pathsep) if p])
+    try:
+        SchemaRegistry()  # a bad schema file: say so now, not in a service later
+    except SchemaError as e:
+        raise cli_error(str(e)) from None
+
+
+def kafka_settings(bootstrap: str, kafka_config: Path | None):
+    from services.stream.kafka import KafkaSettings
+    return KafkaSettings.from_env(bootstrap, kafka_config)

@@ -1,0 +1,561 @@
+"""The `cep` command line: check query files, run them offline over event files, list schemas.
+
+Messages go to stderr (rich); data (composite events, `check` results, tables) to stdout.
+Exit codes: 0 ok, 1 a problem with the queries or the input, 2 a usage error. Errors are
+one clean message, never a traceback (set CEP_DEBUG=1 to see the traceback of an internal
+error).
+
+Start-up matters (`cep --help`, `cep run` on a small file): this module imports only typer
+and rich; every command imports what it uses in its body (numba only for the jit engine,
+pyarrow only for Parquet, Spark only for the backfill).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from accel.fpga.cli import fpga_app
+from accel.gpu.cli import gpu_app
+from services.cli.bench import bench_app
+from services.cli.common import (
+    CliError,
+    Engine,
+    InputFormat,
+    Placement,
+    SchemaOption,
+    count_option,
+    guard,
+    is_located,
+    load_query_file,
+    print_error,
+    print_json,
+    run_queries,
+    schema_registry,
+    stderr,
+    stdout,
+)
+from services.cli.help import PlainHelpGroup
+from services.cli.serve import register as register_service_commands
+
+if TYPE_CHECKING:
+    pass
+
+app = typer.Typer(
+    name="cep",
+    cls=PlainHelpGroup,
+    help="Complex event processing: check and run queries (MATCH, SEQ, WINDOW).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _print_version(value: bool) -> None:
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        number = version("cep-service")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        number = "unknown (the cep-service package is not installed)"
+    print(f"cep {number}")
+    raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="Print the version (from the installed package) and exit.")] = False,
+) -> None:
+    pass
+
+
+# ------------------------------------------------------------------ cep check
+
+
+@app.command()
+def check(
+    files: Annotated[list[Path], typer.Argument(help="Query files to parse and check.")],
+    schema: SchemaOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per file on "
+                                          "stdout: ok, its queries (name, stream, INTO "
+                                          "topic) or its error messages.")] = False,
+) -> None:
+    """Parse and check query files; errors name file:line:col."""
+
+    def body():
+        registry = schema_registry(schema)
+        failed = 0
+        for path in files:
+            try:
+                queries = load_query_file(path, registry)
+            except CliError as e:
+                if as_json:
+                    print_json({"file": str(path), "ok": False, "error": str(e)})
+                else:
+                    print_error(f"error: {e}" if not is_located(str(e)) else str(e))
+                failed = max(failed, e.code)
+                continue
+            if as_json:
+                print_json({"file": str(path), "ok": True, "queries": [
+                    {"name": q.name, "stream": q.schema.stream, "into": q.query.output}
+                    for q in queries]})
+                continue
+            names = ", ".join(q.name for q in queries)
+            plural = "query" if len(queries) == 1 else "queries"
+            stdout.print(f"{path}: {len(queries)} {plural} OK ({names})", markup=False)
+        if failed:
+            raise typer.Exit(failed)
+
+    guard(body)
+
+
+# ------------------------------------------------------------------ cep run
+
+EventsOption = Annotated[Path, typer.Option(
+    "--events", "--input", "-e", "-i", metavar="FILE",
+    help="Events: .jsonl/.json/.ndjson, .csv or .parquet; - reads standard input (name its "
+    "format with --format).")]
+FormatOption = Annotated[InputFormat | None, typer.Option(
+    "--format", "-f", help="Format of the events (default: by the file's suffix; standard "
+    "input needs it).")]
+
+
+@app.command()
+def run(
+    query_file: Annotated[Path, typer.Argument(help="The query file.")],
+    events: EventsOption,
+    fmt: FormatOption = None,
+    schema: SchemaOption = None,
+    engine: Annotated[Engine, typer.Option(help="Which engine runs the queries.")] =
+    Engine.reference,
+    out: Annotated[Path | None, typer.Option(
+        "--out", "--output", "-o", metavar="FILE", show_default=False,
+        help="Where composite events go: FILE.parquet (Parquet), FILE.arrow (Arrow IPC "
+        "file), any other name JSON lines (default: standard output, JSON lines).")] = None,
+    dead_letters: Annotated[Path | None, typer.Option(
+        "--dead-letters", metavar="FILE", help="Write bad events here as JSON lines "
+        "(default: a summary on stderr).")] = None,
+    placement: Annotated[Placement | None, typer.Option(
+        help="jit engine: where SEQ queries run (auto: costly ones on a real GPU; gpu: every "
+        "query the GPU engine supports; see docs/gpu.md; default: the CPU engines).")] = None,
+) -> None:
+    """Run the queries of a file over a file of events; composite events as JSON lines
+    (or Parquet / Arrow by the suffix of --out).
+
+    Exits 1 when no valid event could be read (dead letters are still written)."""
+
+    def body():
+        from cep_core.event_io import (
+            STDIN,
+            STDIN_SOURCE,
+            InputError,
+            read_events,
+            write_dead_letters_jsonl,
+        )
+
+        registry = schema_registry(schema)
+        queries = load_query_file(query_file, registry)
+        streams = sorted({q.schema.stream for q in queries})
+        if len(streams) != 1:
+            raise CliError(f"{query_file}: the queries read several streams "
+                           f"({', '.join(streams)}); cep run takes one stream per file")
+        stream_schema = queries[0].schema
+        source = STDIN_SOURCE if str(events) == STDIN else str(events)
+        if str(events) == STDIN and fmt is None:
+            raise CliError("--events -: standard input has no file suffix; name its format "
+                           "with --format jsonl, csv or parquet", 2)
+
+        started = time.perf_counter()
+        try:
+            # The jit engine takes a table (no Python object per event); the reference
+            # interpreter Events, read without pyarrow.
+            if engine is Engine.reference:
+                simple, dead = read_events(events, stream_schema, fmt.value if fmt else None)
+            else:
+                simple, dead = _read_table_importing_engines(
+                    events, stream_schema, fmt.value if fmt else None, queries)
+            count = len(simple) if isinstance(simple, list) else simple.num_rows
+        except InputError as e:
+            raise CliError(str(e)) from None
+        except OSError as e:
+            raise CliError(f"{source}: {e.strerror or e}") from None
+        read_s = time.perf_counter() - started
+
+        def write_dead_letters():
+            if dead_letters is not None:
+                try:
+                    write_dead_letters_jsonl(dead, dead_letters)
+                except OSError as e:
+                    raise CliError(f"{e.filename or dead_letters}: {e.strerror or e}") \
+                        from None
+            elif dead:
+                first = dead[0]
+                stderr.print(f"{len(dead)} bad event{'s' if len(dead) != 1 else ''}: first "
+                             f"{_where(first)}: {first.reason}", markup=False,
+                             style="yellow")
+
+        if not count:
+            write_dead_letters()
+            raise CliError(_no_events_message(source, dead, stream_schema, dead_letters))
+
+        timings: dict = {}
+        started = time.perf_counter()
+        composites, rejected = run_queries(queries, simple, engine, placement, timings)
+        run_s = time.perf_counter() - started
+        dead.extend(rejected)
+
+        try:
+            composites.write(out)
+        except OSError as e:
+            raise CliError(f"{e.filename or out}: {e.strerror or e}") from None
+        write_dead_letters()
+        stderr.print(f"{count} events ({len(dead)} bad) read in {read_s:.2f}s; "
+                     + _engine_summary(engine, count, len(composites), run_s, timings),
+                     markup=False, style="dim")
+
+    guard(body)
+
+
+def _read_table_importing_engines(events, schema, fmt: str | None, queries):
+    """`read_table` in a thread while this one imports numba and the queries' engines:
+    pyarrow parses without the GIL, so on a machine with cores to spare the imports cost
+    no wall-clock time."""
+    from concurrent.futures import ThreadPoolExecutor
+    from importlib import import_module
+
+    from cep_core.event_reader import read_table
+
+    modules = {"match": ["match"], "seq": ["seq", "seq_aip"], "window": ["window"]}
+    with ThreadPoolExecutor(1) as pool:
+        reading = pool.submit(read_table, events, schema, fmt)
+        for kind in sorted({q.query.kind for q in queries}):
+            for module in modules.get(kind, []):
+                import_module(f"cep_core.engine.{module}")
+        return reading.result()
+
+
+def _where(letter) -> str:
+    """Where a dead letter came from, for messages: `file:line`, or the query and seq of
+    an event an engine rejected."""
+    if letter.line is None and letter.source.startswith("query "):
+        return f"{letter.source}, seq {letter.position}"
+    return letter.where()
+
+
+def _no_events_message(source: str, dead: list, schema, dead_letters: Path | None) -> str:
+    if not dead:
+        return f"{source}: no events (the input is empty)"
+    attributes = ", ".join(f"{a}: {t}" for a, t in schema.attributes.items())
+    written = f"; dead letters in {dead_letters}" if dead_letters is not None else ""
+    return (f"{source}: no valid event: all {len(dead)} records are bad (first "
+            f"{_where(dead[0])}: {dead[0].reason}){written}. The queries read stream "
+            f"'{schema.stream}' ({attributes})")
+
+
+def _engine_summary(engine: Engine, events: int, composites: int, run_s: float,
+                    timings: dict) -> str:
+    """The engine's part of the summary line. The jit engine's rate leaves out compiling:
+    kernels compiled (or loaded from numba's cache) and code generated are shown apart."""
+    if engine is Engine.reference or "process_s" not in timings:
+        rate = events / run_s if run_s > 0 else float("inf")
+        return (f"{engine.value} engine: {composites} composite events in {run_s:.2f}s "
+                f"({rate:,.0f} events/s)")
+    process_s = timings["process_s"]
+    rate = events / process_s if process_s > 0 else float("inf")
+    load_s = timings["setup_s"] + timings["compile_s"]
+    return (f"{engine.value} engine: {composites} composite events; compile/load "
+            f"{load_s:.2f}s (imports and code generation {timings['setup_s']:.2f}s, "
+            f"kernels {timings['compile_s']:.2f}s); processing {process_s:.2f}s "
+            f"({rate:,.0f} events/s)")
+
+
+# ------------------------------------------------------------------ cep schemas
+
+
+class SchemasAction(StrEnum):
+    list = "list"
+    import_ = "import"
+
+
+@app.command()
+def schemas(
+    action: Annotated[SchemasAction, typer.Argument(
+        help="list (the default): the known streams; import FILE: a stream schema from the "
+        "JSON Schema (draft 2020-12) of one event.")] = SchemasAction.list,
+    file: Annotated[Path | None, typer.Argument(help="import: the JSON Schema file.")] = None,
+    schema: SchemaOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="list: one JSON object per stream "
+                                          "(its schema and `origin`, the file it came "
+                                          "from).")] = False,
+    out: Annotated[Path | None, typer.Option(
+        "--out", "--output", "-o", metavar="FILE",
+        help="import: where the stream schema goes (default: standard output).")] = None,
+    stream: Annotated[str | None, typer.Option(metavar="NAME", help="import: the stream's "
+                                               "name (default: the JSON Schema's title).")]
+    = None,
+    time_attribute: Annotated[str | None, typer.Option(
+        "--time", metavar="PROPERTY", help="import: the event-time property (default: the "
+        "one date-time property).")] = None,
+    time_unit: Annotated[str, typer.Option(help="import: unit of integer times (ms, s, us, "
+                                           "ns or ticks).")] = "ms",
+    type_attribute: Annotated[str | None, typer.Option(
+        metavar="PROPERTY", help="import: the string property holding the event type.")]
+    = None,
+    skip_optional: Annotated[bool, typer.Option(
+        "--skip-optional", help="import: leave out properties that are not required (else "
+        "an error: a stream attribute is in every event).")] = False,
+) -> None:
+    """List the known streams, their attributes and where each schema came from; or import
+    a JSON Schema: `cep schemas import FILE --out STREAM.json`."""
+
+    def body():
+        if action is SchemasAction.import_:
+            if file is None:
+                raise CliError("cep schemas import needs a JSON Schema file", 2)
+            _import_json_schema(file, out, stream, time_attribute, time_unit, type_attribute,
+                                skip_optional)
+        elif file is not None:
+            raise CliError(f"cep schemas list takes no file (got {file})", 2)
+        else:
+            _list_schemas(schema_registry(schema), as_json)
+
+    guard(body)
+
+
+def _list_schemas(registry, as_json: bool) -> None:
+    from rich.table import Table
+
+    from cep_core.schema import SchemaError
+
+    table = Table(title="Streams")
+    for column in ("stream", "attributes", "time", "type attribute", "from"):
+        table.add_column(column)
+    for name in registry.names():
+        try:
+            s = registry.get(name)
+        except SchemaError as e:
+            print_error(f"error: {e}")
+            continue
+        if s is None:
+            continue
+        if as_json:
+            print_json({**s.to_dict(), "origin": registry.origin(name)})
+            continue
+        attrs = ", ".join(f"{a}: {t}" for a, t in s.attributes.items())
+        typed = "-" if s.type_attribute is None else s.type_attribute + (
+            f" ({', '.join(s.types)})" if s.types else "")
+        table.add_row(s.stream, attrs, f"{s.time} ({s.time_unit})", typed,
+                      _shown_origin(registry.origin(name)))
+    if not as_json:
+        stdout.print(table)
+
+
+def _shown_origin(origin: str | None) -> str:
+    from cep_core.schema import SCHEMA_DIR
+
+    if origin and Path(origin).parent == SCHEMA_DIR:
+        return "built-in"
+    return origin or "-"
+
+
+def _import_json_schema(file: Path, out: Path | None, stream, time_attribute, time_unit,
+                        type_attribute, skip_optional) -> None:
+    import orjson
+
+    from cep_core.schema_import import SchemaImportError, stream_schema_from_json_schema
+
+    try:
+        document = orjson.loads(file.read_bytes())
+    except OSError as e:
+        raise CliError(f"{file}: {e.strerror or e}", 2) from None
+    except orjson.JSONDecodeError as e:
+        raise CliError(f"{file}: not valid JSON: {e}") from None
+    try:
+        made = stream_schema_from_json_schema(document, stream, time_attribute, time_unit,
+                                              type_attribute, skip_optional)
+    except SchemaImportError as e:
+        raise CliError(f"{file}: {e}") from None
+    text = orjson.dumps(made.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n"
+    if out is None:
+        print(text, end="")
+        return
+    try:
+        out.write_text(text)
+    except OSError as e:
+        raise CliError(f"{out}: {e.strerror or e}") from None
+    stderr.print(f"stream {made.stream} ({len(made.attributes)} attributes, time "
+                 f"{made.time}) in {out}; use it: --schema {out} or CEP_SCHEMA_PATH",
+                 markup=False, style="dim")
+
+
+# ------------------------------------------------------------------ cep gen
+
+
+class EventFormat(StrEnum):
+    parquet = "parquet"
+    jsonl = "jsonl"
+
+
+@app.command()
+def gen(
+    workload: Annotated[str, typer.Argument(help="finance0 .. finance5, twitter1, twitter2, "
+                                            "marathon, r5, q9 or hyper.")],
+    count: Annotated[int, count_option(minimum=0)],
+    out: Annotated[Path, typer.Option("--out", "--output", "-o", metavar="DIR",
+                                      help="Directory to write into (created if missing).")],
+    seed: Annotated[int, typer.Option(min=0, help="Random seed; the same seed gives the same "
+                                      "events and queries.")] = 0,
+    fmt: Annotated[EventFormat, typer.Option("--format", help="Format of the events file.")] =
+    EventFormat.parquet,
+    queries: Annotated[int | None, typer.Option(min=1, help="q9 only: how many concurrent "
+                                                "queries (default 1).")] = None,
+) -> None:
+    """Write a benchmark workload: OUT/<stream>.<format> (events) and OUT/<workload>.cep."""
+
+    def body():
+        from cep_core.workloads import WORKLOADS, write_events
+
+        chosen = WORKLOADS.get(workload)
+        if chosen is None:
+            raise CliError(f"unknown workload '{workload}' (one of {', '.join(WORKLOADS)})", 2)
+        options = {}
+        if queries is not None:
+            if "queries" not in chosen.options:
+                raise CliError(f"workload '{workload}' takes no --queries (only q9 does)", 2)
+            options["queries"] = queries
+        started = time.perf_counter()
+        table = chosen.generate(count, seed)
+        events_path = out / f"{chosen.stream}.{fmt.value}"
+        query_path = out / f"{workload}.cep"
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            write_events(table, events_path, fmt.value)
+            query_path.write_text(chosen.query_text(seed=seed, **options))
+        except OSError as e:
+            raise CliError(f"{e.filename or out}: {e.strerror or e}") from None
+        stderr.print(f"{workload}: {count} events (seed {seed}) in {events_path}, queries in "
+                     f"{query_path} ({time.perf_counter() - started:.2f}s)\n"
+                     f"run them: cep run {query_path} --events {events_path}",
+                     markup=False, style="dim")
+
+    guard(body)
+
+
+# ------------------------------------------------------------------ cep broker
+
+
+@app.command()
+def broker(
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: a free one).")] = 9092,
+    storage: Annotated[str, typer.Option(metavar="URL", help="tansu storage URL "
+                                         "(memory://tansu/ or s3://tansu/ with AWS_* "
+                                         "variables set).")]
+    = "memory://tansu/",
+) -> None:
+    """Run the embedded Kafka-protocol broker (tansu) in the foreground until Ctrl-C or
+    SIGTERM."""
+
+    def body():
+        import signal
+
+        from services.stream.broker import BrokerError, EmbeddedBroker
+
+        embedded = EmbeddedBroker(port=port, storage=storage)
+        try:
+            embedded.start()
+        except BrokerError as e:
+            raise CliError(str(e)) from None
+        stderr.print(f"broker listening on {embedded.bootstrap} (storage {storage}); "
+                     f"export KAFKA_BOOTSTRAP={embedded.bootstrap}", markup=False)
+        def interrupt(*_):
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, interrupt)
+        try:
+            embedded.process.wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            embedded.stop()
+
+    guard(body)
+
+
+# ------------------------------------------------------------------ cep bench
+
+app.add_typer(bench_app, name="bench")
+
+
+# ------------------------------------------------------------------ cep backfill
+
+
+@app.command()
+def backfill(
+    query_file: Annotated[Path, typer.Argument(help="The query file.")],
+    inputs: Annotated[list[str], typer.Option(
+        "--input", "--events", "-i", "-e", metavar="PATH",
+        help="History: .parquet, .jsonl or .csv files or directories, local or any Hadoop "
+        "URI (repeatable; read in order as one stream).")],
+    output: Annotated[str, typer.Option("--output", "--out", "-o", metavar="DIR",
+                                        help="Where composite events go (a Parquet "
+                                        "directory, local or any Hadoop URI).")],
+    master: Annotated[str, typer.Option(metavar="URL", help="Spark master.")] = "local[*]",
+    partitions: Annotated[int | None, typer.Option(min=1, help="Spark partitions per keyed "
+                                                   "query group (default: the cores Spark "
+                                                   "has).")] = None,
+    dead_letters: Annotated[str | None, typer.Option(
+        "--dead-letters", metavar="DIR", help="Where dead letters go (Parquet; default "
+        "OUTPUT_dead_letters).")] = None,
+    to_kafka: Annotated[str | None, typer.Option("--to-kafka", metavar="TOPIC",
+                                                 help="Also produce the composite events to "
+                                                 "this topic.")] = None,
+    bootstrap: Annotated[str | None, typer.Option(metavar="HOST:PORT", help="Kafka bootstrap "
+                                                  "servers (default: $KAFKA_BOOTSTRAP).")]
+    = None,
+    schema: SchemaOption = None,
+) -> None:
+    """Run the queries over history with Spark; composite events as Parquet."""
+
+    def body():
+        from services.extras import require
+
+        require("pyspark", "spark", "cep backfill")
+        from cep_core.event_io import InputError
+        from services.backfill.job import run_backfill, spark_session
+
+        queries = load_query_file(query_file, schema_registry(schema))
+        if to_kafka and not (bootstrap or os.environ.get("KAFKA_BOOTSTRAP")):
+            raise CliError("--to-kafka needs a broker: pass --bootstrap or set "
+                           "KAFKA_BOOTSTRAP", 2)
+        spark = spark_session(master, shuffle_partitions=partitions)
+        try:
+            result = run_backfill(spark, queries, inputs, output, dead_letters=dead_letters,
+                                  partitions=partitions, console=stderr, to_kafka=to_kafka,
+                                  bootstrap=bootstrap)
+        except (InputError, ValueError) as e:
+            raise CliError(str(e)) from None
+        stderr.print(result.summary(), markup=False)
+
+    guard(body)
+
+
+app.add_typer(gpu_app, name="gpu")
+app.add_typer(fpga_app, name="fpga")
+register_service_commands(app, bench_app, guard, CliError)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,274 @@
+"""Typer commands of the streaming service: `cep serve`, `cep demo`, `cep bench e2e`,
+`cep bench cores` (and, from services/cli/live.py, `cep query` and `cep stream`).
+Registered on the main app by services/cli/main.py.
+
+Every option also reads an environment variable (CEP_STREAM, CEP_PARTITIONS, ...;
+KAFKA_BOOTSTRAP for the broker); extra librdkafka settings come from CEP_KAFKA_* variables
+or `--kafka-config`.
+"""
+
+from __future__ import annotations
+
+import logging.config
+from enum import StrEnum
+from typing import Annotated
+
+import orjson
+import typer
+
+from services.cli.common import (
+    Bootstrap,
+    Control,
+    KafkaConfig,
+    Partitions,
+    SchemaPaths,
+    Source,
+    Stream,
+    TopicPrefix,
+    export_schema_paths,
+    kafka_settings,
+)
+
+Coordinators = Annotated[int, typer.Option(
+    envvar="CEP_COORDINATORS", min=1, help="Coordinator shards (docs/scaling.md); every "
+    "role must be given the same count.")]
+
+
+class Role(StrEnum):
+    splitter = "splitter"
+    worker = "worker"
+    coordinator = "coordinator"
+    api = "api"
+    all = "all"
+
+
+def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None:
+    """Add the service commands to the `cep` app (guard: cli's error handling); `cep query`
+    and `cep stream` come from services/cli/live.py."""
+    from services.cli import live as live_cli
+
+    live_cli.register(app, guard, cli_error)
+
+    @app.command()
+    def serve(
+        role: Annotated[Role, typer.Argument(help="splitter, worker, coordinator, api (HTTP "
+                                             "API and web console), or all (one process "
+                                             "per role; the API with --api-port).")],
+        bootstrap: Bootstrap = "127.0.0.1:9092",
+        stream: Stream = "trades",
+        partitions: Partitions = 4,
+        workers: Annotated[int, typer.Option(envvar="CEP_WORKERS", min=1,
+                                             help="all: how many worker processes.")] = 1,
+        coordinators: Coordinators = 1,
+        shard: Annotated[int, typer.Option(
+            envvar="CEP_COORDINATOR_SHARD", min=0, help="coordinator: which shard this "
+            "process is, 0 to --coordinators - 1 (all: one process per shard).")] = 0,
+        pulse_ms: Annotated[int, typer.Option(envvar="CEP_PULSE_MS", min=1,
+                                              help="Pulse cadence of the splitter.")] = 100,
+        linger_ms: Annotated[float, typer.Option(envvar="CEP_LINGER_MS", min=0, help=
+                                                 "splitter: after a batch's first record, "
+                                                 "wait this long for more.")] = 5,
+        source: Source = "",
+        control: Control = "",
+        topic_prefix: TopicPrefix = "",
+        kafka_config: KafkaConfig = None,
+        allowed_lateness_ms: Annotated[int, typer.Option(
+            envvar="CEP_ALLOWED_LATENESS_MS", min=0, help="splitter: reorder events within "
+            "this lateness per source partition; later ones go to cep.<stream>.late (0: no "
+            "reordering; engines dead-letter time going backwards).")] = 0,
+        idle_timeout_ms: Annotated[int, typer.Option(
+            envvar="CEP_IDLE_TIMEOUT_MS", min=0, help="worker: evict the state of keys idle "
+            "this long in event time (at least each query's window; 0: never).")] = 3_600_000,
+        metrics_port: Annotated[int, typer.Option(envvar="CEP_METRICS_PORT", help=
+                                                  "Prometheus metrics port (0: off; all: "
+                                                  "each process gets the next port).")] = 0,
+        web_port: Annotated[int, typer.Option(envvar="CEP_WEB_PORT", help="splitter: port "
+                                              "of the Faust web server (GET /status/).")]
+        = 6066,
+        replication_factor: Annotated[int, typer.Option(
+            envvar="CEP_REPLICATION_FACTOR", min=1, help="Replication factor of the topics "
+            "the services create (internal topics, INTO topics).")] = 1,
+        schema: SchemaPaths = None,
+        api_port: Annotated[int, typer.Option(envvar="CEP_API_PORT", min=0, help="api: its "
+                                              "port (default 8080); all: also run the API "
+                                              "on this port (0: not).")] = 0,
+        api_host: Annotated[str | None, typer.Option(
+            envvar="CEP_API_HOST", metavar="ADDR", help="api: the address to listen on "
+            "(default 0.0.0.0 with CEP_API_TOKEN set, else 127.0.0.1, the only one allowed "
+            "without a token).")] = None,
+        api_metrics: Annotated[list[str] | None, typer.Option(
+            "--api-metrics", metavar="URL", help="api: a service's Prometheus endpoint to "
+            "read per-query partial matches from (repeatable).")] = None,
+    ) -> None:
+        """Run a service of the streaming pipeline until SIGTERM (finishes its batch,
+        commits, exits 0)."""
+
+        def body():
+            from services.stream.kafka import Topics
+            from services.stream.metrics import Metrics
+            from services.stream.pipeline import create_topics
+            from services.stream.serve import ROLE, logging_config, run_all, stop_flag
+
+            export_schema_paths(schema, cli_error)
+            settings = kafka_settings(bootstrap, kafka_config)
+            settings.replication_factor = replication_factor
+            topics = Topics(stream, source, control, topic_prefix, coordinators)
+            if shard >= coordinators:
+                raise cli_error(f"--shard {shard}: not below --coordinators {coordinators}", 2)
+            if role is Role.all:  # the children inherit CEP_SCHEMA_PATH
+                stopping = stop_flag()
+                create_topics(settings, topics, partitions)
+                common = ["--bootstrap", settings.bootstrap, "--stream", stream,
+                          "--partitions", str(partitions), "--pulse-ms", str(pulse_ms),
+                          "--linger-ms", str(linger_ms),
+                          "--source", topics.source, "--control", topics.control,
+                          "--topic-prefix", topic_prefix, "--web-port", str(web_port),
+                          "--allowed-lateness-ms", str(allowed_lateness_ms),
+                          "--idle-timeout-ms", str(idle_timeout_ms),
+                          "--replication-factor", str(replication_factor),
+                          "--coordinators", str(coordinators)]
+                if kafka_config is not None:  # every client gets the security settings
+                    common += ["--kafka-config", str(kafka_config)]
+                roles = [("splitter", [])] + [("worker", [])] * workers + \
+                    [("coordinator", ["--shard", str(k)]) for k in range(coordinators)]
+                plan = [(r, common + (["--metrics-port", str(metrics_port + i)]
+                                      if metrics_port else []) + extra)
+                        for i, (r, extra) in enumerate(roles)]
+                if api_port:  # the API reads the others' metrics
+                    urls = [f"--api-metrics=http://127.0.0.1:{metrics_port + i}/metrics"
+                            for i in range(len(roles))] if metrics_port else []
+                    plan.append(("api", common + ["--api-port", str(api_port)] + urls +
+                                 (["--api-host", api_host] if api_host else [])))
+                raise typer.Exit(run_all(plan, stopping))
+            ROLE["name"] = role.value
+            logging.config.dictConfig(logging_config())
+            if role is Role.api:
+                _serve_api(settings, topics, api_host, api_port or 8080, api_metrics,
+                           cli_error)
+                return
+            metrics = Metrics(role.value, metrics_port)
+            if role is Role.splitter:  # a Faust app: Faust handles the signals
+                from cep_core.home import state_dir
+                from services.stream.splitter import Splitter
+                from services.stream.splitter_app import serve_splitter
+                datadir = state_dir("faust")  # first: a folder that cannot be made fails fast
+                create_topics(settings, topics, partitions)
+                splitter = Splitter(settings, topics, partitions, pulse_ms, metrics=metrics,
+                                    linger_ms=linger_ms,
+                                    allowed_lateness_ms=allowed_lateness_ms)
+                raise typer.Exit(serve_splitter(splitter, web_port, datadir))
+            stopping = stop_flag()
+            if role is Role.worker:
+                from services.stream.worker import Worker
+                Worker(settings, topics, metrics=metrics,
+                       idle_timeout_ms=idle_timeout_ms or None).run(stopping)
+            else:
+                from services.stream.coordinator import Coordinator
+                Coordinator(settings, topics, partitions, metrics=metrics,
+                            shard=shard).run(stopping)
+
+        guard(body)
+
+    @app.command()
+    def demo(
+        count: Annotated[int, typer.Option("--count", "--events", "-n", min=1, metavar="N",
+                                           help="How many trades (--events N: the old "
+                                           "name).")] = 20000,
+        workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 2,
+        coordinators: Annotated[int, typer.Option(min=1, help="Coordinator shards (its "
+                                                  "two INTO topics go to different shards "
+                                                  "with 2).")] = 1,
+        verify: Annotated[bool, typer.Option("--verify", help="Non-interactive: compare "
+                                             "with the reference interpreter; exit 1 if "
+                                             "different.")] = False,
+        rate: Annotated[float | None, typer.Option(
+            min=0, help="Events/s to produce (0: as fast as possible; default: 0 with "
+            "--verify, else 2000).")] = None,
+        bootstrap: Annotated[str | None, typer.Option(
+            "--bootstrap", envvar="KAFKA_BOOTSTRAP", metavar="HOST:PORT",
+            help="A broker (default: start the embedded one).")] = None,
+        api_port: Annotated[int, typer.Option(
+            min=0, help="The API and web console on 127.0.0.1 at this port (a free one if "
+            "taken; 0: none; default: 8080, none with --verify).")] = 8080,
+        hold: Annotated[bool, typer.Option(
+            "--hold", help="Keep the pipeline and the console up after the trades, until "
+            "Ctrl-C.")] = False,
+    ) -> None:
+        """The streaming pipeline end to end on a synthetic trade stream."""
+
+        def body():
+            from rich.console import Console
+
+            from services.stream.demo import ServiceFailed, run_demo
+            from services.stream.serve import exit_on_signals
+
+            exit_on_signals()  # SIGTERM/SIGHUP stop the services and broker, as Ctrl-C does
+            chosen = rate if rate is not None else (0 if verify else 2000)
+            try:
+                ok = run_demo(count, workers, verify, bootstrap, chosen, Console(),
+                              0 if verify else api_port, hold, coordinators)
+            except ServiceFailed as e:
+                raise cli_error(str(e)) from None
+            if not ok:
+                raise typer.Exit(1)
+
+        guard(body)
+
+    @bench_app.command("e2e")
+    def e2e(
+        count: Annotated[int, typer.Option("--count", "--events", "-n", min=1000, metavar="N",
+                                           help="How many events (--events N: the old "
+                                           "name).")] = 200_000,
+        workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 1,
+        coordinators: Annotated[int, typer.Option(min=1, help="Coordinator shards.")] = 1,
+        latency_s: Annotated[float, typer.Option(help="Seconds of the latency run.")] = 8,
+        latency_rate: Annotated[float | None, typer.Option(
+            min=0, help="Events/s of the latency run (default: half of events_per_s).")] =
+        None,
+        bootstrap: Annotated[str | None, typer.Option(
+            "--bootstrap", envvar="KAFKA_BOOTSTRAP", metavar="HOST:PORT",
+            help="A broker (default: start the embedded one).")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+    ) -> None:
+        """Source topic to composite-event topic throughput and latency (M-shape)."""
+
+        def body():
+            from bench.e2e import run_bench
+
+            result = run_bench(count, workers, bootstrap, latency_s, latency_rate or 0,
+                               coordinators)
+            print(orjson.dumps(result).decode() if as_json else result)
+
+        guard(body)
+
+    @bench_app.command("cores")
+    def cores(
+        count: Annotated[int, typer.Option("--count", "-n", min=20000, metavar="N",
+                                           help="How many events.")] = 200_000,
+        batch: Annotated[int, typer.Option(min=1, help="Messages per splitter step.")] =
+        20_000,
+        as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+    ) -> None:
+        """Each service's core alone, fed from memory (no broker): splitter events/s (JSON
+        and framed), worker events/s, coordinator composites/s (M-shape)."""
+
+        def body():
+            from bench.cores import run_bench
+
+            result = run_bench(count, batch)
+            print(orjson.dumps(result).decode() if as_json else result)
+
+        guard(body)
+
+def _serve_api(settings, topics, host, port, metrics_urls, cli_error) -> None:
+    import os
+
+    from services.api.app import TOKEN_ENV, ApiConfig, bind_host, serve_api
+
+    token = os.environ.get(TOKEN_ENV) or None
+    try:
+        bind_host(host, token)
+    except ValueError as e:
+        raise cli_error(str(e), 2) from None
+    serve_api(ApiConfig(settings, topics.prefix, topics.control, token,
+                        metrics_urls=metrics_urls or []), host, port)

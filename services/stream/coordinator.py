@@ -1,0 +1,441 @@
+"""The coordinator: merges the workers' composite events by sequence number.
+
+It reads every partition of the match topic (one per keyed partition, in order) and
+tracks, per partition, `upto` (processed up to that seq) and the stream time `ts` there.
+A composite event with seq s is final once no partition can still produce one with a
+smaller sort key:
+
+- MATCH (horizon 0): every partition has passed s.
+- Queries that report late (SEQ windows, time windows; horizon H in time units): the
+  slowest partition's stream time T is such that every event up to s had time < T - H.
+- Unbounded horizons (count windows, windows over another attribute): end of input.
+
+Final composite events go out in `cep_core.composite.sort_key` order (with the query's
+index in the live query set) to their query's INTO topic, one JSON per message, key = the
+composite's key as JSON. Content and order do not depend on the number of workers.
+
+Effectively once: each INTO topic is written in sort-key order, so the last key released
+to it is its position; a composite at or below it is a repeat (a worker replaying from its
+checkpoint) and is dropped. Every `checkpoint_ms` the coordinator flushes its output, then
+writes its whole merge state (match-topic offsets, pending composites, per-partition
+watermarks, the released position and delivered offset of each INTO topic) to the state
+topic under the key `coordinator`. A restarted coordinator loads it, reads each INTO topic
+after the checkpointed offset for records it wrote later (header `cep.pipeline`), moves the
+released position past them, and resumes the match topic at the checkpointed offsets. No
+Kafka transactions: tansu delivers aborted records (docs/broker.md).
+
+Shards (`Topics.shards`, docs/scaling.md): shard k of S reads its own match topic
+(`Topics.matches_of(k)`), to which the workers send the composites of the INTO topics
+`Topics.shard_of` gives k, and every pulse, end and control frame. Each INTO topic thus has
+one writer, so the order and no-repeat reasoning above holds per shard unchanged; each shard
+checkpoints under its own key (`coordinator.<k>`). Shard 0 alone reports applied changes and
+live queries; each shard reports its end of input (`shard` in the record).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+import time
+from collections import deque
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from cep_core import snapshot_format
+from cep_core.composite import sort_key
+from services.stream import frames
+from services.stream.checkpoint import PIPELINE_HEADER, read_latest, written_since
+from cep_core.control_message import INFINITE, STREAM, LiveRegistry, check_query, horizon
+from services.stream.control import StatusWriter, learned_live
+from services.stream.frames import Frame
+from services.stream.kafka import (BOUNDED_CONSUMER, BOUNDED_PRODUCER, Deliveries, KafkaSettings,
+                            Topics, consume_batch, ensure_topics, produce)
+from services.stream.metrics import Metrics
+from services.stream.serve import log, profiled
+
+
+STATE_KEY = b"coordinator"  # the checkpoint key with one shard (Topics.coordinator_name)
+
+
+class QueryInfo:
+    def __init__(self, name: str, index: int, output: str, horizon_: int | None,
+                 text: str = ""):
+        self.name, self.index, self.output, self.horizon = name, index, output, horizon_
+        self.text = text
+
+
+class Merger:
+    """The release logic, without Kafka: feed frames, take what is final."""
+
+    def __init__(self, partitions: int, stream: str, registry=None):
+        self.partitions = partitions
+        self.stream = stream
+        self.registry = registry if isinstance(registry, LiveRegistry) else \
+            LiveRegistry(registry)
+        self.upto = [-1] * partitions
+        self.pulses: deque[tuple[int, int]] = deque()  # (upto, ts), increasing upto
+        self.ends: dict[int, set[int]] = {}  # end-of-input seq -> partitions that reached it
+        self.queries: dict[str, QueryInfo] = {}
+        self.pending: dict[str, list] = {}  # output topic -> heap
+        self.counter = itertools.count()
+        self.control_seen: dict[tuple, set[int]] = {}
+        self.live_events: list[dict] = []  # (name, op, at, latency) once all partitions had it
+        self.ended: list[int] = []  # ends of input whose composite events are all released
+        self.received = 0  # composite events fed
+        self.released: dict[str, tuple] = {}  # output -> (sort key, composite, query index)
+        self.repeats = 0  # composite events dropped as already released
+
+    def feed(self, frame: Frame) -> None:
+        part = frame.get("part")
+        if frame.kind == frames.CONTROL:
+            self._control(frame, part)
+            return
+        if frame.payload:
+            composites = orjson.loads(frame.payload)
+            self.received += len(composites)
+            for composite in composites:
+                info = self.queries.get(composite["query"])
+                if info is None:
+                    continue
+                key = sort_key(composite, info.index)
+                heapq.heappush(self.pending.setdefault(info.output, []),
+                               (key, next(self.counter), composite))
+        upto, ts = frame.get("upto"), frame.get("ts")
+        if upto is None or upto < self.upto[part]:
+            return
+        self.upto[part] = upto
+        if ts is not None and (not self.pulses or upto > self.pulses[-1][0]):
+            self.pulses.append((upto, ts))
+        if frame.kind == frames.END:
+            self.ends.setdefault(upto, set()).add(part)
+
+    def _control(self, frame: Frame, part: int) -> None:
+        change = frames.json_payload(frame)
+        if change["op"] == "set":
+            for entry in change.get("streams", []):
+                self.registry.learn(entry["name"], entry["text"], entry["version"])
+        elif change.get("kind") == STREAM:
+            self.registry.learn(change["name"], change["text"], change["version"])
+        entries = change["queries"] if change["op"] == "set" else \
+            [] if change.get("kind") == STREAM else [change]
+        for entry in entries:
+            if entry.get("text"):
+                self._add_query(entry)
+        marker = (change["op"], change.get("key") or change.get("name"), frame.get("at"))
+        seen = self.control_seen.setdefault(marker, set())
+        seen.add(part)
+        if len(seen) == self.partitions:
+            del self.control_seen[marker]
+            sent = frame.get("sent_ms")
+            changes = change.get("changes", []) if change["op"] == "set" else \
+                [{k: change[k] for k in ("key", "offset", "kind", "op", "name")}] \
+                if "key" in change else []
+            self.live_events.append({"op": change["op"], "name": change.get("name"),
+                                     "kind": change.get("kind", "query"),
+                                     "at": frame.get("at"), "latency_ms": None if sent is None
+                                     else round(time.time() * 1000 - sent, 1),
+                                     "changes": changes})
+
+    def summary(self) -> dict:
+        """What is live here: query names with their index, stream versions."""
+        return {"queries": {q.name: q.index for q in self.queries.values()},
+                "streams": self.registry.versions()}
+
+    def _add_query(self, entry: dict) -> None:
+        checked = check_query(entry["name"], entry["text"], self.registry)
+        self.queries[entry["name"]] = QueryInfo(entry["name"], entry["index"],
+                                                checked.query.output, horizon(checked),
+                                                entry["text"])
+
+    def mark_released(self, output: str, composite: dict, index: int) -> None:
+        """Record that `composite` is on `output` (found there after a restart)."""
+        key = sort_key(composite, index)
+        if output not in self.released or self.released[output][0] < key:
+            self.released[output] = (key, composite, index)
+
+    # ------------------------------------------------------------ checkpoints
+
+    def state(self) -> dict:
+        return {"upto": self.upto, "pulses": list(self.pulses),
+                "ends": [[e, sorted(p)] for e, p in self.ends.items()],
+                "queries": [{"name": q.name, "index": q.index, "text": q.text}
+                            for q in self.queries.values()],
+                "pending": {o: [[c, k[1]] for k, _, c in sorted(h)]
+                            for o, h in self.pending.items()},
+                "control_seen": [[list(m), sorted(p)] for m, p in self.control_seen.items()],
+                "ended": self.ended, "received": self.received,
+                "released": {o: [c, i] for o, (_, c, i) in self.released.items()}}
+
+    def load_state(self, state: dict) -> None:
+        self.upto = state["upto"]
+        self.pulses = deque(tuple(p) for p in state["pulses"])
+        self.ends = {e: set(p) for e, p in state["ends"]}
+        self.queries = {}
+        for entry in state["queries"]:
+            self._add_query(entry)
+        self.pending = {}
+        for output, entries in state["pending"].items():
+            self.pending[output] = [(sort_key(c, i), next(self.counter), c) for c, i in entries]
+            heapq.heapify(self.pending[output])
+        self.control_seen = {tuple(m): set(p) for m, p in state["control_seen"]}
+        self.ended, self.received = state["ended"], state["received"]
+        self.released = {}
+        for output, (composite, index) in state["released"].items():
+            self.mark_released(output, composite, index)
+
+    def bound(self, output: str) -> int:
+        """The largest seq up to which composite events for `output` are final."""
+        low = min(self.upto)
+        ended = max(self.ended, default=-1)
+        horizons = [q.horizon for q in self.queries.values() if q.output == output]
+        if any(h is INFINITE for h in horizons):
+            return ended
+        widest = max(horizons, default=0)
+        if widest == 0:
+            return max(low, ended)
+        now = next((ts for upto, ts in reversed(self.pulses) if upto <= low), None)
+        if now is None:
+            return ended
+        final = max([upto for upto, ts in self.pulses if upto <= low and ts < now - widest],
+                    default=-1)
+        return max(final, ended)
+
+    def release(self) -> list[tuple[str, dict]]:
+        for end in sorted(e for e, parts in self.ends.items() if len(parts) == self.partitions):
+            del self.ends[end]
+            self.ended.append(end)
+        out = []
+        for output, heap in self.pending.items():
+            if not heap:
+                continue
+            limit = self.bound(output)
+            last = self.released.get(output)
+            while heap and heap[0][0][0] <= limit:
+                key, _, composite = heapq.heappop(heap)
+                if last is not None and key <= last[0]:
+                    self.repeats += 1
+                    continue
+                last = (key, composite, key[1])
+                out.append((output, composite))
+            if last is not None:
+                self.released[output] = last
+        self._prune()
+        return out
+
+    def _prune(self) -> None:
+        """Keep the pulses a bound can still need."""
+        widest = max([q.horizon or 0 for q in self.queries.values()], default=0)
+        low = min(self.upto)
+        now = next((ts for upto, ts in reversed(self.pulses) if upto <= low), None)
+        if now is None:
+            return
+        while len(self.pulses) > 2 and self.pulses[1][0] <= low and \
+                self.pulses[1][1] < now - widest:
+            self.pulses.popleft()
+
+
+class Coordinator:
+    def __init__(self, settings: KafkaSettings, topics: Topics, partitions: int = 4,
+                 registry=None, metrics: Metrics | None = None, on_output=None,
+                 checkpoint_ms: int | None = None, max_pending: int = 200_000,
+                 shard: int = 0):
+        if not 0 <= shard < topics.shards:
+            raise ValueError(f"shard {shard} of {topics.shards}: not in 0..{topics.shards - 1}")
+        self.settings = settings
+        self.topics = topics
+        self.partitions = partitions
+        self.shard = shard
+        self.name = topics.coordinator_name(shard)
+        self.matches = topics.matches_of(shard)
+        self.state_key = self.name.encode()
+        self.merger = Merger(partitions, topics.stream, registry)
+        self.status = StatusWriter(topics.status, "coordinator")
+        self.metrics = metrics or Metrics("coordinator", 0)
+        self.metrics.shard.labels(str(topics.shards)).set(shard)
+        self.on_output = on_output
+        self.reported_ends = 0
+        self.lived: list[dict] = []  # every query change once all partitions switched
+        # backpressure: beyond this many composite events waiting to be final, partitions
+        # ahead of the slowest pause until it catches up (the slowest is never paused)
+        self.max_pending = max_pending
+        self.paused: set[int] = set()
+        self.pauses = 0
+        self.checkpoint_s = (checkpoint_ms or int(os.environ.get("CEP_CHECKPOINT_MS",
+                                                                 1000))) / 1000
+        self.pipeline = topics.group("coordinator")
+        self.offsets = [OFFSET_BEGINNING] * partitions  # next match-topic offset per partition
+        self.delivered: dict[str, int] = {}  # output topic -> offset of its last record
+        self.scanned: set[str] = set()  # outputs whose released position is known
+        self.saved = None  # offsets of the last checkpoint
+        self.deliveries = Deliveries(also=self._delivered)
+
+    def _delivered(self, err, message) -> None:
+        if err is None and message.topic() in self.scanned:
+            self.delivered[message.topic()] = max(self.delivered.get(message.topic(), -1),
+                                                  message.offset())
+
+    def restore(self) -> None:
+        """Load the newest checkpoint, if any."""
+        started = time.perf_counter()
+        data = read_latest(self.settings, self.topics.state).get(self.state_key)
+        if data is not None:
+            state = snapshot_format.unpack_json("coordinator", data)
+            self.merger.load_state(state["merger"])
+            self.offsets = state["offsets"]
+            self.delivered = state["delivered"]
+            self.reported_ends = state["reported_ends"]
+            self.saved = list(self.offsets)
+        self._scan_outputs()
+        log("coordinator_restored", shard=self.shard, checkpoint=data is not None,
+            offsets=self.offsets,
+            restore_ms=round((time.perf_counter() - started) * 1000, 1))
+
+    def _scan_outputs(self) -> None:
+        """Find the released position of outputs not scanned yet: what this pipeline wrote
+        to them after the last checkpoint."""
+        mine = {q.output for q in self.merger.queries.values()
+                if self.topics.shard_of(q.output) == self.shard}
+        for output in mine - self.scanned:
+            self._ensure_output(output)
+            found = written_since(self.settings, output, self.delivered.get(output, -1),
+                                  self.pipeline)
+            for message in found:
+                index = int(dict(message.headers())["cep.index"])
+                self.merger.mark_released(output, orjson.loads(message.value()), index)
+                self.delivered[output] = message.offset()
+            self.scanned.add(output)
+
+    def _ensure_output(self, output: str) -> None:
+        """An INTO topic that does not exist yet is made with one partition (left to the
+        broker's auto-creation it gets the broker's default: 4 on tansu). A restart reads
+        back partition 0 alone (`written_since`), so a topic of several partitions loses the
+        no-repeat guarantee for composites released since the last checkpoint: warn."""
+        count = ensure_topics(self.settings, {output: 1}, any_count=(output,))[output]
+        if count > 1:
+            log("into_topic_partitions", level="warning", topic=output, partitions=count,
+                detail="after a coordinator restart, composites released since its last "
+                "checkpoint to partitions other than 0 may be written again")
+
+    def checkpoint(self, producer) -> None:
+        if self.offsets == self.saved:
+            return
+        producer.flush(30)
+        if self.deliveries.failed is not None:  # stop before the checkpoint skips them
+            log("delivery_failed", level="error", error=self.deliveries.failed)
+            self.deliveries.check()
+        state = {"offsets": self.offsets, "merger": self.merger.state(),
+                 "delivered": self.delivered, "reported_ends": self.reported_ends}
+        produce(producer, self.topics.state, snapshot_format.pack_json("coordinator", state),
+                key=self.state_key)
+        if producer.flush(30):
+            log("checkpoint_not_flushed", level="warning")
+            return
+        self.saved = list(self.offsets)
+
+    def run(self, stopping) -> None:
+        producer = self.settings.producer(on_delivery=self.deliveries, **BOUNDED_PRODUCER)
+        # the control topic's streams before the checkpoint's queries that read them
+        self.merger.registry = learned_live(self.settings, self.topics.control,
+                                            self.topics.stream, self.merger.registry).registry
+        self.restore()
+        self.status.presence(producer, "up", live=self.merger.summary())
+        consumer = self.settings.consumer(self.topics.group(self.name), **BOUNDED_CONSUMER)
+        consumer.assign([TopicPartition(self.matches, p, self.offsets[p])
+                         for p in range(self.partitions)])
+        log("coordinator_started", stream=self.topics.stream, partitions=self.partitions,
+            shard=self.shard, shards=self.topics.shards)
+        last_lag = 0.0
+        last_checkpoint = time.monotonic()
+        try:
+            with profiled("coordinator"):
+                while not stopping.is_set():
+                    messages = consume_batch(consumer, 5000, 0.05)
+                    if time.monotonic() - last_lag > 1:
+                        self.metrics.observe_lag(consumer)
+                        self.metrics.queries.set(len(self.merger.queries))
+                        last_lag = time.monotonic()
+                    if time.monotonic() - last_checkpoint > self.checkpoint_s:
+                        self.checkpoint(producer)
+                        last_checkpoint = time.monotonic()
+                    if not messages:
+                        continue
+                    started = time.perf_counter()
+                    self.handle(messages, producer)
+                    self.metrics.batch_seconds.observe(time.perf_counter() - started)
+                    self._backpressure(consumer)
+            self.checkpoint(producer)
+        finally:
+            self.status.presence(producer, "down")
+            producer.flush(30)
+            consumer.close()
+            log("coordinator_stopped", repeats_dropped=self.merger.repeats)
+
+    def pending(self) -> int:
+        return sum(len(heap) for heap in self.merger.pending.values())
+
+    def _backpressure(self, consumer) -> None:
+        """Pause the partitions ahead of the slowest while too many composite events wait;
+        resume those that fell back to the slowest, and all once half the bound is left."""
+        low = min(self.merger.upto)
+        waiting = self.pending()
+        behind = set(self.paused) if waiting <= self.max_pending // 2 else \
+            {p for p in self.paused if self.merger.upto[p] <= low}
+        if behind:
+            consumer.resume([TopicPartition(self.matches, p) for p in behind])
+            self.paused -= behind
+        if waiting > self.max_pending:
+            ahead = {p for p, upto in enumerate(self.merger.upto) if upto > low} - self.paused
+            if ahead:
+                consumer.pause([TopicPartition(self.matches, p) for p in ahead])
+                self.paused |= ahead
+                self.pauses += 1
+                self.metrics.paused.inc()
+
+    def handle(self, messages, producer) -> None:
+        received = self.merger.received
+        for message in messages:
+            if message.error():
+                continue
+            self.offsets[message.partition()] = message.offset() + 1
+            frame = frames.frame_of(message)
+            if frame is not None:
+                self.merger.feed(frame)
+        self._scan_outputs()
+        released = self.merger.release()
+        for output, composite in released:
+            index = self.merger.queries[composite["query"]].index
+            produce(producer, output, orjson.dumps(composite),
+                    key=orjson.dumps(composite.get("key")),
+                    headers=[(PIPELINE_HEADER, self.pipeline.encode()),
+                             ("cep.index", str(index).encode())])
+        if self.on_output is not None and released:
+            self.on_output(released)
+        for event in self.merger.live_events:
+            self.lived.append(event)
+            changes = event.pop("changes")
+            if self.shard != 0:  # every shard sees every change: one of them says so
+                continue
+            if event["kind"] != STREAM:
+                log("query_live", **event)
+                produce(producer, self.topics.status, orjson.dumps(
+                    {"event": "query_live", **event}))
+            for change in changes:
+                self.status.outcome(producer, change, "applied", at=event["at"],
+                                    partitions=self.partitions,
+                                    latency_ms=event["latency_ms"], live=self.merger.summary())
+        self.merger.live_events.clear()
+        shard = {"shard": self.shard, "shards": self.topics.shards} \
+            if self.topics.shards > 1 else {}
+        for end in self.merger.ended[self.reported_ends:]:
+            log("end_of_input_released", upto=end, **shard)
+            produce(producer, self.topics.status, orjson.dumps(
+                {"event": "end_of_input", "upto": end, **shard}))
+        ended = len(self.merger.ended) != self.reported_ends
+        self.reported_ends = len(self.merger.ended)
+        self.metrics.events_in.inc(self.merger.received - received)
+        self.metrics.events_out.inc(len(released))
+        if ended:  # the end's composite events and status now, not after the linger
+            producer.flush(30)
+        producer.poll(0)

@@ -1,0 +1,214 @@
+"""Prometheus metrics of one service (prometheus-client, a private registry per service so
+threads in one process each have theirs), served on `--metrics-port` (0: off).
+
+Every role: events in/out, dead letters, batch seconds, consumer lag (from the fetch
+high-watermarks, not ListOffsets: see docs/broker.md), partitions held, live queries.
+Workers also export, per query, the engines' own counts (`cep_engine_state`, from each
+engine's metrics) and its live partial matches (`cep_partial_matches`) where the engine
+has a count: SEQ by incremental automata: live instances; SEQ by delayed processing:
+pending matches; MATCH: keys holding partial matches.
+
+The same port answers `GET /healthz` (200 while the process serves) and `GET /readyz`
+(200 once connected, assigned and caught up, else 503; both JSON): see `Readiness`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import orjson
+
+from services.stream.serve import log
+
+READY_MAX_LAG_ENV = "CEP_READY_MAX_LAG"
+
+
+@dataclass
+class Readiness:
+    """What `/readyz` reports, from the service's periodic lag observation: `connected`
+    (a fetch of every assigned partition was answered), `assigned` (it holds partitions,
+    or, for a worker in a group, its group gave it an assignment even if empty), `lag`
+    (messages behind the fetch high-watermarks; caught up: at most `max_lag`,
+    CEP_READY_MAX_LAG, default 10000)."""
+
+    connected: bool = False
+    assigned: bool = False
+    joined: bool = False  # a group member's assignment came (it may hold no partition)
+    lag: int | None = None
+    observed_at: float | None = None
+    max_lag: int = 10_000
+
+    def ready(self) -> bool:
+        return self.connected and self.assigned and self.lag is not None and \
+            self.lag <= self.max_lag
+
+    def to_json(self) -> dict:
+        age = None if self.observed_at is None else round(time.monotonic() - self.observed_at,
+                                                          3)
+        return {"ready": self.ready(), "connected": self.connected, "assigned": self.assigned,
+                "lag": self.lag, "max_lag": self.max_lag, "observed_s_ago": age}
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, *args) -> None:  # scrapes and probes are not worth a log line
+        pass
+
+
+def serve_http(port: int, registry, readiness: Readiness, role: str):
+    """Prometheus metrics, /healthz and /readyz on 0.0.0.0:port in a daemon thread."""
+    from prometheus_client import make_wsgi_app
+
+    metrics_app = make_wsgi_app(registry)
+
+    def app(environ, start_response):
+        path = environ.get("PATH_INFO", "")
+        if path not in ("/healthz", "/readyz"):
+            return metrics_app(environ, start_response)
+        body = {"role": role, "alive": True} if path == "/healthz" else \
+            {"role": role, **readiness.to_json()}
+        ok = path == "/healthz" or body["ready"]
+        start_response("200 OK" if ok else "503 Service Unavailable",
+                       [("Content-Type", "application/json")])
+        return [orjson.dumps(body)]
+
+    server = make_server("0.0.0.0", port, app, _Server, _QuietHandler)
+    threading.Thread(target=server.serve_forever, name=f"metrics-{role}", daemon=True).start()
+    return server
+
+
+class Metrics:
+    def __init__(self, role: str, port: int = 0):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry()
+        labels = {"registry": self.registry}
+        self.events_in = Counter("cep_events_in", "Events taken in", **labels)
+        self.events_out = Counter("cep_events_out", "Composite events (splitter: events "
+                                  "routed to keyed partitions) sent", **labels)
+        self.dead_letters = Counter("cep_dead_letters", "Records sent to dead letters",
+                                    **labels)
+        self.late_events = Counter("cep_late_events", "Events later than the allowed "
+                                   "lateness, sent to the late-events topic", **labels)
+        self.evicted_keys = Gauge("cep_evicted_keys", "Idle keys whose state the engines "
+                                  "evicted (summed over queries and partitions)", **labels)
+        self.strings = Gauge("cep_strings", "Strings in the workers' string dictionaries "
+                             "(summed over partitions and routes)", **labels)
+        self.strings_dropped = Counter("cep_strings_dropped", "Strings dropped from the "
+                                       "dictionaries at checkpoints (keys gone for good)",
+                                       **labels)
+        self.paused = Counter("cep_consumer_pauses", "Times consumption paused for "
+                              "backpressure (output queue or pending results full)", **labels)
+        self.batch_seconds = Histogram(
+            "cep_batch_seconds", "Time to handle one consumed batch", **labels,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
+        self.lag = Gauge("cep_consumer_lag", "Messages behind the fetch high-watermark",
+                         **labels)
+        self.partitions = Gauge("cep_partitions", "Partitions held (worker: assigned keyed "
+                                "partitions; splitter, coordinator: partitions read)",
+                                **labels)
+        self.queries = Gauge("cep_live_queries", "Live queries", **labels)
+        self.partial_matches = Gauge("cep_partial_matches", "Live partial matches of a "
+                                     "query, summed over partitions", ["query"], **labels)
+        self.engine_state = Gauge("cep_engine_state", "An engine's own count (its metrics), "
+                                  "summed over partitions", ["query", "measure"], **labels)
+        self.shard = Gauge("cep_coordinator_shard", "coordinator: this process's shard (the "
+                           "value) of how many (`shards` label); every other metric of the "
+                           "process is that shard's own", ["shards"], **labels)
+        self.port = port
+        self.readiness = Readiness(max_lag=int(os.environ.get(READY_MAX_LAG_ENV, 10_000)))
+        self.server = None
+        if port:
+            self.server = serve_http(port, self.registry, self.readiness, role)
+            log("metrics_listening", port=port, role=role)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+    def observe_lag(self, consumer) -> None:
+        """Lag from the high-watermarks cached from fetches (not ListOffsets)."""
+        total = 0
+        answered = True
+        assignment = consumer.assignment()
+        for tp in consumer.position(assignment):
+            try:
+                _, high = consumer.get_watermark_offsets(tp, cached=True)
+            except Exception:
+                answered = False
+                continue
+            answered = answered and high >= 0
+            if high >= 0 and tp.offset >= 0:
+                total += max(0, high - tp.offset)
+        self.lag.set(total)
+        self.partitions.set(len(assignment))
+        ready = self.readiness
+        ready.connected = answered and (bool(assignment) or ready.joined)
+        ready.assigned = bool(assignment) or ready.joined
+        ready.lag, ready.observed_at = total, time.monotonic()
+
+    def observe_engines(self, engines_by_query: dict[str, list]) -> None:
+        """Per query, the engines' counts summed over the partitions that run it."""
+        evicted = 0
+        for name, engines in engines_by_query.items():
+            measures: dict[str, int] = {}
+            partial = None
+            for engine in engines:
+                counts = engine_counts(engine)
+                for measure, value in counts.items():
+                    measures[measure] = measures.get(measure, 0) + value
+                live = partial_matches(engine, counts)
+                if live is not None:
+                    partial = (partial or 0) + live
+            for measure, value in measures.items():
+                self.engine_state.labels(name, measure).set(value)
+            evicted += measures.get("evicted_keys", 0)
+            if partial is not None:
+                self.partial_matches.labels(name).set(partial)
+        self.evicted_keys.set(evicted)
+
+
+def engine_counts(engine) -> dict[str, int]:
+    """The numeric entries of an engine's metrics (a dict or a method returning one)."""
+    found = getattr(engine, "metrics", None)
+    if callable(found):
+        found = found()
+    if not isinstance(found, dict):
+        return {}
+    counts = {k: int(v) for k, v in found.items() if isinstance(v, (int, float))}
+    slots = match_slots_in_use(engine)
+    if slots is not None:
+        counts["keys_with_partials"] = slots
+    return counts
+
+
+def match_slots_in_use(engine) -> int | None:
+    """MATCH: slots taken (one per key holding partial matches; slot 0 is reserved)."""
+    arrays = getattr(engine, "arrays", None)
+    program = getattr(engine, "program", None)
+    if not isinstance(arrays, dict) or "ctr" not in arrays or program is None:
+        return None
+    from cep_core.compiler.match import CTR
+
+    try:  # the engine's counter layout (read, never written); None if it changes
+        ctr = arrays["ctr"]
+        return int(ctr[CTR.index("high")]) - 1 - int(ctr[CTR.index("free_top")])
+    except (ValueError, IndexError):
+        return None
+
+
+def partial_matches(engine, counts: dict[str, int]) -> int | None:
+    for measure in ("instances", "pending", "keys_with_partials"):
+        if measure in counts:
+            return counts[measure]
+    return None
