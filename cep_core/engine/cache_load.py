@@ -5,7 +5,10 @@ every typing and lowering registry (arrays, linalg, random, typed containers, ..
 0.1 s of CPU, a large part of a short `cep run`. Loading machine code from the cache needs
 none of it, only the symbols that code links against: numba's C helpers (set up with the
 context), the NRT runtime and the string hash secret. `install()` makes CPU cache loads
-ready just those; compiling (a cache miss, a new signature) still refreshes the context
+ready just those, and rebuilds the environments of cached numba library functions
+(`np.empty`'s implementation, `min`, ...) without importing the numba modules that define
+them (numba.np.arrayobj imports numba.cpython.charseq: ~0.03 s); compiled code reads an
+environment's globals only in object mode, which these never are; compiling (a cache miss, a new signature) still refreshes the context
 itself (numba's `CompilerBase`), so what is compiled and what runs are unchanged.
 """
 
@@ -40,6 +43,7 @@ def install() -> None:
 
     load_overload.__doc__ = original.__doc__
     cache.load_overload = load_overload
+    _install_light_environments()
     _installed = True
 
 
@@ -50,3 +54,26 @@ def _ready_symbols(target_context) -> None:
 
     rtsys.initialize(target_context)  # NRT_* (idempotent)
     import numba.cpython.hashing  # noqa: F401  (adds _numba_hashsecret_* on import)
+
+
+def _install_light_environments() -> None:
+    """Cached code's pickled environments name the module whose globals they hold and
+    unpickle through `environment._rebuild_env`, which imports it: for a numba module not
+    imported yet, a stand-in dict with its `__name__` (enough to pickle it again)."""
+    import sys
+
+    from numba.core import environment
+
+    rebuild = environment._rebuild_env
+
+    def rebuild_env(modname, consts, env_name):
+        if (environment.lookup_environment(env_name) is not None
+                or modname in sys.modules or not modname.startswith("numba.")):
+            return rebuild(modname, consts, env_name)
+        env = environment.Environment({"__name__": modname})
+        env.consts[:] = consts
+        env.env_name = env_name
+        environment.Environment._memo[env_name] = env
+        return env
+
+    environment._rebuild_env = rebuild_env
