@@ -8,8 +8,9 @@ context), the NRT runtime and the string hash secret. `install()` makes CPU cach
 ready just those, and rebuilds the environments of cached numba library functions
 (`np.empty`'s implementation, `min`, ...) without importing the numba modules that define
 them (numba.np.arrayobj imports numba.cpython.charseq: ~0.03 s); compiled code reads an
-environment's globals only in object mode, which these never are; compiling (a cache miss, a new signature) still refreshes the context
-itself (numba's `CompilerBase`), so what is compiled and what runs are unchanged.
+environment's globals only in object mode, which these never are. Compiling (a cache
+miss, a new signature) still refreshes the context itself (numba's `CompilerBase`), so
+what is compiled and what runs are unchanged.
 """
 
 from __future__ import annotations
@@ -45,6 +46,16 @@ def install() -> None:
     cache.load_overload = load_overload
     _install_light_environments()
     _installed = True
+
+
+def ready() -> None:
+    """`install()`, and the symbols cached code links against readied now rather than at
+    the first kernel's load (~0.02 s of CPU: numba compiles its NRT helpers), so a caller
+    can do it while another thread reads the events."""
+    from numba.core.registry import cpu_target
+
+    install()
+    _ready_symbols(cpu_target.target_context)
 
 
 def _ready_symbols(target_context) -> None:

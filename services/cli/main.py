@@ -226,9 +226,10 @@ def run(
 
 
 def _read_table_importing_engines(events, schema, fmt: str | None, queries):
-    """`read_table` in a thread while this one imports numba and the queries' engines:
-    pyarrow parses without the GIL, so on a machine with cores to spare the imports cost
-    no wall-clock time."""
+    """`read_table` in a thread while this one imports numba and the queries' engines and
+    readies what kernels loaded from numba's cache link against (`cache_load.ready`):
+    pyarrow parses without the GIL, so on a machine with cores to spare this costs no
+    wall-clock time."""
     from concurrent.futures import ThreadPoolExecutor
     from importlib import import_module
 
@@ -240,6 +241,9 @@ def _read_table_importing_engines(events, schema, fmt: str | None, queries):
         for kind in sorted({q.query.kind for q in queries}):
             for module in modules.get(kind, []):
                 import_module(f"cep_core.engine.{module}")
+        from cep_core.engine import cache_load
+
+        cache_load.ready()
         return reading.result()
 
 

@@ -9,7 +9,6 @@ or `--kafka-config`.
 
 from __future__ import annotations
 
-import logging.config
 from enum import StrEnum
 from typing import Annotated
 
@@ -104,6 +103,8 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
         commits, exits 0)."""
 
         def body():
+            import logging.config  # not at import: it brings logging.handlers and socket
+
             from services.stream.kafka import Topics
             from services.stream.metrics import Metrics
             from services.stream.pipeline import create_topics
