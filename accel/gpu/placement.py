@@ -1,10 +1,11 @@
 """Hybrid placement (Cugola & Margara's conclusion): complex rules with large windows on
 the GPU, simple ones on CPU cores.
 
-`place(checked, placement)` decides where one query runs and says why;
-`create_placed_engine(checked, strings, placement=..., **options)` builds that engine (the
-GPU engine, or `cep_core.engine_factory.create_engine`'s CPU engine); `run(...)` is
-`cep_core.stream_engines.run` with placement and a report of where each query went.
+The GPU side of `cep_core.engine_factory.create_engine`, the one engine factory: for
+placement "gpu" or "auto" it asks `place(checked, placement)` where one query runs and why,
+and `gpu_engine` for the GPU engine when the answer is the GPU. `run(...)` is
+`cep_core.stream_engines.run` with placement (default "auto") and a report of where each
+query went.
 
 - `cpu`: every query on the CPU engines.
 - `gpu`: every query the GPU engine supports on the GPU (the CUDA simulator counts, so
@@ -23,31 +24,18 @@ Device memory: the GPU engine compares its columns with the device's free memory
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from accel.gpu import device
-from cep_core.batch import BatchEncoder, StringDictionary
+from cep_core import stream_engines
+from cep_core.batch import StringDictionary
 from cep_core.checker import CheckedQuery
-from cep_core.engine_factory import create_engine
-from cep_core.stream_engines import StreamEngines, run_engines
 from cep_core.engine.base import Engine
+from cep_core.engine_factory import PLACEMENTS, Placement, check_placement
 from cep_core.events import Event, Punctuation
 
-PLACEMENTS = ("cpu", "gpu", "auto")
+__all__ = ["PLACEMENTS", "Placement", "estimated_cost", "gpu_engine", "place", "run"]
 DEFAULT_COST_THRESHOLD = 100_000
 DEFAULT_MIN_KEYS = 10_000  # MATCH: keys (GPU threads) per batch worth a launch; a guess
-
-
-@dataclass(frozen=True)
-class Placement:
-    query: str
-    target: str  # "gpu" or "cpu"
-    reason: str
-    cost: float | None = None
-
-    def line(self) -> str:
-        cost = "" if self.cost is None else f" (cost {self.cost:,.0f})"
-        return f"{self.query}: {self.target}{cost}: {self.reason}"
 
 
 def estimated_cost(checked: CheckedQuery) -> float | None:
@@ -61,11 +49,15 @@ def estimated_cost(checked: CheckedQuery) -> float | None:
 
 
 def place(checked: CheckedQuery, placement: str = "auto",
-          gpu_cost_threshold: float = DEFAULT_COST_THRESHOLD,
+          gpu_cost_threshold: float | None = None,
           expected_keys: int | None = None,
-          gpu_min_keys: int = DEFAULT_MIN_KEYS) -> Placement:
-    if placement not in PLACEMENTS:
-        raise ValueError(f"placement is one of {', '.join(PLACEMENTS)}, not {placement!r}")
+          gpu_min_keys: int | None = None) -> Placement:
+    """Where the query runs and why (None: the default threshold and key count)."""
+    check_placement(placement)
+    if gpu_cost_threshold is None:
+        gpu_cost_threshold = DEFAULT_COST_THRESHOLD
+    if gpu_min_keys is None:
+        gpu_min_keys = DEFAULT_MIN_KEYS
     name = checked.name
     if placement == "cpu":
         return Placement(name, "cpu", "placement cpu")
@@ -122,52 +114,19 @@ def _place_match(checked: CheckedQuery, placement: str, expected_keys: int | Non
                                   f"{gpu_min_keys:,} ({device.name()})")
 
 
-def create_placed_engine(checked: CheckedQuery, strings: StringDictionary,
-                         placement: str = "auto",
-                         gpu_cost_threshold: float = DEFAULT_COST_THRESHOLD,
-                         report: list | None = None, **options) -> Engine:
-    """The engine `place` chooses; its Placement is appended to `report` and kept as the
-    engine's `placement` attribute."""
-    where = place(checked, placement, gpu_cost_threshold,
-                  expected_keys=options.get("expected_keys"),
-                  gpu_min_keys=options.get("gpu_min_keys", DEFAULT_MIN_KEYS))
-    if where.target == "gpu" and checked.query.kind == "match":
+def gpu_engine(checked: CheckedQuery, strings: StringDictionary, **options) -> Engine:
+    """The GPU engine for a query `place` put on the GPU."""
+    # Deferred imports: each GPU engine loads numba.cuda; only the kind asked for
+    if checked.query.kind == "match":
         from accel.gpu.match_engine import GpuMatchEngine
-        engine = GpuMatchEngine(checked, strings, **options)
-    elif where.target == "gpu":
-        from accel.gpu.seq_engine import GpuSeqEngine
-        engine = GpuSeqEngine(checked, strings, **options)
-    else:
-        engine = create_engine(checked, strings, **options)
-    engine.placement = where
-    if report is not None:
-        report.append(where)
-    return engine
-
-
-def placed_engines(queries: list[CheckedQuery], strings: StringDictionary,
-                   placement: str = "auto", report: list | None = None,
-                   **options) -> StreamEngines:
-    """`StreamEngines` whose MATCH and SEQ engines are placed (WINDOW queries keep their
-    shared CPU query set)."""
-    windows = [q for q in queries if q.query.kind == "window"]
-    engines = StreamEngines(windows, strings, **options)
-    engines.queries = {q.name: q for q in queries}
-    engines.engines = [create_placed_engine(q, strings, placement, report=report, **options)
-                       for q in queries if q.query.kind != "window"]
-    if report is not None:
-        report.extend(Placement(q.name, "cpu", "WINDOW queries run on the CPU (shared panes)")
-                      for q in windows)
-    return engines
+        return GpuMatchEngine(checked, strings, **options)
+    from accel.gpu.seq_engine import GpuSeqEngine
+    return GpuSeqEngine(checked, strings, **options)
 
 
 def run(queries: list[CheckedQuery], stream: Iterable[Event | Punctuation],
         placement: str = "auto", batch_size: int = 65536, flush: bool = True,
         rejected: list | None = None, report: list | None = None, **options) -> list[dict]:
     """`cep_core.stream_engines.run` with placement: composite events in deterministic order."""
-    if not queries:
-        return []
-    strings = StringDictionary()
-    return run_engines(placed_engines(queries, strings, placement, report, **options),
-                       BatchEncoder(queries[0].schema, strings), stream, batch_size, flush,
-                       rejected).to_dicts()
+    return stream_engines.run(queries, stream, batch_size, flush, rejected,
+                              placement=placement, report=report, **options)
