@@ -4,8 +4,8 @@ program (once per checked query, shared), the engine gets it and holds the state
 `create_engine(checked, strings, placement="cpu", **options)` is what every caller uses
 (`StreamEngines`, the CLI, the Python API, the workers, the backfill). It decides where the
 query runs and picks the engine: on the CPU the MATCH, SEQ (CDP or AIP) or WINDOW engine for
-the query's kind; with placement "gpu" or "auto", `accel.gpu.placement.place` decides and
-`accel.gpu.placement.gpu_engine` builds the GPU engine. The engine's `placement` attribute
+the query's kind; with placement "gpu" or "auto", `accel.gpu.policy.place` decides and
+`accel.gpu.policy.gpu_engine` builds the GPU engine. The engine's `placement` attribute
 says where it went and why (a `Placement`). `match_engine`, `seq_engine` (CDP),
 `seq_aip_engine` and `window_engine` make one CPU engine of a given kind. Options meant
 for other kinds or for the GPU are ignored.
@@ -16,38 +16,23 @@ placement "gpu" or "auto".
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+# Deferred imports: each query kind's compiler and engine (numba kernels built at import) load
+# when the first engine of that kind is made, and the GPU policy and engines (accel.gpu,
+# numba.cuda, optional) only for placement "gpu" or "auto".
 
 from cep_core.ast import Strategy
 from cep_core.batch import StringDictionary
 from cep_core.checker import CheckedQuery
 from cep_core.engine.base import Engine
+from cep_core.placement import PLACEMENTS, Placement, check_placement
 
-PLACEMENTS = ("cpu", "gpu", "auto")
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where one query runs ("cpu" or "gpu") and why; `cost` is the GPU policy's estimate."""
-
-    query: str
-    target: str
-    reason: str
-    cost: float | None = None
-
-    def line(self) -> str:
-        cost = "" if self.cost is None else f" (cost {self.cost:,.0f})"
-        return f"{self.query}: {self.target}{cost}: {self.reason}"
-
-
-def check_placement(placement: str) -> None:
-    if placement not in PLACEMENTS:
-        raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
+__all__ = ["PLACEMENTS", "Placement", "create_engine", "cpu_engine", "match_engine",
+           "seq_engine", "seq_aip_engine", "window_engine"]
 
 
 def create_engine(checked: CheckedQuery, strings: StringDictionary, placement: str = "cpu",
                   **options) -> Engine:
-    """The engine for the query, where `placement` puts it (see `accel.gpu.placement`);
+    """The engine for the query, where `placement` puts it (see `accel.gpu.policy`);
     `engine.placement` says where and why. Options `gpu_cost_threshold`, `expected_keys`
     and `gpu_min_keys` steer "auto"; the rest go to the engine."""
     check_placement(placement)
@@ -55,8 +40,7 @@ def create_engine(checked: CheckedQuery, strings: StringDictionary, placement: s
     if placement == "cpu":
         where = Placement(checked.name, "cpu", "placement cpu")
     else:
-        # Deferred import: accel.gpu holds the GPU policy and engines (numba.cuda, optional)
-        from accel.gpu import placement as gpu
+        from accel.gpu import policy as gpu
 
         where = gpu.place(checked, placement, gpu_cost_threshold,
                           expected_keys=options.get("expected_keys"),

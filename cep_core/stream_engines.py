@@ -17,8 +17,9 @@ from cep_core.checker import CheckedQuery
 from cep_core.composite import sort_key
 from cep_core.composite_batch import CompositeBatch, RowBatch, to_dicts
 from cep_core.composites import Composites
-from cep_core.engine_factory import Placement, check_placement, create_engine
+from cep_core.engine_factory import create_engine
 from cep_core.events import Event, Punctuation
+from cep_core.placement import Placement, check_placement
 
 
 def compact_strings(parts, strings: StringDictionary, slack: float = 2.0,

@@ -19,7 +19,7 @@ from cep_core.stream_engines import StreamEngines
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE_CLASSES = {"MatchEngine", "SeqEngine", "SeqAipEngine", "WindowEngine",
                   "GpuMatchEngine", "GpuSeqEngine"}
-FACTORIES = {"cep_core/engine_factory.py", "accel/gpu/placement.py"}
+FACTORIES = {"cep_core/engine_factory.py", "accel/gpu/policy.py"}
 
 
 @pytest.fixture(scope="module")
