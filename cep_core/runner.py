@@ -19,28 +19,20 @@ if TYPE_CHECKING:
     from cep_core.event_io import DeadLetter
 
 ENGINES = ("reference", "jit")
-PLACEMENTS = ("cpu", "gpu", "auto")
 
 
 def new_engines(queries: list[CheckedQuery], placement: str | None = None,
                 report: list | None = None, **options) -> tuple[StreamEngines, BatchEncoder]:
     """Fresh jitted engines for the queries (one stream) and the encoder of their batches.
     `placement` (cpu, gpu, auto; None: the CPU engines) places MATCH and SEQ queries as
-    `accel.gpu.placement` decides; `report` gets one Placement per query; `options` go to
-    the engines (`StreamEngines`)."""
+    `cep_core.engine_factory.create_engine` decides; `report` gets one Placement per query;
+    `options` go to the engines (`StreamEngines`)."""
     from cep_core import stream_engines as jit
     from cep_core.batch import BatchEncoder, StringDictionary
 
-    if placement is not None and placement not in PLACEMENTS:
-        raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)} or None, "
-                         f"got {placement!r}")
     strings = StringDictionary()
-    if placement is None:
-        engines = jit.StreamEngines(queries, strings, **options)
-    else:
-        from accel.gpu import placement as placed
-
-        engines = placed.placed_engines(queries, strings, placement, report, **options)
+    engines = jit.StreamEngines(queries, strings, placement=placement, report=report,
+                                **options)
     return engines, BatchEncoder(queries[0].schema, strings)
 
 

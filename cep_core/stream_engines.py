@@ -1,5 +1,6 @@
 """A stream's queries on the jitted engines: `StreamEngines` holds one engine per checked
-query (made by `cep_core.engine_factory.create_engine`) over one string dictionary, adds,
+query (made by `cep_core.engine_factory.create_engine`, placed on the CPU or a GPU) over
+one string dictionary, adds,
 replaces and removes queries, orders their composite events and snapshots them together.
 `run()` is the batch counterpart of `cep_core.reference.run` and gives identical composite
 events; `run_table`/`run_engines` feed an Arrow table or event batches through.
@@ -18,6 +19,7 @@ from cep_core.composite_batch import CompositeBatch, RowBatch, to_dicts
 from cep_core.composites import Composites
 from cep_core.engine_factory import create_engine
 from cep_core.events import Event, Punctuation
+from cep_core.placement import Placement, check_placement
 
 
 def compact_strings(parts, strings: StringDictionary, slack: float = 2.0,
@@ -74,18 +76,29 @@ class StreamEngines:
     predicate evaluated once per event); MATCH and SEQ queries get an engine each.
 
     `process`, `punctuate` and `flush` return composite events, query after query;
-    `order()` puts any list of them in the deterministic output order."""
+    `order()` puts any list of them in the deterministic output order.
 
-    def __init__(self, queries: list[CheckedQuery], strings: StringDictionary, **options):
+    `placement` ("cpu", "gpu", "auto"; None: the CPU, unreported) places MATCH and SEQ
+    queries (`create_engine`); `report` then gets one `Placement` per query, WINDOW
+    queries last (they always share the CPU query set)."""
+
+    def __init__(self, queries: list[CheckedQuery], strings: StringDictionary, *,
+                 placement: str | None = None, report: list | None = None, **options):
         from cep_core.engine import cache_load
 
+        if placement is not None:
+            check_placement(placement)
         cache_load.install()
         self.queries = {q.name: q for q in queries}
         self._strings = strings
         self._compact_at = 0.0  # dictionary size at which compact_strings looks again
-        self.engines = [create_engine(q, strings, **options) for q in queries
-                        if q.query.kind != "window"]
+        self.engines = [create_engine(q, strings, placement or "cpu", **options)
+                        for q in queries if q.query.kind != "window"]
         windows = [q for q in queries if q.query.kind == "window"]
+        if placement is not None and report is not None:
+            report.extend(e.placement for e in self.engines)
+            report.extend(Placement(q.name, "cpu", "WINDOW queries run on the CPU (shared "
+                                    "panes)") for q in windows)
         self.windows = None
         if windows:
             from cep_core.compiler.window import compile_window
@@ -266,7 +279,8 @@ def run(queries: list[CheckedQuery], stream: Iterable[Event | Punctuation],
         **options) -> list[dict]:
     """Every composite event of `queries` over a finite stream, in deterministic order
     (the same list `cep_core.reference.run` gives). Rejected events are appended to
-    `rejected` as (query, seq, reason)."""
+    `rejected` as (query, seq, reason). `options` go to `StreamEngines` (`placement`,
+    `report` among them)."""
     if not queries:
         return []
     strings = StringDictionary()

@@ -1,0 +1,121 @@
+"""Hybrid placement (Cugola & Margara's conclusion): complex rules with large windows on
+the GPU, simple ones on CPU cores.
+
+The GPU side of `cep_core.engine_factory.create_engine`, the one engine factory: for
+placement "gpu" or "auto" it asks `place(checked, placement)` where one query runs and why,
+and `gpu_engine` for the GPU engine when the answer is the GPU (`accel.gpu.placement` is the
+library's face: these and `run`).
+
+- `cpu`: every query on the CPU engines.
+- `gpu`: every query the GPU engine supports on the GPU (the CUDA simulator counts, so
+  tests can force it), the rest on the CPU with the reason.
+- `auto`: on a real GPU, SEQ queries whose estimated cost, window size (the plan's horizon,
+  in time units) times columns (positive steps plus window aggregates), is at least
+  `gpu_cost_threshold` (default 100,000), and MATCH queries when the caller expects at
+  least `gpu_min_keys` partition keys (default 10,000; option `expected_keys`: one GPU
+  thread per key, so few keys leave the GPU idle); the rest, and everything without a real
+  GPU, on the CPU. The simulator is never chosen automatically.
+
+Device memory: the GPU engine compares its columns with the device's free memory (or the
+`device_memory_budget` option) and keeps them in host memory when they do not fit.
+"""
+
+from __future__ import annotations
+
+# Deferred imports: the GPU kernels and engines (numba.cuda) load only when a query is
+# checked for or placed on the GPU.
+
+from accel.gpu import device
+from cep_core.batch import StringDictionary
+from cep_core.checker import CheckedQuery
+from cep_core.engine.base import Engine
+from cep_core.placement import Placement, check_placement
+
+DEFAULT_COST_THRESHOLD = 100_000
+DEFAULT_MIN_KEYS = 10_000  # MATCH: keys (GPU threads) per batch worth a launch; a guess
+
+
+def estimated_cost(checked: CheckedQuery) -> float | None:
+    """Window size x columns for a SEQ query (inf without a window); None otherwise."""
+    if checked.query.kind != "seq":
+        return None
+    from cep_core.compiler.seq_plan import SeqPlan
+    plan = SeqPlan(checked)
+    columns = len(plan.items) + len(plan.window_aggregates)
+    return float("inf") if plan.horizon is None else float(plan.horizon * columns)
+
+
+def place(checked: CheckedQuery, placement: str = "auto",
+          gpu_cost_threshold: float | None = None,
+          expected_keys: int | None = None,
+          gpu_min_keys: int | None = None) -> Placement:
+    """Where the query runs and why (None: the default threshold and key count)."""
+    check_placement(placement)
+    if gpu_cost_threshold is None:
+        gpu_cost_threshold = DEFAULT_COST_THRESHOLD
+    if gpu_min_keys is None:
+        gpu_min_keys = DEFAULT_MIN_KEYS
+    name = checked.name
+    if placement == "cpu":
+        return Placement(name, "cpu", "placement cpu")
+    kind = checked.query.kind
+    if kind == "match":
+        return _place_match(checked, placement, expected_keys, gpu_min_keys)
+    if kind != "seq":
+        return Placement(name, "cpu", f"{kind.upper()} queries run on the CPU engines "
+                                      "(no GPU kernel for them yet)")
+    from accel.gpu.seq_support import unsupported_reason
+    from cep_core.compiler.seq_plan import SeqPlan
+    reason = unsupported_reason(SeqPlan(checked))
+    cost = estimated_cost(checked)
+    if reason is not None:
+        return Placement(name, "cpu", reason, cost)
+    target = device.target()
+    if target == "none":
+        return Placement(name, "cpu", "no CUDA device (and the CUDA simulator is off)", cost)
+    if placement == "gpu":
+        return Placement(name, "gpu", f"placement gpu ({device.name()})", cost)
+    if target != "device":
+        return Placement(name, "cpu", "auto: no real GPU (the simulator is for tests: "
+                                      "--placement gpu forces it)", cost)
+    if cost < gpu_cost_threshold:
+        return Placement(name, "cpu", f"auto: cost below {gpu_cost_threshold:,.0f}", cost)
+    return Placement(name, "gpu", f"auto: cost at least {gpu_cost_threshold:,.0f} "
+                                  f"({device.name()})", cost)
+
+
+def _place_match(checked: CheckedQuery, placement: str, expected_keys: int | None,
+                 gpu_min_keys: int) -> Placement:
+    """MATCH: the batched per-key kernel (`accel.gpu.match_engine`) where it applies."""
+    from accel.gpu.match_kernels import unsupported_reason
+    name = checked.name
+    reason = unsupported_reason(checked)
+    if reason is not None:
+        return Placement(name, "cpu", f"MATCH: {reason}")
+    target = device.target()
+    if target == "none":
+        return Placement(name, "cpu", "MATCH: no CUDA device (and the CUDA simulator is off)")
+    if placement == "gpu":
+        return Placement(name, "gpu", f"placement gpu, MATCH per-key kernel ({device.name()})")
+    if target != "device":
+        return Placement(name, "cpu", "MATCH: auto: no real GPU (the simulator is for tests: "
+                                      "--placement gpu forces it)")
+    if expected_keys is None:
+        return Placement(name, "cpu", "MATCH: auto: key count unknown (the option "
+                                      "expected_keys places it on the GPU from "
+                                      f"{gpu_min_keys:,} keys)")
+    if expected_keys < gpu_min_keys:
+        return Placement(name, "cpu", f"MATCH: auto: {expected_keys:,} expected keys, below "
+                                      f"{gpu_min_keys:,} (one GPU thread per key)")
+    return Placement(name, "gpu", f"MATCH: auto: {expected_keys:,} expected keys, at least "
+                                  f"{gpu_min_keys:,} ({device.name()})")
+
+
+def gpu_engine(checked: CheckedQuery, strings: StringDictionary, **options) -> Engine:
+    """The GPU engine for a query `place` put on the GPU."""
+    if checked.query.kind == "match":
+        from accel.gpu.match_engine import GpuMatchEngine
+        return GpuMatchEngine(checked, strings, **options)
+    from accel.gpu.seq_engine import GpuSeqEngine
+    return GpuSeqEngine(checked, strings, **options)
+
