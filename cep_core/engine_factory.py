@@ -10,6 +10,9 @@ generate code), so a run imports only the kinds it uses.
 
 from __future__ import annotations
 
+# Deferred imports: each query kind's compiler and engine (numba kernels built at import) load when
+# the first engine of that kind is made: a run of MATCH queries never imports SEQ or WINDOW code.
+
 from cep_core.ast import Strategy
 from cep_core.batch import StringDictionary
 from cep_core.checker import CheckedQuery

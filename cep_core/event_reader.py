@@ -23,6 +23,10 @@ when its seq is above every seq accepted before it.
 
 from __future__ import annotations
 
+# Deferred imports: pyarrow's json, csv and parquet readers, and the Parquet decoder
+# (event_columns), load with the first file of their format: a JSON lines run imports neither the
+# CSV nor the Parquet reader.
+
 import contextlib
 import csv
 import io
