@@ -22,16 +22,20 @@ Device memory: the GPU engine compares its columns with the device's free memory
 
 from __future__ import annotations
 
+# Deferred imports: the GPU kernels and engines (numba.cuda) load only when a query is placed on or
+# checked for the GPU; a CPU placement never imports them.
+
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from accel.gpu import device
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import CheckedQuery
-from cep_core.engine_factory import create_engine
-from cep_core.stream_engines import StreamEngines, run_engines
+from cep_core.compiler.seq_plan import SeqPlan
 from cep_core.engine.base import Engine
+from cep_core.engine_factory import create_engine
 from cep_core.events import Event, Punctuation
+from cep_core.stream_engines import StreamEngines, run_engines
 
 PLACEMENTS = ("cpu", "gpu", "auto")
 DEFAULT_COST_THRESHOLD = 100_000
@@ -54,7 +58,6 @@ def estimated_cost(checked: CheckedQuery) -> float | None:
     """Window size x columns for a SEQ query (inf without a window); None otherwise."""
     if checked.query.kind != "seq":
         return None
-    from cep_core.compiler.seq_plan import SeqPlan
     plan = SeqPlan(checked)
     columns = len(plan.items) + len(plan.window_aggregates)
     return float("inf") if plan.horizon is None else float(plan.horizon * columns)
@@ -76,7 +79,6 @@ def place(checked: CheckedQuery, placement: str = "auto",
         return Placement(name, "cpu", f"{kind.upper()} queries run on the CPU engines "
                                       "(no GPU kernel for them yet)")
     from accel.gpu.seq_support import unsupported_reason
-    from cep_core.compiler.seq_plan import SeqPlan
     reason = unsupported_reason(SeqPlan(checked))
     cost = estimated_cost(checked)
     if reason is not None:
