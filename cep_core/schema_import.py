@@ -19,7 +19,7 @@ untyped properties cannot map: SchemaImportError names each such property and wh
 
 from __future__ import annotations
 
-# Deferred imports: jsonschema (about 0.1 s) loads only when a JSON Schema is imported, not with
+# Deferred imports: jsonschema loads only when a JSON Schema is imported, not with
 # every command that reads stream schemas.
 
 import re
