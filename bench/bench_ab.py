@@ -29,6 +29,11 @@ from pathlib import Path
 
 import orjson
 
+from cep_core import stream_engines as jit
+from cep_core.batch import BatchEncoder, StringDictionary
+from cep_core.checker import load_query_text
+from cep_core.workloads import WORKLOADS
+
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = [("finance0", {}), ("finance1", {}), ("finance2", {}), ("marathon", {}),
         ("q9", {"queries": 1}), ("q9", {"queries": 64})]
@@ -36,11 +41,6 @@ RUNS = [("finance0", {}), ("finance1", {}), ("finance2", {}), ("marathon", {}),
 
 def measure(workload: str, events: int, batch: int, options: dict) -> dict:
     """One measurement in this process (public API only: it runs on either version)."""
-    from cep_core import stream_engines as jit
-    from cep_core.batch import BatchEncoder, StringDictionary
-    from cep_core.checker import load_query_text
-    from cep_core.workloads import WORKLOADS
-
     spec = WORKLOADS[workload]
     table = spec.generate(events, 1)
     queries = load_query_text(spec.query_text(seed=1, **options), path=f"<{workload}>")

@@ -19,7 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 from bench_run import generate  # bench/ is on the path when this runs
+
+import cep_core as cep
 
 ROOT = Path(__file__).resolve().parent.parent
 CEP = Path(sys.executable).with_name("cep")
@@ -56,9 +59,7 @@ def main() -> None:
     files = generate(directory, args.events, csv=False)  # bench_run's files and events
     query = directory / "finance1.cep"
 
-    import pyarrow.parquet as pq
 
-    import cep_core as cep
 
     queries = cep.compile(query.read_text())
     n = args.events

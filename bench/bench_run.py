@@ -22,6 +22,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+
+from cep_core.checker import load_queries
+from cep_core.event_io import read_events
+from cep_core.event_reader import read_table
+
 ROOT = Path(__file__).resolve().parent.parent
 CEP = Path(sys.executable).with_name("cep")
 
@@ -44,9 +51,6 @@ def cep_times(*args) -> tuple[float, float]:
 
 
 def generate(directory: Path, events: int, csv: bool = True) -> dict[str, Path]:
-    import pyarrow.csv as pcsv
-    import pyarrow.parquet as pq
-
     files = {"jsonl": directory / "trades.jsonl", "parquet": directory / "trades.parquet",
              "csv": directory / "trades.csv"}
     for fmt in ("jsonl", "parquet"):
@@ -79,9 +83,6 @@ def main() -> None:
     files = generate(directory, args.events)
     query = directory / "finance1.cep"
 
-    from cep_core.checker import load_queries
-    from cep_core.event_io import read_events
-    from cep_core.event_reader import read_table
 
     schema = load_queries(query)[0].schema
     n = args.events

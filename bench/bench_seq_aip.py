@@ -32,6 +32,7 @@ import time
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_query_text
 from cep_core.composite import sort_key
+from cep_core.engine_factory import seq_aip_engine, seq_engine
 from cep_core.event_io import decode_record
 from cep_core.reference.seq import SeqInterpreter
 from cep_core.workloads import WORKLOADS
@@ -93,8 +94,6 @@ def reference_rate(checked, table, start: int, count: int) -> float:
 
 
 def run(events: int) -> list[dict]:
-    from cep_core.engine_factory import seq_aip_engine, seq_engine
-
     rows = []
     for name, workload, text, warm, ref_count in cases():
         [checked] = [q for q in load_query_text(text)]

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import time
 
+from cep_core.workloads import WORKLOADS
 from services.stream import frames
 from services.stream.control import ControlMessage
 from services.stream.coordinator import Merger
 from services.stream.demo import STREAM, demo_queries, trade_lines
 from services.stream.kafka import Topics
 from services.stream.partition import PartitionState
-from services.stream.routing import message, Router, records
+from services.stream.routing import Router, message, records
 
 PARTITIONS = 4
 
@@ -53,8 +54,6 @@ def _split(router: Router, steps: list[list]) -> list[tuple]:
 
 def run_bench(events: int = 200_000, batch: int = 20_000) -> dict:
     """Each core timed alone, after a warm-up run of all of them (kernels loaded)."""
-    from cep_core.workloads import WORKLOADS
-
     lines = trade_lines(events)
     table = WORKLOADS["finance1"].generate(events, 1).drop_columns(["seq"])
     _measure(lines[:10_000], table.slice(0, 10_000), batch)

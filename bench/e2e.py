@@ -26,11 +26,16 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from bench.hops import hops
+from cep_core.workloads import WORKLOADS
+from services.stream.broker import EmbeddedBroker
+from services.stream.control import ControlMessage, publish
 from services.stream.demo import STREAM, demo_queries, start_services, stop_services, trade_lines
+from services.stream.frames import encode_table
+from services.stream.kafka import Deliveries, KafkaSettings, Topics, flush_all, produce, produce_end
+from services.stream.pipeline import create_topics
 
 
 def _frames(lines_table, size: int) -> list[bytes]:
-    from services.stream.frames import encode_table
     return [encode_table(lines_table.slice(i, size)) for i in range(0, lines_table.num_rows,
                                                                    size)]
 
@@ -52,9 +57,6 @@ def _status(settings, topic: str, since: int):
 
 class Bench:
     def __init__(self, bootstrap: str, workers: int, coordinators: int = 1):
-        from services.stream.kafka import Deliveries, KafkaSettings, Topics
-        from services.stream.pipeline import create_topics
-
         self.settings = KafkaSettings(bootstrap, session_timeout_ms=2000)
         self.topics = Topics(STREAM, source=f"bench.{STREAM}.{os.getpid()}",
                              prefix=f"bench-{os.getpid()}", shards=coordinators)
@@ -66,8 +68,6 @@ class Bench:
         self.workers = workers
 
     def start(self) -> None:
-        from services.stream.control import ControlMessage, publish
-
         name, text = demo_queries()[0]
         publish(self.settings, self.topics.control, ControlMessage("add", name, text))
         log_path = Path(tempfile.gettempdir()) / f"cep-bench-{os.getpid()}.log"
@@ -78,7 +78,6 @@ class Bench:
         stop_services(self.services)
 
     def send(self, values: list[bytes], framed: bool = False, end: bool = True) -> None:
-        from services.stream.kafka import flush_all, produce, produce_end
         headers = [("kind", b"events")] if framed else None
         for value in values:
             produce(self.producer, self.topics.source, value, headers=headers)
@@ -122,9 +121,6 @@ def raw_consume(settings, topic: str, n: int) -> float:
 
 def run_bench(events: int, workers: int, bootstrap: str | None, latency_s: float,
               latency_rate: float = 0, coordinators: int = 1) -> dict:
-    from cep_core.workloads import WORKLOADS
-    from services.stream.broker import EmbeddedBroker
-
     broker = None
     if not bootstrap:
         broker = EmbeddedBroker().start()
@@ -163,8 +159,6 @@ def run_bench(events: int, workers: int, bootstrap: str | None, latency_s: float
 def latency(bench: Bench, lines: list[bytes], rate: float, seconds: float, base: int):
     """Produce at `rate` for `seconds`; latency of each composite event from the produce
     time of its last event."""
-    from services.stream.kafka import flush_all, produce, produce_end
-
     consumer = bench.settings.consumer()
     consumer.assign([TopicPartition("double_tops", 0, OFFSET_BEGINNING)])
     while consumer.consume(10000, 0.2):

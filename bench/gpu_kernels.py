@@ -11,6 +11,9 @@ CUDA simulator is never timed: without a real GPU the GPU column says so.
 
 from __future__ import annotations
 
+# Deferred imports: the GPU engines (numba.cuda) load only when a GPU run is measured; the CPU side
+# runs without them.
+
 import string
 import time
 

@@ -11,6 +11,8 @@ runs on the first 20,000 events only. The CUDA simulator is never timed as a GPU
 
 from __future__ import annotations
 
+# Deferred imports: the GPU engine (numba.cuda) loads only when a GPU run is measured.
+
 import time
 
 import pyarrow as pa

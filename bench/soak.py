@@ -25,6 +25,8 @@ settings chosen for tansu (services/stream/kafka.py; docs/reliability.md, "Soak"
 
 from __future__ import annotations
 
+# Deferred imports: matplotlib (the `fpga` extra, may be missing) loads only when a chart is drawn.
+
 import argparse
 import csv
 import os
@@ -36,6 +38,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from urllib.request import urlopen
 
 import numpy as np
 import orjson
@@ -48,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 from services.stream.broker import EmbeddedBroker, free_port  # noqa: E402
 from services.stream.control import ControlMessage, publish, split_query_file  # noqa: E402
 from services.stream.frames import encode_table  # noqa: E402
-from services.stream.kafka import KafkaSettings, Topics, produce  # noqa: E402
+from services.stream.kafka import KafkaSettings, Topics, produce, read_all  # noqa: E402
 from services.stream.pipeline import create_topics  # noqa: E402
 
 QUERIES = ROOT / "examples" / "finance.cep"
@@ -81,8 +84,6 @@ def cpu_s(pid: int) -> float | None:
 
 def scrape(port: int, names: tuple[str, ...]) -> dict[str, float]:
     """Values of unlabelled Prometheus samples from a service's metrics endpoint."""
-    from urllib.request import urlopen
-
     out = {}
     try:
         with urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
@@ -207,8 +208,6 @@ def register_queries(settings: KafkaSettings, topics: Topics, run: str) -> list[
 
 def wait_live(settings: KafkaSettings, topics: Topics, timeout_s: float) -> None:
     """Until the coordinator reports the registered queries live on every partition."""
-    from services.stream.kafka import read_all
-
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if any(orjson.loads(m.value()).get("event") == "query_live"

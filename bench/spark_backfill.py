@@ -12,6 +12,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
+from cep_core.checker import load_query_text
+from cep_core.event_reader import read_table
+from cep_core.runner import new_engines
+from cep_core.workloads import WORKLOADS, write_events
+from services.backfill.job import run_backfill, spark_session
+from services.cli.common import Engine, run_queries
+
 FINANCE = ("finance0", "finance1", "finance2", "finance3", "finance4", "finance5")
 
 
@@ -19,9 +28,6 @@ def bench_backfill(events: int = 10_000_000, workloads: tuple[str, ...] = FINANC
                    master: str = "local[2]", seed: int = 1, partitions: int | None = None,
                    baseline_events: int | None = None, workdir: str | None = None,
                    driver_memory: str = "4g", console=None) -> dict:
-    from cep_core.checker import load_query_text
-    from cep_core.workloads import WORKLOADS, write_events
-
     chosen = [WORKLOADS[name] for name in workloads]
     if len({w.stream for w in chosen}) != 1:
         raise ValueError("the workloads of one backfill bench must read one stream")
@@ -44,7 +50,6 @@ def bench_backfill(events: int = 10_000_000, workloads: tuple[str, ...] = FINANC
 
     jit = _cep_run_jit(queries, baseline_path, directory / "jit.jsonl")
     spark_started = time.perf_counter()
-    from services.backfill.job import run_backfill, spark_session
 
     spark = spark_session(master, shuffle_partitions=partitions,
                           **{"spark.driver.memory": driver_memory})
@@ -71,10 +76,6 @@ def bench_backfill(events: int = 10_000_000, workloads: tuple[str, ...] = FINANC
 
 def _warm_kernels(queries, events_path: Path) -> None:
     """Compile (or load) every kernel once, on a few events, so neither side pays it."""
-    import pyarrow.parquet as pq
-
-    from cep_core.runner import new_engines
-
     sample = pq.ParquetFile(events_path).read_row_group(0).slice(0, 1000)
     engines, encoder = new_engines(queries)
     engines.process(encoder.from_arrow(sample))
@@ -85,9 +86,6 @@ def _cep_run_jit(queries, events_path: Path, out: Path) -> dict:
     """What `cep run QUERY_FILE --events FILE --engine jit --out OUT` does, timed: the
     columnar reader (`event_reader.read_table`), the engines over the table, the composite
     events written from their columns."""
-    from cep_core.event_reader import read_table
-    from services.cli.common import Engine, run_queries
-
     started = time.perf_counter()
     table, _dead = read_table(events_path, queries[0].schema)
     read_s = time.perf_counter() - started

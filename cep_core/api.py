@@ -8,6 +8,9 @@ Input is read into one Arrow table with the same decoding and dead letters as `c
 
 from __future__ import annotations
 
+# Deferred imports: the query parser (lark) loads at the first `compile`, pyarrow, numpy and the
+# event reader when data is first read, so that `import cep_core` and its names import none of them.
+
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,9 +18,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from cep_core import snapshot_format
 from cep_core.errors import QueryError, QueryErrors
-from cep_core.schema import ATTRIBUTE_TYPES, SchemaRegistry, StreamSchema
+from cep_core.event_io import DeadLetter, seq_not_increasing
+from cep_core.runner import events_json, new_engines, run_checked
+from cep_core.schema import ATTRIBUTE_TYPES, SchemaError, SchemaRegistry, StreamSchema
+from cep_core.schema_import import stream_schema_from_json_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -71,14 +79,10 @@ def compile(text: str, schema: Any = None, *, time: str | None = None,  # noqa: 
 
 def _stream_schema(schema: Any, streams: list[str], time: str | None,
                    time_unit: str) -> StreamSchema:
-    from cep_core.schema import SchemaError
-
     if isinstance(schema, StreamSchema):
         return schema
     stream = streams[0] if len(streams) == 1 else None
     if isinstance(schema, (str, Path)):
-        import orjson
-
         try:
             schema = orjson.loads(Path(schema).read_bytes())
         except orjson.JSONDecodeError as e:
@@ -89,8 +93,6 @@ def _stream_schema(schema: Any, streams: list[str], time: str | None,
         if "attributes" in schema:
             return StreamSchema.from_dict({"stream": stream, **schema})
         if "properties" in schema:
-            from cep_core.schema_import import stream_schema_from_json_schema
-
             return stream_schema_from_json_schema(dict(schema), schema.get("title", stream),
                                                   time, time_unit)
         return _from_attributes(stream, dict(schema), time, time_unit)
@@ -114,8 +116,6 @@ def _stream_schema(schema: Any, streams: list[str], time: str | None,
 
 def _from_attributes(stream: str | None, attributes: dict, time: str | None,
                      time_unit: str) -> StreamSchema:
-    from cep_core.schema import SchemaError
-
     if stream is None:
         raise SchemaError("the queries read several streams: give a StreamSchema or a "
                           "schema dict naming its stream")
@@ -245,8 +245,6 @@ class QuerySet:
         """Every composite event of the queries over `data` (see `read_events` for what
         it may be), with `engine` "jit" (numba kernels) or "reference" (the interpreter,
         the oracle) and, for jit, `placement` "cpu", "gpu" or "auto" (docs/gpu.md)."""
-        from cep_core.runner import run_checked
-
         schema = self.schema
         table, dead = read_events(data, schema, fmt)
         timings: dict = {}
@@ -270,8 +268,6 @@ class Stream:
     dictionary, where seqs are)."""
 
     def __init__(self, queries: QuerySet, placement: str | None = None):
-        from cep_core.runner import new_engines
-
         self.queries = queries
         self.schema = queries.schema
         self._engines, self._encoder = new_engines(queries.queries, placement)
@@ -285,7 +281,6 @@ class Stream:
         import numpy as np
 
         from cep_core.arrow_numpy import from_numpy, to_numpy
-        from cep_core.event_io import DeadLetter, seq_not_increasing
 
         first = self._position
         table, dead = read_events(data, self.schema, fmt, first)
@@ -321,9 +316,6 @@ class Stream:
         return out
 
     def _take_rejected(self, table) -> None:
-        from cep_core.event_io import DeadLetter
-        from cep_core.runner import events_json
-
         rejected = self._engines.take_dead_letters()
         if not rejected:
             return

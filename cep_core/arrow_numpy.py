@@ -9,8 +9,23 @@ use; anything else is left to pyarrow.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from cep_core.schema import StreamSchema
+
+# The Arrow type of each attribute kind of a stream schema.
+ARROW_TYPES = {"int": pa.int64(), "timestamp": pa.int64(), "float": pa.float64(),
+               "bool": pa.bool_(), "string": pa.string()}
+
+
+def arrow_schema(schema: StreamSchema) -> pa.Schema:
+    """A stream's events as an Arrow table: `seq`, then the stream's attributes."""
+    return pa.schema([("seq", pa.int64())] + [(name, ARROW_TYPES[kind])
+                                              for name, kind in schema.attributes.items()])
 
 _NUMPY = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32,
           pa.int64(): np.int64, pa.uint8(): np.uint8, pa.uint16(): np.uint16,

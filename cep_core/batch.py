@@ -9,6 +9,9 @@ integers.
 
 from __future__ import annotations
 
+# Deferred imports: pyarrow, for `from_arrow` only: the FPGA and GPU commands and the splitter's
+# encoders build batches without Arrow.
+
 from dataclasses import dataclass
 
 import numpy as np

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
-from cep_core.composite import constituent_seqs
+from cep_core.composite import constituent_seqs, sort_key
 from cep_core.composite_batch import ColumnBatch, CompositeBatch
 
 
@@ -116,8 +116,6 @@ def _distinct(values: list) -> tuple[list, list[int]]:
 
 
 def _python_order(batches: list[CompositeBatch], query_index: dict[str, int]) -> np.ndarray:
-    from cep_core.composite import sort_key
-
     rows = [row for b in batches for row in b.to_dicts()]
     keys = [sort_key(row, query_index[row["query"]]) for row in rows]
     return np.array(sorted(range(len(rows)), key=keys.__getitem__), np.int64)

@@ -13,14 +13,19 @@ out (`Composites.from_dicts`) does without it.
 
 from __future__ import annotations
 
+# Deferred imports: pyarrow and the Arrow-built columns (composite_batch, composite_order,
+# composite_json) load when composites are first ordered or written, so `cep run --engine reference`
+# and the Python API's import stay without pyarrow.
+
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import numpy as np
 import orjson
+
+from cep_core.event_io import write_jsonl
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -114,7 +119,6 @@ class Composites(Sequence):
         """JSON lines to `out` (a path, a binary stream, or None / "-" for stdout),
         byte for byte what orjson gives for each composite dict. Returns the count."""
         if self._dicts is not None and not self.batches:  # dicts already: orjson each
-            from cep_core.event_io import write_jsonl
 
             return write_jsonl(self._dicts, out)
         from cep_core import composite_json

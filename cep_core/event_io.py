@@ -28,6 +28,9 @@ lines: its first line).
 
 from __future__ import annotations
 
+# Deferred imports: pyarrow, for Parquet input only: `cep run --engine reference` on JSON lines or
+# CSV never imports it.
+
 import base64
 import contextlib
 import csv

@@ -2,7 +2,7 @@
 
 `read_table(path, schema)` gives what `event_io.read_events` gives (the same accepted
 values, the same dead letters: reason, line, position, raw) as one table with
-`json_batch.arrow_schema(schema)` (`seq`, then the stream's attributes) and no Python
+`arrow_numpy.arrow_schema(schema)` (`seq`, then the stream's attributes) and no Python
 object per event:
 
 - JSON lines are cut into blocks of whole lines and parsed by `pyarrow.json` with the
@@ -23,6 +23,10 @@ when its seq is above every seq accepted before it.
 
 from __future__ import annotations
 
+# Deferred imports: pyarrow's json, csv and parquet readers, and the Parquet decoder
+# (event_columns), load with the first file of their format: a JSON lines run imports neither the
+# CSV nor the Parquet reader.
+
 import contextlib
 import csv
 import io
@@ -38,7 +42,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cep_core.arrow_numpy import from_numpy, is_null, strings, to_numpy
+from cep_core.arrow_numpy import ARROW_TYPES, arrow_schema, from_numpy, is_null, strings, to_numpy
 from cep_core.batch import NUMPY_TYPES
 from cep_core.errors import EventError
 from cep_core.event_io import (
@@ -55,7 +59,6 @@ from cep_core.event_io import (
     seq_not_increasing,
 )
 from cep_core.events import Event
-from cep_core.json_batch import ARROW_TYPES, arrow_schema
 from cep_core.schema import StreamSchema
 
 BLOCK_BYTES = 4 << 20

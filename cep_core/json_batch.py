@@ -26,20 +26,15 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cep_core import event_reader
+from cep_core.arrow_numpy import ARROW_TYPES, arrow_schema
 from cep_core.errors import EventError
 from cep_core.event_io import DeadLetter, decode_record
 from cep_core.schema import StreamSchema
 
-ARROW_TYPES = {"int": pa.int64(), "timestamp": pa.int64(), "float": pa.float64(),
-               "bool": pa.bool_(), "string": pa.string()}
 # Python types a column may hold for the fast path to accept it as is.
 _FAST_TYPES = {"int": {int}, "timestamp": {int}, "float": {int, float}, "bool": {bool},
                "string": {str}}
-
-
-def arrow_schema(schema: StreamSchema) -> pa.Schema:
-    return pa.schema([("seq", pa.int64())] + [(name, ARROW_TYPES[kind])
-                                              for name, kind in schema.attributes.items()])
 
 
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20  # Kafka's default message.max.bytes
@@ -75,9 +70,7 @@ def decode_messages(raws: list[bytes], schema: StreamSchema, positions: np.ndarr
         raise ValueError("decode_messages: raws, positions and offsets differ in length")
     oversized = max_bytes is not None and len(raws) and max(map(len, raws)) > max_bytes
     if not oversized and len(raws) >= COLUMNAR_FROM:
-        from cep_core.event_reader import json_messages_table
-
-        table = json_messages_table(raws, schema, positions)
+        table = event_reader.json_messages_table(raws, schema, positions)
         if table is not None:
             return DecodedMessages(table, np.arange(len(raws), dtype=np.int64), [])
     if not oversized:

@@ -6,7 +6,11 @@ Semantic checks (names, types, ranges) are in `cep_core.checker`.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import sys
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -15,6 +19,7 @@ from lark import Token, Transformer, v_args
 
 from cep_core import ast
 from cep_core.errors import QueryError
+from cep_core.home import cache_dir
 
 GRAMMAR = Path(__file__).with_name("grammar.lark")
 
@@ -76,11 +81,6 @@ def parser_cache_path(text: str) -> Path | None:
     """Where the parser of grammar `text` is cached: `parser/lark-<hash>.pickle` under the
     cache root (cep_core.home; ~/.cache/cep/parser by default); None when that folder
     cannot be made."""
-    import hashlib
-    import sys
-
-    from cep_core.home import cache_dir
-
     key = "\0".join([text, repr(sorted(LARK_OPTIONS.items())), lark.__version__,
                      sys.version.split()[0]])
     try:
@@ -92,9 +92,6 @@ def parser_cache_path(text: str) -> Path | None:
 
 def _save(parser: lark.Lark, path: Path) -> None:
     """Write the parser's tables atomically (a concurrent reader never sees half a file)."""
-    import os
-    import tempfile
-
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
         try:

@@ -8,15 +8,24 @@ engines (optionally placed on a GPU) over a table as `event_reader.read_table` g
 
 from __future__ import annotations
 
+# Deferred imports: numpy, pyarrow, numba (the stream engines, the GPU placement) and the reference
+# interpreter load only for the engine and input a run uses: `cep run --engine reference` never
+# imports numba or pyarrow, a jit run never imports the reference interpreter, and the Python API
+# imports this module before any data is read.
+
 import time
 from typing import TYPE_CHECKING
+
+import orjson
+
+from cep_core.event_io import DeadLetter
 
 if TYPE_CHECKING:
     from cep_core.batch import BatchEncoder
     from cep_core.checker import CheckedQuery
     from cep_core.composites import Composites
-    from cep_core.stream_engines import StreamEngines
     from cep_core.event_io import DeadLetter
+    from cep_core.stream_engines import StreamEngines
 
 ENGINES = ("reference", "jit")
 
@@ -48,10 +57,6 @@ def run_checked(queries: list[CheckedQuery], events, engine: str = "reference",
     generation), `compile_s` (numba compiling kernels or loading them from its cache while
     the events ran) and `process_s` (the rest: the events themselves); `report` the
     placement of each query when `placement` is given."""
-    import orjson
-
-    from cep_core.event_io import DeadLetter
-
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     rejected: list = []
@@ -91,8 +96,6 @@ def run_checked(queries: list[CheckedQuery], events, engine: str = "reference",
 def events_json(events, seqs: list[int]) -> list[bytes]:
     """The JSON of the events with these seqs: Events, or rows of a table (whose seqs
     increase) found by binary search."""
-    import orjson
-
     if not hasattr(events, "num_rows"):
         by_seq = {event.seq: event for event in events}
         return [orjson.dumps(by_seq[seq].to_json()) for seq in seqs]

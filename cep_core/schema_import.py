@@ -19,6 +19,9 @@ untyped properties cannot map: SchemaImportError names each such property and wh
 
 from __future__ import annotations
 
+# Deferred imports: jsonschema loads only when a JSON Schema is imported, not with
+# every command that reads stream schemas.
+
 import re
 
 from cep_core.schema import SchemaError, StreamSchema

@@ -8,8 +8,16 @@ events; `run_table`/`run_engines` feed an Arrow table or event batches through.
 
 from __future__ import annotations
 
+# Deferred imports: numba (`numba.core.event`) and WINDOW's compiler and engine load when a jit run
+# starts, so `cep run` can import the engines in a second thread while pyarrow parses, and a stream
+# without WINDOW queries never imports them.
+
+import io
 from collections.abc import Iterable
 from contextlib import contextmanager
+
+import numpy as np
+import orjson
 
 from cep_core import snapshot_format
 from cep_core.batch import BatchEncoder, StringDictionary
@@ -17,6 +25,7 @@ from cep_core.checker import CheckedQuery
 from cep_core.composite import sort_key
 from cep_core.composite_batch import CompositeBatch, RowBatch, to_dicts
 from cep_core.composites import Composites
+from cep_core.engine import cache_load
 from cep_core.engine_factory import create_engine
 from cep_core.events import Event, Punctuation
 from cep_core.placement import Placement, check_placement
@@ -28,8 +37,6 @@ def compact_strings(parts, strings: StringDictionary, slack: float = 2.0,
     and never came back), when `strings` has more than `slack` times as many as are held
     (and at least `minimum`). Returns how many strings were dropped. Anything else holding
     codes of `strings` (batches, composite batches not yet decoded) is invalid after."""
-    import numpy as np
-
     if len(strings) < minimum:
         return 0
     live = np.unique(np.concatenate([np.empty(0, np.int64)] + [
@@ -84,8 +91,6 @@ class StreamEngines:
 
     def __init__(self, queries: list[CheckedQuery], strings: StringDictionary, *,
                  placement: str | None = None, report: list | None = None, **options):
-        from cep_core.engine import cache_load
-
         if placement is not None:
             check_placement(placement)
         cache_load.install()
@@ -179,11 +184,6 @@ class StreamEngines:
 
     def snapshot(self) -> bytes:
         """The state of every query (and the string dictionary) as bytes."""
-        import io
-
-        import numpy as np
-        import orjson
-
         arrays = {f"e{i}": np.frombuffer(e.snapshot(with_strings=False), dtype=np.uint8)
                   for i, e in enumerate(self.engines)}
         meta = {"strings": self._strings.strings,
@@ -198,11 +198,6 @@ class StreamEngines:
 
     def restore(self, data: bytes) -> None:
         """Put back a snapshot taken from engines with the same queries."""
-        import io
-
-        import numpy as np
-        import orjson
-
         data = snapshot_format.unpack("engines", data)
         with np.load(io.BytesIO(data), allow_pickle=False) as archive:
             arrays = {name: archive[name] for name in archive.files}

@@ -24,6 +24,8 @@ Each generator takes keyword parameters with the published values as defaults (e
 
 from __future__ import annotations
 
+# Deferred imports: pyarrow.parquet loads only when a workload is written as Parquet.
+
 import functools
 import textwrap
 import zlib
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -545,8 +548,6 @@ def write_events(table: pa.Table, path: str | Path, fmt: str | None = None) -> P
 def _jsonl_lines(batch: pa.RecordBatch) -> bytes:
     """One JSON object per row, built column-wise. Strings that would need escaping are
     never generated here; if one is, the batch falls back to orjson row by row."""
-    import orjson
-
     pieces: list = []
     for i, (name, column) in enumerate(zip(batch.schema.names, batch.columns)):
         pieces.append(("{" if i == 0 else ",") + f'"{name}":')

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+# Deferred imports: the FPGA modules (planner, adapter, emulator, HDL, simulators), the event reader
+# and the string tables load when an FPGA command runs: `cep` registers these commands for every
+# invocation, `cep --help` included.
+
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from services.cli import common as cli
+from services.cli.common import CliError
 
 fpga_app = typer.Typer(help="The FPGA adapter: UDP wire protocol, circuit emulator, "
                        "verification (docs/fpga.md).", no_args_is_help=True)
@@ -23,8 +30,6 @@ TickOption = Annotated[int, typer.Option(min=1, help="Received tuples per timer 
 
 
 def _address(text: str) -> tuple[str, int]:
-    from services.cli.common import CliError
-
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit() or int(port) > 65535:
         raise CliError(f"{text!r} is not HOST:PORT", 2)
@@ -36,7 +41,6 @@ def _queries(query_file: Path, schema, name: str | None, one: bool):
     here with the construct named)."""
     from accel.fpga.plan import FpgaUnsupported, compile_fpga
     from cep_core.batch import StringDictionary
-    from services.cli import common as cli
 
     queries = cli.load_query_file(query_file, cli.schema_registry(schema))
     if name is not None:
@@ -56,7 +60,6 @@ def _queries(query_file: Path, schema, name: str | None, one: bool):
 
 def _events(path: Path, checked):
     from cep_core.event_io import InputError, read_events
-    from services.cli import common as cli
 
     try:
         simple, dead = read_events(path, checked.schema)
@@ -86,8 +89,6 @@ def send(
 ) -> None:
     """Stream events to a device (or `cep fpga emulate`); print its matches as composite
     events (JSON lines)."""
-    from services.cli import common as cli
-
     def body():
         from accel.fpga.adapter import FpgaAdapter
         from cep_core.event_io import write_composites_jsonl
@@ -129,8 +130,6 @@ def emulate(
     query: QueryOption = None,
 ) -> None:
     """Serve the circuit of one query over UDP (a functional emulator of the FPGA)."""
-    from services.cli import common as cli
-
     def body():
         from accel.fpga.emulator import Circuit, EmulatorServer
         from accel.fpga.plan import CircuitConfig, compile_fpga
@@ -166,8 +165,6 @@ def verify(
     """Run the stream through adapter + emulator (UDP), every device leg (emulator, HDL
     simulation) and the reference interpreter; print whether all agree (exit 0 only if
     they do)."""
-    from services.cli import common as cli
-
     def body():
         from accel.fpga.plan import CircuitConfig
         from accel.fpga.verify import verify as run_verify
@@ -205,8 +202,6 @@ def hdl(
 ) -> None:
     """Write the circuit of a query as synthesizable Verilog (predicate decoder, NFA,
     pipelined stream partitioner) and a testbench that reads tuples from a hex file."""
-    from services.cli import common as cli
-
     def body():
         from accel.fpga.hdl import write_hdl
         from accel.fpga.plan import CircuitConfig, compile_fpga
@@ -237,8 +232,6 @@ def resources(
     """Synthesize with Yosys and print LUT and flip-flop counts: NFA vs powerset DFA
     (one-hot, binary) of (0|1)*1(0|1)^i, and the stream partitioner by depth (the paper's
     Figures 4 and 9); writes a PNG plot."""
-    from services.cli import common as cli
-
     def body():
         from accel.fpga import resources as res
         from services.extras import require

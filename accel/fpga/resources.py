@@ -13,6 +13,8 @@ cells, flip-flops every `DFF` cell.
 
 from __future__ import annotations
 
+# Deferred imports: matplotlib (the `fpga` extra, may be missing) loads only when a chart is drawn.
+
 import re
 import shutil
 import subprocess

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+# Deferred imports: numba.cuda, the GPU engines, the reference interpreter and the event reader load
+# when a GPU command runs: `cep` registers these commands for every invocation, `cep --help`
+# included.
+
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from services.cli import common as cli
 
 gpu_app = typer.Typer(help="The GPU adapter: SEQ (CDP) and MATCH (per-key NFA) kernels on "
                       "numba's CUDA target (the CUDA simulator where no GPU exists).",
@@ -27,8 +33,6 @@ def verify(
 ) -> None:
     """Run the stream through the GPU path and the reference interpreter; print whether they
     agree (exit 0 only if they do)."""
-    from services.cli import common as cli
-
     def body():
         from accel.gpu import device
         from accel.gpu import placement as placed

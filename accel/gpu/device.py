@@ -7,6 +7,9 @@ the simulator on for a process without a GPU (as `cep gpu verify` does).
 
 from __future__ import annotations
 
+# Deferred imports: numba and numba.cuda (its driver probe) load when a GPU is first asked for,
+# so the GPU commands and CPU placements that import this module do not pay for them.
+
 import ctypes.util
 import os
 import sys

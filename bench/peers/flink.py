@@ -11,9 +11,10 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow.csv as pacsv
-
 from compare import compare
 from opencep import run_cep
+
+from cep_core.workloads import WORKLOADS
 
 HERE = Path(__file__).resolve().parent
 INSTALL = "python3 -m venv /tmp/flinkvenv && /tmp/flinkvenv/bin/pip install apache-flink"
@@ -31,8 +32,6 @@ EMIT symbol = symbol, seqNum = First(seqNum), count = Count();
 
 
 def query_texts(seed: int) -> dict[str, str]:
-    from cep_core.workloads import WORKLOADS
-
     mshape = WORKLOADS["finance1"].query_text(seed).replace("finance1", "mshape")
     return {"mshape": mshape, "bigrise": BIGRISE}
 
@@ -54,8 +53,6 @@ def check_pyflink(python: str | None) -> str:
 
 def generate_trades(rows: int, seed: int):
     """The finance workload's trades (`cep gen finance1`), as a pyarrow table."""
-    from cep_core.workloads import WORKLOADS
-
     return WORKLOADS["finance1"].generate(rows, seed)
 
 

@@ -13,6 +13,8 @@ object: matches and `job_s` (the job, from submission to the last row collected)
 
 from __future__ import annotations
 
+# Deferred imports: pyflink lives only in the PyFlink peer's own virtualenv, where this script runs.
+
 import argparse
 import json
 import time

@@ -11,6 +11,9 @@ product's `seq`) of its positive events. Prints one JSON object: matches, events
 
 from __future__ import annotations
 
+# Deferred imports: `patterns` is this folder's module, importable only once the script runs in
+# OpenCEP's virtualenv with the folder on its path.
+
 import argparse
 import collections
 import collections.abc

@@ -18,6 +18,8 @@ import pstats
 import sys
 import time
 
+from services.cli.main import main as cep_main
+
 # phase -> (file suffix, function name) whose cumulative time is that phase
 PHASES = {
     "engines over the table": ("cep_core/stream_engines.py", "run_table"),
@@ -48,7 +50,6 @@ def main() -> None:
     ap.add_argument("--engine", default="jit")
     ap.add_argument("--top", type=int, default=0, help="Also print the top N functions.")
     args = ap.parse_args()
-    from services.cli.main import main as cep_main
 
     sys.argv = ["cep", "run", args.query, "--events", args.events, "--engine", args.engine,
                 "--out", "/dev/null"]

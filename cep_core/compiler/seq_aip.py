@@ -72,18 +72,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from cep_core import ast
 from cep_core.compiler.expressions import STRING_TABLE_PARAMS
 from cep_core.compiler.modules import load_module
-from cep_core.kernels.seq_aip_runtime import (
-    AIP_RUNTIME_VERSION,
-    R_DL,
-    R_FIRST,
-    R_FIXED,
-    R_HOLE,
-    R_MASK,
-    R_POS,
-)
 from cep_core.compiler.seq_aip_timeouts import timeout_source
 from cep_core.compiler.seq_codegen import (
     import_block,
@@ -93,6 +86,15 @@ from cep_core.compiler.seq_codegen import (
 from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
 from cep_core.compiler.seq_codegen_matches import MatchCodeGenerator
 from cep_core.compiler.seq_plan import Conjunct, SeqPlan
+from cep_core.kernels.seq_aip_runtime import (
+    AIP_RUNTIME_VERSION,
+    R_DL,
+    R_FIRST,
+    R_FIXED,
+    R_HOLE,
+    R_MASK,
+    R_POS,
+)
 from cep_core.kernels.seq_layout import ERR, INT64_MAX, INT64_MIN, OVF, PALIVE, POOL
 from cep_core.kernels.seq_runtime import RUNTIME_VERSION
 
@@ -1044,8 +1046,6 @@ class AipKernel:
 
     def templates(self):
         """The empty instances every event is offered to (hole 0, then witnesses)."""
-        import numpy as np
-
         gen = self.generator
         tpl = np.zeros((len(self.holes), self.width), np.int64)
         for k, hole in enumerate(self.holes):

@@ -15,6 +15,9 @@ what is compiled and what runs are unchanged.
 
 from __future__ import annotations
 
+# Deferred imports: numba's caching, CPU target and runtime modules load when `install()` first runs
+# (a jit run), so importing the stream engines does not pay for them.
+
 _installed = False
 
 

@@ -37,6 +37,8 @@ and equality-class value) are capped by `max_instances`:
 from __future__ import annotations
 
 import numpy as np
+from numba import types
+from numba.typed import Dict
 
 from cep_core.batch import Batch, StringDictionary
 from cep_core.composite_batch import ColumnBatch, CompositeBatch, to_dicts
@@ -52,7 +54,6 @@ from cep_core.engine.seq_idle import (
 )
 from cep_core.kernels.seq_aip_runtime import expire, pool_compact
 from cep_core.kernels.seq_layout import ERR, OVF, PALIVE, POOL
-
 
 
 class AipOverflowError(RuntimeError):
@@ -121,9 +122,6 @@ class SeqAipEngine(SeqEngineBase):
 
     @staticmethod
     def _new_subkeys():
-        from numba import types
-        from numba.typed import Dict
-
         return Dict.empty(key_type=types.UniTuple(types.int64, 2), value_type=types.int64)
 
     def _class_values(self, batch: Batch) -> np.ndarray:

@@ -16,6 +16,9 @@ from typing import Protocol
 from cep_core.checker import CheckedQuery
 from cep_core.composite import sort_key
 from cep_core.events import Event, Punctuation
+from cep_core.reference.match import MatchInterpreter
+from cep_core.reference.seq import SeqInterpreter
+from cep_core.reference.window import WindowInterpreter
 
 
 class Interpreter(Protocol):
@@ -29,10 +32,6 @@ class Interpreter(Protocol):
 
 
 def interpreter_for(checked: CheckedQuery) -> Interpreter:
-    from cep_core.reference.match import MatchInterpreter
-    from cep_core.reference.seq import SeqInterpreter
-    from cep_core.reference.window import WindowInterpreter
-
     kinds = {"match": MatchInterpreter, "seq": SeqInterpreter, "window": WindowInterpreter}
     return kinds[checked.query.kind](checked)
 

@@ -20,13 +20,32 @@ import ipaddress
 import re
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import orjson
 from aiohttp import web
+from confluent_kafka import OFFSET_END, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
+from cep_core.checker import load_query_text
+from cep_core.control_message import ControlMessageError, check_stream, replayed
+from cep_core.errors import QueryError, QueryErrors
 from services.api.errors import Refused
 from services.api.openapi import openapi_document
+from services.api.tail import tail_query
+from services.stream.control import control_log, publish
+from services.stream.kafka import Topics, ensure_topics
+from services.stream.live_changes import (
+    EXIT,
+    live_items,
+    query_changes,
+    services_view,
+    stream_changes,
+    stream_text_from_json_schema,
+    wait_outcomes,
+)
+from services.stream.serve import log
 
 CONSOLE = Path(__file__).resolve().parent / "console"
 TOKEN_ENV = "CEP_API_TOKEN"
@@ -40,8 +59,6 @@ class ApiConfig:
     def __init__(self, settings, topic_prefix: str = "", control: str = "",
                  token: str | None = None, timeout_s: float = 30, metrics_urls=(),
                  cache_s: float = 1.0):
-        from services.stream.kafka import Topics
-
         self.settings, self.prefix, self.token = settings, topic_prefix, token or None
         self.control = Topics("", control=control, prefix=topic_prefix).control
         self.timeout_s, self.metrics_urls, self.cache_s = timeout_s, list(metrics_urls), cache_s
@@ -95,9 +112,6 @@ def located_errors(text: str) -> list[dict]:
 
 def query_problems(text: str, registry) -> tuple[list[dict], list]:
     """(errors, checked queries) of a query text, checked against `registry`."""
-    from cep_core.checker import load_query_text
-    from cep_core.errors import QueryError, QueryErrors
-
     lines = text.splitlines()
     try:
         return [], load_query_text(text, registry, "<query>")
@@ -123,22 +137,15 @@ class Api:
     # ------------------------------------------------------------ reading the topics
 
     def records(self, fresh: bool = False) -> list:
-        from services.stream.control import control_log
-
         now = time.monotonic()
         if fresh or self._records is None or now - self._records[0] > self.config.cache_s:
             self._records = (now, control_log(self.config.settings, self.config.control))
         return self._records[1]
 
     def live(self, fresh: bool = False):
-        from cep_core.control_message import replayed
-
         return replayed(self.records(fresh))
 
     def status_view(self, stream: str) -> dict:
-        from services.stream.kafka import Topics
-        from services.stream.live_changes import services_view
-
         return services_view(self.config.settings, Topics(stream, prefix=self.config.prefix)
                              .status)
 
@@ -150,8 +157,6 @@ class Api:
         return entry
 
     def state(self, query) -> dict:
-        from services.stream.live_changes import live_items
-
         stream = query.checked.schema.stream
         view = self.status_view(stream)
         held = next((i for i in live_items(view, "query") if i["name"] == query.name), None)
@@ -168,8 +173,6 @@ class Api:
         """Records on the INTO topic and their rate since the last look (shared by the
         queries writing the same topic): the fetch high-watermarks of a consumer kept per
         topic at its end (ListOffsets is not trusted, docs/broker.md)."""
-        from confluent_kafka import OFFSET_END, TopicPartition
-
         with self._lock:
             consumer = self._ends.get(topic)
             if consumer is None:
@@ -202,10 +205,6 @@ class Api:
     def scraped(self, query: str) -> dict:
         """The query's partial matches and the services' events in, from their Prometheus
         endpoints (`--metrics URL`), summed."""
-        import urllib.request
-
-        from prometheus_client.parser import text_string_to_metric_families
-
         if not self.config.metrics_urls:
             return {}
         partial, events_in = None, 0.0
@@ -228,11 +227,6 @@ class Api:
 
     def change(self, kind: str, op: str, name: str | None, text: str | None,
                only: str | None, wait: bool, timeout_s: float) -> tuple[int, dict]:
-        from cep_core.control_message import ControlMessageError
-        from services.stream.control import publish
-        from services.stream.kafka import ensure_topics
-        from services.stream.live_changes import EXIT, query_changes, stream_changes, wait_outcomes
-
         records = self.records(fresh=True)
         if kind == "query" and op != "remove":
             errors, _ = query_problems(text, self.live().registry)
@@ -301,9 +295,6 @@ def _stream_text(data: dict, name: str | None = None) -> str:
     """A stream schema's JSON text from `schema` (as schemas/*.json) or `json_schema` (a
     JSON Schema of one event, with optional `time`, `time_unit`, `type_attribute`,
     `skip_optional`)."""
-    from cep_core.control_message import ControlMessageError
-    from services.stream.live_changes import stream_text_from_json_schema
-
     if isinstance(data.get("schema"), dict):
         return orjson.dumps(data["schema"]).decode()
     if "json_schema" in data:
@@ -389,8 +380,6 @@ def make_app(config: ApiConfig) -> web.Application:
 
     @routes.post("/api/streams/validate")
     async def validate_stream(request):
-        from cep_core.control_message import ControlMessageError, check_stream
-
         data = await _body(request)
         try:
             text = _stream_text(data)
@@ -494,8 +483,6 @@ def make_app(config: ApiConfig) -> web.Application:
 
     @routes.get("/api/queries/{name}/tail")
     async def tail(request):
-        from services.api.tail import tail_query
-
         return await tail_query(request, api, request.match_info["name"])
 
     async def closing(app):
@@ -521,8 +508,6 @@ def _stream_entry(registry, name: str) -> dict:
 
 def serve_api(config: ApiConfig, host: str | None, port: int) -> None:
     """Serve until SIGTERM / SIGINT."""
-    from services.stream.serve import log
-
     bound = bind_host(host, config.token)
     log("api_listening", host=bound, port=port, token=bool(config.token))
     web.run_app(make_app(config), host=bound, port=port, print=None, access_log=None,

@@ -14,13 +14,16 @@ import time
 
 import orjson
 from aiohttp import web
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
+
+from services.api.errors import Refused
+from services.stream.checkpoint import PIPELINE_HEADER
+from services.stream.kafka import Topics
 
 HEARTBEAT_S = 15
 
 
 def _bad(message: str):
-    from services.api.errors import Refused
-
     return Refused(400, {"error": message})
 
 
@@ -38,11 +41,6 @@ def _number(request: web.Request, name: str, kind, low, high):
 
 
 async def tail_query(request: web.Request, api, name: str) -> web.StreamResponse:
-    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
-
-    from services.stream.checkpoint import PIPELINE_HEADER
-    from services.stream.kafka import Topics
-
     start = request.query.get("from", "end")
     if start not in ("beginning", "end"):
         raise _bad("from: beginning or end")

@@ -10,17 +10,23 @@ composite rows are built from the engines' CompositeBatch columns (`body` by
 
 from __future__ import annotations
 
+# Deferred imports: pyspark and pandas (the `spark` extra, may be missing) load when a Spark job
+# runs; the engines' Arrow core is used without them.
+
 import os
 
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs
+import pyarrow.parquet as pq
 
 from cep_core import composite_json
 from cep_core.arrow_numpy import from_numpy
 from cep_core.checker import CheckedQuery
 from cep_core.composite_batch import ColumnBatch
+from cep_core.runner import new_engines
 
 RESULT_SCHEMA = ("kind string, query string, query_index int, key string, seq long, "
                  "start_seq long, reason string, body string")
@@ -84,8 +90,6 @@ class PartitionRunner:
     def _write(self, results):
         """Composite rows into one Parquet file of this task (named by its group and
         partition, so a task run again replaces its own file); yields their count."""
-        import pyarrow.fs  # noqa: F401
-        import pyarrow.parquet as pq
         from pyspark import TaskContext
 
         fs, directory = pa.fs.FileSystem.from_uri(self.output)
@@ -104,7 +108,6 @@ class PartitionRunner:
 
     def _results(self, batches):
         os.environ["CEP_KERNEL_CACHE"] = self.kernel_cache  # the driver's kernel cache
-        from cep_core.runner import new_engines
 
         engines, encoder = new_engines(self.queries, **self.options)
         index = {q.name: q.index for q in self.queries}

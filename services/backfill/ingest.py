@@ -17,8 +17,12 @@ driver.
 
 from __future__ import annotations
 
+# Deferred imports: pyspark (the `spark` extra, may be missing) loads when a Spark frame is built;
+# the decoding core is used and tested without it.
+
 import io
 from dataclasses import dataclass
+from functools import reduce
 from pathlib import PurePosixPath
 
 import numpy as np
@@ -26,8 +30,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cep_core.errors import EventError
 from cep_core.arrow_numpy import from_numpy, to_numpy
+from cep_core.errors import EventError
 from cep_core.event_columns import decode_table, events_to_columns
 from cep_core.event_io import FORMATS, InputError, _csv_records, decode_record
 from cep_core.event_reader import _jsonl_block, _JsonParser, _Rows
@@ -102,8 +106,6 @@ def read_decoded(spark, files: list[InputFile], schema: StreamSchema):
 
     A split is named by its file and `_metadata.file_block_start` (its byte offset), so
     positions do not depend on how Spark numbers or packs partitions."""
-    from functools import reduce
-
     from pyspark.sql import functions as F
 
     raw_frames = [_raw_frame(spark, f) for f in files]

@@ -11,10 +11,19 @@ Which queries may be split by key is decided in `backfill_plan`; input decoding 
 
 from __future__ import annotations
 
+# Deferred imports: pyspark (the `spark` extra, may be missing) loads when a session starts, and
+# Kafka (confluent_kafka) only when results are produced to a topic.
+
+import os
 import sys
 import time
 from dataclasses import dataclass, field
 from functools import reduce
+
+import orjson
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from cep_core.checker import CheckedQuery
 from cep_core.home import kernel_cache_dir
@@ -27,8 +36,10 @@ from services.backfill.engines import (
     unique_rejected,
 )
 from services.backfill.ingest import accept, list_inputs, read_decoded
+from services.backfill.output import read_composites
 from services.backfill.parquet import BAD, GOOD, SplitCounts, parquet_input
 from services.backfill.plan import describe, plan
+from services.backfill.progress import SparkProgress
 
 ARROW_BATCH_ROWS = 65_536
 DEAD_LETTER_SCHEMA = ("stage int, query_index int, source string, line long, position long, "
@@ -59,8 +70,6 @@ def spark_session(master: str = "local[*]", shuffle_partitions: int | None = Non
     only in case), Python workers on this interpreter with this process's kernel cache.
     `shuffle_partitions` (the partitions of each keyed group): default, the cores Spark
     has (`defaultParallelism`), one engine task per core."""
-    import os
-
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -165,8 +174,6 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
                               describe(groups))
 
     if console is not None:
-        from services.backfill.progress import SparkProgress
-
         for line in describe(groups):
             console.print(f"plan: {line}", markup=False, style="dim")
         with SparkProgress(spark, console, rows):
@@ -182,10 +189,6 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
 def _pyarrow_directory(output: str) -> str | None:
     """`output` emptied and made, as a URI pyarrow opens in the tasks; None where pyarrow
     cannot open it (Spark's writer then writes it)."""
-    import os
-
-    import pyarrow.fs as pafs
-
     uri = output if "://" in output or output.startswith("file:") else os.path.abspath(output)
     try:
         fs, path = pafs.FileSystem.from_uri(uri)
@@ -200,9 +203,6 @@ def _pyarrow_directory(output: str) -> str | None:
 def _write_dead_letters(rows: list[tuple], dead_letters: str) -> bool:
     """`rows` (DEAD_LETTER_SCHEMA) as the one file of the dead-letters directory, written
     by pyarrow here; False where pyarrow cannot open it."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     directory = _pyarrow_directory(dead_letters)
     if directory is None:
         return False
@@ -220,12 +220,6 @@ def _write_dead_letters(rows: list[tuple], dead_letters: str) -> bool:
 def produce_to_kafka(output: str, topic: str, bootstrap: str | None) -> int:
     """Produce the composite events of a backfill output to `topic`, in output order: one
     JSON per message, the partition key as JSON for the message key."""
-    import os
-
-    import orjson
-
-    from services.backfill.output import read_composites
-
     bootstrap = bootstrap or os.environ.get("KAFKA_BOOTSTRAP")
     if not bootstrap:
         raise ValueError("--to-kafka needs a broker: pass --bootstrap or set KAFKA_BOOTSTRAP")

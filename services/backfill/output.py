@@ -19,6 +19,7 @@ The readers give back exactly the dicts `cep run` writes, in its order.
 from __future__ import annotations
 
 import orjson
+import pyarrow.parquet as pq
 
 from cep_core.composite import sort_key
 
@@ -37,8 +38,6 @@ def read_composites(path: str) -> list[dict]:
 def read_dead_letters(path: str) -> list[dict]:
     """Dead letters as `DeadLetter.to_json` dicts, in `cep run`'s order: bad input records
     by position, then events the engines rejected, query by query, by seq."""
-    import pyarrow.parquet as pq
-
     names = pq.ParquetDataset(path).schema.names  # outputs written before `line` lack it
     table = _read(path, ["stage", "query_index",
                          *(f for f in DEAD_LETTER_FIELDS if f in names)])
@@ -49,8 +48,6 @@ def read_dead_letters(path: str) -> list[dict]:
 
 
 def _read(path: str, columns: list[str]):
-    import pyarrow.parquet as pq
-
     return pq.read_table(path, columns=columns)
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs  # noqa: F401 (pa.fs)
+import pyarrow.parquet as pq
 
 from cep_core.event_io import seq_not_increasing
 from cep_core.schema import StreamSchema
@@ -114,8 +115,6 @@ def parquet_input(spark, files: list[InputFile]) -> ParquetInput | None:
 
 
 def _metadata(uri: str):
-    import pyarrow.parquet as pq
-
     fs, path = pa.fs.FileSystem.from_uri(uri)
     with fs.open_input_file(path) as handle:
         return pq.ParquetFile(handle).metadata
@@ -131,7 +130,6 @@ def _seq_ranges(f: InputFile, meta, group: int, seq_column: int | None,
         return [(None, None)]
     if len(pieces) == 1:
         return [_seq_range(meta.row_group(group).column(seq_column))]
-    import pyarrow.parquet as pq
 
     fs, path = pa.fs.FileSystem.from_uri(_uri(f.path))
     with fs.open_input_file(path) as handle:
@@ -176,8 +174,6 @@ class SplitReader:
         self.names = ["seq", *schema.attributes]
 
     def __call__(self, batches):
-        import pyarrow.parquet as pq
-
         for batch in batches:
             for split_id in batch.column(0).to_pylist():
                 split = self.source.splits[split_id]

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+# Deferred imports: each benchmark (numba kernels, Kafka, Spark, the GPU) and the workloads load
+# when its command runs: the CLI registers these commands for every `cep` invocation, `cep --help`
+# included.
+
+import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -116,9 +122,6 @@ def bench_peers(ctx: typer.Context) -> None:
     """This product against OpenCEP and Apache Flink (MATCH_RECOGNIZE), side by side, match
     sets compared: bench/peers/run.py, whose options it takes (`cep bench peers --help`;
     docs/peers.md)."""
-    import subprocess
-    import sys
-
     script = Path(__file__).resolve().parents[2] / "bench" / "peers" / "run.py"
 
     def body():

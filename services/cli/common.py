@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+# Deferred imports: the query checker (lark), the runner (numpy, pyarrow, numba) and Kafka load when
+# a command needs them, so `cep --help` and `cep schemas` import none of them.
+
 import os
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
+import orjson
 import typer
 from rich.console import Console
 
@@ -163,8 +167,6 @@ def print_table(title: str, result: dict, vertical: bool = False) -> None:
 
 
 def print_json(result: dict) -> None:
-    import orjson
-
     print(orjson.dumps(result).decode())
 
 
@@ -213,8 +215,6 @@ def export_schema_paths(paths: list[Path] | None, cli_error) -> None:
     """Put --schema paths in front of CEP_SCHEMA_PATH, so every registry this process (and
     any process it starts) makes finds them; a bad path or schema file is a clean error
     here rather than in a service later."""
-    import os
-
     from cep_core.schema import SCHEMA_PATH_ENV, SchemaError, SchemaRegistry
 
     for path in paths or []:

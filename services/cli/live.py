@@ -13,6 +13,9 @@ hold it; `--json`, one object with each service's live set (workers: per partiti
 
 from __future__ import annotations
 
+# Deferred imports: control messages (jsonschema, lark) and Kafka load when `cep query` or `cep
+# stream` changes something, not for every `cep` command that registers them.
+
 import sys
 from enum import StrEnum
 from pathlib import Path

@@ -12,12 +12,19 @@ pyarrow only for Parquet, Spark only for the backfill).
 
 from __future__ import annotations
 
+# Deferred imports: each command's modules load when it runs (events and the reader, pyarrow and the
+# engines, the workloads, the broker, Spark): `cep --help`, `cep check` and `cep run --engine
+# reference` import only what they use.
+
 import os
+import signal
 import time
 from enum import StrEnum
+from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
+import orjson
 import typer
 
 from accel.fpga.cli import fpga_app
@@ -231,7 +238,6 @@ def _read_table_importing_engines(events, schema, fmt: str | None, queries):
     pyarrow parses without the GIL, so on a machine with cores to spare this costs no
     wall-clock time."""
     from concurrent.futures import ThreadPoolExecutor
-    from importlib import import_module
 
     from cep_core.event_reader import read_table
 
@@ -373,8 +379,6 @@ def _shown_origin(origin: str | None) -> str:
 
 def _import_json_schema(file: Path, out: Path | None, stream, time_attribute, time_unit,
                         type_attribute, skip_optional) -> None:
-    import orjson
-
     from cep_core.schema_import import SchemaImportError, stream_schema_from_json_schema
 
     try:
@@ -469,8 +473,6 @@ def broker(
     SIGTERM."""
 
     def body():
-        import signal
-
         from services.stream.broker import BrokerError, EmbeddedBroker
 
         embedded = EmbeddedBroker(port=port, storage=storage)

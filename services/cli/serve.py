@@ -9,6 +9,11 @@ or `--kafka-config`.
 
 from __future__ import annotations
 
+# Deferred imports: the services (Kafka, Faust, aiohttp, the engines, logging.config), the API
+# and the benchmarks load when their command runs: the CLI registers these commands for every
+# `cep` invocation.
+
+import os
 from enum import StrEnum
 from typing import Annotated
 
@@ -262,8 +267,6 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
         guard(body)
 
 def _serve_api(settings, topics, host, port, metrics_urls, cli_error) -> None:
-    import os
-
     from services.api.app import TOKEN_ENV, ApiConfig, bind_host, serve_api
 
     token = os.environ.get(TOKEN_ENV) or None

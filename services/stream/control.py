@@ -29,6 +29,7 @@ import socket
 import time
 
 import orjson
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from cep_core.control_message import (  # noqa: F401  (the names services and tests use)
     INFINITE,
@@ -44,6 +45,8 @@ from cep_core.control_message import ControlMessageError as ControlError  # noqa
 from cep_core.control_message import LiveSet as QuerySet  # noqa: F401
 from cep_core.control_message import check_query as check_query_text  # noqa: F401
 from cep_core.control_message import validate as parse_control  # noqa: F401
+from cep_core.parser import parse
+from services.stream.kafka import Deliveries, flush_all, produce, read_all
 
 _instances = itertools.count()
 
@@ -53,8 +56,6 @@ def publish(settings, topic: str, message: ControlMessage, key: bytes | None = N
     """Write a control message (key `query/<name>` or `stream/<name>` unless `key` is
     given) and wait for the broker's ack; the record's offset. services.stream.kafka.DeliveryFailed
     when the ack did not come."""
-    from services.stream.kafka import Deliveries, flush_all
-
     offsets: list[int] = []
     deliveries = Deliveries(also=lambda err, m: offsets.append(m.offset()))
     producer = settings.producer(**{"message.timeout.ms": int(timeout_s * 1000)})
@@ -65,16 +66,12 @@ def publish(settings, topic: str, message: ControlMessage, key: bytes | None = N
 
 def control_records(settings, topic: str) -> list[tuple[bytes | None, bytes | None]]:
     """(key, value) of every record of the control topic, in order."""
-    from services.stream.kafka import read_all
-
     return [(m.key(), m.value()) for m in read_all(settings, topic)]
 
 
 def control_log(settings, topic: str) -> list[ControlRecord]:
     """Every record of the control topic, in order, with offsets and headers (the
     offsets make stream versions that compaction keeps)."""
-    from services.stream.kafka import read_all
-
     return [ControlRecord.of(m) for m in read_all(settings, topic)]
 
 
@@ -87,8 +84,6 @@ def learned_live(settings, topic: str, stream: str | None = None, registry=None)
 def split_query_file(text: str, path: str = "<queries>") -> list[tuple[str, str]]:
     """(name, text) of each query of a query file, in file order (the text runs from the
     query's first line to the line before the next query)."""
-    from cep_core.parser import parse
-
     queries = parse(text, path).queries
     lines = text.splitlines(keepends=True)
     starts = [q.pos.line - 1 for q in queries] + [len(lines)]
@@ -125,8 +120,6 @@ class StatusWriter:
         self._write(producer, {"event": "change", **change, "outcome": outcome, **fields})
 
     def _write(self, producer, record: dict) -> None:
-        from services.stream.kafka import produce
-
         produce(producer, self.topic, orjson.dumps(
             {**record, "service": self.service, "role": self.role}))
         producer.poll(0)
@@ -136,8 +129,6 @@ class StatusReader:
     """Follows a status topic from its beginning (one partition)."""
 
     def __init__(self, settings, topic: str):
-        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
         self.consumer = settings.consumer()
         metadata = self.consumer.list_topics(topic, timeout=10).topics.get(topic)
         self.exists = metadata is not None and metadata.error is None

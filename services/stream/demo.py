@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -19,6 +20,30 @@ from collections import deque
 from pathlib import Path
 
 import orjson
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from rich.live import Live
+from rich.table import Table
+
+from cep_core import reference
+from cep_core.composite import sort_key
+from cep_core.control_message import check_query
+from cep_core.event_io import read_events
+from cep_core.home import state_dir
+from cep_core.workloads import WORKLOADS
+from services.stream.broker import EmbeddedBroker, free_port
+from services.stream.checkpoint import PIPELINE_HEADER, read_partitions
+from services.stream.control import ControlMessage, input_ended, publish
+from services.stream.kafka import (
+    Deliveries,
+    KafkaSettings,
+    Topics,
+    flush_all,
+    produce,
+    produce_end,
+    read_all,
+)
+from services.stream.pipeline import create_topics
+from services.stream.serve import die_with_parent
 
 STREAM = "trades"
 ACTIVITY = """QUERY activity FROM trades INTO trade_stats
@@ -29,8 +54,6 @@ GROUP BY symbol;"""
 
 
 def demo_queries() -> list[tuple[str, str]]:
-    from cep_core.workloads import WORKLOADS
-
     mshape = WORKLOADS["finance1"].query_text(seed=1)
     mshape = mshape[mshape.index("QUERY"):].replace("QUERY finance1 FROM trades INTO "
                                                     "finance1", "QUERY mshape FROM trades "
@@ -40,8 +63,6 @@ def demo_queries() -> list[tuple[str, str]]:
 
 def trade_lines(events: int, seed: int = 1) -> list[bytes]:
     """Synthetic trades as JSON lines (no seq field: the splitter assigns positions)."""
-    from cep_core.workloads import WORKLOADS
-
     table = WORKLOADS["finance1"].generate(events, seed).drop_columns(["seq"])
     return [orjson.dumps(r) for r in table.to_pylist()]
 
@@ -50,10 +71,6 @@ def start_services(bootstrap: str, workers: int, log_path: Path, topics,
                    api_port: int = 0) -> subprocess.Popen:  # topics.shards: coordinators
     """`cep serve all` for `topics` (its prefix, source and control topics); the splitter's
     Faust web server on a free port; the API and console on `api_port` (0: none)."""
-    from services.stream.broker import free_port
-
-    from services.stream.serve import die_with_parent
-
     log = open(log_path, "ab")
     return subprocess.Popen(
         [sys.executable, "-m", "services.cli.main", "serve", "all", "--workers", str(workers),
@@ -92,8 +109,6 @@ def wait_status(settings, status: str, event: str, timeout_s: float, check=None,
                 **match) -> dict:
     """The first status record of `event` with the `match` fields; `check()` is called
     between reads (to fail early)."""
-    from services.stream.kafka import read_all
-
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if check is not None:
@@ -109,10 +124,6 @@ def wait_status(settings, status: str, event: str, timeout_s: float, check=None,
 
 def usable_port(port: int) -> int:
     """`port` if nothing listens on it on 127.0.0.1, else a free one."""
-    import socket
-
-    from services.stream.broker import free_port
-
     with socket.socket() as s:
         try:
             s.bind(("127.0.0.1", port))
@@ -126,19 +137,6 @@ def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rat
     """The demo; with `api_port`, the API and web console there too (its URL printed),
     and with `hold` everything stays up after the trades until Ctrl-C or SIGTERM;
     `coordinators` coordinator shards."""
-    from cep_core.home import state_dir
-    from services.stream.broker import EmbeddedBroker
-    from services.stream.control import ControlMessage, publish
-    from services.stream.kafka import (
-        Deliveries,
-        KafkaSettings,
-        Topics,
-        flush_all,
-        produce,
-        produce_end,
-    )
-    from services.stream.pipeline import create_topics
-
     broker = None
     if not bootstrap:
         broker = EmbeddedBroker().start()
@@ -217,8 +215,6 @@ def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rat
 
 def _consumer(settings, topics: list[str]):
     """A consumer of every partition of the INTO topics, from the beginning."""
-    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
     consumer = settings.consumer()
     metadata = consumer.list_topics(timeout=10).topics
     consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t in topics
@@ -230,8 +226,6 @@ def _collect(consumer, received: list, view, pipeline: str | None = None,
              messages=None) -> None:
     """Take what the consumer has (or `messages`): (topic, partition, composite) appended
     to `received`; records another pipeline wrote (a shared broker) are skipped."""
-    from services.stream.checkpoint import PIPELINE_HEADER
-
     tag = pipeline.encode() if pipeline else None
     for message in consumer.consume(10000, 0.05) if messages is None else messages:
         if message.error() or (tag and (PIPELINE_HEADER, tag) not in (message.headers()
@@ -253,12 +247,6 @@ def _collect_until_end(settings, consumer, received: list, view, pipeline: str |
     coordinator writes every composite event before that record. The rest is read with a
     new consumer, whose high-watermarks come from fetches made after the end record
     (ListOffsets is wrong on tansu)."""
-    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
-    from services.stream.checkpoint import read_partitions
-    from services.stream.control import input_ended
-    from services.stream.kafka import read_all
-
     deadline = time.monotonic() + timeout_s
     while not input_ended([orjson.loads(m.value()) for m in read_all(
             settings, status, idle_s=0.05)], shards, last):
@@ -282,8 +270,6 @@ def compare_outputs(expected: dict[str, list[dict]], received, index: dict[str, 
     writes a topic in `sort_key` order and the producer places each composite by its key,
     so each partition must hold its composites in `sort_key` order, and all partitions
     merged by `sort_key` must equal the reference; there is no order across partitions."""
-    from cep_core.composite import sort_key
-
     problems = []
     for topic, want in expected.items():
         parts: dict[int, list] = {}
@@ -305,16 +291,12 @@ def compare_outputs(expected: dict[str, list[dict]], received, index: dict[str, 
 
 
 def _verify(queries, lines: list[bytes], received, settings) -> list[str]:
-    from cep_core import reference
-    from cep_core.control_message import check_query
-
     checked = [check_query(name, text) for name, text in queries]
     for i, q in enumerate(checked):
         q.index = i
     with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as f:
         f.write(b"\n".join(lines) + b"\n")
     try:
-        from cep_core.event_io import read_events
         events, _ = read_events(f.name, checked[0].schema)
     finally:
         os.unlink(f.name)
@@ -330,8 +312,6 @@ class _LiveView:
     topic keeps its own latest few, so a rare query's matches stay in view)."""
 
     def __init__(self, console, per_topic: int = 6):
-        from rich.live import Live
-
         self.per_topic = per_topic
         self.counts: dict[str, int] = {}
         self.recent: dict[str, deque] = {}
@@ -343,8 +323,6 @@ class _LiveView:
         self.recent.setdefault(topic, deque(maxlen=self.per_topic)).append(composite)
 
     def _render(self):
-        from rich.table import Table
-
         table = Table(title=f"composite events (latest {self.per_topic} per topic)")
         table.add_column("topic", no_wrap=True)
         table.add_column("seq", justify="right", no_wrap=True)

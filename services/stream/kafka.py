@@ -9,14 +9,18 @@ producers use the murmur2 partitioner so every client agrees on key placement.
 
 from __future__ import annotations
 
+# Deferred imports: Faust (a heavy import) loads only for the splitter's credentials; the
+# workers, the coordinator and the CLI use Kafka without it.
+
 import hashlib
 import logging
 import os
+import ssl
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from services.errors import BrokerUnreachable, DeliveryFailed
@@ -213,7 +217,6 @@ class KafkaSettings:
         protocol = self.extra.get("security.protocol", "PLAINTEXT").upper()
         if protocol == "PLAINTEXT":
             return None
-        import ssl
 
         from faust.auth import SASLCredentials, SSLCredentials
 
@@ -354,8 +357,6 @@ def read_all(settings: KafkaSettings, topic: str, idle_s: float = 0.5,
              timeout_s: float = 30.0) -> list:
     """Every message of a topic, reading until nothing new came for `idle_s` (the fetch
     high-watermark ends it sooner; ListOffsets is not trusted, see docs/broker.md)."""
-    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
     consumer = settings.consumer()
     try:
         try:

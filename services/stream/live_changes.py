@@ -4,6 +4,9 @@ report."""
 
 from __future__ import annotations
 
+# Deferred imports: control messages (jsonschema, lark) and the control topic's reader (Kafka) load
+# when a change is made: the CLI imports this module for every command.
+
 import time
 
 import orjson

@@ -14,6 +14,10 @@ The same port answers `GET /healthz` (200 while the process serves) and `GET /re
 
 from __future__ import annotations
 
+# Deferred imports: prometheus_client loads when metrics are first made or served, and the MATCH
+# compiler (numba) only when match slots are counted: a process that keeps no metrics imports
+# neither.
+
 import os
 import threading
 import time

@@ -24,14 +24,24 @@ import pyarrow.compute as pc
 from confluent_kafka import Message
 
 from cep_core.batch import Batch
-from cep_core.control_message import (STREAM, ControlMessageError, ControlRecord, LiveSet,
-                                      OtherStream, validate)
+from cep_core.control_message import (
+    STREAM,
+    ControlMessageError,
+    ControlRecord,
+    LiveSet,
+    OtherStream,
+    validate,
+)
 from cep_core.errors import EventError
 from cep_core.event_io import DeadLetter
-from cep_core.json_batch import (DEFAULT_MAX_MESSAGE_BYTES, arrow_schema, conform_table,
-                                 decode_messages)
+from cep_core.json_batch import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    arrow_schema,
+    conform_table,
+    decode_messages,
+)
 from cep_core.reorder import ReorderBuffer
-from cep_core.schema import units_per_ms
+from cep_core.schema import SchemaError, units_per_ms
 from services.stream import frames
 from services.stream.control import StatusWriter, change_of
 from services.stream.control_write_back import came_back, write_back
@@ -207,8 +217,6 @@ class Router:
     # ------------------------------------------------------------ the stream and its queries
 
     def known_schema(self):
-        from cep_core.schema import SchemaError
-
         try:
             return self.queries.registry.get(self.topics.stream)
         except SchemaError:

@@ -7,6 +7,8 @@ SIGINT and SIGHUP set the stop flag: the service finishes its current batch, com
 
 from __future__ import annotations
 
+import cProfile
+import ctypes
 import logging
 import os
 import signal
@@ -75,7 +77,6 @@ def profiled(role: str):
     if not target:
         yield
         return
-    import cProfile
 
     profile = cProfile.Profile()
     profile.enable()
@@ -124,7 +125,6 @@ def die_with_parent() -> None:
     counts."""
     if sys.platform != "linux":
         return
-    import ctypes
 
     pr_set_pdeathsig = 1
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)

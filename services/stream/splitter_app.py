@@ -21,6 +21,7 @@ from pathlib import Path
 
 import faust
 from faust.app.base import BootStrategy
+from faust.worker import Worker
 from mode import Service
 
 from cep_core.home import state_dir
@@ -103,8 +104,6 @@ def serve_splitter(splitter: Splitter, web_port: int = 6066,
                    datadir: Path | None = None) -> int:
     """Run the app until SIGTERM/SIGINT; the exit code (1 when the loop failed). Faust's
     own log records are JSON lines like the splitter's (services.stream.serve.logging_config)."""
-    from faust.worker import Worker
-
     app, service = create_app(splitter, web_port, datadir=datadir)
     worker = Worker(app, quiet=True, redirect_stdouts=False, loglevel=log_level(),
                     logging_config=logging_config())

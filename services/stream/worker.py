@@ -28,11 +28,19 @@ import time
 
 from confluent_kafka import TopicPartition
 
+from cep_core.schema import SchemaRegistry
 from services.stream import frames
 from services.stream.checkpoint import read_latest
 from services.stream.control import StatusWriter, learned_live
-from services.stream.kafka import (BOUNDED_CONSUMER, BOUNDED_PRODUCER, Deliveries, KafkaSettings,
-                            Topics, consume_batch, produce)
+from services.stream.kafka import (
+    BOUNDED_CONSUMER,
+    BOUNDED_PRODUCER,
+    Deliveries,
+    KafkaSettings,
+    Topics,
+    consume_batch,
+    produce,
+)
 from services.stream.metrics import Metrics
 from services.stream.partition import PartitionState
 from services.stream.serve import log, profiled
@@ -44,8 +52,6 @@ class Worker:
                  idle_timeout_ms: int | None = 3_600_000, max_queued_output: int = 20000,
                  slow_down_s: float = 0.0,
                  checkpoint_ms: int | None = None, checkpoint_batches: int | None = None):
-        from cep_core.schema import SchemaRegistry
-
         self.settings = settings
         self.topics = topics
         self.registry = registry or SchemaRegistry()
