@@ -21,22 +21,13 @@ from hypothesis import strategies as st
 from cep_core.checker import load_queries, load_query_text
 from cep_core.event_io import read_events
 from cep_core.schema import SchemaRegistry
-from services.backfill.job import run_backfill, spark_session
+from services.backfill.job import run_backfill
 from services.backfill.output import first_difference, read_composites, read_dead_letters
 from services.backfill.plan import plan, split_keys
 from services.cli.common import Engine, run_queries
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-
-
-@pytest.fixture(scope="session")
-def spark():
-    session = spark_session("local[2]", shuffle_partitions=2,
-                            **{"spark.sql.files.maxPartitionBytes": "16384",
-                               "spark.sql.files.openCostInBytes": "0"})
-    yield session
-    session.stop()
 
 
 def cep_run_outputs(queries, path) -> tuple[dict[str, list[dict]], list[dict]]:
