@@ -19,8 +19,7 @@ import test_engine_match
 import test_engine_seq_timeouts as timeouts
 import test_engine_window
 from engine_harness import TRADES_EXTRA, new_shapes
-from test_engine_seq import random_case
-from test_engine_seq_aip import random_case as aip_case
+from random_seq import random_case
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -123,7 +122,7 @@ def test_random_seq_cdp(tmp_path_factory, seed):
 @given(st.integers(0, 2 ** 32 - 1),
        st.sampled_from(["skip-till-next-match", "strict-contiguity"]))
 def test_random_seq_automata(tmp_path_factory, seed, strategy):
-    text, events, _sizes, _restore = aip_case(seed, strategy)
+    text, events, _sizes, _restore = random_case(seed, strategy)
     check(load_query_text(text), events, tmp_path_factory.mktemp("aip"))
 
 
