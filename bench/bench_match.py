@@ -51,16 +51,7 @@ DEFINE rise AS price > First(price) AND price >= Last(price),
 EMIT symbol = symbol, seqNum = First(seqNum), count = Count(), maxPrice = Max(price)
 """
 
-MARATHON = """
-QUERY cheat FROM checkpoints INTO cheaters
-PARTITION BY runner
-PATTERN ( A NOTB* C | A NOTC* D | A NOTD* E )
-DEFINE A AS checkpoint = 'Staten Island', NOTB AS checkpoint != 'Brooklyn',
-       C AS checkpoint = 'Queens', NOTC AS checkpoint != 'Queens',
-       D AS checkpoint = 'Bronx',  NOTD AS checkpoint != 'Bronx',
-       E AS checkpoint = 'Manhattan'
-EMIT runner = runner, at = checkpoint, passed = Count(), minutes = Delta(ts) / 60000
-"""
+MARATHON = WORKLOADS["marathon"].query_text()
 
 T0 = 1_704_187_800_000
 CHECKPOINTS = ["Staten Island", "Brooklyn", "Queens", "Bronx", "Manhattan"]

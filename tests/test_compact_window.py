@@ -26,7 +26,7 @@ from cep_core.engine.window import RELEASE_AT, WindowEngine
 from cep_core.event_io import read_events
 from cep_core.events import Event, Punctuation
 from engine_harness import assert_same
-from test_engine_window import SETTINGS, check, tick_streams, window_queries
+from test_engine_window import SETTINGS, check, draw_batching, tick_streams, window_queries
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,10 +50,7 @@ def streams(draw, max_events: int = 60):
 def test_random_queries_compacted_after_every_batch_equal_the_reference(data):
     checked = check(data.draw(window_queries(), label="query"))
     stream = data.draw(streams(), label="stream")
-    events = sum(isinstance(item, Event) for item in stream)
-    sizes = tuple(data.draw(st.lists(st.integers(1, 25), min_size=1, max_size=4),
-                            label="batch sizes"))
-    restore_at = data.draw(st.none() | st.integers(0, max(events, 0)), label="restore at")
+    sizes, restore_at = draw_batching(data, stream)
     options = data.draw(st.fixed_dictionaries({
         "chunk": st.sampled_from([64, 1 << 16]),
         "rows_capacity": st.sampled_from([1, 256]),
