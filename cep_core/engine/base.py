@@ -9,7 +9,7 @@ import numpy as np
 import orjson
 
 from cep_core import snapshot_format
-from cep_core.batch import Batch, StringDictionary
+from cep_core.batch import Batch, StringDictionary, decode_value
 from cep_core.checker import CheckedQuery
 from cep_core.composite_batch import CompositeBatch, RowBatch, to_dicts
 
@@ -105,15 +105,7 @@ class Engine(ABC):
 
     def decode(self, kind: str, value):
         """A column or kernel value as the Python value the reference interpreter gives."""
-        if kind == "string":
-            return self.strings.decode(int(value))
-        if kind == "float":
-            return float(value)
-        if kind == "bool":
-            return bool(value)
-        if kind in ("int", "timestamp"):
-            return int(value)
-        raise TypeError(f"cannot decode a {kind}")
+        return decode_value(kind, value, self.strings)
 
     def decode_key(self, attrs: list[str], key: tuple):
         """A KeyIndex value as the composite event's `key` (None, a value, or a list)."""
