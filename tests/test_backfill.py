@@ -293,9 +293,9 @@ def test_backfill_equals_the_streaming_service(spark, kafka_bootstrap, tmp_path,
     the same order."""
     import uuid
 
-    from services.stream.control import ControlMessage, publish, split_query_file
-    from services.stream.kafka import KafkaSettings, Topics, produce, produce_end, read_all
-    from services.stream.pipeline import LocalPipeline, create_topics, wait_for
+    from services.stream.kafka import KafkaSettings, read_all
+    from services.stream.pipeline import LocalPipeline
+    from stream_harness import file_records, produce_to_end, topics_with_queries
 
     path = EXAMPLES / "data" / events_file
     queries = load_queries(EXAMPLES / query_file, SchemaRegistry())
@@ -305,20 +305,10 @@ def test_backfill_equals_the_streaming_service(spark, kafka_bootstrap, tmp_path,
     settings = KafkaSettings(kafka_bootstrap, session_timeout_ms=2000)
     run = uuid.uuid4().hex[:8]
     stream = queries[0].schema.stream
-    topics = Topics(stream, source=f"src.{stream}.{run}", prefix=f"bf{run}")
-    outputs = [q.query.output for q in queries]
-    create_topics(settings, topics, 4, outputs)
-    before = {topic: len(read_all(settings, topic)) for topic in outputs}
-    for name, text in split_query_file((EXAMPLES / query_file).read_text()):
-        publish(settings, topics.control, ControlMessage("add", name, text))
+    _, topics, before = topics_with_queries(settings, EXAMPLES / query_file,
+                                            f"src.{stream}.{run}", f"bf{run}")
     with LocalPipeline(settings, topics, workers=2) as pipeline:
-        producer = settings.producer()
-        for line in path.read_bytes().splitlines():
-            if line.strip():
-                produce(producer, topics.source, line)
-        produce_end(producer, topics.source)
-        producer.flush(30)
-        wait_for(lambda: pipeline.coordinator.merger.ended, 120, "end of input released")
+        produce_to_end(settings, pipeline, topics.source, file_records(path))
     assert backfilled
     for q in queries:
         served = [orjson.loads(m.value())
