@@ -381,10 +381,16 @@ WINDOW_FILES = [p for p in sorted((ROOT / "examples").glob("*.cep"))
                 if any(q.query.kind == "window" for q in load_queries(p))]
 
 
-@pytest.mark.parametrize("path", WINDOW_FILES, ids=lambda p: p.name)
-def test_examples_equal_the_reference(path):
+def window_example(path: Path) -> tuple[list, list]:
+    """The WINDOW queries of an example file, and the events of its stream's sample data."""
     queries = [q for q in load_queries(path) if q.query.kind == "window"]
     schema = queries[0].schema
     events, _ = read_events(ROOT / "examples" / "data" / f"{schema.stream}.jsonl", schema)
+    return queries, events
+
+
+@pytest.mark.parametrize("path", WINDOW_FILES, ids=lambda p: p.name)
+def test_examples_equal_the_reference(path):
+    queries, events = window_example(path)
     out = assert_same(queries, events, sizes=(97, 1, 500), restore_at=len(events) // 2)
     assert out
