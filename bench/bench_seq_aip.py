@@ -25,10 +25,9 @@ Run: `.venv/bin/python bench/bench_seq_aip.py [--events N] [--json]`.
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 
+from bench.workloads_cli import workloads_main
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_query_text
 from cep_core.composite import sort_key
@@ -116,17 +115,7 @@ def run(events: int) -> list[dict]:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=1_000_000,
-                        help="events timed per workload (after the warm-up)")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    rows = run(args.events)
-    if args.json:
-        for row in rows:
-            print(json.dumps(row))
-        return
+def print_table(rows: list[dict]) -> None:
     print(f"{'workload':<13} {'events':>10} {'composites':>11} {'AIP ev/s':>13} "
           f"{'CDP ev/s':>13} {'reference ev/s':>15} {'AIP/ref':>9} {'AIP/CDP':>8} "
           f"{'agree':>6}")
@@ -138,6 +127,11 @@ def main() -> None:
               f"{r['aip_events_per_s']:>13,.0f} {cdp:>13} "
               f"{r['reference_events_per_s']:>15,.1f} {r['speedup_vs_reference']:>8,.0f}x "
               f"{ratio:>8} {agree:>6}")
+
+
+
+def main() -> None:
+    workloads_main(__doc__, run, print_table)
 
 
 if __name__ == "__main__":
