@@ -152,10 +152,5 @@ def print_table(rows: list[dict]) -> None:
               f"{r['speedup']:>9,.0f}x")
 
 
-
-def main() -> None:
-    workloads_main(__doc__, run, print_table)
-
-
 if __name__ == "__main__":
-    main()
+    workloads_main(__doc__, run, print_table)

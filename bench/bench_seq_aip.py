@@ -129,10 +129,5 @@ def print_table(rows: list[dict]) -> None:
               f"{ratio:>8} {agree:>6}")
 
 
-
-def main() -> None:
-    workloads_main(__doc__, run, print_table)
-
-
 if __name__ == "__main__":
-    main()
+    workloads_main(__doc__, run, print_table)
