@@ -41,15 +41,7 @@ from cep_core.events import Event
 from cep_core.reference.match import MatchInterpreter
 from cep_core.workloads import WORKLOADS
 
-MSHAPE = """
-QUERY mshape FROM trades INTO double_tops
-PARTITION BY symbol
-PATTERN ( . rise+ drop+ rise+ drop* deep )
-DEFINE rise AS price > First(price) AND price >= Last(price),
-       drop AS price >= First(price) AND price < Last(price),
-       deep AS price < First(price) AND price < Last(price)
-EMIT symbol = symbol, seqNum = First(seqNum), count = Count(), maxPrice = Max(price)
-"""
+MSHAPE = WORKLOADS["finance1"].query_text()
 
 MARATHON = WORKLOADS["marathon"].query_text()
 

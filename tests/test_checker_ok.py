@@ -12,7 +12,8 @@ from cep_core.parser import parse
 from cep_core.schema import SchemaRegistry, StreamSchema
 
 # The papers' examples, section by section (MATCH, SEQ, WINDOW of docs/semantics.md), as the
-# docs print them (cep_core/workloads.py builds its marathon workload on the same query).
+# docs print them (cep_core/workloads.py builds its marathon and finance1 workloads on the same
+# queries).
 SEMANTICS_EXAMPLES = {
     "marathon": """
         QUERY cheat FROM checkpoints INTO cheaters

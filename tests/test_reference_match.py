@@ -116,14 +116,7 @@ def test_marathon_cheaters_interleaved_runners():
 
 # ---------------------------------------------------------------- M-shape (Hirzel finance1)
 
-MSHAPE = """
-    QUERY mshape FROM trades PARTITION BY symbol
-    PATTERN ( . rise+ drop+ rise+ drop* deep )
-    DEFINE rise AS price > First(price) AND price >= Last(price),
-           drop AS price >= First(price) AND price < Last(price),
-           deep AS price < First(price) AND price < Last(price)
-    EMIT symbol = symbol, seqNum = First(seqNum), count = Count(), maxPrice = Max(price)
-"""
+MSHAPE = SEMANTICS_EXAMPLES["mshape"]
 
 
 def test_m_shape_two_symbols_interleaved():
