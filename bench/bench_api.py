@@ -12,7 +12,6 @@ Run: `.venv/bin/python bench/bench_api.py [--events 1000000] [--repeat 3] [--dir
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import tempfile
@@ -20,7 +19,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from bench_run import generate  # bench/ is on the path when this runs
+from bench_run import generate, generated_files_parser  # bench/ is on the path when this runs
 
 import cep_core as cep
 
@@ -48,11 +47,7 @@ def cep_command(*args) -> list:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--dir", type=Path, default=None,
-                        help="where the generated files go (kept: later runs reuse them)")
+    parser = generated_files_parser(__doc__)
     args = parser.parse_args()
     directory = args.dir or Path(tempfile.gettempdir()) / f"bench_api_{args.events}"
     directory.mkdir(parents=True, exist_ok=True)

@@ -41,26 +41,9 @@ from cep_core.events import Event
 from cep_core.reference.match import MatchInterpreter
 from cep_core.workloads import WORKLOADS
 
-MSHAPE = """
-QUERY mshape FROM trades INTO double_tops
-PARTITION BY symbol
-PATTERN ( . rise+ drop+ rise+ drop* deep )
-DEFINE rise AS price > First(price) AND price >= Last(price),
-       drop AS price >= First(price) AND price < Last(price),
-       deep AS price < First(price) AND price < Last(price)
-EMIT symbol = symbol, seqNum = First(seqNum), count = Count(), maxPrice = Max(price)
-"""
+MSHAPE = WORKLOADS["finance1"].query_text()
 
-MARATHON = """
-QUERY cheat FROM checkpoints INTO cheaters
-PARTITION BY runner
-PATTERN ( A NOTB* C | A NOTC* D | A NOTD* E )
-DEFINE A AS checkpoint = 'Staten Island', NOTB AS checkpoint != 'Brooklyn',
-       C AS checkpoint = 'Queens', NOTC AS checkpoint != 'Queens',
-       D AS checkpoint = 'Bronx',  NOTD AS checkpoint != 'Bronx',
-       E AS checkpoint = 'Manhattan'
-EMIT runner = runner, at = checkpoint, passed = Count(), minutes = Delta(ts) / 60000
-"""
+MARATHON = WORKLOADS["marathon"].query_text()
 
 T0 = 1_704_187_800_000
 CHECKPOINTS = ["Staten Island", "Brooklyn", "Queens", "Bronx", "Manhattan"]

@@ -65,16 +65,22 @@ def generate(directory: Path, events: int, csv: bool = True) -> dict[str, Path]:
     return files
 
 
+def generated_files_parser(doc: str) -> argparse.ArgumentParser:
+    """A command line with --events, --repeat and --dir (where generated files are kept)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="where the generated files go (kept: later runs reuse them)")
+    return parser
+
+
 def best(repeat: int, measure) -> float:
     return min(measure() for _ in range(repeat))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--dir", type=Path, default=None,
-                        help="where the generated files go (kept: later runs reuse them)")
+    parser = generated_files_parser(__doc__)
     parser.add_argument("--processes-only", action="store_true",
                         help="time only the `cep run` processes, not the readers in-process")
     args = parser.parse_args()

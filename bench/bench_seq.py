@@ -21,12 +21,11 @@ Run: `.venv/bin/python bench/bench_seq.py [--events N] [--json]`.
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 
 import numpy as np
 
+from bench.workloads_cli import workloads_main
 from cep_core.batch import Batch, StringDictionary
 from cep_core.checker import load_query_text
 from cep_core.engine_factory import create_engine
@@ -144,17 +143,7 @@ def run(events: int) -> list[dict]:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=1_000_000,
-                        help="events timed per workload (after the warm-up)")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    rows = run(args.events)
-    if args.json:
-        for row in rows:
-            print(json.dumps(row))
-        return
+def print_table(rows: list[dict]) -> None:
     print(f"{'workload':<10} {'events':>10} {'composites':>11} {'CDP events/s':>14} "
           f"{'reference ev/s':>15} {'speedup':>10}")
     for r in rows:
@@ -164,4 +153,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    workloads_main(__doc__, run, print_table)

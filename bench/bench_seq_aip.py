@@ -25,10 +25,9 @@ Run: `.venv/bin/python bench/bench_seq_aip.py [--events N] [--json]`.
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 
+from bench.workloads_cli import workloads_main
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_query_text
 from cep_core.composite import sort_key
@@ -115,17 +114,7 @@ def run(events: int) -> list[dict]:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=1_000_000,
-                        help="events timed per workload (after the warm-up)")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    rows = run(args.events)
-    if args.json:
-        for row in rows:
-            print(json.dumps(row))
-        return
+def print_table(rows: list[dict]) -> None:
     print(f"{'workload':<13} {'events':>10} {'composites':>11} {'AIP ev/s':>13} "
           f"{'CDP ev/s':>13} {'reference ev/s':>15} {'AIP/ref':>9} {'AIP/CDP':>8} "
           f"{'agree':>6}")
@@ -140,4 +129,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    workloads_main(__doc__, run, print_table)

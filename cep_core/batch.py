@@ -68,6 +68,20 @@ class StringDictionary:
         return len(self.strings)
 
 
+def decode_value(kind: str, value, strings: StringDictionary):
+    """A column or kernel value of attribute type `kind` as the Python value the reference
+    interpreter gives."""
+    if kind == "string":
+        return strings.decode(int(value))
+    if kind == "float":
+        return float(value)
+    if kind == "bool":
+        return bool(value)
+    if kind in ("int", "timestamp"):
+        return int(value)
+    raise TypeError(f"cannot decode a {kind}")
+
+
 @dataclass
 class Batch:
     seq: np.ndarray
@@ -128,11 +142,4 @@ class BatchEncoder:
 
     def decode_value(self, name: str, value):
         """A column value back as the Python value the reference interpreter would see."""
-        kind = self.schema.attributes[name]
-        if kind == "string":
-            return self.strings.decode(int(value))
-        if kind == "float":
-            return float(value)
-        if kind == "bool":
-            return bool(value)
-        return int(value)
+        return decode_value(self.schema.attributes[name], value, self.strings)

@@ -108,6 +108,18 @@ def pack(kind: str, payload: bytes) -> bytes:
                                                   len(payload)) + payload
 
 
+def pack_arrays(kind: str, meta: dict, arrays: dict) -> bytes:
+    """A binary snapshot of `kind` whose payload is one npz: `meta` (JSON) and the named
+    numpy arrays."""
+    import io
+
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.savez(buffer, __meta__=np.frombuffer(orjson.dumps(meta), dtype=np.uint8), **arrays)
+    return pack(kind, buffer.getvalue())
+
+
 def pack_json(kind: str, state: dict) -> bytes:
     """A JSON checkpoint of `kind`: the envelope's keys first, then those of `state`."""
     k = _kind(kind, json=True)
@@ -134,6 +146,17 @@ def unpack(kind: str, data: bytes) -> memoryview:
         raise SnapshotError(f"this {kind} snapshot is {what}: its header says {length} "
                             f"bytes follow it, {have} do")
     return _migrate(k, version, memoryview(data)[start:])
+
+
+def unpack_arrays(kind: str, data: bytes) -> tuple[dict, dict]:
+    """(meta, arrays) of a snapshot that `pack_arrays` wrote, in the current layout."""
+    import io
+
+    import numpy as np
+
+    with np.load(io.BytesIO(unpack(kind, data)), allow_pickle=False) as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    return orjson.loads(arrays.pop("__meta__").tobytes()), arrays
 
 
 def unpack_json(kind: str, data: bytes | str) -> dict:

@@ -12,12 +12,10 @@ from __future__ import annotations
 # starts, so `cep run` can import the engines in a second thread while pyarrow parses, and a stream
 # without WINDOW queries never imports them.
 
-import io
 from collections.abc import Iterable
 from contextlib import contextmanager
 
 import numpy as np
-import orjson
 
 from cep_core import snapshot_format
 from cep_core.batch import BatchEncoder, StringDictionary
@@ -192,16 +190,11 @@ class StreamEngines:
             window_meta, window_arrays = self.windows.state()
             meta["windows"] = window_meta
             arrays.update({f"w_{k}": v for k, v in window_arrays.items()})
-        buffer = io.BytesIO()
-        np.savez(buffer, __meta__=np.frombuffer(orjson.dumps(meta), dtype=np.uint8), **arrays)
-        return snapshot_format.pack("engines", buffer.getvalue())
+        return snapshot_format.pack_arrays("engines", meta, arrays)
 
     def restore(self, data: bytes) -> None:
         """Put back a snapshot taken from engines with the same queries."""
-        data = snapshot_format.unpack("engines", data)
-        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-            arrays = {name: archive[name] for name in archive.files}
-        meta = orjson.loads(arrays.pop("__meta__").tobytes())
+        meta, arrays = snapshot_format.unpack_arrays("engines", data)
         for s in meta["strings"]:
             self._strings.code(s)
         if self._strings.strings[:len(meta["strings"])] != meta["strings"]:

@@ -1,6 +1,7 @@
 """Shared fixtures. `kafka_bootstrap`: a real Kafka-protocol broker for the session:
 the one named by KAFKA_BOOTSTRAP, else a testcontainers Kafka where a Docker engine is
-reachable, else the embedded tansu broker (services/stream/broker.py)."""
+reachable, else the embedded tansu broker (services/stream/broker.py). `spark`: one local
+Spark session for the backfill tests."""
 
 from __future__ import annotations
 
@@ -37,3 +38,13 @@ def kafka_bootstrap():
         yield broker.bootstrap
     finally:
         broker.kill()  # in-memory storage: nothing to lose, and a graceful stop takes ~5 s
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from services.backfill.job import spark_session
+    session = spark_session("local[2]", shuffle_partitions=2,
+                            **{"spark.sql.files.maxPartitionBytes": "16384",
+                               "spark.sql.files.openCostInBytes": "0"})
+    yield session
+    session.stop()

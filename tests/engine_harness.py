@@ -29,6 +29,22 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 FULL = os.environ.get("CEP_TEST_FULL") == "1"
 
 
+# Beside examples/finance.cep: Collect lists, a NULL (division by zero), a two-attribute key,
+# SEQ runs that time out with a Kleene variable.
+TRADES_EXTRA = """
+QUERY collected FROM trades PARTITION BY symbol, volume
+PATTERN ( . up+ )
+DEFINE up AS price >= Last(price)
+EMIT prices = Collect(price), names = Collect(symbol), ratio = Last(price) / (Count() - 2);
+
+QUERY stuck FROM trades PARTITION BY symbol
+PATTERN SEQ(ANY a, ANY+ b, ANY c)
+WHERE a.volume > 300 AND b.price > a.price AND c.price < a.price
+WITHIN 5 seconds USING skip-till-next-match
+ON TIMEOUT EMIT PARTIAL;
+"""
+
+
 def new_shapes(quick: int, full: int) -> int:
     """How many random queries a differential test draws in this run."""
     return full if FULL else quick

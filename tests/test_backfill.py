@@ -21,22 +21,13 @@ from hypothesis import strategies as st
 from cep_core.checker import load_queries, load_query_text
 from cep_core.event_io import read_events
 from cep_core.schema import SchemaRegistry
-from services.backfill.job import run_backfill, spark_session
+from services.backfill.job import run_backfill
 from services.backfill.output import first_difference, read_composites, read_dead_letters
 from services.backfill.plan import plan, split_keys
 from services.cli.common import Engine, run_queries
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-
-
-@pytest.fixture(scope="session")
-def spark():
-    session = spark_session("local[2]", shuffle_partitions=2,
-                            **{"spark.sql.files.maxPartitionBytes": "16384",
-                               "spark.sql.files.openCostInBytes": "0"})
-    yield session
-    session.stop()
 
 
 def cep_run_outputs(queries, path) -> tuple[dict[str, list[dict]], list[dict]]:
@@ -302,9 +293,9 @@ def test_backfill_equals_the_streaming_service(spark, kafka_bootstrap, tmp_path,
     the same order."""
     import uuid
 
-    from services.stream.control import ControlMessage, publish, split_query_file
-    from services.stream.kafka import KafkaSettings, Topics, produce, produce_end, read_all
-    from services.stream.pipeline import LocalPipeline, create_topics, wait_for
+    from services.stream.kafka import KafkaSettings, read_all
+    from services.stream.pipeline import LocalPipeline
+    from stream_harness import file_records, produce_to_end, topics_with_queries
 
     path = EXAMPLES / "data" / events_file
     queries = load_queries(EXAMPLES / query_file, SchemaRegistry())
@@ -314,20 +305,10 @@ def test_backfill_equals_the_streaming_service(spark, kafka_bootstrap, tmp_path,
     settings = KafkaSettings(kafka_bootstrap, session_timeout_ms=2000)
     run = uuid.uuid4().hex[:8]
     stream = queries[0].schema.stream
-    topics = Topics(stream, source=f"src.{stream}.{run}", prefix=f"bf{run}")
-    outputs = [q.query.output for q in queries]
-    create_topics(settings, topics, 4, outputs)
-    before = {topic: len(read_all(settings, topic)) for topic in outputs}
-    for name, text in split_query_file((EXAMPLES / query_file).read_text()):
-        publish(settings, topics.control, ControlMessage("add", name, text))
+    _, topics, before = topics_with_queries(settings, EXAMPLES / query_file,
+                                            f"src.{stream}.{run}", f"bf{run}")
     with LocalPipeline(settings, topics, workers=2) as pipeline:
-        producer = settings.producer()
-        for line in path.read_bytes().splitlines():
-            if line.strip():
-                produce(producer, topics.source, line)
-        produce_end(producer, topics.source)
-        producer.flush(30)
-        wait_for(lambda: pipeline.coordinator.merger.ended, 120, "end of input released")
+        produce_to_end(settings, pipeline, topics.source, file_records(path))
     assert backfilled
     for q in queries:
         served = [orjson.loads(m.value())

@@ -14,7 +14,7 @@ import pytest
 from cep_core.checker import load_queries
 from cep_core.event_io import read_events
 from cep_core.schema import SchemaRegistry
-from services.backfill.job import run_backfill, spark_session
+from services.backfill.job import run_backfill
 from services.backfill.ingest import InputFile
 from services.backfill.output import first_difference, read_composites, read_dead_letters
 from services.backfill.parquet import parquet_input
@@ -23,15 +23,6 @@ from services.cli.common import Engine, run_queries
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TYPES = pa.schema([("seq", pa.int64()), ("symbol", pa.string()), ("price", pa.int64()),
                    ("volume", pa.int64()), ("ts", pa.int64()), ("seqNum", pa.int64())])
-
-
-@pytest.fixture(scope="session")
-def spark():
-    session = spark_session("local[2]", shuffle_partitions=2,
-                            **{"spark.sql.files.maxPartitionBytes": "16384",
-                               "spark.sql.files.openCostInBytes": "0"})
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,9 @@ from cep_core.checker import check, load_query_text, select_name
 from cep_core.parser import parse
 from cep_core.schema import SchemaRegistry, StreamSchema
 
-# The papers' examples, section by section (MATCH, SEQ, WINDOW of docs/semantics.md).
+# The papers' examples, section by section (MATCH, SEQ, WINDOW of docs/semantics.md), as the
+# docs print them (cep_core/workloads.py builds its marathon and finance1 workloads on the same
+# queries).
 SEMANTICS_EXAMPLES = {
     "marathon": """
         QUERY cheat FROM checkpoints INTO cheaters

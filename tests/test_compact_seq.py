@@ -22,9 +22,7 @@ import pytest
 from engine_harness import assert_same, example_queries
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from test_engine_seq import random_query, random_stream
-from test_engine_seq_aip import random_query as random_run_query
-from test_engine_seq_aip import random_stream as random_run_stream
+from random_seq import RUN_STREAMS, random_query, random_stream
 
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_queries, load_query_text
@@ -71,16 +69,17 @@ def _example(file: str, name: str) -> str:
 
 
 # Queries drawn once (kernels compile slowly): random_query(random.Random(seed)) of
-# tests/test_engine_seq.py (16: PARTITION BY area, kind, Kleene max/first over areas, kind
-# order, a window aggregate; 48: TESLA steps with the area equated, under AIP an equality
-# class on a string) and SEQ examples (fire_each: the area equated; not_cancelled; ORDER BY
-# ts over tickers), whose kernels the example tests share.
+# tests/random_seq.py, as tests/test_engine_seq.py draws them (16: PARTITION BY area, kind,
+# Kleene max/first over areas, kind order, a window aggregate; 48: TESLA steps with the area
+# equated, under AIP an equality class on a string) and SEQ examples (fire_each: the area
+# equated; not_cancelled; ORDER BY ts over tickers), whose kernels the example tests share.
 ANY_MATCH_QUERIES = [random_query(random.Random(16)), random_query(random.Random(48)),
                      ("sensors", _example("fire.cep", "fire_each")),
                      ("rfid", _example("rfid.cep", "not_cancelled")),
                      ("stocks", _example("stocks.cep", "falling_opens_ts"))]
-# (stream, query) of tests/test_engine_seq_aip.py (PARTITION BY p, type), and an example
-RUN_QUERIES = [random_run_query(random.Random(4), "skip-till-next-match"),
+# (stream, query) as tests/test_engine_seq_aip.py draws them (PARTITION BY p, type), and an
+# example query
+RUN_QUERIES = [random_query(random.Random(4), "skip-till-next-match", RUN_STREAMS),
                ("rfid", _example("rfid.cep", "duplicate_orders_next"))]
 
 
@@ -108,7 +107,7 @@ def test_generated_any_match_with_compaction(query, stream_seed, algorithm):
 @_settings(30)
 @given(query=st.sampled_from(RUN_QUERIES), stream_seed=st.integers(0, 2 ** 32 - 1))
 def test_generated_runs_with_compaction(query, stream_seed):
-    _differential(*query, stream_seed, random_run_stream)
+    _differential(*query, stream_seed, random_stream)
 
 
 # ---------------------------------------------------------------- keys that never return

@@ -18,15 +18,14 @@ from hypothesis import strategies as st
 
 from cep_core import reference
 from cep_core.batch import BatchEncoder, StringDictionary
-from cep_core.checker import load_queries
 from cep_core.stream_engines import StreamEngines
 from cep_core.kernels import window_kernels as wk
 from cep_core.compiler.window import compile_window
 from cep_core.engine.window import RELEASE_AT, WindowEngine
-from cep_core.event_io import read_events
 from cep_core.events import Event, Punctuation
 from engine_harness import assert_same
-from test_engine_window import SETTINGS, check, tick_streams, window_queries
+from test_engine_window import (SETTINGS, WINDOW_FILES, check, draw_batching, tick_streams,
+                                window_example, window_queries)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,10 +49,7 @@ def streams(draw, max_events: int = 60):
 def test_random_queries_compacted_after_every_batch_equal_the_reference(data):
     checked = check(data.draw(window_queries(), label="query"))
     stream = data.draw(streams(), label="stream")
-    events = sum(isinstance(item, Event) for item in stream)
-    sizes = tuple(data.draw(st.lists(st.integers(1, 25), min_size=1, max_size=4),
-                            label="batch sizes"))
-    restore_at = data.draw(st.none() | st.integers(0, max(events, 0)), label="restore at")
+    sizes, restore_at = draw_batching(data, stream)
     options = data.draw(st.fixed_dictionaries({
         "chunk": st.sampled_from([64, 1 << 16]),
         "rows_capacity": st.sampled_from([1, 256]),
@@ -95,15 +91,9 @@ def test_random_queries_forgetting_idle_groups_equal_the_reference(data):
                 factory=_forgetful_window_engine, groups=1, rows_capacity=2)
 
 
-WINDOW_FILES = [p for p in sorted((ROOT / "examples").glob("*.cep"))
-                if any(q.query.kind == "window" for q in load_queries(p))]
-
-
 @pytest.mark.parametrize("path", WINDOW_FILES, ids=lambda p: p.name)
 def test_examples_compacted_equal_the_reference(path):
-    queries = [q for q in load_queries(path) if q.query.kind == "window"]
-    schema = queries[0].schema
-    events, _ = read_events(ROOT / "examples" / "data" / f"{schema.stream}.jsonl", schema)
+    queries, events = window_example(path)
     out = assert_same(queries, events, sizes=(97, 1, 500), restore_at=len(events) // 2,
                       compact=True)
     assert out

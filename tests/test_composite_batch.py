@@ -12,22 +12,10 @@ from cep_core.checker import load_queries, load_query_text
 from cep_core.composite_batch import ColumnBatch, to_dicts
 from cep_core.stream_engines import StreamEngines
 from cep_core.event_io import read_events
+from engine_harness import TRADES_EXTRA
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-
-TRADES_EXTRA = """
-QUERY collected FROM trades PARTITION BY symbol, volume
-PATTERN ( . up+ )
-DEFINE up AS price >= Last(price)
-EMIT prices = Collect(price), names = Collect(symbol), ratio = Last(price) / (Count() - 2);
-
-QUERY stuck FROM trades PARTITION BY symbol
-PATTERN SEQ(ANY a, ANY+ b, ANY c)
-WHERE a.volume > 300 AND b.price > a.price AND c.price < a.price
-WITHIN 5 seconds USING skip-till-next-match
-ON TIMEOUT EMIT PARTIAL;
-"""
 
 
 def _cases():

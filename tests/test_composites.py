@@ -18,9 +18,8 @@ import pytest
 import test_engine_match
 import test_engine_seq_timeouts as timeouts
 import test_engine_window
-from engine_harness import new_shapes
-from test_engine_seq import random_case
-from test_engine_seq_aip import random_case as aip_case
+from engine_harness import TRADES_EXTRA, new_shapes
+from random_seq import random_case
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -82,26 +81,12 @@ def check(queries, stream, tmp: Path, batch_size: int = 7) -> Composites:
 # ---------------------------------------------------------------- examples
 
 
-EXTRA = """
-QUERY collected FROM trades PARTITION BY symbol, volume
-PATTERN ( . up+ )
-DEFINE up AS price >= Last(price)
-EMIT prices = Collect(price), names = Collect(symbol), ratio = Last(price) / (Count() - 2);
-
-QUERY stuck FROM trades PARTITION BY symbol
-PATTERN SEQ(ANY a, ANY+ b, ANY c)
-WHERE a.volume > 300 AND b.price > a.price AND c.price < a.price
-WITHIN 5 seconds USING skip-till-next-match
-ON TIMEOUT EMIT PARTIAL;
-"""
-
-
 def _example_cases():
     for path in sorted(EXAMPLES.glob("*.cep")):
         yield pytest.param(load_queries(path), id=path.stem)
     # Collect lists, a NULL (division by zero), a two-attribute key, timed-out runs with
     # a Kleene variable, beside the finance queries.
-    text = (EXAMPLES / "finance.cep").read_text() + EXTRA
+    text = (EXAMPLES / "finance.cep").read_text() + TRADES_EXTRA
     yield pytest.param(load_query_text(text, path="<extra>"), id="extra")
 
 
@@ -137,7 +122,7 @@ def test_random_seq_cdp(tmp_path_factory, seed):
 @given(st.integers(0, 2 ** 32 - 1),
        st.sampled_from(["skip-till-next-match", "strict-contiguity"]))
 def test_random_seq_automata(tmp_path_factory, seed, strategy):
-    text, events, _sizes, _restore = aip_case(seed, strategy)
+    text, events, _sizes, _restore = random_case(seed, strategy)
     check(load_query_text(text), events, tmp_path_factory.mktemp("aip"))
 
 

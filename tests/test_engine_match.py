@@ -442,18 +442,25 @@ def test_no_partition_and_several_partition_attributes():
                     restore_at=600)
 
 
-def test_string_ordering_and_functions_after_new_strings_arrive():
-    queries = query("""
-        QUERY s FROM mixed PARTITION BY flag
-        PATTERN ( a b+ c ) DEFINE a AS symbol >= 'M', b AS Max(symbol) >= symbol,
-            c AS lower(symbol) < lower(First(symbol))
-        EMIT hi = Max(symbol), lo = Min(symbol), up = upper(Last(symbol)), n = length(symbol)
-    """)
+STRING_ORDERING = """
+    QUERY s FROM mixed PARTITION BY flag
+    PATTERN ( a b+ c ) DEFINE a AS symbol >= 'M', b AS Max(symbol) >= symbol,
+        c AS lower(symbol) < lower(First(symbol))
+    EMIT hi = Max(symbol), lo = Min(symbol), up = upper(Last(symbol)), n = length(symbol)
+"""
+
+
+def word_rows(n: int) -> list[dict]:
+    """n rows whose symbols are mixed-case words that keep arriving, with a random flag."""
     words = ["zeta", "Alpha", "mu", "Nu", "beta", "omega", "Mu", "kappa", "zz", "a"]
     rng = np.random.default_rng(5)
-    rows = [{"symbol": words[int(rng.integers(0, len(words)))], "price": 0, "volume": 0,
-             "ratio": 0.0, "flag": bool(rng.integers(0, 2)), "ts": i} for i in range(600)]
-    got = assert_same(queries, events(rows), sizes=(1, 7, 50), restore_at=300)
+    return [{"symbol": words[int(rng.integers(0, len(words)))], "price": 0, "volume": 0,
+             "ratio": 0.0, "flag": bool(rng.integers(0, 2)), "ts": i} for i in range(n)]
+
+
+def test_string_ordering_and_functions_after_new_strings_arrive():
+    queries = query(STRING_ORDERING)
+    got = assert_same(queries, events(word_rows(600)), sizes=(1, 7, 50), restore_at=300)
     assert got
 
 

@@ -95,18 +95,26 @@ def test_counter_counts_idle_partitions_with_state(factory):
         factory(queries[0], StringDictionary(), idle_timeout=0)
 
 
+def released_on_drift(queries, factory):
+    """(engine, partitions seen) after a stream of partitions that never come back through
+    `factory` engines with idle_timeout 12: the output across a restore is the reference's,
+    and more than half the partitions gave their ids back."""
+    stream = drifting_stream(7, n=2000)  # 80 generations of 3 partitions
+    assert_same(queries, stream, sizes=(16, 5), restore_at=1000, factory=factory,
+                idle_timeout=12)
+    engine = factory(queries[0], StringDictionary(), idle_timeout=12)
+    assert run_engine(engine, stream)
+    seen = len({e.attrs["p"] for e in stream if isinstance(e, Event)})
+    assert engine.metrics()["released_keys"] > seen // 2
+    return engine, seen
+
+
 def test_cdp_forgets_idle_partitions_and_reuses_their_ids():
     """Partitions that never come back: once idle and empty they give their ids to new
     partitions, so the id range stays near the partitions live within the timeout, and
     the output (across a snapshot and restore) is still the reference's."""
     queries = load_query_text(ANY_MATCH)
-    stream = drifting_stream(7, n=2000)  # 80 generations of 3 partitions
-    assert_same(queries, stream, sizes=(16, 5), restore_at=1000, factory=seq_engine,
-                idle_timeout=12)
-    engine = seq_engine(queries[0], StringDictionary(), idle_timeout=12)
-    assert run_engine(engine, stream)
-    seen = len({e.attrs["p"] for e in stream if isinstance(e, Event)})
-    assert engine.metrics()["released_keys"] > seen // 2
+    engine, seen = released_on_drift(queries, seq_engine)
     assert len(engine.keys) < seen // 4  # without release: one id per partition ever seen
     again = seq_engine(queries[0], StringDictionary(), idle_timeout=12)
     again.restore(engine.snapshot())

@@ -144,6 +144,15 @@ def check(text: str):
     return checked
 
 
+def draw_batching(data, stream: list) -> tuple[tuple[int, ...], int | None]:
+    """Batch sizes to feed `stream` in, and the event count to snapshot and restore at."""
+    events = sum(isinstance(item, Event) for item in stream)
+    sizes = tuple(data.draw(st.lists(st.integers(1, 25), min_size=1, max_size=4),
+                            label="batch sizes"))
+    restore_at = data.draw(st.none() | st.integers(0, max(events, 0)), label="restore at")
+    return sizes, restore_at
+
+
 # ---------------------------------------------------------------- one query
 
 
@@ -152,10 +161,7 @@ def check(text: str):
 def test_random_queries_equal_the_reference(data):
     checked = check(data.draw(window_queries(), label="query"))
     stream = data.draw(tick_streams(), label="stream")
-    events = sum(isinstance(item, Event) for item in stream)
-    sizes = tuple(data.draw(st.lists(st.integers(1, 25), min_size=1, max_size=4),
-                            label="batch sizes"))
-    restore_at = data.draw(st.none() | st.integers(0, max(events, 0)), label="restore at")
+    sizes, restore_at = draw_batching(data, stream)
     options = data.draw(st.fixed_dictionaries({
         "chunk": st.sampled_from([64, 128, 1 << 16]),
         "rows_capacity": st.sampled_from([1, 2, 256]),  # small: the kernel stops and resumes
@@ -375,10 +381,16 @@ WINDOW_FILES = [p for p in sorted((ROOT / "examples").glob("*.cep"))
                 if any(q.query.kind == "window" for q in load_queries(p))]
 
 
-@pytest.mark.parametrize("path", WINDOW_FILES, ids=lambda p: p.name)
-def test_examples_equal_the_reference(path):
+def window_example(path: Path) -> tuple[list, list]:
+    """The WINDOW queries of an example file, and the events of its stream's sample data."""
     queries = [q for q in load_queries(path) if q.query.kind == "window"]
     schema = queries[0].schema
     events, _ = read_events(ROOT / "examples" / "data" / f"{schema.stream}.jsonl", schema)
+    return queries, events
+
+
+@pytest.mark.parametrize("path", WINDOW_FILES, ids=lambda p: p.name)
+def test_examples_equal_the_reference(path):
+    queries, events = window_example(path)
     out = assert_same(queries, events, sizes=(97, 1, 500), restore_at=len(events) // 2)
     assert out

@@ -23,19 +23,16 @@ from accel.fpga.simulate import parse_reports, simulate
 from accel.fpga.verify import verify
 from cep_core import reference
 from cep_core.batch import BatchEncoder, StringDictionary
-from cep_core.checker import load_queries, load_query_text
+from cep_core.checker import load_query_text
 from cep_core.events import Event
 from cep_core.schema import SchemaRegistry, StreamSchema
+from test_fpga_emulator import MARATHON, marathon_events
+from test_fpga_emulator import QUERIES as EMULATOR_QUERIES
 
 SCHEMA = StreamSchema("ev", {"k": "int", "x": "int", "s": "string", "f": "float",
                              "ts": "timestamp"}, "ts")
 QUERIES = {
-    "alt_star": "QUERY q FROM ev PARTITION BY k PATTERN (A (B | C*) D) "
-                "DEFINE A AS x = 1, B AS x = 2, C AS x >= 2, D AS x <= 3;",
-    "overlapping": "QUERY q FROM ev PARTITION BY k PATTERN (A . B+ | A C | C C C) "
-                   "DEFINE A AS x < 3, B AS x > 1 AND s != 'c', C AS s = 'a' OR x = 4;",
-    "unpartitioned": "QUERY q FROM ev PATTERN (A B* C?) DEFINE A AS x = 0, B AS x > 0, "
-                     "C AS s = 'b';",
+    **EMULATOR_QUERIES,
     "negative": "QUERY q FROM ev PARTITION BY k PATTERN (A B) "
                 "DEFINE A AS x < -2, B AS x >= -1 AND x != 3;",
     "wide_and_float": "QUERY q FROM ev PARTITION BY k PATTERN (A B+ C) "
@@ -43,8 +40,6 @@ QUERIES = {
                       "C AS x < 5000000000 AND f > 0;",
 }
 FLOATS = [-3.0, -2.25, -0.0, 0.0, 1.5, 2.0]
-MARATHON = load_queries("examples/marathon.cep")[0]
-CHECKPOINTS = ["Staten Island", "Brooklyn", "Queens", "Bronx", "Manhattan", "Harlem"]
 
 
 def checked(name: str):
@@ -56,11 +51,6 @@ def checked(name: str):
 def ev_events(records):
     return [Event(i, i, {"k": k, "x": x, "s": s, "f": FLOATS[(x + i) % len(FLOATS)], "ts": i})
             for i, (k, x, s) in enumerate(records)]
-
-
-def marathon_events(records):
-    return [Event(i, 60_000 * i, {"runner": k, "checkpoint": CHECKPOINTS[c],
-                                  "ts": 60_000 * i}) for i, (k, c) in enumerate(records)]
 
 
 def run_all(q, events, config):

@@ -12,6 +12,7 @@ from cep_core.checker import load_query_text
 from cep_core.events import Event
 from cep_core.reference import run
 from cep_core.reference.match import MatchInterpreter
+from test_checker_ok import SEMANTICS_EXAMPLES
 
 
 def events(rows: list[dict], time: str = "ts") -> list[Event]:
@@ -73,15 +74,7 @@ def test_overlapping_predicates_ab_or_ba():
 
 # ---------------------------------------------------------------- marathon (Woods)
 
-MARATHON = """
-    QUERY cheat FROM checkpoints INTO cheaters
-    PARTITION BY runner
-    PATTERN ( A NOTB* C | A NOTC* D | A NOTD* E )
-    DEFINE A AS checkpoint = 'Staten Island', NOTB AS checkpoint != 'Brooklyn',
-           C AS checkpoint = 'Queens', NOTC AS checkpoint != 'Queens',
-           D AS checkpoint = 'Bronx',  NOTD AS checkpoint != 'Bronx',
-           E AS checkpoint = 'Manhattan'
-"""
+MARATHON = SEMANTICS_EXAMPLES["marathon"]
 
 
 def test_marathon_cheaters_interleaved_runners():
@@ -123,14 +116,7 @@ def test_marathon_cheaters_interleaved_runners():
 
 # ---------------------------------------------------------------- M-shape (Hirzel finance1)
 
-MSHAPE = """
-    QUERY mshape FROM trades PARTITION BY symbol
-    PATTERN ( . rise+ drop+ rise+ drop* deep )
-    DEFINE rise AS price > First(price) AND price >= Last(price),
-           drop AS price >= First(price) AND price < Last(price),
-           deep AS price < First(price) AND price < Last(price)
-    EMIT symbol = symbol, seqNum = First(seqNum), count = Count(), maxPrice = Max(price)
-"""
+MSHAPE = SEMANTICS_EXAMPLES["mshape"]
 
 
 def test_m_shape_two_symbols_interleaved():

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import orjson
-from numba import njit
 
 from accel.fpga import udp, wire
 from accel.fpga.plan import FpgaPlan, compile_fpga, pack_tuples
+from accel.gpu.host_kernels import accept_in_time
 from cep_core import ast
 from cep_core.batch import Batch, BatchEncoder, StringDictionary
 from cep_core.checker import CheckedQuery
@@ -125,7 +125,7 @@ class FpgaAdapter:
             grown[:len(self.last_ts)] = self.last_ts
             self.last_ts = grown
         ts = np.ascontiguousarray(batch.ts, dtype=np.int64)
-        accepted = _time_check(pids, ts, self.last_ts)
+        accepted = accept_in_time(pids, ts, self.last_ts)
         if not accepted.all():
             self._reject(batch, pids, ~accepted)
             batch = _select(batch, accepted)
@@ -334,16 +334,3 @@ def _emit_attributes(checked: CheckedQuery) -> list[str]:
 
 def _select(batch: Batch, mask: np.ndarray) -> Batch:
     return Batch(batch.seq[mask], batch.ts[mask], {k: v[mask] for k, v in batch.columns.items()})
-
-
-@njit(cache=True)
-def _time_check(pids, ts, last_ts):
-    """Accepts an event unless its time is before its partition's last accepted event."""
-    out = np.ones(pids.shape[0], np.bool_)
-    for i in range(pids.shape[0]):
-        p = pids[i]
-        if ts[i] < last_ts[p]:
-            out[i] = False
-        else:
-            last_ts[p] = ts[i]
-    return out

@@ -1,5 +1,6 @@
-"""Host-side jitted helpers of the GPU engines: the event-time check, appends to the
-per-partition column rings, and binary searches for window bounds over a ring.
+"""Host-side jitted helpers of the GPU engines: the event-time check (the FPGA adapter's
+too), appends to the per-partition column rings, and binary searches for window bounds
+over a ring.
 
 A ring of channel c and partition p is `cap[p]` rows of the channel's arena from
 `base[p]`; absolute row r (rows are numbered from the partition's first event of that

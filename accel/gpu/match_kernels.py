@@ -139,6 +139,9 @@ def _array_args(gen, emit: list[cpu.EmitSpec]) -> list[str]:
 
 def _kernel_source(gen, auto: cpu.Automaton, static, dynamic, emit_lines,
                    args: list[str]) -> str:
+    """The CUDA kernel: one thread a partition. Its candidate loop mirrors the CPU kernel's
+    (`cep_core.compiler.match._kernel_source`) on purpose, in CUDA's terms (atomics, the
+    dead-letter counter, one thread's rows): a change to one wants the same in the other."""
     keys, records = gen.keys, gen.records
     n_ref, last_ts = keys.ref(("n",), "k"), keys.ref(("last_ts",), "k")
     step: list[str] = []

@@ -106,6 +106,8 @@ class GpuSeqEngine(Engine):
     # ------------------------------------------------------------ processing
 
     def process(self, batch: Batch) -> list[dict]:
+        # The same first steps as the CPU engine's (cep_core.engine.seq.SeqEngine.
+        # process_columns), then the device's launches.
         n = len(batch)
         if n == 0:
             return []

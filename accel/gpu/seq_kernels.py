@@ -43,7 +43,9 @@ def _indent(lines: list[str], n: int = 1) -> list[str]:
 
 class _Leaves:
     """Attributes of bound rows (`r{v}`), of a window row (`subject`), and window
-    aggregates already reduced (`wv{k}[m]`, `wn{k}[m]`) where `reduced` is set."""
+    aggregates already reduced (`wv{k}[m]`, `wn{k}[m]`) where `reduced` is set. The CUDA
+    counterpart of the CPU kernels' `cep_core.compiler.seq_codegen_leaves.ChannelLeaves`,
+    kept apart on purpose (device rows and reductions): a change to one wants the other."""
 
     def __init__(self, gen: SeqKernelGenerator, subject: tuple | None = None,
                  reduced: bool = False):
@@ -248,7 +250,8 @@ class SeqKernelGenerator:
 
 
 class SeqKernels:
-    """The loaded kernel module of one query and what the engine needs to launch it."""
+    """The loaded kernel module of one query and what the engine needs to launch it (the
+    GPU's `cep_core.compiler.seq_cdp.CdpKernel`)."""
 
     def __init__(self, plan: SeqPlan, reduce_threads: int = 64):
         self.generator = SeqKernelGenerator(plan, reduce_threads)

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 
 import pyarrow.csv as pacsv
 from compare import compare
-from opencep import run_cep
+from opencep import run_cep, run_timed
 
 from cep_core.workloads import WORKLOADS
 
@@ -70,11 +69,7 @@ def write_trades(table, rows: int, work: Path) -> tuple[Path, Path]:
 def run_flink(python: str, query: str, csv: Path, out: Path) -> dict:
     cmd = [python, str(HERE / "flink_runner.py"), "--query", query, "--csv", str(csv),
            "--out", str(out)]
-    started = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    wall_s = time.perf_counter() - started
-    if done.returncode:
-        raise RuntimeError(f"Flink runner failed on {query}:\n{done.stderr[-3000:]}")
+    wall_s, done = run_timed(cmd, f"Flink runner on {query}")
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     return {"wall_s": wall_s, "engine_s": summary["job_s"]}
 

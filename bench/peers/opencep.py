@@ -64,21 +64,24 @@ def run_opencep(directory: Path, python: str, pattern: PeerPattern, events: Path
                 out: Path) -> dict:
     cmd = [python, str(HERE / "opencep_runner.py"), "--opencep", str(directory),
            "--pattern", pattern.name, "--events", str(events), "--out", str(out)]
-    started = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    wall_s = time.perf_counter() - started
-    if done.returncode:
-        raise RuntimeError(f"OpenCEP runner failed on {pattern.name}:\n{done.stderr[-2000:]}")
+    wall_s, done = run_timed(cmd, f"OpenCEP runner on {pattern.name}")
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     return {"wall_s": wall_s, "engine_s": summary["engine_s"]}
 
 
-def _timed(cmd: list[str]) -> tuple[float, str]:
+def run_timed(cmd: list[str], what: str) -> tuple[float, subprocess.CompletedProcess]:
+    """Wall seconds of `cmd` run to its end, and its result (text); a failure raises
+    naming `what`, with the end of its stderr."""
     started = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True)
     wall_s = time.perf_counter() - started
     if done.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+        raise RuntimeError(f"{what} failed:\n{done.stderr[-3000:]}")
+    return wall_s, done
+
+
+def _timed(cmd: list[str]) -> tuple[float, str]:
+    wall_s, done = run_timed(cmd, " ".join(cmd))
     return wall_s, done.stderr
 
 

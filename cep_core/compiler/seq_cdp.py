@@ -570,7 +570,8 @@ HELPERS = f"""
 
 
 class CdpKernel:
-    """The loaded kernel module of one query and what decoding its output needs."""
+    """The loaded kernel module of one query and what decoding its output needs (the GPU
+    engine's counterpart: `accel.gpu.seq_kernels.SeqKernels`)."""
 
     def __init__(self, plan: SeqPlan):
         self.plan = plan

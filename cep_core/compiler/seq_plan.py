@@ -104,7 +104,9 @@ def split_and(expr) -> list:
 
 class Mentions(ast.Visitor):
     """The variables an expression mentions: all of them, the Kleene ones it reads per
-    element, and those it reads inside an aggregate (`count(dup)`)."""
+    element, and those it reads inside an aggregate (`count(dup)`). The reference
+    interpreter keeps its own copy (`cep_core.reference.seq._Mentions`) on purpose: the
+    oracle shares no analysis with the engines it checks."""
 
     def __init__(self, kleene_vars: set[str]):
         self.kleene_vars = kleene_vars

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import io
 from abc import ABC, abstractmethod
 
 import numpy as np
-import orjson
 
 from cep_core import snapshot_format
-from cep_core.batch import Batch, StringDictionary
+from cep_core.batch import Batch, StringDictionary, decode_value
 from cep_core.checker import CheckedQuery
 from cep_core.composite_batch import CompositeBatch, RowBatch, to_dicts
 
@@ -81,15 +79,10 @@ class Engine(ABC):
         meta = {"query": self.checked.name, "kind": self.query.kind, "strings":
                 self.strings.strings if with_strings else None,
                 "dead_letters": self.dead_letters, **meta}
-        buffer = io.BytesIO()
-        np.savez(buffer, __meta__=np.frombuffer(orjson.dumps(meta), dtype=np.uint8), **arrays)
-        return snapshot_format.pack("engine", buffer.getvalue())
+        return snapshot_format.pack_arrays("engine", meta, arrays)
 
     def restore(self, data: bytes) -> None:
-        data = snapshot_format.unpack("engine", data)
-        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-            arrays = {name: archive[name] for name in archive.files}
-        meta = orjson.loads(arrays.pop("__meta__").tobytes())
+        meta, arrays = snapshot_format.unpack_arrays("engine", data)
         if meta["query"] != self.checked.name or meta["kind"] != self.query.kind:
             raise ValueError(f"snapshot of {meta['kind']} query {meta['query']!r} cannot "
                              f"restore {self.query.kind} query {self.checked.name!r}")
@@ -105,15 +98,7 @@ class Engine(ABC):
 
     def decode(self, kind: str, value):
         """A column or kernel value as the Python value the reference interpreter gives."""
-        if kind == "string":
-            return self.strings.decode(int(value))
-        if kind == "float":
-            return float(value)
-        if kind == "bool":
-            return bool(value)
-        if kind in ("int", "timestamp"):
-            return int(value)
-        raise TypeError(f"cannot decode a {kind}")
+        return decode_value(kind, value, self.strings)
 
     def decode_key(self, attrs: list[str], key: tuple):
         """A KeyIndex value as the composite event's `key` (None, a value, or a list)."""

@@ -79,6 +79,7 @@ class SeqEngine(SeqEngineBase):
     # ------------------------------------------------------------ processing
 
     def process_columns(self, batch: Batch) -> list[CompositeBatch]:
+        # accel.gpu.seq_engine.GpuSeqEngine.process takes the same first steps.
         n = len(batch)
         if n == 0:
             return []

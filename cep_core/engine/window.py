@@ -38,7 +38,7 @@ import itertools
 import numpy as np
 import orjson
 
-from cep_core.batch import Batch, StringDictionary
+from cep_core.batch import Batch, StringDictionary, decode_value
 from cep_core.kernels.string_tables import StringTables
 from cep_core.kernels import window_kernels as wk
 from cep_core.engine.base import Engine
@@ -685,7 +685,7 @@ class WindowQuerySet:
             return
         kinds = self.schema.attributes
         for key in query.keys[len(query.key_values):]:
-            parts = [_decode(self.strings, kinds[attr], value)
+            parts = [decode_value(kinds[attr], value, self.strings)
                      for attr, value in zip(query.group_attrs, key)]
             query.key_parts.append(parts)
             query.key_values.append(None if not parts else parts[0] if len(parts) == 1
@@ -808,13 +808,3 @@ def _stack(columns: list[np.ndarray], n: int, dtype) -> np.ndarray:
     for r, column in enumerate(columns):
         out[r] = column
     return out
-
-
-def _decode(strings: StringDictionary, kind: str, value):
-    if kind == "string":
-        return strings.decode(int(value))
-    if kind == "float":
-        return float(value)
-    if kind == "bool":
-        return bool(value)
-    return int(value)

@@ -17,8 +17,9 @@ from cep_core import reference
 from cep_core.checker import load_query_text
 from cep_core.event_io import read_events
 from services.stream.control import ControlMessage, publish, split_query_file
-from services.stream.kafka import KafkaSettings, Topics, produce, produce_end, read_all
+from services.stream.kafka import KafkaSettings, Topics, produce, read_all
 from services.stream.pipeline import LocalPipeline, create_topics, wait_for
+from stream_harness import file_records, produce_to_end
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -99,13 +100,7 @@ def test_paused_pipeline_output_equals_reference(broker):
                        worker_options={"max_queued_output": 0, "batch_size": 5,
                                        "checkpoint_ms": 60_000},
                        coordinator_options={"max_pending": 0}) as pipeline:
-        producer = broker.producer()
-        for line in path.read_bytes().splitlines():
-            if line.strip():
-                produce(producer, topics.source, line)
-        produce_end(producer, topics.source)
-        producer.flush(30)
-        wait_for(lambda: pipeline.coordinator.merger.ended, 120, "end of input released")
+        produce_to_end(broker, pipeline, topics.source, file_records(path))
     worker = pipeline.workers[0]
     worker_metric = pipeline.metrics[1].registry.get_sample_value("cep_consumer_pauses_total")
     assert worker.pauses > 0 and worker_metric == worker.pauses

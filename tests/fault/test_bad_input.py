@@ -15,11 +15,10 @@ import orjson
 import pytest
 
 from cep_core import reference
-from cep_core.checker import load_queries
 from cep_core.event_io import decode_record
-from services.stream.control import ControlMessage, publish, split_query_file
-from services.stream.kafka import KafkaSettings, Topics, produce, produce_end, read_all
-from services.stream.pipeline import LocalPipeline, create_topics, wait_for
+from services.stream.kafka import KafkaSettings, read_all
+from services.stream.pipeline import LocalPipeline
+from stream_harness import file_records, produce_to_end, topics_with_queries
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERIES = ROOT / "examples" / "rfid.cep"
@@ -50,17 +49,12 @@ def broker(kafka_bootstrap):
 
 
 def test_five_percent_bad_input_every_class(broker):
-    queries = load_queries(QUERIES)
-    schema = queries[0].schema
     run = uuid.uuid4().hex[:8]
-    topics = Topics(schema.stream, source=f"src.bad.{run}", prefix=f"t{run}")
-    create_topics(broker, topics, 4, [q.query.output for q in queries])
-    before = {q.query.output: len(read_all(broker, q.query.output)) for q in queries}
-    for name, text in split_query_file(QUERIES.read_text()):
-        publish(broker, topics.control, ControlMessage("add", name, text))
+    queries, topics, before = topics_with_queries(broker, QUERIES, f"src.bad.{run}", f"t{run}")
+    schema = queries[0].schema
 
     rng = random.Random(7)
-    good_lines = [line for line in EVENTS.read_bytes().splitlines() if line.strip()]
+    good_lines = file_records(EVENTS)
     records, bad = [], {}  # bad: position -> (bytes, reason prefix)
     for line in good_lines:
         if rng.random() < 0.05 or len(bad) < len(BAD):
@@ -74,12 +68,7 @@ def test_five_percent_bad_input_every_class(broker):
 
     with LocalPipeline(broker, topics, workers=2) as pipeline:
         pipeline.splitter.max_message_bytes = MAX_BYTES
-        producer = broker.producer()
-        for raw in records:
-            produce(producer, topics.source, raw)
-        produce_end(producer, topics.source)
-        producer.flush(30)
-        wait_for(lambda: pipeline.coordinator.merger.ended, 120, "end of input released")
+        produce_to_end(broker, pipeline, topics.source, records)
         assert pipeline.metrics[0].dead_letters._value.get() == len(bad)
 
     for q in queries:

@@ -14,11 +14,10 @@ import orjson
 import pytest
 
 from cep_core import reference
-from cep_core.checker import load_queries
 from cep_core.event_io import decode_record
-from services.stream.control import ControlMessage, publish, split_query_file
-from services.stream.kafka import KafkaSettings, Topics, produce, produce_end, read_all
-from services.stream.pipeline import LocalPipeline, create_topics, wait_for
+from services.stream.kafka import KafkaSettings, read_all
+from services.stream.pipeline import LocalPipeline, wait_for
+from stream_harness import file_records, produce_to_end, topics_with_queries
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERIES = ROOT / "examples" / "rfid.cep"
@@ -43,15 +42,10 @@ def _disordered(lines: list[bytes]) -> list[dict]:
 
 
 def test_disorder_within_lateness_is_reordered_and_later_events_go_to_late_topic(broker):
-    queries = load_queries(QUERIES)
-    schema = queries[0].schema
     run = uuid.uuid4().hex[:8]
-    topics = Topics(schema.stream, source=f"src.late.{run}", prefix=f"t{run}")
-    create_topics(broker, topics, 4, [q.query.output for q in queries])
-    before = {q.query.output: len(read_all(broker, q.query.output)) for q in queries}
-    for name, text in split_query_file(QUERIES.read_text()):
-        publish(broker, topics.control, ControlMessage("add", name, text))
-    records = _disordered([x for x in EVENTS.read_bytes().splitlines() if x.strip()])
+    queries, topics, before = topics_with_queries(broker, QUERIES, f"src.late.{run}", f"t{run}")
+    schema = queries[0].schema
+    records = _disordered(file_records(EVENTS))
 
     late, kept, newest = [], [], None
     for position, record in enumerate(records):  # the event-at-a-time model
@@ -65,12 +59,7 @@ def test_disorder_within_lateness_is_reordered_and_later_events_go_to_late_topic
 
     with LocalPipeline(broker, topics, workers=2,
                        splitter_options={"allowed_lateness_ms": LATENESS_MS}) as pipeline:
-        producer = broker.producer()
-        for record in records:
-            produce(producer, topics.source, orjson.dumps(record))
-        produce_end(producer, topics.source)
-        producer.flush(30)
-        wait_for(lambda: pipeline.coordinator.merger.ended, 120, "end of input released")
+        produce_to_end(broker, pipeline, topics.source, map(orjson.dumps, records))
         assert pipeline.metrics[0].late_events._value.get() == len(late)
 
     for q in queries:

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from conftest import SCALE  # noqa: E402
 from engine_harness import assert_same, jit_run, reference_run  # noqa: E402
+from test_engine_match import STRING_ORDERING, word_rows  # noqa: E402
 
 from accel.gpu import placement  # noqa: E402
 from accel.gpu.match_engine import GpuMatchEngine  # noqa: E402
@@ -151,17 +152,8 @@ def test_no_partition_and_several_partition_attributes():
 
 
 def test_string_ordering_and_functions_after_new_strings_arrive():
-    queries = query("""
-        QUERY s FROM mixed PARTITION BY flag
-        PATTERN ( a b+ c ) DEFINE a AS symbol >= 'M', b AS Max(symbol) >= symbol,
-            c AS lower(symbol) < lower(First(symbol))
-        EMIT hi = Max(symbol), lo = Min(symbol), up = upper(Last(symbol)), n = length(symbol)
-    """)
-    words = ["zeta", "Alpha", "mu", "Nu", "beta", "omega", "Mu", "kappa", "zz", "a"]
-    rng = np.random.default_rng(5)
-    stream = [Event(i, i, {"symbol": words[int(rng.integers(0, len(words)))], "price": 0,
-                           "volume": 0, "ratio": 0.0, "flag": bool(rng.integers(0, 2)),
-                           "ts": i}) for i in range(200 * SCALE)]
+    queries = query(STRING_ORDERING)
+    stream = [Event(i, i, row) for i, row in enumerate(word_rows(200 * SCALE))]
     assert assert_same(queries, stream, sizes=(7, 50), restore_at=100,
                        factory=GpuMatchEngine)
 

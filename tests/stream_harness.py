@@ -1,0 +1,45 @@
+"""Shared steps of the tests that run the service (splitter, workers, coordinator) in
+process on a real broker: fresh topics with a query file's queries added, and a stream
+produced to its end."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from cep_core.checker import load_queries
+from services.stream.control import ControlMessage, publish, split_query_file
+from services.stream.kafka import KafkaSettings, Topics, produce, produce_end, read_all
+from services.stream.pipeline import LocalPipeline, create_topics, wait_for
+
+
+def topics_with_queries(settings: KafkaSettings, query_file: Path, source: str, prefix: str,
+                        partitions: int = 4):
+    """(queries, topics, before): new topics for the stream of `query_file`'s queries
+    (source topic `source`, the others named after `prefix`), every query added on the
+    control topic; `before`: how many records each INTO topic held already."""
+    queries = load_queries(query_file)
+    topics = Topics(queries[0].schema.stream, source=source, prefix=prefix)
+    outputs = [q.query.output for q in queries]
+    create_topics(settings, topics, partitions, outputs)
+    before = {topic: len(read_all(settings, topic)) for topic in outputs}
+    for name, text in split_query_file(query_file.read_text()):
+        publish(settings, topics.control, ControlMessage("add", name, text))
+    return queries, topics, before
+
+
+def file_records(path: Path) -> list[bytes]:
+    """The non-blank lines of an events file."""
+    return [line for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def produce_to_end(settings: KafkaSettings, pipeline: LocalPipeline, source: str,
+                   records: Iterable[bytes]) -> None:
+    """Every record to `source`, then the end of input; returns once the coordinator has
+    released the end."""
+    producer = settings.producer()
+    for record in records:
+        produce(producer, source, record)
+    produce_end(producer, source)
+    producer.flush(30)
+    wait_for(lambda: pipeline.coordinator.merger.ended, 120, "end of input released")
