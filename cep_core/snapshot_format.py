@@ -21,6 +21,9 @@ Anything else is refused.
 
 from __future__ import annotations
 
+# Deferred imports: numpy, for the engines' npz snapshots only (pack_arrays/unpack_arrays): the
+# splitter's and coordinator's checkpoints are JSON and their processes need no numpy for them.
+
 import re
 import struct
 from collections.abc import Callable
