@@ -52,13 +52,19 @@ def install() -> None:
 
 
 def ready() -> None:
-    """`install()`, and the symbols cached code links against readied now rather than at
-    the first kernel's load (~0.02 s of CPU: numba compiles its NRT helpers), so a caller
-    can do it while another thread reads the events."""
+    """`install()`, and now rather than at a kernel's first call, so a caller can do it
+    while another thread reads the events: the symbols cached code links against (~0.02 s
+    of CPU: numba compiles its NRT helpers), numba's extension entry points (its first
+    compile or cache load scans every installed distribution's metadata for them: ~0.02 s)
+    and `numpy.ma` (numba's typing of an array argument asks whether it is a masked array,
+    which imports `numpy.ma`: ~0.02 s)."""
+    import numpy.ma  # noqa: F401
+    from numba.core import entrypoints
     from numba.core.registry import cpu_target
 
     install()
     _ready_symbols(cpu_target.target_context)
+    entrypoints.init_all()
 
 
 def _ready_symbols(target_context) -> None:
