@@ -37,6 +37,19 @@ class CompositeBatch(ABC):
     @abstractmethod
     def to_arrow(self) -> pa.RecordBatch: ...
 
+    @abstractmethod
+    def take(self, rows: np.ndarray) -> CompositeBatch:
+        """The composites at these row positions, in this order, as a batch of their own."""
+
+
+def ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The concatenated `arange(start, start + count)` of each pair, without a loop."""
+    counts = np.asarray(counts, np.int64)
+    total = int(counts.sum())
+    ends = np.cumsum(counts)
+    return np.repeat(np.asarray(starts, np.int64) - (ends - counts), counts) + \
+        np.arange(total, dtype=np.int64)
+
 
 def to_dicts(batches: list[CompositeBatch]) -> list[dict]:
     return [c for b in batches for c in b.to_dicts()]
@@ -55,6 +68,18 @@ class Field:
     values: np.ndarray
     nulls: np.ndarray | None = None
     offsets: np.ndarray | None = None
+
+    def take(self, rows: np.ndarray) -> Field:
+        values = np.asarray(self.values)
+        nulls = None if self.nulls is None else np.asarray(self.nulls)[rows]
+        if self.offsets is None:
+            return Field(self.name, self.kind, values[rows], nulls)
+        offsets = np.asarray(self.offsets, np.int64)
+        starts = offsets[rows]
+        counts = offsets[rows + 1] - starts
+        taken = np.zeros(len(rows) + 1, np.int64)
+        np.cumsum(counts, out=taken[1:])
+        return Field(self.name, self.kind, values[ranges(starts, counts)], nulls, taken)
 
 
 class Decoder:
@@ -141,6 +166,15 @@ class BoundEvents:
     var_kleene: list[bool]
     in_variable_order: bool = False
 
+    def take(self, rows: np.ndarray) -> BoundEvents:
+        count = np.asarray(self.count, np.int64)[rows]
+        elements = ranges(np.asarray(self.start, np.int64)[rows], count)
+        return BoundEvents(np.cumsum(count) - count, count, np.asarray(self.var)[elements],
+                           np.asarray(self.seq)[elements],
+                           {name: (kind, np.asarray(column)[elements])
+                            for name, (kind, column) in self.attrs.items()},
+                           self.var_names, self.var_kleene, self.in_variable_order)
+
     def owner(self) -> np.ndarray:
         """The composite each element belongs to (elements are stored composite after
         composite)."""
@@ -206,6 +240,14 @@ class ColumnBatch(CompositeBatch):
     def __len__(self) -> int:
         return len(self.seq)
 
+    def take(self, rows: np.ndarray) -> ColumnBatch:
+        rows = np.asarray(rows, np.int64)
+        keys = Keys(np.asarray(self.keys.ids)[rows], self.keys.decode)
+        return ColumnBatch(self.query, self.decoder, keys, np.asarray(self.seq)[rows],
+                           np.asarray(self.start_seq)[rows],
+                           [f.take(rows) for f in self.fields],
+                           None if self.events is None else self.events.take(rows), self.extra)
+
     def to_dicts(self) -> list[dict]:
         n = len(self.seq)
         if n == 0:
@@ -252,6 +294,9 @@ class RowBatch(CompositeBatch):
 
     def to_dicts(self) -> list[dict]:
         return self.rows
+
+    def take(self, rows: np.ndarray) -> RowBatch:
+        return RowBatch([self.rows[i] for i in np.asarray(rows).tolist()])
 
     def to_arrow(self) -> pa.RecordBatch:
         names = list(dict.fromkeys(name for row in self.rows for name in row))

@@ -1,6 +1,6 @@
 """Columnar output of `cep run` (`cep_core.composites`): the numpy order equals sorting the
-dicts by `sort_key`, the JSON lines built from columns are byte for byte orjson's lines of
-those dicts, and Parquet / Arrow files read back to the same dicts. Over the examples, the
+dicts by `sort_key`, the JSON lines built from columns (whole, or a few composites at a
+time taken from their batches) are byte for byte orjson's lines of those dicts, and Parquet / Arrow files read back to the same dicts. Over the examples, the
 engine harness's random query shapes (SEQ under CDP and automata, timed-out runs, MATCH,
 WINDOW) and hand-made ties."""
 
@@ -57,6 +57,10 @@ def assert_columnar_output(composites: Composites, expected: list[dict], tmp: Pa
     out = io.BytesIO()
     assert composites.write_jsonl(out) == len(expected)
     assert out.getvalue() == jsonl(expected)
+    for chunk_rows in (1, 5):  # composites taken from their batches a few at a time
+        out = io.BytesIO()
+        assert composites.write_jsonl(out, chunk_rows=chunk_rows) == len(expected)
+        assert out.getvalue() == jsonl(expected), chunk_rows
     for suffix in (".parquet", ".arrow"):
         path = tmp / f"composites{suffix}"
         assert composites.write(path) == len(expected)
