@@ -497,7 +497,7 @@ def _read_csv(f: IO[bytes], rows: _Rows, block_bytes: int) -> None:
     line, position = 2, 0
     for block in _blocks(f, block_bytes):
         if (b'"' in block and not _simply_quoted(block)) or \
-                block.count(b"\r") != block.count(b"\r\n"):
+                (b"\r" in block and block.count(b"\r") != block.count(b"\r\n")):
             # A quoted field may span lines, a lone CR ends one: from here on, records
             # and lines are the csv module's to find.
             rows.add_records(_csv_records(_text(block + f.read()), rows.source, header, line),
@@ -521,8 +521,11 @@ def _simply_quoted(block: bytes) -> bool:
                      ord("\n"))
     if not (np.isin(before, list(b",\n")).all() and np.isin(after, list(b",\r\n")).all()):
         return False
-    breaks = np.flatnonzero((data == ord(",")) | (data == ord("\n")) | (data == ord("\r")))
-    return bool((np.searchsorted(breaks, opens) == np.searchsorted(breaks, closes)).all())
+    lengths = closes - opens - 1  # the quoted texts, gathered: a few bytes a field
+    inside = np.repeat(opens + 1 - (np.cumsum(lengths) - lengths), lengths) + \
+        np.arange(int(lengths.sum()))
+    chars = data[inside]
+    return not ((chars == ord(",")) | (chars == ord("\n")) | (chars == ord("\r"))).any()
 
 
 # A CSV line that is one whole record: fields plain, or quoted whole ("" for a quote).
@@ -603,6 +606,22 @@ _PLAIN_INT = r"^-?[0-9]{1,18}$"  # fits in 64 bits, means the same to int() and 
 _PLAIN_FLOAT = r"^-?[0-9]{1,20}(\.[0-9]{1,40})?([eE][-+]?[0-9]{1,2})?$"
 
 
+def _plain(text: pa.ChunkedArray, kind: str) -> pa.ChunkedArray:
+    """Whether each text is a plain int (or float, by `kind`), as _PLAIN_INT / _PLAIN_FLOAT
+    say. First a check that accepts only a subset of those (unsigned digits, at most one
+    dot inside, short enough): about 10x faster than the regex, and the regex runs only
+    on a column where some text fails it (a minus sign, an exponent, a bad value)."""
+    body = text if kind != "float" else pc.replace_substring(text, ".", "", max_replacements=1)
+    short = pc.less_equal(pc.binary_length(text), 18 if kind != "float" else 20)
+    fast = pc.and_(pc.ascii_is_decimal(body), short)
+    if kind == "float":
+        fast = pc.and_(fast, pc.invert(pc.or_(pc.starts_with(text, "."),
+                                              pc.ends_with(text, "."))))
+    if pc.all(fast).as_py() is not False:
+        return fast
+    return pc.match_substring_regex(text, _PLAIN_FLOAT if kind == "float" else _PLAIN_INT)
+
+
 def _coerce_text(table: pa.Table, schema: StreamSchema) -> tuple[pa.Table, np.ndarray]:
     """CSV text columns as the stream's types where the text is plain; the rows with any
     other text (or a missing column) are marked for `decode_record` (their values here
@@ -612,7 +631,7 @@ def _coerce_text(table: pa.Table, schema: StreamSchema) -> tuple[pa.Table, np.nd
     columns = [pa.nulls(n, pa.int64())]  # seq
     if "seq" in table.column_names:
         seq_text = table.column("seq")
-        plain = to_numpy(pc.match_substring_regex(seq_text, _PLAIN_INT))
+        plain = to_numpy(_plain(seq_text, "int"))
         empty = to_numpy(pc.binary_length(seq_text)) == 0
         doubt |= ~(plain | empty)
         columns[0] = pc.if_else(from_numpy(plain), seq_text, pa.nulls(n, pa.string())).cast(
@@ -626,12 +645,8 @@ def _coerce_text(table: pa.Table, schema: StreamSchema) -> tuple[pa.Table, np.nd
         if kind == "string":
             columns.append(text)
             continue
-        if kind == "bool":
-            plain = pc.is_in(text, strings(["true", "false"]))
-        else:
-            plain = pc.match_substring_regex(text, _PLAIN_FLOAT if kind == "float"
-                                             else _PLAIN_INT)
-        plain = to_numpy(plain)
+        plain = to_numpy(pc.is_in(text, strings(["true", "false"])) if kind == "bool"
+                         else _plain(text, kind))
         doubt |= ~plain
         kept = pc.if_else(from_numpy(plain), text, pa.nulls(n, pa.string()))
         columns.append(pc.starts_with(kept, "t") if kind == "bool"

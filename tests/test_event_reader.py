@@ -249,6 +249,11 @@ CSV_CASES = {
                     "A,1,1e999,true,7\nA,1,5.,true,8\nA,1,1E-07,True,9\nA,²,1,true,10\n"
                     "A,1,0x10,true,11\nA,1,1,TRUE,12\nA,1,1, true,13\nA,1,١,true,14\n"
                     "A,-9223372036854775808,1,true,15\nA,9223372036854775807,1,true,16\n"),
+    "long and dotted numbers": (  # the plain-number check's fast subset and its regex
+        "kind,n,x,ok,ts\nA,123456789012345678,12345678901234567890,true,1\n"
+        "A,1234567890123456789,123456789012345678901,true,2\nA,1,1.2.3,true,3\n"
+        "A,1,12345678901234567890.5,true,4\nA,1,1.000000000000000000001,true,5\n"
+        "A,1,-1.5,true,6\nA,1,0.5,true,7\nA,1,.,true,8\nA,1,1..2,true,9\n"),
     "empty fields": ("kind,n,x,ok,ts\n,1,1,true,1\nA,,1,true,2\nA,1,,true,3\nA,1,1,,4\n"
                      "A,1,1,true,\n"),
     "blank lines and crlf": "kind,n,x,ok,ts\r\n\r\nA,1,1,true,1\r\n\r\n\r\nB,2,2,false,2\r\n",
