@@ -1,8 +1,9 @@
 """Columnar output of `cep run` (`cep_core.composites`): the numpy order equals sorting the
 dicts by `sort_key`, the JSON lines built from columns (whole, or a few composites at a
-time taken from their batches) are byte for byte orjson's lines of those dicts, and Parquet / Arrow files read back to the same dicts. Over the examples, the
-engine harness's random query shapes (SEQ under CDP and automata, timed-out runs, MATCH,
-WINDOW) and hand-made ties."""
+time taken from their batches) are byte for byte orjson's lines of those dicts, and Parquet
+/ Arrow files read back to the same dicts. Over the examples, the engine harness's random
+query shapes (SEQ under CDP and automata, timed-out runs, MATCH, WINDOW) and hand-made
+ties."""
 
 from __future__ import annotations
 
