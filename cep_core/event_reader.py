@@ -622,6 +622,13 @@ def _plain(text: pa.ChunkedArray, kind: str) -> pa.ChunkedArray:
     return pc.match_substring_regex(text, _PLAIN_FLOAT if kind == "float" else _PLAIN_INT)
 
 
+def _only_plain(text: pa.ChunkedArray, plain: np.ndarray) -> pa.ChunkedArray:
+    """The texts, null where not plain (no copy where every one is)."""
+    if plain.all():
+        return text
+    return pc.if_else(from_numpy(plain), text, pa.nulls(len(text), pa.string()))
+
+
 def _coerce_text(table: pa.Table, schema: StreamSchema) -> tuple[pa.Table, np.ndarray]:
     """CSV text columns as the stream's types where the text is plain; the rows with any
     other text (or a missing column) are marked for `decode_record` (their values here
@@ -634,8 +641,7 @@ def _coerce_text(table: pa.Table, schema: StreamSchema) -> tuple[pa.Table, np.nd
         plain = to_numpy(_plain(seq_text, "int"))
         empty = to_numpy(pc.binary_length(seq_text)) == 0
         doubt |= ~(plain | empty)
-        columns[0] = pc.if_else(from_numpy(plain), seq_text, pa.nulls(n, pa.string())).cast(
-            pa.int64())
+        columns[0] = _only_plain(seq_text, plain).cast(pa.int64())
     for name, kind in schema.attributes.items():
         if name not in table.column_names:
             doubt[:] = True
@@ -648,7 +654,7 @@ def _coerce_text(table: pa.Table, schema: StreamSchema) -> tuple[pa.Table, np.nd
         plain = to_numpy(pc.is_in(text, strings(["true", "false"])) if kind == "bool"
                          else _plain(text, kind))
         doubt |= ~plain
-        kept = pc.if_else(from_numpy(plain), text, pa.nulls(n, pa.string()))
+        kept = _only_plain(text, plain)
         columns.append(pc.starts_with(kept, "t") if kind == "bool"
                        else kept.cast(ARROW_TYPES[kind]))
     return pa.Table.from_arrays(columns, names=["seq", *schema.attributes]), doubt
