@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 STANDARD = ("query", "key", "seq", "start_seq", "events", "window_start", "window_end",
             "timed_out")
 METADATA = b"cep.queries"  # per query: its columns in JSON order and its Kleene variables
-CHUNK_ROWS = 65536  # composites turned into JSON text at a time
+CHUNK_ROWS = 65536  # composites turned into JSON text or Arrow columns at a time
 
 
 class Composites(Sequence):
@@ -121,6 +121,14 @@ class Composites(Sequence):
         from cep_core import composite_json
         from cep_core.arrow_numpy import from_numpy
 
+        for parts, back in self._chunks(rows):
+            texts = pa.concat_arrays([composite_json.lines(part) for part in parts])
+            yield texts if back is None else texts.take(from_numpy(back))
+
+    def _chunks(self, rows: int):
+        """Per chunk of `rows` output positions: the chunk's composites as one batch per
+        batch they come from, and the permutation that puts those batches' rows, one
+        after another, in output order (None where they are in it already)."""
         batches = self._batches()
         if not batches:
             return
@@ -130,14 +138,11 @@ class Composites(Sequence):
             positions = order[i:i + rows]
             which = np.searchsorted(starts, positions, side="right") - 1
             by_batch = np.argsort(which, kind="stable")
-            pieces = []
+            parts = []
             for at in np.split(by_batch, np.flatnonzero(np.diff(which[by_batch])) + 1):
                 b = int(which[at[0]])
-                pieces.append(composite_json.lines(batches[b].take(positions[at] - starts[b])))
-            texts = pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces)
-            if not _is_identity(by_batch):
-                texts = texts.take(from_numpy(np.argsort(by_batch)))
-            yield texts
+                parts.append(batches[b].take(positions[at] - starts[b]))
+            yield parts, None if _is_identity(by_batch) else np.argsort(by_batch)
 
     def write_jsonl(self, out=None, chunk_rows: int = CHUNK_ROWS) -> int:
         """JSON lines to `out` (a path, a binary stream, or None / "-" for stdout),
@@ -172,18 +177,15 @@ class Composites(Sequence):
 
         from cep_core.arrow_numpy import from_numpy
 
-        tables = [pa.Table.from_batches([_arrow(b)]) for b in self._batches()]
-        if tables:
-            table = pa.concat_tables(tables, promote_options="permissive")
-            names = [n for n in STANDARD if n in table.column_names]
-            names += [n for n in table.column_names if n not in STANDARD]
-            table = table.select(names).take(from_numpy(self.order()))
-        else:
-            table = pa.table({"query": pa.array([], pa.string()),
-                              "key": pa.array([], pa.string()),
-                              "seq": pa.array([], pa.int64()),
-                              "start_seq": pa.array([], pa.int64())})
-        return table.replace_schema_metadata({METADATA: orjson.dumps(self._query_meta())})
+        meta = orjson.dumps(self._query_meta())
+        batches = self._batches()
+        if batches:
+            return _arrow_of(batches, meta).take(from_numpy(self.order()))
+        return pa.table({"query": pa.array([], pa.string()),
+                         "key": pa.array([], pa.string()),
+                         "seq": pa.array([], pa.int64()),
+                         "start_seq": pa.array([], pa.int64())}
+                        ).replace_schema_metadata({METADATA: meta})
 
     def _query_meta(self) -> dict:
         meta: dict[str, dict] = {}
@@ -194,29 +196,68 @@ class Composites(Sequence):
                 entry["kleene"] = sorted(set(entry["kleene"]) | set(kleene))
         return meta
 
-    def write(self, out=None) -> int:
+    def write(self, out=None, chunk_rows: int = CHUNK_ROWS) -> int:
         """By `out`'s suffix: .parquet (Parquet), .arrow (Arrow IPC file), anything else
-        (or None / "-": stdout) JSON lines. Returns the number of composites."""
+        (or None / "-": stdout) JSON lines, `chunk_rows` composites at a time. Returns the
+        number of composites."""
         suffix = Path(str(out)).suffix.lower() if out is not None else ""
-        if suffix == ".parquet":
-            import pyarrow as pa
-            import pyarrow.parquet as pq
+        if suffix not in (".parquet", ".arrow"):
+            return self.write_jsonl(out, chunk_rows)
+        import pyarrow as pa
+        import pyarrow.parquet as pq
 
-            table = self.to_arrow()
-            # Dictionaries only for strings (query names, keys and string attributes repeat);
-            # seqs are unique, so a dictionary of a number column is work that never pays.
-            strings = [field.name for field in table.schema
-                       if pa.types.is_string(field.type) or pa.types.is_large_string(field.type)]
-            pq.write_table(table, out, use_dictionary=strings)
-        elif suffix == ".arrow":
-            import pyarrow as pa
-
-            table = self.to_arrow()
-            with pa.ipc.new_file(str(out), table.schema) as writer:
+        tables = self.arrow_chunks(chunk_rows)
+        schema = next(tables)
+        if suffix == ".arrow":
+            with pa.ipc.new_file(str(out), schema) as writer:
+                for table in tables:
+                    writer.write_table(table)
+            return len(self)
+        # Dictionaries only for strings (query names, keys and string attributes repeat);
+        # seqs are unique, so a dictionary of a number column is work that never pays.
+        strings = [field.name for field in schema
+                   if pa.types.is_string(field.type) or pa.types.is_large_string(field.type)]
+        with pq.ParquetWriter(out, schema, use_dictionary=strings) as writer:
+            for table in tables:
                 writer.write_table(table)
-        else:
-            return self.write_jsonl(out)
         return len(self)
+
+    def arrow_chunks(self, rows: int = CHUNK_ROWS):
+        """`to_arrow()`'s schema first, then its rows as tables of that schema, `rows`
+        composites at a time. Composites that came as dicts (the reference interpreter's,
+        WINDOW's) are one table: their columns' types come from their values."""
+        import pyarrow as pa
+
+        from cep_core.arrow_numpy import from_numpy
+        from cep_core.composite_batch import ColumnBatch
+
+        batches = self._batches()
+        if not batches or not all(isinstance(b, ColumnBatch) for b in batches):
+            table = self.to_arrow()
+            yield table.schema
+            yield table
+            return
+        # The schema to_arrow's concatenation gives, from one composite of each batch.
+        meta = orjson.dumps(self._query_meta())
+        schema = _arrow_of([b.take(np.zeros(1, np.int64)) for b in batches], meta).schema
+        yield schema
+        for parts, back in self._chunks(rows):
+            table = _arrow_of(parts, meta)
+            columns = [table.column(f.name).cast(f.type) if f.name in table.column_names
+                       else pa.nulls(table.num_rows, f.type) for f in schema]
+            table = pa.Table.from_arrays(columns, schema=schema)
+            yield table if back is None else table.take(from_numpy(back))
+
+def _arrow_of(batches: list[CompositeBatch], meta: bytes) -> pa.Table:
+    """The batches' composites as to_arrow's columns, in batch order, with `meta` (the
+    queries' shapes) as the schema's metadata."""
+    import pyarrow as pa
+
+    table = pa.concat_tables([pa.Table.from_batches([_arrow(b)]) for b in batches],
+                             promote_options="permissive")
+    names = [n for n in STANDARD if n in table.column_names]
+    names += [n for n in table.column_names if n not in STANDARD]
+    return table.select(names).replace_schema_metadata({METADATA: meta})
 
 
 def _is_identity(order: np.ndarray) -> bool:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import test_engine_match
 import test_engine_seq_timeouts as timeouts
@@ -62,10 +64,16 @@ def assert_columnar_output(composites: Composites, expected: list[dict], tmp: Pa
         out = io.BytesIO()
         assert composites.write_jsonl(out, chunk_rows=chunk_rows) == len(expected)
         assert out.getvalue() == jsonl(expected), chunk_rows
+    whole = composites.to_arrow()
     for suffix in (".parquet", ".arrow"):
-        path = tmp / f"composites{suffix}"
-        assert composites.write(path) == len(expected)
-        assert read(path) == expected, suffix
+        for chunk_rows in (65536, 5):
+            path = tmp / f"composites{suffix}"
+            assert composites.write(path, chunk_rows=chunk_rows) == len(expected)
+            assert read(path) == expected, (suffix, chunk_rows)
+            written = pq.read_table(path) if suffix == ".parquet" else \
+                pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+            assert written.schema == whole.schema, (suffix, chunk_rows)
+            assert written.schema.metadata == whole.schema.metadata
 
 
 def jit_composites(queries, stream, batch_size: int) -> Composites:
