@@ -4,7 +4,8 @@
 pyarrow's own conversions (`Array.to_numpy`, `pa.array(ndarray)`, comparisons with a
 Python value) look for pandas objects first, which imports pandas: 0.1-0.2 s of a
 `cep run` that otherwise never needs it. These cover the fixed-width columns the engines
-use; anything else is left to pyarrow.
+use; anything else is left to pyarrow. `segment_rows` is the row gather that engines,
+composite batches and the CSV reader share.
 """
 
 from __future__ import annotations
@@ -109,3 +110,11 @@ def _with_validity(arrow_type: pa.DataType, n: int, buffers: list,
     valid = pa.py_buffer(np.packbits(~np.asarray(nulls, dtype=bool), bitorder="little"))
     return pa.Array.from_buffers(arrow_type, n, [valid, *buffers],
                                  null_count=int(np.count_nonzero(nulls)))
+
+
+def segment_rows(base: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """The rows base[p] .. base[p] + count[p] - 1 of every p, concatenated."""
+    count = np.asarray(count, np.int64)
+    total = int(count.sum())
+    starts = np.repeat(np.asarray(base, np.int64) - np.cumsum(count) + count, count)
+    return starts + np.arange(total, dtype=np.int64)

@@ -21,7 +21,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from cep_core.arrow_numpy import array
+from cep_core.arrow_numpy import array, segment_rows
 
 ARROW_TYPES = {"int": pa.int64(), "timestamp": pa.int64(), "float": pa.float64(),
                "bool": pa.bool_(), "string": pa.string()}
@@ -40,15 +40,6 @@ class CompositeBatch(ABC):
     @abstractmethod
     def take(self, rows: np.ndarray) -> CompositeBatch:
         """The composites at these row positions, in this order, as a batch of their own."""
-
-
-def ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The concatenated `arange(start, start + count)` of each pair, without a loop."""
-    counts = np.asarray(counts, np.int64)
-    total = int(counts.sum())
-    ends = np.cumsum(counts)
-    return np.repeat(np.asarray(starts, np.int64) - (ends - counts), counts) + \
-        np.arange(total, dtype=np.int64)
 
 
 def to_dicts(batches: list[CompositeBatch]) -> list[dict]:
@@ -79,7 +70,7 @@ class Field:
         counts = offsets[rows + 1] - starts
         taken = np.zeros(len(rows) + 1, np.int64)
         np.cumsum(counts, out=taken[1:])
-        return Field(self.name, self.kind, values[ranges(starts, counts)], nulls, taken)
+        return Field(self.name, self.kind, values[segment_rows(starts, counts)], nulls, taken)
 
 
 class Decoder:
@@ -168,7 +159,7 @@ class BoundEvents:
 
     def take(self, rows: np.ndarray) -> BoundEvents:
         count = np.asarray(self.count, np.int64)[rows]
-        elements = ranges(np.asarray(self.start, np.int64)[rows], count)
+        elements = segment_rows(np.asarray(self.start, np.int64)[rows], count)
         return BoundEvents(np.cumsum(count) - count, count, np.asarray(self.var)[elements],
                            np.asarray(self.seq)[elements],
                            {name: (kind, np.asarray(column)[elements])

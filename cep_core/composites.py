@@ -204,7 +204,6 @@ class Composites(Sequence):
         if suffix not in (".parquet", ".arrow"):
             return self.write_jsonl(out, chunk_rows)
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         tables = self.arrow_chunks(chunk_rows)
         schema = next(tables)
@@ -213,6 +212,8 @@ class Composites(Sequence):
                 for table in tables:
                     writer.write_table(table)
             return len(self)
+        import pyarrow.parquet as pq
+
         # Dictionaries only for strings (query names, keys and string attributes repeat);
         # seqs are unique, so a dictionary of a number column is work that never pays.
         strings = [field.name for field in schema

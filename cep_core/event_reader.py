@@ -42,7 +42,15 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cep_core.arrow_numpy import ARROW_TYPES, arrow_schema, from_numpy, is_null, strings, to_numpy
+from cep_core.arrow_numpy import (
+    ARROW_TYPES,
+    arrow_schema,
+    from_numpy,
+    is_null,
+    segment_rows,
+    strings,
+    to_numpy,
+)
 from cep_core.batch import NUMPY_TYPES
 from cep_core.errors import EventError
 from cep_core.event_io import (
@@ -521,10 +529,7 @@ def _simply_quoted(block: bytes) -> bool:
                      ord("\n"))
     if not (np.isin(before, list(b",\n")).all() and np.isin(after, list(b",\r\n")).all()):
         return False
-    lengths = closes - opens - 1  # the quoted texts, gathered: a few bytes a field
-    inside = np.repeat(opens + 1 - (np.cumsum(lengths) - lengths), lengths) + \
-        np.arange(int(lengths.sum()))
-    chars = data[inside]
+    chars = data[segment_rows(opens + 1, closes - opens - 1)]  # the quoted texts' bytes
     return not ((chars == ord(",")) | (chars == ord("\n")) | (chars == ord("\r"))).any()
 
 

@@ -29,6 +29,7 @@ from accel.gpu.host_kernels import accept_in_time, gather
 from accel.gpu.seq_kernels import SeqKernels
 from accel.gpu.seq_support import unsupported_reason
 from cep_core import ast
+from cep_core.arrow_numpy import segment_rows
 from cep_core.batch import Batch, StringDictionary
 from cep_core.checker import CheckedQuery
 from cep_core.kernels.string_tables import StringTables
@@ -36,7 +37,7 @@ from cep_core.compiler.seq_plan import ANY, SeqPlan
 from cep_core.engine.base import Engine
 from cep_core.engine.keys import KeyIndex
 from cep_core.engine.seq import BACKWARDS_TIME, NotSupportedError
-from cep_core.engine.seq_base import SeqEngineBase, segment_rows, string_columns
+from cep_core.engine.seq_base import SeqEngineBase, string_columns
 from cep_core.engine.seq_output import SeqOutput
 
 INT64_MIN = np.iinfo(np.int64).min

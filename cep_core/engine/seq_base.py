@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cep_core.arrow_numpy import segment_rows
 from cep_core.batch import Batch
 from cep_core.kernels.string_tables import StringTables
 from cep_core.kernels.seq_layout import CTR_SIZE, ERR, INT64_MAX, INT64_MIN, PALIVE, PKN, PN
@@ -30,14 +31,6 @@ def string_columns(layout, schema) -> list[int]:
     """The int columns of a SEQ channel row (`Layout`) that hold string codes."""
     return [col for name, (where, col) in layout.slots.items()
             if where == "i" and schema.attributes[name] == "string"]
-
-
-def segment_rows(base: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """The rows base[p] .. base[p] + count[p] - 1 of every p, concatenated."""
-    count = np.asarray(count, np.int64)
-    total = int(count.sum())
-    starts = np.repeat(np.asarray(base, np.int64) - np.cumsum(count) + count, count)
-    return starts + np.arange(total, dtype=np.int64)
 
 
 class SeqEngineBase(Engine):
