@@ -313,6 +313,8 @@ def test_every_help_reads_cleanly():
                             "[default: -1]", "<reference|jit>", "<splitter|"):
             assert python_type not in result.stdout, (command, python_type)
     run_help = cep("run", "--help").stdout
+    assert "Usage: cep run [OPTIONS] QUERY_FILE" in run_help, run_help
+    assert "cep query [OPTIONS] OP [TARGET]" in cep("query", "--help").stdout
     assert "--events,--input" in run_help and "FILE" in run_help
     assert "[reference|jit]" in run_help and "--out,--output" in run_help
 

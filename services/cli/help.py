@@ -1,18 +1,19 @@
 """Help that reads like a command line's, not like Python: `FILE`, `INTEGER`, `[jit|reference]`
-instead of typer's `<path>`, `<list[Path]>`, `<int range>`, `<bool>`.
+instead of typer's `<path>`, `<int range>`, `<bool>`.
 
-Typer (0.29 and later) shows every parameter's Python type in help. `PlainHelpGroup`, the
-`cep` app's group class, walks every command below it once (including the `--help` option
-each command makes when asked) and gives each parameter without an explicit `metavar`
-click's classic label instead: flags none, paths PATH, integers INTEGER, floats FLOAT, text
-TEXT, choices `[a|b]`. Parameters declared with a `metavar` show it. With a typer that
-shows click's labels itself, it changes nothing. Docstrings wrapped at the source's line
-length are joined into paragraphs, so that help wraps at the terminal's width, not at
+Typer 0.26-0.28 (click vendored as `typer._click`) label every parameter with its type's
+name in angle brackets. `PlainHelpGroup`, the `cep` app's group class, walks every command
+below it once (including the `--help` option each command makes when asked) and gives each
+parameter without an explicit `metavar` click's classic label instead: flags none, paths
+PATH, integers INTEGER, floats FLOAT, text TEXT, choices `[a|b]`. With a typer that shows
+click's labels itself (before 0.26), it changes nothing. Docstrings wrapped at the source's
+line length are joined into paragraphs, so that help wraps at the terminal's width, not at
 both.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 
 from typer.core import TyperGroup
@@ -26,6 +27,8 @@ def plain_label(typed: str | None) -> str | None:
     if typed is None:
         return None
     label = typed.strip()
+    if label.startswith("[") and label.endswith("]"):
+        return label
     if label.startswith("<") and label.endswith(">"):
         label = label[1:-1]
     while label.lower().startswith("list[") and label.endswith("]"):
@@ -53,18 +56,27 @@ def plain_help(command) -> None:
 
 
 def _plain_param(param) -> None:
-    typed = getattr(type(param), "display_type", None)
-    if typed is None or getattr(param, "_plain_help", False):
-        return  # a typer that shows click's labels itself, or done already
+    if getattr(param, "_plain_help", False):
+        return
     if getattr(param, "is_flag", False) or getattr(param, "count", False):
         param.metavar = ""  # flags take no value: no label
+    kind = param.type
+    if hasattr(kind, "get_metavar"):
+        plain = copy.copy(kind)  # click's types can be shared: label this parameter's own
 
-    def display_type_rich(ctx, param=param):
-        if param.metavar is not None and param.param_type_name == "option":
-            return param.metavar
-        return plain_label(typed(param, ctx))
+        def get_metavar(param, ctx, kind=kind):
+            shown = kind.get_metavar(param=param, ctx=ctx)
+            return plain_label(shown if shown is not None else f"<{kind.name}>")
 
-    param.display_type_rich = display_type_rich
+        plain.get_metavar = get_metavar
+        param.type = plain
+    if getattr(param, "param_type_name", "") == "argument" and param.metavar is None:
+
+        def make_metavar(ctx, usage=False, param=param):  # usage: QUERY_FILE, not {query_file}
+            name = (param.name or "").upper() + ("..." if param.nargs != 1 else "")
+            return f"[{name}]" if usage and not param.required else name
+
+        param.make_metavar = make_metavar
     param._plain_help = True
 
 
