@@ -1,5 +1,9 @@
 """`cep bench backfill`: the finance workloads through the Spark backfill and, in the same
 run, through `cep run --engine jit` in one process (read the file, run, write JSON lines).
+Where the backfill's `auto` exchange scans (`services/backfill/scan.py`), the same job with
+Spark's shuffle runs too, in the same session, for the ratio between them. A first job on
+1,000 events starts the session's Python workers (their imports and kernel loads) before
+either is timed; its time is the fixed cost of a job in a new session (`first_job_s`).
 
 Every finance workload reads the same `trades` stream (one generator, same parameters), so
 one Parquet file feeds all of their queries at once. Kernels are compiled (or loaded from
@@ -45,6 +49,8 @@ def bench_backfill(events: int = 10_000_000, workloads: tuple[str, ...] = FINANC
         baseline_path = write_events(table.slice(0, baseline_n),
                                      directory / f"baseline.{chosen[0].stream}.parquet",
                                      "parquet")
+    sample_path = write_events(table.slice(0, 1000),
+                               directory / f"first.{chosen[0].stream}.parquet", "parquet")
     del table
     _warm_kernels(queries, events_path)
 
@@ -55,14 +61,25 @@ def bench_backfill(events: int = 10_000_000, workloads: tuple[str, ...] = FINANC
                           **{"spark.driver.memory": driver_memory})
     session_s = time.perf_counter() - spark_started
     partitions = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
+    first = run_backfill(spark, queries, [str(sample_path)], str(directory / "first"),
+                         partitions=partitions)
     result = run_backfill(spark, queries, [str(events_path)], str(directory / "backfill"),
                           partitions=partitions, console=console)
     backfill_rate = result.events / result.seconds
+    shuffled = {}
+    if result.exchange != "shuffle":
+        other = run_backfill(spark, queries, [str(events_path)], str(directory / "shuffled"),
+                             partitions=partitions, console=console, exchange="shuffle")
+        shuffled = {"shuffle_backfill_s": round(other.seconds, 2),
+                    "shuffle_events_per_s": round(other.events / other.seconds),
+                    "shuffle_same_composite_count": other.composites == result.composites,
+                    "ratio_exchange_over_shuffle": round(other.seconds / result.seconds, 2)}
     return {
         "workloads": ",".join(workloads), "events": events, "master": master,
         "partitions": partitions, "generate_s": round(generate_s, 2),
         "backfill_s": round(result.seconds, 2), "backfill_events_per_s": round(backfill_rate),
         "backfill_composites": result.composites, "spark_session_s": round(session_s, 2),
+        "first_job_s": round(first.seconds, 2),
         "jit_events": baseline_n, "jit_read_s": round(jit["read_s"], 2),
         "jit_run_s": round(jit["run_s"], 2), "jit_total_s": round(jit["total_s"], 2),
         "jit_events_per_s": round(baseline_n / jit["total_s"]),
@@ -71,6 +88,7 @@ def bench_backfill(events: int = 10_000_000, workloads: tuple[str, ...] = FINANC
         "same_composite_count": (jit["composites"] == result.composites
                                  if baseline_n == events else None),
         "ratio_backfill_over_jit": round(backfill_rate / (baseline_n / jit["total_s"]), 3),
+        "exchange": result.exchange, **shuffled,
     }
 
 

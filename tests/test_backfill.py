@@ -249,6 +249,13 @@ def test_cli_backfill_and_a_missing_input(spark, tmp_path):
     assert got and first_difference({**expected, "backfill": got}) is None
     assert f"{len(got):,} composite events" in result.output
     assert "events/s" in result.output
+    assert "exchange: shuffle" in result.output  # JSON lines: no scan
+
+    scan = runner.invoke(app, ["backfill", str(EXAMPLES / "marathon.cep"), "--input",
+                               str(EXAMPLES / "data" / "checkpoints.jsonl"), "--output",
+                               str(out), "--exchange", "scan"])
+    assert scan.exit_code == 1
+    assert "--exchange scan needs Parquet inputs" in scan.output
 
     missing = runner.invoke(app, ["backfill", str(EXAMPLES / "marathon.cep"), "--input",
                                   str(tmp_path / "nope.jsonl"), "--output", str(out)])

@@ -1,11 +1,18 @@
 """Parquet inputs read by pyarrow in the tasks (`services/backfill/parquet.py`): the splits,
 the footer-based seq-order proof that lets the job skip the driver's seq check and the
-cache, and the same composite events and dead letters as `cep run` either way."""
+cache, and the same composite events and dead letters as `cep run` either way: through
+Spark's shuffle, and through engine tasks that each scan the input
+(`services/backfill/scan.py`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import os
+import subprocess
+import sys
+
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -18,6 +25,7 @@ from services.backfill.job import run_backfill
 from services.backfill.ingest import InputFile
 from services.backfill.output import first_difference, read_composites, read_dead_letters
 from services.backfill.parquet import parquet_input
+from services.backfill.scan import key_partitions
 from services.cli.common import Engine, run_queries
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -41,17 +49,20 @@ def write(records: list[dict], path: Path, row_group_size: int) -> Path:
     return path
 
 
-def assert_like_cep_run(spark, queries, path: Path, tmp_path: Path) -> None:
+def assert_like_cep_run(spark, queries, path: Path, tmp_path: Path, exchange: str = "auto",
+                        partitions: int = 2):
     events, dead = read_events(path, queries[0].schema)
     composites, rejected = run_queries(queries, events, Engine.jit)
     out = tmp_path / "out"
-    result = run_backfill(spark, queries, [str(path)], str(out), partitions=2)
+    result = run_backfill(spark, queries, [str(path)], str(out), partitions=partitions,
+                          exchange=exchange)
     difference = first_difference({"cep run": composites, "backfill": read_composites(
         str(out))})
     assert difference is None, difference
     assert read_dead_letters(f"{out}_dead_letters") == [d.to_json() for d in dead + rejected]
     assert result.dead_letters == len(dead) + len(rejected)
     assert result.events == len(events)
+    return result
 
 
 def test_ordered_seqs_skip_the_driver_check(spark, finance, tmp_path):
@@ -65,7 +76,11 @@ def test_ordered_seqs_skip_the_driver_check(spark, finance, tmp_path):
     source = parquet_input(spark, [InputFile(str(path), str(path), "parquet")])
     assert source.splits_ordered
     assert [s.position for s in source.splits] == list(range(0, 1200, 200))
-    assert_like_cep_run(spark, finance, path, tmp_path)
+    assert assert_like_cep_run(spark, finance, path, tmp_path).exchange == "scan"  # auto
+    for exchange in ("shuffle", "scan"):
+        for partitions in (1, 3):
+            result = assert_like_cep_run(spark, finance, path, tmp_path, exchange, partitions)
+            assert result.exchange == exchange
 
 
 def test_a_seq_jump_across_splits_falls_back_to_the_driver_check(spark, finance, tmp_path):
@@ -74,7 +89,9 @@ def test_a_seq_jump_across_splits_falls_back_to_the_driver_check(spark, finance,
     path = write(records, tmp_path / "trades.parquet", row_group_size=200)
     assert not parquet_input(spark, [InputFile(str(path), str(path), "parquet")]) \
         .splits_ordered
-    assert_like_cep_run(spark, finance, path, tmp_path)
+    assert assert_like_cep_run(spark, finance, path, tmp_path).exchange == "shuffle"
+    with pytest.raises(ValueError, match="--exchange scan needs Parquet inputs"):
+        run_backfill(spark, finance, [str(path)], str(tmp_path / "o"), exchange="scan")
 
 
 def test_large_row_groups_are_cut_for_every_core(spark, tmp_path):
@@ -105,5 +122,39 @@ def test_clean_input_with_engine_rejections(spark, finance, tmp_path):
     path = write(records, tmp_path / "trades.parquet", row_group_size=300)
     events, dead = read_events(path, finance[0].schema)
     assert not dead
-    assert_like_cep_run(spark, finance, path, tmp_path)
-    assert read_dead_letters(f"{tmp_path / 'out'}_dead_letters")
+    for exchange in ("scan", "shuffle"):
+        assert_like_cep_run(spark, finance, path, tmp_path, exchange)
+        assert read_dead_letters(f"{tmp_path / 'out'}_dead_letters")
+
+
+def test_many_partitions_shuffle_and_auto_says_so(spark, finance, tmp_path):
+    path = write(trades(), tmp_path / "trades.parquet", row_group_size=300)
+    assert assert_like_cep_run(spark, finance, path, tmp_path, "auto", 17).exchange \
+        == "shuffle"
+
+
+def test_key_partitions_are_alike_in_every_process():
+    """A scan's tasks are separate processes: equal keys must land in equal partitions
+    there too (Python's own str hash is salted per process)."""
+    batch = pa.record_batch({
+        "symbol": pa.array(["IBM", "AAPL", None, "IBM", "", "AAPL", None]),
+        "price": pa.array([0.0, -0.0, 1.5, 0.0, None, 2.0, 1.5]),
+    })
+    here = key_partitions(batch, ("symbol", "price"), 5)
+    assert here.tolist()[0] == here.tolist()[3]  # IBM, 0.0 and IBM, 0.0
+    zero, minus_zero = key_partitions(pa.record_batch({"price": pa.array([0.0, -0.0])}),
+                                      ("price",), 7).tolist()
+    assert zero == minus_zero
+    assert set(key_partitions(batch, ("symbol",), 3).tolist()) <= {0, 1, 2}
+    spread = key_partitions(pa.record_batch({"symbol": pa.array(
+        [f"S{i}" for i in range(400)])}), ("symbol",), 4)
+    assert np.bincount(spread, minlength=4).min() > 60  # every partition gets keys
+    script = ("import pyarrow as pa, sys; from services.backfill.scan import key_partitions; "
+              "b = pa.record_batch({'symbol': pa.array(['IBM', 'AAPL', None, 'IBM', '', "
+              "'AAPL', None]), 'price': pa.array([0.0, -0.0, 1.5, 0.0, None, 2.0, 1.5])}); "
+              "print(key_partitions(b, ('symbol', 'price'), 5).tolist())")
+    for seed in ("1", "2"):
+        there = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                               check=True, env={**os.environ, "PYTHONHASHSEED": seed},
+                               cwd=Path(__file__).resolve().parent.parent).stdout
+        assert orjson.loads(there) == here.tolist()

@@ -4,6 +4,9 @@
     repartition by the group's keys -> sort by seq within partitions -> mapInArrow(engines)
     -> composite events (Parquet) + dead letters (Parquet) [-> Kafka]
 
+or, for Parquet whose footers prove seq order and few partitions (`backfill_scan`): per
+query group, engine tasks that each scan the whole input and keep their keys (no shuffle).
+
 Which queries may be split by key is decided in `backfill_plan`; input decoding in
 `backfill_ingest`; the engine task in `backfill_engines`; output layout and readers in
 `backfill_output`. The output equals `cep run` (reference or jit) on the same input.
@@ -40,6 +43,7 @@ from services.backfill.output import read_composites
 from services.backfill.parquet import BAD, GOOD, SplitCounts, parquet_input
 from services.backfill.plan import describe, plan
 from services.backfill.progress import SparkProgress
+from services.backfill.scan import AUTO, scan_frame, use_scan
 
 ARROW_BATCH_ROWS = 65_536
 DEAD_LETTER_SCHEMA = ("stage int, query_index int, source string, line long, position long, "
@@ -53,6 +57,7 @@ class BackfillResult:
     composites: int
     seconds: float
     plan: list[str] = field(default_factory=list)
+    exchange: str = "shuffle"  # how keyed groups got their events: "shuffle" or "scan"
 
     @property
     def events_per_second(self) -> float:
@@ -93,10 +98,12 @@ def spark_session(master: str = "local[*]", shuffle_partitions: int | None = Non
 def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: str,
                  dead_letters: str | None = None, partitions: int | None = None,
                  console=None, to_kafka: str | None = None,
-                 bootstrap: str | None = None) -> BackfillResult:
+                 bootstrap: str | None = None, exchange: str = AUTO) -> BackfillResult:
     """Run `queries` (one stream) over the input files; write composite events to `output`
     and dead letters to `dead_letters` (default: `<output>_dead_letters`), both Parquet.
-    `partitions`: Spark partitions of each keyed group (default: shuffle partitions)."""
+    `partitions`: Spark partitions of each keyed group (default: shuffle partitions).
+    `exchange`: how engine tasks get their keys' events: "shuffle" (Spark's repartition
+    and sort), "scan" (each task scans the input, `backfill_scan`) or "auto"."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -116,10 +123,16 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
     def job() -> BackfillResult:
         files = list_inputs(spark, inputs)
         direct = parquet_input(spark, files)
-        cached = None
-        if direct is not None and direct.splits_ordered:  # every dead letter found in tasks
-            good = direct.frame(spark, schema, GOOD, bad_counts=bad_splits)
-        else:
+        scan = use_scan(exchange, direct, partitions)
+        if console is not None:
+            console.print("exchange: " + (f"scan (each of {partitions} engine tasks of a keyed "
+                                          "group reads the whole input)" if scan else
+                                          "shuffle (repartition by key, sort by seq)"),
+                          markup=False, style="dim")
+        cached = good = None  # a scan's engine tasks read the input themselves
+        if not scan and direct is not None and direct.splits_ordered:  # every dead letter
+            good = direct.frame(spark, schema, GOOD, bad_counts=bad_splits)  # found in tasks
+        elif not scan:
             cached = (direct.frame(spark, schema) if direct is not None
                       else read_decoded(spark, files, schema))
             cached = cached.persist(StorageLevel.MEMORY_AND_DISK)  # the seq check and the
@@ -127,13 +140,18 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
             good = decoded.where(F.col("_error").isNull()).select("seq", *schema.attributes)
         out_dir = _pyarrow_directory(output)  # tasks write there, or Spark does
         results = []
+        result_schema = "composites long" if out_dir else RESULT_SCHEMA
         for g, group in enumerate(groups):
-            keyed = (good.repartition(partitions, *group.keys) if group.keys
-                     else good.repartition(1))
             runner = PartitionRunner(list(group.queries), str(kernel_cache_dir()), rows,
                                      rejected=rejected_rows, output=out_dir, group=g)
+            if scan:
+                results.append(scan_frame(spark, direct, schema, group.keys, partitions,
+                                          runner, result_schema, bad_counts=bad_splits))
+                continue
+            keyed = (good.repartition(partitions, *group.keys) if group.keys
+                     else good.repartition(1))
             results.append(map_in_arrow(keyed.sortWithinPartitions("seq"), runner,
-                                        "composites long" if out_dir else RESULT_SCHEMA))
+                                        result_schema))
         found = reduce(lambda a, b: a.unionByName(b), results)  # composite events only
         if out_dir:
             n_composites = sum(row[0] for row in found.collect())
@@ -171,7 +189,7 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
             n_good, n_bad = good_or_bad.get(True, 0), good_or_bad.get(False, 0)
             cached.unpersist()
         return BackfillResult(n_good, n_bad + n_rejected, n_composites, 0.0,
-                              describe(groups))
+                              describe(groups), "scan" if scan else "shuffle")
 
     if console is not None:
         for line in describe(groups):

@@ -408,6 +408,12 @@ def _import_json_schema(file: Path, out: Path | None, stream, time_attribute, ti
 # ------------------------------------------------------------------ cep gen
 
 
+class Exchange(StrEnum):  # services/backfill/scan.py
+    auto = "auto"
+    shuffle = "shuffle"
+    scan = "scan"
+
+
 class EventFormat(StrEnum):
     parquet = "parquet"
     jsonl = "jsonl"
@@ -528,6 +534,12 @@ def backfill(
                                                   "servers (default: $KAFKA_BOOTSTRAP).")]
     = None,
     schema: SchemaOption = None,
+    exchange: Annotated[Exchange, typer.Option(
+        help="How each keyed query group's engine tasks get their events: shuffle (Spark "
+        "repartitions by the keys and sorts by seq), scan (every task reads the whole "
+        "Parquet input and keeps its keys: no shuffle, the input read once per partition), "
+        "auto (scan where the input allows it and partitions are at most 16).")] =
+    Exchange.auto,
 ) -> None:
     """Run the queries over history with Spark; composite events as Parquet."""
 
@@ -546,7 +558,7 @@ def backfill(
         try:
             result = run_backfill(spark, queries, inputs, output, dead_letters=dead_letters,
                                   partitions=partitions, console=stderr, to_kafka=to_kafka,
-                                  bootstrap=bootstrap)
+                                  bootstrap=bootstrap, exchange=exchange.value)
         except (InputError, ValueError) as e:
             raise CliError(str(e)) from None
         stderr.print(result.summary(), markup=False)
