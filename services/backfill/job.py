@@ -4,7 +4,7 @@
     repartition by the group's keys -> sort by seq within partitions -> mapInArrow(engines)
     -> composite events (Parquet) + dead letters (Parquet) [-> Kafka]
 
-or, for Parquet whose footers prove seq order and few partitions (`backfill_scan`): per
+or, for Parquet whose footers prove seq order and few partitions (`scan.py`): per
 query group, engine tasks that each scan the whole input and keep their keys (no shuffle).
 
 Which queries may be split by key is decided in `backfill_plan`; input decoding in
@@ -103,7 +103,7 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
     and dead letters to `dead_letters` (default: `<output>_dead_letters`), both Parquet.
     `partitions`: Spark partitions of each keyed group (default: shuffle partitions).
     `exchange`: how engine tasks get their keys' events: "shuffle" (Spark's repartition
-    and sort), "scan" (each task scans the input, `backfill_scan`) or "auto"."""
+    and sort), "scan" (each task scans the input, `scan.py`) or "auto"."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
