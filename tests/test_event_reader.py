@@ -254,6 +254,9 @@ CSV_CASES = {
         "A,1234567890123456789,123456789012345678901,true,2\nA,1,1.2.3,true,3\n"
         "A,1,12345678901234567890.5,true,4\nA,1,1.000000000000000000001,true,5\n"
         "A,1,-1.5,true,6\nA,1,0.5,true,7\nA,1,.,true,8\nA,1,1..2,true,9\n"),
+    "hex and padded ints": (  # pyarrow reads 0x1f as 31 and trims blanks around numbers
+        "seq,kind,n,x,ok,ts\n0,A,0x1f,1,true,1\n1,A,1,1,true,0X10\n0x2,A,1,1,true,2\n"
+        "3,A, 5,2.5 ,true,3\n4,A,5\t,\t1,true,4\n5,A,1,1,true,5\n6,A,10x,1,true,6\n"),
     "empty fields": ("kind,n,x,ok,ts\n,1,1,true,1\nA,,1,true,2\nA,1,,true,3\nA,1,1,,4\n"
                      "A,1,1,true,\n"),
     "blank lines and crlf": "kind,n,x,ok,ts\r\n\r\nA,1,1,true,1\r\n\r\n\r\nB,2,2,false,2\r\n",
