@@ -1,6 +1,5 @@
 """`cep fpga ...`: the FPGA adapter's commands (registered by services/cli/main.py)."""
 
-from __future__ import annotations
 
 # Deferred imports: the FPGA modules (planner, adapter, emulator, HDL, simulators), the event reader
 # and the string tables load when an FPGA command runs: `cep` registers these commands for every

@@ -1,6 +1,5 @@
 """`cep gpu ...`: the GPU adapter's commands (registered by services/cli/main.py)."""
 
-from __future__ import annotations
 
 # Deferred imports: numba.cuda, the GPU engines, the reference interpreter and the event reader load
 # when a GPU command runs: `cep` registers these commands for every invocation, `cep --help`

@@ -1,6 +1,5 @@
 """`cep bench`: benchmarks (their code lives in bench/)."""
 
-from __future__ import annotations
 
 # Deferred imports: each benchmark (numba kernels, Kafka, Spark, the GPU) and the workloads load
 # when its command runs: the CLI registers these commands for every `cep` invocation, `cep --help`

@@ -11,7 +11,6 @@ status topic: one JSON line per live query (stream) with the services that are u
 hold it; `--json`, one object with each service's live set (workers: per partition).
 """
 
-from __future__ import annotations
 
 # Deferred imports: control messages (jsonschema, lark) and Kafka load when `cep query` or `cep
 # stream` changes something, not for every `cep` command that registers them.

@@ -7,7 +7,6 @@ KAFKA_BOOTSTRAP for the broker); extra librdkafka settings come from CEP_KAFKA_*
 or `--kafka-config`.
 """
 
-from __future__ import annotations
 
 # Deferred imports: the services (Kafka, Faust, aiohttp, the engines, logging.config), the API
 # and the benchmarks load when their command runs: the CLI registers these commands for every
