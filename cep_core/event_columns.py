@@ -32,13 +32,15 @@ ARROW_TYPES = {"int": pa.int64(), "timestamp": pa.int64(), "float": pa.float64()
 @dataclass
 class DecodedColumns:
     """`seq` (int64, every row), `attributes` (Arrow arrays in schema order, types of
-    ARROW_TYPES; null on bad rows), `errors` (None on good rows, else the reason) and
-    `raw` (None on good rows, else the record as read)."""
+    ARROW_TYPES; null on bad rows), `errors` (None on good rows, else the reason), `raw`
+    (None on good rows, else the record as read) and `bad` (True where `errors` is not
+    None: no Python loop over the rows needed to find them)."""
 
     seq: np.ndarray
     attributes: dict[str, pa.Array]
     errors: list
     raw: list
+    bad: np.ndarray
 
 
 def decode_table(table: pa.Table, schema: StreamSchema, positions: np.ndarray) -> DecodedColumns:
@@ -59,9 +61,10 @@ def decode_table(table: pa.Table, schema: StreamSchema, positions: np.ndarray) -
         slow[:] = True
     errors: list = [None] * n
     raw: list = [None] * n
+    bad = np.zeros(n, dtype=bool)
     rows = np.flatnonzero(slow)
     if len(rows) == 0:
-        return DecodedColumns(seq, columns, errors, raw)
+        return DecodedColumns(seq, columns, errors, raw, bad)
     records = _records(table.take(pa.array(rows)), schema)
     values = {name: (c.to_pylist() if c is not None else [None] * n)
               for name, c in columns.items()}
@@ -72,6 +75,7 @@ def decode_table(table: pa.Table, schema: StreamSchema, positions: np.ndarray) -
             event = decode_record(record, schema, int(positions[row]))
         except EventError as e:
             errors[row] = str(e)
+            bad[row] = True
             raw[row] = orjson.dumps(_row_as_read(table, row), default=str).decode()
             for column in values.values():
                 column[row] = None
@@ -81,7 +85,7 @@ def decode_table(table: pa.Table, schema: StreamSchema, positions: np.ndarray) -
             column[row] = event.attrs[name]
     attributes = {name: pa.array(values[name], type=ARROW_TYPES[kind])
                   for name, kind in schema.attributes.items()}
-    return DecodedColumns(seq, attributes, errors, raw)
+    return DecodedColumns(seq, attributes, errors, raw, bad)
 
 
 def events_to_columns(events: list[Event | None], schema: StreamSchema) -> dict[str, pa.Array]:

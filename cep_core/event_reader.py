@@ -729,6 +729,9 @@ def _coerce_text(table: pa.Table, schema: StreamSchema) -> tuple[pa.Table, np.nd
 # ------------------------------------------------------------------ Parquet
 
 
+_PARQUET_BATCH_ROWS = 1 << 20  # 64Ki (pyarrow's default): 0.47 s for 10M rows; 1Mi: 0.34 s
+
+
 def _read_parquet(f, rows: _Rows, block_bytes: int) -> None:
     import pyarrow.parquet as pq
 
@@ -737,7 +740,7 @@ def _read_parquet(f, rows: _Rows, block_bytes: int) -> None:
     except (OSError, ValueError, pa.ArrowException) as e:
         raise InputError(f"{rows.source}: not a readable Parquet file: {e}") from None
     position = 0
-    for batch in parquet.iter_batches():
+    for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS):
         table = pa.Table.from_batches([batch])
         add_arrow(rows, table, position)
         position += table.num_rows
@@ -751,15 +754,16 @@ def add_arrow(rows: _Rows, table: pa.Table, first_position: int) -> None:
 
     positions = np.arange(first_position, first_position + table.num_rows, dtype=np.int64)
     decoded = decode_table(table, rows.schema, positions)
-    bad = np.array([e is not None for e in decoded.errors], dtype=bool)
-    for i in np.flatnonzero(bad).tolist():
+    for i in np.flatnonzero(decoded.bad).tolist():
         rows.dead.append(DeadLetter(rows.source, int(positions[i]),
                                     decoded.raw[i].encode(), decoded.errors[i]))
-    good = np.flatnonzero(~bad)
-    take = from_numpy(good)
-    columns = [from_numpy(decoded.seq[good])] + [
-        decoded.attributes[name].take(take) for name in rows.schema.attributes]
-    rows.add(pa.Table.from_arrays(columns, schema=rows.arrow_schema), positions[good],
+    good = np.flatnonzero(~decoded.bad)
+    attributes = [decoded.attributes[name] for name in rows.schema.attributes]
+    if len(good) < table.num_rows:
+        take = from_numpy(good)
+        attributes = [column.take(take) for column in attributes]
+    rows.add(pa.Table.from_arrays([from_numpy(decoded.seq[good]), *attributes],
+                                  schema=rows.arrow_schema), positions[good],
              None, lambda i, table=table, good=good: orjson.dumps(
                  table.slice(int(good[i]), 1).to_pylist()[0], default=str))
 

@@ -246,7 +246,7 @@ class SplitDecoder:
             decoded = decode_table(table, self.schema, positions)
             seq, columns, errors, raw = decoded.seq, decoded.attributes, decoded.errors, \
                 decoded.raw
-            numbers = [None] * len(seq)
+            numbers = None  # no lines in Parquet
         elif self.file.fmt == "jsonl":
             seq, columns, errors, raw, numbers = self._decode_json_block(table.column(0),
                                                                          position, line)
@@ -258,9 +258,10 @@ class SplitDecoder:
         n = len(seq)
         if n == 0:
             return None, skip_header, prev_max
-        good = np.array([e is None for e in errors], dtype=bool)
+        parquet = self.file.fmt == "parquet"
+        good = ~decoded.bad if parquet else np.array([e is None for e in errors], dtype=bool)
         running = np.maximum.accumulate(np.concatenate([[prev_max], np.where(good, seq, -1)]))
-        if self.file.fmt == "parquet":
+        if parquet:
             # Raw records of Parquet rows are made for bad rows and rows whose seq does not
             # increase within the split; text rows keep their line (see `accept`).
             keep = ~good | (seq <= running[:-1])
@@ -268,14 +269,16 @@ class SplitDecoder:
             if missing:
                 for r, record in zip(missing, table.take(pa.array(missing)).to_pylist()):
                     raw[r] = orjson.dumps(record, default=str).decode()
+            if not keep.any():  # every row good and in order: no per-row lists to convert
+                errors = raw = pa.nulls(n, pa.string())
         out = pa.RecordBatch.from_arrays(
             [pa.array(seq, pa.int64()), *columns.values(),
              pa.array(np.full(n, self.file_index, dtype=np.int32)),
              pa.array(np.arange(position, position + n, dtype=np.int64)),
-             pa.array(numbers, pa.int64()),
+             pa.nulls(n, pa.int64()) if numbers is None else pa.array(numbers, pa.int64()),
              pa.array(np.full(n, chunk, dtype=np.int32)),
              pa.array(running[:-1], pa.int64()),
-             pa.array(errors, pa.string()),
+             errors if isinstance(errors, pa.Array) else pa.array(errors, pa.string()),
              raw.cast(pa.string()) if isinstance(raw, pa.Array) else pa.array(raw, pa.string())],
             names=["seq", *columns, "_file", "_position", "_line", "_chunk", "_prev_max",
                    "_error", "_raw"])
