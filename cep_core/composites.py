@@ -37,6 +37,14 @@ STANDARD = ("query", "key", "seq", "start_seq", "events", "window_start", "windo
             "timed_out")
 METADATA = b"cep.queries"  # per query: its columns in JSON order and its Kleene variables
 CHUNK_ROWS = 65536  # composites turned into JSON text or Arrow columns at a time
+JSON_LINES, PARQUET, ARROW_IPC = "JSON lines", "Parquet", "Arrow IPC"
+
+
+def output_format(out) -> str:
+    """What `Composites.write` writes to `out`: by its suffix, .parquet PARQUET, .arrow
+    ARROW_IPC, anything else (None or "-": stdout) JSON_LINES."""
+    suffix = Path(str(out)).suffix.lower() if out is not None else ""
+    return {".parquet": PARQUET, ".arrow": ARROW_IPC}.get(suffix, JSON_LINES)
 
 
 class Composites(Sequence):
@@ -197,17 +205,17 @@ class Composites(Sequence):
         return meta
 
     def write(self, out=None, chunk_rows: int = CHUNK_ROWS) -> int:
-        """By `out`'s suffix: .parquet (Parquet), .arrow (Arrow IPC file), anything else
-        (or None / "-": stdout) JSON lines, `chunk_rows` composites at a time. Returns the
-        number of composites."""
-        suffix = Path(str(out)).suffix.lower() if out is not None else ""
-        if suffix not in (".parquet", ".arrow"):
+        """By `out`'s suffix (`output_format`): .parquet (Parquet), .arrow (Arrow IPC
+        file), anything else (or None / "-": stdout) JSON lines, `chunk_rows` composites at
+        a time. Returns the number of composites."""
+        fmt = output_format(out)
+        if fmt == JSON_LINES:
             return self.write_jsonl(out, chunk_rows)
         import pyarrow as pa
 
         tables = self.arrow_chunks(chunk_rows)
         schema = next(tables)
-        if suffix == ".arrow":
+        if fmt == ARROW_IPC:
             with pa.ipc.new_file(str(out), schema) as writer:
                 for table in tables:
                     writer.write_table(table)

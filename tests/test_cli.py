@@ -413,3 +413,8 @@ def test_jit_run_reports_compile_and_processing_apart(tmp_path, trades_file):
     assert result.returncode == 0, result.stderr
     assert "jit engine: 2 composite events; compile/load " in result.stderr
     assert "kernels " in result.stderr and "); processing " in result.stderr
+    assert "; written in " in result.stderr and "composite events/s, JSON lines)" in \
+        result.stderr
+    parquet = cep("run", query, "--events", trades_file, "--engine", "jit", "-o",
+                  tmp_path / "out.parquet")
+    assert "composite events/s, Parquet)" in parquet.stderr, parquet.stderr

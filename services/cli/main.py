@@ -218,13 +218,16 @@ def run(
         run_s = time.perf_counter() - started
         dead.extend(rejected)
 
+        started = time.perf_counter()
         try:
             composites.write(out)
         except OSError as e:
             raise CliError(f"{e.filename or out}: {e.strerror or e}") from None
+        write_s = time.perf_counter() - started
         write_dead_letters()
         stderr.print(f"{count} events ({len(dead)} bad) read in {read_s:.2f}s; "
-                     + _engine_summary(engine, count, len(composites), run_s, timings),
+                     + _engine_summary(engine, count, len(composites), run_s, timings)
+                     + _write_summary(len(composites), write_s, out),
                      markup=False, style="dim")
 
     guard(body)
@@ -284,6 +287,15 @@ def _engine_summary(engine: Engine, events: int, composites: int, run_s: float,
             f"{load_s:.2f}s (imports and code generation {timings['setup_s']:.2f}s, "
             f"kernels {timings['compile_s']:.2f}s); processing {process_s:.2f}s "
             f"({rate:,.0f} events/s)")
+
+
+def _write_summary(composites: int, write_s: float, out: Path | None) -> str:
+    """The summary's last part: how long writing the composite events took, at what rate,
+    in which format."""
+    from cep_core.composites import output_format
+
+    rate = f"{composites / write_s:,.0f} composite events/s, " if composites and write_s else ""
+    return f"; written in {write_s:.2f}s ({rate}{output_format(out)})"
 
 
 # ------------------------------------------------------------------ cep schemas
