@@ -34,7 +34,7 @@ import csv
 import io
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -98,9 +98,24 @@ def read_table(path: str | Path, schema: StreamSchema, fmt: str | None = None, *
         source, opened = str(path), path.open("rb")
     rows = _Rows(schema, source)
     with opened as f:
-        {"jsonl": _read_jsonl, "csv": _read_csv, "parquet": _read_parquet}[fmt](
-            f, rows, block_bytes)
+        for _ in _READERS[fmt](f, rows, block_bytes):
+            pass
     return rows.finish()
+
+
+def iter_tables(f: IO[bytes], schema: StreamSchema, fmt: str, source: str, *,
+                first_position: int = 0, prev_max: int = -1,
+                block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[pa.Table, list[DeadLetter]]]:
+    """`read_table` a block at a time, for readers that keep no more than a block: the
+    good events of each block and its dead letters, in file order. `first_position`: the
+    position of the file's first record (a file that continues a stream); `prev_max`: the
+    largest seq accepted before it. The last item's table is empty; its dead letters may
+    not be. Together the items are what `read_table` gives (positions and seqs shifted by
+    `first_position`, seqs checked against `prev_max` too)."""
+    rows = _Rows(schema, source, first_position, prev_max)
+    for _ in _READERS[fmt](f, rows, block_bytes):
+        yield rows.drain()
+    yield rows.drain()
 
 
 def events_from_table(table: pa.Table, schema: StreamSchema) -> list[Event]:
@@ -131,12 +146,15 @@ class _Piece:
 class _Rows:
     """Good rows in file order, piece by piece, and dead letters; `finish` checks seqs."""
 
-    def __init__(self, schema: StreamSchema, source: str):
+    def __init__(self, schema: StreamSchema, source: str, first_position: int = 0,
+                 prev_max: int = -1):
         self.schema = schema
         self.source = source
         self.arrow_schema = arrow_schema(schema)
         self.pieces: list[_Piece] = []
         self.dead: list[DeadLetter] = []
+        self.first_position = first_position  # the readers number records from here
+        self.prev_max = prev_max  # the largest seq accepted so far
 
     def add(self, table: pa.Table, positions: np.ndarray, lines, raw) -> None:
         if table.num_rows:
@@ -168,26 +186,35 @@ class _Rows:
                  [d.line for d in good], raws.__getitem__)
 
     def finish(self) -> tuple[pa.Table, list[DeadLetter]]:
-        if not self.pieces:
-            return self.arrow_schema.empty_table(), sorted(self.dead, key=_position)
-        table = pa.concat_tables([p.table for p in self.pieces])
+        return self.drain()
+
+    def drain(self) -> tuple[pa.Table, list[DeadLetter]]:
+        """The rows and dead letters gathered since the last drain, the rows whose seq is
+        not above every seq accepted before them (`prev_max` included) moved to the dead
+        letters."""
+        pieces, dead = self.pieces, self.dead
+        self.pieces, self.dead = [], []
+        if not pieces:
+            return self.arrow_schema.empty_table(), sorted(dead, key=_position)
+        table = pa.concat_tables([p.table for p in pieces])
         seq = to_numpy(table.column("seq"))
-        previous = np.maximum.accumulate(np.concatenate(([-1], seq[:-1])))
+        previous = np.maximum.accumulate(np.concatenate(([self.prev_max], seq[:-1])))
+        self.prev_max = max(int(previous[-1]), int(seq[-1]))
         late = np.flatnonzero(seq <= previous)
         if len(late):
-            starts = np.cumsum([0] + [p.table.num_rows for p in self.pieces])
+            starts = np.cumsum([0] + [p.table.num_rows for p in pieces])
             for row in late.tolist():
                 k = int(np.searchsorted(starts, row, side="right")) - 1
-                piece, i = self.pieces[k], row - int(starts[k])
+                piece, i = pieces[k], row - int(starts[k])
                 line = None if piece.lines is None else piece.lines[i]
-                self.dead.append(DeadLetter(
+                dead.append(DeadLetter(
                     self.source, int(piece.positions[i]), piece.raw(i),
                     seq_not_increasing(int(seq[row]), int(previous[row])),
                     line=None if line is None else int(line)))
             keep = np.ones(len(seq), dtype=bool)
             keep[late] = False
             table = table.filter(from_numpy(keep))
-        return table, sorted(self.dead, key=_position)
+        return table, sorted(dead, key=_position)
 
 
 def _position(letter: DeadLetter) -> int:
@@ -246,9 +273,9 @@ class _Lines:
 # ------------------------------------------------------------------ JSON lines
 
 
-def _read_jsonl(f: IO[bytes], rows: _Rows, block_bytes: int) -> None:
+def _read_jsonl(f: IO[bytes], rows: _Rows, block_bytes: int) -> Iterator[None]:
     parser = _JsonParser(rows.schema)
-    line, position, first = 1, 0, True
+    line, position, first = 1, rows.first_position, True
     for block in _blocks(f, block_bytes):
         if first:
             start = block.lstrip()
@@ -259,6 +286,7 @@ def _read_jsonl(f: IO[bytes], rows: _Rows, block_bytes: int) -> None:
             first = not start
         position += _jsonl_block(block, line, position, rows, parser)
         line += block.count(b"\n")
+        yield
 
 
 class _JsonParser:
@@ -497,14 +525,15 @@ def _add_rows_with_doubtful(rows: _Rows, table: pa.Table, positions: np.ndarray,
 # ------------------------------------------------------------------ CSV
 
 
-def _read_csv(f: IO[bytes], rows: _Rows, block_bytes: int) -> None:
+def _read_csv(f: IO[bytes], rows: _Rows, block_bytes: int) -> Iterator[None]:
     first = f.readline()
     text = first.decode("utf-8", "replace")
     if not _ONE_LINE_RECORD.fullmatch(text) or not text.strip("\r\n"):
-        rows.add_records(_csv_records(_text(first + f.read())), 0, text=True)
+        rows.add_records(_csv_records(_text(first + f.read()), rows.source),
+                         rows.first_position, text=True)
         return
     header = [h.strip() for h in next(csv.reader([text]))]
-    line, position = 2, 0
+    line, position = 2, rows.first_position
     for block in _blocks(f, block_bytes):
         if (b'"' in block and not _simply_quoted(block)) or \
                 (b"\r" in block and block.count(b"\r") != block.count(b"\r\n")):
@@ -515,6 +544,7 @@ def _read_csv(f: IO[bytes], rows: _Rows, block_bytes: int) -> None:
             return
         position += _csv_block(block, header, line, position, rows)
         line += block.count(b"\n")
+        yield
 
 
 def _simply_quoted(block: bytes) -> bool:
@@ -732,18 +762,19 @@ def _coerce_text(table: pa.Table, schema: StreamSchema) -> tuple[pa.Table, np.nd
 _PARQUET_BATCH_ROWS = 1 << 20  # 64Ki (pyarrow's default): 0.47 s for 10M rows; 1Mi: 0.34 s
 
 
-def _read_parquet(f, rows: _Rows, block_bytes: int) -> None:
+def _read_parquet(f, rows: _Rows, block_bytes: int) -> Iterator[None]:
     import pyarrow.parquet as pq
 
     try:
         parquet = pq.ParquetFile(f)
     except (OSError, ValueError, pa.ArrowException) as e:
         raise InputError(f"{rows.source}: not a readable Parquet file: {e}") from None
-    position = 0
+    position = rows.first_position
     for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS):
         table = pa.Table.from_batches([batch])
         add_arrow(rows, table, position)
         position += table.num_rows
+        yield
 
 
 def add_arrow(rows: _Rows, table: pa.Table, first_position: int) -> None:
@@ -766,6 +797,9 @@ def add_arrow(rows: _Rows, table: pa.Table, first_position: int) -> None:
                                   schema=rows.arrow_schema), positions[good],
              None, lambda i, table=table, good=good: orjson.dumps(
                  table.slice(int(good[i]), 1).to_pylist()[0], default=str))
+
+
+_READERS = {"jsonl": _read_jsonl, "csv": _read_csv, "parquet": _read_parquet}
 
 
 def read_arrow(table: pa.Table, schema: StreamSchema, source: str = "<table>",

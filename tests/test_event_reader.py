@@ -10,6 +10,7 @@ from pathlib import Path
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
@@ -406,3 +407,84 @@ def test_a_big_clean_kafka_batch_takes_the_block_parser(monkeypatch):
     decoded = json_batch.decode_messages(raws, SCHEMA, np.arange(len(raws)))
     assert calls and calls[0] is not None and decoded.table.equals(calls[0])
     assert decoded.table.column("n").to_pylist() == list(range(len(raws)))
+
+
+# ------------------------------------------------------------------ a block at a time
+
+
+LATE_SEQ = 285  # the second file starts with a seq below the first file's last one
+
+
+def _messy_lines() -> list[bytes]:
+    """Good records with seqs, bad ones among them, and seqs going back."""
+    lines = []
+    for i in range(60):
+        record = {"seq": 10 * i, **GOOD[i % 2], "n": i}
+        if i % 7 == 3:
+            record["seq"] = 10 * i - 25  # below the one before: rejected
+        lines.append(orjson.dumps(record))
+        if i % 11 == 5:
+            lines.append(b'{"kind": "A", "n": 1,')  # not JSON
+        if i % 13 == 4:
+            lines.append(orjson.dumps({**GOOD[0], "n": None}))
+    return lines
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+@pytest.mark.parametrize("block_bytes", [60, 1 << 20])
+def test_iter_tables_a_file_cut_in_two_is_the_whole_file(tmp_path, fmt, block_bytes):
+    """Two files read in turn with `iter_tables` (positions going on, seqs checked
+    against the first file's) give what `read_table` gives for the whole file."""
+    from cep_core.event_reader import iter_tables
+
+    whole = lines_file(tmp_path / "whole.jsonl", _messy_lines())
+    if fmt != "jsonl":  # the well-formed records (seqs going back among them)
+        records = []
+        for line in _messy_lines():
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if None not in record.values():
+                records.append({**record, "x": float(record["x"])})
+        table = pa.Table.from_pylist(records)
+        whole = tmp_path / f"whole.{fmt}"
+        if fmt == "csv":
+            pcsv.write_csv(table, whole, pcsv.WriteOptions(quoting_style="none"))
+        else:
+            pq.write_table(table, whole)
+    expected, expected_dead = read_table(whole, SCHEMA, block_bytes=block_bytes)
+    if fmt == "parquet":
+        full = pq.read_table(whole)
+        cut = full.column("seq").to_pylist().index(LATE_SEQ)
+        halves = [full.slice(0, cut), full.slice(cut)]
+        parts = []
+        for i, half in enumerate(halves):
+            parts.append(tmp_path / f"part{i}.parquet")
+            pq.write_table(half, parts[-1])
+    else:
+        text = whole.read_bytes().splitlines(keepends=True)
+        head = text[:1] if fmt == "csv" else []
+        cut = next(i for i, line in enumerate(text)
+                   if line.startswith(b"%d," % LATE_SEQ) or b'"seq":%d,' % LATE_SEQ in line)
+        parts = [tmp_path / f"part0.{fmt}", tmp_path / f"part1.{fmt}"]
+        parts[0].write_bytes(b"".join(text[:cut]))
+        parts[1].write_bytes(b"".join(head + text[cut:]))
+    tables, dead, position, prev_max = [], [], 0, -1
+    for part in parts:
+        records = 0
+        with part.open("rb") as f:
+            for table, letters in iter_tables(f, SCHEMA, fmt, str(whole),
+                                              first_position=position, prev_max=prev_max,
+                                              block_bytes=block_bytes):
+                tables.append(table)
+                dead.extend(letters)
+                records += table.num_rows + len(letters)
+                if table.num_rows:
+                    prev_max = max(prev_max, pc.max(table.column("seq")).as_py())
+        position += records
+    got = pa.concat_tables(tables)
+    assert got.equals(expected)
+    assert [(d.position, d.reason, d.raw) for d in dead] == \
+        [(d.position, d.reason, d.raw) for d in expected_dead]
+    assert len(expected_dead) >= 8
