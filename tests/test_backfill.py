@@ -45,23 +45,26 @@ def cep_run_outputs(queries, path) -> tuple[dict[str, list[dict]], list[dict]]:
 
 def assert_backfill_matches(spark, queries, inputs: list[Path], tmp_path: Path,
                             partitions: int, expected_from: Path | None = None):
-    """Backfill `inputs`; compare with `cep run` on `expected_from` (default: the one
-    input), whose dead letters then name that file as their source."""
+    """Backfill `inputs` with each exchange (the scan, `auto` here, and Spark's shuffle);
+    compare with `cep run` on `expected_from` (default: the one input), whose dead letters
+    then name that file as their source."""
     expected, dead = cep_run_outputs(queries, expected_from or inputs[0])  # compiles kernels
-    out = tmp_path / f"out{partitions}"
-    result = run_backfill(spark, queries, [str(p) for p in inputs], str(out),
-                          partitions=partitions)
-    got = read_composites(str(out))
-    difference = first_difference({**expected, "backfill": got})
-    assert difference is None, difference
-    dead_letters = read_dead_letters(f"{out}_dead_letters")
-    if expected_from is not None:
-        for d in dead_letters:
-            if not d["source"].startswith("query "):
-                d["source"] = str(expected_from)
-    assert dead_letters == dead
-    assert result.composites == len(got)
-    assert result.dead_letters == len(dead)
+    for exchange in ("auto", "shuffle"):
+        out = tmp_path / f"out{partitions}{exchange}"
+        result = run_backfill(spark, queries, [str(p) for p in inputs], str(out),
+                              partitions=partitions, exchange=exchange)
+        assert result.exchange == ("scan" if exchange == "auto" else "shuffle")
+        got = read_composites(str(out))
+        difference = first_difference({**expected, f"backfill ({exchange})": got})
+        assert difference is None, difference
+        dead_letters = read_dead_letters(f"{out}_dead_letters")
+        if expected_from is not None:
+            for d in dead_letters:
+                if not d["source"].startswith("query "):
+                    d["source"] = str(expected_from)
+        assert dead_letters == dead, exchange
+        assert result.composites == len(got)
+        assert result.dead_letters == len(dead)
     return got, dead
 
 
@@ -249,13 +252,14 @@ def test_cli_backfill_and_a_missing_input(spark, tmp_path):
     assert got and first_difference({**expected, "backfill": got}) is None
     assert f"{len(got):,} composite events" in result.output
     assert "events/s" in result.output
-    assert "exchange: shuffle" in result.output  # JSON lines: no scan
+    assert "exchange: scan" in result.output  # auto, 2 partitions, a local file
 
-    scan = runner.invoke(app, ["backfill", str(EXAMPLES / "marathon.cep"), "--input",
-                               str(EXAMPLES / "data" / "checkpoints.jsonl"), "--output",
-                               str(out), "--exchange", "scan"])
-    assert scan.exit_code == 1
-    assert "--exchange scan needs Parquet inputs" in scan.output
+    shuffled = runner.invoke(app, ["backfill", str(EXAMPLES / "marathon.cep"), "--input",
+                                   str(EXAMPLES / "data" / "checkpoints.jsonl"), "--output",
+                                   str(out), "--master", "local[2]", "--exchange", "shuffle"])
+    assert shuffled.exit_code == 0, shuffled.output
+    assert "exchange: shuffle" in shuffled.output
+    assert first_difference({**expected, "backfill": read_composites(str(out))}) is None
 
     missing = runner.invoke(app, ["backfill", str(EXAMPLES / "marathon.cep"), "--input",
                                   str(tmp_path / "nope.jsonl"), "--output", str(out)])

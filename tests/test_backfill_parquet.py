@@ -1,7 +1,7 @@
 """Parquet inputs read by pyarrow in the tasks (`services/backfill/parquet.py`): the splits,
 the footer-based seq-order proof that lets the job skip the driver's seq check and the
 cache, and the same composite events and dead letters as `cep run` either way: through
-Spark's shuffle, and through engine tasks that each scan the input
+Spark's shuffle, and through engine tasks that each read the whole input
 (`services/backfill/scan.py`)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from services.backfill.job import run_backfill
 from services.backfill.ingest import InputFile
 from services.backfill.output import first_difference, read_composites, read_dead_letters
 from services.backfill.parquet import parquet_input
-from services.backfill.scan import key_partitions
+from services.backfill.scan import key_partitions, use_scan
 from services.cli.common import Engine, run_queries
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -89,9 +89,8 @@ def test_a_seq_jump_across_splits_falls_back_to_the_driver_check(spark, finance,
     path = write(records, tmp_path / "trades.parquet", row_group_size=200)
     assert not parquet_input(spark, [InputFile(str(path), str(path), "parquet")]) \
         .splits_ordered
-    assert assert_like_cep_run(spark, finance, path, tmp_path).exchange == "shuffle"
-    with pytest.raises(ValueError, match="--exchange scan needs Parquet inputs"):
-        run_backfill(spark, finance, [str(path)], str(tmp_path / "o"), exchange="scan")
+    for exchange, ran in (("auto", "scan"), ("shuffle", "shuffle")):
+        assert assert_like_cep_run(spark, finance, path, tmp_path, exchange).exchange == ran
 
 
 def test_large_row_groups_are_cut_for_every_core(spark, tmp_path):
@@ -125,6 +124,14 @@ def test_clean_input_with_engine_rejections(spark, finance, tmp_path):
     for exchange in ("scan", "shuffle"):
         assert_like_cep_run(spark, finance, path, tmp_path, exchange)
         assert read_dead_letters(f"{tmp_path / 'out'}_dead_letters")
+
+
+def test_scan_needs_inputs_pyarrow_opens():
+    with pytest.raises(ValueError, match="--exchange scan needs inputs that pyarrow can open"):
+        use_scan("scan", None, 2)
+    assert not use_scan("auto", None, 2)
+    with pytest.raises(ValueError, match="exchange must be"):
+        use_scan("sideways", None, 2)
 
 
 def test_many_partitions_shuffle_and_auto_says_so(spark, finance, tmp_path):

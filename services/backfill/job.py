@@ -4,8 +4,8 @@
     repartition by the group's keys -> sort by seq within partitions -> mapInArrow(engines)
     -> composite events (Parquet) + dead letters (Parquet) [-> Kafka]
 
-or, for Parquet whose footers prove seq order and few partitions (`scan.py`): per
-query group, engine tasks that each scan the whole input and keep their keys (no shuffle).
+or, for inputs pyarrow opens and few partitions (`scan.py`): per query group, engine tasks
+that each read the whole input with `cep run`'s reader and keep their keys (no shuffle).
 
 Which queries may be split by key is decided in `backfill_plan`; input decoding in
 `backfill_ingest`; the engine task in `backfill_engines`; output layout and readers in
@@ -43,7 +43,15 @@ from services.backfill.output import read_composites
 from services.backfill.parquet import BAD, GOOD, SplitCounts, parquet_input
 from services.backfill.plan import describe, plan
 from services.backfill.progress import SparkProgress
-from services.backfill.scan import AUTO, scan_frame, use_scan
+from services.backfill.scan import (
+    AUTO,
+    BAD_ROWS,
+    GOOD_ROWS,
+    SHUFFLE,
+    scan_frame,
+    scan_input,
+    use_scan,
+)
 
 ARROW_BATCH_ROWS = 65_536
 DEAD_LETTER_SCHEMA = ("stage int, query_index int, source string, line long, position long, "
@@ -122,48 +130,38 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
 
     def job() -> BackfillResult:
         files = list_inputs(spark, inputs)
-        direct = parquet_input(spark, files)
-        scan = use_scan(exchange, direct, partitions)
+        source = scan_input(files) if exchange != SHUFFLE else None
+        scan = use_scan(exchange, source, partitions)
         if console is not None:
             console.print("exchange: " + (f"scan (each of {partitions} engine tasks of a keyed "
                                           "group reads the whole input)" if scan else
                                           "shuffle (repartition by key, sort by seq)"),
                           markup=False, style="dim")
-        cached = good = None  # a scan's engine tasks read the input themselves
-        if not scan and direct is not None and direct.splits_ordered:  # every dead letter
-            good = direct.frame(spark, schema, GOOD, bad_counts=bad_splits)  # found in tasks
-        elif not scan:
+        out_dir = _pyarrow_directory(output)  # tasks write there, or Spark does
+        result_schema = "composites long" if out_dir else RESULT_SCHEMA
+        if scan:
+            return _scan_job(spark, source, schema, groups, partitions, out_dir, output,
+                             dead_letters, rows, rejected_rows)
+        direct = parquet_input(spark, files)
+        cached = None
+        if direct is not None and direct.splits_ordered:  # every dead letter found in tasks
+            good = direct.frame(spark, schema, GOOD, bad_counts=bad_splits)
+        else:
             cached = (direct.frame(spark, schema) if direct is not None
                       else read_decoded(spark, files, schema))
             cached = cached.persist(StorageLevel.MEMORY_AND_DISK)  # the seq check and the
             decoded = accept(cached)                                # rest read it
             good = decoded.where(F.col("_error").isNull()).select("seq", *schema.attributes)
-        out_dir = _pyarrow_directory(output)  # tasks write there, or Spark does
         results = []
-        result_schema = "composites long" if out_dir else RESULT_SCHEMA
         for g, group in enumerate(groups):
-            runner = PartitionRunner(list(group.queries), str(kernel_cache_dir()), rows,
-                                     rejected=rejected_rows, output=out_dir, group=g)
-            if scan:
-                results.append(scan_frame(spark, direct, schema, group.keys, partitions,
-                                          runner, result_schema, bad_counts=bad_splits))
-                continue
             keyed = (good.repartition(partitions, *group.keys) if group.keys
                      else good.repartition(1))
+            runner = PartitionRunner(list(group.queries), str(kernel_cache_dir()), rows,
+                                     rejected=rejected_rows, output=out_dir, group=g)
             results.append(map_in_arrow(keyed.sortWithinPartitions("seq"), runner,
                                         result_schema))
-        found = reduce(lambda a, b: a.unionByName(b), results)  # composite events only
-        if out_dir:
-            n_composites = sum(row[0] for row in found.collect())
-        else:
-            (found.where(F.col("kind") == COMPOSITE)
-             .select("query", "query_index", "key", "seq", "start_seq",
-                     F.col("body").alias("composite"))
-             .write.mode("overwrite").parquet(output))
-            n_composites = spark.read.parquet(output).count()  # from the Parquet footers
-        rejected_list = [(1, index, f"query {name}", None, seq, reason, raw)
-                         for index, name, seq, reason, raw in
-                         unique_rejected(rejected_rows.value)]
+        n_composites = _composites_written(spark, results, out_dir, output)
+        rejected_list = _rejected_list(rejected_rows)
         bad_ids = [split for split, count in bad_splits.value.items() if count]
         if cached is None and not bad_ids and _write_dead_letters(rejected_list, dead_letters):
             pass  # no bad input record: the driver wrote the engines' rejections
@@ -179,7 +177,7 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
             rejected = spark.createDataFrame(rejected_list, DEAD_LETTER_SCHEMA)
             bad_input.unionByName(rejected).coalesce(1).write.mode("overwrite") \
                 .parquet(dead_letters)
-        n_rejected = len(unique_rejected(rejected_rows.value))
+        n_rejected = len(rejected_list)
         if cached is None:
             n_bad = sum(bad_splits.value.values())
             n_good = direct.rows - n_bad
@@ -189,7 +187,7 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
             n_good, n_bad = good_or_bad.get(True, 0), good_or_bad.get(False, 0)
             cached.unpersist()
         return BackfillResult(n_good, n_bad + n_rejected, n_composites, 0.0,
-                              describe(groups), "scan" if scan else "shuffle")
+                              describe(groups), "shuffle")
 
     if console is not None:
         for line in describe(groups):
@@ -202,6 +200,51 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
         produce_to_kafka(output, to_kafka, bootstrap)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _scan_job(spark, source, schema, groups, partitions: int, out_dir: str | None,
+              output: str, dead_letters: str, rows, rejected_rows) -> BackfillResult:
+    """The job with the scan exchange (`scan.py`): one Spark stage of engine tasks; the
+    first task of the first group reports the input's counts and dead letters."""
+    counts = spark.sparkContext.accumulator({}, SplitCounts())
+    input_dead = spark.sparkContext.accumulator({}, SplitCounts())  # position -> row
+    result_schema = "composites long" if out_dir else RESULT_SCHEMA
+    results = []
+    for g, group in enumerate(groups):
+        runner = PartitionRunner(list(group.queries), str(kernel_cache_dir()), rows,
+                                 rejected=rejected_rows, output=out_dir, group=g)
+        results.append(scan_frame(spark, source, schema, group.keys, partitions, runner,
+                                  result_schema,
+                                  report=(counts, input_dead) if g == 0 else None))
+    n_composites = _composites_written(spark, results, out_dir, output)
+    rejected_list = _rejected_list(rejected_rows)
+    letters = [input_dead.value[p] for p in sorted(input_dead.value)] + rejected_list
+    if not _write_dead_letters(letters, dead_letters):
+        spark.createDataFrame(letters, DEAD_LETTER_SCHEMA).coalesce(1).write \
+            .mode("overwrite").parquet(dead_letters)
+    return BackfillResult(counts.value.get(GOOD_ROWS, 0),
+                          counts.value.get(BAD_ROWS, 0) + len(rejected_list), n_composites,
+                          0.0, describe(groups), "scan")
+
+
+def _composites_written(spark, results: list, out_dir: str | None, output: str) -> int:
+    """Runs the engine tasks (`results`: their DataFrames); the composite events are then
+    in `output`: written by the tasks (they return counts) or here by Spark's writer."""
+    from pyspark.sql import functions as F
+
+    found = reduce(lambda a, b: a.unionByName(b), results)  # composite events only
+    if out_dir:
+        return sum(row[0] for row in found.collect())
+    (found.where(F.col("kind") == COMPOSITE)
+     .select("query", "query_index", "key", "seq", "start_seq", F.col("body").alias("composite"))
+     .write.mode("overwrite").parquet(output))
+    return spark.read.parquet(output).count()  # from the Parquet footers
+
+
+def _rejected_list(rejected_rows) -> list[tuple]:
+    """The events the engines rejected, as dead-letter rows (DEAD_LETTER_SCHEMA)."""
+    return [(1, index, f"query {name}", None, seq, reason, raw)
+            for index, name, seq, reason, raw in unique_rejected(rejected_rows.value)]
 
 
 def _pyarrow_directory(output: str) -> str | None:

@@ -70,7 +70,8 @@ class ParquetInput:
 
 
 class SplitCounts:
-    """An AccumulatorParam of {split id: count}; a task run twice sets the same entry."""
+    """An AccumulatorParam of a dict ({split id: count}; the scan's counts and dead
+    letters by position): a task run twice sets the same entries."""
 
     def zero(self, value):
         return {}

@@ -1,67 +1,96 @@
-"""Keyed query groups without Spark's shuffle: every engine task scans the whole Parquet
-input itself and keeps the events whose keys hash to its partition.
+"""Keyed query groups without Spark's shuffle: every engine task reads the whole input
+itself, with `cep run`'s own reader, and keeps the events whose keys hash to its partition.
 
-Spark's way (`repartition` by the keys, `sortWithinPartitions("seq")`, `mapInArrow`) moves
-every event from a Python decode task into the JVM, through the shuffle and its sort, and
-back into a Python engine task as Arrow. Measured on 10M finance events in `local[2]`, that
-costs ~3.3 us of core time per event beside the engines; reading and decoding a Parquet
-split with pyarrow in the task costs ~0.2 us per event. Here the events never leave Python:
-task p of P reads every split in order with the GOOD pass's `SplitReader` and feeds its
-engines the rows whose keys hash to p (`key_partitions`). The input is read P times, so
-this pays while P * 0.2 < 3.3: `auto` scans up to `SCAN_MAX_PARTITIONS` partitions.
+Spark's way (decode tasks, then `repartition` by the keys, `sortWithinPartitions("seq")`,
+`mapInArrow`) moves every event from a Python decode task into the JVM, through the shuffle
+and its sort, and back into a Python engine task as Arrow; JSON lines and CSV also take a
+counting pass and a cache. Measured on 10M finance events in `local[2]`, the shuffle costs
+~3.3 us of core time per event beside the engines; reading and decoding Parquet with
+pyarrow in the task costs ~0.2 us per event (JSON lines ~1 us). Here the events never leave
+Python: task p of P reads the inputs in order, as one stream, with
+`event_reader.iter_tables` (a block at a time: the positions, seqs, seq checks and dead
+letters of `cep run`), and feeds its engines the rows whose keys hash to p
+(`key_partitions`). The input is read P times, so this pays while P stays small: `auto`
+scans up to `SCAN_MAX_PARTITIONS` partitions. The first task of the first group also
+reports the input's dead letters and counts (accumulators keyed by position, so a task run
+again sets the same entries).
 
-It needs what the GOOD pass needs: Parquet inputs that pyarrow opens, whose footers prove
-that every split's seqs are above every earlier split's. Then the rows of a scan arrive in
-seq order and every dead letter is decided within its split, as in the shuffled job.
+It needs inputs that pyarrow opens from the driver (local paths, `file:`, filesystems
+`pyarrow.fs` knows), which the tasks open the same way.
 """
 
 from __future__ import annotations
 
+import io
 import zlib
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs  # noqa: F401 (pa.fs)
 
+from cep_core.event_reader import iter_tables
 from services.backfill.engines import map_in_arrow
-from services.backfill.parquet import GOOD, ParquetInput, SplitReader
+from services.backfill.ingest import InputFile
+from services.backfill.parquet import _uri
 
 AUTO, SHUFFLE, SCAN = "auto", "shuffle", "scan"
 SCAN_MAX_PARTITIONS = 16
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # mixes the hashes of several key columns
+GOOD_ROWS, BAD_ROWS = "good", "bad"  # the entries of the counts accumulator
 
 
-def use_scan(exchange: str, direct: ParquetInput | None, partitions: int) -> bool:
+@dataclass(frozen=True)
+class ScanInput:
+    files: list[InputFile]
+    uris: list[str]  # as pyarrow.fs opens them
+
+
+def scan_input(files: list[InputFile]) -> ScanInput | None:
+    """The inputs when pyarrow opens every one of them from here; else None."""
+    uris = [_uri(f.path) for f in files]
+    try:
+        for uri in uris:
+            fs, path = pa.fs.FileSystem.from_uri(uri)
+            if fs.get_file_info(path).type != pa.fs.FileType.File:
+                return None
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    return ScanInput(files, uris) if files else None
+
+
+def use_scan(exchange: str, source: ScanInput | None, partitions: int) -> bool:
     """Whether keyed groups scan (see the module docstring); `exchange` is AUTO, SHUFFLE
-    or SCAN. SCAN on an input that cannot be scanned is a ValueError saying why."""
+    or SCAN. SCAN on inputs that cannot be scanned is a ValueError saying why."""
     if exchange not in (AUTO, SHUFFLE, SCAN):
         raise ValueError(f"exchange must be {AUTO}, {SHUFFLE} or {SCAN}, not {exchange!r}")
-    eligible = direct is not None and direct.splits_ordered
-    if exchange == SCAN and not eligible:
-        raise ValueError("--exchange scan needs Parquet inputs that pyarrow opens and whose "
-                         "footers prove the seqs ordered across row groups; use auto or "
-                         "shuffle")
-    return exchange == SCAN or (exchange == AUTO and eligible
+    if exchange == SCAN and source is None:
+        raise ValueError("--exchange scan needs inputs that pyarrow can open from here "
+                         "(local paths, file: or a filesystem pyarrow.fs knows); use auto "
+                         "or shuffle")
+    return exchange == SCAN or (exchange == AUTO and source is not None
                                 and partitions <= SCAN_MAX_PARTITIONS)
 
 
-def scan_frame(spark, source: ParquetInput, schema, keys: tuple[str, ...], partitions: int,
-               runner, result_schema: str, bad_counts=None):
+def scan_frame(spark, source: ScanInput, schema, keys: tuple[str, ...], partitions: int,
+               runner, result_schema: str, report=None):
     """The engine tasks of one query group as a DataFrame of `runner`'s results: one task
-    per partition (one in all when `keys` is empty), each scanning the whole input."""
+    per partition (one in all when `keys` is empty), each reading the whole input.
+    `report`: (counts, dead letters) accumulators that the group's first task fills."""
     partitions = partitions if keys else 1
     tasks = spark.range(0, partitions, 1, numPartitions=partitions)
-    return map_in_arrow(tasks, KeyScan(source, schema, keys, partitions, runner, bad_counts),
+    return map_in_arrow(tasks, KeyScan(source, schema, keys, partitions, runner, report),
                         result_schema)
 
 
 class KeyScan:
-    """The task: for each partition id it receives, `runner` over the rows of the whole
+    """The task: for each partition id it receives, `runner` over the events of the whole
     input whose keys fall in that partition, in seq order."""
 
-    def __init__(self, source: ParquetInput, schema, keys: tuple[str, ...], partitions: int,
-                 runner, bad_counts=None):
+    def __init__(self, source: ScanInput, schema, keys: tuple[str, ...], partitions: int,
+                 runner, report=None):
         self.source, self.schema, self.keys = source, schema, keys
-        self.partitions, self.runner, self.bad_counts = partitions, runner, bad_counts
+        self.partitions, self.runner, self.report = partitions, runner, report
 
     def __call__(self, batches):
         for batch in batches:
@@ -69,16 +98,35 @@ class KeyScan:
                 yield from self.runner(self._events(partition))
 
     def _events(self, partition: int):
-        # Every task reads every split, so each counts every split's dead letters: the
-        # counts are keyed by split, and each task sets the same entries.
-        reader = SplitReader(self.source, self.schema, GOOD, self.bad_counts)
-        ids = pa.record_batch([pa.array(range(len(self.source.splits)), pa.int64())],
-                              names=["id"])
-        for batch in reader([ids]):
-            if self.keys and batch.num_rows:
-                mine = key_partitions(batch, self.keys, self.partitions) == partition
-                batch = batch.filter(pa.array(mine))
-            yield batch
+        reporting = self.report is not None and partition == 0
+        good = bad = position = 0
+        prev_max, dead_rows = -1, {}
+        for f, uri in zip(self.source.files, self.source.uris):
+            fs, path = pa.fs.FileSystem.from_uri(uri)
+            with fs.open_input_file(path) as opened:
+                handle = opened if f.fmt == "parquet" else io.BufferedReader(opened, 1 << 20)
+                for table, dead in iter_tables(handle, self.schema, f.fmt, f.source,
+                                               first_position=position, prev_max=prev_max):
+                    position += table.num_rows + len(dead)
+                    if reporting:
+                        good, bad = good + table.num_rows, bad + len(dead)
+                        for letter in dead:
+                            row = letter.to_json()
+                            dead_rows[letter.position] = (
+                                0, None, row["source"], row.get("line"), row["position"],
+                                row["reason"], row["raw"])
+                    if not table.num_rows:
+                        continue
+                    prev_max = int(table.column("seq")[-1].as_py())  # seqs only rise
+                    for batch in table.combine_chunks().to_batches():
+                        if self.keys:
+                            mine = key_partitions(batch, self.keys, self.partitions) == partition
+                            batch = batch.filter(pa.array(mine))
+                        yield batch
+        if reporting:
+            counts, dead_letters = self.report
+            counts.add({GOOD_ROWS: good, BAD_ROWS: bad})
+            dead_letters.add(dead_rows)
 
 
 def key_partitions(batch: pa.RecordBatch, keys: tuple[str, ...], partitions: int) -> np.ndarray:
