@@ -19,8 +19,9 @@ object per event:
   `true`/`false`); other rows go through `decode_record`.
 - Parquet row groups are decoded by `event_columns.decode_table`.
 
-Seqs are checked for order over the whole file at the end, vectorised: a row is accepted
-when its seq is above every seq accepted before it.
+Seqs are checked for order, vectorised, when rows are drained (at the end of the file for
+`read_table`, after every block for `iter_tables`, which reads a file a block at a time): a
+row is accepted when its seq is above every seq accepted before it.
 """
 
 from __future__ import annotations

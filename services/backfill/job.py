@@ -7,9 +7,9 @@
 or, for inputs pyarrow opens and few partitions (`scan.py`): per query group, engine tasks
 that each read the whole input with `cep run`'s reader and keep their keys (no shuffle).
 
-Which queries may be split by key is decided in `backfill_plan`; input decoding in
-`backfill_ingest`; the engine task in `backfill_engines`; output layout and readers in
-`backfill_output`. The output equals `cep run` (reference or jit) on the same input.
+Which queries may be split by key is decided in `plan.py`; input decoding in `ingest.py`
+and `parquet.py`; the engine task in `engines.py`; output layout and readers in
+`output.py`. The output equals `cep run` (reference or jit) on the same input.
 """
 
 from __future__ import annotations
