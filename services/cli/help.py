@@ -5,10 +5,10 @@ Typer 0.26-0.28 (click vendored as `typer._click`) label every parameter with it
 name in angle brackets. `PlainHelpGroup`, the `cep` app's group class, walks every command
 below it once (including the `--help` option each command makes when asked) and gives each
 parameter without an explicit `metavar` click's classic label instead: flags none, paths
-PATH, integers INTEGER, floats FLOAT, text TEXT, choices `[a|b]`. With a typer that shows
-click's labels itself (before 0.26), it changes nothing. Docstrings wrapped at the source's
-line length are joined into paragraphs, so that help wraps at the terminal's width, not at
-both.
+PATH, integers INTEGER, floats FLOAT, text TEXT, choices `[a|b]`; arguments show their
+name in capitals in the usage line (`QUERY_FILE`, not `{query_file}`). pyproject.toml pins
+typer to these versions. Docstrings wrapped at the source's line length are joined into
+paragraphs, so that help wraps at the terminal's width, not at both.
 """
 
 from __future__ import annotations
