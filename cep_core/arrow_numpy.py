@@ -34,6 +34,11 @@ _NUMPY = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32,
           pa.float64(): np.float64}
 
 
+def empty_table(schema: pa.Schema) -> pa.Table:
+    """A table of no rows (`Schema.empty_table()` imports pandas: ~0.2 s of a start)."""
+    return pa.Table.from_batches([], schema=schema)
+
+
 def to_numpy(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """The values of a numeric or bool column (read-only where memory is shared); a null
     slot holds whatever Arrow left there (a float column: NaN, as pyarrow gives)."""

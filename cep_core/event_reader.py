@@ -48,6 +48,7 @@ import pyarrow.compute as pc
 from cep_core.arrow_numpy import (
     ARROW_TYPES,
     arrow_schema,
+    empty_table,
     from_numpy,
     is_null,
     segment_rows,
@@ -200,7 +201,7 @@ class _Rows:
         pieces, dead = self.pieces, self.dead
         self.pieces, self.dead = [], []
         if not pieces:
-            return self.arrow_schema.empty_table(), sorted(dead, key=_position)
+            return empty_table(self.arrow_schema), sorted(dead, key=_position)
         table = pa.concat_tables([p.table for p in pieces])
         seq = to_numpy(table.column("seq"))
         previous = np.maximum.accumulate(np.concatenate(([self.prev_max], seq[:-1])))

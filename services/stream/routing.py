@@ -32,6 +32,7 @@ from cep_core.control_message import (
     OtherStream,
     validate,
 )
+from cep_core.arrow_numpy import empty_table
 from cep_core.errors import EventError
 from cep_core.event_io import DeadLetter
 from cep_core.json_batch import (
@@ -494,7 +495,7 @@ class Router:
             dead.append(DeadLetter(self.topics.source, self.position, message.value() or b"",
                                    str(e), message.offset(), message.partition()))
             self.position += 1
-            table = arrow_schema(self.schema).empty_table()
+            table = empty_table(arrow_schema(self.schema))
             return Rows(table, [], np.zeros(0, np.int64), np.zeros(0, np.int64),
                         message.partition(), np.zeros(0, np.int64))
         positions = np.arange(self.position, self.position + table.num_rows, dtype=np.int64)
