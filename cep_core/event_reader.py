@@ -98,15 +98,10 @@ def read_table(path: str | Path, schema: StreamSchema, fmt: str | None = None, *
         if not path.is_file():
             raise InputError(f"{path}: no such file")
         source, opened = str(path), path.open("rb")
-    rows = _Rows(schema, source)
-    tables, dead = [], []
-    with opened as f:
-        for _ in _READERS[fmt](f, rows, block_bytes):  # drained block by block: what a
-            table, letters = rows.drain()  # block's dead letters need of it goes with it
-            tables.append(table)
-            dead.extend(letters)
-    table, letters = rows.drain()
-    return pa.concat_tables([*tables, table]), sorted(dead + letters, key=_position)
+    with opened as f:  # block by block: what a block's dead letters need of it goes with it
+        parts = list(iter_tables(f, schema, fmt, source, block_bytes=block_bytes))
+    return (pa.concat_tables([table for table, _ in parts]),
+            sorted((letter for _, letters in parts for letter in letters), key=_position))
 
 
 def iter_tables(f: IO[bytes], schema: StreamSchema, fmt: str, source: str, *,
