@@ -257,6 +257,7 @@ class Composites(Sequence):
             table = pa.Table.from_arrays(columns, schema=schema)
             yield table if back is None else table.take(from_numpy(back))
 
+
 def _arrow_of(batches: list[CompositeBatch], meta: bytes) -> pa.Table:
     """The batches' composites as to_arrow's columns, in batch order, with `meta` (the
     queries' shapes) as the schema's metadata."""

@@ -140,8 +140,8 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
         out_dir = _pyarrow_directory(output)  # tasks write there, or Spark does
         result_schema = "composites long" if out_dir else RESULT_SCHEMA
         if scan:
-            return _scan_job(spark, source, schema, groups, partitions, out_dir, output,
-                             dead_letters, rows, rejected_rows)
+            return _scan_job(spark, source, schema, groups, partitions, out_dir,
+                             result_schema, output, dead_letters, rows, rejected_rows)
         direct = parquet_input(spark, files)
         cached = None
         if direct is not None and direct.splits_ordered:  # every dead letter found in tasks
@@ -203,12 +203,12 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
 
 
 def _scan_job(spark, source, schema, groups, partitions: int, out_dir: str | None,
-              output: str, dead_letters: str, rows, rejected_rows) -> BackfillResult:
+              result_schema: str, output: str, dead_letters: str, rows,
+              rejected_rows) -> BackfillResult:
     """The job with the scan exchange (`scan.py`): one Spark stage of engine tasks; the
     first task of the first group reports the input's counts and dead letters."""
     counts = spark.sparkContext.accumulator({}, SplitCounts())
     input_dead = spark.sparkContext.accumulator({}, SplitCounts())  # position -> row
-    result_schema = "composites long" if out_dir else RESULT_SCHEMA
     results = []
     for g, group in enumerate(groups):
         runner = PartitionRunner(list(group.queries), str(kernel_cache_dir()), rows,
