@@ -262,7 +262,8 @@ _HEADER = struct.Struct("<qq")  # a Stream snapshot: events read, last seq; then
 
 class Stream:
     """The queries running over a stream given batch by batch: `push` returns the
-    composite events each batch completes; `flush()` those pending at the end of input.
+    composite events each batch completes; `advance_time(ts)` those released by event time
+    reaching ts (a punctuation); `flush()` those pending at the end of input.
     The pushes and the flush together give what one `QuerySet.run` over all the batches
     gives. `snapshot()`/`restore()` save and put back the whole state (engines, string
     dictionary, where seqs are)."""
@@ -278,40 +279,36 @@ class Stream:
     def push(self, data: Any, fmt: str | None = None) -> pa.Table:
         """Run one batch (anything `QuerySet.run` takes); the new composite events in
         output order. Bad records and rejected events go to `dead_letters`."""
-        import numpy as np
+        return self._push(data, fmt).to_arrow()
 
-        from cep_core.arrow_numpy import from_numpy, to_numpy
+    def advance_time(self, ts: int) -> pa.Table:
+        """A punctuation: event time has reached `ts` (in the stream's time unit) with no
+        event; the composite events that releases (windows that end before it, SEQ
+        matches waiting on their WITHIN, timed-out partial matches)."""
+        return self._advance_time(ts).to_arrow()
 
-        first = self._position
-        table, dead = read_events(data, self.schema, fmt, first)
-        self._position += table.num_rows + len(dead)  # every record counts as a position
-        seq = to_numpy(table.column("seq"))
-        late = np.flatnonzero(seq <= self._last_seq)
-        if len(late):
-            positions = np.setdiff1d(np.arange(first, self._position),
-                                     [letter.position for letter in dead])
-            source = _source(data)
-            dead.extend(DeadLetter(source, int(positions[i]), _row_json(table, i),
-                                   seq_not_increasing(int(seq[i]), self._last_seq))
-                        for i in late.tolist())
-            dead.sort(key=lambda letter: letter.position)
-            keep = np.ones(len(seq), dtype=bool)
-            keep[late] = False
-            table = table.filter(from_numpy(keep))
-            seq = seq[keep]
-        if len(seq):
-            self._last_seq = int(seq[-1])
+    def flush(self) -> pa.Table:
+        """The end of input: what is still pending (open windows, ...)."""
+        return self._flush().to_arrow()
+
+    def _push(self, data: Any, fmt: str | None = None) -> Composites:
+        table, dead, self._position, self._last_seq = read_batch(
+            data, self.schema, fmt, self._position, self._last_seq)
         self.dead_letters.extend(dead)
         found = []
         for start in range(0, table.num_rows, 65536):
             found.extend(self._engines.process_columns(
                 self._encoder.from_arrow(table.slice(start, 65536))))
         self._take_rejected(table)
-        return self._engines.composites(found).to_arrow()
+        return self._engines.composites(found)
 
-    def flush(self) -> pa.Table:
-        """The end of input: what is still pending (open windows, ...)."""
-        out = self._engines.composites(self._engines.flush_columns()).to_arrow()
+    def _advance_time(self, ts: int) -> Composites:
+        out = self._engines.composites(self._engines.punctuate_columns(int(ts)))
+        self._take_rejected(None)
+        return out
+
+    def _flush(self) -> Composites:
+        out = self._engines.composites(self._engines.flush_columns())
         self._take_rejected(None)
         return out
 
@@ -339,6 +336,35 @@ class Stream:
         data = snapshot_format.unpack("stream", data)
         self._position, self._last_seq = _HEADER.unpack_from(data)
         self._engines.restore(data[_HEADER.size:])
+
+
+def read_batch(data: Any, schema: StreamSchema, fmt: str | None = None, position: int = 0,
+               last_seq: int = -1) -> tuple[pa.Table, list[DeadLetter], int, int]:
+    """One batch of a stream given batch by batch (`Stream.push`): its events as
+    `read_events` reads them, its first record at `position`, less the events whose seq is
+    not above `last_seq` (the last of the batches before), which become dead letters.
+    (table, dead letters in position order, the next batch's position, the last seq)."""
+    import numpy as np
+
+    from cep_core.arrow_numpy import from_numpy, to_numpy
+
+    table, dead = read_events(data, schema, fmt, position)
+    end = position + table.num_rows + len(dead)  # every record counts as a position
+    seq = to_numpy(table.column("seq"))
+    late = np.flatnonzero(seq <= last_seq)
+    if len(late):
+        positions = np.setdiff1d(np.arange(position, end),
+                                 [letter.position for letter in dead])
+        source = _source(data)
+        dead.extend(DeadLetter(source, int(positions[i]), _row_json(table, i),
+                               seq_not_increasing(int(seq[i]), last_seq))
+                    for i in late.tolist())
+        dead.sort(key=lambda letter: letter.position)
+        keep = np.ones(len(seq), dtype=bool)
+        keep[late] = False
+        table = table.filter(from_numpy(keep))
+        seq = seq[keep]
+    return table, dead, end, int(seq[-1]) if len(seq) else last_seq
 
 
 def _row_json(table: pa.Table, row: int) -> bytes:
