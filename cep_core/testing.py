@@ -18,6 +18,9 @@ and checks that every step gives the same composite events.
 
 from __future__ import annotations
 
+# Deferred imports: the reference interpreter and the reader of its Events load only for a
+# QueryDriver on the reference engine (a jit driver never imports them).
+
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 

@@ -33,6 +33,7 @@ from services.cli.common import (
     export_schema_paths,
     kafka_settings,
 )
+from services.cli.query_diff import DiffEvents, DiffOld, query_diff
 from services.stream.live_changes import (
     EXIT,
     live_items,
@@ -49,6 +50,7 @@ class Op(StrEnum):
     update = "update"
     remove = "remove"
     list = "list"
+    diff = "diff"
 
 
 Wait = Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until every service "
@@ -66,7 +68,9 @@ def register(app: typer.Typer, guard, cli_error) -> None:
     @app.command()
     def query(
         op: Annotated[Op, typer.Argument(help="add FILE / update FILE: the queries of a "
-                                         "query file (or only --name); remove NAME; list.")],
+                                         "query file (or only --name); remove NAME; list; "
+                                         "diff FILE --events FILE: the query's composite "
+                                         "events against the live version's.")],
         target: Annotated[str | None, typer.Argument(help="A query file (add, update) or a "
                                                      "query name (remove).")] = None,
         name: Annotated[str | None, typer.Option(metavar="NAME",
@@ -81,8 +85,14 @@ def register(app: typer.Typer, guard, cli_error) -> None:
         no_check: NoCheck = False,
         as_json: AsJson = False,
         schema: SchemaPaths = None,
+        events: DiffEvents = None,
+        old: DiffOld = None,
     ) -> None:
         """Change the queries of the running pipelines (no restart), or list what is live."""
+        if op is Op.diff:
+            guard(lambda: query_diff(cli_error, target, name, events, old, bootstrap, control,
+                                     topic_prefix, kafka_config, schema))
+            return
         guard(lambda: _change(cli_error, "query", op, target, name, stream, bootstrap,
                               control, topic_prefix, kafka_config, wait, timeout, no_check,
                               as_json, schema))
@@ -136,6 +146,8 @@ def register(app: typer.Typer, guard, cli_error) -> None:
 def _change(cli_error, kind, op, target, only, stream, bootstrap, control, topic_prefix,
             kafka_config, wait, timeout, no_check, as_json, schema=None,
             json_schema=None) -> None:
+    if op is Op.diff:  # `cep query diff` never comes here
+        raise cli_error(f"cep {kind} diff: only queries are compared (cep query diff)", 2)
     export_schema_paths(schema, cli_error)
     from cep_core.control_message import ControlMessageError
     from cep_core.errors import QueryError, QueryErrors
