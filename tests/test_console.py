@@ -2,13 +2,22 @@
 `make test` installs when missing, through selenium), served by the API over a running
 pipeline: a query with an error shows the error under its line, a good one goes live and
 its composite events appear in the live table; a screenshot is saved under the test's tmp
-dir (and at $CEP_CONSOLE_SCREENSHOT when set: docs/console.png is made so)."""
+dir (and at $CEP_CONSOLE_SCREENSHOT when set: docs/console.png is made so).
+
+And the API's safety rules in the browser (docs/api.md, "Safety"): a page of another
+origin (a second HTTP server on 127.0.0.1) tries to add queries (a text/plain fetch, a JSON
+fetch that needs a preflight, a text/plain form) and a name that resolves to 127.0.0.1 (a
+DNS rebinding) asks for the console; none gets through, while the console itself adds
+and removes a query."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import shutil
+import threading
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -40,6 +49,9 @@ PATTERN ( . up up ) DEFINE up AS price > Last(price)
 EMIT symbol = symbol, n = Count();"""
 
 
+REBOUND = "rebound.test"  # the browser resolves it to 127.0.0.1, as a DNS rebinding
+
+
 @pytest.fixture
 def browser():
     from selenium import webdriver
@@ -48,7 +60,8 @@ def browser():
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                 "--disable-gpu", "--window-size=1280,900"):
+                 "--disable-gpu", "--window-size=1280,900",
+                 f"--host-resolver-rules=MAP {REBOUND} 127.0.0.1"):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(DRIVER), options=options)
     try:
@@ -136,3 +149,104 @@ def test_console_checks_adds_and_shows_composites(kafka_bootstrap, browser, tmp_
         assert picture.stat().st_size > 10_000
         if os.environ.get("CEP_CONSOLE_SCREENSHOT"):
             shutil.copy(picture, os.environ["CEP_CONSOLE_SCREENSHOT"])
+
+
+ELSEWHERE = """<!doctype html><meta charset="utf-8"><title>elsewhere</title>
+<pre id="result"></pre>
+<iframe name="sink"></iframe>
+<form id="form" method="post" enctype="text/plain" target="sink" action="%API%/api/queries">
+<input name='{"text": %FORM%, "x": "' value='"}'></form>
+<script>
+const API = "%API%";
+async function attempt(name, init) {
+  try {
+    const reply = await fetch(API + "/api/queries", init);
+    return name + ": " + reply.type + " " + reply.status;
+  } catch (e) {
+    return name + ": blocked (" + e.name + ")";
+  }
+}
+(async () => {
+  const said = [];
+  said.push(await attempt("text/plain", {method: "POST", mode: "no-cors",
+    headers: {"Content-Type": "text/plain"}, body: JSON.stringify({text: %SIMPLE%})}));
+  said.push(await attempt("json", {method: "POST",
+    headers: {"Content-Type": "application/json"}, body: JSON.stringify({text: %JSON%})}));
+  said.push(await attempt("read", {}));
+  document.querySelector("iframe").addEventListener("load", () => {
+    said.push("form: sent");
+    document.getElementById("result").textContent = JSON.stringify(said);
+  }, {once: true});
+  document.getElementById("form").submit();
+})();
+</script>"""
+
+
+class Elsewhere(http.server.ThreadingHTTPServer):
+    """Another origin: one page, on its own port of 127.0.0.1."""
+
+    def __init__(self, page: str):
+        class Page(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = page.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+        super().__init__(("127.0.0.1", 0), Page)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}/"
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+def live_names(api) -> list[str]:
+    with urllib.request.urlopen(api.url + "/api/queries?state=false", timeout=60) as reply:
+        return [q["name"] for q in json.loads(reply.read())["queries"]]
+
+
+def test_other_origins_cannot_change_queries_the_console_can(kafka_bootstrap, browser):
+    from selenium.webdriver.common.by import By
+
+    settings = KafkaSettings(kafka_bootstrap, session_timeout_ms=2000)
+    run = uuid.uuid4().hex[:8]
+    query = GOOD.replace("ups", "{name}", 1).format
+    texts = {k: query(name=f"evil_{k}", output=f"evil_{run}")
+             for k in ("simple", "json", "form")}
+    config = ApiConfig(settings, topic_prefix=f"site{run}", timeout_s=5)
+    with ApiThread(config) as api:
+        page = ELSEWHERE.replace("%API%", api.url)
+        for key, text in texts.items():
+            page = page.replace(f"%{key.upper()}%", json.dumps(text))
+        elsewhere = Elsewhere(page)
+        try:
+            browser.get(elsewhere.url)
+            said = json.loads(until(browser, lambda b: b.find_element(
+                By.ID, "result").text, "the other origin's attempts"))
+        finally:
+            elsewhere.shutdown()
+            elsewhere.server_close()
+        # the simple request went out (its answer is opaque to the page): the API refused
+        # it; the JSON one and the read stopped in the browser (no CORS for that origin)
+        assert said == ["text/plain: opaque 0", "json: blocked (TypeError)",
+                        "read: blocked (TypeError)", "form: sent"], said
+
+        port = api.url.rsplit(":", 1)[1]
+        browser.get(f"http://{REBOUND}:{port}/")  # a DNS rebinding: same page, other name
+        refused = json.loads(browser.find_element(By.TAG_NAME, "body").text)
+        assert REBOUND in refused["error"] and "not this API's" in refused["error"]
+
+        browser.get(api.url + "/")  # the console itself
+        type_query(browser, query(name="from_console", output=f"console_{run}"))
+        until(browser, lambda b: "ok" in b.find_element(By.ID, "checked")
+              .get_attribute("class"), "the query checked")
+        browser.find_element(By.ID, "add").click()
+        until(browser, lambda b: "no 'trades' pipeline is up" in
+              b.find_element(By.ID, "outcome").text, "the add queued", 120)
+        assert live_names(api) == ["from_console"]  # and none of the other origin's
+        until(browser, lambda b: b.find_elements(
+            By.CSS_SELECTOR, '#queries tr[data-query="from_console"] button.remove'),
+            "the query's row")[0].click()
+        until(browser, lambda b: not live_names(api), "the query removed", 120)

@@ -9,18 +9,20 @@ INTO topic as server-sent events. The OpenAPI 3.1 document is services/api/opena
 the console is static files in services/api/console/. docs/api.md has the endpoints.
 
 Token rule: with CEP_API_TOKEN set every change (POST, PUT, DELETE other than validate)
-needs `Authorization: Bearer <token>`; without it the API binds to 127.0.0.1 only.
+needs `Authorization: Bearer <token>`; without it the API binds to 127.0.0.1 only (and with
+--api-require-token does not start). The Host, Origin, content-type and CORS rules and the
+JSON errors are services/api/guard.py's. Checking a query or a stream is CPU work: it runs
+on a small pool of threads of its own, never on the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
-import ipaddress
 import re
 import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import orjson
@@ -32,6 +34,7 @@ from cep_core.checker import load_query_text
 from cep_core.control_message import ControlMessageError, check_stream, replayed
 from cep_core.errors import QueryError, QueryErrors
 from services.api.errors import Refused
+from services.api.guard import TOKEN_ENV, Guard, error_response, json_response, loopback
 from services.api.openapi import openapi_document
 from services.api.tail import tail_query
 from services.stream.control import control_log, publish
@@ -48,7 +51,9 @@ from services.stream.live_changes import (
 from services.stream.serve import log
 
 CONSOLE = Path(__file__).resolve().parent / "console"
-TOKEN_ENV = "CEP_API_TOKEN"
+MAX_BODY = 1024 * 1024
+CHECK_THREADS = 2  # threads that check query and stream texts
+CHECKS_AT_ONCE = 8  # checks running or waiting for a thread; one more is refused (503)
 LOCATED = re.compile(r"^<query (?P<query>[^>]*)>:(?P<line>\d+):(?P<column>\d+): "
                      r"error: (?P<message>.*)$", re.M)
 CONFLICT = ("is live already", "exists already")
@@ -56,40 +61,34 @@ MISSING = ("no live query", "no stream")
 
 
 class ApiConfig:
+    """allowed_hosts: Host names let in besides loopback ones (`*`: any);
+    cors_origins: origins whose pages may call the API (CORS) and make changes;
+    require_token: refuse to start without a token, on loopback too. A bad origin or host
+    is a ValueError here."""
+
     def __init__(self, settings, topic_prefix: str = "", control: str = "",
                  token: str | None = None, timeout_s: float = 30, metrics_urls=(),
-                 cache_s: float = 1.0):
+                 cache_s: float = 1.0, allowed_hosts=(), cors_origins=(),
+                 require_token: bool = False):
         self.settings, self.prefix, self.token = settings, topic_prefix, token or None
         self.control = Topics("", control=control, prefix=topic_prefix).control
         self.timeout_s, self.metrics_urls, self.cache_s = timeout_s, list(metrics_urls), cache_s
+        self.allowed_hosts, self.cors_origins = list(allowed_hosts), list(cors_origins)
+        self.require_token = require_token
+        Guard(self.allowed_hosts, self.cors_origins)  # the check
 
 
-def bind_host(host: str | None, token: str | None) -> str:
-    """The address to listen on: without a token, loopback only (ValueError otherwise)."""
+def bind_host(host: str | None, token: str | None, require_token: bool = False) -> str:
+    """The address to listen on: without a token, loopback only, and nowhere with
+    `require_token` (ValueError otherwise)."""
+    if require_token and not token:
+        raise ValueError(f"{TOKEN_ENV} is not set and --api-require-token asks for one")
     if host is None:
         return "0.0.0.0" if token else "127.0.0.1"
-    if not token and not _loopback(host):
+    if not token and not loopback(host):
         raise ValueError(f"{TOKEN_ENV} is not set: the API binds to 127.0.0.1 only, not "
                          f"{host!r} (set a token to listen elsewhere)")
     return host
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _json(data, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS),
-                        status=status, content_type="application/json")
-
-
-def _error(status: int, message: str, **fields) -> web.Response:
-    return _json({"error": message, **fields}, status)
 
 
 def located_errors(text: str) -> list[dict]:
@@ -133,6 +132,38 @@ class Api:
         self._ends: dict[str, object] = {}  # INTO topic -> consumer at its end
         self._lock = threading.Lock()
         self.closing = threading.Event()  # set at shutdown: open tails end
+        self._checks = ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="api-check")
+        self._checking = 0  # checks running or waiting for a thread
+        self._checking_lock = threading.Lock()
+
+    # ------------------------------------------------------------ checking texts
+
+    def _check_begins(self) -> None:
+        with self._checking_lock:
+            if self._checking >= CHECKS_AT_ONCE:
+                raise Refused(503, {"error": f"{CHECKS_AT_ONCE} checks are running or "
+                                    "waiting: retry"}, {"Retry-After": "1"})
+            self._checking += 1
+
+    def _check_ends(self) -> None:
+        with self._checking_lock:
+            self._checking -= 1
+
+    async def check(self, fn, *args):
+        """fn(*args) on the checking threads, awaited from the event loop."""
+        self._check_begins()
+        try:
+            return await asyncio.wrap_future(self._checks.submit(fn, *args))
+        finally:
+            self._check_ends()
+
+    def checked(self, fn, *args):
+        """fn(*args) on the checking threads, from another thread (a change)."""
+        self._check_begins()
+        try:
+            return self._checks.submit(fn, *args).result()
+        finally:
+            self._check_ends()
 
     # ------------------------------------------------------------ reading the topics
 
@@ -197,6 +228,7 @@ class Api:
         return total, round((total - before[1]) / (now - before[0]), 3)
 
     def close(self) -> None:
+        self._checks.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             for consumer in self._ends.values():
                 consumer.close()
@@ -229,7 +261,7 @@ class Api:
                only: str | None, wait: bool, timeout_s: float) -> tuple[int, dict]:
         records = self.records(fresh=True)
         if kind == "query" and op != "remove":
-            errors, _ = query_problems(text, self.live().registry)
+            errors, _ = self.checked(query_problems, text, self.live().registry)
             if errors:
                 return 422, {"outcome": "invalid", "errors": errors, "changes": []}
         try:
@@ -324,90 +356,102 @@ def _stream_name(text: str) -> str:
     return name
 
 
-def make_app(config: ApiConfig) -> web.Application:
-    api = Api(config)
-    routes = web.RouteTableDef()
+def _checked_stream(data: dict) -> dict:
+    """The answer of /api/streams/validate (a checking thread's work)."""
+    try:
+        text = _stream_text(data)
+    except Refused as e:
+        if e.status != 422:
+            raise
+        return {"ok": False, "errors": e.body["errors"]}
+    name = _stream_name(text)
+    try:
+        schema = check_stream(name, text)
+    except ControlMessageError as e:
+        return {"ok": False, "errors": located_errors(str(e))}
+    return {"ok": True, "errors": [], "schema": schema.to_dict()}
 
-    @web.middleware
-    async def token_rule(request: web.Request, handler):
-        changes = request.method in ("POST", "PUT", "DELETE") and \
-            not request.path.endswith("/validate")
-        if changes and config.token:
-            given = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {config.token}".encode()):
-                return _error(401, "this change needs Authorization: Bearer <CEP_API_TOKEN>")
-        try:
-            return await handler(request)
-        except Refused as e:
-            return _json(e.body, e.status)
+
+def _stream_named(data: dict, name: str | None) -> tuple[str, str]:
+    """(name, schema text) of a stream change's body (a checking thread's work)."""
+    text = _stream_text(data, name)
+    given = _stream_name(text)
+    if name is not None and given != name:
+        raise Refused(422, {"outcome": "invalid", "changes": [], "errors": located_errors(
+            f"the schema describes stream {given!r}, not {name!r}")})
+    return given, text
+
+
+API = web.AppKey("api", Api)
+
+
+def make_app(config: ApiConfig, bound: str | None = None) -> web.Application:
+    """The app; `bound`: the address it listens on (a non-loopback one is an allowed
+    Host)."""
+    api = Api(config)
+    guard = Guard(config.allowed_hosts, config.cors_origins, config.token, bound, MAX_BODY)
+    routes = web.RouteTableDef()
 
     @routes.get("/healthz")
     async def healthz(request):
-        return _json({"alive": True})
+        return json_response({"alive": True})
 
     @routes.get("/readyz")
     async def readyz(request):
         try:
             await asyncio.to_thread(api.records, True)
         except Exception as e:  # the broker does not answer: not ready
-            return _json({"ready": False, "control_topic": config.control,
-                          "reason": str(e)}, 503)
-        return _json({"ready": True, "control_topic": config.control})
+            return json_response({"ready": False, "control_topic": config.control,
+                                  "reason": str(e)}, 503)
+        return json_response({"ready": True, "control_topic": config.control})
 
     @routes.get("/openapi.json")
     async def openapi(request):
-        return _json(openapi_document())
+        return json_response(openapi_document())
 
     @routes.get("/")
     async def console(request):
         return web.FileResponse(CONSOLE / "index.html")
+
+    console_files = {p.name for p in CONSOLE.iterdir() if p.is_file()}
+
+    @routes.get("/console/{file}")
+    async def console_file(request):
+        name = request.match_info["file"]
+        if name not in console_files:
+            return error_response(404, f"no such endpoint: GET {request.path}")
+        return web.FileResponse(CONSOLE / name)
 
     # ---------------------------------------------------------------- streams
 
     @routes.get("/api/streams")
     async def streams(request):
         live = await asyncio.to_thread(api.live)
-        return _json({"streams": [_stream_entry(live.registry, n)
-                                  for n in live.registry.names()]})
+        return json_response({"streams": [_stream_entry(live.registry, n)
+                                          for n in live.registry.names()]})
 
     @routes.get("/api/streams/{name}")
     async def stream(request):
         live = await asyncio.to_thread(api.live)
         name = request.match_info["name"]
         if live.registry.get(name) is None:
-            return _error(404, f"no stream {name!r}")
-        return _json(_stream_entry(live.registry, name))
+            return error_response(404, f"no stream {name!r}")
+        return json_response(_stream_entry(live.registry, name))
 
     @routes.post("/api/streams/validate")
     async def validate_stream(request):
         data = await _body(request)
-        try:
-            text = _stream_text(data)
-        except Refused as e:
-            if e.status != 422:
-                raise
-            return _json({"ok": False, "errors": e.body["errors"]})
-        name = _stream_name(text)
-        try:
-            schema = check_stream(name, text)
-        except ControlMessageError as e:
-            return _json({"ok": False, "errors": located_errors(str(e))})
-        return _json({"ok": True, "errors": [], "schema": schema.to_dict()})
+        return json_response(await api.check(_checked_stream, data))
 
     async def stream_change(request, op: str, name: str | None = None):
         data = await _body(request) if op != "remove" else {}
         wait, timeout = _wait_args(data, config)
         text = None
         if op != "remove":
-            text = _stream_text(data, name)
-            given = _stream_name(text)
-            if name is not None and given != name:
-                return _json({"outcome": "invalid", "changes": [], "errors": located_errors(
-                    f"the schema describes stream {given!r}, not {name!r}")}, 422)
-            name = given
+            name, text = await api.check(_stream_named, data, name)
         status, body = await asyncio.to_thread(api.change, "stream", op, name, text, None,
                                                wait, timeout)
-        return _json(body, status)
+        return json_response(body, status)
 
     @routes.post("/api/streams")
     async def add_stream(request):
@@ -433,7 +477,7 @@ def make_app(config: ApiConfig) -> web.Application:
             return [api.query_entry(q, with_state) for q in
                     sorted(live.live.values(), key=lambda q: q.index)
                     if stream is None or q.checked.schema.stream == stream]
-        return _json({"queries": await asyncio.to_thread(listed)})
+        return json_response({"queries": await asyncio.to_thread(listed)})
 
     @routes.get("/api/queries/{name}")
     async def query(request):
@@ -443,20 +487,20 @@ def make_app(config: ApiConfig) -> web.Application:
             live = api.live().live.get(name)
             return None if live is None else api.query_entry(live, True)
         entry = await asyncio.to_thread(found)
-        return _json(entry) if entry else _error(404, f"no live query {name!r}")
+        return json_response(entry) if entry else error_response(404, f"no live query {name!r}")
 
     @routes.post("/api/queries/validate")
     async def validate_query(request):
         data = await _body(request)
         text = data.get("text")
         if not isinstance(text, str):
-            return _error(400, "text: a string")
+            return error_response(400, "text: a string")
         live = await asyncio.to_thread(api.live)
-        errors, checked = query_problems(text, live.registry)
+        errors, checked = await api.check(query_problems, text, live.registry)
         if not errors and not checked:
             errors = [{"message": "no query in the text", "line": None, "column": None,
                        "query": None, "source_line": None}]
-        return _json({"ok": not errors, "errors": errors, "queries": [
+        return json_response({"ok": not errors, "errors": errors, "queries": [
             {"name": q.name, "stream": q.schema.stream, "output": q.query.output,
              "live": q.name in live.live} for q in checked]})
 
@@ -467,7 +511,7 @@ def make_app(config: ApiConfig) -> web.Application:
         status, body = await asyncio.to_thread(api.change, "query", op, name, text,
                                                name if op == "update" else None, wait,
                                                timeout)
-        return _json(body, status)
+        return json_response(body, status)
 
     @routes.post("/api/queries")
     async def add_query(request):
@@ -491,11 +535,12 @@ def make_app(config: ApiConfig) -> web.Application:
     async def closed(app):
         await asyncio.to_thread(api.close)
 
-    app = web.Application(middlewares=[token_rule], client_max_size=1024 * 1024)
+    app = web.Application(middlewares=[guard.middleware], client_max_size=MAX_BODY)
+    app[API] = api
+    app.on_response_prepare.append(guard.on_response_prepare)
     app.on_shutdown.append(closing)
     app.on_cleanup.append(closed)
     app.add_routes(routes)
-    app.router.add_static("/console/", CONSOLE)
     return app
 
 
@@ -508,9 +553,10 @@ def _stream_entry(registry, name: str) -> dict:
 
 def serve_api(config: ApiConfig, host: str | None, port: int) -> None:
     """Serve until SIGTERM / SIGINT."""
-    bound = bind_host(host, config.token)
-    log("api_listening", host=bound, port=port, token=bool(config.token))
-    web.run_app(make_app(config), host=bound, port=port, print=None, access_log=None,
+    bound = bind_host(host, config.token, config.require_token)
+    log("api_listening", host=bound, port=port, token=bool(config.token),
+        allowed_hosts=config.allowed_hosts, cors_origins=config.cors_origins)
+    web.run_app(make_app(config, bound), host=bound, port=port, print=None, access_log=None,
                 handle_signals=True)
 
 
@@ -519,7 +565,8 @@ class ApiThread:
     started; `stop()` closes it."""
 
     def __init__(self, config: ApiConfig, host: str = "127.0.0.1", port: int = 0):
-        self.config, self.host, self.port = config, bind_host(host, config.token), port
+        self.config, self.port = config, port
+        self.host = bind_host(host, config.token, config.require_token)
         self.loop = asyncio.new_event_loop()
         self.started = threading.Event()
         self.thread = threading.Thread(target=self._run, name="api", daemon=True)
@@ -527,7 +574,7 @@ class ApiThread:
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         try:
-            self.runner = web.AppRunner(make_app(self.config), access_log=None,
+            self.runner = web.AppRunner(make_app(self.config, self.host), access_log=None,
                                         shutdown_timeout=5)
             self.loop.run_until_complete(self.runner.setup())
             site = web.TCPSite(self.runner, self.host, self.port)

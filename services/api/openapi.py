@@ -69,6 +69,29 @@ def _ref(name: str) -> dict:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
+RETRY_AFTER = {"Retry-After": {"description": "seconds", "schema": {"type": "string"}}}
+
+
+def _guarded(responses: dict, change: bool = False, broker: bool = True) -> dict:
+    """`responses` with the refusals of services/api/guard.py: 421 (a Host that is not
+    the API's) everywhere; for a change (and a validate call) 403 (another origin's page),
+    413 (over 1 MiB), 415 (not application/json); 503 when it reads the broker (or checks
+    a text: too many checks at once), with Retry-After."""
+    out = {**responses,
+           "421": _json(_ref("Error"), "the Host header is not a loopback name or an "
+                        "allowed host")}
+    if change:
+        out.update({
+            "403": _json(_ref("Error"), "a change from the web page of another origin"),
+            "413": _json(_ref("Error"), "the body is over 1 MiB"),
+            "415": _json(_ref("Error"), "the body is not Content-Type: application/json")})
+    if broker or change:
+        out["503"] = {**_json(_ref("Error"), "the broker is unreachable, or too many "
+                              "checks are running: retry after Retry-After seconds"),
+                      "headers": RETRY_AFTER}
+    return out
+
+
 def _change_responses(created: bool = False) -> dict:
     outcome = _json(_ref("Outcome"))
     out = {"200" if not created else "201": {**outcome, "description": "applied"},
@@ -79,7 +102,7 @@ def _change_responses(created: bool = False) -> dict:
            "409": {**outcome, "description": "refused: live already, or by the splitter"},
            "422": {**outcome, "description": "does not check (errors with line, column)"},
            "504": {**outcome, "description": "no outcome in time"}}
-    return out
+    return _guarded(out, change=True)
 
 
 def _body(schema: dict) -> dict:
@@ -98,7 +121,10 @@ def openapi_document() -> dict:
                  "description": "Streams and queries of the running pipelines, changed "
                  "through the control topic; composite events as server-sent events. "
                  "Changes need `Authorization: Bearer <CEP_API_TOKEN>` when a token is "
-                 "set (docs/api.md)."},
+                 "set, a JSON body (`Content-Type: application/json`), and no `Origin` "
+                 "but the API's own or an allowed one; every request a loopback or "
+                 "allowed `Host`; every error is a JSON `{\"error\": ...}` (docs/api.md, "
+                 "Safety)."},
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": {"Error": ERROR, "LocatedError": LOCATED, "Outcome": OUTCOME,
@@ -113,26 +139,27 @@ def openapi_document() -> dict:
                                                  "not ready")}}},
             "/api/streams": {
                 "get": {"summary": "Every stream: schema files and the control topic's",
-                        "responses": {"200": _json({"type": "object", "required": ["streams"],
-                                                    "properties": {"streams": {
-                                                        "type": "array",
-                                                        "items": _ref("Stream")}}})}},
+                        "responses": _guarded({"200": _json({
+                            "type": "object", "required": ["streams"],
+                            "properties": {"streams": {"type": "array",
+                                                       "items": _ref("Stream")}}})})},
                 "post": {"summary": "Register a stream", "security": SECURED,
                          "requestBody": _body(STREAM_BODY),
                          "responses": _change_responses(created=True)}},
             "/api/streams/validate": {"post": {
                 "summary": "Check a stream schema (or import a JSON Schema); changes nothing",
                 "requestBody": _body(STREAM_BODY),
-                "responses": {"200": _json({"type": "object", "required": ["ok", "errors"],
-                                            "properties": {"ok": {"type": "boolean"},
-                                                           "errors": {"type": "array"},
-                                                           "schema": {"type": "object"}}}),
-                              "400": _json(_ref("Error")),
-                              "422": _json(_ref("Outcome"))}}},
+                "responses": _guarded({
+                    "200": _json({"type": "object", "required": ["ok", "errors"],
+                                  "properties": {"ok": {"type": "boolean"},
+                                                 "errors": {"type": "array"},
+                                                 "schema": {"type": "object"}}}),
+                    "400": _json(_ref("Error")),
+                    "422": _json(_ref("Outcome"))}, change=True)}},
             "/api/streams/{name}": {
                 "parameters": [NAME_PARAM],
-                "get": {"summary": "One stream", "responses": {
-                    "200": _json(_ref("Stream")), "404": _json(_ref("Error"))}},
+                "get": {"summary": "One stream", "responses": _guarded({
+                    "200": _json(_ref("Stream")), "404": _json(_ref("Error"))})},
                 "put": {"summary": "Change a stream", "security": SECURED,
                         "requestBody": _body(STREAM_BODY), "responses": _change_responses()},
                 "delete": {"summary": "Remove a stream registered on the control topic",
@@ -143,10 +170,10 @@ def openapi_document() -> dict:
                             {"name": "stream", "in": "query", "schema": {"type": "string"}},
                             {"name": "state", "in": "query",
                              "schema": {"enum": ["true", "false"]}}],
-                        "responses": {"200": _json({"type": "object", "required": ["queries"],
-                                                    "properties": {"queries": {
-                                                        "type": "array",
-                                                        "items": _ref("Query")}}})}},
+                        "responses": _guarded({"200": _json({
+                            "type": "object", "required": ["queries"],
+                            "properties": {"queries": {"type": "array",
+                                                       "items": _ref("Query")}}})})},
                 "post": {"summary": "Add the queries of a text", "security": SECURED,
                          "requestBody": _body(QUERY_BODY),
                          "responses": _change_responses(created=True)}},
@@ -154,17 +181,17 @@ def openapi_document() -> dict:
                 "summary": "Check a query text (parsed and checked, never run)",
                 "requestBody": _body({"type": "object", "required": ["text"],
                                       "properties": {"text": {"type": "string"}}}),
-                "responses": {
+                "responses": _guarded({
                     "200": _json({"type": "object", "required": ["ok", "errors", "queries"],
                                   "properties": {
                                       "ok": {"type": "boolean"},
                                       "errors": {"type": "array", "items": _ref("LocatedError")},
                                       "queries": {"type": "array"}}}),
-                    "400": _json(_ref("Error"))}}},
+                    "400": _json(_ref("Error"))}, change=True)}},
             "/api/queries/{name}": {
                 "parameters": [NAME_PARAM],
-                "get": {"summary": "One live query with its state", "responses": {
-                    "200": _json(_ref("Query")), "404": _json(_ref("Error"))}},
+                "get": {"summary": "One live query with its state", "responses": _guarded({
+                    "200": _json(_ref("Query")), "404": _json(_ref("Error"))})},
                 "put": {"summary": "Replace a live query", "security": SECURED,
                         "requestBody": _body(QUERY_BODY), "responses": _change_responses()},
                 "delete": {"summary": "Remove a live query", "security": SECURED,
@@ -178,10 +205,10 @@ def openapi_document() -> dict:
                      "schema": {"type": "integer", "minimum": 1, "maximum": 1000000}},
                     {"name": "idle_s", "in": "query",
                      "schema": {"type": "number", "minimum": 0.1, "maximum": 3600}}],
-                "responses": {
+                "responses": _guarded({
                     "200": {"description": "`event: composite`, `id: PARTITION:OFFSET`, "
                             "`data:` one composite event as JSON",
                             "content": {"text/event-stream": {"schema": {"type": "string"}}}},
-                    "400": _json(_ref("Error")), "404": _json(_ref("Error"))}}},
+                    "400": _json(_ref("Error")), "404": _json(_ref("Error"))})}},
         },
     }

@@ -102,6 +102,19 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
         api_metrics: Annotated[list[str] | None, typer.Option(
             "--api-metrics", metavar="URL", help="api: a service's Prometheus endpoint to "
             "read per-query partial matches from (repeatable).")] = None,
+        api_allowed_host: Annotated[list[str] | None, typer.Option(
+            "--api-allowed-host", envvar="CEP_API_ALLOWED_HOSTS", metavar="NAME",
+            help="api: a Host name the API answers besides localhost, 127.0.0.1 and [::1], "
+            "any port (repeatable; the variable: names apart by spaces; *: any; "
+            "docs/api.md).")] = None,
+        api_cors_origin: Annotated[list[str] | None, typer.Option(
+            "--api-cors-origin", envvar="CEP_API_CORS_ORIGINS", metavar="ORIGIN",
+            help="api: an origin (scheme://host[:port]) whose web pages may call the API "
+            "and make changes: CORS (repeatable; the variable: origins apart by spaces; "
+            "default: none).")] = None,
+        api_require_token: Annotated[bool, typer.Option(
+            "--api-require-token", envvar="CEP_API_REQUIRE_TOKEN", help="api: do not start "
+            "without CEP_API_TOKEN, on loopback too.")] = False,
     ) -> None:
         """Run a service of the streaming pipeline until SIGTERM (finishes its batch,
         commits, exits 0)."""
@@ -143,13 +156,17 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
                     urls = [f"--api-metrics=http://127.0.0.1:{metrics_port + i}/metrics"
                             for i in range(len(roles))] if metrics_port else []
                     plan.append(("api", common + ["--api-port", str(api_port)] + urls +
-                                 (["--api-host", api_host] if api_host else [])))
+                                 (["--api-host", api_host] if api_host else []) +
+                                 [f"--api-allowed-host={h}" for h in api_allowed_host or []] +
+                                 [f"--api-cors-origin={o}" for o in api_cors_origin or []] +
+                                 (["--api-require-token"] if api_require_token else [])))
                 raise typer.Exit(run_all(plan, stopping))
             ROLE["name"] = role.value
             logging.config.dictConfig(logging_config())
             if role is Role.api:
                 _serve_api(settings, topics, api_host, api_port or 8080, api_metrics,
-                           cli_error)
+                           cli_error, api_allowed_host or [], api_cors_origin or [],
+                           api_require_token)
                 return
             metrics = Metrics(role.value, metrics_port)
             if role is Role.splitter:  # a Faust app: Faust handles the signals
@@ -265,13 +282,16 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
 
         guard(body)
 
-def _serve_api(settings, topics, host, port, metrics_urls, cli_error) -> None:
+def _serve_api(settings, topics, host, port, metrics_urls, cli_error, allowed_hosts=(),
+               cors_origins=(), require_token=False) -> None:
     from services.api.app import TOKEN_ENV, ApiConfig, bind_host, serve_api
 
     token = os.environ.get(TOKEN_ENV) or None
     try:
-        bind_host(host, token)
+        bind_host(host, token, require_token)
+        config = ApiConfig(settings, topics.prefix, topics.control, token,
+                           metrics_urls=metrics_urls or [], allowed_hosts=allowed_hosts,
+                           cors_origins=cors_origins, require_token=require_token)
     except ValueError as e:
         raise cli_error(str(e), 2) from None
-    serve_api(ApiConfig(settings, topics.prefix, topics.control, token,
-                        metrics_urls=metrics_urls or []), host, port)
+    serve_api(config, host, port)
