@@ -147,9 +147,19 @@ def _schema_of(query: ast.Query, registry: SchemaRegistry, source: str | None,
         errors.append(QueryError(f"schema of stream '{query.stream}': {e}", query.pos, source))
         return None
     if schema is None:
-        errors.append(QueryError(f"unknown stream '{query.stream}'"
-                                 f"{_suggest(query.stream, registry.names())}", query.pos,
-                                 source))
+        # Where a registry finds schemas (cep_core/schema.py): those given to it (`--schema
+        # FILE|DIR` in the CLI), the files and folders of CEP_SCHEMA_PATH, the built-in ones;
+        # a LiveRegistry (the control topic's view) also knows the streams `cep stream add`
+        # registered.
+        hint = ("give its schema file with --schema FILE (or a directory of <stream>.json "
+                "files), or name that file or directory in CEP_SCHEMA_PATH")
+        if hasattr(registry, "learn"):  # control_message.LiveRegistry
+            hint += ", or register the stream on the control topic with `cep stream add FILE`"
+        suggestion = _suggest(query.stream, registry.names())
+        message = f"unknown stream '{query.stream}'" + (
+            f"{suggestion} If not, {hint}" if suggestion else
+            f": no schema of that name is known here; {hint}")
+        errors.append(QueryError(message, query.pos, source))
     return schema
 
 

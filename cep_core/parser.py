@@ -109,14 +109,8 @@ def parse(text: str, path: str = "<query>") -> ast.QueryFile:
     """Parse query text into an unchecked `QueryFile`."""
     try:
         tree = _lark().parse(text)
-    except lark.UnexpectedCharacters as e:
-        raise QueryError(f"unexpected character {text[e.pos_in_stream]!r}",
-                         ast.Pos(path, e.line, e.column), text) from None
-    except lark.UnexpectedToken as e:
-        raise QueryError(_unexpected_token_message(e), _token_pos(path, e.token, text),
-                         text) from None
-    except lark.UnexpectedEOF:
-        raise QueryError("unexpected end of file", _end_pos(path, text), text) from None
+    except lark.UnexpectedInput as e:
+        raise _syntax_error(e, text, path) from None
     _check_depth(tree, path, text)
     try:
         queries = _ToAst(path).transform(tree)
@@ -166,6 +160,94 @@ def _check_ast_depth(query: ast.Query, text: str) -> None:
 
 def parse_file(path: str | Path) -> ast.QueryFile:
     return parse(Path(path).read_text(), str(path))
+
+
+def _syntax_error(e: lark.UnexpectedInput, text: str, path: str) -> QueryError:
+    """The QueryError of a lark error: a missing ')' where one is missing (see
+    `_missing_paren`), else what lark found and expected where it stopped."""
+    missing = _missing_paren(text, path, _error_offset(e, text))
+    if missing is not None:
+        return missing
+    if isinstance(e, lark.UnexpectedCharacters):
+        return QueryError(f"unexpected character {text[e.pos_in_stream]!r}",
+                          ast.Pos(path, e.line, e.column), text)
+    if isinstance(e, lark.UnexpectedToken):
+        return QueryError(_unexpected_token_message(e), _token_pos(path, e.token, text), text)
+    return QueryError("unexpected end of file", _end_pos(path, text), text)
+
+
+def _error_offset(e: lark.UnexpectedInput, text: str) -> int:
+    """Where in the text lark stopped (its length at the end of the text)."""
+    if isinstance(e, lark.UnexpectedCharacters):
+        return e.pos_in_stream
+    token = getattr(e, "token", None)
+    if token is None or token.type == "$END" or token.start_pos is None:
+        return len(text)
+    return token.start_pos
+
+
+# Words that begin a clause or a query, and ';': a '(' still open before one of them
+# lacks its ')' (most often the pattern's: `PATTERN ( a b` and DEFINE on the next line).
+_CLAUSE_STARTS = {"DEFINE", "WHERE", "WITHIN", "USING", "ORDER", "EMIT", "ON", "FROM", "INTO",
+                  "PARTITION", "GROUP", "QUERY", "SEMICOLON"}
+_MAX_REPAIRS = 16
+
+
+def _missing_paren(text: str, path: str, offset: int) -> QueryError | None:
+    """A QueryError at the end of the token after which a ')' is missing, or None.
+
+    Where lark stops is often well after the missing ')': in `PATTERN ( a b` the words of
+    the next line (`DEFINE a AS price`) read as more pattern symbols, and lark stops at
+    `>`. So: with a '(' still open where lark stopped, a ')' is tried after the token
+    before each clause word (and before where lark stopped) since that '('; the first
+    place where the text then parses, or parses further than before, is where it is
+    missing."""
+    tokens, stopped_at = [], None  # the tokens before where lark stopped, the one there
+    try:
+        for token in _lark().lex(text):
+            if token.start_pos >= offset:
+                stopped_at = token
+                break
+            tokens.append(token)
+    except lark.UnexpectedInput:  # a character no token starts with, where lark stopped
+        pass
+    opened: list[int] = []  # indexes of the '(' not closed yet
+    for i, token in enumerate(tokens):
+        if token.type == "LPAR":
+            opened.append(i)
+        elif token.type == "RPAR" and opened:
+            opened.pop()
+    if not opened:
+        return None
+    first = opened[-1]
+    before = [i for i in range(first + 1, len(tokens)) if tokens[i].type in _CLAUSE_STARTS]
+    for i in [*before, len(tokens)][:_MAX_REPAIRS]:
+        previous = tokens[i - 1]
+        at = previous.end_pos
+        if not _parses_past(text[:at] + ")" + text[at:], at, offset):
+            continue
+        found = tokens[i] if i < len(tokens) else stopped_at
+        where = repr(str(found)) if found is not None else repr(text[offset]) \
+            if offset < len(text) else "the end of the file"
+        paren = tokens[first]
+        opener = tokens[first - 1].type if first else ""
+        what = {"PATTERN": "the '(' of PATTERN", "SEQ": "the '(' of PATTERN SEQ"}.get(
+            opener, "the '('")
+        return QueryError(f"expected ')' before {where} to close {what} at line "
+                          f"{paren.line}, column {paren.column}",
+                          ast.Pos(path, previous.end_line, previous.end_column), text)
+    return None
+
+
+def _parses_past(text: str, inserted: int, offset: int) -> bool:
+    """Whether `text` (the query text with one character inserted at `inserted`) parses,
+    or stops after `offset` of the text before the insertion."""
+    try:
+        _lark().parse(text)
+        return True
+    except lark.UnexpectedInput as e:
+        stopped = _error_offset(e, text)
+        return (stopped - 1 if stopped > inserted else stopped) > offset
 
 
 def _unexpected_token_message(e: lark.UnexpectedToken) -> str:

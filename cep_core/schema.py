@@ -81,11 +81,28 @@ class StreamSchema:
                 "types": list(self.types) if self.types is not None else None}
 
 
+class SchemaJSONError(SchemaError):
+    """A schema file that is not valid JSON (cut short, a stray comma): where and why, as
+    `file:line:col: not valid JSON: why`; `located()` is the same as a located error line
+    (`file:line:col: error: ...`, cep_core/errors.py)."""
+
+    def __init__(self, path: str | Path, error: ValueError):
+        self.path = str(path)
+        self.line = getattr(error, "lineno", 1)
+        self.column = getattr(error, "colno", 1)
+        self.reason = getattr(error, "msg", str(error))
+        super().__init__(f"{self.path}:{self.line}:{self.column}: not valid JSON: "
+                         f"{self.reason}")
+
+    def located(self) -> str:
+        return f"{self.path}:{self.line}:{self.column}: error: not valid JSON: {self.reason}"
+
+
 def load_schema_file(path: str | Path) -> StreamSchema:
     try:
         return StreamSchema.from_dict(orjson.loads(Path(path).read_bytes()))
     except orjson.JSONDecodeError as e:
-        raise SchemaError(f"{path}: not valid JSON: {e}") from None
+        raise SchemaJSONError(path, e) from None
 
 
 def env_schema_paths() -> list[Path]:

@@ -365,7 +365,7 @@ def test_help_imports_no_engine_parser_or_data_library():
 def test_reference_run_imports_no_numba(trades_file, tmp_path):
     query = tmp_path / "q.cep"
     query.write_text(RISE)
-    imported = _imported("run", query, "--events", trades_file)
+    imported = _imported("run", query, "--events", trades_file, "--engine", "reference")
     assert "cep_core.reference" in imported and "lark" in imported
     for heavy in ("numba", "pyarrow", "confluent_kafka", "pyspark"):
         assert heavy not in imported, heavy
@@ -418,3 +418,66 @@ def test_jit_run_reports_compile_and_processing_apart(tmp_path, trades_file):
     parquet = cep("run", query, "--events", trades_file, "--engine", "jit", "-o",
                   tmp_path / "out.parquet")
     assert "composite events/s, Parquet)" in parquet.stderr, parquet.stderr
+
+
+# ------------------------------------------------------------------ what a new user met (issue 26)
+
+
+def test_run_defaults_to_the_jit_engine_and_reference_stays(tmp_path, trades_file):
+    query = tmp_path / "q.cep"
+    query.write_text(RISE)
+    default = cep("run", query, "--events", trades_file)
+    assert default.returncode == 0, default.stderr
+    assert "jit engine: 2 composite events; compile/load " in default.stderr
+    reference = cep("run", query, "--events", trades_file, "--engine", "reference")
+    assert reference.returncode == 0, reference.stderr
+    assert "reference engine: 2 composite events in " in reference.stderr
+    assert reference.stdout == default.stdout and default.stdout
+    assert "[default: jit]" in cep("run", "--help").stdout
+
+
+def test_an_unknown_stream_says_how_to_give_its_schema(tmp_path):
+    query = tmp_path / "plant.cep"
+    query.write_text("QUERY overheat FROM plant PATTERN ( hot ) DEFINE hot AS temp > 90;\n")
+    result = cep("check", query)
+    assert result.returncode == 1
+    assert (f"{query}:1:1: error: unknown stream 'plant': no schema of that name is known "
+            "here; give its schema file with --schema FILE (or a directory of <stream>.json "
+            "files), or name that file or directory in CEP_SCHEMA_PATH") in result.stderr
+    # and both ways work
+    schema = tmp_path / "schemas" / "plant.json"
+    schema.parent.mkdir()
+    schema.write_bytes(orjson.dumps({"stream": "plant", "attributes": {"temp": "int",
+                                                                       "ts": "timestamp"},
+                                     "time": "ts"}))
+    for given in (schema, schema.parent):
+        result = cep("check", query, "--schema", given)
+        assert result.returncode == 0, result.stderr
+    env = {"CEP_SCHEMA_PATH": str(schema.parent)}
+    command = [str(CEP)] if CEP.exists() else [sys.executable, "-m", "services.cli.main"]
+    done = subprocess.run(command + ["check", str(query)], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, **env}, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_schema_file_cut_short_gives_the_json_error_where_it_is(tmp_path):
+    text = (ROOT / "schemas" / "trades.json").read_text()
+    cut = tmp_path / "trades.json"
+    cut.write_text(text[:len(text) // 2])
+    lines = cut.read_text().splitlines()
+    where = f"{cut}:{len(lines)}:{len(lines[-1]) + 1}"
+    query = tmp_path / "q.cep"
+    query.write_text(RISE)
+    for command in (["check", query, "--schema", cut],
+                    ["run", query, "--events", ROOT / "examples/data/trades.jsonl",
+                     "--schema", cut],
+                    ["stream", "add", cut, "--bootstrap", "127.0.0.1:1"]):
+        result = cep(*command)
+        assert result.returncode == 1, (command, result.stderr)
+        assert result.stderr.startswith(f"{where}: error: not valid JSON: unexpected end of "
+                                        "data"), (command, result.stderr)
+    # in a schema directory, found when a query reads the stream: at the query, then the file
+    result = cep("check", query, "--schema", tmp_path)
+    assert result.returncode == 1
+    assert f"{query}:1:1: error: schema of stream 'trades': {where}: not valid JSON: " \
+        in result.stderr, result.stderr

@@ -45,7 +45,7 @@ def test_verify_reports_cpu_placement_with_reason(tmp_path):
 def test_run_placement_cpu_equals_reference():
     args = ["run", "examples/r4.cep", "--events", "examples/data/abc.jsonl"]
     jit = cep(*args, "--engine", "jit", "--placement", "cpu")
-    ref = cep(*args)
+    ref = cep(*args, "--engine", "reference")
     assert jit.returncode == 0, jit.stderr
     assert jit.stdout == ref.stdout and jit.stdout
     assert "placement: r4: cpu" in jit.stderr

@@ -82,7 +82,8 @@ def test_query_applied_everywhere_or_refused_with_its_location(broker, tmp_path)
         refused = cep(broker, topics, "query", "add", bad, "--no-check")
         assert refused.returncode == 1, refused.stdout + refused.stderr
         assert "query bad: add refused by splitter@" in refused.stdout
-        assert re.search(r"<query bad>:3:\d+: ", refused.stdout), refused.stdout
+        # the splitter's `<query bad>:3:N` message, located in the file the CLI sent
+        assert re.search(re.escape(bad) + r":3:\d+: error: ", refused.stdout), refused.stdout
         assert "bad" not in pipeline.splitter.queries.live
 
         local = cep(broker, topics, "query", "add", bad)  # checked here: never published

@@ -1,5 +1,6 @@
 """Parser: the AST built for each construct, and no input crashes it."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -148,13 +149,48 @@ def test_duration_literal_in_an_expression():
 
 def test_syntax_error_is_located():
     try:
-        parse("QUERY m FROM trades\nPATTERN (a b\nDEFINE a AS price >", "x.cep")
+        parse("QUERY m FROM trades\nPATTERN (a b)\nDEFINE a AS price >", "x.cep")
     except QueryError as e:
-        assert (e.pos.line, e.pos.column) == (3, 19)
-        assert "unexpected end of file" in e.message or "unexpected" in e.message
-        assert str(e).startswith("x.cep:3:19: error:")
+        assert (e.pos.line, e.pos.column) == (3, 20)
+        assert e.message.startswith("unexpected end of file")
+        assert str(e).startswith("x.cep:3:20: error:")
     else:
         raise AssertionError("no error")
+
+
+@pytest.mark.parametrize(("text", "line", "column", "message"), [
+    # the words of the next line would read as more pattern symbols: lark stops at '>'
+    ("QUERY m FROM trades\nPATTERN (a b\nDEFINE a AS price > 1, b AS price < 2", 2, 13,
+     "expected ')' before 'DEFINE' to close the '(' of PATTERN at line 2, column 9"),
+    ("QUERY m FROM trades\nPATTERN (a b  -- a comment\n\nDEFINE a AS price >", 2, 13,
+     "expected ')' before 'DEFINE' to close the '(' of PATTERN at line 2, column 9"),
+    ("QUERY m FROM trades\nPATTERN (a (b c)*\nDEFINE a AS price > 1, b AS price < 2, c AS "
+     "TRUE", 2, 18, "expected ')' before 'DEFINE' to close the '(' of PATTERN at line 2, "
+     "column 9"),
+    ("QUERY s FROM rfid\nPATTERN SEQ(O o, R r\nWITHIN 5 minutes", 2, 21,
+     "expected ')' before 'WITHIN' to close the '(' of PATTERN SEQ at line 2, column 12"),
+    ("QUERY m FROM trades PATTERN (a) DEFINE a AS (price > 1\nEMIT p = price", 1, 55,
+     "expected ')' before 'EMIT' to close the '(' at line 1, column 45"),
+    ("QUERY m FROM trades PATTERN (a) DEFINE a AS (price > 1", 1, 55,
+     "expected ')' before the end of the file to close the '(' at line 1, column 45"),
+])
+def test_a_missing_paren_is_reported_where_it_is_missing(text, line, column, message):
+    """At the end of the token after which the ')' is missing, not where lark stopped (the
+    next line, or further on)."""
+    with pytest.raises(QueryError) as raised:
+        parse(text, "x.cep")
+    assert (raised.value.pos.line, raised.value.pos.column, raised.value.message) == \
+        (line, column, message)
+
+
+def test_other_syntax_errors_inside_parens_keep_lark_s_message():
+    for text, where in [("QUERY m FROM trades\nPATTERN (a b;", (2, 13)),
+                        ("QUERY m FROM trades\nPATTERN (a b", (2, 13)),
+                        ("QUERY m FROM trades PATTERN (a) DEFINE a AS (price > > 1)", (1, 54))]:
+        with pytest.raises(QueryError) as raised:
+            parse(text, "x.cep")
+        assert raised.value.message.startswith("unexpected "), raised.value.message
+        assert (raised.value.pos.line, raised.value.pos.column) == where
 
 
 TOKENS = ["QUERY", "q", "FROM", "trades", "PATTERN", "SEQ", "(", ")", "DEFINE", "a", "AS",

@@ -70,15 +70,22 @@ def schema_registry(schemas: list[Path] | None):
     try:
         registry = SchemaRegistry()
     except SchemaError as e:
-        raise CliError(str(e)) from None
+        raise CliError(schema_error_text(e)) from None
     for path in reversed(schemas or []):  # add_path puts each in front: the first wins
         if not path.exists():
             raise CliError(f"schema {path}: no such file or directory", 2)
         try:
             registry.add_path(path)
         except SchemaError as e:
-            raise CliError(f"schema {path}: {e}") from None
+            raise CliError(schema_error_text(e, f"schema {path}: ")) from None
     return registry
+
+
+def schema_error_text(error, prefix: str = "") -> str:
+    """A SchemaError as an error line: a schema file that is not JSON is located
+    (`file:line:col: error: not valid JSON: ...`), any other has `prefix` in front."""
+    located = getattr(error, "located", None)
+    return located() if located is not None else f"{prefix}{error}"
 
 
 def load_query_file(path: Path, registry):
@@ -227,7 +234,7 @@ def export_schema_paths(paths: list[Path] | None, cli_error) -> None:
     try:
         SchemaRegistry()  # a bad schema file: say so now, not in a service later
     except SchemaError as e:
-        raise cli_error(str(e)) from None
+        raise cli_error(schema_error_text(e)) from None
 
 
 def kafka_settings(bootstrap: str, kafka_config: Path | None):

@@ -6,15 +6,19 @@ the live set the topic gives), written to the control topic, and then,
 unless `--no-wait`, followed on the stream's status topic until the splitter refused it
 (exit 1, with its reason) or applied it and the coordinator saw it in every keyed
 partition (exit 0); nothing within `--timeout` exits 2. With no pipeline of that stream
-up, the change waits on the control topic for one to start (exit 0). `list` reads the
-status topic: one JSON line per live query (stream) with the services that are up and
-hold it; `--json`, one object with each service's live set (workers: per partition).
+up, the change waits on the control topic for one to start (exit 0). A refusal of a
+file's query names the file and the line and column in it. `list` reads the status
+topics: one JSON line per live query (stream) with the services that are up and hold it;
+`--json`, one object per stream with each service's live set (workers: per partition).
+Without `--stream` (or CEP_STREAM), every stream's: those of the control topic's queries
+and streams, and those with a status topic on the broker.
 """
 
 
 # Deferred imports: control messages (jsonschema, lark) and Kafka load when `cep query` or `cep
 # stream` changes something, not for every `cep` command that registers them.
 
+import re
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -28,7 +32,6 @@ from services.cli.common import (
     Control,
     KafkaConfig,
     SchemaPaths,
-    Stream,
     TopicPrefix,
     export_schema_paths,
     kafka_settings,
@@ -60,7 +63,14 @@ Timeout = Annotated[float, typer.Option(min=0.1, metavar="S", help="Seconds to w
 NoCheck = Annotated[bool, typer.Option("--no-check", help="Publish without checking here: "
                                        "the services check (a client without their schema "
                                        "files).")]
-AsJson = Annotated[bool, typer.Option("--json", help="list: one JSON object.")]
+AsJson = Annotated[bool, typer.Option("--json", help="list: one JSON object per stream.")]
+Stream = Annotated[str | None, typer.Option(
+    envvar="CEP_STREAM", metavar="NAME", show_default=False,
+    help="list: only this stream's pipeline (default: every stream, those of the control "
+    "topic's queries and streams and those with a status topic); remove --no-check of a "
+    "query the control topic does not hold: the stream whose pipeline reports (default "
+    "trades).")]
+DEFAULT_STREAM = "trades"  # remove --no-check: whose status topic to follow
 
 
 def register(app: typer.Typer, guard, cli_error) -> None:
@@ -75,7 +85,7 @@ def register(app: typer.Typer, guard, cli_error) -> None:
                                                      "query name (remove).")] = None,
         name: Annotated[str | None, typer.Option(metavar="NAME",
                                                  help="Only this query of the file.")] = None,
-        stream: Stream = "trades",
+        stream: Stream = None,
         bootstrap: Bootstrap = "127.0.0.1:9092",
         control: Control = "",
         topic_prefix: TopicPrefix = "",
@@ -103,7 +113,7 @@ def register(app: typer.Typer, guard, cli_error) -> None:
                                          "(JSON, as schemas/*.json); remove NAME; list.")],
         target: Annotated[str | None, typer.Argument(help="A schema file (add, update) or a "
                                                      "stream name (remove).")] = None,
-        stream: Stream = "trades",
+        stream: Stream = None,
         bootstrap: Bootstrap = "127.0.0.1:9092",
         control: Control = "",
         topic_prefix: TopicPrefix = "",
@@ -157,78 +167,176 @@ def _change(cli_error, kind, op, target, only, stream, bootstrap, control, topic
     settings = kafka_settings(bootstrap, kafka_config)
     control_topic = Topics("", control=control, prefix=topic_prefix).control
     if op is Op.list:
-        _list(settings, Topics(stream, prefix=topic_prefix).status, kind, as_json)
+        _list(settings, stream, topic_prefix, control_topic, kind, as_json)
         return
     if not target:
         raise cli_error(f"cep {kind} {op.value} needs a "
                         f"{kind + ' name' if op is Op.remove else 'file'}", 2)
+    # The file first: a missing or broken one is said without asking the broker.
+    text = None if op is Op.remove else _read_file(kind, Path(target), cli_error, json_schema)
+
+    def in_file(said: str) -> str:  # a refusal of the file's queries, located in the file
+        return _in_file(said, target, text) if kind == "query" and text else said
+
     records = control_log(settings, control_topic)
     try:
-        changes = _query_changes(op, target, only, records, no_check, cli_error) \
-            if kind == "query" else _stream_changes(op, target, records, no_check, cli_error,
-                                                   json_schema)
+        changes = query_changes(op.value, target if op is Op.remove else None, text,
+                                target or "", only, records, no_check) \
+            if kind == "query" else _stream_changes(op, target, text, records, no_check)
     except (ControlMessageError, QueryError, QueryErrors) as e:  # QueryError: --no-check
-        raise cli_error(str(e)) from None
+        raise cli_error(in_file(str(e))) from None
+    if kind == "query" and op is not Op.remove and not changes:
+        raise cli_error(f"{target}: no query {only!r}" if only else f"{target}: no queries")
     ensure_topics(settings, {control_topic: 1}, compacted=(control_topic,))
     sent = []
     for message, key, stream_of in changes:
         offset = publish(settings, control_topic, message, key)
         print(f"{kind} {message.name}: {message.op} sent to {control_topic} at offset "
               f"{offset}", file=sys.stderr)
-        sent.append(({"key": key.decode(), "offset": offset}, message, stream_of or stream))
+        sent.append(({"key": key.decode(), "offset": offset}, message,
+                     stream_of or stream or DEFAULT_STREAM))
     if wait:
-        code = _wait(settings, sent, topic_prefix, control_topic, timeout)
+        code = _wait(settings, sent, topic_prefix, control_topic, timeout, in_file)
         if code:
             raise typer.Exit(code)
 
 
-def _query_changes(op, target, only, records, no_check, cli_error) -> list:
-    if op is Op.remove:
-        return query_changes(op.value, target, None, "", None, records, no_check)
-    path = Path(target)
-    if not path.is_file():
-        raise cli_error(f"{path}: no such file", 2)
-    out = query_changes(op.value, None, path.read_text(), str(path), only, records, no_check)
-    if not out:
-        raise cli_error(f"{path}: no query {only!r}" if only else f"{path}: no queries")
-    return out
+def _read_file(kind: str, path: Path, cli_error, json_schema=None) -> str:
+    """The text an add or update publishes: a query file's, or a stream schema's JSON (made
+    from a JSON Schema with --from-jsonschema); a file that is not JSON is refused with
+    file:line:col."""
+    from cep_core.control_message import ControlMessageError
+    from cep_core.schema import SchemaJSONError
 
-
-def _stream_changes(op, target, records, no_check, cli_error, json_schema=None) -> list:
-    if op is Op.remove:
-        return stream_changes(op.value, target, None, records, no_check)
-    path = Path(target)
     if not path.is_file():
         raise cli_error(f"{path}: no such file", 2)
     text = path.read_text()
-    if json_schema is not None:  # --from-jsonschema: a JSON Schema of one event
-        try:
-            text = stream_text_from_json_schema(orjson.loads(text), **json_schema)
-        except orjson.JSONDecodeError as e:
-            raise cli_error(f"{path}: not JSON: {e}") from None
+    if kind == "query":
+        return text
     try:
-        name = orjson.loads(text)["stream"]
-    except (orjson.JSONDecodeError, KeyError, TypeError):
-        raise cli_error(f"{path}: not a stream schema (JSON with a \"stream\" name)") \
-            from None
-    return stream_changes(op.value, name, text, records, no_check)
+        document = orjson.loads(text)
+        if json_schema is not None:  # --from-jsonschema: a JSON Schema of one event
+            text = stream_text_from_json_schema(document, **json_schema)
+            document = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise cli_error(SchemaJSONError(path, e).located()) from None
+    except ControlMessageError as e:
+        raise cli_error(str(e)) from None
+    if not isinstance(document, dict) or "stream" not in document:
+        raise cli_error(f"{path}: not a stream schema (JSON with a \"stream\" name)")
+    return text
 
 
-def _wait(settings, sent: list, prefix: str, control_topic: str, timeout: float) -> int:
-    """Follow each change on its stream's status topic, print its outcome; the exit code."""
+def _stream_changes(op, target, text, records, no_check) -> list:
+    if op is Op.remove:
+        return stream_changes(op.value, target, None, records, no_check)
+    return stream_changes(op.value, orjson.loads(text)["stream"], text, records, no_check)
+
+
+# `<query NAME>:line:col: error: ...`: the checker's message on a query's own text, as the
+# control topic holds it (cep_core/control_message.py), line 1 being the query's first.
+_IN_QUERY = re.compile(r"<query (?P<name>[^>\s]+)>:(?P<line>\d+):(?P<column>\d+): "
+                       r"error: (?P<message>.*)")
+
+
+def _in_file(said: str, path: str, text: str) -> str:
+    """A refusal with the checker's `<query NAME>:line:col` messages located in the query
+    file instead: `path:line:col`, the line counted in the file (a query's text is the file's
+    from the query's first line, split_query_file), with the file's line and a caret under
+    it. Messages of queries the file does not hold are left as they are."""
+    from cep_core import ast
+    from cep_core.errors import QueryError
+    from cep_core.parser import parse
+
+    if "<query " not in said:
+        return said
+    try:
+        starts = {q.name: q.pos for q in parse(text, path).queries}
+    except QueryError:
+        return said
+    lines = said.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        found = _IN_QUERY.search(lines[i])
+        start = starts.get(found["name"]) if found else None
+        if start is None:
+            out.append(lines[i])
+            i += 1
+            continue
+        line, column = int(found["line"]), int(found["column"])
+        if line == 1:  # the query's text starts at its QUERY keyword
+            column += start.column - 1
+        where = ast.Pos(path, start.line + line - 1, column)
+        out.append(lines[i][:found.start()] + str(QueryError(found["message"], where, text)))
+        i += 1
+        if i + 1 < len(lines) and lines[i].startswith("    ") and \
+                lines[i + 1].strip() == "^":  # the query text's line and caret: replaced
+            i += 2
+    return "\n".join(out)
+
+
+def _wait(settings, sent: list, prefix: str, control_topic: str, timeout: float,
+          in_file=lambda said: said) -> int:
+    """Follow each change on its stream's status topic, print its outcome (a refusal's
+    messages `in_file`); the exit code."""
     found = wait_outcomes(settings, sent, prefix, control_topic, timeout)
     for outcome in found:
-        print(outcome["said"])
+        print(in_file(outcome["said"]))
     return max([EXIT[o["outcome"]] for o in found] + [0])
 
 
-def _list(settings, status_topic: str, kind: str, as_json: bool) -> None:
-    view = services_view(settings, status_topic)
+def _list(settings, stream: str | None, prefix: str, control_topic: str, kind: str,
+          as_json: bool) -> None:
+    """What is live: of `stream`'s pipeline, or (None) of every stream's (`_streams`);
+    a note on stderr says where it looked when nothing is."""
+    from services.stream.kafka import Topics
+
+    streams = [stream] if stream is not None else _streams(settings, prefix, control_topic)
+    views = {s: services_view(settings, Topics(s, prefix=prefix).status) for s in streams}
     if as_json:
-        print(orjson.dumps({"status_topic": status_topic, "services": list(view.values())},
-                           option=orjson.OPT_NON_STR_KEYS).decode())
+        lines = [{"stream": s, "status_topic": Topics(s, prefix=prefix).status,
+                  "services": list(view.values())} for s, view in views.items()]
+        shown = any(views.values())
+    elif kind == "query":
+        lines = [{**item, "stream": s} for s, view in views.items()
+                 for item in live_items(view, kind)]
+        shown = bool(lines)
+    else:  # a registered stream is live in every pipeline: one line each, all services
+        lines = live_items({service: entry for view in views.values()
+                            for service, entry in view.items()}, kind)
+        shown = bool(lines)
+    for line in lines:
+        print(orjson.dumps(line, option=orjson.OPT_NON_STR_KEYS).decode())
+    if shown:
         return
-    for item in live_items(view, kind):
-        print(orjson.dumps(item).decode())
+    plural = "queries" if kind == "query" else "streams"
+    if stream is not None:
+        note = (f"no live {plural} on stream {stream!r} (status topic "
+                f"{Topics(stream, prefix=prefix).status}); --stream NAME (CEP_STREAM) reads "
+                "another stream's, no --stream every stream's")
+    elif not streams:
+        note = (f"no live {plural}: no query or stream on the control topic {control_topic} "
+                "and no pipeline's status topic on the broker")
+    else:
+        note = (f"no live {plural}: no service is up on the status topics of "
+                f"{', '.join(streams)}")
+    print(note, file=sys.stderr)
 
 
+def _streams(settings, prefix: str, control_topic: str) -> list[str]:
+    """Every stream `list` reads without --stream: those the control topic's queries read,
+    those registered on it, and those with a status topic on the broker (a pipeline that
+    ran, whatever its queries)."""
+    from cep_core.control_message import replayed
+    from services.stream.control import control_log
+    from services.stream.kafka import Topics
+
+    view = replayed(control_log(settings, control_topic))
+    found = {q.checked.schema.stream for q in view.live.values()} | set(view.registry.streams)
+    status = re.compile(re.escape(Topics("", prefix=prefix).prefix) + r"cep\.(\w+)\.status")
+    for topic in settings.admin().list_topics(timeout=10).topics:
+        named = status.fullmatch(topic)
+        if named:
+            found.add(named[1])
+    return sorted(found)

@@ -44,6 +44,7 @@ from services.cli.common import (
     print_error,
     print_json,
     run_queries,
+    schema_error_text,
     schema_registry,
     stderr,
     stdout,
@@ -140,8 +141,10 @@ def run(
     events: EventsOption,
     fmt: FormatOption = None,
     schema: SchemaOption = None,
-    engine: Annotated[Engine, typer.Option(help="Which engine runs the queries.")] =
-    Engine.reference,
+    engine: Annotated[Engine, typer.Option(
+        help="Which engine runs the queries: jit (numba kernels, compiled once and cached; "
+        "the Python API's default too) or reference (the interpreter the jit engine is "
+        "tested against).")] = Engine.jit,
     out: Annotated[Path | None, typer.Option(
         "--out", "--output", "-o", metavar="FILE", show_default=False,
         help="Where composite events go: FILE.parquet (Parquet), FILE.arrow (Arrow IPC "
@@ -363,7 +366,7 @@ def _list_schemas(registry, as_json: bool) -> None:
         try:
             s = registry.get(name)
         except SchemaError as e:
-            print_error(f"error: {e}")
+            print_error(schema_error_text(e, "error: "))
             continue
         if s is None:
             continue
@@ -389,6 +392,7 @@ def _shown_origin(origin: str | None) -> str:
 
 def _import_json_schema(file: Path, out: Path | None, stream, time_attribute, time_unit,
                         type_attribute, skip_optional) -> None:
+    from cep_core.schema import SchemaJSONError
     from cep_core.schema_import import SchemaImportError, stream_schema_from_json_schema
 
     try:
@@ -396,7 +400,7 @@ def _import_json_schema(file: Path, out: Path | None, stream, time_attribute, ti
     except OSError as e:
         raise CliError(f"{file}: {e.strerror or e}", 2) from None
     except orjson.JSONDecodeError as e:
-        raise CliError(f"{file}: not valid JSON: {e}") from None
+        raise CliError(SchemaJSONError(file, e).located()) from None
     try:
         made = stream_schema_from_json_schema(document, stream, time_attribute, time_unit,
                                               type_attribute, skip_optional)
