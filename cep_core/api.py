@@ -30,7 +30,7 @@ from cep_core.schema_import import stream_schema_from_json_schema
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from cep_core.checker import CheckedQuery
+    from cep_core.checked import CheckedQuery
     from cep_core.composites import Composites
     from cep_core.event_io import DeadLetter
 

@@ -18,13 +18,14 @@ How it is organised:
 from __future__ import annotations
 
 import difflib
-import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cep_core import ast
 from cep_core import regex_analysis as ra
+from cep_core.admission import admit
+from cep_core.checked import CheckedQuery, Types, select_name  # noqa: F401 (public here)
 from cep_core.errors import QueryError, QueryErrors
 from cep_core.functions import FUNCTIONS
 from cep_core.functions import lookup as lookup_function
@@ -41,50 +42,6 @@ WINDOW_AGGREGATES = (A.COUNT, A.SUM, A.MIN, A.MAX, A.AVG)
 # take them.
 RESERVED_FIELDS = ("query", "key", "seq", "start_seq", "events", "window_start", "window_end")
 MAX_DURATION_MS = 366 * 86_400_000
-
-
-class Types(dict[ast.Expression, str | None]):
-    """The checker's type of each expression node of one query: "int", "float", "string",
-    "bool" or "list", or None where an error made it unknown. Keyed by the node itself
-    (nodes hash by identity), so it holds for exactly the tree that was checked.
-
-    A subtree moved from another checked query (a shared WHERE) keeps the types its own
-    check gave it: a node missing here is looked up in the Types that typed it."""
-
-    def __setitem__(self, node: ast.Expression, kind: str | None) -> None:
-        super().__setitem__(node, kind)
-        _TYPED_BY[id(node)] = self  # while this Types lives, so does the node: ids are unique
-
-    def __missing__(self, node: ast.Expression) -> str | None:
-        origin = _TYPED_BY.get(id(node))
-        if origin is None or origin is self or node not in origin:
-            raise KeyError(node)
-        return origin[node]
-
-
-_TYPED_BY: weakref.WeakValueDictionary[int, Types] = weakref.WeakValueDictionary()
-
-
-@dataclass(eq=False)
-class CheckedQuery:
-    """A query that passed every check, with the schema of its input stream.
-
-    `index` is the query's position in its file (it orders output between queries);
-    `types` is the type of every expression node of `query`.
-    """
-
-    query: ast.Query
-    schema: StreamSchema
-    index: int
-    types: Types = field(default_factory=Types)
-
-    @property
-    def name(self) -> str:
-        return self.query.name
-
-    def time_units(self, duration: ast.Duration) -> int:
-        """A duration in the stream's time unit."""
-        return duration.in_time_units(self.schema.time_unit)
 
 
 def check(query_file: ast.QueryFile, registry: SchemaRegistry,
@@ -104,9 +61,12 @@ def check(query_file: ast.QueryFile, registry: SchemaRegistry,
             continue
         query_checker = _QueryChecker(query, schema, source)
         query_errors = query_checker.run()
-        errors.extend(query_errors)
         if not query_errors:
-            checked.append(CheckedQuery(query, schema, index, query_checker.types))
+            candidate = CheckedQuery(query, schema, index, query_checker.types)
+            query_errors = admit(candidate, source)
+            if not query_errors:
+                checked.append(candidate)
+        errors.extend(query_errors)
     if errors:
         raise QueryErrors(_in_source_order(errors))
     return checked
@@ -121,22 +81,6 @@ def load_queries(path: str | Path, registry: SchemaRegistry | None = None) -> li
 def load_query_text(text: str, registry: SchemaRegistry | None = None,
                     path: str = "<query>") -> list[CheckedQuery]:
     return check(parse(text, path), registry or SchemaRegistry(), text)
-
-
-def select_name(item: ast.SelectItem) -> str:
-    """The output field of a SELECT item: its alias, else `count` for count(*), `func_attr`
-    for another aggregate (`max_price`, `count_price`), or the attribute's name."""
-    if item.alias is not None:
-        return item.alias
-    expr = item.expr
-    if isinstance(expr, ast.Aggregate):
-        if expr.arg is None:
-            return "count"
-        # count(price) has the parser's Kleene shape: Attr(name="", var="price").
-        return f"{expr.func.value}_{expr.arg.name or expr.arg.var}"
-    if isinstance(expr, ast.Attr):
-        return expr.name
-    return "expr"
 
 
 def _schema_of(query: ast.Query, registry: SchemaRegistry, source: str | None,

@@ -31,7 +31,8 @@ import orjson
 from jsonschema import Draft202012Validator
 
 from cep_core import ast
-from cep_core.checker import CheckedQuery, load_query_text
+from cep_core.checked import CheckedQuery
+from cep_core.checker import load_query_text
 from cep_core.errors import QueryError, QueryErrors
 from cep_core.schema import SCHEMA_DIR, SchemaError, SchemaRegistry, StreamSchema
 

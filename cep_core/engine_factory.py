@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from cep_core.ast import Strategy
 from cep_core.batch import StringDictionary
-from cep_core.checker import CheckedQuery
+from cep_core.checked import CheckedQuery
 from cep_core.engine.base import Engine
 from cep_core.placement import PLACEMENTS, Placement, check_placement
 
@@ -59,14 +59,41 @@ def cpu_engine(checked: CheckedQuery, strings: StringDictionary, **options) -> E
     if kind == "match":
         return match_engine(checked, strings, **options)
     if kind == "seq":
-        # The planner: runs (skip-till-next-match, strict contiguity) and a forced "aip" go
-        # to incremental automata; the rest to column-based delayed processing.
-        algorithm = options.get("algorithm", "auto")
-        if algorithm == "aip" or (algorithm == "auto" and checked.query.body.strategy
-                                  is not Strategy.SKIP_TILL_ANY_MATCH):
+        if _seq_uses_aip(checked, options.get("algorithm", "auto")):
             return seq_aip_engine(checked, strings, **options)
         return seq_engine(checked, strings, **options)
     return window_engine(checked, strings, **options)
+
+
+def _seq_uses_aip(checked: CheckedQuery, algorithm: str) -> bool:
+    """The planner: runs (skip-till-next-match, strict contiguity) and a forced "aip" go
+    to incremental automata; the rest to column-based delayed processing."""
+    return algorithm == "aip" or (algorithm == "auto" and checked.query.body.strategy
+                                  is not Strategy.SKIP_TILL_ANY_MATCH)
+
+
+def compile_program(checked: CheckedQuery):
+    """The program the CPU engine of the query's kind runs (the compilers' work, shared by
+    every engine of the query; no numba compilation, which happens at a kernel's first
+    call). Raises what those compilers refuse: `cep_core.admission` runs it as part of
+    the one check."""
+    kind = checked.query.kind
+    if kind == "match":
+        from cep_core.compiler.match import compile_match
+        return compile_match(checked)
+    if kind == "window":
+        from cep_core.compiler.window import compile_window
+        return compile_window(checked)
+    from cep_core.compiler.seq_programs import AipUnsupported, compile_aip, compile_cdp
+    from cep_core.engine.seq import NotSupportedError
+
+    if not _seq_uses_aip(checked, "auto"):
+        return compile_cdp(checked)
+    try:
+        return compile_aip(checked)
+    except AipUnsupported as e:
+        raise NotSupportedError(
+            f"query {checked.name!r}: the AIP SEQ kernel does not evaluate {e}") from None
 
 
 def match_engine(checked: CheckedQuery, strings: StringDictionary, **options) -> Engine:

@@ -20,6 +20,7 @@ from lark import Token, Transformer, v_args
 from cep_core import ast
 from cep_core.errors import QueryError
 from cep_core.home import cache_dir
+from cep_core.query_limits import check_text_size
 
 GRAMMAR = Path(__file__).with_name("grammar.lark")
 
@@ -106,7 +107,9 @@ def _save(parser: lark.Lark, path: Path) -> None:
 
 
 def parse(text: str, path: str = "<query>") -> ast.QueryFile:
-    """Parse query text into an unchecked `QueryFile`."""
+    """Parse query text into an unchecked `QueryFile` (a text over the size limit of
+    `cep_core.query_limits` is refused before it is read)."""
+    check_text_size(text, path)
     try:
         tree = _lark().parse(text)
     except lark.UnexpectedInput as e:

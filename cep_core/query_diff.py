@@ -30,7 +30,7 @@ import orjson
 from cep_core.composite import sort_key
 
 if TYPE_CHECKING:
-    from cep_core.checker import CheckedQuery
+    from cep_core.checked import CheckedQuery
     from cep_core.event_io import DeadLetter
     from cep_core.schema import SchemaRegistry
 

@@ -22,7 +22,7 @@ from cep_core.event_io import DeadLetter
 
 if TYPE_CHECKING:
     from cep_core.batch import BatchEncoder
-    from cep_core.checker import CheckedQuery
+    from cep_core.checked import CheckedQuery
     from cep_core.composites import Composites
     from cep_core.event_io import DeadLetter
     from cep_core.stream_engines import StreamEngines
@@ -47,7 +47,8 @@ def new_engines(queries: list[CheckedQuery], placement: str | None = None,
 
 def run_checked(queries: list[CheckedQuery], events, engine: str = "reference",
                 placement: str | None = None, timings: dict | None = None,
-                report: list | None = None) -> tuple[Composites, list[DeadLetter]]:
+                report: list | None = None,
+                failures: list | None = None) -> tuple[Composites, list[DeadLetter]]:
     """Composite events of the queries over the events (Events, or a table as
     `event_reader.read_table` gives), in deterministic order (as
     `cep_core.composites.Composites`: columns, dicts only when asked for), with the events
@@ -56,7 +57,8 @@ def run_checked(queries: list[CheckedQuery], events, engine: str = "reference",
     jit engine: `timings` (when given) gets `setup_s` (numba and engine imports, code
     generation), `compile_s` (numba compiling kernels or loading them from its cache while
     the events ran) and `process_s` (the rest: the events themselves); `report` the
-    placement of each query when `placement` is given."""
+    placement of each query when `placement` is given; `failures` the queries whose
+    engine failed (`QueryFailure`s: contained, the other queries' output is whole)."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     rejected: list = []
@@ -83,6 +85,8 @@ def run_checked(queries: list[CheckedQuery], events, engine: str = "reference",
             composites = jit.run_engines(engines, encoder, events, rejected=rejected) \
                 if table is None else jit.run_table(engines, encoder, table, rejected=rejected)
             run_s = time.perf_counter() - started
+        if failures is not None:
+            failures.extend(engines.failed.values())
         if timings is not None:
             timings.update(setup_s=setup_s, compile_s=compiling.seconds,
                            process_s=max(run_s - compiling.seconds, 0.0))

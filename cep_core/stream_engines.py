@@ -17,9 +17,11 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from cep_core import snapshot_format
+from dataclasses import dataclass
+
+from cep_core import failpoints, snapshot_format
 from cep_core.batch import BatchEncoder, StringDictionary
-from cep_core.checker import CheckedQuery
+from cep_core.checked import CheckedQuery
 from cep_core.composite import sort_key
 from cep_core.composite_batch import CompositeBatch, RowBatch, to_dicts
 from cep_core.composites import Composites
@@ -76,12 +78,47 @@ def batches(stream: Iterable[Event | Punctuation], size: int):
         yield pending
 
 
+@dataclass(frozen=True)
+class QueryFailure:
+    """A query whose engine failed: where (`stage`), at which event (`seq`, the last of the
+    batch being processed, where there was one) and why."""
+
+    query: str
+    stage: str
+    reason: str
+    seq: int | None = None
+
+    def __str__(self) -> str:
+        at = f" (batch up to seq {self.seq})" if self.seq is not None else ""
+        return f"query {self.query!r} failed in {self.stage}{at}: {self.reason}"
+
+    def to_json(self) -> dict:
+        return {"name": self.query, "stage": self.stage, "reason": self.reason,
+                "seq": self.seq}
+
+
+def _reason(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def _last_seq(batch) -> int | None:
+    seq = getattr(batch, "seq", None)
+    return int(seq[-1]) if seq is not None and len(seq) else None
+
+
 class StreamEngines:
     """Every query over one stream: WINDOW queries share one WindowQuerySet (each distinct
     predicate evaluated once per event); MATCH and SEQ queries get an engine each.
 
     `process`, `punctuate` and `flush` return composite events, query after query;
     `order()` puts any list of them in the deterministic output order.
+
+    Containment: a query whose engine raises (when it is made, or in process, punctuate,
+    flush, snapshot or restore) is dropped alone: its state goes, `failed[name]` says where
+    and why (a `QueryFailure`; `take_failures()` hands each out once), and the other
+    queries go on exactly as they would without it. A WINDOW query that fails in its own
+    kernel call is dropped alone from the shared set; a failure in the set's shared
+    predicate stage drops every WINDOW query of the set.
 
     `placement` ("cpu", "gpu", "auto"; None: the CPU, unreported) places MATCH and SEQ
     queries (`create_engine`); `report` then gets one `Placement` per query, WINDOW
@@ -93,10 +130,17 @@ class StreamEngines:
             check_placement(placement)
         cache_load.install()
         self.queries = {q.name: q for q in queries}
+        self.indexes = {q.name: q.index for q in queries}  # failed queries' too
+        self.failed: dict[str, QueryFailure] = {}
+        self._failures: list[QueryFailure] = []  # not handed out yet
         self._strings = strings
         self._compact_at = 0.0  # dictionary size at which compact_strings looks again
-        self.engines = [create_engine(q, strings, placement or "cpu", **options)
-                        for q in queries if q.query.kind != "window"]
+        self.engines = []
+        for q in queries:
+            if q.query.kind != "window":
+                engine = self._made(q, placement or "cpu", options)
+                if engine is not None:
+                    self.engines.append(engine)
         windows = [q for q in queries if q.query.kind == "window"]
         if placement is not None and report is not None:
             report.extend(e.placement for e in self.engines)
@@ -104,13 +148,79 @@ class StreamEngines:
                                     "panes)") for q in windows)
         self.windows = None
         if windows:
-            from cep_core.compiler.window import compile_window
             from cep_core.engine.window import WindowQuerySet
             known = ("chunk", "rows_capacity", "groups", "masked_at", "release_at")
             self.windows = WindowQuerySet(windows[0].schema, strings,
                                           **{k: v for k, v in options.items() if k in known})
             for q in windows:
-                self.windows.add(compile_window(q))
+                self._add_window(q)
+
+    def _made(self, checked: CheckedQuery, placement: str, options: dict):
+        """The query's engine, or None when making it failed (the query is failed)."""
+        try:
+            failpoints.hit(checked.name, "compile")
+            return create_engine(checked, self._strings, placement, **options)
+        except Exception as e:  # noqa: BLE001 - a query's failure is contained
+            self._fail(checked.name, "compile", e)
+            return None
+
+    def _add_window(self, checked: CheckedQuery) -> None:
+        from cep_core.compiler.window import compile_window
+        try:
+            failpoints.hit(checked.name, "compile")
+            self.windows.add(compile_window(checked))
+        except Exception as e:  # noqa: BLE001
+            self._fail(checked.name, "compile", e)
+
+    # ------------------------------------------------------------ containment
+
+    def _fail(self, name: str, stage: str, error: BaseException | str,
+              seq: int | None = None) -> None:
+        """Drop query `name` (its engine and state) and record why."""
+        checked = self.queries.pop(name, None)
+        if checked is None:
+            return
+        if checked.query.kind == "window":
+            if self.windows is not None and name in self.windows:
+                self.windows.remove(name)
+        else:
+            self.engines = [e for e in self.engines if e.checked.name != name]
+        failure = QueryFailure(name, stage, error if isinstance(error, str) else
+                               _reason(error), seq)
+        self.failed[name] = failure
+        self._failures.append(failure)
+
+    def take_failures(self) -> list[QueryFailure]:
+        """Failures since the last call (a service reports each once)."""
+        out, self._failures = self._failures, []
+        return out
+
+    def _each_engine(self, stage: str, call, seq: int | None = None) -> list:
+        out: list = []
+        for engine in list(self.engines):
+            name = engine.checked.name
+            try:
+                failpoints.hit(name, stage, seq)
+                out.extend(call(engine))
+            except Exception as e:  # noqa: BLE001
+                self._fail(name, stage, e, seq)
+        return out
+
+    def _window_call(self, stage: str, call, seq: int | None = None) -> list:
+        """`call(windows)` with the set's own per-query failures taken in; a failure of
+        the whole set fails each of its queries."""
+        if self.windows is None or not len(self.windows):
+            return []
+        try:
+            out = call(self.windows)
+        except Exception as e:  # noqa: BLE001
+            for name in self.windows.names:
+                self._fail(name, stage, f"{_reason(e)} (in the stage the WINDOW queries "
+                                        "of the stream share)", seq)
+            return []
+        for name, (where, error) in self.windows.take_failed().items():
+            self._fail(name, where, error, seq)
+        return out
 
     def _parts(self):
         yield from self.engines
@@ -118,7 +228,7 @@ class StreamEngines:
             yield self.windows
 
     def order(self, composites: list[dict]) -> list[dict]:
-        index = {name: q.index for name, q in self.queries.items()}
+        index = self.indexes
         return sorted(composites, key=lambda c: sort_key(c, index[c["query"]]))
 
     def process(self, batch) -> list[dict]:
@@ -127,29 +237,32 @@ class StreamEngines:
     def process_columns(self, batch) -> list[CompositeBatch]:
         """`process` as columns: the composite events of every query, no dict per event
         (WINDOW queries' are built as dicts still)."""
-        out = [b for engine in self.engines for b in engine.process_columns(batch)]
-        if self.windows is not None:
-            by_query: dict[str, list[dict]] = {}
-            for row in self.windows.process(batch):
-                by_query.setdefault(row["query"], []).append(row)
-            out += [RowBatch(rows) for rows in by_query.values()]
+        seq = _last_seq(batch)
+        out = self._each_engine("process", lambda e: e.process_columns(batch), seq)
+        by_query: dict[str, list[dict]] = {}
+        for row in self._window_call("process", lambda w: w.process(batch), seq):
+            by_query.setdefault(row["query"], []).append(row)
+        out += [RowBatch(rows) for rows in by_query.values()]
         return out
 
     def punctuate(self, ts: int) -> list[dict]:
-        return [c for part in self._parts() for c in part.punctuate(ts)]
+        return to_dicts(self.punctuate_columns(ts))
 
     def flush(self) -> list[dict]:
-        return [c for part in self._parts() for c in part.flush()]
+        return to_dicts(self.flush_columns())
 
     def punctuate_columns(self, ts: int) -> list[CompositeBatch]:
-        return [b for part in self._parts() for b in _columns(part, "punctuate", ts)]
+        return self._ended("punctuate", lambda part: _columns(part, "punctuate", ts))
 
     def flush_columns(self) -> list[CompositeBatch]:
-        return [b for part in self._parts() for b in _columns(part, "flush")]
+        return self._ended("flush", lambda part: _columns(part, "flush"))
+
+    def _ended(self, stage: str, call) -> list[CompositeBatch]:
+        return self._each_engine(stage, call) + self._window_call(stage, call)
 
     def composites(self, batches: list[CompositeBatch]) -> Composites:
         """`batches` (in the order the engines gave them) as output-ordered Composites."""
-        return Composites(batches, {name: q.index for name, q in self.queries.items()})
+        return Composites(batches, dict(self.indexes))
 
     # ------------------------------------------------------------ run-time changes
 
@@ -158,17 +271,23 @@ class StreamEngines:
         if checked.name in self.queries:
             raise ValueError(f"query {checked.name!r} is already running")
         self.queries[checked.name] = checked
+        self.indexes[checked.name] = checked.index
+        self.failed.pop(checked.name, None)
         if checked.query.kind != "window":
-            self.engines.append(create_engine(checked, self._strings, **options))
+            engine = self._made(checked, options.pop("placement", "cpu"), options)
+            if engine is not None:
+                self.engines.append(engine)
             return
-        from cep_core.compiler.window import compile_window
         if self.windows is None:
             from cep_core.engine.window import WindowQuerySet
             self.windows = WindowQuerySet(checked.schema, self._strings)
-        self.windows.add(compile_window(checked))
+        self._add_window(checked)
 
     def remove(self, name: str) -> None:
-        """Stop a query and drop its state; the others keep theirs."""
+        """Stop a query and drop its state; the others keep theirs (a failed query is
+        forgotten)."""
+        if self.failed.pop(name, None) is not None and name not in self.queries:
+            return
         checked = self.queries.pop(name)
         if checked.query.kind == "window":
             self.windows.remove(name)
@@ -176,20 +295,30 @@ class StreamEngines:
             self.engines = [e for e in self.engines if e.checked.name != name]
 
     def update(self, checked: CheckedQuery, **options) -> None:
-        if checked.name in self.queries:
+        if checked.name in self.queries or checked.name in self.failed:
             self.remove(checked.name)
         self.add(checked, **options)
 
     def snapshot(self) -> bytes:
-        """The state of every query (and the string dictionary) as bytes."""
-        arrays = {f"e{i}": np.frombuffer(e.snapshot(with_strings=False), dtype=np.uint8)
-                  for i, e in enumerate(self.engines)}
+        """The state of every query (and the string dictionary) as bytes; a query whose
+        snapshot fails is failed and left out. `failed` is not part of it: whoever keeps
+        the live set keeps which queries failed (the worker's partition snapshot does)."""
+        blobs = self._each_engine("snapshot", lambda e: [(e.checked.name, np.frombuffer(
+            e.snapshot(with_strings=False), dtype=np.uint8))])
+        arrays = {f"e{i}": blob for i, (_, blob) in enumerate(blobs)}
         meta = {"strings": self._strings.strings,
-                "engines": [e.checked.name for e in self.engines], "windows": None}
+                "engines": [name for name, _ in blobs], "windows": None}
         if self.windows is not None:
-            window_meta, window_arrays = self.windows.state()
-            meta["windows"] = window_meta
-            arrays.update({f"w_{k}": v for k, v in window_arrays.items()})
+            for name in list(self.windows.names):
+                try:
+                    failpoints.hit(name, "snapshot")
+                except Exception as e:  # noqa: BLE001
+                    self._fail(name, "snapshot", e)
+            state = self._window_call("snapshot", lambda w: [w.state()])
+            if state:
+                window_meta, window_arrays = state[0]
+                meta["windows"] = window_meta
+                arrays.update({f"w_{k}": v for k, v in window_arrays.items()})
         return snapshot_format.pack_arrays("engines", meta, arrays)
 
     def restore(self, data: bytes) -> None:
@@ -201,10 +330,22 @@ class StreamEngines:
             raise ValueError("snapshot was taken with another string dictionary")
         by_name = {e.checked.name: e for e in self.engines}
         for i, name in enumerate(meta["engines"]):
-            by_name[name].restore(arrays[f"e{i}"].tobytes())
-        if meta["windows"] is not None:
-            self.windows.load_state(meta["windows"], {k[2:]: v for k, v in arrays.items()
-                                                      if k.startswith("w_")})
+            engine = by_name.get(name)
+            if engine is None:
+                continue  # failed since (while being made again)
+            try:
+                failpoints.hit(name, "restore")
+                engine.restore(arrays[f"e{i}"].tobytes())
+            except Exception as e:  # noqa: BLE001
+                self._fail(name, "restore", e)
+        if meta["windows"] is not None and self.windows is not None:
+            for name in list(self.windows.names):
+                try:
+                    failpoints.hit(name, "restore")
+                except Exception as e:  # noqa: BLE001
+                    self._fail(name, "restore", e)
+            self._window_call("restore", lambda w: [w.load_state(
+                meta["windows"], {k[2:]: v for k, v in arrays.items() if k.startswith("w_")})])
 
     def compact_strings(self, slack: float = 2.0, minimum: int = 4096) -> int:
         """`compact_strings` over every query of the stream. After a look that found most

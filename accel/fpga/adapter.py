@@ -27,7 +27,7 @@ from accel.fpga.plan import FpgaPlan, compile_fpga, pack_tuples
 from accel.gpu.host_kernels import accept_in_time
 from cep_core import ast
 from cep_core.batch import Batch, BatchEncoder, StringDictionary
-from cep_core.checker import CheckedQuery
+from cep_core.checked import CheckedQuery
 from cep_core.engine.match import _Keys as PartitionIds
 from cep_core.events import Event
 from cep_core.reference.match import MatchEnv

@@ -31,7 +31,7 @@ import numpy as np
 
 from cep_core import ast
 from cep_core.batch import Batch, StringDictionary
-from cep_core.checker import CheckedQuery, Types
+from cep_core.checked import CheckedQuery, Types
 from cep_core.compiler.match import Automaton, MatchCompileError, glushkov
 from cep_core.errors import QueryError
 from cep_core.reference.expr import Env, evaluate

@@ -26,7 +26,7 @@ from accel.fpga.emulator import Circuit, EmulatorServer
 from accel.fpga.plan import CircuitConfig, FpgaPlan, compile_fpga
 from cep_core import reference
 from cep_core.batch import StringDictionary
-from cep_core.checker import CheckedQuery
+from cep_core.checked import CheckedQuery
 from cep_core.events import Event
 
 

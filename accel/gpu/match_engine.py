@@ -28,7 +28,7 @@ import orjson
 from accel.gpu import device
 from accel.gpu.match_kernels import DEAD_N, NEED_ROWS, OUT_N, compile_kernel
 from cep_core.batch import Batch, StringDictionary
-from cep_core.checker import CheckedQuery
+from cep_core.checked import CheckedQuery
 from cep_core.compiler import match as cpu
 from cep_core.kernels.string_tables import StringTables
 from cep_core.engine.base import Engine

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cep_core import ast
-from cep_core.checker import CheckedQuery
+from cep_core.checked import CheckedQuery
 from cep_core.compiler import match as cpu
 from cep_core.compiler.expressions import STRING_TABLE_PARAMS
 from cep_core.compiler.modules import load_module

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from accel.gpu.policy import (DEFAULT_COST_THRESHOLD, DEFAULT_MIN_KEYS, estimated_cost,
                               gpu_engine, place)
 from cep_core import stream_engines
-from cep_core.checker import CheckedQuery
+from cep_core.checked import CheckedQuery
 from cep_core.events import Event, Punctuation
 from cep_core.placement import PLACEMENTS, Placement
 

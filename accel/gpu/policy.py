@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from accel.gpu import device
 from cep_core.batch import StringDictionary
-from cep_core.checker import CheckedQuery
+from cep_core.checked import CheckedQuery
 from cep_core.engine.base import Engine
 from cep_core.placement import Placement, check_placement
 

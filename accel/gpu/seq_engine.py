@@ -31,7 +31,7 @@ from accel.gpu.seq_support import unsupported_reason
 from cep_core import ast
 from cep_core.arrow_numpy import segment_rows
 from cep_core.batch import Batch, StringDictionary
-from cep_core.checker import CheckedQuery
+from cep_core.checked import CheckedQuery
 from cep_core.kernels.string_tables import StringTables
 from cep_core.compiler.seq_plan import ANY, SeqPlan
 from cep_core.engine.base import Engine

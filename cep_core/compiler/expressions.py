@@ -18,7 +18,7 @@ import numpy as np
 
 from cep_core import ast
 from cep_core.batch import StringDictionary
-from cep_core.checker import Types
+from cep_core.checked import Types
 from cep_core.kernels.string_tables import STRING_TABLE_PARAMS  # noqa: F401 (the generators take it from here)
 
 FALSE = "False"

@@ -44,7 +44,7 @@ import numpy as np
 
 from cep_core import ast
 from cep_core import regex_analysis as ra
-from cep_core.checker import CheckedQuery
+from cep_core.checked import CheckedQuery
 from cep_core.compiler.expressions import (
     STRING_TABLE_PARAMS,
     Code,

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cep_core import ast
-from cep_core.checker import CheckedQuery
+from cep_core.checked import CheckedQuery
 
 ANY = "ANY"
 

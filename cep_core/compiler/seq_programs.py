@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cep_core.checker import CheckedQuery
+from cep_core.checked import CheckedQuery
 from cep_core.compiler.programs import once_per_query
 from cep_core.compiler.seq_aip import AipGenerator, AipKernel, AipUnsupported
 from cep_core.compiler.seq_cdp import CdpKernel

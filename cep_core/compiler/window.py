@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cep_core import ast
-from cep_core.checker import CheckedQuery, Types, select_name
+from cep_core.checked import CheckedQuery, Types, select_name
 from cep_core.compiler.expressions import (
     STRING_TABLE_PARAMS,
     Code,

@@ -8,7 +8,7 @@ import numpy as np
 
 from cep_core import snapshot_format
 from cep_core.batch import Batch, StringDictionary, decode_value
-from cep_core.checker import CheckedQuery
+from cep_core.checked import CheckedQuery
 from cep_core.composite_batch import CompositeBatch, RowBatch, to_dicts
 
 

@@ -38,6 +38,8 @@ import itertools
 import numpy as np
 import orjson
 
+from cep_core import failpoints
+from cep_core.query_limits import QueryStateLimit, limits, pane_bytes
 from cep_core.batch import Batch, StringDictionary, decode_value
 from cep_core.kernels.string_tables import StringTables
 from cep_core.kernels import window_kernels as wk
@@ -147,6 +149,13 @@ class _Query:
 
     def _allocate(self, groups: int, old: dict | None = None) -> None:
         P, plan_ = self.plan.panes, self.plan
+        need = groups * P * pane_bytes(plan_, wk)
+        if old is not None and need > limits().state_bytes:
+            raise QueryStateLimit(
+                f"query {self.name!r} would hold {groups:,} groups of {P:,} panes "
+                f"({need:,} bytes), over its state limit of {limits().state_bytes:,} bytes "
+                "(CEP_MAX_QUERY_STATE_BYTES): fewer groups (a narrower GROUP BY or WHERE) or "
+                "fewer panes (a longer SLIDE)")
         base = np.zeros((groups * P, wk.B_SIZE), dtype=np.int64)
         base[:, wk.B_TAG] = wk.I64_MIN
         ist = np.zeros((groups * P, len(plan_.int_accs)), dtype=np.int64)
@@ -307,6 +316,7 @@ class WindowQuerySet:
         self._tables: StringTables | None = None
         self._dummy_tables = tuple(np.zeros(1, dtype=np.int64) for _ in range(4))
         self._seen_strings = -1
+        self._failed: dict[str, tuple[str, str]] = {}  # query -> (stage, reason)
         self._layout()
 
     # ------------------------------------------------------------ queries
@@ -508,17 +518,44 @@ class WindowQuerySet:
         found: dict[str, list] = {name: [] for name in self.queries}
         for a in range(0, n, self.chunk):
             self._chunk(batch, a, min(n, a + self.chunk), found)
+        return self._done(found)
+
+    def punctuate(self, ts: int) -> list[dict]:
+        """Event time reaches ts: time windows ending below it are released."""
+        return self._advance(int(ts), "punctuate")
+
+    def flush(self) -> list[dict]:
+        """End of the stream: every time window still holding events is released."""
+        return self._advance(wk.POS_INF, "flush")
+
+    # ------------------------------------------------------------ containment
+
+    def _run_one(self, query: _Query, stage: str, seq: int | None, found: dict, run) -> None:
+        """`run()` for one query; if it raises, the query is failed (dropped from the set
+        when the call ends, nothing of it released from this call) and the others go on."""
+        if query.name in self._failed:
+            return
+        try:
+            failpoints.hit(query.name, stage, seq)
+            run()
+        except Exception as e:  # noqa: BLE001 - contained to the query
+            self._failed[query.name] = (stage, f"{type(e).__name__}: {e}")
+            found[query.name] = []
+
+    def _done(self, found: dict[str, list]) -> list[dict]:
+        for name in self._failed:
+            found.pop(name, None)
+            if name in self.queries:
+                self.remove(name)
         out = self._ordered(found)
         self.release_idle()
         return out
 
-    def punctuate(self, ts: int) -> list[dict]:
-        """Event time reaches ts: time windows ending below it are released."""
-        return self._advance(int(ts))
-
-    def flush(self) -> list[dict]:
-        """End of the stream: every time window still holding events is released."""
-        return self._advance(wk.POS_INF)
+    def take_failed(self) -> dict[str, tuple[str, str]]:
+        """The queries that failed (and were dropped) since the last call: name ->
+        (stage, reason)."""
+        out, self._failed = self._failed, {}
+        return out
 
     def dead_letters(self, name: str) -> list[tuple[int, str]]:
         return self.queries[name].dead
@@ -563,20 +600,26 @@ class WindowQuerySet:
         fmat = _stack([column(c) for c in self._float_columns], n, np.float64)
         seq = np.ascontiguousarray(batch.seq[a:b], dtype=np.int64)
         dl = np.empty(n, dtype=np.int64)
+        last = int(seq[-1]) if n else None
         for query in self.queries.values():
-            plan_ = query.plan
-            wt, pmx = times[plan_.window_attr] if not plan_.rows else (zeros, zeros)
-            kid = kids[query.group_attrs]
-            self._run(query, pv, n, wt, pmx, seq, kid, imat, fmat, tables[0], dl,
-                      found[query.name])
-            for i in dl[:query.st[wk.ST_DLN]].tolist():
-                t = int(wt[i])
-                end = -(-t // plan_.slide) * plan_.slide
-                query.dead.append((int(seq[i]), f"late event: window time {t} is not above "
-                                                f"the end {end} of an already emitted window "
-                                                f"of query {query.name}"))
+            self._run_one(query, "process", last, found, lambda query=query: self._fold(
+                query, pv, n, times, seq, kids, zeros, imat, fmat, tables, dl, found))
 
-    def _advance(self, clock: int) -> list[dict]:
+    def _fold(self, query: _Query, pv, n, times, seq, kids, zeros, imat, fmat, tables, dl,
+              found) -> None:
+        plan_ = query.plan
+        wt, pmx = times[plan_.window_attr] if not plan_.rows else (zeros, zeros)
+        kid = kids[query.group_attrs]
+        self._run(query, pv, n, wt, pmx, seq, kid, imat, fmat, tables[0], dl,
+                  found[query.name])
+        for i in dl[:query.st[wk.ST_DLN]].tolist():
+            t = int(wt[i])
+            end = -(-t // plan_.slide) * plan_.slide
+            query.dead.append((int(seq[i]), f"late event: window time {t} is not above "
+                                            f"the end {end} of an already emitted window "
+                                            f"of query {query.name}"))
+
+    def _advance(self, clock: int, stage: str = "punctuate") -> list[dict]:
         found: dict[str, list] = {name: [] for name in self.queries}
         tables = self._refresh_strings()
         pv = np.zeros((len(self._order), 0), dtype=np.uint64)
@@ -586,11 +629,10 @@ class WindowQuerySet:
         for query in self.queries.values():
             if query.plan.rows:
                 continue
-            self._run(query, pv, 0, _EMPTY_I, pmx, _EMPTY_I, _EMPTY_I, imat, fmat, tables[0],
-                      _EMPTY_I, found[query.name])
-        out = self._ordered(found)
-        self.release_idle()
-        return out
+            self._run_one(query, stage, None, found, lambda query=query: self._run(
+                query, pv, 0, _EMPTY_I, pmx, _EMPTY_I, _EMPTY_I, imat, fmat, tables[0],
+                _EMPTY_I, found[query.name]))
+        return self._done(found)
 
     def _run(self, query: _Query, pv, n, wt, pmx, seq, kid, imat, fmat, s_rank, dl,
              found: list) -> None:

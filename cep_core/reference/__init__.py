@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from cep_core.checker import CheckedQuery
+from cep_core.checked import CheckedQuery
 from cep_core.composite import sort_key
 from cep_core.events import Event, Punctuation
 from cep_core.reference.match import MatchInterpreter

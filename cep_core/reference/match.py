@@ -31,7 +31,7 @@ from __future__ import annotations
 import orjson
 
 from cep_core import ast
-from cep_core.checker import CheckedQuery
+from cep_core.checked import CheckedQuery
 from cep_core.composite import partition_key
 from cep_core.events import Event
 from cep_core.reference.expr import Env, evaluate, fold, holds

@@ -33,7 +33,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from cep_core import ast
-from cep_core.checker import CheckedQuery
+from cep_core.checked import CheckedQuery
 from cep_core.composite import partition_key
 from cep_core.events import Event
 from cep_core.reference.expr import Env, evaluate, fold, holds

@@ -33,7 +33,7 @@ import math
 import orjson
 
 from cep_core import ast
-from cep_core.checker import CheckedQuery, select_name
+from cep_core.checked import CheckedQuery, select_name
 from cep_core.composite import partition_key
 from cep_core.events import Event
 from cep_core.reference.expr import Env, evaluate, fold, holds

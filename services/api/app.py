@@ -196,7 +196,9 @@ class Api:
         total, rate = self.output_rate(query.output)
         out = {"live": held is not None, "services": held["services"] if held else [],
                "partitions": partitions, "into_records": total,
-               "composites_per_s": rate}
+               "composites_per_s": rate,
+               "failed": held is not None and held["state"] == "failed",
+               "reason": held.get("reason") if held else None}
         out.update(self.scraped(query.name))
         return out
 

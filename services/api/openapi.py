@@ -53,7 +53,10 @@ STATE = {"type": "object", "properties": {
     "live": {"type": "boolean"}, "services": {"type": "array", "items": {"type": "string"}},
     "partitions": {"type": "array", "items": {"type": "integer"}},
     "into_records": NULLABLE_INT, "composites_per_s": {"type": ["number", "null"]},
-    "partial_matches": NULLABLE_INT, "events_in": {"type": "number"}}}
+    "partial_matches": NULLABLE_INT, "events_in": {"type": "number"},
+    "failed": {"type": "boolean", "description": "the query's engine failed in a keyed "
+               "partition: it stopped alone (docs/live.md)"},
+    "reason": {"type": ["string", "null"], "description": "why it failed"}}}
 QUERY = {"type": "object", "required": ["name", "stream", "output", "index", "text"],
          "properties": {"name": {"type": "string"}, "stream": {"type": "string"},
                         "output": {"type": "string"}, "index": {"type": "integer"},

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from cep_core import composite_json
 from cep_core.arrow_numpy import from_numpy
-from cep_core.checker import CheckedQuery
+from cep_core.checked import CheckedQuery
 from cep_core.composite_batch import ColumnBatch
 from cep_core.runner import new_engines
 

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from cep_core.checker import CheckedQuery
+from cep_core.checked import CheckedQuery
 from cep_core.home import kernel_cache_dir
 from services.backfill.engines import (
     COMPOSITE,

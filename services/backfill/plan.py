@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cep_core.checker import CheckedQuery
+from cep_core.checked import CheckedQuery
 
 
 @dataclass(frozen=True)

@@ -132,17 +132,25 @@ def is_located(message: str) -> bool:
 
 def run_queries(queries, events, engine: Engine = Engine.reference,
                 placement: Placement | None = None,
-                timings: dict | None = None) -> tuple[Composites, list]:
+                timings: dict | None = None,
+                failures: list | None = None) -> tuple[Composites, list]:
     """`cep_core.runner.run_checked` (the glue the Python API uses too), printing where
-    each query was placed when `placement` is given."""
+    each query was placed when `placement` is given, and each query that failed (its
+    output stops there; the others' is whole); `failures` gets them."""
     from cep_core.runner import run_checked
 
     report: list = []
+    failed: list = []
     composites, rejected = run_checked(queries, events, engine.value,
                                        placement.value if placement else None, timings,
-                                       report)
+                                       report, failed)
     for where in report:
         stderr.print(f"placement: {where.line()}", markup=False, style="dim")
+    for failure in failed:
+        stderr.print(f"{failure}; its composite events stop there, the other queries' "
+                     "are whole", markup=False, style="red")
+    if failures is not None:
+        failures.extend(failed)
     return composites, rejected
 
 

@@ -217,7 +217,9 @@ def run(
 
         timings: dict = {}
         started = time.perf_counter()
-        composites, rejected = run_queries(queries, simple, engine, placement, timings)
+        failures: list = []
+        composites, rejected = run_queries(queries, simple, engine, placement, timings,
+                                           failures)
         run_s = time.perf_counter() - started
         dead.extend(rejected)
 
@@ -232,6 +234,8 @@ def run(
                      + _engine_summary(engine, count, len(composites), run_s, timings)
                      + _write_summary(len(composites), write_s, out),
                      markup=False, style="dim")
+        if failures:
+            raise CliError(f"{len(failures)} of {len(queries)} queries failed (above)", 1)
 
     guard(body)
 

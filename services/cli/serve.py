@@ -263,6 +263,33 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
 
         guard(body)
 
+    @bench_app.command("live")
+    def live(
+        queries: Annotated[int, typer.Option("--live", min=1, help="Query shapes live from "
+                                             "the start.")] = 10,
+        adds: Annotated[int, typer.Option(min=1, help="New shapes added one by one while "
+                                          "the stream runs.")] = 10,
+        rate: Annotated[float, typer.Option(min=1, help="Events/s of the stream.")] = 2000,
+        quiet_s: Annotated[float, typer.Option(help="Seconds before and after the adds.")] =
+        5,
+        workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 1,
+        bootstrap: Annotated[str | None, typer.Option(
+            "--bootstrap", envvar="KAFKA_BOOTSTRAP", metavar="HOST:PORT",
+            help="A broker (default: start the embedded one).")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+    ) -> None:
+        """Queries added to a running pipeline into an empty kernel cache: time from
+        accepted to live, and the live queries' latency before and during the adds
+        (CEP_WARM_KERNELS=0: without compiling off the data path)."""
+
+        def body():
+            from bench.live import run_live_bench
+
+            result = run_live_bench(queries, adds, rate, quiet_s, workers, bootstrap)
+            print(orjson.dumps(result).decode() if as_json else result)
+
+        guard(body)
+
     @bench_app.command("cores")
     def cores(
         count: Annotated[int, typer.Option("--count", "-n", min=20000, metavar="N",

@@ -119,6 +119,10 @@ class StatusWriter:
     def outcome(self, producer, change: dict, outcome: str, **fields) -> None:
         self._write(producer, {"event": "change", **change, "outcome": outcome, **fields})
 
+    def failure(self, producer, failure: dict, **fields) -> None:
+        """A query whose engine failed here (`QueryFailure.to_json()`): stopped alone."""
+        self._write(producer, {"event": "query_failed", **failure, **fields})
+
     def _write(self, producer, record: dict) -> None:
         produce(producer, self.topic, orjson.dumps(
             {**record, "service": self.service, "role": self.role}))
@@ -182,7 +186,11 @@ def services_up(records: list[dict]) -> dict[str, dict]:
             if "partitions" in record:
                 entry["partitions"] = {int(p): live for p, live in record["partitions"].items()}
                 _drop_partitions(view, service, entry["partitions"])
+        elif record["event"] == "query_failed":
+            entry.setdefault("failed", {})[record["name"]] = {
+                k: record.get(k) for k in ("stage", "reason", "seq", "partition")}
         elif record["event"] == "change" and record.get("outcome") == "applied":
+            entry.get("failed", {}).pop(record.get("name"), None)  # a new text or removed
             if record.get("partition") is not None:
                 entry["partitions"][int(record["partition"])] = record.get("live")
                 _drop_partitions(view, service, {record["partition"]})

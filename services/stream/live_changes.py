@@ -181,5 +181,14 @@ def live_items(view: dict[str, dict], kind: str) -> list[dict]:
                                                 else "version": value, "services": []})
                 if entry["service"] not in item["services"]:
                     item["services"].append(entry["service"])
+    if kind == "query":
+        for entry in view.values():
+            for name, failure in (entry.get("failed") or {}).items():
+                item = merged.get(name)
+                if item is not None and "reason" not in item:
+                    item.update(state="failed", reason=failure["reason"],
+                                failed_in=entry["service"], partition=failure["partition"])
+        for item in merged.values():
+            item.setdefault("state", "live")
     order = "index" if kind == "query" else "name"
     return sorted(merged.values(), key=lambda i: i[order])

@@ -124,6 +124,10 @@ class Metrics:
                                      "query, summed over partitions", ["query"], **labels)
         self.engine_state = Gauge("cep_engine_state", "An engine's own count (its metrics), "
                                   "summed over partitions", ["query", "measure"], **labels)
+        self.failed_queries = Gauge("cep_failed_queries", "1 for a query whose engine "
+                                    "failed in some partition this process holds (the query "
+                                    "stopped alone; the reason is on the status topic)",
+                                    ["query"], **labels)
         self.shard = Gauge("cep_coordinator_shard", "coordinator: this process's shard (the "
                            "value) of how many (`shards` label); every other metric of the "
                            "process is that shard's own", ["shards"], **labels)

@@ -9,6 +9,11 @@ route) and repeated ends of input, switches queries at the seq of a control fram
 snapshots/restores itself (engines, live queries, keyed offset, composites not sent yet).
 The `Worker` shell (services/stream/worker.py) consumes, checkpoints and produces the
 outbox.
+
+A query whose engine fails (`StreamEngines` contains it) is failed in this partition:
+`failed` keeps it (in snapshots too) until a change gives it a new text or removes it, a
+`query_failed` status record says where and why (again after a restore), and the other
+queries go on untouched.
 """
 
 from __future__ import annotations
@@ -57,6 +62,8 @@ class PartitionState:
         self.saved_offset = None  # offset of the last snapshot written
         self.live_sets = 0  # start-up `set` frames applied: the worker reports its live set
         self.outputs: dict[str, str] = {}  # query -> INTO topic, removed queries included
+        self.failed: dict[str, dict] = {}  # query -> its failure and the text that failed
+        self._unreported: list[str] = []  # failed queries to report on the status topic
 
     def engines(self, route: str) -> tuple[StreamEngines, BatchEncoder]:
         pair = self.routes.get(route)
@@ -68,7 +75,15 @@ class PartitionState:
         return pair
 
     def start(self, entry) -> None:
-        self.engines(entry.route)[0].add(entry.checked, **self.engine_options(entry))
+        failed = self.failed.get(entry.name)
+        if failed is not None:
+            if failed["text"] == entry.text:
+                return  # failed with this text: it stays stopped until changed
+            del self.failed[entry.name]
+            self.metrics.failed_queries.labels(entry.name).set(0)
+        engines = self.engines(entry.route)[0]
+        engines.add(entry.checked, **self.engine_options(entry))
+        self._failures(engines)
 
     def engine_options(self, entry) -> dict:
         """Idle-key eviction: the configured timeout in the stream's time units, at least
@@ -81,6 +96,8 @@ class PartitionState:
         return {"idle_timeout": max(timeout, 2 * window) if window else timeout}
 
     def stop(self, name: str) -> None:
+        if self.failed.pop(name, None) is not None:
+            self.metrics.failed_queries.labels(name).set(0)
         for route, (engines, _) in list(self.routes.items()):
             if name in engines.queries:
                 engines.remove(name)
@@ -89,12 +106,14 @@ class PartitionState:
 
     def reconcile(self, entries: list[dict]) -> None:
         """Make the live set equal to `entries`; queries whose text is unchanged keep
-        their state."""
+        their state (and a failed one stays failed)."""
         wanted = {e["name"]: e for e in entries}
         for name, live in list(self.queries.live.items()):
             if name not in wanted or wanted[name]["text"] != live.text:
                 self.stop(name)
                 del self.queries.live[name]
+        for name in [n for n in self.failed if n not in wanted]:
+            self.stop(name)
         fresh = [e for e in entries if e["name"] not in self.queries.live]
         kept = [q.to_json() for q in self.queries.live.values()]
         self.queries.load(kept + fresh)
@@ -106,6 +125,24 @@ class PartitionState:
         self.routes = {}
         self.queries.live = {}
         self.reconcile(entries)
+
+    def _failures(self, engines: StreamEngines) -> None:
+        """Record and report the queries `engines` failed since last asked."""
+        for failure in engines.take_failures():
+            live = self.queries.live.get(failure.query)
+            self.failed[failure.query] = {**failure.to_json(),
+                                          "text": live.text if live else None}
+            self._unreported.append(failure.query)
+
+    def _report_failures(self) -> None:
+        """Status records of the failures not reported yet (after the outcome of the
+        change being applied, which would otherwise read as clearing them)."""
+        for name in self._unreported:
+            if name in self.failed:
+                failure = {k: v for k, v in self.failed[name].items() if k != "text"}
+                self.metrics.failed_queries.labels(name).set(1)
+                self.status.failure(self.sent, failure, partition=self.partition)
+        self._unreported = []
 
     def new_schema(self) -> None:
         """The stream's schema changed (a compatible update): decode frames with it."""
@@ -124,11 +161,16 @@ class PartitionState:
     # ------------------------------------------------------------ snapshots
 
     def snapshot(self) -> bytes:
-        blobs = {route: engines.snapshot() for route, (engines, _) in self.routes.items()}
+        blobs = {}
+        for route, (engines, _) in self.routes.items():
+            blobs[route] = engines.snapshot()
+            self._failures(engines)
+        self._report_failures()
         meta = {"partition": self.partition, "offset": self.offset, "upto": self.upto,
                 "ts": self.ts, "queries": self.queries.to_json(),
                 "routes": {r: len(b) for r, b in blobs.items()}, "out": self.out,
-                "seen": self.seen, "end_at": self.end_at, "outputs": self.outputs}
+                "seen": self.seen, "end_at": self.end_at, "outputs": self.outputs,
+                "failed": self.failed}
         head = orjson.dumps(meta)
         return snapshot_format.pack("partition", struct.pack(">I", len(head)) + head
                                     + b"".join(blobs.values()))
@@ -141,12 +183,17 @@ class PartitionState:
         self.out, self.seen = meta.get("out", []), meta.get("seen", {})
         self.end_at = meta.get("end_at", -1)
         self.saved_offset = self.offset
+        self.failed = meta.get("failed", {})
         self.reconcile(meta["queries"])
         self.outputs = {**meta.get("outputs", {}), **self._live_outputs()}
         at = 4 + size
         for route, length in meta["routes"].items():
-            self.engines(route)[0].restore(data[at:at + length])
+            engines = self.engines(route)[0]
+            engines.restore(data[at:at + length])
+            self._failures(engines)
             at += length
+        self._unreported = list(self.failed)  # announced again: this process holds them
+        self._report_failures()
 
 
     # ------------------------------------------------------------ frames
@@ -156,6 +203,12 @@ class PartitionState:
         self.offset = offset + 1
         if frame is None:
             return
+        try:
+            self._handle(frame)
+        finally:
+            self._report_failures()
+
+    def _handle(self, frame: Frame) -> None:
         if frame.kind == frames.EVENTS:
             self._events(frame)
         elif frame.kind == frames.CONTROL:
@@ -187,6 +240,7 @@ class PartitionState:
         batch = encoder.from_arrow(table)
         self.metrics.events_in.inc(len(batch))
         self.out.extend(engines.process(batch))
+        self._failures(engines)
 
     def _control(self, frame: Frame) -> None:
         """Apply a change the splitter checked (queries are parsed again from their
@@ -227,12 +281,14 @@ class PartitionState:
         for engines, _ in self.routes.values():
             if ts is not None and (self.ts is None or ts > self.ts):
                 self.out.extend(engines.punctuate(ts))
+                self._failures(engines)
         if ts is not None and (self.ts is None or ts > self.ts):
             self.ts = ts
         kind = frames.MATCHES
         if frame.kind == frames.END:
             for engines, _ in self.routes.values():
                 self.out.extend(engines.flush())
+                self._failures(engines)
             self.restart_engines()
             self.ts = None
             kind = frames.END

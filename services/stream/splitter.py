@@ -26,6 +26,14 @@ keyed offsets and takes the steps again from those runs before taking new ones
 
 All of that but Kafka is the routing core, `Router` (services/stream/routing.py): this shell
 consumes, hands it messages and control records, produces what it sends, and checkpoints.
+
+Kernels compile off the data path: a running splitter holds a query's add or update back
+(and every control record after it, so changes keep their order) while a child process
+compiles the query's kernels into the machine's kernel cache (cep_core/kernel_warmer.py);
+events keep flowing meanwhile. Then it applies the change at the seq it has reached, and
+the workers load the kernels instead of compiling them between two batches of the live
+queries. `warm_kernels=False` (or CEP_WARM_KERNELS=0) applies changes at once. Held
+changes are not lost to a restart: a starting splitter reads the whole control topic.
 """
 
 from __future__ import annotations
@@ -33,12 +41,22 @@ from __future__ import annotations
 import os
 import threading
 import time
+from concurrent.futures import Future
 
+import orjson
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from cep_core import snapshot_format
-from cep_core.control_message import ControlRecord, compacted
+from cep_core.control_message import (
+    QUERY,
+    ControlMessageError,
+    ControlRecord,
+    OtherStream,
+    compacted,
+    validate,
+)
 from cep_core.json_batch import DEFAULT_MAX_MESSAGE_BYTES
+from cep_core.kernel_warmer import KernelWarmer
 from services.stream.checkpoint import read_latest
 from services.stream.control import StatusWriter
 from services.stream.kafka import KafkaSettings, Topics, consume_batch, produce
@@ -63,7 +81,8 @@ class Splitter:
                  metrics: Metrics | None = None, linger_ms: float = 5,
                  allowed_lateness_ms: int = 0, max_reorder_buffered: int = 100_000,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                 checkpoint_ms: int | None = None):
+                 checkpoint_ms: int | None = None, warm_kernels: bool | None = None,
+                 warm_timeout_s: float = 600):
         self.settings = settings
         self.topics = topics
         self.partitions = partitions
@@ -84,6 +103,12 @@ class Splitter:
         self.saved = None  # (source offsets, position) of the last checkpoint
         self.keyed_next: dict[int, int] = {}  # keyed partition -> offset after the last sent
         self.undelivered: str | None = None  # the first record the broker never took
+        if warm_kernels is None:
+            warm_kernels = os.environ.get("CEP_WARM_KERNELS", "1") != "0"
+        self.warmer = KernelWarmer() if warm_kernels else None
+        self.warm_timeout_s = warm_timeout_s
+        self.held: list = []  # control messages not applied yet, in topic order
+        self.warming: tuple[Future, float] | None = None  # the head's: (future, started)
 
     # the router's state, as the shell's checkpoint and status read and restore it
     queries = _routed("queries")
@@ -227,6 +252,8 @@ class Splitter:
         finally:
             self.source.close()
             self.control.close()
+            if self.warmer is not None:
+                self.warmer.close()
         log("splitter_stopped", position=self.position, last_seq=self.last_seq)
 
     def _resume_at(self, tps: list[TopicPartition]) -> list[TopicPartition]:
@@ -311,8 +338,9 @@ class Splitter:
                 if initial:
                     pending.append(ControlRecord.of(message))
                 else:
-                    self.core.apply_control(message, announce=True)
+                    self.held.append(message)
             if not initial:
+                self._apply_held()
                 self._forward()
                 return
             _, high = self.control.get_watermark_offsets(tp, cached=True)
@@ -323,6 +351,49 @@ class Splitter:
         for record in compacted(pending):
             self.core.apply_control(record, announce=False)
         self._forward()
+
+    def _apply_held(self) -> None:
+        """Apply the held control messages in order, up to the first whose kernels are
+        still compiling (or until `warm_timeout_s`: then it is applied all the same)."""
+        while self.held:
+            head = self.held[0]
+            text = self._to_warm(head)
+            if text is not None:
+                if self.warming is None:
+                    schema = self.core.known_schema()
+                    self.warming = (self.warmer.submit(text, orjson.dumps(
+                        schema.to_dict()).decode() if schema else None), time.monotonic())
+                    log("kernels_warming", key=(head.key() or b"").decode(errors="replace"),
+                        offset=head.offset())
+                future, started = self.warming
+                waited = time.monotonic() - started
+                if not future.done() and waited < self.warm_timeout_s:
+                    return
+                self.warming = None
+                try:
+                    done = future.result(timeout=0)
+                    log("kernels_warm", offset=head.offset(), seconds=round(waited, 3),
+                        compile_s=round(done["compile_s"], 3), failed=done["failed"])
+                except Exception as e:  # noqa: BLE001 - the workers will contain it
+                    log("kernels_not_warm", level="warning", offset=head.offset(),
+                        seconds=round(waited, 3), reason=f"{type(e).__name__}: {e}")
+            self.held.pop(0)
+            self.core.apply_control(head, announce=True)
+
+    def _to_warm(self, message) -> str | None:
+        """The query text whose kernels to compile before `message` applies: a query add
+        or update of this stream that checks (others apply at once, refusals included)."""
+        if self.warmer is None or not message.value():
+            return None
+        try:
+            change = validate(message.value(), message.key(), self.queries.registry,
+                              self.topics.stream)
+        except (ControlMessageError, OtherStream):
+            return None
+        if change.kind != QUERY or change.op not in ("add", "update") or \
+                self.queries.unchanged(change):
+            return None
+        return change.text
 
     def _delivered(self, err, message) -> None:
         if err is not None:

@@ -47,7 +47,9 @@ async function refreshQueries() {
     cell(row, q.name);
     cell(row, q.stream);
     cell(row, q.output);
-    cell(row, s.live ? "live" : "waiting", s.live ? "live" : "down");
+    const stateCell = cell(row, s.failed ? "failed" : s.live ? "live" : "waiting",
+                           s.failed ? "failed" : s.live ? "live" : "down");
+    if (s.failed) stateCell.title = s.reason || "";
     cell(row, (s.services || []).length);
     cell(row, (s.partitions || []).join(" "));
     cell(row, s.composites_per_s);

@@ -1,0 +1,212 @@
+"""`cep bench live`: adding queries to a running pipeline, into an empty kernel cache.
+
+Everything runs here: the embedded broker (unless --bootstrap), `cep serve all` (splitter,
+workers, coordinator as processes, with a fresh CEP_KERNEL_CACHE) and the load. `live`
+query shapes go live first (their kernels compile while nothing else runs); then the
+trades stream is produced at `rate` events/s, and after a quiet stretch `adds` new shapes
+are added one at a time (each the moment the previous one is live). Measured:
+
+- `accepted_to_live_s`: p50 / p99 / max of the time from a change's control record to the
+  coordinator's `applied` record (every keyed partition switched): kernels compiled off
+  the data path, then applied;
+- `live_p50_ms` / `live_p99_ms`, `before` and `during` the adds: produce time of a
+  composite event's last event to its Kafka timestamp, for the queries that were live
+  from the start (the adds must not stall them);
+- `warm_kernels`: whether the splitter compiled off the data path (CEP_WARM_KERNELS), so
+  the two ways can be run side by side.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from bench.e2e import _status
+from services.stream.broker import EmbeddedBroker
+from services.stream.control import ControlMessage, publish
+from services.stream.demo import STREAM, start_services, stop_services, trade_lines
+from services.stream.kafka import Deliveries, KafkaSettings, Topics, flush_all, produce
+from services.stream.pipeline import create_topics
+
+AGGREGATES = ["Max(price)", "Min(price)", "Sum(volume)", "Max(volume)", "Min(volume)",
+              "Avg(price)", "Avg(volume)"]
+
+
+def shapes(n: int) -> list[tuple[str, str]]:
+    """`n` distinct query shapes over trades: MATCH runs with different predicates and
+    aggregates, and WINDOW aggregates with different windows (each its own kernels)."""
+    out = []
+    for i in range(n):
+        name = f"q{i}"
+        if i % 3 == 2:
+            slide = 1 + i % 4
+            out.append((name, f"QUERY {name} INTO live_{name}\n"
+                        f"SELECT symbol, count(*) AS n, max(price) AS hi, sum(volume) AS v"
+                        f"{i}\nFROM trades [RANGE {slide * (5 + i)} seconds SLIDE {slide} "
+                        f"seconds]\nGROUP BY symbol;"))
+            continue
+        op = ">" if i % 2 else "<"
+        k = 2 + i % 3
+        aggregate = AGGREGATES[i % len(AGGREGATES)]
+        out.append((name, f"QUERY {name} FROM trades INTO live_{name} PARTITION BY symbol\n"
+                    f"PATTERN ( . {' '.join(['up'] * k)} )\nDEFINE up AS price {op} Last(price)"
+                    f"{' AND volume > ' + str(i * 10) if i >= 8 else ''}\n"
+                    f"EMIT symbol = symbol, n = Count(), a{i} = {aggregate};"))
+    return out
+
+
+class LiveBench:
+    def __init__(self, bootstrap: str, workers: int, shapes_: list[tuple[str, str]]):
+        self.settings = KafkaSettings(bootstrap, session_timeout_ms=2000)
+        self.topics = Topics(STREAM, source=f"bench.{STREAM}.{os.getpid()}",
+                             prefix=f"benchlive-{os.getpid()}")
+        self.shapes = shapes_
+        create_topics(self.settings, self.topics, 4, [f"live_{n}" for n, _ in shapes_])
+        self.deliveries = Deliveries()
+        self.producer = self.settings.producer(on_delivery=self.deliveries)
+        self.status_seen = 0
+        self.workers = workers
+
+    def start(self, live: int, kernel_cache: str) -> None:
+        for name, text in self.shapes[:live]:
+            publish(self.settings, self.topics.control, ControlMessage("add", name, text))
+        log_path = Path(tempfile.gettempdir()) / f"cep-bench-live-{os.getpid()}.log"
+        os.environ["CEP_KERNEL_CACHE"] = kernel_cache
+        self.services = start_services(self.settings.bootstrap, self.workers, log_path,
+                                       self.topics)
+
+    def records(self) -> list[tuple[int, dict, int]]:
+        found = _status(self.settings, self.topics.status, self.status_seen)
+        if found:
+            self.status_seen = found[-1][0] + 1
+        return found
+
+    def wait(self, match, timeout_s: float) -> tuple[dict, int]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for _, record, ts in self.records():
+                if match(record):
+                    return record, ts
+            time.sleep(0.02)
+        raise TimeoutError("no such status record in time")
+
+
+def run_live_bench(live: int = 10, adds: int = 10, rate: float = 2000, quiet_s: float = 5,
+                   workers: int = 1, bootstrap: str | None = None) -> dict:
+    broker = None
+    if not bootstrap:
+        broker = EmbeddedBroker().start()
+        bootstrap = broker.bootstrap
+    cache = tempfile.mkdtemp(prefix="cep-bench-kernels-")
+    kept = os.environ.get("CEP_KERNEL_CACHE")
+    try:
+        bench = LiveBench(bootstrap, workers, shapes(live + adds))
+        bench.start(live, cache)
+        # The live queries' kernels compile on the first events (nothing else runs yet).
+        lines = trade_lines(max(int(rate * (quiet_s * 2 + adds * 60)), 20000))
+        for line in lines[:2000]:
+            produce(bench.producer, bench.topics.source, line)
+        flush_all(bench.producer, 60, bench.deliveries, "warm-up events")
+        bench.wait(lambda r: r.get("event") == "service" and r.get("role") == "coordinator"
+                   and r.get("state") == "up", 300)
+        time.sleep(1)
+        result = _adds(bench, lines, 2000, rate, quiet_s, live, adds)
+        stop_services(bench.services)
+    finally:
+        if kept is None:
+            os.environ.pop("CEP_KERNEL_CACHE", None)
+        else:
+            os.environ["CEP_KERNEL_CACHE"] = kept
+        if broker is not None:
+            broker.kill()
+    return {"live": live, "adds": adds, "rate": rate, "workers": workers,
+            "warm_kernels": os.environ.get("CEP_WARM_KERNELS", "1") != "0", **result}
+
+
+def _adds(bench: LiveBench, lines: list[bytes], base: int, rate: float, quiet_s: float,
+          live: int, adds: int) -> dict:
+    """Produce at `rate` from seq `base` on; after `quiet_s`, a second thread adds the
+    shapes one by one (each once the previous one is live); then `quiet_s` more."""
+    sent = np.full(len(lines), np.nan)
+    waits: list[float] = []
+    phase: list[float] = []  # start and end of the adds
+    done = threading.Event()
+
+    def adder() -> None:
+        time.sleep(quiet_s)
+        phase.append(time.time())
+        for name, text in bench.shapes[live:live + adds]:
+            t0 = time.time()
+            offset = publish(bench.settings, bench.topics.control,
+                             ControlMessage("add", name, text))
+            key = f"query/{name}"
+            _, ts = bench.wait(lambda r, key=key, offset=offset: (
+                r.get("event") == "change" and r.get("role") == "coordinator" and
+                r.get("key") == key and r.get("offset") == offset), 600)
+            waits.append(ts / 1000 - t0)
+        phase.append(time.time())
+        done.set()
+
+    thread = threading.Thread(target=adder, daemon=True)
+    started = time.time()
+    thread.start()
+    at, stop_at = base, len(lines)
+    chunk = max(1, int(rate / 200))
+    while at < stop_at:
+        due = started + (at - base) / rate
+        while time.time() < due:
+            time.sleep(0.0005)
+        now = time.time()
+        for line in lines[at:at + chunk]:
+            produce(bench.producer, bench.topics.source, line)
+        sent[at:at + chunk] = now
+        at += chunk
+        bench.producer.poll(0)
+        if done.is_set() and stop_at == len(lines):
+            stop_at = min(len(lines), at + int(rate * quiet_s))
+    thread.join(1)
+    flush_all(bench.producer, 60, bench.deliveries, "benchmark events")
+    time.sleep(2)
+    start, end = (phase + [None, None])[:2]
+    before, during = _latencies(bench, [n for n, _ in bench.shapes[:live]], sent, start, end)
+    return {"accepted_to_live_s": _percentiles(waits, 1.0, digits=2),
+            "live_before_ms": _percentiles(before), "live_during_ms": _percentiles(during),
+            "added": len(waits)}
+
+
+def _latencies(bench: LiveBench, names: list[str], sent: np.ndarray, start: float | None,
+               end: float | None) -> tuple[list[float], list[float]]:
+    before, during = [], []
+    for name in names:
+        consumer = bench.settings.consumer()
+        consumer.assign([TopicPartition(f"live_{name}", 0, OFFSET_BEGINNING)])
+        for batch in iter(lambda consumer=consumer: consumer.consume(10000, 0.5), []):
+            for message in batch:
+                if message.error():
+                    continue
+                seq = orjson.loads(message.value())["seq"]
+                if seq >= len(sent) or np.isnan(sent[seq]):
+                    continue
+                delay = message.timestamp()[1] / 1000 - sent[seq]
+                if start is None or sent[seq] < start:
+                    before.append(delay)
+                elif end is None or sent[seq] <= end:
+                    during.append(delay)
+        consumer.close()
+    return before, during
+
+
+def _percentiles(values: list[float], scale: float = 1000.0, digits: int = 1) -> dict | None:
+    if not values:
+        return None
+    array = np.asarray(values) * scale
+    return {"p50": round(float(np.percentile(array, 50)), digits),
+            "p99": round(float(np.percentile(array, 99)), digits),
+            "max": round(float(array.max()), digits), "n": len(values)}
