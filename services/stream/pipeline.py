@@ -1,9 +1,20 @@
 """One stream's pipeline in one process (splitter, K workers, coordinator as threads):
 for tests. `cep serve` runs the same classes as processes (the splitter inside its Faust
-app, services/stream/splitter_app.py); here the splitter's loop sends its own pulses."""
+app, services/stream/splitter_app.py); here the splitter's loop sends its own pulses.
+
+The threads check queries and make engines, which import numba and the compilers on first
+use; Python's import locks can fail such imports from several threads at once
+(`_DeadlockError`, "partially initialized module 'numba.core.caching'"), so the pipeline
+imports them all (`import_engines`) before it starts a thread.
+
+`wait_progressing` waits for a condition as long as the pipeline moves (`progress()`:
+seqs, offsets and counters bounded by the input), for tests on loaded machines."""
 
 from __future__ import annotations
 
+import importlib
+import os
+import pkgutil
 import threading
 import time
 
@@ -25,6 +36,25 @@ def create_topics(settings: KafkaSettings, topics: Topics, partitions: int,
                   compacted=(topics.control, topics.state), any_count=(topics.source,))
 
 
+def import_engines() -> None:
+    """Import, in this thread, every module the pipeline's threads import when they check
+    a query (the compilers) or make and run engines (numba, its cache, the engines and
+    kernels), and ready numba's cache loads (`cache_load.ready`): once, before threads
+    start, so that no two threads import them at once. About 0.6 s the first time."""
+    import cep_core.compiler
+    import cep_core.engine
+    import cep_core.kernels
+
+    for package in (cep_core.engine, cep_core.compiler, cep_core.kernels):
+        for module in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+            importlib.import_module(module.name)
+    for name in ("cep_core.admission", "cep_core.engine_factory", "cep_core.stream_engines"):
+        importlib.import_module(name)
+    from cep_core.engine import cache_load
+
+    cache_load.ready()
+
+
 class LocalPipeline:
     """Splitter, workers and coordinator as threads; `stop()` stops them in order."""
 
@@ -34,6 +64,7 @@ class LocalPipeline:
                  worker_options: dict | None = None, coordinator_options: dict | None = None):
         """`metrics_ports`: Prometheus ports of the splitter, each worker, the coordinator
         (in that order; empty: no endpoints)."""
+        import_engines()  # before any thread of this process checks a query
         ports = list(metrics_ports) or [0] * (workers + 2)
         self.metrics = [Metrics("splitter", ports[0])] + \
             [Metrics("worker", port) for port in ports[1:-1]] + [Metrics("coordinator",
@@ -88,6 +119,20 @@ class LocalPipeline:
         if self.errors:
             raise self.errors[0]
 
+    def progress(self) -> tuple:
+        """What moves while the pipeline works through its input, every part bounded by it
+        (no pulse counts): the splitter's position and last seq, each service's events in
+        and out, dead letters and late events, each coordinator's seq watermarks, received
+        composites and ends released, and the files in the kernel cache (kernels compiled
+        so far). Equal twice: nothing moved in between."""
+        counters = tuple(metric._value.get() for m in self.metrics
+                         for metric in (m.events_in, m.events_out, m.dead_letters,
+                                        m.late_events))
+        merged = tuple((tuple(c.merger.upto), c.merger.received, len(c.merger.ended))
+                       for c in self.coordinators)
+        return (self.splitter.position, self.splitter.last_seq, counters, merged,
+                kernel_files())
+
     def __enter__(self) -> LocalPipeline:
         return self.start()
 
@@ -101,3 +146,36 @@ def wait_for(condition, timeout_s: float, what: str, interval_s: float = 0.05) -
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(interval_s)
+
+
+def wait_progressing(condition, progress, what: str, stall_s: float = 300,
+                     interval_s: float = 0.05, progress_every_s: float = 1.0) -> None:
+    """Wait until `condition()` holds, for as long as it takes while `progress()` (any
+    comparable value, e.g. `LocalPipeline.progress`) keeps changing: the deadline is
+    `stall_s` seconds after the last change, never a fixed budget, so a slow or loaded
+    machine only waits longer, and a pipeline that stopped moving fails with what it
+    last showed. `progress()` is asked at most every `progress_every_s` seconds."""
+    last = progress()
+    moved = checked = time.monotonic()
+    while not condition():
+        now = time.monotonic()
+        if now - checked >= progress_every_s:
+            current = progress()
+            checked = time.monotonic()
+            if current != last:
+                last, moved = current, checked
+            elif checked - moved > stall_s:
+                raise TimeoutError(f"no progress for {stall_s:.0f} s waiting for {what} "
+                                   f"(progress stayed at {last!r})")
+        time.sleep(interval_s)
+
+
+def kernel_files() -> int:
+    """How many files the kernel cache holds (`cep_core.home.kernel_cache_dir`): grows as
+    kernels are generated and compiled, so a cold start shows progress while it compiles."""
+    from cep_core.home import kernel_cache_dir
+
+    count = 0
+    for _, _, files in os.walk(kernel_cache_dir()):
+        count += len(files)
+    return count
