@@ -29,10 +29,10 @@ ENV CEP_KERNEL_CACHE=/var/cache/cep/kernels CEP_HOME=/var/lib/cep \
 # The example queries of each stream, /app/queries/<stream>.cep: what the compose `queries`
 # service registers for CEP_STREAM.
 COPY docker/stream_queries.py /tmp/stream_queries.py
-RUN python /tmp/stream_queries.py /app/queries --schema examples/own_stream/schemas \
+RUN mkdir -p /etc/cep/schemas /var/cache/cep/kernels /var/lib/cep \
+    && python /tmp/stream_queries.py /app/queries --schema examples/own_stream/schemas \
        examples/*.cep examples/own_stream/*.cep \
     && rm /tmp/stream_queries.py \
-    && mkdir -p /etc/cep/schemas /var/cache/cep/kernels /var/lib/cep \
     && chown -R cep:cep /var/cache/cep /var/lib/cep
 USER 10001:10001
 ENTRYPOINT ["cep"]

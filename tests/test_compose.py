@@ -202,10 +202,17 @@ def test_every_cep_service_has_the_pipeline_settings():
 
 
 def _stream_queries_run() -> list[str]:
-    """The arguments the Dockerfile gives docker/stream_queries.py (OUT_DIR first)."""
+    """The arguments the Dockerfile gives docker/stream_queries.py (OUT_DIR first), once
+    the folder of the image's CEP_SCHEMA_PATH exists (`cep check` refuses a missing one)."""
+    schemas = image_env()["CEP_SCHEMA_PATH"]
+    made = False
     for op, args in dockerfile_final_stage():
-        if op == "RUN" and "stream_queries.py" in args:
-            words = shlex.split(args.split("&&")[0])
+        for step in args.split("&&") if op == "RUN" else ():
+            made = made or (step.split()[:2] == ["mkdir", "-p"] and schemas in step.split())
+            if "stream_queries.py" not in step:
+                continue
+            assert made, f"{schemas} is made after stream_queries.py runs"
+            words = shlex.split(step)
             return words[words.index(next(w for w in words if w.endswith("stream_queries.py")))
                          + 1:]
     raise AssertionError("the Dockerfile does not run docker/stream_queries.py")
@@ -218,17 +225,20 @@ def test_queries_service_registers_the_queries_of_cep_stream(tmp_path):
     for arg in args:  # the shell's globs, relative to WORKDIR /app (the repository here)
         expanded += sorted(str(p.relative_to(ROOT)) for p in ROOT.glob(arg)) \
             if "*" in arg else [arg]
+    (tmp_path / "schemas").mkdir()  # the image's CEP_SCHEMA_PATH: an empty folder
     made = subprocess.run([sys.executable, str(ROOT / "docker" / "stream_queries.py"),
-                           str(tmp_path), *expanded], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+                           str(tmp_path / "queries"), *expanded], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "CEP_SCHEMA_PATH": str(tmp_path / "schemas")})
     assert made.returncode == 0, made.stderr
     files = {line.split()[0]: line.split()[1:] for line in made.stdout.splitlines()}
     assert files["trades"] == ["examples/finance.cep"]
     assert files["orders"] == ["examples/own_stream/orders.cep"]
     assert set(files) >= {"rfid", "sensors", "stocks", "ticks", "bids"}
+    written = sorted(str(p) for p in (tmp_path / "queries").glob("*.cep"))
     checked = subprocess.run(
         [sys.executable, "-m", "services.cli.main", "check", "--json", "--schema",
-         "examples/own_stream/schemas", *sorted(str(p) for p in tmp_path.glob("*.cep"))],
+         "examples/own_stream/schemas", *written],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     streams = {Path(r["file"]).stem: {q["stream"] for q in r["queries"]}
