@@ -10,7 +10,12 @@ from pathlib import Path
 from cep_core.checker import load_queries
 from services.stream.control import ControlMessage, publish, split_query_file
 from services.stream.kafka import KafkaSettings, Topics, produce, produce_end, read_all
-from services.stream.pipeline import LocalPipeline, create_topics, wait_for
+from services.stream.pipeline import (
+    LocalPipeline,
+    create_topics,
+    flush_progressing,
+    wait_progressing,
+)
 
 
 def topics_with_queries(settings: KafkaSettings, query_file: Path, source: str, prefix: str,
@@ -36,10 +41,12 @@ def file_records(path: Path) -> list[bytes]:
 def produce_to_end(settings: KafkaSettings, pipeline: LocalPipeline, source: str,
                    records: Iterable[bytes]) -> None:
     """Every record to `source`, then the end of input; returns once the coordinator has
-    released the end."""
+    released the end, waiting as long as the pipeline makes progress
+    (`LocalPipeline.progress`; a cold kernel cache on a loaded machine only takes longer)."""
     producer = settings.producer()
     for record in records:
         produce(producer, source, record)
     produce_end(producer, source)
-    producer.flush(30)
-    wait_for(lambda: pipeline.coordinator.merger.ended, 120, "end of input released")
+    flush_progressing(producer, "source records")
+    wait_progressing(lambda: pipeline.coordinator.merger.ended, pipeline.progress,
+                     "end of input released")

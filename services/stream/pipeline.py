@@ -170,6 +170,24 @@ def wait_progressing(condition, progress, what: str, stall_s: float = 300,
         time.sleep(interval_s)
 
 
+def flush_progressing(producer, what: str = "messages", stall_s: float = 300,
+                      moved=None) -> None:
+    """`producer.flush()` until every message is acknowledged, for as long as the number
+    still waiting changes at least every `stall_s` seconds; `moved()` is called at each
+    change."""
+    left = producer.flush(1)
+    since = time.monotonic()
+    while left:
+        now_left = producer.flush(1)
+        if now_left != left:
+            left, since = now_left, time.monotonic()
+            if moved is not None:
+                moved()
+        elif time.monotonic() - since > stall_s:
+            raise TimeoutError(f"{left} {what} not acknowledged, and none for "
+                               f"{stall_s:.0f} s")
+
+
 def kernel_files() -> int:
     """How many files the kernel cache holds (`cep_core.home.kernel_cache_dir`): grows as
     kernels are generated and compiled, so a cold start shows progress while it compiles."""

@@ -5,8 +5,12 @@ Faults are driven by the pipeline's own progress, never by how fast this machine
 source is written by a `SlowProducer` that stops at given points until the test lets it go
 on (so "killed while the source is being written" holds by construction), and a test waits
 for what the pipeline reports (composite events out, the splitter's logged steps and
-checkpoints, log events), with timeouts only as upper bounds. The end is checked after a
-graceful stop of every service, so whatever they would still write has been written."""
+checkpoints, log events). No wait has a fixed wall-clock budget: each goes on while the
+pipeline makes progress (`Pipeline.progress`: the topics' offsets, the services' own
+counters, the kernels compiled) and fails only after `STALL_S` seconds without any
+(CEP_TEST_STALL_S, default 300), so a slow or loaded machine, or a cold kernel cache,
+only makes a run longer. The end is checked after a graceful stop of every service, so
+whatever they would still write has been written."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 import zlib
 from pathlib import Path
@@ -33,7 +38,12 @@ from services.stream import frames
 from services.stream.control import ControlMessage, horizon, input_ended, publish, split_query_file
 from services.stream.checkpoint import read_latest, read_partitions
 from services.stream.kafka import KafkaSettings, Topics, produce, produce_end
-from services.stream.pipeline import create_topics, wait_for
+from services.stream.pipeline import (
+    create_topics,
+    flush_progressing,
+    kernel_files,
+    wait_progressing,
+)
 from services.stream.splitter import SPLITTER_KEY
 from services.stream.splitter_order import ORDER_HEADER
 
@@ -41,6 +51,11 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 QUERIES = EXAMPLES / "finance.cep"
 EVENTS = EXAMPLES / "data" / "trades.jsonl"
+# Seconds without any progress after which a wait fails (never a budget for the whole wait).
+STALL_S = float(os.environ.get("CEP_TEST_STALL_S", 300))
+# The services' counters that move only with the input (not with pulses or time).
+COUNTERS = (b"cep_events_in_total", b"cep_events_out_total", b"cep_dead_letters_total",
+            b"cep_late_events_total")
 
 
 class Pipeline:
@@ -72,6 +87,9 @@ class Pipeline:
             (["coordinator"] if coordinators == 1 else
              [f"coordinator{k}" for k in range(coordinators)])
         self.processes: dict[str, subprocess.Popen] = {}
+        self.metrics_ports: dict[str, int] = {}  # role -> its Prometheus port
+        self.ended_by_test: set[str] = set()  # roles killed or stopped (not started again)
+        self._watch = None  # consumer for high-watermarks (progress)
         self.env = {**os.environ, "KAFKA_BOOTSTRAP": bootstrap,
                     "CEP_SESSION_TIMEOUT_MS": "2000", "CEP_TOPIC_PREFIX": self.topics.prefix,
                     "CEP_SOURCE_TOPIC": self.topics.source, "CEP_STREAM": "trades",
@@ -101,8 +119,10 @@ class Pipeline:
     def start(self, role: str) -> subprocess.Popen:
         kind = role.rstrip("0123456789")
         log = open(self.logs / f"{role}.log", "ab")
+        self.metrics_ports[role] = free_port()
         env = {**self.env, **self.role_env.get(kind, {}), "CEP_ROLE": kind,
-               "CEP_WEB_PORT": str(free_port())}
+               "CEP_WEB_PORT": str(free_port()),
+               "CEP_METRICS_PORT": str(self.metrics_ports[role])}
         if kind == "coordinator" and role != kind:
             env["CEP_COORDINATOR_SHARD"] = role[len(kind):]
         process = subprocess.Popen([sys.executable, "-m", "services.cli.main", "serve", kind],
@@ -110,6 +130,7 @@ class Pipeline:
                                    start_new_session=True)
         log.close()
         self.processes[role] = process
+        self.ended_by_test.discard(role)
         return process
 
     def start_all(self) -> None:
@@ -119,21 +140,20 @@ class Pipeline:
     def kill(self, role: str) -> float:
         """SIGKILL the role's process group; the time of the kill."""
         process = self.processes[role]
+        self.ended_by_test.add(role)
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
         return time.time()
 
-    def stop(self, role: str, timeout_s: float = 60) -> int:
+    def stop(self, role: str) -> int:
         """SIGTERM the role's process (finish the batch, flush, checkpoint, exit) and wait
-        for it; its exit code."""
+        for it (while the pipeline makes progress); its exit code."""
         process = self.processes[role]
         assert process.poll() is None, f"{role} exited by itself ({process.returncode})"
+        self.ended_by_test.add(role)
         os.killpg(process.pid, signal.SIGTERM)
-        try:
-            return process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"{role} did not stop within {timeout_s} s of SIGTERM") \
-                from None
+        self.wait_until(lambda: process.poll() is not None, f"{role} to stop on SIGTERM")
+        return process.returncode
 
     def stop_gracefully(self) -> None:
         """Stop every service with SIGTERM, in pipeline order: once they have exited,
@@ -156,6 +176,69 @@ class Pipeline:
                 if record["ts"] >= since:
                     out.append(record)
         return out
+
+    # ------------------------------------------------------------ progress
+
+    def wait_until(self, condition, what: str, interval_s: float = 0.2) -> None:
+        """Wait until `condition()` holds, as long as the pipeline makes progress; a
+        service that exited by itself meanwhile fails the wait at once, with its log."""
+
+        def done() -> bool:
+            if condition():
+                return True
+            self.check_alive(what)
+            return False
+
+        wait_progressing(done, self.progress, what, stall_s=STALL_S,
+                         interval_s=interval_s, progress_every_s=2.0)
+
+    def check_alive(self, what: str) -> None:
+        for role, process in self.processes.items():
+            if role not in self.ended_by_test and process.poll() is not None:
+                tail = (self.logs / f"{role}.log").read_bytes()[-3000:].decode(errors="replace")
+                raise AssertionError(f"{role} exited by itself ({process.returncode}) while "
+                                     f"waiting for {what}; its log ends:\n{tail}")
+
+    def progress(self) -> tuple:
+        """What moves while the pipeline works through its input, all of it bounded by the
+        input (and the restarts), none of it by pulses or time: the high-watermarks of the
+        source, the INTO topics, the status, dead-letter and late topics; each running
+        service's events in and out, dead letters and late events (its metrics, which a
+        restart starts again); and the files in the kernel cache (kernels compiled so far,
+        by any process)."""
+        return self._high_watermarks(), self._counters(), kernel_files()
+
+    def _high_watermarks(self) -> tuple:
+        if self._watch is None:
+            self._watch = self.settings.consumer()
+        topics = [(self.topics.source, p) for p in range(self.source_partitions)] + \
+            [(t, 0) for t in (*self.expected, self.topics.status, self.topics.dead_letters,
+                              self.topics.late)]
+        out = []
+        for topic, partition in topics:
+            try:
+                out.append(self._watch.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=5)[1])
+            except Exception:  # noqa: BLE001 - the broker is down or slow: nothing seen
+                out.append(None)
+        return tuple(out)
+
+    def _counters(self) -> tuple:
+        out = []
+        for role, port in sorted(self.metrics_ports.items()):
+            process = self.processes.get(role)
+            if process is None or process.poll() is not None:
+                continue
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                            timeout=5) as response:
+                    lines = response.read().splitlines()
+            except OSError:  # not listening yet (starting), or busy
+                out.append((role, process.pid, None))
+                continue
+            out.append((role, process.pid,
+                        tuple(line for line in lines if line.startswith(COUNTERS))))
+        return tuple(out)
 
     # ------------------------------------------------------------ data
 
@@ -274,6 +357,7 @@ class SlowProducer(threading.Thread):
         self.holds = sorted(holds)
         assert all(0 < h < len(pipe.lines) for h in self.holds), self.holds
         self.written = 0
+        self.moved_at = time.monotonic()  # when it last wrote or had something acknowledged
         self.error: BaseException | None = None
         self._state = threading.Condition()
         self._held: int | None = None  # the number of the hold it waits at
@@ -299,9 +383,9 @@ class SlowProducer(threading.Thread):
                     symbol = orjson.loads(line)["symbol"]
                     produce(producer, pipe.topics.source, line, key=symbol.encode(),
                             partition=pipe.source_partition(symbol))
-                if producer.flush(60):
-                    raise RuntimeError("source records not acknowledged within 60 s")
+                flush_progressing(producer, "source records", STALL_S, self._moved)
                 self.written = min(self.written + self.chunk, stop)
+                self._moved()
                 if self.written < len(lines):
                     time.sleep(self.pause_s)
             if number < len(self.holds):
@@ -312,16 +396,27 @@ class SlowProducer(threading.Thread):
                     self._held = None
         if self.end:
             produce_end(producer, pipe.topics.source)
-        if producer.flush(60):
-            raise RuntimeError("end of input not acknowledged within 60 s")
+        flush_progressing(producer, "end-of-input markers", STALL_S, self._moved)
 
-    def wait_held(self, timeout_s: float = 120) -> int:
+    def _moved(self) -> None:
+        self.moved_at = time.monotonic()
+
+    def _wait(self, done, what: str) -> None:
+        """Wait (holding `_state`) until `done()`, while the producer writes or has its
+        records acknowledged."""
+        while not done():
+            self._state.wait(1)
+            stalled = time.monotonic() - self.moved_at
+            if not done() and stalled > STALL_S:
+                raise TimeoutError(f"the producer wrote nothing for {stalled:.0f} s "
+                                   f"waiting for {what} ({self.written} written)")
+
+    def wait_held(self) -> int:
         """Wait until the producer stops at its next hold (the first not released yet);
         the events written."""
         with self._state:
-            if not self._state.wait_for(lambda: self._held == self._released or self.error
-                                        or not self.is_alive(), timeout_s):
-                raise TimeoutError(f"the producer did not reach its hold in {timeout_s} s")
+            self._wait(lambda: self._held == self._released or self.error is not None
+                       or not self.is_alive(), "its hold")
             if self.error is not None:
                 raise self.error
             assert self._held == self._released, "the producer finished without holding"
@@ -332,12 +427,13 @@ class SlowProducer(threading.Thread):
             self._released += 1
             self._state.notify_all()
 
-    def join_done(self, timeout_s: float = 120) -> None:
+    def join_done(self) -> None:
         """Wait until everything is written (end of input included)."""
-        self.join(timeout_s)
+        with self._state:
+            self._wait(lambda: not self.is_alive(), "its end")
+        self.join()
         if self.error is not None:
             raise self.error
-        assert not self.is_alive(), f"the producer did not finish in {timeout_s} s"
 
 
 def restart(pipe: Pipeline, role: str, ready_event: str, while_down=None) -> float:
@@ -347,13 +443,12 @@ def restart(pipe: Pipeline, role: str, ready_event: str, while_down=None) -> flo
     if while_down is not None:
         while_down()
     pipe.start(role)
-    wait_for(lambda: pipe.log_events(role, ready_event, killed), 60, f"{role} back")
+    pipe.wait_until(lambda: pipe.log_events(role, ready_event, killed), f"{role} back")
     return pipe.log_events(role, ready_event, killed)[0]["ts"] - killed
 
 
 def after_released(pipe: Pipeline, count: int) -> None:
-    wait_for(lambda: pipe.released() >= count, 90, f"{count} composite events out",
-             interval_s=0.2)
+    pipe.wait_until(lambda: pipe.released() >= count, f"{count} composite events out")
 
 
 def waiting_in_checkpoint(checkpoint: dict) -> int:
@@ -368,7 +463,7 @@ def assert_exact(pipe: Pipeline, stop=None) -> None:
     """Once the end of input is released and the services are stopped (`stop`, by default
     SIGTERM to each: anything repeated has landed once they have exited), every INTO
     topic holds exactly the expected composite events."""
-    wait_for(pipe.finished, 120, "end of input released", interval_s=0.5)
+    pipe.wait_until(pipe.finished, "end of input released", interval_s=0.5)
     (stop or pipe.stop_gracefully)()
     got = pipe.outputs()
     assert sum(map(len, pipe.expected.values())) > 20

@@ -18,7 +18,12 @@ from cep_core.checker import load_query_text
 from cep_core.event_io import read_events
 from services.stream.control import ControlMessage, publish, split_query_file
 from services.stream.kafka import KafkaSettings, Topics, produce, read_all
-from services.stream.pipeline import LocalPipeline, create_topics, wait_for
+from services.stream.pipeline import (
+    LocalPipeline,
+    create_topics,
+    flush_progressing,
+    wait_progressing,
+)
 from stream_harness import file_records, produce_to_end
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -49,7 +54,7 @@ def test_fast_producer_slow_worker_stays_bounded(broker):
                                        "batch_size": 10}) as pipeline:
         pipeline.coordinator.max_pending = 2000
         worker = pipeline.workers[0]
-        wait_for(lambda: worker.parts, 90, "worker assigned")
+        wait_progressing(lambda: worker.parts, pipeline.progress, "worker assigned")
         start = _rss_mib()
         producer = broker.producer()
         samples = []
@@ -58,10 +63,11 @@ def test_fast_producer_slow_worker_stays_bounded(broker):
                 {"symbol": f"s{i % 5000}", "price": 1 + i % 7, "volume": 1, "ts": i,
                  "seqNum": i}))
             if i % 10000 == 0:
-                producer.flush(30)
+                flush_progressing(producer, "events")
                 samples.append(_rss_mib())
-        producer.flush(30)
-        wait_for(lambda: pipeline.coordinator.merger.received >= total, 150, "all processed")
+        flush_progressing(producer, "events")
+        wait_progressing(lambda: pipeline.coordinator.merger.received >= total,
+                         pipeline.progress, "all processed")
         samples.append(_rss_mib())
         assert max(samples) - start < 300, samples
         assert all(len(w.producer) <= 2 * 50 + 500 for w in pipeline.workers)

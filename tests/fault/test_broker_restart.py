@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 
-from services.stream.pipeline import wait_for
 from tests.fault.harness import Pipeline, assert_exact
 
 
@@ -28,11 +27,11 @@ def test_broker_restart_mid_stream(durable_broker, tmp_path):
                     CEP_KAFKA_FETCH_WAIT_MAX_MS="200")
     try:
         pipe.start_all()
-        wait_for(lambda: pipe.log_events("worker0", "partitions_assigned"), 90, "worker0 up")
+        pipe.wait_until(lambda: pipe.log_events("worker0", "partitions_assigned"), "worker0 up")
         producing = pipe.produce_slowly(chunk=20, pause_s=0.3, holds=[200])
         held = producing.wait_held()
         assert pipe.released_by(held) > 0
-        wait_for(lambda: pipe.released() > 0, 60, "first composite events out")
+        pipe.wait_until(lambda: pipe.released() > 0, "first composite events out")
         down = time.monotonic()
         durable_broker.stop()
         producing.release()  # written while the broker is down and coming back

@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 
 from services.stream.control import horizon
-from services.stream.pipeline import wait_for
 from tests.fault.harness import Pipeline, after_released, assert_exact, restart
 from tests.fault.test_kills import kill_point
 
@@ -24,7 +23,7 @@ def test_one_of_two_coordinator_shards_killed(kafka_bootstrap, tmp_path):
         eager = next(q.query.output for q in pipe.queries if horizon(q) == 0)
         victim = f"coordinator{shards[eager]}"  # the shard that releases while input flows
         pipe.start_all()
-        wait_for(lambda: pipe.log_events("worker0", "partitions_assigned"), 90, "worker0 up")
+        pipe.wait_until(lambda: pipe.log_events("worker0", "partitions_assigned"), "worker0 up")
         producing = pipe.produce_slowly(chunk=30, pause_s=0.3, holds=[600, 900])
         held = producing.wait_held()
         after_released(pipe, kill_point(rng, pipe, held))

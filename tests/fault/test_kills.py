@@ -18,7 +18,6 @@ import sys
 import time
 
 from services.stream.broker import free_port
-from services.stream.pipeline import wait_for
 from tests.fault.harness import ROOT, Pipeline, after_released, assert_exact, restart
 
 
@@ -35,7 +34,7 @@ def test_worker_killed_three_times(kafka_bootstrap, tmp_path):
     pipe = Pipeline(kafka_bootstrap, tmp_path, workers=2, checkpoint_ms=2000)
     try:
         pipe.start_all()
-        wait_for(lambda: pipe.log_events("worker0", "partitions_assigned"), 90, "worker0 up")
+        pipe.wait_until(lambda: pipe.log_events("worker0", "partitions_assigned"), "worker0 up")
         mine = pipe.log_events("worker0", "partitions_assigned")[-1]["partitions"]
         producing = pipe.produce_slowly(chunk=30, pause_s=0.3, holds=[300, 600, 900])
         recoveries = []  # each kill comes before the last composite events are out
@@ -44,8 +43,8 @@ def test_worker_killed_three_times(kafka_bootstrap, tmp_path):
             held = producing.wait_held()
             after_released(pipe, kill_point(rng, pipe, held, low))
             if not recoveries:  # so that worker1 takes over from a snapshot
-                wait_for(lambda: set(mine) <= pipe.snapshotted(), 60,
-                         "snapshots of worker0's partitions")
+                pipe.wait_until(lambda: set(mine) <= pipe.snapshotted(),
+                                "snapshots of worker0's partitions")
             low = pipe.released_by(held) + 1
             recoveries.append(restart(pipe, "worker0", "partitions_assigned",
                                       while_down=producing.release))
@@ -63,7 +62,7 @@ def test_splitter_and_coordinator_killed(kafka_bootstrap, tmp_path):
     pipe = Pipeline(kafka_bootstrap, tmp_path, workers=1, checkpoint_ms=2000)
     try:
         pipe.start_all()
-        wait_for(lambda: pipe.log_events("worker0", "partitions_assigned"), 90, "worker0 up")
+        pipe.wait_until(lambda: pipe.log_events("worker0", "partitions_assigned"), "worker0 up")
         producing = pipe.produce_slowly(chunk=30, pause_s=0.3, holds=[600, 900])
         held = producing.wait_held()
         after_released(pipe, kill_point(rng, pipe, held))
@@ -98,10 +97,11 @@ def test_serve_all_restarts_a_killed_worker(kafka_bootstrap, tmp_path):
 
     def stop() -> None:  # `cep serve all` stops its children itself
         serve.send_signal(signal.SIGTERM)
-        codes.append(serve.wait(60))
+        pipe.wait_until(lambda: serve.poll() is not None, "cep serve all to stop")
+        codes.append(serve.returncode)
 
     try:
-        wait_for(lambda: pipe.log_events("all", "partitions_assigned"), 90, "worker up")
+        pipe.wait_until(lambda: pipe.log_events("all", "partitions_assigned"), "worker up")
         producing = pipe.produce_slowly(chunk=30, pause_s=0.3, holds=[600])
         held = producing.wait_held()
         after_released(pipe, kill_point(random.Random(3), pipe, held))
@@ -110,8 +110,8 @@ def test_serve_all_restarts_a_killed_worker(kafka_bootstrap, tmp_path):
         os.killpg(worker, signal.SIGKILL)
         killed = time.time()
         producing.release()
-        wait_for(lambda: pipe.log_events("all", "partitions_assigned", killed), 60,
-                 "worker restarted")
+        pipe.wait_until(lambda: pipe.log_events("all", "partitions_assigned", killed),
+                        "worker restarted")
         assert pipe.log_events("all", "process_restarted", killed)[0]["role_of"] == "worker"
         assert_exact(pipe, stop)
     finally:

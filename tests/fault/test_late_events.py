@@ -16,7 +16,7 @@ import pytest
 from cep_core import reference
 from cep_core.event_io import decode_record
 from services.stream.kafka import KafkaSettings, read_all
-from services.stream.pipeline import LocalPipeline, wait_for
+from services.stream.pipeline import LocalPipeline
 from stream_harness import file_records, produce_to_end, topics_with_queries
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,13 +116,13 @@ def test_splitter_killed_with_events_waiting_in_the_reorder_buffer(kafka_bootstr
 
     try:
         pipe.start_all()
-        wait_for(lambda: pipe.log_events("worker0", "partitions_assigned"), 90, "worker0 up")
+        pipe.wait_until(lambda: pipe.log_events("worker0", "partitions_assigned"), "worker0 up")
         producing = pipe.produce_slowly(chunk=30, pause_s=0.3, holds=[400, 800])
         for _ in range(2):
             held = producing.wait_held()
             surely = pipe.released_by(stamped_by(held))
             after_released(pipe, rng.randint(min(5, surely), surely))
-            wait_for(lambda h=held: checkpointed(h), 60, "a checkpoint with events waiting")
+            pipe.wait_until(lambda h=held: checkpointed(h), "a checkpoint with events waiting")
             restart(pipe, "splitter", "splitter_started", while_down=producing.release)
         assert_exact(pipe)
         restored = pipe.log_events("splitter", "reorder_buffer_restored")

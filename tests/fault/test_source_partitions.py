@@ -12,7 +12,6 @@ import orjson
 import pytest
 
 from cep_core import reference
-from services.stream.pipeline import wait_for
 from tests.fault.harness import Pipeline, restart
 
 
@@ -36,31 +35,31 @@ def test_splitter_killed_with_three_source_partitions(kafka_bootstrap, tmp_path,
                     role_env={"splitter": {"CEP_CHECKPOINT_MS": "3600000"}})
     try:
         pipe.start_all()
-        wait_for(lambda: pipe.log_events("worker0", "partitions_assigned"), 90, "worker0 up")
+        pipe.wait_until(lambda: pipe.log_events("worker0", "partitions_assigned"), "worker0 up")
         producing = pipe.produce_slowly(chunk=30, pause_s=0.1, holds=[300, 600, 900])
 
         held = producing.wait_held()
-        wait_for(lambda: pipe.has_taken(held), 90, f"the splitter took {held} events")
+        pipe.wait_until(lambda: pipe.has_taken(held), f"the splitter took {held} events")
         assert pipe.stop("splitter") == 0
         stopped = time.time()
         checkpoint = pipe.splitter_checkpoint()
         assert checkpoint["position"] == held and checkpoint["steps"] > 0
         pipe.start("splitter")
-        wait_for(lambda: pipe.log_events("splitter", "splitter_started", stopped), 60,
-                 "splitter back")
+        pipe.wait_until(lambda: pipe.log_events("splitter", "splitter_started", stopped),
+                        "splitter back")
         producing.release()
 
         held = producing.wait_held()
-        wait_for(lambda: pipe.has_taken(held), 90, f"the splitter took {held} events")
+        pipe.wait_until(lambda: pipe.has_taken(held), f"the splitter took {held} events")
         restart(pipe, "splitter", "splitter_started")
         producing.release()
 
         held = producing.wait_held()
-        wait_for(lambda: pipe.has_taken(held), 90, f"the splitter took {held} events")
+        pipe.wait_until(lambda: pipe.has_taken(held), f"the splitter took {held} events")
         restart(pipe, "splitter", "splitter_started",
                 while_down=lambda: (producing.release(), producing.join_done()))
 
-        wait_for(pipe.ended, 120, "end of input released", interval_s=0.5)
+        pipe.wait_until(pipe.ended, "end of input released", interval_s=0.5)
         pipe.stop_gracefully()  # anything repeated has landed once they have exited
         replays = pipe.log_events("splitter", "splitter_replaying")
         assert len(replays) == 2 and all(r["steps"] > 0 for r in replays)
