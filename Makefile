@@ -20,9 +20,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Simulators the FPGA tests run, the browser of the console's test and the Prometheus
-# server that scrapes the services in a test (Debian packages):
+# server that scrapes the services in a test, Graphviz for `cep explain --format svg`
+# (Debian packages):
 # installed only when missing. TOOL or TOOL:PACKAGE.
-SYSDEPS := iverilog yosys chromium chromedriver:chromium-driver prometheus
+SYSDEPS := iverilog yosys chromium chromedriver:chromium-driver prometheus dot:graphviz
 sysdeps:
 	@missing=""; for dep in $(SYSDEPS); do tool=$${dep%%:*}; package=$${dep#*:}; \
 	    command -v $$tool >/dev/null 2>&1 || missing="$$missing $$package"; done; \

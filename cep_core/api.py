@@ -240,6 +240,13 @@ class QuerySet:
     def __repr__(self) -> str:
         return f"QuerySet({', '.join(self.names)} over {self.schema.stream})"
 
+    def explain(self) -> list:
+        """What each query compiled to (`cep_core.explain.Explanation`: `.text()`,
+        `.dot()`, `.svg()`), as `cep explain` shows it."""
+        from cep_core.explain import explain
+
+        return [explain(q) for q in self.queries]
+
     def run(self, data: Any, *, engine: str = "jit", placement: str | None = None,
             fmt: str | None = None) -> Result:
         """Every composite event of the queries over `data` (see `read_events` for what

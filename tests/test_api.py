@@ -173,6 +173,14 @@ def test_stream_and_query_over_http_tail_equals_reference(settings):
         assert query["state"]["live"] is True and query["state"]["partitions"] == [0, 1]
         assert len(query["state"]["services"]) == 4  # splitter, 2 workers, coordinator
         assert query["state"]["into_records"] == len(expected)
+        assert query["state"]["failed"] is False and query["state"]["reason"] is None
+
+        code, explained = call(api, "GET", "/api/queries/rises/explain")
+        assert code == 200 and explained["kind"] == "MATCH", explained
+        assert explained["text"].startswith("query rises (MATCH): PATTERN ( . up up )")
+        assert len(explained["nodes"]) == 4 and explained["svg"].lstrip().startswith("<")
+        code, missing = call(api, "GET", "/api/queries/nothing/explain")
+        assert code == 404 and "no live query" in missing["error"]
 
         breaking = {**schema.to_dict(), "attributes": {
             k: v for k, v in schema.to_dict()["attributes"].items() if k != "price"}}

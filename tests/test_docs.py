@@ -8,8 +8,8 @@ Every code block is one of:
   per such line, in order, each containing its MESSAGE.
 - A command block: lines `cep ...` or `.venv/bin/cep ...` (after an optional `$ `), and
   `make TARGET` / `.venv/bin/python SCRIPT` (the target and the script must exist).
-  - Executed (EXECUTED below): `cep check`, `cep schemas`, `cep run` with the reference
-    engine, `cep gen` (its --out sent to a temporary directory; the query file it writes is
+  - Executed (EXECUTED below): `cep check`, `cep schemas`, `cep explain`, `cep run` with
+    the reference engine, `cep gen` (its --out sent to a temporary directory; the query file it writes is
     then checked). `$ command` followed by lines quotes its output: stdout and stderr
     together must be exactly those lines. Quoting the output of a command that is not
     executed is an error.
@@ -73,7 +73,7 @@ NOT_EXAMPLES = {
 }
 FPGA_RESOURCES = "(0|1)*1(0|1)^i: NFA vs powerset DFA (6-input LUTs, flip-flops)"
 # Sub-commands the test runs; every other one is only parsed.
-EXECUTED = {("check",), ("schemas",), ("run",), ("gen",)}
+EXECUTED = {("check",), ("schemas",), ("run",), ("gen",), ("explain",)}
 
 
 @dataclass

@@ -33,6 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cep_core.checker import load_query_text
 from cep_core.control_message import ControlMessageError, check_stream, replayed
 from cep_core.errors import QueryError, QueryErrors
+from cep_core.explain import explain
 from services.api.errors import Refused
 from services.api.guard import TOKEN_ENV, Guard, error_response, json_response, loopback
 from services.api.openapi import openapi_document
@@ -526,6 +527,23 @@ def make_app(config: ApiConfig, bound: str | None = None) -> web.Application:
     @routes.delete("/api/queries/{name}")
     async def remove_query(request):
         return await query_change(request, "remove", request.match_info["name"])
+
+    @routes.get("/api/queries/{name}/explain")
+    async def explain_query(request):
+        name = request.match_info["name"]
+
+        def explained():
+            live = api.live().live.get(name)
+            if live is None:
+                return None
+            found = explain(live.checked)
+            try:
+                svg = found.svg()
+            except RuntimeError:
+                svg = None
+            return {**found.to_json(), "text": found.text(), "dot": found.dot(), "svg": svg}
+        entry = await asyncio.to_thread(explained)
+        return json_response(entry) if entry else error_response(404, f"no live query {name!r}")
 
     @routes.get("/api/queries/{name}/tail")
     async def tail(request):

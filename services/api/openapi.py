@@ -57,6 +57,17 @@ STATE = {"type": "object", "properties": {
     "failed": {"type": "boolean", "description": "the query's engine failed in a keyed "
                "partition: it stopped alone (docs/live.md)"},
     "reason": {"type": ["string", "null"], "description": "why it failed"}}}
+EXPLANATION = {"type": "object", "required": ["name", "kind", "headline", "lines", "nodes",
+                                             "edges", "text", "dot", "svg"],
+               "properties": {
+                   "name": {"type": "string"}, "kind": {"enum": ["MATCH", "SEQ", "WINDOW"]},
+                   "headline": {"type": "string"},
+                   "lines": {"type": "array", "items": {"type": "string"}},
+                   "nodes": {"type": "array", "items": {"type": "object"}},
+                   "edges": {"type": "array", "items": {"type": "object"}},
+                   "text": {"type": "string"}, "dot": {"type": "string"},
+                   "svg": {"type": ["string", "null"],
+                           "description": "null where Graphviz's dot is not installed"}}}
 QUERY = {"type": "object", "required": ["name", "stream", "output", "index", "text"],
          "properties": {"name": {"type": "string"}, "stream": {"type": "string"},
                         "output": {"type": "string"}, "index": {"type": "integer"},
@@ -131,7 +142,8 @@ def openapi_document() -> dict:
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": {"Error": ERROR, "LocatedError": LOCATED, "Outcome": OUTCOME,
-                        "Stream": STREAM, "Query": QUERY, "QueryState": STATE}},
+                        "Stream": STREAM, "Query": QUERY, "QueryState": STATE,
+                        "Explanation": EXPLANATION}},
         "paths": {
             "/healthz": {"get": {"summary": "The process serves", "responses": {
                 "200": _json({"type": "object", "required": ["alive"]})}}},
@@ -199,6 +211,12 @@ def openapi_document() -> dict:
                         "requestBody": _body(QUERY_BODY), "responses": _change_responses()},
                 "delete": {"summary": "Remove a live query", "security": SECURED,
                            "responses": _change_responses()}},
+            "/api/queries/{name}/explain": {"get": {
+                "summary": "What the live query compiled to (cep explain): text, a graph, "
+                           "and its SVG drawing where Graphviz is installed",
+                "parameters": [NAME_PARAM],
+                "responses": _guarded({"200": _json(_ref("Explanation")),
+                                       "404": _json(_ref("Error"))})}},
             "/api/queries/{name}/tail": {"get": {
                 "summary": "The query's composite events as server-sent events",
                 "parameters": [

@@ -49,6 +49,7 @@ from services.cli.common import (
     stderr,
     stdout,
 )
+from services.cli.explain import explain_command
 from services.cli.help import PlainHelpGroup
 from services.cli.serve import register as register_service_commands
 
@@ -522,6 +523,7 @@ def broker(
 
 # ------------------------------------------------------------------ cep bench
 
+app.command("explain")(explain_command)
 app.add_typer(bench_app, name="bench")
 
 
