@@ -297,17 +297,27 @@ class _JsonParser:
     error): a NaN or Infinity, which pyarrow takes and orjson refuses, can then only land
     in a float column, where the finite check sends its row to orjson. Once a block has
     other fields, they are ignored, and a block must first be free of NaN and Infinity
-    literals and of nesting deeper than orjson takes."""
+    literals and of nesting deeper than orjson takes.
+
+    Timestamp attributes are read as numbers or, once a block holds them as text, as text
+    (`iso`: the kind the last block had), converted by `iso_times` with the record
+    decoder's rules; a text it does not take is a null there, so its row goes to orjson."""
 
     def __init__(self, schema: StreamSchema):
         import pyarrow.json as pj
 
         self.read_json = pj.read_json
         columns = _json_schema(schema)
-        self.strict = pj.ParseOptions(explicit_schema=columns,
-                                      unexpected_field_behavior="error")
-        self.lenient = pj.ParseOptions(explicit_schema=columns,
-                                       unexpected_field_behavior="ignore")
+        self.times = [n for n, kind in schema.attributes.items() if kind == "timestamp"]
+        self.time_unit = schema.time_unit
+        texts = pa.schema([pa.field(f.name, pa.string()) if f.name in self.times else f
+                           for f in columns])
+        self.options = {iso: (pj.ParseOptions(explicit_schema=cols,
+                                              unexpected_field_behavior="error"),
+                              pj.ParseOptions(explicit_schema=cols,
+                                              unexpected_field_behavior="ignore"))
+                        for iso, cols in ((False, columns), (True, texts))}
+        self.iso = False
         self.other_fields = False
         self.dense = False  # the last refused block had bad records everywhere
         self.threads = pj.ReadOptions(use_threads=True)
@@ -324,26 +334,93 @@ class _JsonParser:
                 block.decode("utf-8")
             except UnicodeDecodeError:
                 return None
-        table, other_fields = (None, True) if self.other_fields else \
-            self._read(block, self.strict)
+        table, why = self._parsed(block, lines, self.iso)
+        if table is None and why in self.times:  # times of the other kind (text, numbers)
+            table, _ = self._parsed(block, lines, not self.iso)
+            if table is not None:
+                self.iso = not self.iso
+        if table is None or table.num_rows != len(lines):
+            return None
+        if not self.iso:
+            return table
+        for name in self.times:
+            table = table.set_column(table.schema.get_field_index(name), name,
+                                     iso_times(table.column(name), self.time_unit))
+        return table
+
+    def _parsed(self, block: bytes, lines: _Lines, iso: bool) -> tuple[pa.Table | None, str]:
+        strict, lenient = self.options[iso]
+        table, why = (None, _OTHER_FIELDS) if self.other_fields else self._read(block, strict)
         if table is None:
-            if not other_fields or b"NaN" in block or b"Inf" in block or \
+            if why != _OTHER_FIELDS or b"NaN" in block or b"Inf" in block or \
                     _may_overflow(block) or (
                         block.count(b"{") + block.count(b"[") - len(lines) >= _MAX_OPENINGS
                         and _deepest(block, lines) >= _MAX_OPENINGS):
-                return None
-            table, _ = self._read(block, self.lenient)
+                return None, why
+            table, why = self._read(block, lenient)
             self.other_fields = table is not None
-        return table if table is not None and table.num_rows == len(lines) else None
+        return table, why
 
-    def _read(self, block: bytes, options) -> tuple[pa.Table | None, bool]:
-        """The table, or None and whether a field beyond the stream's was the reason."""
+    def _read(self, block: bytes, options) -> tuple[pa.Table | None, str]:
+        """The table, or None and why: _OTHER_FIELDS (a field beyond the stream's), the
+        column whose values pyarrow could not take, or ''."""
         threads = self.threads if len(block) > 1 << 20 else self.one_thread
         try:
             return self.read_json(pa.py_buffer(block), parse_options=options,
-                                  read_options=threads), False
+                                  read_options=threads), ""
         except (pa.ArrowException, ValueError, OverflowError) as e:
-            return None, "unexpected field" in str(e)
+            text = str(e)
+            if "unexpected field" in text:
+                return None, _OTHER_FIELDS
+            column = _COLUMN_IN_ERROR.search(text)
+            return None, column.group(1) if column else ""
+
+
+_OTHER_FIELDS = "\0other fields"
+_COLUMN_IN_ERROR = re.compile(r"Column\(/([^)]*)\)")
+# The spellings of ISO-8601 times that pyarrow's cast reads as datetime.fromisoformat does
+# (the record decoder's rule): date, T or space, time to the second, up to 6 decimals,
+# then Z or an offset under 24 hours (zoned), or nothing (naive: UTC).
+_ISO_TIME = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,6})?"
+_ISO_ZONED = _ISO_TIME + r"(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$"
+_ISO_NAIVE = _ISO_TIME + "$"
+_MICROS_PER_UNIT = {"s": 1_000_000, "ms": 1_000, "us": 1}
+
+
+def iso_times(text: pa.ChunkedArray | pa.Array, time_unit: str) -> pa.Array:
+    """ISO-8601 texts as integer times since the epoch in `time_unit`, exactly as
+    `event_io.decode_record` converts them (naive times are UTC; times floored to the
+    unit); a null where a text is not one of the spellings `_ISO_ZONED` / `_ISO_NAIVE`
+    take (or is year 0, or out of range), so that the record decoder decides that row."""
+    import pyarrow.compute as pc
+
+    if isinstance(text, pa.ChunkedArray):
+        text = text.combine_chunks()
+    n = len(text)
+    nulls = pa.nulls(n, pa.int64())
+    if time_unit not in _MICROS_PER_UNIT and time_unit != "ns":
+        return nulls
+    micros = np.zeros(n, dtype=np.int64)
+    known = np.zeros(n, dtype=bool)
+    for shape, kind in ((_ISO_ZONED, pa.timestamp("us", tz="UTC")),
+                        (_ISO_NAIVE, pa.timestamp("us"))):
+        chosen = pc.and_(pc.fill_null(pc.match_substring_regex(text, shape), False),
+                         pc.invert(pc.fill_null(pc.starts_with(text, "0000"), False)))
+        rows = np.flatnonzero(chosen.to_numpy(zero_copy_only=False))
+        if not len(rows):
+            continue
+        try:  # a day or hour out of range fails the whole cast: those rows go one by one
+            parsed = pc.cast(text.take(pa.array(rows)), kind)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+        micros[rows] = parsed.cast(pa.int64()).to_numpy(zero_copy_only=False)
+        known[rows] = True
+    if time_unit == "ns":
+        known &= np.abs(micros) <= np.iinfo(np.int64).max // 1000
+        units = micros * 1000
+    else:
+        units = np.floor_divide(micros, _MICROS_PER_UNIT[time_unit])
+    return pa.array(units, pa.int64(), mask=~known) if not known.all() else pa.array(units)
 
 
 def json_messages_table(raws: list[bytes], schema: StreamSchema,
