@@ -22,10 +22,11 @@ import orjson
 
 from cep_core import snapshot_format
 from cep_core.errors import QueryError, QueryErrors
-from cep_core.event_io import DeadLetter, seq_not_increasing
+from cep_core.event_io import DeadLetter
 from cep_core.runner import events_json, new_engines, run_checked
 from cep_core.schema import ATTRIBUTE_TYPES, SchemaError, SchemaRegistry, StreamSchema
 from cep_core.schema_import import stream_schema_from_json_schema
+from cep_core.time_guard import TimeGuard, wall_clock_units
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -129,18 +130,23 @@ def _from_attributes(stream: str | None, attributes: dict, time: str | None,
 
 
 def read_events(data: Any, schema: StreamSchema, fmt: str | None = None,
-                first_position: int = 0) -> tuple[pa.Table, list[DeadLetter]]:
+                first_position: int = 0, *, prev_max: int = -1,
+                guard: TimeGuard | None = None) -> tuple[pa.Table, list[DeadLetter]]:
     """Events of any input the API takes, as one table (`seq`, then the attributes) and
     the dead letters, decoded as `cep run` decodes them: a path (JSON lines, CSV,
     Parquet; `fmt` names the format where the suffix does not), a pyarrow Table or
     RecordBatch, a pandas DataFrame, anything with `to_arrow()` (polars) or the Arrow
-    stream interface, or an iterable of dicts."""
+    stream interface, or an iterable of dicts. Records are numbered from
+    `first_position`; seqs must be above `prev_max`; events too far ahead of the stream's
+    time go to the dead letters (`guard`: the bounds and the time so far; default the
+    schema's, cep_core/time_guard.py)."""
     import pyarrow as pa
 
     from cep_core import event_reader
 
     if isinstance(data, (str, Path)):
-        return event_reader.read_table(data, schema, fmt)
+        return event_reader.read_table(data, schema, fmt, first_position=first_position,
+                                       prev_max=prev_max, guard=guard)
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
     elif type(data).__module__.startswith("pandas"):
@@ -150,10 +156,12 @@ def read_events(data: Any, schema: StreamSchema, fmt: str | None = None,
     elif hasattr(data, "__arrow_c_stream__") and not isinstance(data, pa.Table):
         data = pa.table(data)
     if isinstance(data, pa.Table):
-        return event_reader.read_arrow(data, schema, "<table>", first_position)
+        return event_reader.read_arrow(data, schema, "<table>", first_position, prev_max,
+                                       guard)
     if isinstance(data, Mapping):
         raise TypeError("one event: pass a list of dicts")
-    return event_reader.read_records(data, schema, "<records>", first_position)
+    return event_reader.read_records(data, schema, "<records>", first_position, prev_max,
+                                     guard)
 
 
 def _whole_floats_as_ints(table: pa.Table, schema: StreamSchema) -> pa.Table:
@@ -248,20 +256,27 @@ class QuerySet:
         return [explain(q) for q in self.queries]
 
     def run(self, data: Any, *, engine: str = "jit", placement: str | None = None,
-            fmt: str | None = None) -> Result:
+            fmt: str | None = None, max_ahead: int | str | None = None,
+            max_ahead_of_clock: int | str | None = None) -> Result:
         """Every composite event of the queries over `data` (see `read_events` for what
         it may be), with `engine` "jit" (numba kernels) or "reference" (the interpreter,
-        the oracle) and, for jit, `placement` "cpu", "gpu" or "auto" (docs/gpu.md)."""
+        the oracle) and, for jit, `placement` "cpu", "gpu" or "auto" (docs/gpu.md).
+        `max_ahead` / `max_ahead_of_clock` (an int in the stream's time unit, a duration
+        such as "1 day", or "none") replace the schema's bounds on events too far ahead
+        (docs/semantics.md)."""
         schema = self.schema
-        table, dead = read_events(data, schema, fmt)
+        table, dead = read_events(data, schema, fmt, guard=TimeGuard.of(
+            schema, max_ahead, max_ahead_of_clock))
         timings: dict = {}
         composites, rejected = run_checked(self.queries, table, engine, placement, timings)
         return Result(composites, dead + rejected, table.num_rows, timings)
 
-    def stream(self, *, placement: str | None = None) -> Stream:
+    def stream(self, *, placement: str | None = None, max_ahead: int | str | None = None,
+               max_ahead_of_clock: int | str | None = None) -> Stream:
         """A stateful runner of the jitted engines: `push(batch)` each batch as it comes,
-        `flush()` at the end of input."""
-        return Stream(self, placement)
+        `flush()` at the end of input (`max_ahead`, `max_ahead_of_clock`: as `run`)."""
+        return Stream(self, placement, max_ahead=max_ahead,
+                      max_ahead_of_clock=max_ahead_of_clock)
 
 
 _HEADER = struct.Struct("<qq")  # a Stream snapshot: events read, last seq; then engines'
@@ -272,12 +287,17 @@ class Stream:
     composite events each batch completes; `advance_time(ts)` those released by event time
     reaching ts (a punctuation); `flush()` those pending at the end of input.
     The pushes and the flush together give what one `QuerySet.run` over all the batches
-    gives. `snapshot()`/`restore()` save and put back the whole state (engines, string
-    dictionary, where seqs are)."""
+    gives (events too far ahead of the stream's time included: the time goes on across
+    pushes, and `advance_time` moves it too). `snapshot()`/`restore()` save and put back
+    the whole state (engines, string dictionary, where seqs are) but the stream's time for
+    that bound, which a restored Stream takes from its next event."""
 
-    def __init__(self, queries: QuerySet, placement: str | None = None):
+    def __init__(self, queries: QuerySet, placement: str | None = None, *,
+                 max_ahead: int | str | None = None,
+                 max_ahead_of_clock: int | str | None = None):
         self.queries = queries
         self.schema = queries.schema
+        self._guard = TimeGuard.of(self.schema, max_ahead, max_ahead_of_clock)
         self._engines, self._encoder = new_engines(queries.queries, placement)
         self._position = 0  # records read so far: the default seq of the next
         self._last_seq = -1
@@ -299,8 +319,10 @@ class Stream:
         return self._flush().to_arrow()
 
     def _push(self, data: Any, fmt: str | None = None) -> Composites:
+        if self._guard.ahead_of_clock is not None:  # the wall clock of this push
+            self._guard.now = wall_clock_units(self.schema.time_unit)
         table, dead, self._position, self._last_seq = read_batch(
-            data, self.schema, fmt, self._position, self._last_seq)
+            data, self.schema, fmt, self._position, self._last_seq, self._guard)
         self.dead_letters.extend(dead)
         found = []
         for start in range(0, table.num_rows, 65536):
@@ -310,6 +332,7 @@ class Stream:
         return self._engines.composites(found)
 
     def _advance_time(self, ts: int) -> Composites:
+        self._guard.advance(int(ts))
         out = self._engines.composites(self._engines.punctuate_columns(int(ts)))
         self._take_rejected(None)
         return out
@@ -346,47 +369,16 @@ class Stream:
 
 
 def read_batch(data: Any, schema: StreamSchema, fmt: str | None = None, position: int = 0,
-               last_seq: int = -1) -> tuple[pa.Table, list[DeadLetter], int, int]:
+               last_seq: int = -1, guard: TimeGuard | None = None
+               ) -> tuple[pa.Table, list[DeadLetter], int, int]:
     """One batch of a stream given batch by batch (`Stream.push`): its events as
-    `read_events` reads them, its first record at `position`, less the events whose seq is
-    not above `last_seq` (the last of the batches before), which become dead letters.
-    (table, dead letters in position order, the next batch's position, the last seq)."""
-    import numpy as np
-
-    from cep_core.arrow_numpy import from_numpy, to_numpy
-
-    table, dead = read_events(data, schema, fmt, position)
+    `read_events` reads them, its first record at `position`, its seqs checked against
+    `last_seq` (the largest of the batches before) and its times against `guard` (the
+    stream's bounds and its time so far, which moves on; None: a fresh one of the
+    schema's). (table, dead letters in position order, the next batch's position, the
+    largest seq accepted)."""
+    table, dead = read_events(data, schema, fmt, position, prev_max=last_seq, guard=guard)
     end = position + table.num_rows + len(dead)  # every record counts as a position
-    seq = to_numpy(table.column("seq"))
-    late = np.flatnonzero(seq <= last_seq)
-    if len(late):
-        positions = np.setdiff1d(np.arange(position, end),
-                                 [letter.position for letter in dead])
-        source = _source(data)
-        dead.extend(DeadLetter(source, int(positions[i]), _row_json(table, i),
-                               seq_not_increasing(int(seq[i]), last_seq))
-                    for i in late.tolist())
-        dead.sort(key=lambda letter: letter.position)
-        keep = np.ones(len(seq), dtype=bool)
-        keep[late] = False
-        table = table.filter(from_numpy(keep))
-        seq = seq[keep]
-    return table, dead, end, int(seq[-1]) if len(seq) else last_seq
+    seq = table.column("seq")
+    return table, dead, end, seq[-1].as_py() if len(seq) else last_seq
 
-
-def _row_json(table: pa.Table, row: int) -> bytes:
-    from cep_core.event_reader import row_json
-
-    return row_json(table, row)
-
-
-def _source(data: Any) -> str:
-    """The `source` of dead letters of an input (as `read_events` names it)."""
-    import pyarrow as pa
-
-    if isinstance(data, (str, Path)):
-        return "<stdin>" if str(data) == "-" else str(data)
-    if isinstance(data, (pa.Table, pa.RecordBatch)) or hasattr(data, "to_arrow") \
-            or hasattr(data, "__arrow_c_stream__") or type(data).__module__.startswith("pandas"):
-        return "<table>"
-    return "<records>"

@@ -49,6 +49,7 @@ import orjson
 from cep_core.errors import EventError
 from cep_core.events import Event
 from cep_core.schema import NANOS_PER_UNIT, StreamSchema
+from cep_core.time_guard import TimeGuard, seq_not_increasing
 
 JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
 FORMATS = {**{s: "jsonl" for s in JSON_SUFFIXES}, ".csv": "csv", ".parquet": "parquet"}
@@ -244,12 +245,16 @@ def event_format(path: str | Path, fmt: str | None = None) -> str:
     return found
 
 
-def iter_events(path: str | Path, schema: StreamSchema,
-                fmt: str | None = None) -> Iterator[Event | DeadLetter]:
+def iter_events(path: str | Path, schema: StreamSchema, fmt: str | None = None,
+                guard: TimeGuard | None = None) -> Iterator[Event | DeadLetter]:
     """Events and dead letters of a file (or of standard input: path "-"), in file order.
     `fmt` ("jsonl", "csv" or "parquet") overrides the format the suffix implies; standard
-    input needs it."""
+    input needs it. After the seq check, events too far ahead of the stream's time go to
+    the dead letters (`guard`: the bounds and the time so far; default the schema's,
+    cep_core/time_guard.py)."""
     fmt = event_format(path, fmt)
+    if guard is None:
+        guard = TimeGuard.of(schema)
     if str(path) == STDIN:
         source, opened = STDIN_SOURCE, _stdin(fmt)
     else:
@@ -270,14 +275,14 @@ def iter_events(path: str | Path, schema: StreamSchema,
                     yield DeadLetter(source, item.position, item.raw, seq_not_increasing(
                         item.seq, last_seq), line=item.line)
                     continue
+                too_far = guard.check(item.event.ts)
+                if too_far is not None:
+                    yield DeadLetter(source, item.position, item.raw, too_far, line=item.line)
+                    continue
                 last_seq = item.seq
                 yield item.event
             else:
                 yield item
-
-
-def seq_not_increasing(seq: int, last_seq: int) -> str:
-    return f"seq {seq} does not increase (previous seq {last_seq})"
 
 
 class DecodedEvent(NamedTuple):
@@ -310,12 +315,12 @@ def decode_records(records: Iterable[tuple], schema: StreamSchema, source: str,
         yield DeadLetter(source, position, raw, error, line=line)
 
 
-def read_events(path: str | Path, schema: StreamSchema,
-                fmt: str | None = None) -> tuple[list[Event], list[DeadLetter]]:
+def read_events(path: str | Path, schema: StreamSchema, fmt: str | None = None,
+                guard: TimeGuard | None = None) -> tuple[list[Event], list[DeadLetter]]:
     """All events of a file (or of standard input: "-") and its dead letters."""
     events: list[Event] = []
     dead: list[DeadLetter] = []
-    for item in iter_events(path, schema, fmt):
+    for item in iter_events(path, schema, fmt, guard):
         (dead if isinstance(item, DeadLetter) else events).append(item)
     return events, dead
 

@@ -21,7 +21,9 @@ object per event:
 
 Seqs are checked for order, vectorised, when rows are drained (at the end of the file for
 `read_table`, after every block for `iter_tables`, which reads a file a block at a time): a
-row is accepted when its seq is above every seq accepted before it.
+row is accepted when its seq is above every seq accepted before it, and then when its time
+is not too far ahead of the stream's (cep_core/time_guard.py: the same rule as the record
+reader's).
 """
 
 from __future__ import annotations
@@ -68,10 +70,10 @@ from cep_core.event_io import (
     decode_record,
     decode_records,
     event_format,
-    seq_not_increasing,
 )
 from cep_core.events import Event
 from cep_core.schema import StreamSchema
+from cep_core.time_guard import TimeGuard
 
 BLOCK_BYTES = 4 << 20
 _WHITESPACE = np.zeros(256, dtype=bool)  # what bytes.strip() strips
@@ -85,9 +87,12 @@ _DENSE_BELOW = 16384
 
 
 def read_table(path: str | Path, schema: StreamSchema, fmt: str | None = None, *,
-               block_bytes: int = BLOCK_BYTES) -> tuple[pa.Table, list[DeadLetter]]:
+               block_bytes: int = BLOCK_BYTES, first_position: int = 0, prev_max: int = -1,
+               guard: TimeGuard | None = None) -> tuple[pa.Table, list[DeadLetter]]:
     """The good events of a file (or of standard input, "-") as one table, and the dead
-    letters, exactly as `event_io.read_events` reads them."""
+    letters, exactly as `event_io.read_events` reads them. `first_position`, `prev_max`
+    and `guard` (the bound on events too far ahead and the stream's time so far; default:
+    the schema's, from no time) continue a stream, as `iter_tables` says."""
     fmt = event_format(path, fmt)
     if str(path) == STDIN:
         source = STDIN_SOURCE
@@ -99,21 +104,25 @@ def read_table(path: str | Path, schema: StreamSchema, fmt: str | None = None, *
             raise InputError(f"{path}: no such file")
         source, opened = str(path), path.open("rb")
     with opened as f:  # block by block: what a block's dead letters need of it goes with it
-        parts = list(iter_tables(f, schema, fmt, source, block_bytes=block_bytes))
+        parts = list(iter_tables(f, schema, fmt, source, first_position=first_position,
+                                 prev_max=prev_max, block_bytes=block_bytes, guard=guard))
     return (pa.concat_tables([table for table, _ in parts]),
             sorted((letter for _, letters in parts for letter in letters), key=_position))
 
 
 def iter_tables(f: IO[bytes], schema: StreamSchema, fmt: str, source: str, *,
                 first_position: int = 0, prev_max: int = -1,
-                block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[pa.Table, list[DeadLetter]]]:
+                block_bytes: int = BLOCK_BYTES,
+                guard: TimeGuard | None = None) -> Iterator[tuple[pa.Table, list[DeadLetter]]]:
     """`read_table` a block at a time, for readers that keep no more than a block: the
     good events of each block and its dead letters, in file order. `first_position`: the
     position of the file's first record (a file that continues a stream); `prev_max`: the
-    largest seq accepted before it. The last item's table is empty; its dead letters may
-    not be. Together the items are what `read_table` gives (positions and seqs shifted by
+    largest seq accepted before it; `guard`: the bound on events too far ahead with the
+    stream's time before it (it moves on as rows are accepted; default: the schema's
+    bound, from no time). The last item's table is empty; its dead letters may not be.
+    Together the items are what `read_table` gives (positions and seqs shifted by
     `first_position`, seqs checked against `prev_max` too)."""
-    rows = _Rows(schema, source, first_position, prev_max)
+    rows = _Rows(schema, source, first_position, prev_max, guard)
     for _ in _READERS[fmt](f, rows, block_bytes):
         yield rows.drain()
     yield rows.drain()
@@ -148,7 +157,7 @@ class _Rows:
     """Good rows in file order, piece by piece, and dead letters; `finish` checks seqs."""
 
     def __init__(self, schema: StreamSchema, source: str, first_position: int = 0,
-                 prev_max: int = -1):
+                 prev_max: int = -1, guard: TimeGuard | None = None):
         self.schema = schema
         self.source = source
         self.arrow_schema = arrow_schema(schema)
@@ -156,6 +165,13 @@ class _Rows:
         self.dead: list[DeadLetter] = []
         self.first_position = first_position  # the readers number records from here
         self.prev_max = prev_max  # the largest seq accepted so far
+        self._guard = guard  # the bound on events too far ahead (made when first needed)
+
+    @property
+    def guard(self) -> TimeGuard:
+        if self._guard is None:
+            self._guard = TimeGuard.of(self.schema)
+        return self._guard
 
     def add(self, table: pa.Table, positions: np.ndarray, lines, raw) -> None:
         if table.num_rows:
@@ -191,29 +207,24 @@ class _Rows:
 
     def drain(self) -> tuple[pa.Table, list[DeadLetter]]:
         """The rows and dead letters gathered since the last drain, the rows whose seq is
-        not above every seq accepted before them (`prev_max` included) moved to the dead
-        letters."""
+        not above every seq accepted before them (`prev_max` included), then those too far
+        ahead of the stream's time (`guard`), moved to the dead letters."""
         pieces, dead = self.pieces, self.dead
         self.pieces, self.dead = [], []
         if not pieces:
             return empty_table(self.arrow_schema), sorted(dead, key=_position)
         table = pa.concat_tables([p.table for p in pieces])
-        seq = to_numpy(table.column("seq"))
-        previous = np.maximum.accumulate(np.concatenate(([self.prev_max], seq[:-1])))
-        self.prev_max = max(int(previous[-1]), int(seq[-1]))
-        late = np.flatnonzero(seq <= previous)
-        if len(late):
+        keep, refused, self.prev_max = self.guard.accept(
+            to_numpy(table.column(self.schema.time)), to_numpy(table.column("seq")),
+            self.prev_max)
+        if refused:
             starts = np.cumsum([0] + [p.table.num_rows for p in pieces])
-            for row in late.tolist():
+            for row, reason in refused.items():
                 k = int(np.searchsorted(starts, row, side="right")) - 1
                 piece, i = pieces[k], row - int(starts[k])
                 line = None if piece.lines is None else piece.lines[i]
-                dead.append(DeadLetter(
-                    self.source, int(piece.positions[i]), piece.raw(i),
-                    seq_not_increasing(int(seq[row]), int(previous[row])),
-                    line=None if line is None else int(line)))
-            keep = np.ones(len(seq), dtype=bool)
-            keep[late] = False
+                dead.append(DeadLetter(self.source, int(piece.positions[i]), piece.raw(i),
+                                       reason, line=None if line is None else int(line)))
             table = table.filter(from_numpy(keep))
         return table, sorted(dead, key=_position)
 
@@ -881,18 +892,20 @@ _READERS = {"jsonl": _read_jsonl, "csv": _read_csv, "parquet": _read_parquet}
 
 
 def read_arrow(table: pa.Table, schema: StreamSchema, source: str = "<table>",
-               first_position: int = 0) -> tuple[pa.Table, list[DeadLetter]]:
+               first_position: int = 0, prev_max: int = -1,
+               guard: TimeGuard | None = None) -> tuple[pa.Table, list[DeadLetter]]:
     """`read_table` for a table already in memory (a DataFrame's, a Parquet file's)."""
-    rows = _Rows(schema, source)
+    rows = _Rows(schema, source, prev_max=prev_max, guard=guard)
     add_arrow(rows, table, first_position)
     return rows.finish()
 
 
 def read_records(records: Iterable[dict], schema: StreamSchema, source: str = "<records>",
-                 first_position: int = 0) -> tuple[pa.Table, list[DeadLetter]]:
+                 first_position: int = 0, prev_max: int = -1,
+                 guard: TimeGuard | None = None) -> tuple[pa.Table, list[DeadLetter]]:
     """`read_table` for records already in memory (dicts, as JSON lines would give), each
     decoded by `event_io.decode_record`; a record's raw is its JSON."""
-    rows = _Rows(schema, source)
+    rows = _Rows(schema, source, prev_max=prev_max, guard=guard)
     rows.add_records(((orjson.dumps(r, default=str), r, None, None) for r in records),
                      first_position)
     return rows.finish()

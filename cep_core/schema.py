@@ -10,11 +10,19 @@ Schemas are JSON files (`<stream>.json`); the built-in ones ship inside the pack
 
 A registry looks streams up in: schemas added to it, the paths of `CEP_SCHEMA_PATH`
 (os.pathsep-separated files or directories, first wins), then the built-in folder.
+
+Optional time fields (docs/semantics.md, "Events too far ahead" and "Idle streams"), each
+an integer in the stream's time unit, a duration (`"1 hour"`, `"30 seconds"`) or `"none"`:
+`max_ahead` (how far an event may run ahead of the stream's time; default 366 days),
+`max_ahead_of_clock` (of the wall clock; default none) and `idleness` (how long the
+streaming service waits, in wall-clock time, with no event before it advances the stream's
+time by the wall clock; default none).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +48,62 @@ def units_per_ms(time_unit: str) -> float:
     return NANOS_PER_UNIT["ms"] / NANOS_PER_UNIT.get(time_unit, NANOS_PER_UNIT["ms"])
 
 
+# The bounds and timeouts of a stream's time (`max_ahead`, `max_ahead_of_clock`,
+# `idleness`): durations as the query language writes them, or integers in the stream's
+# time unit, or "none".
+TIME_FIELDS = ("max_ahead", "max_ahead_of_clock", "idleness")
+NO_BOUND = "none"
+DEFAULT_MAX_AHEAD_MS = 366 * 86_400_000  # the longest duration a query may give
+_DURATION = re.compile(r"\s*([0-9]+)\s*([A-Za-z]+)\s*")
+_DURATION_MS = {
+    **dict.fromkeys(("ms", "millisecond", "milliseconds", "msec"), 1),
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1000),
+    **dict.fromkeys(("min", "mins", "minute", "minutes"), 60_000),
+    **dict.fromkeys(("h", "hr", "hour", "hours"), 3_600_000),
+    **dict.fromkeys(("d", "day", "days"), 86_400_000),
+}
+
+
+def time_amount(value, time_unit: str, what: str = "max_ahead") -> int | None:
+    """A `max_ahead`-style value in the stream's time unit: None for "none"; an integer
+    (at least 1) as it is; a duration such as "5 minutes" or "1 day" converted (on a
+    stream timed in ticks: "N ticks", or for `idleness`, a wall-clock duration taken as
+    milliseconds, one tick each). SchemaError says what is wrong."""
+    if isinstance(value, str) and value.strip().lower() == NO_BOUND:
+        return None
+    if isinstance(value, str) and value.strip().isdigit():  # an option's integer
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise SchemaError(f"{what} must be at least 1, got {value}")
+        return value
+    found = _DURATION.fullmatch(value) if isinstance(value, str) else None
+    if found is None:
+        raise SchemaError(f"{what} must be a positive integer in the stream's time unit, a "
+                          f"duration such as \"1 hour\", or \"none\"; got {value!r}")
+    amount, unit = int(found.group(1)), found.group(2).lower()
+    if amount < 1:
+        raise SchemaError(f"{what} must be positive, got {value!r}")
+    if unit in ("tick", "ticks"):
+        if time_unit != "ticks":
+            raise SchemaError(f"{what} {value!r}: ticks are the unit of streams timed in "
+                              f"ticks, this one is timed in {time_unit}")
+        return amount
+    if unit not in _DURATION_MS:
+        raise SchemaError(f"{what} {value!r}: unknown time unit {unit!r} (use ms, seconds, "
+                          "minutes, hours, days or ticks)")
+    ms = amount * _DURATION_MS[unit]
+    if time_unit == "ticks":
+        if what != "idleness":
+            raise SchemaError(f"{what} {value!r}: a stream timed in ticks takes durations "
+                              "in ticks")
+        return ms
+    nanos = ms * NANOS_PER_UNIT["ms"]
+    if nanos % NANOS_PER_UNIT[time_unit]:
+        raise SchemaError(f"{what} {value!r}: finer than the stream's time unit ({time_unit})")
+    return nanos // NANOS_PER_UNIT[time_unit]
+
+
 @dataclass(frozen=True)
 class StreamSchema:
     stream: str
@@ -48,6 +112,11 @@ class StreamSchema:
     time_unit: str = "ms"
     type_attribute: str | None = None
     types: tuple[str, ...] | None = None  # the values the type attribute may take, if known
+    # The time fields as given (an int in the time unit, a duration text, "none"; None:
+    # the default), see `time_amount` and the properties below.
+    max_ahead: int | str | None = None
+    max_ahead_of_clock: int | str | None = None
+    idleness: int | str | None = None
 
     def __post_init__(self):
         for name, kind in self.attributes.items():
@@ -63,6 +132,40 @@ class StreamSchema:
                 self.attributes.get(self.type_attribute) != "string":
             raise SchemaError(f"stream {self.stream}: type attribute {self.type_attribute!r} "
                               "must be a string attribute")
+        for name in TIME_FIELDS:
+            try:
+                self._time_field(name)
+            except SchemaError as e:
+                raise SchemaError(f"stream {self.stream}: {e}") from None
+        if self.time_unit == "ticks" and self.max_ahead_of_clock is not None and \
+                self.ahead_of_clock_bound is not None:
+            raise SchemaError(f"stream {self.stream}: max_ahead_of_clock: a stream timed in "
+                              "ticks has no wall-clock time")
+
+    def _time_field(self, name: str) -> int | None:
+        value = getattr(self, name)
+        return None if value is None else time_amount(value, self.time_unit, name)
+
+    @property
+    def ahead_bound(self) -> int | None:
+        """How far (in the time unit) an event may run ahead of the stream's time: the
+        `max_ahead` field, by default 366 days (on a stream timed in ticks, as many ticks
+        as 366 days have milliseconds); None: no bound."""
+        if self.max_ahead is None:
+            return round(DEFAULT_MAX_AHEAD_MS * units_per_ms(self.time_unit))
+        return self._time_field("max_ahead")
+
+    @property
+    def ahead_of_clock_bound(self) -> int | None:
+        """How far (in the time unit) an event may run ahead of the wall clock (None: no
+        bound, the default)."""
+        return self._time_field("max_ahead_of_clock")
+
+    @property
+    def idleness_units(self) -> int | None:
+        """After how much wall-clock time without events (in the time unit; ticks:
+        milliseconds) the streaming service advances the stream's time (None: never)."""
+        return self._time_field("idleness")
 
     @classmethod
     def from_dict(cls, data: dict) -> StreamSchema:
@@ -71,14 +174,20 @@ class StreamSchema:
             return cls(stream=data["stream"], attributes=dict(data["attributes"]),
                        time=data["time"], time_unit=data.get("time_unit", "ms"),
                        type_attribute=data.get("type_attribute"),
-                       types=tuple(types) if types is not None else None)
+                       types=tuple(types) if types is not None else None,
+                       **{name: data[name] for name in TIME_FIELDS
+                          if data.get(name) is not None})
         except KeyError as e:
             raise SchemaError(f"schema lacks the field {e.args[0]!r}") from None
 
     def to_dict(self) -> dict:
-        return {"stream": self.stream, "attributes": self.attributes, "time": self.time,
-                "time_unit": self.time_unit, "type_attribute": self.type_attribute,
-                "types": list(self.types) if self.types is not None else None}
+        """The schema file's JSON (the time fields only where given)."""
+        out = {"stream": self.stream, "attributes": self.attributes, "time": self.time,
+               "time_unit": self.time_unit, "type_attribute": self.type_attribute,
+               "types": list(self.types) if self.types is not None else None}
+        out.update({name: getattr(self, name) for name in TIME_FIELDS
+                    if getattr(self, name) is not None})
+        return out
 
 
 class SchemaJSONError(SchemaError):

@@ -29,6 +29,7 @@ import orjson
 from cep_core.api import QuerySet, Stream, compile, read_batch
 from cep_core.event_io import DeadLetter
 from cep_core.runner import ENGINES
+from cep_core.time_guard import TimeGuard, wall_clock_units
 
 if TYPE_CHECKING:
     from cep_core.composites import Composites
@@ -188,20 +189,24 @@ class _ReferenceStream:
         self._interpreters = [(q, interpreter_for(q)) for q in queries.queries]
         self._position = 0
         self._last_seq = -1
+        self._guard = TimeGuard.of(self.schema)  # events too far ahead (as Stream's)
         self._log: list = []  # [seq, ts, attrs] per event, ts per punctuation
         self.dead_letters: list[DeadLetter] = []
 
     def _push(self, data: Any, fmt: str | None = None) -> Composites:
         from cep_core.event_reader import events_from_table
 
+        if self._guard.ahead_of_clock is not None:  # the wall clock of this push, as Stream
+            self._guard.now = wall_clock_units(self.schema.time_unit)
         table, dead, self._position, self._last_seq = read_batch(
-            data, self.schema, fmt, self._position, self._last_seq)
+            data, self.schema, fmt, self._position, self._last_seq, self._guard)
         self.dead_letters.extend(dead)
         events = events_from_table(table, self.schema)
         self._log.extend([e.seq, e.ts, e.attrs] for e in events)
         return self._each(lambda interp: [c for e in events for c in interp.process(e)])
 
     def _advance_time(self, ts: int) -> Composites:
+        self._guard.advance(int(ts))
         self._log.append(ts)
         return self._each(lambda interp: interp.punctuate(ts))
 

@@ -137,6 +137,12 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
                                           "group reads the whole input)" if scan else
                                           "shuffle (repartition by key, sort by seq)"),
                           markup=False, style="dim")
+            if not scan and (schema.ahead_bound is not None or
+                             schema.ahead_of_clock_bound is not None):
+                console.print("note: the shuffle exchange does not refuse events too far "
+                              "ahead of the stream's time as cep run does (max_ahead, "
+                              "docs/backfill.md); --exchange scan does", markup=False,
+                              style="yellow")
         out_dir = _pyarrow_directory(output)  # tasks write there, or Spark does
         result_schema = "composites long" if out_dir else RESULT_SCHEMA
         if scan:

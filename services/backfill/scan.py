@@ -8,8 +8,9 @@ counting pass and a cache. Measured on 10M finance events in `local[2]`, the shu
 ~3.3 us of core time per event beside the engines; reading and decoding Parquet with
 pyarrow in the task costs ~0.2 us per event (JSON lines ~1 us). Here the events never leave
 Python: task p of P reads the inputs in order, as one stream, with
-`event_reader.iter_tables` (a block at a time: the positions, seqs, seq checks and dead
-letters of `cep run`), and feeds its engines the rows whose keys hash to p
+`event_reader.iter_tables` (a block at a time: the positions, seqs, seq checks, bound on
+events too far ahead and dead letters of `cep run`, one bound and time over all the inputs),
+and feeds its engines the rows whose keys hash to p
 (`key_partitions`). The input is read P times, so this pays while P stays small: `auto`
 scans up to `SCAN_MAX_PARTITIONS` partitions. The first task of the first group also
 reports the input's dead letters and counts (accumulators keyed by position, so a task run
@@ -30,6 +31,7 @@ import pyarrow as pa
 import pyarrow.fs  # noqa: F401 (pa.fs)
 
 from cep_core.event_reader import iter_tables
+from cep_core.time_guard import TimeGuard, wall_clock_units
 from services.backfill.engines import map_in_arrow
 from services.backfill.ingest import InputFile
 from services.backfill.parquet import _uri
@@ -91,6 +93,9 @@ class KeyScan:
                  runner, report=None):
         self.source, self.schema, self.keys = source, schema, keys
         self.partitions, self.runner, self.report = partitions, runner, report
+        # a wall-clock bound: the clock read once, here on the driver, for every task
+        self.now = None if schema.ahead_of_clock_bound is None else \
+            wall_clock_units(schema.time_unit)
 
     def __call__(self, batches):
         for batch in batches:
@@ -101,12 +106,14 @@ class KeyScan:
         reporting = self.report is not None and partition == 0
         good = bad = position = 0
         prev_max, dead_rows = -1, {}
+        guard = TimeGuard.of(self.schema, now=self.now)  # the inputs: one stream, one time
         for f, uri in zip(self.source.files, self.source.uris):
             fs, path = pa.fs.FileSystem.from_uri(uri)
             with fs.open_input_file(path) as opened:
                 handle = opened if f.fmt == "parquet" else io.BufferedReader(opened, 1 << 20)
                 for table, dead in iter_tables(handle, self.schema, f.fmt, f.source,
-                                               first_position=position, prev_max=prev_max):
+                                               first_position=position, prev_max=prev_max,
+                                               guard=guard):
                     position += table.num_rows + len(dead)
                     if reporting:
                         good, bad = good + table.num_rows, bad + len(dead)
@@ -117,7 +124,8 @@ class KeyScan:
                                 row["reason"], row["raw"])
                     if not table.num_rows:
                         continue
-                    prev_max = int(table.column("seq")[-1].as_py())  # seqs only rise
+                    # seqs only rise (a refused event's seq does not count)
+                    prev_max = int(table.column("seq")[-1].as_py())
                     for batch in table.combine_chunks().to_batches():
                         if self.keys:
                             mine = key_partitions(batch, self.keys, self.partitions) == partition

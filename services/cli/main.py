@@ -156,6 +156,15 @@ def run(
     placement: Annotated[Placement | None, typer.Option(
         help="jit engine: where SEQ queries run (auto: costly ones on a real GPU; gpu: every "
         "query the GPU engine supports; see docs/gpu.md; default: the CPU engines).")] = None,
+    max_ahead: Annotated[str | None, typer.Option(
+        "--max-ahead", metavar="DURATION", help="An event whose time is more than this "
+        "after the stream's time (the largest event time so far) is a dead letter, too far "
+        "ahead: a duration (\"1 day\"), an integer in the stream's time unit, or none "
+        "(default: the schema's max_ahead, else 366 days; docs/semantics.md).")] = None,
+    max_ahead_of_clock: Annotated[str | None, typer.Option(
+        "--max-ahead-of-clock", metavar="DURATION", help="The same bound against the wall "
+        "clock, read when the run starts (default: the schema's max_ahead_of_clock, else "
+        "none).")] = None,
 ) -> None:
     """Run the queries of a file over a file of events; composite events as JSON lines
     (or Parquet / Arrow by the suffix of --out).
@@ -170,6 +179,8 @@ def run(
             read_events,
             write_dead_letters_jsonl,
         )
+        from cep_core.schema import SchemaError
+        from cep_core.time_guard import TimeGuard
 
         registry = schema_registry(schema)
         queries = load_query_file(query_file, registry)
@@ -182,16 +193,21 @@ def run(
         if str(events) == STDIN and fmt is None:
             raise CliError("--events -: standard input has no file suffix; name its format "
                            "with --format jsonl, csv or parquet", 2)
+        try:  # the bound on events too far ahead, the same for both engines
+            guard = TimeGuard.of(stream_schema, max_ahead, max_ahead_of_clock)
+        except (SchemaError, ValueError) as e:
+            raise CliError(f"stream {stream_schema.stream}: {e}", 2) from None
 
         started = time.perf_counter()
         try:
             # The jit engine takes a table (no Python object per event); the reference
             # interpreter Events, read without pyarrow.
             if engine is Engine.reference:
-                simple, dead = read_events(events, stream_schema, fmt.value if fmt else None)
+                simple, dead = read_events(events, stream_schema, fmt.value if fmt else None,
+                                           guard)
             else:
                 simple, dead = _read_table_importing_engines(
-                    events, stream_schema, fmt.value if fmt else None, queries)
+                    events, stream_schema, fmt.value if fmt else None, queries, guard)
             count = len(simple) if isinstance(simple, list) else simple.num_rows
         except InputError as e:
             raise CliError(str(e)) from None
@@ -241,7 +257,7 @@ def run(
     guard(body)
 
 
-def _read_table_importing_engines(events, schema, fmt: str | None, queries):
+def _read_table_importing_engines(events, schema, fmt: str | None, queries, guard=None):
     """`read_table` in a thread while this one imports numba and the queries' engines and
     readies what kernels loaded from numba's cache link against (`cache_load.ready`):
     pyarrow parses without the GIL, so on a machine with cores to spare this costs no
@@ -252,7 +268,7 @@ def _read_table_importing_engines(events, schema, fmt: str | None, queries):
 
     modules = {"match": ["match"], "seq": ["seq", "seq_aip"], "window": ["window"]}
     with ThreadPoolExecutor(1) as pool:
-        reading = pool.submit(read_table, events, schema, fmt)
+        reading = pool.submit(read_table, events, schema, fmt, guard=guard)
         for kind in sorted({q.query.kind for q in queries}):
             for module in modules.get(kind, []):
                 import_module(f"cep_core.engine.{module}")

@@ -82,6 +82,21 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
         idle_timeout_ms: Annotated[int, typer.Option(
             envvar="CEP_IDLE_TIMEOUT_MS", min=0, help="worker: evict the state of keys idle "
             "this long in event time (at least each query's window; 0: never).")] = 3_600_000,
+        max_ahead: Annotated[str | None, typer.Option(
+            "--max-ahead", envvar="CEP_MAX_AHEAD", metavar="DURATION", help="splitter: an "
+            "event more than this after the stream's time is a dead letter, too far ahead "
+            "(a duration, an integer in the stream's time unit, or none; default: the "
+            "schema's max_ahead, else 366 days; docs/semantics.md).")] = None,
+        max_ahead_of_clock: Annotated[str | None, typer.Option(
+            "--max-ahead-of-clock", envvar="CEP_MAX_AHEAD_OF_CLOCK", metavar="DURATION",
+            help="splitter: the same bound against the wall clock (default: the schema's "
+            "max_ahead_of_clock, else none).")] = None,
+        idleness: Annotated[str | None, typer.Option(
+            "--idleness", envvar="CEP_IDLENESS", metavar="DURATION", help="splitter: after "
+            "this long by the wall clock without events, each pulse advances the stream's "
+            "time by the wall clock, releasing the windows and sequences that wait for "
+            "later events; output then depends on arrival times (default: the schema's "
+            "idleness, else never; docs/semantics.md).")] = None,
         metrics_port: Annotated[int, typer.Option(envvar="CEP_METRICS_PORT", help=
                                                   "Prometheus metrics port (0: off; all: "
                                                   "each process gets the next port).")] = 0,
@@ -147,6 +162,11 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
                           "--coordinators", str(coordinators)]
                 if kafka_config is not None:  # every client gets the security settings
                     common += ["--kafka-config", str(kafka_config)]
+                for option, value in (("--max-ahead", max_ahead),
+                                      ("--max-ahead-of-clock", max_ahead_of_clock),
+                                      ("--idleness", idleness)):
+                    if value is not None:
+                        common += [option, value]
                 roles = [("splitter", [])] + [("worker", [])] * workers + \
                     [("coordinator", ["--shard", str(k)]) for k in range(coordinators)]
                 plan = [(r, common + (["--metrics-port", str(metrics_port + i)]
@@ -177,7 +197,10 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
                 create_topics(settings, topics, partitions)
                 splitter = Splitter(settings, topics, partitions, pulse_ms, metrics=metrics,
                                     linger_ms=linger_ms,
-                                    allowed_lateness_ms=allowed_lateness_ms)
+                                    allowed_lateness_ms=allowed_lateness_ms,
+                                    max_ahead=max_ahead,
+                                    max_ahead_of_clock=max_ahead_of_clock,
+                                    idleness=idleness)
                 raise typer.Exit(serve_splitter(splitter, web_port, datadir))
             stopping = stop_flag()
             if role is Role.worker:

@@ -106,7 +106,9 @@ class Merger:
         if upto is None or upto < self.upto[part]:
             return
         self.upto[part] = upto
-        if ts is not None and (not self.pulses or upto > self.pulses[-1][0]):
+        # a pulse with a later time at the same upto: an idle stream's time advanced
+        if ts is not None and (not self.pulses or upto > self.pulses[-1][0] or
+                               (upto == self.pulses[-1][0] and ts > self.pulses[-1][1])):
             self.pulses.append((upto, ts))
         if frame.kind == frames.END:
             self.ends.setdefault(upto, set()).add(part)

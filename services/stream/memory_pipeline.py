@@ -11,7 +11,10 @@ restarts) and for benches of each core alone (bench/cores.py).
     pipeline.send(lines)          # one JSON event per message
     pipeline.send_table(table)    # a framed Arrow batch
     pipeline.end()                # end-of-input marker of each source partition
+    pipeline.pulse()              # the splitter's timer: a pulse (an idle stream's time)
     pipeline.outputs              # INTO topic -> composite events, as released
+
+`router_options` go to the routing core (`max_ahead`, `idleness`, `clock`, ...).
 """
 
 from __future__ import annotations
@@ -32,10 +35,11 @@ EVENTS = [("kind", b"events")]
 class MemoryPipeline:
     def __init__(self, stream: str, partitions: int = 4, registry=None,
                  allowed_lateness_ms: int = 0, source_partitions: int = 1,
-                 idle_timeout_ms: int | None = 3_600_000, shards: int = 1):
+                 idle_timeout_ms: int | None = 3_600_000, shards: int = 1,
+                 **router_options):
         self.topics = Topics(stream, source=f"src.{stream}", shards=shards)
         self.router = Router(self.topics, partitions, registry,
-                             allowed_lateness_ms=allowed_lateness_ms)
+                             allowed_lateness_ms=allowed_lateness_ms, **router_options)
         self.router.source_partitions = frozenset(range(source_partitions))
         self.registry = self.router.queries.registry
         self.parts = [PartitionState(p, stream, self.registry, idle_timeout_ms, self.topics)
@@ -70,6 +74,12 @@ class MemoryPipeline:
     def end(self) -> None:
         for p in range(len(self.next_offset)):
             self.send([b""], p, END)
+
+    def pulse(self) -> None:
+        """What the splitter's timer does when no batch went out for a while."""
+        self._start()
+        self.router.pulse()
+        self._deliver()
 
     def _start(self) -> None:
         if not self.started:

@@ -9,6 +9,18 @@ partition, headers)` records in send order. The `Splitter` shell consumes, hands
 and control records to the router and produces the outbox; checkpoints (which need the
 consumer's positions and the producer's delivery reports) stay in the shell. Semantics:
 see services/stream/splitter.py.
+
+Two rules of the stream's time live here, decided once for the whole pipeline:
+
+- Events too far ahead (cep_core/time_guard.py, the rule of `cep run`'s readers): after the
+  seq check, an event whose time is more than `max_ahead` after the stream's time (or more
+  than `max_ahead_of_clock` after the wall clock) is a dead letter, as `cep run` writes it
+  (its position, the message as raw), before it gets a seq or a place in the reorder
+  buffer; it moves neither time nor seqs.
+- Idle streams (`idleness`): when no event was accepted for that long by the wall clock
+  (`clock`), each pulse advances the stream's time by the wall-clock time since the last
+  event and carries it to every partition as its `ts`, so the workers emit the windows and
+  time out the sequences that waited for later events (docs/semantics.md, "Idle streams").
 """
 
 from __future__ import annotations
@@ -42,7 +54,8 @@ from cep_core.json_batch import (
     decode_messages,
 )
 from cep_core.reorder import ReorderBuffer
-from cep_core.schema import SchemaError, units_per_ms
+from cep_core.schema import SchemaError, time_amount, units_per_ms
+from cep_core.time_guard import TOO_FAR_AHEAD, TimeGuard, wall_clock_units
 from services.stream import frames
 from services.stream.control import StatusWriter, change_of
 from services.stream.control_write_back import came_back, write_back
@@ -181,7 +194,11 @@ class Router:
                  max_reorder_buffered: int = 100_000,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
                  status_writer: StatusWriter | None = None,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 max_ahead: int | str | None = None,
+                 max_ahead_of_clock: int | str | None = None,
+                 idleness: int | str | None = None, clock=time.monotonic,
+                 wall_clock=time.time):
         self.topics = topics
         self.partitions = partitions
         self.out = Outbox()
@@ -214,6 +231,18 @@ class Router:
         self.source_partitions: frozenset[int] = frozenset()  # of the source topic (start)
         self.ended: set[int] = set()  # source partitions whose end-of-input marker was taken
         self.inputs_ended = 0  # ends of input sent
+        # The stream's time rules (options: None takes the schema's field; see the module's
+        # docstring). `clock` (seconds, monotonic) measures idleness, `wall_clock` (seconds
+        # since the epoch) is the time `max_ahead_of_clock` bounds; tests give fake ones.
+        self.options = {"max_ahead": max_ahead, "max_ahead_of_clock": max_ahead_of_clock,
+                        "idleness": idleness}
+        self.clock, self.wall_clock = clock, wall_clock
+        self.guard: TimeGuard | None = None  # made with the schema
+        self._time_known = False  # False until the guard's time is taken (`_time_guard`)
+        self._refilling = False  # putting back events accepted before a restart
+        self.idleness: int | None = None  # in the stream's time unit (ticks: ms)
+        self._last_event: tuple[float, int] | None = None  # (clock, stream time) then
+        self.idle_advances = 0  # pulses that advanced the time of an idle stream
 
     # ------------------------------------------------------------ the stream and its queries
 
@@ -224,13 +253,37 @@ class Router:
             return None
 
     def setup_schema(self) -> None:
-        """The stream's schema, and the lateness in its time unit."""
+        """The stream's schema, and the lateness, the bounds on events too far ahead and
+        the idleness in its time unit (a new version of the schema keeps the time)."""
         self.schema = self.known_schema()
         if self.schema is None:
             raise RuntimeError(f"no schema for stream {self.topics.stream!r}")
         if self.reorder is not None:
             self.reorder.allowed_lateness = round(
                 self.allowed_lateness_ms * units_per_ms(self.schema.time_unit))
+        previous = self.guard
+        self.guard = TimeGuard.of(self.schema, self.options["max_ahead"],
+                                  self.options["max_ahead_of_clock"], now=0)
+        if previous is not None and previous.time is not None:
+            self.guard.advance(previous.time)
+        idleness = self.options["idleness"]
+        self.idleness = self.schema.idleness_units if idleness is None else \
+            time_amount(idleness, self.schema.time_unit, "idleness")
+
+    def _time_guard(self) -> TimeGuard:
+        """The guard, its wall clock read now. Its time is the largest event time
+        accepted (or reached by an idle advance); after a restart it is taken, once, from
+        the checkpoint's `max_ts` (which the splitter restores, not the guard's time):
+        exact but where every event time was below 0, or an end of input came after the
+        last event (the guard then starts from the ended input's time)."""
+        guard = self.guard
+        if not self._time_known:
+            self._time_known = True
+            if self.last_seq >= 0:
+                guard.advance(self.max_ts)
+        if guard.ahead_of_clock is not None:
+            guard.now = wall_clock_units(self.schema.time_unit, self.wall_clock())
+        return guard
 
     def apply_control(self, message, announce: bool) -> None:
         """Check and apply one control record, a Message or a ControlRecord (once: what
@@ -297,13 +350,45 @@ class Router:
         self._initial_changes = []
 
     def pulse(self) -> None:
+        """Pulse every partition (the splitter's timer, when no batch went out for a
+        while), first advancing the time of an idle stream."""
+        self._advance_if_idle()
         self._pulse()
+
+    def _advance_if_idle(self) -> None:
+        """When no event was accepted for `idleness` by `clock`: the stream's time becomes
+        the time at the last event plus the wall-clock time since (in the time unit,
+        rounded down), for the next pulse to carry. With a reorder buffer, not past an
+        event still waiting in it (its time less one)."""
+        if self.idleness is None or self.schema is None:
+            return
+        if self._last_event is None:  # a restart: idle from now on, at the restored time
+            time_now = self._time_guard().time
+            if time_now is not None:
+                self._last_event = (self.clock(), time_now)
+            return
+        since, base = self._last_event
+        elapsed_ms = (self.clock() - since) * 1000
+        per_ms = units_per_ms(self.schema.time_unit)
+        if elapsed_ms * per_ms < self.idleness:
+            return
+        ts = base + int(elapsed_ms * per_ms)
+        if self.reorder is not None and len(self.reorder):
+            waiting, _ = self.reorder.waiting()
+            ts = min(ts, int(waiting.ts.min()) - 1)
+        if ts <= self.max_ts:
+            return
+        self.max_ts = ts
+        self._time_guard().advance(ts)
+        self.idle_advances += 1
+        log("idle_stream_advanced", ts=ts, idle_ms=round(elapsed_ms), upto=self.last_seq)
 
     def status(self, started: bool, pulse_ms: int) -> dict:
         return {"stream": self.topics.stream, "source": self.topics.source,
                 "keyed_topic": self.topics.keyed, "started": started,
                 "position": self.position, "last_seq": self.last_seq, "max_ts": self.max_ts,
                 "pulses": self.pulses, "pulse_ms": pulse_ms,
+                "idleness": self.idleness, "idle_advances": self.idle_advances,
                 "ended_source_partitions": sorted(self.ended),
                 "partitions": [{"partition": p, "events": self.sent_events[p],
                                 "frames": self.sent_frames[p]}
@@ -394,6 +479,7 @@ class Router:
                 rows = []
                 self._send_all(Frame(frames.END, {"upto": self.last_seq, "ts": self.max_ts}))
                 self.inputs_ended += 1
+                self.guard.time, self._last_event = None, None  # a next input: its own time
                 log("end_of_input", upto=self.last_seq)
         self._flush_run(run, rows, dead)
         self._route(rows)
@@ -420,6 +506,7 @@ class Router:
         events back into the reorder buffer (services/stream/reorder_checkpoint.py); the rest
         are returned to be processed."""
         refill, position = self.refill, self.position
+        self._refilling = True  # accepted before the restart: they only move time
         later, rows, run = [], [], []
         for message in messages:
             if message.error():
@@ -455,6 +542,7 @@ class Router:
         for part in rows:
             self._refill_rows(part)
         self.position = position  # re-read events keep their old arrival positions
+        self._refilling = False
         if refill.done:
             self.refill = None
             log("reorder_buffer_restored", waiting=len(self.reorder))
@@ -509,26 +597,32 @@ class Router:
                                    message.partition(), np.arange(n, dtype=np.int64)), dead)
 
     def _in_order(self, rows: Rows, dead: list) -> Rows:
-        """Drop events whose seq does not increase (dead letters, as `cep run` does). With
-        reordering, seqs are given on release (`_reordered`) and this check is not needed."""
-        seq = rows.table.column("seq").to_numpy()
-        if len(seq) == 0 or self.reorder is not None:
+        """Drop events whose seq does not increase, then events too far ahead of the
+        stream's time (dead letters, as `cep run` does: `TimeGuard.accept`). With
+        reordering, seqs are given on release (`_reordered`) and only the time is checked.
+        A seq's dead letter names the seq as its position, one too far ahead its
+        position (both as `cep run` where the seq is the position)."""
+        n = rows.table.num_rows
+        if n == 0:
             return rows
-        previous = np.concatenate([[self.last_seq], seq[:-1]])
-        if (seq > previous).all():
-            self.last_seq = int(seq[-1])
+        ts = rows.table.column(self.schema.time).to_numpy()
+        guard = self._time_guard()
+        if self._refilling:
+            guard.advance(int(ts.max()))
             return rows
-        keep = np.zeros(len(seq), dtype=bool)
-        last = self.last_seq
-        for i, s in enumerate(seq.tolist()):
-            if s > last:
-                keep[i] = True
-                last = s
-            else:
-                dead.append(DeadLetter(self.topics.source, int(s), rows.raws[i],
-                                       f"seq {s} does not increase (previous seq {last})",
-                                       int(rows.offsets[i]), rows.partition))
-        self.last_seq = last
+        seq = None if self.reorder is not None else rows.table.column("seq").to_numpy()
+        keep, refused, last = guard.accept(ts, seq, self.last_seq)
+        if seq is not None:
+            self.last_seq = last
+        if len(refused) < n:
+            self._last_event = (self.clock(), guard.time)
+        if not refused:
+            return rows
+        for i, reason in refused.items():
+            position = int(rows.positions[i]) if reason.startswith(TOO_FAR_AHEAD) \
+                else int(seq[i])
+            dead.append(DeadLetter(self.topics.source, position, rows.raws[i], reason,
+                                   int(rows.offsets[i]), rows.partition))
         return rows.take(np.flatnonzero(keep))
 
     def _reordered(self, rows: list[Rows], end: bool) -> pa.Table | None:

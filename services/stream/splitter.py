@@ -82,7 +82,9 @@ class Splitter:
                  allowed_lateness_ms: int = 0, max_reorder_buffered: int = 100_000,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
                  checkpoint_ms: int | None = None, warm_kernels: bool | None = None,
-                 warm_timeout_s: float = 600):
+                 warm_timeout_s: float = 600, max_ahead: int | str | None = None,
+                 max_ahead_of_clock: int | str | None = None,
+                 idleness: int | str | None = None):
         self.settings = settings
         self.topics = topics
         self.partitions = partitions
@@ -94,8 +96,12 @@ class Splitter:
         self.linger_s = linger_ms / 1000
         self.status_writer = StatusWriter(topics.status, "splitter")
         self.metrics = metrics or Metrics("splitter", 0)
+        # max_ahead, max_ahead_of_clock, idleness: the stream's time rules (None: the
+        # schema's; services/stream/routing.py)
         self.core = Router(topics, partitions, registry, self.metrics, allowed_lateness_ms,
-                           max_reorder_buffered, max_message_bytes, self.status_writer)
+                           max_reorder_buffered, max_message_bytes, self.status_writer,
+                           max_ahead=max_ahead, max_ahead_of_clock=max_ahead_of_clock,
+                           idleness=idleness)
         self.started = False
         # Held while a batch is stamped and sent: a pulse from another thread (the Faust
         # timer) must not claim an `upto` whose events are not all produced yet.
