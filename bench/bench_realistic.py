@@ -14,6 +14,9 @@ reader: every event and dead letter exactly as the record reader gives them) and
 
 from __future__ import annotations
 
+# Deferred imports: pyarrow and the reader load when the benchmark runs, after the file is
+# written.
+
 import argparse
 import datetime as dt
 import json

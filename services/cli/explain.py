@@ -1,6 +1,9 @@
 """`cep explain QUERY_FILE`: what each query compiled to (cep_core/explain.py), as text, as
 Graphviz's language, as an SVG drawing or as JSON."""
 
+# Deferred imports: cep_core.explain (and through it the compilers) load when the command
+# runs, not when `cep --help` builds the command list.
+
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
