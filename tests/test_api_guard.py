@@ -424,14 +424,15 @@ def test_checks_are_bounded(monkeypatch):
     async def scenario(client, api):
         pending = [asyncio.ensure_future(client.post(
             "/api/queries/validate", data=BODY, headers=JSON)) for _ in range(CHECKS_AT_ONCE)]
-        await until(lambda: api._checking == CHECKS_AT_ONCE and
+        await until(lambda: api.limits.in_flight["check"] == CHECKS_AT_ONCE and
                     len(begun) == app_module.CHECK_THREADS)
         reply = await client.post("/api/queries/validate", data=BODY, headers=JSON)
         code, error = await answer(reply)
-        assert code == 503 and reply.headers["Retry-After"] == "1"
+        assert code == 429 and reply.headers["Retry-After"] == "1"
+        assert api.limits.refused["check"] == 1
         assert len(begun) == app_module.CHECK_THREADS  # the others wait for a thread
         release.set()
         for done in await asyncio.gather(*pending):
             assert done.status == 200
-        assert api._checking == 0
+        assert api.limits.in_flight["check"] == 0
     serve(scenario)

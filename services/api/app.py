@@ -5,20 +5,32 @@ stream` (services/cli/live.py: check, publish, wait for the outcome, list), so a
 says what the CLI says: applied everywhere, refused (with the checker's reason, line and
 column), queued (no pipeline of that stream is up) or timed out. Query text is only
 parsed and checked, never executed here. Composite events of a query are tailed from its
-INTO topic as server-sent events. The OpenAPI 3.1 document is services/api/openapi.py;
-the console is static files in services/api/console/. docs/api.md has the endpoints.
+INTO topic as server-sent events (services/api/tail.py). Each handler is declared with its
+request and response models (services/api/models.py) by `ROUTES.route`, from which
+services/api/openapi.py serves the OpenAPI 3.1 document; the console is static files in
+services/api/console/. docs/api.md has the endpoints.
 
 Token rule: with CEP_API_TOKEN set every change (POST, PUT, DELETE other than validate)
 needs `Authorization: Bearer <token>`; without it the API binds to 127.0.0.1 only (and with
 --api-require-token does not start). The Host, Origin, content-type and CORS rules and the
-JSON errors are services/api/guard.py's. Checking a query or a stream is CPU work: it runs
-on a small pool of threads of its own, never on the event loop.
+JSON errors are services/api/guard.py's.
+
+Nothing blocks the event loop: what a read needs from the broker and the services'
+metrics is loaded on a small fixed pool (`IO_THREADS`), one load per key at a time and
+kept `cache_s` (services/api/limits.py, SingleFlight); checking a query or a stream (and
+explaining one) is CPU work on `CHECK_THREADS` threads of its own; a change waits for its
+outcome on a thread of a pool as large as the changes' limit; the tails share one thread
+and one consumer (services/api/tail.py). Each kind of request has a limit in flight
+(`ApiConfig.limits`, CEP_API_MAX_* variables): one more is 429 with Retry-After, never
+queued.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import resource
 import threading
 import time
 import urllib.request
@@ -34,10 +46,13 @@ from cep_core.checker import load_query_text
 from cep_core.control_message import ControlMessageError, check_stream, replayed
 from cep_core.errors import QueryError, QueryErrors
 from cep_core.explain import explain
+from services.api import models as m
 from services.api.errors import Refused
-from services.api.guard import TOKEN_ENV, Guard, error_response, json_response, loopback
-from services.api.openapi import openapi_document
-from services.api.tail import tail_query
+from services.api.guard import TOKEN_ENV, Guard, error_response, loopback
+from services.api.limits import Limits, SingleFlight
+from services.api.openapi import Routes
+from services.api.tail import TailHub
+from services.api.tail import stream as tail_stream
 from services.stream.control import control_log, publish
 from services.stream.kafka import Topics, ensure_topics
 from services.stream.live_changes import (
@@ -53,29 +68,62 @@ from services.stream.serve import log
 
 CONSOLE = Path(__file__).resolve().parent / "console"
 MAX_BODY = 1024 * 1024
-CHECK_THREADS = 2  # threads that check query and stream texts
-CHECKS_AT_ONCE = 8  # checks running or waiting for a thread; one more is refused (503)
+CHECK_THREADS = 2  # threads that check (and explain) query and stream texts
+CHECKS_AT_ONCE = 8  # checks running or waiting for a thread; one more is refused (429)
+IO_THREADS = 4  # threads that load what reads need from the broker and the metrics
+# Requests in flight per kind; one more is 429 with Retry-After. read: GETs of /api;
+# check: checks running or waiting for a checking thread; change: changes waiting for
+# their outcome (each on a thread); tail: open tails; replay: tails from the beginning
+# (each has a consumer of its own).
+LIMITS = {"read": 512, "check": CHECKS_AT_ONCE, "change": 16, "tail": 1000, "replay": 8}
+LIMIT_ENV = {kind: f"CEP_API_MAX_{kind.upper()}S" for kind in LIMITS}
+TAIL_BUFFER = 1024  # composite events a tail may have unsent before it is dropped
+TAIL_BUFFER_ENV = "CEP_API_TAIL_BUFFER"
 LOCATED = re.compile(r"^<query (?P<query>[^>]*)>:(?P<line>\d+):(?P<column>\d+): "
                      r"error: (?P<message>.*)$", re.M)
 CONFLICT = ("is live already", "exists already")
 MISSING = ("no live query", "no stream")
 
 
+def _positive_env(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{name}={raw!r}: a positive integer")
+    return value
+
+
 class ApiConfig:
     """allowed_hosts: Host names let in besides loopback ones (`*`: any);
     cors_origins: origins whose pages may call the API (CORS) and make changes;
-    require_token: refuse to start without a token, on loopback too. A bad origin or host
-    is a ValueError here."""
+    require_token: refuse to start without a token, on loopback too; limits: requests in
+    flight per kind (LIMITS; each defaults to its CEP_API_MAX_* variable, then LIMITS);
+    tail_buffer: events a tail may have unsent before its reader is dropped. A bad origin,
+    host or limit is a ValueError here."""
 
     def __init__(self, settings, topic_prefix: str = "", control: str = "",
                  token: str | None = None, timeout_s: float = 30, metrics_urls=(),
                  cache_s: float = 1.0, allowed_hosts=(), cors_origins=(),
-                 require_token: bool = False):
+                 require_token: bool = False, limits: dict | None = None,
+                 tail_buffer: int | None = None):
         self.settings, self.prefix, self.token = settings, topic_prefix, token or None
         self.control = Topics("", control=control, prefix=topic_prefix).control
         self.timeout_s, self.metrics_urls, self.cache_s = timeout_s, list(metrics_urls), cache_s
         self.allowed_hosts, self.cors_origins = list(allowed_hosts), list(cors_origins)
         self.require_token = require_token
+        self.limits = {kind: _positive_env(LIMIT_ENV[kind], default)
+                       for kind, default in LIMITS.items()}
+        for kind, value in (limits or {}).items():
+            if kind not in LIMITS or not isinstance(value, int) or value < 1:
+                raise ValueError(f"limit {kind}={value!r}: one of {', '.join(LIMITS)}, "
+                                 "a positive integer")
+            self.limits[kind] = value
+        self.tail_buffer = tail_buffer or _positive_env(TAIL_BUFFER_ENV, TAIL_BUFFER)
         Guard(self.allowed_hosts, self.cors_origins)  # the check
 
 
@@ -124,47 +172,49 @@ def query_problems(text: str, registry) -> tuple[list[dict], list]:
 
 
 class Api:
-    """The handlers; Kafka work runs in threads (confluent-kafka blocks)."""
+    """The handlers' state: the limits, the pools, what reads keep, the tails."""
 
     def __init__(self, config: ApiConfig):
         self.config = config
+        self.limits = Limits(config.limits)
         self._records: tuple[float, list] | None = None
         self._rates: dict[str, tuple[float, int]] = {}
         self._ends: dict[str, object] = {}  # INTO topic -> consumer at its end
         self._lock = threading.Lock()
-        self.closing = threading.Event()  # set at shutdown: open tails end
         self._checks = ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="api-check")
-        self._checking = 0  # checks running or waiting for a thread
-        self._checking_lock = threading.Lock()
+        self._io = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="api-io")
+        self._changes = ThreadPoolExecutor(config.limits["change"],
+                                           thread_name_prefix="api-change")
+        self.kept = SingleFlight(self._io, config.cache_s)
+        self.hub = TailHub(config.settings, config.tail_buffer)
 
     # ------------------------------------------------------------ checking texts
 
-    def _check_begins(self) -> None:
-        with self._checking_lock:
-            if self._checking >= CHECKS_AT_ONCE:
-                raise Refused(503, {"error": f"{CHECKS_AT_ONCE} checks are running or "
-                                    "waiting: retry"}, {"Retry-After": "1"})
-            self._checking += 1
-
-    def _check_ends(self) -> None:
-        with self._checking_lock:
-            self._checking -= 1
-
     async def check(self, fn, *args):
-        """fn(*args) on the checking threads, awaited from the event loop."""
-        self._check_begins()
+        """fn(*args) on the checking threads, awaited from the event loop (429 when
+        CHECKS_AT_ONCE checks run or wait already)."""
+        self.limits.enter("check")
         try:
             return await asyncio.wrap_future(self._checks.submit(fn, *args))
         finally:
-            self._check_ends()
+            self.limits.leave("check")
 
     def checked(self, fn, *args):
         """fn(*args) on the checking threads, from another thread (a change)."""
-        self._check_begins()
+        self.limits.enter("check")
         try:
             return self._checks.submit(fn, *args).result()
         finally:
-            self._check_ends()
+            self.limits.leave("check")
+
+    async def changed(self, *args) -> tuple[int, dict]:
+        """`change(*args)` on a change thread (as many as the changes' limit: none
+        waits); what reads keep is dropped after it."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._changes,
+                                                                    self.change, *args)
+        finally:
+            self.kept.forget()
 
     # ------------------------------------------------------------ reading the topics
 
@@ -177,50 +227,80 @@ class Api:
     def live(self, fresh: bool = False):
         return replayed(self.records(fresh))
 
-    def status_view(self, stream: str) -> dict:
-        return services_view(self.config.settings, Topics(stream, prefix=self.config.prefix)
-                             .status)
+    async def snapshot(self, max_age_s: float | None = None):
+        """The live set of the control topic (queries, registry), loaded at most
+        `max_age_s` (cache_s) ago, on the I/O threads."""
+        return await self.kept.get("live", lambda: self.live(True), max_age_s)
 
-    def query_entry(self, query, with_state: bool) -> dict:
+    async def status_view(self, stream: str) -> dict:
+        topic = Topics(stream, prefix=self.config.prefix).status
+        return await self.kept.get(("status", stream),
+                                   lambda: services_view(self.config.settings, topic))
+
+    async def into(self, topic: str) -> tuple[int | None, float | None]:
+        return await self.kept.get(("into", topic), lambda: self.output_rate(topic))
+
+    async def metrics(self) -> dict | None:
+        if not self.config.metrics_urls:
+            return None
+        return await self.kept.get("metrics", self.scrape)
+
+    def query_entry(self, query, state: dict | None) -> dict:
         entry = {"name": query.name, "stream": query.checked.schema.stream,
                  "output": query.output, "index": query.index, "text": query.text}
-        if with_state:
-            entry["state"] = self.state(query)
+        if state is not None:
+            entry["state"] = state
         return entry
 
-    def state(self, query) -> dict:
-        stream = query.checked.schema.stream
-        view = self.status_view(stream)
+    async def states(self, queries) -> dict[str, dict]:
+        """The state of each query (by name), from what reads keep: one load per stream's
+        status topic, INTO topic and the metrics, whatever the number of queries."""
+        streams = sorted({q.checked.schema.stream for q in queries})
+        topics = sorted({q.output for q in queries})
+        found = await asyncio.gather(*(self.status_view(s) for s in streams),
+                                     *(self.into(t) for t in topics), self.metrics())
+        views = dict(zip(streams, found[:len(streams)]))
+        rates = dict(zip(topics, found[len(streams):-1]))
+        scraped = found[-1]
+        return {q.name: self.state(q, views[q.checked.schema.stream], rates[q.output],
+                                   scraped) for q in queries}
+
+    @staticmethod
+    def state(query, view: dict, rate: tuple, scraped: dict | None) -> dict:
         held = next((i for i in live_items(view, "query") if i["name"] == query.name), None)
         partitions = sorted({p for e in view.values() for p, live in e["partitions"].items()
                              if query.name in ((live or {}).get("queries") or {})})
-        total, rate = self.output_rate(query.output)
+        total, per_s = rate
         out = {"live": held is not None, "services": held["services"] if held else [],
                "partitions": partitions, "into_records": total,
-               "composites_per_s": rate,
+               "composites_per_s": per_s,
                "failed": held is not None and held["state"] == "failed",
                "reason": held.get("reason") if held else None}
-        out.update(self.scraped(query.name))
+        if scraped is not None:
+            out.update(partial_matches=scraped["partial"].get(query.name),
+                       events_in=scraped["events_in"])
         return out
 
     def output_rate(self, topic: str) -> tuple[int | None, float | None]:
         """Records on the INTO topic and their rate since the last look (shared by the
         queries writing the same topic): the fetch high-watermarks of a consumer kept per
-        topic at its end (ListOffsets is not trusted, docs/broker.md)."""
+        topic at its end (ListOffsets is not trusted, docs/broker.md). An I/O thread's
+        work, one look per topic at a time."""
         with self._lock:
             consumer = self._ends.get(topic)
-            if consumer is None:
-                consumer = self.config.settings.consumer()
-                metadata = consumer.list_topics(topic, timeout=5).topics.get(topic)
-                if metadata is None or metadata.error is not None:
-                    consumer.close()
-                    return None, None
-                consumer.assign([TopicPartition(topic, p, OFFSET_END)
-                                 for p in metadata.partitions])
+        if consumer is None:
+            consumer = self.config.settings.consumer()
+            metadata = consumer.list_topics(topic, timeout=5).topics.get(topic)
+            if metadata is None or metadata.error is not None:
+                consumer.close()
+                return None, None
+            consumer.assign([TopicPartition(topic, p, OFFSET_END)
+                             for p in metadata.partitions])
+            with self._lock:
                 self._ends[topic] = consumer
-            consumer.consume(1000, 0.3)
-            highs = [consumer.get_watermark_offsets(tp, cached=True)[1]
-                     for tp in consumer.assignment()]
+        consumer.consume(1000, 0.3)
+        highs = [consumer.get_watermark_offsets(tp, cached=True)[1]
+                 for tp in consumer.assignment()]
         if any(h < 0 for h in highs):
             return None, None
         total, now = sum(highs), time.monotonic()
@@ -230,19 +310,11 @@ class Api:
             return total, None
         return total, round((total - before[1]) / (now - before[0]), 3)
 
-    def close(self) -> None:
-        self._checks.shutdown(wait=False, cancel_futures=True)
-        with self._lock:
-            for consumer in self._ends.values():
-                consumer.close()
-            self._ends.clear()
-
-    def scraped(self, query: str) -> dict:
-        """The query's partial matches and the services' events in, from their Prometheus
-        endpoints (`--metrics URL`), summed."""
-        if not self.config.metrics_urls:
-            return {}
-        partial, events_in = None, 0.0
+    def scrape(self) -> dict:
+        """The queries' partial matches and the services' events in, from their
+        Prometheus endpoints (`--metrics URL`), summed (an I/O thread's work)."""
+        partial: dict[str, int] = {}
+        events_in = 0.0
         for url in self.config.metrics_urls:
             try:
                 with urllib.request.urlopen(url, timeout=2) as reply:
@@ -251,12 +323,28 @@ class Api:
                 continue
             for family in text_string_to_metric_families(text):
                 for sample in family.samples:
-                    if sample.name == "cep_partial_matches" and \
-                            sample.labels.get("query") == query:
-                        partial = (partial or 0) + int(sample.value)
+                    if sample.name == "cep_partial_matches" and "query" in sample.labels:
+                        query = sample.labels["query"]
+                        partial[query] = partial.get(query, 0) + int(sample.value)
                     elif sample.name == "cep_events_in_total":
                         events_in += sample.value
-        return {"partial_matches": partial, "events_in": events_in}
+        return {"partial": partial, "events_in": events_in}
+
+    def stats(self) -> dict:
+        """The server's own counters: limits, tails, threads (tests, the benchmark)."""
+        return {"limits": self.limits.stats(), "tails": dict(self.hub.counters),
+                "open_tails": len(self.hub.tails), "threads": threading.active_count(),
+                "loads": sum(self.kept.loads.values())}
+
+    def close(self) -> None:
+        """After the loop's part of stopping (the hub's `stop`): not on the loop."""
+        self.hub.join()
+        for pool in (self._checks, self._io, self._changes):
+            pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            for consumer in self._ends.values():
+                consumer.close()
+            self._ends.clear()
 
     # ------------------------------------------------------------ changes
 
@@ -300,52 +388,21 @@ class Api:
         return status, {"outcome": worst, "errors": errors, "changes": found}
 
 
-async def _body(request: web.Request) -> dict:
-    try:
-        data = orjson.loads(await request.read())
-    except orjson.JSONDecodeError as e:
-        raise Refused(400, {"error": f"not JSON: {e}"}) from None
-    if not isinstance(data, dict):
-        raise Refused(400, {"error": "the body is a JSON object"})
-    return data
-
-
-def _wait_args(data: dict, config: ApiConfig) -> tuple[bool, float]:
-    wait, timeout = data.get("wait", True), data.get("timeout_s", config.timeout_s)
-    if not isinstance(wait, bool) or isinstance(timeout, bool) or \
-            not isinstance(timeout, (int, float)) or not 0.1 <= timeout <= 300:
-        raise Refused(400, {"error": "wait is a boolean, timeout_s a number of seconds in "
-                                 "[0.1, 300]"})
-    return wait, float(timeout)
-
-
-def _text_of(data: dict, field: str = "text") -> str:
-    text = data.get(field)
-    if not isinstance(text, str) or not text.strip():
-        raise Refused(400, {"error": f"{field}: a non-empty string"})
-    return text
-
 
 def _stream_text(data: dict, name: str | None = None) -> str:
     """A stream schema's JSON text from `schema` (as schemas/*.json) or `json_schema` (a
     JSON Schema of one event, with optional `time`, `time_unit`, `type_attribute`,
-    `skip_optional`)."""
-    if isinstance(data.get("schema"), dict):
+    `skip_optional`): the fields of a StreamCheck body given."""
+    if "schema" in data:
         return orjson.dumps(data["schema"]).decode()
-    if "json_schema" in data:
-        options = {k: data[k] for k in ("time", "time_unit", "type_attribute")
-                   if isinstance(data.get(k), str)}
-        if isinstance(data.get("skip_optional"), bool):
-            options["skip_optional"] = data["skip_optional"]
-        named = name or data.get("name")
-        try:
-            return stream_text_from_json_schema(data["json_schema"], named if
-                                                isinstance(named, str) else None, **options)
-        except ControlMessageError as e:
-            raise Refused(422, {"outcome": "invalid", "errors": located_errors(str(e)),
-                                "changes": []}) from None
-    raise Refused(400, {"error": "give schema (a stream schema) or json_schema (a JSON "
-                                 "Schema of one event)"})
+    options = {k: data[k] for k in ("time", "time_unit", "type_attribute", "skip_optional")
+               if k in data}
+    try:
+        return stream_text_from_json_schema(data["json_schema"], name or data.get("name"),
+                                            **options)
+    except ControlMessageError as e:
+        raise Refused(422, {"outcome": "invalid", "errors": located_errors(str(e)),
+                            "changes": []}) from None
 
 
 def _stream_name(text: str) -> str:
@@ -363,11 +420,9 @@ def _checked_stream(data: dict) -> dict:
     """The answer of /api/streams/validate (a checking thread's work)."""
     try:
         text = _stream_text(data)
+        name = _stream_name(text)
     except Refused as e:
-        if e.status != 422:
-            raise
         return {"ok": False, "errors": e.body["errors"]}
-    name = _stream_name(text)
     try:
         schema = check_stream(name, text)
     except ControlMessageError as e:
@@ -385,185 +440,6 @@ def _stream_named(data: dict, name: str | None) -> tuple[str, str]:
     return given, text
 
 
-API = web.AppKey("api", Api)
-
-
-def make_app(config: ApiConfig, bound: str | None = None) -> web.Application:
-    """The app; `bound`: the address it listens on (a non-loopback one is an allowed
-    Host)."""
-    api = Api(config)
-    guard = Guard(config.allowed_hosts, config.cors_origins, config.token, bound, MAX_BODY)
-    routes = web.RouteTableDef()
-
-    @routes.get("/healthz")
-    async def healthz(request):
-        return json_response({"alive": True})
-
-    @routes.get("/readyz")
-    async def readyz(request):
-        try:
-            await asyncio.to_thread(api.records, True)
-        except Exception as e:  # the broker does not answer: not ready
-            return json_response({"ready": False, "control_topic": config.control,
-                                  "reason": str(e)}, 503)
-        return json_response({"ready": True, "control_topic": config.control})
-
-    @routes.get("/openapi.json")
-    async def openapi(request):
-        return json_response(openapi_document())
-
-    @routes.get("/")
-    async def console(request):
-        return web.FileResponse(CONSOLE / "index.html")
-
-    console_files = {p.name for p in CONSOLE.iterdir() if p.is_file()}
-
-    @routes.get("/console/{file}")
-    async def console_file(request):
-        name = request.match_info["file"]
-        if name not in console_files:
-            return error_response(404, f"no such endpoint: GET {request.path}")
-        return web.FileResponse(CONSOLE / name)
-
-    # ---------------------------------------------------------------- streams
-
-    @routes.get("/api/streams")
-    async def streams(request):
-        live = await asyncio.to_thread(api.live)
-        return json_response({"streams": [_stream_entry(live.registry, n)
-                                          for n in live.registry.names()]})
-
-    @routes.get("/api/streams/{name}")
-    async def stream(request):
-        live = await asyncio.to_thread(api.live)
-        name = request.match_info["name"]
-        if live.registry.get(name) is None:
-            return error_response(404, f"no stream {name!r}")
-        return json_response(_stream_entry(live.registry, name))
-
-    @routes.post("/api/streams/validate")
-    async def validate_stream(request):
-        data = await _body(request)
-        return json_response(await api.check(_checked_stream, data))
-
-    async def stream_change(request, op: str, name: str | None = None):
-        data = await _body(request) if op != "remove" else {}
-        wait, timeout = _wait_args(data, config)
-        text = None
-        if op != "remove":
-            name, text = await api.check(_stream_named, data, name)
-        status, body = await asyncio.to_thread(api.change, "stream", op, name, text, None,
-                                               wait, timeout)
-        return json_response(body, status)
-
-    @routes.post("/api/streams")
-    async def add_stream(request):
-        return await stream_change(request, "add")
-
-    @routes.put("/api/streams/{name}")
-    async def update_stream(request):
-        return await stream_change(request, "update", request.match_info["name"])
-
-    @routes.delete("/api/streams/{name}")
-    async def remove_stream(request):
-        return await stream_change(request, "remove", request.match_info["name"])
-
-    # ---------------------------------------------------------------- queries
-
-    @routes.get("/api/queries")
-    async def queries(request):
-        stream = request.query.get("stream")
-        with_state = request.query.get("state", "true") != "false"
-
-        def listed():
-            live = api.live()
-            return [api.query_entry(q, with_state) for q in
-                    sorted(live.live.values(), key=lambda q: q.index)
-                    if stream is None or q.checked.schema.stream == stream]
-        return json_response({"queries": await asyncio.to_thread(listed)})
-
-    @routes.get("/api/queries/{name}")
-    async def query(request):
-        name = request.match_info["name"]
-
-        def found():
-            live = api.live().live.get(name)
-            return None if live is None else api.query_entry(live, True)
-        entry = await asyncio.to_thread(found)
-        return json_response(entry) if entry else error_response(404, f"no live query {name!r}")
-
-    @routes.post("/api/queries/validate")
-    async def validate_query(request):
-        data = await _body(request)
-        text = data.get("text")
-        if not isinstance(text, str):
-            return error_response(400, "text: a string")
-        live = await asyncio.to_thread(api.live)
-        errors, checked = await api.check(query_problems, text, live.registry)
-        if not errors and not checked:
-            errors = [{"message": "no query in the text", "line": None, "column": None,
-                       "query": None, "source_line": None}]
-        return json_response({"ok": not errors, "errors": errors, "queries": [
-            {"name": q.name, "stream": q.schema.stream, "output": q.query.output,
-             "live": q.name in live.live} for q in checked]})
-
-    async def query_change(request, op: str, name: str | None = None):
-        data = await _body(request) if op != "remove" else {}
-        wait, timeout = _wait_args(data, config)
-        text = _text_of(data) if op != "remove" else None
-        status, body = await asyncio.to_thread(api.change, "query", op, name, text,
-                                               name if op == "update" else None, wait,
-                                               timeout)
-        return json_response(body, status)
-
-    @routes.post("/api/queries")
-    async def add_query(request):
-        return await query_change(request, "add")
-
-    @routes.put("/api/queries/{name}")
-    async def update_query(request):
-        return await query_change(request, "update", request.match_info["name"])
-
-    @routes.delete("/api/queries/{name}")
-    async def remove_query(request):
-        return await query_change(request, "remove", request.match_info["name"])
-
-    @routes.get("/api/queries/{name}/explain")
-    async def explain_query(request):
-        name = request.match_info["name"]
-
-        def explained():
-            live = api.live().live.get(name)
-            if live is None:
-                return None
-            found = explain(live.checked)
-            try:
-                svg = found.svg()
-            except RuntimeError:
-                svg = None
-            return {**found.to_json(), "text": found.text(), "dot": found.dot(), "svg": svg}
-        entry = await asyncio.to_thread(explained)
-        return json_response(entry) if entry else error_response(404, f"no live query {name!r}")
-
-    @routes.get("/api/queries/{name}/tail")
-    async def tail(request):
-        return await tail_query(request, api, request.match_info["name"])
-
-    async def closing(app):
-        api.closing.set()
-
-    async def closed(app):
-        await asyncio.to_thread(api.close)
-
-    app = web.Application(middlewares=[guard.middleware], client_max_size=MAX_BODY)
-    app[API] = api
-    app.on_response_prepare.append(guard.on_response_prepare)
-    app.on_shutdown.append(closing)
-    app.on_cleanup.append(closed)
-    app.add_routes(routes)
-    return app
-
-
 def _stream_entry(registry, name: str) -> dict:
     schema = registry.get(name)
     registered = registry.streams.get(name)
@@ -571,13 +447,283 @@ def _stream_entry(registry, name: str) -> dict:
             "version": registered[1] if registered else None, "schema": schema.to_dict()}
 
 
+def _explained(query) -> dict:
+    """What `cep explain` says of a live query (a checking thread's work: CPU, and
+    Graphviz's dot in a child process)."""
+    found = explain(query.checked)
+    try:
+        svg = found.svg()
+    except RuntimeError:
+        svg = None
+    return {**found.to_json(), "text": found.text(), "dot": found.dot(), "svg": svg}
+
+
+API = web.AppKey("api", Api)
+ROUTES = Routes()
+ERROR = (m.Error, "")
+NOT_LIVE = (m.Error, "no live query of that name")
+
+
+def _outcomes(created: bool = False) -> dict:
+    """A change's answers (each an Outcome)."""
+    return {201 if created else 200: (m.Outcome, "applied"),
+            202: (m.Outcome, "queued, or sent (not waited for)"),
+            404: (m.Outcome, "nothing of that name is live"),
+            409: (m.Outcome, "refused: live already, or by the splitter"),
+            422: (m.Outcome, "does not check (errors with line, column); nothing was "
+                  "written"),
+            504: (m.Outcome, "no outcome in time")}
+
+
+def _api(request: web.Request) -> Api:
+    return request.app[API]
+
+
+def _wait_args(body, config: ApiConfig) -> tuple[bool, float]:
+    given = body.model_fields_set
+    return body.wait, body.timeout_s if "timeout_s" in given else float(config.timeout_s)
+
+
+# ---------------------------------------------------------------- probes
+
+
+@ROUTES.route("GET", "/healthz", "The process serves", {200: (m.Alive, "serving")},
+              broker=False, guarded=False)
+async def healthz(request):
+    return {"alive": True}
+
+
+@ROUTES.route("GET", "/readyz", "The broker answers a read of the control topic",
+              {200: (m.Ready, "ready"), 503: (m.Ready, "not ready: the broker does not "
+                                                       "answer")},
+              broker=False, guarded=False)
+async def readyz(request):
+    api = _api(request)
+    try:
+        await api.snapshot()
+    except Exception as e:  # the broker does not answer: not ready
+        return 503, {"ready": False, "control_topic": api.config.control, "reason": str(e)}
+    return {"ready": True, "control_topic": api.config.control}
+
+
+# ---------------------------------------------------------------- streams
+
+
+@ROUTES.route("GET", "/api/streams", "Every stream: schema files and the control topic's",
+              {200: (m.StreamList, "the streams")}, kind="read")
+async def streams(request):
+    live = await _api(request).snapshot()
+    return {"streams": [_stream_entry(live.registry, n) for n in live.registry.names()]}
+
+
+@ROUTES.route("POST", "/api/streams/validate", "Check a stream schema (or import a JSON "
+              "Schema); changes nothing", {200: (m.StreamChecked, "checked: ok, or the "
+                                                 "errors")},
+              body=m.StreamCheck, change=True, checks=True, broker=False)
+async def validate_stream(request, body):
+    data = body.model_dump(by_alias=True, exclude_unset=True)
+    return await _api(request).check(_checked_stream, data)
+
+
+@ROUTES.route("GET", "/api/streams/{name}", "One stream",
+              {200: (m.Stream, "the stream"), 404: (m.Error, "no stream of that name")},
+              kind="read")
+async def stream(request, name):
+    live = await _api(request).snapshot()
+    if live.registry.get(name) is None:
+        return 404, {"error": f"no stream {name!r}"}
+    return _stream_entry(live.registry, name)
+
+
+async def _stream_change(request, op: str, name: str | None = None, body=None):
+    api = _api(request)
+    wait, timeout = _wait_args(body, api.config) if body is not None else \
+        (True, float(api.config.timeout_s))
+    text = None
+    if body is not None:
+        data = body.model_dump(by_alias=True, exclude_unset=True)
+        name, text = await api.check(_stream_named, data, name)
+    return await api.changed("stream", op, name, text, None, wait, timeout)
+
+
+@ROUTES.route("POST", "/api/streams", "Register a stream", _outcomes(created=True),
+              body=m.StreamBody, kind="change", change=True, secured=True, checks=True)
+async def add_stream(request, body):
+    return await _stream_change(request, "add", body=body)
+
+
+@ROUTES.route("PUT", "/api/streams/{name}", "Change a stream", _outcomes(),
+              body=m.StreamBody, kind="change", change=True, secured=True, checks=True)
+async def update_stream(request, name, body):
+    return await _stream_change(request, "update", name, body)
+
+
+@ROUTES.route("DELETE", "/api/streams/{name}", "Remove a stream registered on the "
+              "control topic", _outcomes(), kind="change", change=True, secured=True)
+async def remove_stream(request, name):
+    return await _stream_change(request, "remove", name)
+
+
+# ---------------------------------------------------------------- queries
+
+
+@ROUTES.route("GET", "/api/queries", "The live queries (the control topic's), with their "
+              "state", {200: (m.QueryList, "the live queries, in order")},
+              params=m.QueriesParams, kind="read")
+async def queries(request, params):
+    api = _api(request)
+    live = await api.snapshot()
+    found = [q for q in sorted(live.live.values(), key=lambda q: q.index)
+             if params.stream is None or q.checked.schema.stream == params.stream]
+    states = await api.states(found) if params.state == "true" else {}
+    return {"queries": [api.query_entry(q, states.get(q.name)) for q in found]}
+
+
+@ROUTES.route("POST", "/api/queries/validate", "Check a query text (parsed and checked, "
+              "never run); changes nothing", {200: (m.QueryChecked, "checked: ok, or the "
+                                                    "errors with line and column")},
+              body=m.QueryCheck, change=True, checks=True)
+async def validate_query(request, body):
+    api = _api(request)
+    live = await api.snapshot()
+    errors, checked = await api.check(query_problems, body.text, live.registry)
+    if not errors and not checked:
+        errors = [{"message": "no query in the text", "line": None, "column": None,
+                   "query": None, "source_line": None}]
+    return {"ok": not errors, "errors": errors, "queries": [
+        {"name": q.name, "stream": q.schema.stream, "output": q.query.output,
+         "live": q.name in live.live} for q in checked]}
+
+
+@ROUTES.route("GET", "/api/queries/{name}", "One live query with its state",
+              {200: (m.Query, "the query"), 404: NOT_LIVE}, kind="read")
+async def query(request, name):
+    api = _api(request)
+    live = (await api.snapshot()).live.get(name)
+    if live is None:
+        return 404, {"error": f"no live query {name!r}"}
+    return api.query_entry(live, (await api.states([live]))[name])
+
+
+async def _query_change(request, op: str, name: str | None = None, body=None):
+    api = _api(request)
+    wait, timeout = _wait_args(body, api.config) if body is not None else \
+        (True, float(api.config.timeout_s))
+    return await api.changed("query", op, name, body.text if body is not None else None,
+                             name if op == "update" else None, wait, timeout)
+
+
+@ROUTES.route("POST", "/api/queries", "Add the queries of a text", _outcomes(created=True),
+              body=m.QueryBody, kind="change", change=True, secured=True, checks=True)
+async def add_query(request, body):
+    return await _query_change(request, "add", body=body)
+
+
+@ROUTES.route("PUT", "/api/queries/{name}", "Replace a live query", _outcomes(),
+              body=m.QueryBody, kind="change", change=True, secured=True, checks=True)
+async def update_query(request, name, body):
+    return await _query_change(request, "update", name, body)
+
+
+@ROUTES.route("DELETE", "/api/queries/{name}", "Remove a live query", _outcomes(),
+              kind="change", change=True, secured=True)
+async def remove_query(request, name):
+    return await _query_change(request, "remove", name)
+
+
+@ROUTES.route("GET", "/api/queries/{name}/explain", "What the live query compiled to (cep "
+              "explain): text, a graph, and its SVG drawing where Graphviz is installed",
+              {200: (m.Explanation, "the explanation"), 404: NOT_LIVE},
+              kind="read", checks=True)
+async def explain_query(request, name):
+    api = _api(request)
+    live = (await api.snapshot()).live.get(name)
+    if live is None:
+        return 404, {"error": f"no live query {name!r}"}
+    return await api.check(_explained, live)
+
+
+@ROUTES.route("GET", "/api/queries/{name}/tail", "The query's composite events as "
+              "server-sent events", {200: (None, "`event: composite`, `id: "
+                                           "PARTITION:OFFSET`, `data:` one composite "
+                                           "event as JSON"), 404: NOT_LIVE},
+              params=m.TailParams, kind="tail", event_stream=True)
+async def tail(request, name, params):
+    api = _api(request)
+    live = (await api.snapshot()).live.get(name)
+    if live is None:
+        return 404, {"error": f"no live query {name!r}"}
+    tag = Topics(live.checked.schema.stream, prefix=api.config.prefix).group("coordinator")
+    replay = params.start == "beginning"
+    if replay:
+        api.limits.enter("replay")
+    try:
+        return await tail_stream(request, api.hub, live.output, tag, name, params.start,
+                                 params.limit, params.idle_s)
+    finally:
+        if replay:
+            api.limits.leave("replay")
+
+
+def make_app(config: ApiConfig, bound: str | None = None) -> web.Application:
+    """The app; `bound`: the address it listens on (a non-loopback one is an allowed
+    Host)."""
+    api = Api(config)
+    guard = Guard(config.allowed_hosts, config.cors_origins, config.token, bound, MAX_BODY)
+    document = orjson.dumps(ROUTES.document(token=bool(config.token)))
+    app = web.Application(middlewares=[guard.middleware], client_max_size=MAX_BODY)
+    app[API] = api
+    ROUTES.add_to(app, lambda request: request.app[API].limits)
+
+    async def openapi(request):
+        return web.Response(body=document, content_type="application/json")
+
+    async def console(request):
+        return web.FileResponse(CONSOLE / "index.html")
+
+    console_files = {p.name for p in CONSOLE.iterdir() if p.is_file()}
+
+    async def console_file(request):
+        name = request.match_info["file"]
+        if name not in console_files:
+            return error_response(404, f"no such endpoint: GET {request.path}")
+        return web.FileResponse(CONSOLE / name)
+
+    async def closing(app):
+        api.hub.stop()
+
+    async def closed(app):
+        await asyncio.get_running_loop().run_in_executor(None, api.close)
+
+    app.router.add_get("/openapi.json", openapi)
+    app.router.add_get("/", console)
+    app.router.add_get("/console/{file}", console_file)
+    app.on_response_prepare.append(guard.on_response_prepare)
+    app.on_shutdown.append(closing)
+    app.on_cleanup.append(closed)
+    return app
+
+
+def raise_open_files_limit(wanted: int) -> int:
+    """The soft limit of open files raised toward `wanted` (at most the hard limit): each
+    tail is a socket. Returns the soft limit then."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        return target
+    return soft
+
+
 def serve_api(config: ApiConfig, host: str | None, port: int) -> None:
     """Serve until SIGTERM / SIGINT."""
     bound = bind_host(host, config.token, config.require_token)
+    files = raise_open_files_limit(config.limits["tail"] + config.limits["read"] + 256)
     log("api_listening", host=bound, port=port, token=bool(config.token),
-        allowed_hosts=config.allowed_hosts, cors_origins=config.cors_origins)
+        allowed_hosts=config.allowed_hosts, cors_origins=config.cors_origins,
+        limits=config.limits, open_files=files)
     web.run_app(make_app(config, bound), host=bound, port=port, print=None, access_log=None,
-                handle_signals=True)
+                handle_signals=True, backlog=1024)
 
 
 class ApiThread:

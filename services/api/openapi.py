@@ -1,235 +1,287 @@
-"""The OpenAPI 3.1 document of `cep serve api` (services/api/app.py), served at /openapi.json.
-tests/test_api_schemathesis.py runs it against the live API."""
+"""Route declarations and the OpenAPI 3.1 document derived from them.
+
+Each handler of services/api/app.py is declared with `ROUTES.route(...)`: its method and
+path, its request body and query string models, and the model of each status it answers
+(services/api/models.py). The declaration is what aiohttp serves (the wrapper validates
+the body and the query string with the models, 400 otherwise, takes the request's slot of
+its kind, 429 beyond the limit, and sends the handler's answer through the model declared
+for its status) and what the document says (`Routes.document`, served at /openapi.json),
+so the two cannot drift. The refusals of services/api/guard.py are added to each
+operation's responses by what the operation is (a change, a read of the broker, ...), and
+the bearer token is documented as required only where the API was started with one.
+tests/test_api_schemathesis.py runs schemathesis with every check against the document
+the live API serves.
+"""
 
 from __future__ import annotations
 
-from functools import cache
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-NAME = {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$", "maxLength": 200}
-NULLABLE_INT = {"type": ["integer", "null"]}
-ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
-LOCATED = {
-    "type": "object", "required": ["message", "line", "column"],
-    "properties": {"message": {"type": "string"}, "line": NULLABLE_INT,
-                   "column": NULLABLE_INT, "query": {"type": ["string", "null"]},
-                   "source_line": {"type": ["string", "null"]}}}
-OUTCOME = {
-    "type": "object", "required": ["outcome", "errors", "changes"],
-    "description": "applied: every service applied it; refused: the splitter refused it "
-    "(errors: its reason, located); queued: no pipeline of that stream is up, the change "
-    "waits on the control topic; timed_out: no outcome in time; sent: wait was false; "
-    "invalid: checked here and not sent.",
-    "properties": {
-        "outcome": {"enum": ["applied", "refused", "queued", "timed_out", "sent", "invalid"]},
-        "errors": {"type": "array", "items": {"$ref": "#/components/schemas/LocatedError"}},
-        "changes": {"type": "array", "items": {
-            "type": "object", "required": ["kind", "name", "op", "outcome"],
-            "properties": {"kind": {"enum": ["query", "stream"]}, "name": {"type": "string"},
-                           "op": {"enum": ["add", "update", "remove"]},
-                           "key": {"type": "string"}, "offset": {"type": "integer"},
-                           "outcome": {"type": "string"}, "said": {"type": "string"},
-                           "reason": {"type": "string"},
-                           "latency_ms": {"type": ["number", "null"]}}}}}}
-WAIT = {"wait": {"type": "boolean", "default": True,
-                 "description": "Wait for the services' outcome."},
-        "timeout_s": {"type": "number", "minimum": 0.1, "maximum": 300}}
-QUERY_BODY = {"type": "object", "required": ["text"],
-              "properties": {"text": {"type": "string", "minLength": 1,
-                                      "description": "Query language text."}, **WAIT}}
-STREAM_BODY = {
-    "type": "object",
-    "description": "schema: a stream schema as schemas/*.json; or json_schema: a JSON "
-    "Schema (draft 2020-12) of one event, imported as `cep schema import` does (name: the "
-    "stream's name if the document has no title; time, time_unit, type_attribute, "
-    "skip_optional).",
-    "properties": {"schema": {"type": "object"}, "json_schema": {"type": "object"},
-                   "name": {"type": "string"}, "time": {"type": "string"},
-                   "time_unit": {"type": "string"}, "type_attribute": {"type": "string"},
-                   "skip_optional": {"type": "boolean"}, **WAIT}}
-STREAM = {"type": "object", "required": ["name", "source", "version", "schema"],
-          "properties": {"name": {"type": "string"}, "source": {"enum": ["control", "file"]},
-                         "version": NULLABLE_INT, "schema": {"type": "object"}}}
-STATE = {"type": "object", "properties": {
-    "live": {"type": "boolean"}, "services": {"type": "array", "items": {"type": "string"}},
-    "partitions": {"type": "array", "items": {"type": "integer"}},
-    "into_records": NULLABLE_INT, "composites_per_s": {"type": ["number", "null"]},
-    "partial_matches": NULLABLE_INT, "events_in": {"type": "number"},
-    "failed": {"type": "boolean", "description": "the query's engine failed in a keyed "
-               "partition: it stopped alone (docs/live.md)"},
-    "reason": {"type": ["string", "null"], "description": "why it failed"}}}
-EXPLANATION = {"type": "object", "required": ["name", "kind", "headline", "lines", "nodes",
-                                             "edges", "text", "dot", "svg"],
-               "properties": {
-                   "name": {"type": "string"}, "kind": {"enum": ["MATCH", "SEQ", "WINDOW"]},
-                   "headline": {"type": "string"},
-                   "lines": {"type": "array", "items": {"type": "string"}},
-                   "nodes": {"type": "array", "items": {"type": "object"}},
-                   "edges": {"type": "array", "items": {"type": "object"}},
-                   "text": {"type": "string"}, "dot": {"type": "string"},
-                   "svg": {"type": ["string", "null"],
-                           "description": "null where Graphviz's dot is not installed"}}}
-QUERY = {"type": "object", "required": ["name", "stream", "output", "index", "text"],
-         "properties": {"name": {"type": "string"}, "stream": {"type": "string"},
-                        "output": {"type": "string"}, "index": {"type": "integer"},
-                        "text": {"type": "string"},
-                        "state": {"$ref": "#/components/schemas/QueryState"}}}
+import orjson
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+from pydantic.json_schema import GenerateJsonSchema, models_json_schema
+
+from services.api.errors import Refused
+from services.api.models import NAME_MAX, NAME_ROUTE, NAME_SCHEMA, Error
+
+# Each path parameter: its route pattern, its schema, and the pattern a value must match
+# (else 400).
+PATH_PARAMS = {"name": (NAME_ROUTE, NAME_SCHEMA,
+                        re.compile(NAME_SCHEMA["pattern"]), NAME_MAX)}
+RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying",
+                               "required": True,
+                               "schema": {"type": "string", "pattern": "^[0-9]+$"}}}
+DESCRIPTION = (
+    "Streams and queries of the running pipelines, changed through the control topic; "
+    "composite events as server-sent events. Changes need a JSON body (`Content-Type: "
+    "application/json`) and no `Origin` but the API's own or an allowed one; every request "
+    "a loopback or allowed `Host`; every error is a JSON `{\"error\": ...}`; a kind of "
+    "request over its limit in flight is 429 with `Retry-After` (docs/api.md, Safety and "
+    "Under load). This document is derived from the handlers' declarations "
+    "(services/api/openapi.py).")
 
 
-def _json(schema: dict, description: str = "OK") -> dict:
+@dataclass
+class Operation:
+    """One method on one path and what it takes and answers. kind: the slot it takes
+    (read, change, tail; None: none); change: the guard's rules for changes apply (Origin,
+    JSON body); secured: the token is needed when one is set; checks: it checks a text on
+    the checking threads (429 when they are full); broker: it reads the broker (503 when
+    it does not answer); guarded: the Host rule applies (not to the probes)."""
+
+    method: str
+    path: str
+    handler: Callable
+    summary: str
+    responses: dict[int, tuple[type[BaseModel] | None, str]]
+    body: type[BaseModel] | None = None
+    params: type[BaseModel] | None = None
+    kind: str | None = None
+    change: bool = False
+    secured: bool = False
+    checks: bool = False
+    broker: bool = True
+    guarded: bool = True
+    event_stream: bool = False
+    path_params: list[str] = field(default_factory=list)
+
+    @property
+    def route_path(self) -> str:
+        """The aiohttp path: each {param} with its pattern."""
+        return re.sub(r"\{(\w+)\}", lambda m: f"{{{m[1]}:{PATH_PARAMS[m[1]][0]}}}", self.path)
+
+
+class Routes:
+    """The API's operations, in declaration order."""
+
+    def __init__(self):
+        self.operations: list[Operation] = []
+
+    def route(self, method: str, path: str, summary: str, responses: dict, **options):
+        def declare(handler):
+            self.operations.append(Operation(
+                method, path, handler, summary, dict(responses),
+                path_params=re.findall(r"\{(\w+)\}", path), **options))
+            return handler
+        return declare
+
+    # ------------------------------------------------------------ serving
+
+    def add_to(self, app: web.Application, limits_of: Callable) -> None:
+        """The operations as aiohttp routes; `limits_of(request)`: the Limits of the app."""
+        for op in self.operations:
+            if op.method == "GET":  # and HEAD
+                app.router.add_get(op.route_path, _endpoint(op, limits_of))
+            else:
+                app.router.add_route(op.method, op.route_path, _endpoint(op, limits_of))
+
+    # ------------------------------------------------------------ the document
+
+    def document(self, token: bool) -> dict:
+        """The OpenAPI 3.1 document; `token`: the API was started with one (the changes
+        then document the bearer token as required, and 401)."""
+        models = {(m, "validation") for op in self.operations
+                  for m in (op.body,) if m is not None}
+        models |= {(model, "serialization") for op in self.operations
+                   for model, _ in op.responses.values() if model is not None}
+        models.add((Error, "serialization"))
+        refs, top = models_json_schema(sorted(models, key=lambda m: (m[0].__name__, m[1])),
+                                       ref_template="#/components/schemas/{model}",
+                                       schema_generator=_Schemas, by_alias=True)
+        schemas = _tidy(top.get("$defs", {}))
+        paths: dict = {}
+        for op in self.operations:
+            paths.setdefault(op.path, {})[op.method.lower()] = \
+                self._operation(op, refs, token)
+        document = {"openapi": "3.1.0",
+                    "info": {"title": "cep API", "version": "1", "description": DESCRIPTION},
+                    "components": {"schemas": schemas},
+                    "paths": paths}
+        if token:
+            document["components"]["securitySchemes"] = {
+                "bearer": {"type": "http", "scheme": "bearer",
+                           "description": "CEP_API_TOKEN, on changes"}}
+        return document
+
+    def _operation(self, op: Operation, refs: dict, token: bool) -> dict:
+        def ref(model, mode="serialization"):
+            return _tidy(refs[(model, mode)])
+
+        out: dict = {"summary": op.summary, "operationId": _operation_id(op)}
+        parameters = [{"name": p, "in": "path", "required": True,
+                       "schema": PATH_PARAMS[p][1]} for p in op.path_params]
+        if op.params is not None:
+            schema = _tidy(op.params.model_json_schema(by_alias=True,
+                                                        schema_generator=_Schemas))
+            required = set(schema.get("required", ()))
+            for name, prop in schema["properties"].items():
+                description = prop.pop("description", None)
+                parameters.append({"name": name, "in": "query", "required": name in required,
+                                   "schema": prop, **({"description": description}
+                                                      if description else {})})
+        if parameters:
+            out["parameters"] = parameters
+        if op.body is not None:
+            out["requestBody"] = {"required": True, "content": {
+                "application/json": {"schema": ref(op.body, "validation")}}}
+        if op.secured and token:
+            out["security"] = [{"bearer": []}]
+        responses: dict = {}
+        for status, (model, description) in sorted(op.responses.items()):
+            if op.event_stream and status == 200:
+                responses["200"] = {"description": description, "content": {
+                    "text/event-stream": {"schema": {"type": "string"}}}}
+            else:
+                responses[str(status)] = _json(ref(model) if model else {}, description)
+
+        def add(status: int, description: str, headers: dict | None = None):
+            if str(status) not in responses:
+                responses[str(status)] = _json(ref(Error), description)
+                if headers:
+                    responses[str(status)]["headers"] = headers
+        if op.body is not None or op.params is not None or op.path_params:
+            add(400, "the path, the query string or the body is not as this document says")
+        if op.secured and token:
+            add(401, "the request lacks Authorization: Bearer <CEP_API_TOKEN>")
+        if op.change:
+            add(403, "a change from the web page of another origin")
+            add(413, "the body is over 1 MiB")
+            add(415, "the body is not Content-Type: application/json")
+        if op.guarded:
+            add(421, "the Host header is not a loopback name or an allowed host")
+        if op.kind is not None or op.checks:
+            add(429, "too many requests of this kind in flight: retry after Retry-After "
+                "seconds", RETRY_AFTER)
+        if op.broker:
+            add(503, "the broker is unreachable: retry after Retry-After seconds",
+                RETRY_AFTER)
+        out["responses"] = responses
+        return out
+
+
+class _Schemas(GenerateJsonSchema):
+    """pydantic's JSON Schema without titles."""
+
+    def field_title_should_be_set(self, schema) -> bool:
+        return False
+
+
+def _tidy(schema):
+    """Without `title` keys and `default: null` (a field that may be absent is not
+    nullable unless its type says so)."""
+    if isinstance(schema, dict):
+        return {k: _tidy(v) for k, v in schema.items()
+                if k != "title" and not (k == "default" and v is None)}
+    if isinstance(schema, list):
+        return [_tidy(v) for v in schema]
+    return schema
+
+
+def _json(schema: dict, description: str) -> dict:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-def _ref(name: str) -> dict:
-    return {"$ref": f"#/components/schemas/{name}"}
+def _operation_id(op: Operation) -> str:
+    words = [w.strip("{}") for w in op.path.strip("/").split("/") if w]
+    return "_".join([op.method.lower(), *words]) or op.method.lower()
 
 
-RETRY_AFTER = {"Retry-After": {"description": "seconds", "schema": {"type": "string"}}}
+# ---------------------------------------------------------------- the wrapper
 
 
-def _guarded(responses: dict, change: bool = False, broker: bool = True) -> dict:
-    """`responses` with the refusals of services/api/guard.py: 421 (a Host that is not
-    the API's) everywhere; for a change (and a validate call) 403 (another origin's page),
-    413 (over 1 MiB), 415 (not application/json); 503 when it reads the broker (or checks
-    a text: too many checks at once), with Retry-After."""
-    out = {**responses,
-           "421": _json(_ref("Error"), "the Host header is not a loopback name or an "
-                        "allowed host")}
-    if change:
-        out.update({
-            "403": _json(_ref("Error"), "a change from the web page of another origin"),
-            "413": _json(_ref("Error"), "the body is over 1 MiB"),
-            "415": _json(_ref("Error"), "the body is not Content-Type: application/json")})
-    if broker or change:
-        out["503"] = {**_json(_ref("Error"), "the broker is unreachable, or too many "
-                              "checks are running: retry after Retry-After seconds"),
-                      "headers": RETRY_AFTER}
+def _endpoint(op: Operation, limits_of: Callable):
+    async def endpoint(request: web.Request) -> web.StreamResponse:
+        limits = limits_of(request)
+        if op.kind is not None:
+            limits.enter(op.kind)
+        try:
+            kwargs = {p: _path_param(p, request.match_info[p]) for p in op.path_params}
+            if op.params is not None:
+                kwargs["params"] = _validated(op.params, _query_of(request))
+            if op.body is not None:
+                kwargs["body"] = _validated(op.body, await _json_body(request))
+            try:
+                answer = await op.handler(request, **kwargs)
+            except Refused as e:
+                return _response(op, e.status, e.body, e.headers)
+            if isinstance(answer, web.StreamResponse):
+                return answer
+            status, payload = answer if isinstance(answer, tuple) else (200, answer)
+            return _response(op, status, payload)
+        finally:
+            if op.kind is not None:
+                limits.leave(op.kind)
+    endpoint.__name__ = op.handler.__name__
+    return endpoint
+
+
+def _path_param(name: str, value: str) -> str:
+    _, _, pattern, longest = PATH_PARAMS[name]
+    if len(value) > longest or not pattern.match(value):
+        raise Refused(400, {"error": f"{name}: {value[:80]!r} is not a name "
+                            f"({NAME_SCHEMA['pattern']}, at most {longest} characters)"})
+    return value
+
+
+def _query_of(request: web.Request) -> dict:
+    out = {}
+    for key in request.query.keys():
+        values = request.query.getall(key)
+        if len(values) > 1:
+            raise Refused(400, {"error": f"{key}: given {len(values)} times"})
+        out[key] = values[0]
     return out
 
 
-def _change_responses(created: bool = False) -> dict:
-    outcome = _json(_ref("Outcome"))
-    out = {"200" if not created else "201": {**outcome, "description": "applied"},
-           "202": {**outcome, "description": "queued or sent (not waited for)"},
-           "400": _json(_ref("Error"), "not a JSON object of the right shape"),
-           "401": _json(_ref("Error"), "a token is set and the request lacks it"),
-           "404": {**outcome, "description": "nothing of that name is live"},
-           "409": {**outcome, "description": "refused: live already, or by the splitter"},
-           "422": {**outcome, "description": "does not check (errors with line, column)"},
-           "504": {**outcome, "description": "no outcome in time"}}
-    return _guarded(out, change=True)
+async def _json_body(request: web.Request):
+    try:
+        return orjson.loads(await request.read())
+    except orjson.JSONDecodeError as e:
+        raise Refused(400, {"error": f"not JSON: {e}"}) from None
 
 
-def _body(schema: dict) -> dict:
-    return {"required": True, "content": {"application/json": {"schema": schema}}}
+def _validated(model: type[BaseModel], data) -> BaseModel:
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise Refused(400, {"error": "; ".join(_problem(p) for p in e.errors(
+            include_url=False))}) from None
 
 
-NAME_PARAM = {"name": "name", "in": "path", "required": True, "schema": NAME}
-SECURED = [{"bearer": []}]
+def _problem(problem: dict) -> str:
+    where = ".".join(str(p) for p in problem["loc"])
+    message = problem["msg"].removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
 
 
-@cache
-def openapi_document() -> dict:
-    return {
-        "openapi": "3.1.0",
-        "info": {"title": "cep API", "version": "1",
-                 "description": "Streams and queries of the running pipelines, changed "
-                 "through the control topic; composite events as server-sent events. "
-                 "Changes need `Authorization: Bearer <CEP_API_TOKEN>` when a token is "
-                 "set, a JSON body (`Content-Type: application/json`), and no `Origin` "
-                 "but the API's own or an allowed one; every request a loopback or "
-                 "allowed `Host`; every error is a JSON `{\"error\": ...}` (docs/api.md, "
-                 "Safety)."},
-        "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {"Error": ERROR, "LocatedError": LOCATED, "Outcome": OUTCOME,
-                        "Stream": STREAM, "Query": QUERY, "QueryState": STATE,
-                        "Explanation": EXPLANATION}},
-        "paths": {
-            "/healthz": {"get": {"summary": "The process serves", "responses": {
-                "200": _json({"type": "object", "required": ["alive"]})}}},
-            "/readyz": {"get": {"summary": "The broker answers a read of the control topic",
-                                "responses": {
-                                    "200": _json({"type": "object", "required": ["ready"]}),
-                                    "503": _json({"type": "object", "required": ["ready"]},
-                                                 "not ready")}}},
-            "/api/streams": {
-                "get": {"summary": "Every stream: schema files and the control topic's",
-                        "responses": _guarded({"200": _json({
-                            "type": "object", "required": ["streams"],
-                            "properties": {"streams": {"type": "array",
-                                                       "items": _ref("Stream")}}})})},
-                "post": {"summary": "Register a stream", "security": SECURED,
-                         "requestBody": _body(STREAM_BODY),
-                         "responses": _change_responses(created=True)}},
-            "/api/streams/validate": {"post": {
-                "summary": "Check a stream schema (or import a JSON Schema); changes nothing",
-                "requestBody": _body(STREAM_BODY),
-                "responses": _guarded({
-                    "200": _json({"type": "object", "required": ["ok", "errors"],
-                                  "properties": {"ok": {"type": "boolean"},
-                                                 "errors": {"type": "array"},
-                                                 "schema": {"type": "object"}}}),
-                    "400": _json(_ref("Error")),
-                    "422": _json(_ref("Outcome"))}, change=True)}},
-            "/api/streams/{name}": {
-                "parameters": [NAME_PARAM],
-                "get": {"summary": "One stream", "responses": _guarded({
-                    "200": _json(_ref("Stream")), "404": _json(_ref("Error"))})},
-                "put": {"summary": "Change a stream", "security": SECURED,
-                        "requestBody": _body(STREAM_BODY), "responses": _change_responses()},
-                "delete": {"summary": "Remove a stream registered on the control topic",
-                           "security": SECURED, "responses": _change_responses()}},
-            "/api/queries": {
-                "get": {"summary": "The live queries (the control topic's), with their state",
-                        "parameters": [
-                            {"name": "stream", "in": "query", "schema": {"type": "string"}},
-                            {"name": "state", "in": "query",
-                             "schema": {"enum": ["true", "false"]}}],
-                        "responses": _guarded({"200": _json({
-                            "type": "object", "required": ["queries"],
-                            "properties": {"queries": {"type": "array",
-                                                       "items": _ref("Query")}}})})},
-                "post": {"summary": "Add the queries of a text", "security": SECURED,
-                         "requestBody": _body(QUERY_BODY),
-                         "responses": _change_responses(created=True)}},
-            "/api/queries/validate": {"post": {
-                "summary": "Check a query text (parsed and checked, never run)",
-                "requestBody": _body({"type": "object", "required": ["text"],
-                                      "properties": {"text": {"type": "string"}}}),
-                "responses": _guarded({
-                    "200": _json({"type": "object", "required": ["ok", "errors", "queries"],
-                                  "properties": {
-                                      "ok": {"type": "boolean"},
-                                      "errors": {"type": "array", "items": _ref("LocatedError")},
-                                      "queries": {"type": "array"}}}),
-                    "400": _json(_ref("Error"))}, change=True)}},
-            "/api/queries/{name}": {
-                "parameters": [NAME_PARAM],
-                "get": {"summary": "One live query with its state", "responses": _guarded({
-                    "200": _json(_ref("Query")), "404": _json(_ref("Error"))})},
-                "put": {"summary": "Replace a live query", "security": SECURED,
-                        "requestBody": _body(QUERY_BODY), "responses": _change_responses()},
-                "delete": {"summary": "Remove a live query", "security": SECURED,
-                           "responses": _change_responses()}},
-            "/api/queries/{name}/explain": {"get": {
-                "summary": "What the live query compiled to (cep explain): text, a graph, "
-                           "and its SVG drawing where Graphviz is installed",
-                "parameters": [NAME_PARAM],
-                "responses": _guarded({"200": _json(_ref("Explanation")),
-                                       "404": _json(_ref("Error"))})}},
-            "/api/queries/{name}/tail": {"get": {
-                "summary": "The query's composite events as server-sent events",
-                "parameters": [
-                    NAME_PARAM,
-                    {"name": "from", "in": "query", "schema": {"enum": ["beginning", "end"]}},
-                    {"name": "limit", "in": "query",
-                     "schema": {"type": "integer", "minimum": 1, "maximum": 1000000}},
-                    {"name": "idle_s", "in": "query",
-                     "schema": {"type": "number", "minimum": 0.1, "maximum": 3600}}],
-                "responses": _guarded({
-                    "200": {"description": "`event: composite`, `id: PARTITION:OFFSET`, "
-                            "`data:` one composite event as JSON",
-                            "content": {"text/event-stream": {"schema": {"type": "string"}}}},
-                    "400": _json(_ref("Error")), "404": _json(_ref("Error"))})}},
-        },
-    }
+def _response(op: Operation, status: int, payload, headers=None) -> web.Response:
+    model = op.responses.get(status, (Error if status >= 400 else None, ""))[0]
+    if model is not None and not isinstance(payload, BaseModel):
+        payload = model.model_validate(payload)
+    body = payload.model_dump_json(by_alias=True, exclude_unset=True).encode() \
+        if isinstance(payload, BaseModel) else orjson.dumps(payload)
+    return web.Response(body=body, status=status, content_type="application/json",
+                        headers=headers)

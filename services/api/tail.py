@@ -2,92 +2,298 @@
 order (offset order of each partition; the coordinator writes an INTO topic in sort-key
 order). Only records the query's pipeline wrote (header `cep.pipeline`) and whose `query`
 is the query's name are sent; each is `event: composite`, `id: PARTITION:OFFSET`, `data:`
-the composite as JSON. One `event: ready` comes first, once the consumer is placed.
+the composite as JSON. One `event: ready` comes first, once the reading is placed.
 `from=beginning` (default `end`) replays what is there; `limit=N` ends the stream after N
 events and `idle_s=S` after S seconds with none (for scripts).
+
+No thread and no Kafka consumer per tail: `TailHub` has one thread and one consumer that
+every tail from the end shares (assigned the INTO topics that have tails, each from its
+end when its first tail comes), plus one consumer per replaying tail (`from=beginning`,
+their number bounded by the `replay` limit), all polled by that thread. It decodes each
+record once and hands the composite events to the tails' buffers on the event loop. A
+tail's buffer holds at most `buffer` events: a reader that falls that far behind (its
+socket does not drain) is dropped, its connection closed, and counted (`dropped`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
+import contextlib
+import logging
+import queue
+import threading
+from collections import Counter, deque
 
 import orjson
 from aiohttp import web
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
-from services.api.errors import Refused
 from services.stream.checkpoint import PIPELINE_HEADER
-from services.stream.kafka import Topics
 
 HEARTBEAT_S = 15
+POLL_S = 0.1  # the shared consumer's wait for records when it is the only one
+IDLE_POLL_S = 0.02  # between rounds over several consumers that had nothing
+BATCH = 500
+
+logger = logging.getLogger("cep.api")
 
 
-def _bad(message: str):
-    return Refused(400, {"error": message})
+class Tail:
+    """One tail's end on the event loop: a bounded buffer of SSE chunks."""
+
+    __slots__ = ("topic", "tag", "name", "start", "buffer", "chunks", "wake", "ready",
+                 "dropped", "ended", "transport", "hub")
+
+    def __init__(self, hub: TailHub, topic: str, tag: str, name: str, start: str,
+                 buffer: int, transport):
+        self.hub, self.topic, self.tag, self.name, self.start = hub, topic, tag, name, start
+        self.buffer, self.chunks = buffer, deque()
+        self.wake = asyncio.Event()
+        self.ready = self.dropped = self.ended = False
+        self.transport = transport
+
+    def offer(self, chunks: list[bytes]) -> None:
+        """Events from the hub (on the loop): buffered, or the reader is dropped."""
+        if self.dropped or self.ended:
+            return
+        if len(self.chunks) + len(chunks) > self.buffer:
+            self.dropped = True
+            self.chunks.clear()
+            self.hub.counters["dropped"] += 1
+            if self.transport is not None:  # a writer blocked on the socket wakes up
+                self.transport.abort()
+        else:
+            self.chunks.extend(chunks)
+        self.wake.set()
 
 
-def _number(request: web.Request, name: str, kind, low, high):
-    raw = request.query.get(name)
-    if raw is None:
-        return None
-    try:
-        value = kind(raw)
-    except ValueError:
-        raise _bad(f"{name}: a number") from None
-    if not low <= value <= high:
-        raise _bad(f"{name}: between {low} and {high}")
-    return value
+class TailHub:
+    """The tails of one API: `open(...)` on the event loop, `close(tail)` when it ends."""
 
+    def __init__(self, settings, buffer: int = 1024):
+        self.settings, self.buffer = settings, buffer
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.tails: set[Tail] = set()
+        self.counters: Counter = Counter()  # opened, closed, dropped, consumers
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._closing = threading.Event()
 
-async def tail_query(request: web.Request, api, name: str) -> web.StreamResponse:
-    start = request.query.get("from", "end")
-    if start not in ("beginning", "end"):
-        raise _bad("from: beginning or end")
-    limit = _number(request, "limit", int, 1, 1_000_000)
-    idle_s = _number(request, "idle_s", float, 0.1, 3600)
-    live = (await asyncio.to_thread(api.live)).live.get(name)
-    if live is None:
-        return web.json_response({"error": f"no live query {name!r}"}, status=404)
-    topic = live.output
-    tag = Topics(live.checked.schema.stream, prefix=api.config.prefix).group("coordinator")
-    consumer = api.config.settings.consumer()
-    try:
-        metadata = (await asyncio.to_thread(consumer.list_topics, topic, 10)).topics.get(topic)
+    # ------------------------------------------------------------ the loop's side
+
+    def open(self, topic: str, tag: str, name: str, start: str, transport=None) -> Tail:
+        if self.loop is None:
+            self.loop = asyncio.get_running_loop()
+        tail = Tail(self, topic, tag, name, start, self.buffer, transport)
+        self.tails.add(tail)
+        self.counters["opened"] += 1
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="api-tails", daemon=True)
+            self._thread.start()
+        self._commands.put(("open", tail))
+        return tail
+
+    def close(self, tail: Tail) -> None:
+        if tail in self.tails:
+            self.tails.discard(tail)
+            tail.ended = True
+            self.counters["closed"] += 1
+            self._commands.put(("close", tail))
+
+    def stop(self) -> None:
+        """End every tail and the thread (on the loop; `join` waits for the thread)."""
+        self._closing.set()
+        self._end_all()
+        self._commands.put(("stop", None))
+
+    def join(self) -> None:
+        """Wait for the thread to close its consumers (not on the loop)."""
+        if self._thread is not None:
+            self._thread.join(30)
+
+    def _deliver(self, batches: list) -> None:
+        for tail, chunks, ready in batches:
+            if ready and not tail.ready:
+                tail.ready = True
+                tail.wake.set()
+            if chunks:
+                tail.offer(chunks)
+
+    # ------------------------------------------------------------ the thread
+
+    def _run(self) -> None:
+        shared = None  # the consumer of the tails from the end
+        assigned: dict[str, list[TopicPartition]] = {}  # topic -> its partitions
+        by_topic: dict[str, set[Tail]] = {}
+        replays: dict[Tail, object] = {}  # tail -> its own consumer
+        unready: set[Tail] = set()
+        try:
+            while not self._closing.is_set():
+                if by_topic or replays:
+                    try:
+                        command, tail = self._commands.get_nowait()
+                    except queue.Empty:
+                        command = None
+                else:  # no tail: nothing to poll until one comes
+                    command, tail = self._commands.get()
+                while command is not None:
+                    if command == "stop":
+                        return
+                    if command == "open":
+                        if tail.start == "beginning":
+                            consumer = self.settings.consumer()
+                            self.counters["consumers"] += 1
+                            consumer.assign(self._partitions(consumer, tail.topic,
+                                                             OFFSET_BEGINNING))
+                            replays[tail] = consumer
+                        else:
+                            if shared is None:
+                                shared = self.settings.consumer()
+                                self.counters["consumers"] += 1
+                            if tail.topic not in assigned:
+                                parts = self._partitions(shared, tail.topic, OFFSET_END)
+                                shared.incremental_assign(parts)
+                                assigned[tail.topic] = parts
+                            by_topic.setdefault(tail.topic, set()).add(tail)
+                        unready.add(tail)
+                    elif command == "close":
+                        unready.discard(tail)
+                        consumer = replays.pop(tail, None)
+                        if consumer is not None:
+                            consumer.close()
+                            self.counters["consumers"] -= 1
+                        tails = by_topic.get(tail.topic)
+                        if tails is not None and tail in tails:
+                            tails.discard(tail)
+                            if not tails:
+                                del by_topic[tail.topic]
+                                shared.incremental_unassign(assigned.pop(tail.topic))
+                    try:
+                        command, tail = self._commands.get_nowait()
+                    except queue.Empty:
+                        command = None
+                if not by_topic and not replays:
+                    continue
+                batches: dict[Tail, list] = {}
+                polled = 0
+                sources = ([(shared, None)] if by_topic else []) + \
+                    [(c, t) for t, c in replays.items()]
+                wait = POLL_S if len(sources) == 1 else 0
+                for consumer, own in sources:
+                    messages = consumer.consume(BATCH, wait)
+                    polled += len(messages)
+                    self._route(messages, [own] if own is not None else None, by_topic,
+                                batches)
+                # placed: a fetch has been asked for since their assignment (librdkafka
+                # resolves the end then; positions stay unknown until a record comes)
+                ready = list(unready)
+                unready.clear()
+                out = [(t, batches.pop(t, None), True) for t in ready]
+                out += [(t, chunks, False) for t, chunks in batches.items()]
+                if out:
+                    try:
+                        self.loop.call_soon_threadsafe(self._deliver, out)
+                    except RuntimeError:  # the loop is closed: the API stopped
+                        return
+                if not polled and wait == 0:
+                    self._closing.wait(IDLE_POLL_S)
+        except Exception:
+            logger.exception("api: the tails' thread failed")
+            self._closing.set()
+            if self.loop is not None:
+                with contextlib.suppress(RuntimeError):
+                    self.loop.call_soon_threadsafe(self._end_all)
+        finally:
+            for consumer in [shared, *replays.values()]:
+                if consumer is not None:
+                    with contextlib.suppress(Exception):
+                        consumer.close()
+
+    def _end_all(self) -> None:
+        for tail in list(self.tails):
+            tail.ended = True
+            tail.wake.set()
+
+    @staticmethod
+    def _partitions(consumer, topic: str, offset: int) -> list[TopicPartition]:
+        metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
         partitions = sorted(metadata.partitions) if metadata and metadata.error is None \
             else [0]
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING if start == "beginning"
-                                        else OFFSET_END) for p in partitions])
+        return [TopicPartition(topic, p, offset) for p in partitions]
+
+    @staticmethod
+    def _route(messages, only, by_topic, batches) -> None:
+        """Each record's composite to the tails it is for (`only`: a replay's tail)."""
+        for message in messages:
+            if message.error() is not None:
+                continue
+            tails = only if only is not None else by_topic.get(message.topic())
+            if not tails:
+                continue
+            headers = dict(message.headers() or ())
+            tag = headers.get(PIPELINE_HEADER)
+            if tag is None:
+                continue
+            chunk = name = None
+            for tail in tails:
+                if tail.tag.encode() != tag:
+                    continue
+                if name is None:
+                    try:
+                        composite = orjson.loads(message.value())
+                    except orjson.JSONDecodeError:
+                        break
+                    name = composite.get("query") if isinstance(composite, dict) else ""
+                    chunk = b"event: composite\nid: %d:%d\ndata: %s\n\n" % (
+                        message.partition(), message.offset(), orjson.dumps(composite))
+                if tail.name == name:
+                    batches.setdefault(tail, []).append(chunk)
+
+
+async def stream(request: web.Request, hub: TailHub, topic: str, tag: str, name: str,
+                 start: str, limit: int | None, idle_s: float | None) -> web.StreamResponse:
+    """The tail's response, until `limit` events, `idle_s` without one, the client goes,
+    it is dropped, or the API stops."""
+    tail = hub.open(topic, tag, name, start, request.transport)
+    try:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                                "Cache-Control": "no-cache"})
         await response.prepare(request)
         await response.write(b": tail of " + topic.encode() + b"\n\n")
-        sent, last = 0, time.monotonic()
-        beat, positioned = last, False
-        while (limit is None or sent < limit) and not api.closing.is_set():
-            messages = await asyncio.to_thread(consumer.consume, 500, 0.25)
-            now = time.monotonic()
-            if not positioned:  # the first fetch placed the consumer: say so
+        sent, announced = 0, False
+        loop = asyncio.get_running_loop()
+        last = beat = loop.time()
+        while not tail.ended and not tail.dropped:
+            if tail.ready and not announced:
                 await response.write(b"event: ready\ndata: {}\n\n")
-                positioned = True
-            for message in messages:
-                if message.error() is not None or (PIPELINE_HEADER, tag.encode()) not in \
-                        (message.headers() or ()):
-                    continue
-                composite = orjson.loads(message.value())
-                if composite.get("query") != name:
-                    continue
-                await response.write(b"event: composite\nid: %d:%d\ndata: %s\n\n" % (
-                    message.partition(), message.offset(), orjson.dumps(composite)))
-                sent, last = sent + 1, now
+                announced = True
+            if tail.chunks:
+                chunks = []
+                while tail.chunks and (limit is None or sent + len(chunks) < limit):
+                    chunks.append(tail.chunks.popleft())
+                await response.write(b"".join(chunks))
+                sent += len(chunks)
+                last = loop.time()
                 if limit is not None and sent >= limit:
                     break
-            if idle_s is not None and now - last > idle_s:
-                break
-            if now - beat > HEARTBEAT_S:
+                continue
+            now = loop.time()
+            waits = [beat + HEARTBEAT_S - now]
+            if idle_s is not None:
+                if now - last >= idle_s:
+                    break
+                waits.append(last + idle_s - now)
+            tail.wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, min(waits))):
+                    await tail.wake.wait()
+            if loop.time() - beat >= HEARTBEAT_S:
                 await response.write(b": alive\n\n")
-                beat = now
-        await response.write_eof()
+                beat = loop.time()
+        if not tail.dropped:
+            await response.write_eof()
+        return response
+    except ConnectionResetError:  # the client went, or was dropped as too slow
         return response
     finally:
-        await asyncio.to_thread(consumer.close)
+        hub.close(tail)

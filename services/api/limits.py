@@ -1,0 +1,101 @@
+"""What bounds the API's work under load (docs/api.md, "Under load").
+
+- `Limits`: requests in flight per kind (`read`, `check`, `change`, `tail`, `replay`); one
+  more than a kind's limit is answered 429 with Retry-After at once, never queued. The
+  counters (in flight, peak, refused) are what the tests read.
+- `SingleFlight`: what a read needs from the broker (the control topic's live set, a
+  stream's status view, an INTO topic's high-watermarks, the services' metrics) is loaded
+  on a small fixed pool of threads, at most one load per key at a time, and kept for
+  `max_age_s`: any number of clients asking at once wait on the same load, so the broker
+  sees one read a key per `max_age_s` whatever the load, and no request queues behind
+  another's blocking call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from concurrent.futures import Executor
+
+from services.api.errors import Refused
+
+RETRY_AFTER_S = 1
+KINDS = ("read", "check", "change", "tail", "replay")
+
+
+class Limits:
+    """In-flight counters per kind, each bounded by `limits[kind]`. Used from the event
+    loop and the checking threads (the counters' updates are single bytecode-level
+    operations under the GIL, guarded where they test and set)."""
+
+    def __init__(self, limits: dict[str, int]):
+        self.limits = dict(limits)
+        self.in_flight: Counter = Counter()
+        self.peak: Counter = Counter()
+        self.refused: Counter = Counter()
+        self.admitted: Counter = Counter()
+        self._lock = threading.Lock()
+
+    def enter(self, kind: str) -> None:
+        """Take a slot of `kind`, or raise Refused 429."""
+        with self._lock:
+            limit = self.limits[kind]
+            if self.in_flight[kind] >= limit:
+                self.refused[kind] += 1
+                raise Refused(429, {"error": f"{limit} {kind} requests are in flight "
+                                    f"already: retry after {RETRY_AFTER_S} s"},
+                              {"Retry-After": str(RETRY_AFTER_S)})
+            self.in_flight[kind] += 1
+            self.admitted[kind] += 1
+            self.peak[kind] = max(self.peak[kind], self.in_flight[kind])
+
+    def leave(self, kind: str) -> None:
+        with self._lock:
+            self.in_flight[kind] -= 1
+
+    def stats(self) -> dict:
+        return {kind: {"limit": self.limits[kind], "in_flight": self.in_flight[kind],
+                       "peak": self.peak[kind], "admitted": self.admitted[kind],
+                       "refused": self.refused[kind]} for kind in self.limits}
+
+
+class SingleFlight:
+    """Values loaded on `executor`, one load per key at a time, kept `max_age_s`. Used
+    from the event loop only."""
+
+    def __init__(self, executor: Executor, max_age_s: float):
+        self.executor, self.max_age_s = executor, max_age_s
+        self._values: dict = {}  # key -> (loaded at, value)
+        self._loading: dict = {}  # key -> future of the load in flight
+        self.loads: Counter = Counter()  # loads started per key (tests, the benchmark)
+
+    async def get(self, key, load, max_age_s: float | None = None):
+        """The value of `key`: a kept one younger than `max_age_s`, else the load in
+        flight's, else a new load's (`load()` on the executor)."""
+        max_age = self.max_age_s if max_age_s is None else max_age_s
+        kept = self._values.get(key)
+        if kept is not None and time.monotonic() - kept[0] <= max_age:
+            return kept[1]
+        future = self._loading.get(key)
+        if future is None:
+            loop = asyncio.get_running_loop()
+            future = loop.run_in_executor(self.executor, load)
+            self._loading[key] = future
+            self.loads[key] += 1
+            future.add_done_callback(lambda done: self._loaded(key, done))
+        # a client that goes away cancels its wait, not the load the others wait on
+        return await asyncio.shield(future)
+
+    def _loaded(self, key, future) -> None:
+        self._loading.pop(key, None)
+        if not future.cancelled() and future.exception() is None:
+            self._values[key] = (time.monotonic(), future.result())
+
+    def forget(self, key=None) -> None:
+        """Drop the kept value of `key` (every key: None); a load in flight stays."""
+        if key is None:
+            self._values.clear()
+        else:
+            self._values.pop(key, None)
