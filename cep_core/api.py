@@ -359,11 +359,13 @@ class Stream:
     def snapshot(self) -> bytes:
         """The whole state as bytes (for `restore` on a Stream of the same queries)."""
         return snapshot_format.pack("stream", _HEADER.pack(self._position, self._last_seq)
-                                    + self._engines.snapshot())
+                                    + self._engines.snapshot(), stream=self.schema.stream)
 
     def restore(self, data: bytes) -> None:
-        """Put back a `snapshot()`; this Stream must be fresh (nothing pushed yet)."""
-        data = snapshot_format.unpack("stream", data)
+        """Put back a `snapshot()`; this Stream must be fresh (nothing pushed yet). Bytes
+        changed since the snapshot was taken (its checksum) or a snapshot of another
+        stream raise `cep_core.snapshot_format.SnapshotError`, before anything changes."""
+        data = snapshot_format.unpack("stream", data, stream=self.schema.stream)
         self._position, self._last_seq = _HEADER.unpack_from(data)
         self._engines.restore(data[_HEADER.size:])
 

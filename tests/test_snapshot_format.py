@@ -3,6 +3,7 @@ bytes are recognised, and the refusals with what was found and what to do."""
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import orjson
@@ -21,14 +22,22 @@ DEFINE b AS price > Last(price) EMIT symbol = symbol, n = Count();"""
 
 def test_a_binary_snapshot_is_a_header_line_then_the_payload():
     data = fmt.pack("partition", b"\x00payload")
-    assert data == b'{"cep_snapshot":"partition","format":1,"length":8}\n\x00payload'
-    assert fmt.describe(data) == ("partition", 1)
+    before, after = b'{"cep_snapshot":"partition","format":2,"crc32":"', \
+        b'","length":8}\n\x00payload'
+    assert data == before + b"%08x" % zlib.crc32(before + after) + after  # all but itself
+    assert fmt.describe(data) == ("partition", 2)
     assert bytes(fmt.unpack("partition", data)) == b"\x00payload"
+    named = fmt.pack("partition", b"x", stream="trades", partition=3, generation=7)
+    assert named.split(b"\n")[0].endswith(
+        b'"length":1,"stream":"trades","partition":3,"generation":7}')
+    assert fmt.read("partition", named, stream="trades", partition=3)[0] == fmt.Envelope(
+        "partition", 2, True, "trades", 3, None, 7)
 
 
 def test_a_json_checkpoint_stays_json_with_the_envelope_first():
     data = fmt.pack_json("splitter", {"position": 3, "offsets": {"0": 7}})
-    assert data.startswith(b'{"cep_snapshot":"splitter","format":1,"position":3')
+    assert data.startswith(b'{"cep_snapshot":"splitter","format":2,"crc32":"')
+    assert data[55:] == b'","position":3,"offsets":{"0":7}}'
     assert orjson.loads(data)["offsets"] == {"0": 7}  # Kafka commit metadata: text
     assert fmt.unpack_json("splitter", data) == {"position": 3, "offsets": {"0": 7}}
     assert fmt.unpack_json("splitter", data.decode()) == {"position": 3, "offsets": {"0": 7}}
@@ -74,14 +83,14 @@ def test_an_unknown_kind_is_refused_naming_the_kinds_this_release_reads():
 
 def test_a_newer_version_is_refused_with_what_to_do():
     stream = cep.compile(RISE).stream()
-    newer = fmt.pack("stream", b"x").replace(b'"format":1', b'"format":2')
+    newer = fmt.pack("stream", b"x").replace(b'"format":2', b'"format":3')
     with pytest.raises(SnapshotError) as error:
         stream.restore(newer)
     assert str(error.value) == (
-        "this stream snapshot has format version 2; this release reads stream format "
-        "versions 0 to 1. A newer release wrote it: run that release or a newer one, or "
+        "this stream snapshot has format version 3; this release reads stream format "
+        "versions 0 to 2. A newer release wrote it: run that release or a newer one, or "
         "replay the input from its beginning into new engines")
-    newer = fmt.pack_json("coordinator", {"offsets": []}).replace(b'"format":1',
+    newer = fmt.pack_json("coordinator", {"offsets": []}).replace(b'"format":2',
                                                                    b'"format":7')
     with pytest.raises(SnapshotError, match="coordinator snapshot has format version 7; .*"
                        "delete the topics and consumer groups cep.<stream>.*"):

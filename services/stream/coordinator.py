@@ -19,7 +19,10 @@ to it is its position; a composite at or below it is a repeat (a worker replayin
 checkpoint) and is dropped. Every `checkpoint_ms` the coordinator flushes its output, then
 writes its whole merge state (match-topic offsets, pending composites, per-partition
 watermarks, the released position and delivered offset of each INTO topic) to the state
-topic under the key `coordinator`. A restarted coordinator loads it, reads each INTO topic
+topic under the key `coordinator` (even generations; odd ones under `coordinator.alt`: the
+last two survive compaction, services/stream/checkpoint.py). A restarted coordinator loads
+the newest good one (a damaged one, or one whose offsets the broker cannot have given, is
+logged and the one before it loaded), reads each INTO topic
 after the checkpointed offset for records it wrote later (header `cep.pipeline`), moves the
 released position past them, and resumes the match topic at the checkpointed offsets. No
 Kafka transactions: tansu delivers aborted records (docs/broker.md).
@@ -34,6 +37,7 @@ live queries; each shard reports its end of input (`shard` in the record).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import os
@@ -46,7 +50,19 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from cep_core import snapshot_format
 from cep_core.composite import sort_key
 from services.stream import frames
-from services.stream.checkpoint import PIPELINE_HEADER, read_latest, written_since
+from services.stream.checkpoint import (
+    PIPELINE_HEADER,
+    AskOnce,
+    Offset,
+    Saved,
+    broker_watermarks,
+    check_offsets,
+    read_latest,
+    restore_newest,
+    saved_checkpoints,
+    slot_key,
+    written_since,
+)
 from cep_core.control_message import INFINITE, STREAM, LiveRegistry, check_query, horizon
 from services.stream.control import StatusWriter, learned_live
 from services.stream.frames import Frame
@@ -271,6 +287,10 @@ class Coordinator:
         self.delivered: dict[str, int] = {}  # output topic -> offset of its last record
         self.scanned: set[str] = set()  # outputs whose released position is known
         self.saved = None  # offsets of the last checkpoint
+        self.generation = -1  # of the last checkpoint written or loaded (-1: none)
+        # (topic, partition)s -> their watermarks on the broker, to check restored offsets
+        # with (checkpoint.broker_watermarks, set by `run`; None: not checked)
+        self.watermarks = None
         self.deliveries = Deliveries(also=self._delivered)
 
     def _delivered(self, err, message) -> None:
@@ -279,20 +299,44 @@ class Coordinator:
                                                   message.offset())
 
     def restore(self) -> None:
-        """Load the newest checkpoint, if any."""
+        """Load the newest good checkpoint, if any: of the last two, a damaged one,
+        another shard's or one whose offsets the broker cannot have given is refused and
+        the one before it loaded; SnapshotError when every one is refused."""
         started = time.perf_counter()
-        data = read_latest(self.settings, self.topics.state).get(self.state_key)
-        if data is not None:
-            state = snapshot_format.unpack_json("coordinator", data)
-            self.merger.load_state(state["merger"])
+        located: dict = {}
+        saved = saved_checkpoints(read_latest(self.settings, self.topics.state, located),
+                                  self.state_key, self.topics.state, located)
+        marks = None if self.watermarks is None else AskOnce(self.watermarks)
+        found = restore_newest("coordinator", saved, lambda one: self._loaded(one, marks),
+                               log, stream=self.topics.stream, shard=self.shard)
+        if found is not None:
+            (envelope, state, merger), _ = found
+            self.merger = merger
             self.offsets = state["offsets"]
             self.delivered = state["delivered"]
             self.reported_ends = state["reported_ends"]
             self.saved = list(self.offsets)
+            self.generation = envelope.generation if envelope.generation is not None else 0
+            if not envelope.checked:
+                log("checkpoint_unchecked", level="warning", kind="coordinator",
+                    format=envelope.version, key=self.state_key.decode())
         self._scan_outputs()
-        log("coordinator_restored", shard=self.shard, checkpoint=data is not None,
-            offsets=self.offsets,
+        log("coordinator_restored", shard=self.shard, checkpoint=found is not None,
+            generation=self.generation, offsets=self.offsets,
             restore_ms=round((time.perf_counter() - started) * 1000, 1))
+
+    def _loaded(self, one: Saved, marks) -> tuple:
+        """(envelope, state, merger) of a checkpoint whose offsets are plausible."""
+        envelope, state = snapshot_format.read_json(
+            "coordinator", one.value, one.where(), stream=self.topics.stream, shard=self.shard)
+        # (the INTO topics' delivered offsets are not checked: such a topic may have
+        # several partitions, its offsets then mixed, and its retention is the user's)
+        check_offsets(marks, [Offset(self.matches, p, o, name="match-topic offset")
+                              for p, o in enumerate(state["offsets"]) if o >= 0],
+                      one.where())
+        merger = Merger(self.partitions, self.topics.stream, self.merger.registry)
+        merger.load_state(state["merger"])
+        return envelope, state, merger
 
     def _scan_outputs(self) -> None:
         """Find the released position of outputs not scanned yet: what this pipeline wrote
@@ -329,18 +373,22 @@ class Coordinator:
             self.deliveries.check()
         state = {"offsets": self.offsets, "merger": self.merger.state(),
                  "delivered": self.delivered, "reported_ends": self.reported_ends}
-        produce(producer, self.topics.state, snapshot_format.pack_json("coordinator", state),
-                key=self.state_key)
+        generation = self.generation + 1
+        produce(producer, self.topics.state, snapshot_format.pack_json(
+            "coordinator", state, stream=self.topics.stream, shard=self.shard,
+            generation=generation), key=slot_key(self.state_key, generation))
         if producer.flush(30):
             log("checkpoint_not_flushed", level="warning")
             return
         self.saved = list(self.offsets)
+        self.generation = generation
 
     def run(self, stopping) -> None:
         producer = self.settings.producer(on_delivery=self.deliveries, **BOUNDED_PRODUCER)
         # the control topic's streams before the checkpoint's queries that read them
         self.merger.registry = learned_live(self.settings, self.topics.control,
                                             self.topics.stream, self.merger.registry).registry
+        self.watermarks = functools.partial(broker_watermarks, self.settings)
         self.restore()
         self.status.presence(producer, "up", live=self.merger.summary())
         consumer = self.settings.consumer(self.topics.group(self.name), **BOUNDED_CONSUMER)

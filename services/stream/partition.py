@@ -63,6 +63,7 @@ class PartitionState:
         self.live_sets = 0  # start-up `set` frames applied: the worker reports its live set
         self.outputs: dict[str, str] = {}  # query -> INTO topic, removed queries included
         self.failed: dict[str, dict] = {}  # query -> its failure and the text that failed
+        self.generation = -1  # of the last checkpoint written or restored (-1: none)
         self._unreported: list[str] = []  # failed queries to report on the status topic
 
     def engines(self, route: str) -> tuple[StreamEngines, BatchEncoder]:
@@ -160,7 +161,9 @@ class PartitionState:
 
     # ------------------------------------------------------------ snapshots
 
-    def snapshot(self) -> bytes:
+    def snapshot(self, generation: int | None = None) -> bytes:
+        """The partition's state, with its stream, partition and `generation` (default:
+        the one after the last written) in the envelope."""
         blobs = {}
         for route, (engines, _) in self.routes.items():
             blobs[route] = engines.snapshot()
@@ -172,11 +175,19 @@ class PartitionState:
                 "seen": self.seen, "end_at": self.end_at, "outputs": self.outputs,
                 "failed": self.failed}
         head = orjson.dumps(meta)
-        return snapshot_format.pack("partition", struct.pack(">I", len(head)) + head
-                                    + b"".join(blobs.values()))
+        return snapshot_format.pack(
+            "partition", struct.pack(">I", len(head)) + head + b"".join(blobs.values()),
+            stream=self.queries.stream, partition=self.partition,
+            generation=self.generation + 1 if generation is None else generation)
 
-    def restore(self, data: bytes) -> None:
-        data = snapshot_format.unpack("partition", data)
+    def restore(self, data: bytes, where: str | None = None) -> snapshot_format.Envelope:
+        """Put back a snapshot of this stream's partition; SnapshotError (naming `where`,
+        the record or file) before anything changes when its bytes were changed since it
+        was written or it is another partition's. Its envelope."""
+        envelope, data = snapshot_format.read("partition", data, where,
+                                              stream=self.queries.stream,
+                                              partition=self.partition)
+        self.generation = envelope.generation if envelope.generation is not None else 0
         (size,) = struct.unpack(">I", data[:4])
         meta = orjson.loads(data[4:4 + size])
         self.offset, self.upto, self.ts = meta["offset"], meta["upto"], meta["ts"]
@@ -194,6 +205,7 @@ class PartitionState:
             at += length
         self._unreported = list(self.failed)  # announced again: this process holds them
         self._report_failures()
+        return envelope
 
 
     # ------------------------------------------------------------ frames

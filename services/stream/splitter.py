@@ -38,6 +38,7 @@ changes are not lost to a restart: a starting splitter reads the whole control t
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -57,7 +58,17 @@ from cep_core.control_message import (
 )
 from cep_core.json_batch import DEFAULT_MAX_MESSAGE_BYTES
 from cep_core.kernel_warmer import KernelWarmer
-from services.stream.checkpoint import read_latest
+from services.stream.checkpoint import (
+    AskOnce,
+    Offset,
+    Saved,
+    broker_watermarks,
+    check_offsets,
+    read_latest,
+    restore_newest,
+    saved_checkpoints,
+    slot_key,
+)
 from services.stream.control import StatusWriter
 from services.stream.kafka import KafkaSettings, Topics, consume_batch, produce
 from services.stream.reorder_checkpoint import Refill, saved_state
@@ -67,7 +78,9 @@ from services.stream.routing import Router, partition_ids, stable_hash  # noqa: 
 from services.stream.serve import log, profiled
 
 
-SPLITTER_KEY = b"splitter"  # the splitter's checkpoint on the state topic
+# the splitter's checkpoints on the state topic: the even generations (the odd ones under
+# `splitter.alt`, services/stream/checkpoint.py slot_key)
+SPLITTER_KEY = b"splitter"
 
 
 def _routed(name: str) -> property:
@@ -107,6 +120,10 @@ class Splitter:
         # timer) must not claim an `upto` whose events are not all produced yet.
         self.lock = threading.Lock()
         self.saved = None  # (source offsets, position) of the last checkpoint
+        self.generation = -1  # of the last checkpoint written or restored (-1: none)
+        # (topic, partition)s -> their watermarks on the broker, to check restored offsets
+        # with (checkpoint.broker_watermarks, set by `start`; None: not checked)
+        self.watermarks = None
         self.keyed_next: dict[int, int] = {}  # keyed partition -> offset after the last sent
         self.undelivered: str | None = None  # the first record the broker never took
         if warm_kernels is None:
@@ -166,6 +183,7 @@ class Splitter:
             self.control.close()
             return False
         self.setup_schema()
+        self.watermarks = functools.partial(broker_watermarks, self.settings)
         self.source = self.settings.consumer(self.topics.group("splitter"))
         metadata = self.source.list_topics(self.topics.source, timeout=10).topics[
             self.topics.source]
@@ -264,22 +282,41 @@ class Splitter:
 
     def _resume_at(self, tps: list[TopicPartition]) -> list[TopicPartition]:
         """Where each source partition resumes, with the seq state there: the splitter's
-        checkpoint on the state topic (tansu drops commit metadata), else committed offsets
-        with their metadata, else the beginning. Records after that point are stamped again
-        with the same seqs (a seq is the record's position in consumption order)."""
-        saved = read_latest(self.settings, self.topics.state).get(SPLITTER_KEY)
-        if saved is not None:
-            state = snapshot_format.unpack_json("splitter", saved)
+        newest good checkpoint on the state topic (tansu drops commit metadata; of the last
+        two, a damaged one or one whose offsets the broker cannot have given is refused and
+        the one before it restored), else committed offsets with their metadata, else the
+        beginning. Records after that point are stamped again with the same seqs (a seq is
+        the record's position in consumption order)."""
+        located: dict = {}
+        saved = saved_checkpoints(read_latest(self.settings, self.topics.state, located),
+                                  SPLITTER_KEY, self.topics.state, located)
+        marks = None if self.watermarks is None else AskOnce(self.watermarks)
+        found = restore_newest("splitter", saved, lambda one: self._checked(one, marks), log,
+                               stream=self.topics.stream)
+        envelope = None
+        if found is not None:
+            (envelope, state), _ = found
             offsets = {int(p): o for p, o in state["offsets"].items()}
             for tp in tps:
                 tp.offset = offsets.get(tp.partition, OFFSET_BEGINNING)
         else:
             committed = self.source.committed(tps, timeout=10)
-            state = next((snapshot_format.unpack_json("splitter", tp.metadata)
-                          for tp in committed if tp.metadata), None)
+            state = None
+            for tp in committed:
+                if tp.metadata:
+                    envelope, state = snapshot_format.read_json(
+                        "splitter", tp.metadata, f"the metadata of the splitter group's "
+                        f"committed offset of {tp.topic} partition {tp.partition}",
+                        stream=self.topics.stream)
+                    break
             for tp, done in zip(tps, committed):
                 tp.offset = done.offset if state is not None and done.offset >= 0 \
                     else OFFSET_BEGINNING
+        if envelope is not None:
+            self.generation = envelope.generation if envelope.generation is not None else 0
+            if not envelope.checked:
+                log("checkpoint_unchecked", level="warning", kind="splitter",
+                    format=envelope.version)
         if state is not None:
             self.position, self.last_seq = state["position"], state["last_seq"]
             self.max_ts = state["max_ts"]
@@ -295,6 +332,18 @@ class Splitter:
         if self.logged.holding:
             log("splitter_replaying", steps=len(self.logged.pending), after_step=self.steps)
         return tps
+
+    def _checked(self, one: Saved, marks) -> tuple:
+        """(envelope, state) of a checkpoint whose offsets are plausible: its source
+        offsets and the keyed offsets its logged steps are read after."""
+        envelope, state = snapshot_format.read_json("splitter", one.value, one.where(),
+                                                    stream=self.topics.stream)
+        check_offsets(marks, [Offset(self.topics.source, int(p), o, name="source offset")
+                              for p, o in state["offsets"].items() if o >= 0]
+                      + [Offset(self.topics.keyed, int(p), o, name="keyed offset")
+                         for p, o in (state.get("keyed") or {}).items() if o >= 0],
+                      one.where())
+        return envelope, state
 
     def commit(self) -> None:
         """Checkpoint: once the keyed frames of everything consumed are flushed, the source
@@ -314,16 +363,20 @@ class Splitter:
         consumed = offsets
         if self.reorder is not None:  # resume where the oldest waiting event was read
             offsets, reorder = saved_state(self.reorder, consumed)
+        generation = self.generation + 1
         state = snapshot_format.pack_json("splitter", {
             "position": self.position, "last_seq": self.last_seq, "max_ts": self.max_ts,
             "offsets": offsets, "reorder": reorder, "steps": self.steps,
             "ended": sorted(self.ended),
-            "keyed": {str(p): o for p, o in self.keyed_next.items()}})
-        produce(self.producer, self.topics.state, state, key=SPLITTER_KEY)
+            "keyed": {str(p): o for p, o in self.keyed_next.items()}},
+            stream=self.topics.stream, generation=generation)
+        produce(self.producer, self.topics.state, state,
+                key=slot_key(SPLITTER_KEY, generation))
         if self.producer.flush(30):
             log("checkpoint_not_flushed", level="warning")
             return
         self.saved = (consumed, self.position)
+        self.generation = generation
         self.source.commit(offsets=[TopicPartition(self.topics.source, int(p), o,
                                                    metadata=state.decode())
                                     for p, o in offsets.items()], asynchronous=False)

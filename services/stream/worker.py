@@ -11,8 +11,11 @@ Checkpoints: every `checkpoint_ms` (or `checkpoint_batches` consumed batches), a
 revoke, each changed partition's state (queries, engine snapshots, the next keyed-topic
 offset, composites not yet sent, the last event seq per route) goes to the compacted state
 topic (key = partition) after the match frames it covers are flushed; only then are the
-offsets committed. On assign, the newest snapshot is restored and consumption resumes at its
-offset, so a killed worker's partitions replay from there: the replay sends the same
+offsets committed. Snapshots alternate between two keys (`p` and `p.alt`: the last two
+survive compaction, services/stream/checkpoint.py). On assign, the newest good snapshot is
+restored (a damaged one, or one whose offset the broker cannot have given, is logged and
+the one before it restored) and consumption resumes at its offset, so a killed worker's
+partitions replay from there: the replay sends the same
 composite events again (same seqs), and the coordinator drops what it has released.
 Events at or below the last seq a partition processed on a route (a restarted splitter
 sends its last batches again) are dropped, and so is a repeated end of input.
@@ -23,6 +26,7 @@ this shell consumes, assigns, checkpoints and produces what each partition sends
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -30,7 +34,17 @@ from confluent_kafka import TopicPartition
 
 from cep_core.schema import SchemaRegistry
 from services.stream import frames
-from services.stream.checkpoint import read_latest
+from services.stream.checkpoint import (
+    AskOnce,
+    Offset,
+    Saved,
+    broker_watermarks,
+    check_offsets,
+    read_latest,
+    restore_newest,
+    saved_checkpoints,
+    slot_key,
+)
 from services.stream.control import StatusWriter, learned_live
 from services.stream.kafka import (
     BOUNDED_CONSUMER,
@@ -72,6 +86,9 @@ class Worker:
         self.last_checkpoint = time.monotonic()
         self.ended = False  # an end of input was handled in this batch
         self.deliveries = Deliveries()
+        # (topic, partition)s -> their watermarks on the broker, to check restored offsets
+        # with (checkpoint.broker_watermarks, set by `run`; None: not checked)
+        self.watermarks = None
 
     def run(self, stopping) -> None:
         # the control topic's streams, and its queries checked once for all partitions
@@ -80,6 +97,7 @@ class Worker:
         # a match frame or snapshot that failed to reach the broker stops the worker before
         # its checkpoint commits past it: the restart runs again from the last checkpoint
         self.producer = self.settings.producer(on_delivery=self.deliveries, **BOUNDED_PRODUCER)
+        self.watermarks = functools.partial(broker_watermarks, self.settings)
         self.status.presence(self.producer, "up")
         self.consumer = self.settings.consumer(self.topics.group("workers"),
                                                **BOUNDED_CONSUMER)
@@ -170,14 +188,16 @@ class Worker:
         self._check_deliveries()
         for state in changed:
             self.metrics.strings_dropped.inc(state.compact_strings())
-            produce(self.producer, self.topics.state, state.snapshot(),
-                    key=str(state.partition).encode())
+            generation = state.generation + 1
+            produce(self.producer, self.topics.state, state.snapshot(generation),
+                    key=slot_key(str(state.partition).encode(), generation))
         if self.producer.flush(30):
             log("checkpoint_not_flushed", level="warning")
             return
         self._check_deliveries()
         for state in changed:
             state.saved_offset = state.offset
+            state.generation += 1
         try:
             self.consumer.commit(offsets=[TopicPartition(self.topics.keyed, s.partition,
                                                          s.offset) for s in changed],
@@ -187,15 +207,9 @@ class Worker:
 
     def _on_assign(self, consumer, partitions) -> None:
         started = time.perf_counter()
-        snapshots = read_latest(self.settings, self.topics.state)
+        self.parts.update(self.restore([tp.partition for tp in partitions]))
         for tp in partitions:
-            state = PartitionState(tp.partition, self.topics.stream, self.registry,
-                                   self.idle_timeout_ms, self.topics, self.metrics, self.status)
-            data = snapshots.get(str(tp.partition).encode())
-            if data:
-                state.restore(data)
-            tp.offset = state.offset
-            self.parts[tp.partition] = state
+            tp.offset = self.parts[tp.partition].offset
         consumer.assign(partitions)
         self._report_partitions()
         self.metrics.readiness.joined = True
@@ -203,6 +217,38 @@ class Worker:
         log("partitions_assigned", partitions=[tp.partition for tp in partitions],
             offsets=[tp.offset for tp in partitions],
             restore_ms=round((time.perf_counter() - started) * 1000, 1))
+
+    def restore(self, partitions: list[int]) -> dict[int, PartitionState]:
+        """The state of each partition from its newest good snapshot on the state topic
+        (fresh where there is none): of the last two, a damaged one, another partition's
+        or one whose keyed offset the broker cannot have given is refused and the one
+        before it restored; SnapshotError when every one is refused."""
+        located: dict = {}
+        snapshots = read_latest(self.settings, self.topics.state, located)
+        marks = None if self.watermarks is None else \
+            AskOnce(self.watermarks, [(self.topics.keyed, p) for p in partitions])
+        out = {}
+        for p in partitions:
+            saved = saved_checkpoints(snapshots, str(p).encode(), self.topics.state, located)
+
+            def restored(one: Saved, p=p) -> PartitionState:
+                state = self._new_state(p)
+                envelope = state.restore(one.value, one.where())
+                if not envelope.checked:
+                    log("checkpoint_unchecked", level="warning", kind="partition",
+                        partition=p, format=envelope.version, key=one.key.decode())
+                check_offsets(marks, [Offset(self.topics.keyed, p, state.offset,
+                                             name="keyed offset")], one.where())
+                return state
+
+            found = restore_newest("partition", saved, restored, log,
+                                   stream=self.topics.stream, partition=p)
+            out[p] = found[0] if found else self._new_state(p)
+        return out
+
+    def _new_state(self, partition: int) -> PartitionState:
+        return PartitionState(partition, self.topics.stream, self.registry,
+                              self.idle_timeout_ms, self.topics, self.metrics, self.status)
 
     def _report_partitions(self) -> None:
         self.status.presence(self.producer, "up", partitions={
@@ -236,3 +282,4 @@ class Worker:
         self.ended = self.ended or state.end_at != end_at
         if state.live_sets != live_sets:  # the splitter's start-up queries: say they are live
             self._report_partitions()
+

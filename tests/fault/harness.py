@@ -36,7 +36,7 @@ from cep_core.events import Event
 from services.stream.broker import free_port
 from services.stream import frames
 from services.stream.control import ControlMessage, horizon, input_ended, publish, split_query_file
-from services.stream.checkpoint import read_latest, read_partitions
+from services.stream.checkpoint import ALT, read_latest, read_partitions
 from services.stream.kafka import KafkaSettings, Topics, produce, produce_end
 from services.stream.pipeline import (
     create_topics,
@@ -288,13 +288,17 @@ class Pipeline:
         return all(taken.get(p, 0) >= o for p, o in self.source_offsets(events).items())
 
     def splitter_checkpoint(self) -> dict | None:
-        """The splitter's newest checkpoint on the state topic."""
-        saved = read_latest(self.settings, self.topics.state).get(SPLITTER_KEY)
-        return None if saved is None else orjson.loads(saved)
+        """The splitter's newest checkpoint on the state topic (the newer generation of
+        its two keys, services/stream/checkpoint.py)."""
+        latest = read_latest(self.settings, self.topics.state)
+        saved = [orjson.loads(latest[k]) for k in (SPLITTER_KEY, SPLITTER_KEY + ALT)
+                 if k in latest]
+        return max(saved, key=lambda c: c.get("generation", 0), default=None)
 
     def snapshotted(self) -> set[int]:
-        """The keyed partitions a worker has written a snapshot of."""
-        return {int(k) for k in read_latest(self.settings, self.topics.state) if k.isdigit()}
+        """The keyed partitions a worker has written a snapshot of (under either key)."""
+        keys = {k.removesuffix(ALT) for k in read_latest(self.settings, self.topics.state)}
+        return {int(k) for k in keys if k.isdigit()}
 
     def source_partition(self, symbol: str) -> int:
         """Symbols spread over the source partitions (murmur2 puts the file's four in
