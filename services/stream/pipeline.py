@@ -12,6 +12,9 @@ seqs, offsets and counters bounded by the input), for tests on loaded machines."
 
 from __future__ import annotations
 
+# Deferred imports: the engines' modules (numba, the compilers) load in `import_engines`,
+# once, before the threads start; importing this module loads none of them.
+
 import importlib
 import os
 import pkgutil
