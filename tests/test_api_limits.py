@@ -181,7 +181,7 @@ def test_listing_queries_reads_each_status_topic_once_off_the_loop(monkeypatch):
     queries = [live_query(f"q{i}", output="shared_out") for i in range(20)]
 
     async def scenario(client, api):
-        api.output_rate = lambda topic: (7, None)
+        api.output_rates = lambda topics: {t: (7, None) for t in topics}
         pending = [asyncio.ensure_future(client.get("/api/queries")) for _ in range(10)]
         await until(lambda: loads)
         assert (await client.get("/healthz")).status == 200
@@ -192,7 +192,7 @@ def test_listing_queries_reads_each_status_topic_once_off_the_loop(monkeypatch):
             assert body["queries"][3]["state"]["into_records"] == 7
         assert [topic for topic, _ in loads] == [Topics("trades").status]
         assert loads[0][1].startswith("api-io_")
-        assert api.kept.loads[("into", "shared_out")] == 1
+        assert api.kept.loads["into"] == 1
     serve(scenario, live=fake_live(*queries))
 
 

@@ -31,6 +31,7 @@ import asyncio
 import os
 import re
 import resource
+import sys
 import threading
 import time
 import urllib.request
@@ -77,6 +78,7 @@ IO_THREADS = 4  # threads that load what reads need from the broker and the metr
 # (each has a consumer of its own).
 LIMITS = {"read": 512, "check": CHECKS_AT_ONCE, "change": 16, "tail": 1000, "replay": 8}
 LIMIT_ENV = {kind: f"CEP_API_MAX_{kind.upper()}S" for kind in LIMITS}
+SWITCH_INTERVAL_S = 0.0005  # `cep serve api` only (a process of its own)
 TAIL_BUFFER = 1024  # composite events a tail may have unsent before it is dropped
 TAIL_BUFFER_ENV = "CEP_API_TAIL_BUFFER"
 LOCATED = re.compile(r"^<query (?P<query>[^>]*)>:(?P<line>\d+):(?P<column>\d+): "
@@ -171,6 +173,18 @@ def query_problems(text: str, registry) -> tuple[list[dict], list]:
                  if 0 < err.pos.line <= len(lines) else None} for err in errors], []
 
 
+class Snapshot:
+    """What reads need of the control topic's live set, made once per load (on an I/O
+    thread: a registry looks schema files up): `live` (name -> live query), `registry`,
+    `streams` (every stream's answer, as the model sends it)."""
+
+    def __init__(self, live):
+        self.live, self.registry = live.live, live.registry
+        self.streams = {n: m.Stream.model_validate(_stream_entry(live.registry, n))
+                        for n in live.registry.names()}
+        self.stream_list = m.StreamList(streams=list(self.streams.values()))
+
+
 class Api:
     """The handlers' state: the limits, the pools, what reads keep, the tails."""
 
@@ -179,7 +193,9 @@ class Api:
         self.limits = Limits(config.limits)
         self._records: tuple[float, list] | None = None
         self._rates: dict[str, tuple[float, int]] = {}
-        self._ends: dict[str, object] = {}  # INTO topic -> consumer at its end
+        self._ends = None  # one consumer at the end of every INTO topic looked at
+        self._end_parts: dict[str, list] = {}  # INTO topic -> its partitions, assigned
+        self._into_topics: set[str] = set()  # the INTO topics to look at
         self._lock = threading.Lock()
         self._checks = ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="api-check")
         self._io = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="api-io")
@@ -227,18 +243,30 @@ class Api:
     def live(self, fresh: bool = False):
         return replayed(self.records(fresh))
 
-    async def snapshot(self, max_age_s: float | None = None):
-        """The live set of the control topic (queries, registry), loaded at most
-        `max_age_s` (cache_s) ago, on the I/O threads."""
-        return await self.kept.get("live", lambda: self.live(True), max_age_s)
+    async def snapshot(self, max_age_s: float | None = None) -> Snapshot:
+        """The live set of the control topic (queries, registry, the streams' entries),
+        loaded on the I/O threads (see SingleFlight for its age)."""
+        return await self.kept.get("live", lambda: Snapshot(self.live(True)), max_age_s)
 
     async def status_view(self, stream: str) -> dict:
         topic = Topics(stream, prefix=self.config.prefix).status
         return await self.kept.get(("status", stream),
                                    lambda: services_view(self.config.settings, topic))
 
-    async def into(self, topic: str) -> tuple[int | None, float | None]:
-        return await self.kept.get(("into", topic), lambda: self.output_rate(topic))
+    async def into(self, topics) -> dict[str, tuple[int | None, float | None]]:
+        """(records, rate) of each INTO topic: one load looks at every topic asked for
+        so far (the first time a topic is asked for, a new load is waited for)."""
+        new = set(topics) - self._into_topics
+        if new:
+            self._into_topics |= new
+            self.kept.forget("into")
+        for _ in range(2):  # a load begun before the new topics came lacks them
+            found = await self.kept.get("into", lambda: self.output_rates(
+                sorted(self._into_topics)))
+            if all(t in found for t in topics):
+                break
+            self.kept.forget("into")
+        return {t: found.get(t, (None, None)) for t in topics}
 
     async def metrics(self) -> dict | None:
         if not self.config.metrics_urls:
@@ -257,19 +285,24 @@ class Api:
         status topic, INTO topic and the metrics, whatever the number of queries."""
         streams = sorted({q.checked.schema.stream for q in queries})
         topics = sorted({q.output for q in queries})
-        found = await asyncio.gather(*(self.status_view(s) for s in streams),
-                                     *(self.into(t) for t in topics), self.metrics())
-        views = dict(zip(streams, found[:len(streams)]))
-        rates = dict(zip(topics, found[len(streams):-1]))
-        scraped = found[-1]
-        return {q.name: self.state(q, views[q.checked.schema.stream], rates[q.output],
+        *found, rates, scraped = await asyncio.gather(
+            *(self.status_view(s) for s in streams), self.into(topics), self.metrics())
+        held = {}  # stream -> (query -> its live item, query -> its partitions)
+        for stream, view in zip(streams, found):
+            parts: dict[str, set] = {}
+            for entry in view.values():
+                for p, live in entry["partitions"].items():
+                    for name in (live or {}).get("queries") or {}:
+                        parts.setdefault(name, set()).add(p)
+            held[stream] = ({i["name"]: i for i in live_items(view, "query")}, parts)
+        return {q.name: self.state(q, held[q.checked.schema.stream], rates[q.output],
                                    scraped) for q in queries}
 
     @staticmethod
-    def state(query, view: dict, rate: tuple, scraped: dict | None) -> dict:
-        held = next((i for i in live_items(view, "query") if i["name"] == query.name), None)
-        partitions = sorted({p for e in view.values() for p, live in e["partitions"].items()
-                             if query.name in ((live or {}).get("queries") or {})})
+    def state(query, held: tuple, rate: tuple, scraped: dict | None) -> dict:
+        items, parts = held
+        held = items.get(query.name)
+        partitions = sorted(parts.get(query.name, ()))
         total, per_s = rate
         out = {"live": held is not None, "services": held["services"] if held else [],
                "partitions": partitions, "into_records": total,
@@ -281,34 +314,41 @@ class Api:
                        events_in=scraped["events_in"])
         return out
 
-    def output_rate(self, topic: str) -> tuple[int | None, float | None]:
-        """Records on the INTO topic and their rate since the last look (shared by the
-        queries writing the same topic): the fetch high-watermarks of a consumer kept per
-        topic at its end (ListOffsets is not trusted, docs/broker.md). An I/O thread's
-        work, one look per topic at a time."""
+    def output_rates(self, topics: list[str]) -> dict[str, tuple]:
+        """Records on each INTO topic and their rate since the last look (shared by the
+        queries writing the same topic): the fetch high-watermarks of one consumer kept
+        at the end of every topic (ListOffsets is not trusted, docs/broker.md). An I/O
+        thread's work, one look at a time. A topic not there yet is (None, None)."""
         with self._lock:
-            consumer = self._ends.get(topic)
-        if consumer is None:
-            consumer = self.config.settings.consumer()
+            if self._ends is None:
+                self._ends = self.config.settings.consumer()
+            consumer = self._ends
+        for topic in topics:
+            if topic in self._end_parts:
+                continue
             metadata = consumer.list_topics(topic, timeout=5).topics.get(topic)
-            if metadata is None or metadata.error is not None:
-                consumer.close()
-                return None, None
-            consumer.assign([TopicPartition(topic, p, OFFSET_END)
-                             for p in metadata.partitions])
-            with self._lock:
-                self._ends[topic] = consumer
-        consumer.consume(1000, 0.3)
-        highs = [consumer.get_watermark_offsets(tp, cached=True)[1]
-                 for tp in consumer.assignment()]
-        if any(h < 0 for h in highs):
-            return None, None
-        total, now = sum(highs), time.monotonic()
-        before = self._rates.get(topic)
-        self._rates[topic] = (now, total)
-        if before is None or now - before[0] < 0.05:
-            return total, None
-        return total, round((total - before[1]) / (now - before[0]), 3)
+            if metadata is None or metadata.error is not None or not metadata.partitions:
+                continue
+            parts = [TopicPartition(topic, p, OFFSET_END) for p in metadata.partitions]
+            consumer.incremental_assign(parts)
+            self._end_parts[topic] = parts
+        if self._end_parts:
+            consumer.consume(1000, 0.3)  # a fetch brings the high-watermarks
+        out, now = {}, time.monotonic()
+        for topic in topics:
+            parts = self._end_parts.get(topic)
+            highs = [consumer.get_watermark_offsets(tp, cached=True)[1]
+                     for tp in parts or ()]
+            if not highs or any(h < 0 for h in highs):
+                out[topic] = (None, None)
+                continue
+            total = sum(highs)
+            before = self._rates.get(topic)
+            self._rates[topic] = (now, total)
+            rate = None if before is None or now - before[0] < 0.05 else \
+                round((total - before[1]) / (now - before[0]), 3)
+            out[topic] = (total, rate)
+        return out
 
     def scrape(self) -> dict:
         """The queries' partial matches and the services' events in, from their
@@ -342,9 +382,9 @@ class Api:
         for pool in (self._checks, self._io, self._changes):
             pool.shutdown(wait=False, cancel_futures=True)
         with self._lock:
-            for consumer in self._ends.values():
-                consumer.close()
-            self._ends.clear()
+            if self._ends is not None:
+                self._ends.close()
+                self._ends = None
 
     # ------------------------------------------------------------ changes
 
@@ -500,7 +540,7 @@ async def healthz(request):
 async def readyz(request):
     api = _api(request)
     try:
-        await api.snapshot()
+        await api.snapshot(api.config.cache_s)  # a read of the control topic that recent
     except Exception as e:  # the broker does not answer: not ready
         return 503, {"ready": False, "control_topic": api.config.control, "reason": str(e)}
     return {"ready": True, "control_topic": api.config.control}
@@ -512,8 +552,7 @@ async def readyz(request):
 @ROUTES.route("GET", "/api/streams", "Every stream: schema files and the control topic's",
               {200: (m.StreamList, "the streams")}, kind="read")
 async def streams(request):
-    live = await _api(request).snapshot()
-    return {"streams": [_stream_entry(live.registry, n) for n in live.registry.names()]}
+    return (await _api(request).snapshot()).stream_list
 
 
 @ROUTES.route("POST", "/api/streams/validate", "Check a stream schema (or import a JSON "
@@ -529,10 +568,10 @@ async def validate_stream(request, body):
               {200: (m.Stream, "the stream"), 404: (m.Error, "no stream of that name")},
               kind="read")
 async def stream(request, name):
-    live = await _api(request).snapshot()
-    if live.registry.get(name) is None:
+    found = (await _api(request).snapshot()).streams.get(name)
+    if found is None:
         return 404, {"error": f"no stream {name!r}"}
-    return _stream_entry(live.registry, name)
+    return found
 
 
 async def _stream_change(request, op: str, name: str | None = None, body=None):
@@ -719,6 +758,9 @@ def serve_api(config: ApiConfig, host: str | None, port: int) -> None:
     """Serve until SIGTERM / SIGINT."""
     bound = bind_host(host, config.token, config.require_token)
     files = raise_open_files_limit(config.limits["tail"] + config.limits["read"] + 256)
+    # The checking threads hold the GIL for milliseconds at a time (a check is ~2 ms of
+    # Python): hand it back to the event loop every SWITCH_INTERVAL_S, not every 5 ms.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     log("api_listening", host=bound, port=port, token=bool(config.token),
         allowed_hosts=config.allowed_hosts, cors_origins=config.cors_origins,
         limits=config.limits, open_files=files)

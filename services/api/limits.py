@@ -4,11 +4,12 @@
   more than a kind's limit is answered 429 with Retry-After at once, never queued. The
   counters (in flight, peak, refused) are what the tests read.
 - `SingleFlight`: what a read needs from the broker (the control topic's live set, a
-  stream's status view, an INTO topic's high-watermarks, the services' metrics) is loaded
-  on a small fixed pool of threads, at most one load per key at a time, and kept for
-  `max_age_s`: any number of clients asking at once wait on the same load, so the broker
-  sees one read a key per `max_age_s` whatever the load, and no request queues behind
-  another's blocking call.
+  stream's status view, the INTO topics' high-watermarks, the services' metrics) is loaded
+  on a small fixed pool of threads, at most one load per key at a time, and kept: younger
+  than `max_age_s` it is answered as it is; older, it is still answered (up to `stale_s`)
+  while one load renews it in the background; older still, or never loaded, the request
+  waits for the load. So the broker sees one read a key per `max_age_s` whatever the
+  load, and a read waits for the broker only when nothing recent enough is kept.
 """
 
 from __future__ import annotations
@@ -65,18 +66,21 @@ class SingleFlight:
     """Values loaded on `executor`, one load per key at a time, kept `max_age_s`. Used
     from the event loop only."""
 
-    def __init__(self, executor: Executor, max_age_s: float):
+    def __init__(self, executor: Executor, max_age_s: float, stale_s: float = 30.0):
         self.executor, self.max_age_s = executor, max_age_s
+        self.stale_s = max(stale_s, max_age_s)
         self._values: dict = {}  # key -> (loaded at, value)
         self._loading: dict = {}  # key -> future of the load in flight
         self.loads: Counter = Counter()  # loads started per key (tests, the benchmark)
 
     async def get(self, key, load, max_age_s: float | None = None):
-        """The value of `key`: a kept one younger than `max_age_s`, else the load in
-        flight's, else a new load's (`load()` on the executor)."""
+        """The value of `key`: a kept one younger than `max_age_s` (default: the
+        instance's); a kept one younger than `stale_s` while a load renews it; else the
+        load's (`load()` on the executor, one per key at a time)."""
         max_age = self.max_age_s if max_age_s is None else max_age_s
         kept = self._values.get(key)
-        if kept is not None and time.monotonic() - kept[0] <= max_age:
+        age = None if kept is None else time.monotonic() - kept[0]
+        if age is not None and age <= max_age:
             return kept[1]
         future = self._loading.get(key)
         if future is None:
@@ -85,6 +89,8 @@ class SingleFlight:
             self._loading[key] = future
             self.loads[key] += 1
             future.add_done_callback(lambda done: self._loaded(key, done))
+        if age is not None and age <= self.stale_s and max_age_s is None:
+            return kept[1]
         # a client that goes away cancels its wait, not the load the others wait on
         return await asyncio.shield(future)
 
