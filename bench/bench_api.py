@@ -23,16 +23,21 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
+import aiohttp
 import pyarrow.parquet as pq
 from bench_run import generate, generated_files_parser  # bench/ is on the path when this runs
 
 import cep_core as cep
+from services.stream.broker import EmbeddedBroker, free_port, wait_for_port
+from services.stream.kafka import KafkaSettings, ensure_topics
 
 ROOT = Path(__file__).resolve().parent.parent
 CEP = Path(sys.executable).with_name("cep")
@@ -131,12 +136,6 @@ def percentiles(values: list[float]) -> str:
 
 
 def http_main(args) -> None:
-    import resource
-    import uuid
-
-    from services.stream.broker import EmbeddedBroker, free_port, wait_for_port
-    from services.stream.kafka import KafkaSettings, ensure_topics
-
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the client's sockets
     run = uuid.uuid4().hex[:8]
@@ -163,8 +162,6 @@ def http_main(args) -> None:
 
 
 async def _http_bench(args, url: str, pid: int, outputs: list[str]) -> None:
-    import aiohttp
-
     json = {"Content-Type": "application/json"}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         for i, output in enumerate(outputs):  # queued: no pipeline is up
