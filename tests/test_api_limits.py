@@ -339,3 +339,47 @@ def test_tails_on_the_broker_share_one_consumer_and_add_no_thread(kafka_bootstra
         for sock in socks:
             sock.close()
     serve(scenario, live=fake_live(live_query(output=output)))
+
+
+# ---------------------------------------------------------------- what reads keep
+
+
+def test_a_kept_value_is_served_while_one_load_renews_it():
+    """Older than max_age_s, a kept value is still answered while one load renews it;
+    a failed load keeps nothing (the next read waits for a new one and sees its error)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from services.api.limits import SingleFlight
+
+    release, loads = threading.Event(), []
+
+    def load(value):
+        def run():
+            loads.append(value)
+            assert release.wait(60), "never released"
+            if isinstance(value, Exception):
+                raise value
+            return value
+        return run
+
+    async def main():
+        with ThreadPoolExecutor(2) as pool:
+            kept = SingleFlight(pool, max_age_s=0.0, stale_s=3600)
+            release.set()
+            assert await kept.get("k", load(1)) == 1
+            release.clear()
+            # stale (max_age_s 0): answered at once, one renewal for the three readers
+            assert [await kept.get("k", load(2)) for _ in range(3)] == [1, 1, 1]
+            assert kept.loads["k"] == 2
+            await until(lambda: loads == [1, 2])
+            release.set()
+            await until(lambda: "k" not in kept._loading)
+            assert await kept.get("k", load(3)) == 2  # the renewed one (and a renewal)
+            await until(lambda: "k" not in kept._loading)
+            kept.forget("k")
+            with pytest.raises(RuntimeError, match="broker"):
+                await kept.get("k", load(RuntimeError("broker down")))
+            assert "k" not in kept._values
+            # a fresh read (an explicit max age) waits for the load
+            assert await kept.get("k", load(4), max_age_s=0.0) == 4
+    asyncio.run(main())
