@@ -257,6 +257,21 @@ def test_tails_over_the_limit_are_429_and_add_no_thread():
     serve(scenario, broker, live=fake_live(live_query()), limits={"tail": 40})
 
 
+def test_a_tail_whose_client_goes_ends_without_an_event():
+    broker = FakeBroker()
+
+    async def scenario(client, api):
+        socks = [raw_tail(client.port, "/api/queries/ups/tail") for _ in range(3)]
+        await until(lambda: len(api.hub.tails) == 3)
+        socks[1].close()
+        await until(lambda: len(api.hub.tails) == 2)  # the sweep, no event needed
+        assert api.hub.counters["closed"] == 1 and api.limits.in_flight["tail"] == 2
+        for sock in socks:
+            sock.close()
+        await until(lambda: not api.hub.tails)
+    serve(scenario, broker, live=fake_live(live_query()))
+
+
 def test_replays_over_their_limit_are_429():
     broker = FakeBroker()
 

@@ -12,7 +12,8 @@ end when its first tail comes), plus one consumer per replaying tail (`from=begi
 their number bounded by the `replay` limit), all polled by that thread. It decodes each
 record once and hands the composite events to the tails' buffers on the event loop. A
 tail's buffer holds at most `buffer` events: a reader that falls that far behind (its
-socket does not drain) is dropped, its connection closed, and counted (`dropped`).
+socket does not drain) is dropped, its connection closed, and counted (`dropped`). A
+tail whose client has gone ends within SWEEP_S (one timer looks at all of them).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ HEARTBEAT_S = 15
 POLL_S = 0.1  # the shared consumer's wait for records when it is the only one
 IDLE_POLL_S = 0.02  # between rounds over several consumers that had nothing
 BATCH = 500
+SWEEP_S = 1.0  # how often the loop looks for tails whose client has gone
 
 logger = logging.getLogger("cep.api")
 
@@ -78,6 +80,7 @@ class TailHub:
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
+        self._sweeping = None  # the loop's timer of the next sweep
 
     # ------------------------------------------------------------ the loop's side
 
@@ -91,7 +94,20 @@ class TailHub:
             self._thread = threading.Thread(target=self._run, name="api-tails", daemon=True)
             self._thread.start()
         self._commands.put(("open", tail))
+        if self._sweeping is None:
+            self._sweeping = self.loop.call_later(SWEEP_S, self._sweep)
         return tail
+
+    def _sweep(self) -> None:
+        """End the tails whose client has gone (one timer for all of them: an idle tail
+        would otherwise learn it only at its next heartbeat)."""
+        self._sweeping = None
+        for tail in self.tails:
+            if tail.transport is not None and tail.transport.is_closing():
+                tail.ended = True
+                tail.wake.set()
+        if self.tails and not self._closing.is_set():
+            self._sweeping = self.loop.call_later(SWEEP_S, self._sweep)
 
     def close(self, tail: Tail) -> None:
         if tail in self.tails:
@@ -104,6 +120,8 @@ class TailHub:
         """End every tail and the thread (on the loop; `join` waits for the thread)."""
         self._closing.set()
         self._end_all()
+        if self._sweeping is not None:
+            self._sweeping.cancel()
         self._commands.put(("stop", None))
 
     def join(self) -> None:
