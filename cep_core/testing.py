@@ -64,18 +64,23 @@ def assert_engines_agree(text: str | QuerySet, events: Iterable[dict], schema: A
     reference = queries.run(events, engine="reference")
     expected, got = reference.to_dicts(), jit.to_dicts()
     if got != expected:
-        first = next((i for i, (a, b) in enumerate(zip(expected, got)) if a != b),
-                     min(len(expected), len(got)))
-        raise AssertionError(
-            f"jit gives {len(got)} composite events, the reference {len(expected)}; first "
-            f"difference at #{first}:\n  reference: {_at(expected, first)}\n"
-            f"  jit:       {_at(got, first)}")
+        raise AssertionError(_difference("", expected, got))
     expected_dead = [d.to_json() for d in reference.dead_letters]
     got_dead = [d.to_json() for d in jit.dead_letters]
     if got_dead != expected_dead:
         raise AssertionError(f"dead letters differ:\n  reference: {expected_dead}\n"
                              f"  jit:       {got_dead}")
     return got
+
+
+def _difference(where: str, expected: list[dict], got: list[dict]) -> str:
+    """How the jit engines' composites differ from the reference's: counts and the first
+    composite that differs."""
+    first = next((k for k, (a, b) in enumerate(zip(expected, got)) if a != b),
+                 min(len(expected), len(got)))
+    return (f"{where}jit gives {len(got)} composite events, the reference {len(expected)}; "
+            f"first difference at #{first}:\n  reference: {_at(expected, first)}\n"
+            f"  jit:       {_at(got, first)}")
 
 
 def _at(rows: list[dict], i: int) -> str:
@@ -272,12 +277,7 @@ def assert_steps_agree(text: str | QuerySet, steps: Iterable[tuple], schema: Any
         expected = getattr(reference, name)(*args)
         got = getattr(jit, name)(*args)
         if got != expected:
-            first = next((k for k, (a, b) in enumerate(zip(expected, got)) if a != b),
-                         min(len(expected), len(got)))
-            raise AssertionError(
-                f"step #{i} ({name}): jit gives {len(got)} composite events, the reference "
-                f"{len(expected)}; first difference at #{first}:\n  reference: "
-                f"{_at(expected, first)}\n  jit:       {_at(got, first)}")
+            raise AssertionError(_difference(f"step #{i} ({name}): ", expected, got))
         expected_dead = _letters(reference.take_dead_letters())
         got_dead = _letters(jit.take_dead_letters())
         if got_dead != expected_dead:
