@@ -190,6 +190,15 @@ class StreamEngines:
         self.failed[name] = failure
         self._failures.append(failure)
 
+    def _window_failpoints(self, stage: str) -> None:
+        """CEP_FAILPOINTS for the WINDOW queries at a stage the shared set does as one
+        (snapshot, restore)."""
+        for name in list(self.windows.names):
+            try:
+                failpoints.hit(name, stage)
+            except Exception as e:  # noqa: BLE001
+                self._fail(name, stage, e)
+
     def take_failures(self) -> list[QueryFailure]:
         """Failures since the last call (a service reports each once)."""
         out, self._failures = self._failures, []
@@ -309,11 +318,7 @@ class StreamEngines:
         meta = {"strings": self._strings.strings,
                 "engines": [name for name, _ in blobs], "windows": None}
         if self.windows is not None:
-            for name in list(self.windows.names):
-                try:
-                    failpoints.hit(name, "snapshot")
-                except Exception as e:  # noqa: BLE001
-                    self._fail(name, "snapshot", e)
+            self._window_failpoints("snapshot")
             state = self._window_call("snapshot", lambda w: [w.state()])
             if state:
                 window_meta, window_arrays = state[0]
@@ -339,11 +344,7 @@ class StreamEngines:
             except Exception as e:  # noqa: BLE001
                 self._fail(name, "restore", e)
         if meta["windows"] is not None and self.windows is not None:
-            for name in list(self.windows.names):
-                try:
-                    failpoints.hit(name, "restore")
-                except Exception as e:  # noqa: BLE001
-                    self._fail(name, "restore", e)
+            self._window_failpoints("restore")
             self._window_call("restore", lambda w: [w.load_state(
                 meta["windows"], {k[2:]: v for k, v in arrays.items() if k.startswith("w_")})])
 
