@@ -28,40 +28,33 @@ from __future__ import annotations
 # admitted, not when the checker is imported.
 
 from cep_core import ast
+from cep_core import regex_analysis as ra
 from cep_core.errors import QueryError
 from cep_core.query_limits import QueryLimits, limits, pane_bytes
-
-MATCH_MAX_POSITIONS = 63  # the compiled MATCH automaton's bit set (cep_core.compiler.match)
-
 
 def admit(checked, source: str | None = None,
           limit: QueryLimits | None = None) -> list[QueryError]:
     """The refusals of a checked query (`CheckedQuery`) beyond the language's checks."""
+    from cep_core.compiler.match import MAX_POSITIONS
+    from cep_core.engine_factory import compile_program
+
     limit = limit or limits()
     query = checked.query
     body = query.body
-    if isinstance(body, ast.MatchQuery):
-        found = _positions(body.pattern)
-        if found > MATCH_MAX_POSITIONS:
+    if isinstance(body, ast.MatchQuery):  # the compiler's own limit, located here
+        found = len(ra.positions(body.pattern))
+        if found > MAX_POSITIONS:
             return [QueryError(
                 f"the pattern has {found} positions (predicate or '.' occurrences); the "
-                f"compiled engine handles at most {MATCH_MAX_POSITIONS}",
+                f"compiled engine handles at most {MAX_POSITIONS}",
                 _at(body.pattern, body, query), source)]
-    if isinstance(body, ast.WindowQuery):
-        errors = _window_bounds(checked, body, source, limit)
-        if errors:
-            return errors
-    from cep_core.engine_factory import compile_program
-
     try:
-        compile_program(checked)
+        program = compile_program(checked)
     except Exception as e:  # noqa: BLE001 - whatever the compiler refuses is a refusal
         return [QueryError(f"the compiler refuses this query: {e}", query.pos, source)]
+    if isinstance(body, ast.WindowQuery):
+        return _window_bounds(program.plan, _at(body.window, body, query), source, limit)
     return []
-
-
-def _positions(pattern: ast.Regex) -> int:
-    return sum(1 for _ in pattern.find_all(ast.RSym, ast.RAny))
 
 
 def _at(*nodes) -> ast.Pos:
@@ -72,13 +65,9 @@ def _at(*nodes) -> ast.Pos:
     return nodes[-1].pos
 
 
-def _window_bounds(checked, body: ast.WindowQuery, source, limit) -> list[QueryError]:
-    from cep_core.compiler.window import plan
+def _window_bounds(plan_, where: ast.Pos, source, limit) -> list[QueryError]:
     from cep_core.kernels import window_kernels as wk
 
-    window = body.window
-    where = _at(window, body, checked.query)
-    plan_ = plan(checked)
     if plan_.panes > limit.panes:
         unit = "rows" if plan_.rows else "time"
         return [QueryError(
