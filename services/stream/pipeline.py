@@ -1,6 +1,7 @@
-"""One stream's pipeline in one process (splitter, K workers, coordinator as threads):
-for tests. `cep serve` runs the same classes as processes (the splitter inside its Faust
-app, services/stream/splitter_app.py); here the splitter's loop sends its own pulses.
+"""One stream's pipeline in one process (splitter, K workers, coordinator as threads, or
+the chained pipeline as one thread): for tests. `cep serve` runs the same classes as
+processes (the splitter or the chain inside its Faust app, services/stream/splitter_app.py);
+here the splitter's loop sends its own pulses.
 
 The threads check queries and make engines, which import numba and the compilers on first
 use; Python's import locks can fail such imports from several threads at once
@@ -21,6 +22,7 @@ import pkgutil
 import threading
 import time
 
+from services.stream.chained import Chained
 from services.stream.coordinator import Coordinator
 from services.stream.kafka import KafkaSettings, Topics, ensure_topics
 from services.stream.metrics import Metrics
@@ -64,15 +66,28 @@ class LocalPipeline:
     def __init__(self, settings: KafkaSettings, topics: Topics, workers: int = 1,
                  partitions: int = 4, pulse_ms: int = 100, on_output=None, registry=None,
                  metrics_ports: list[int] = (), splitter_options: dict | None = None,
-                 worker_options: dict | None = None, coordinator_options: dict | None = None):
+                 worker_options: dict | None = None, coordinator_options: dict | None = None,
+                 chained: bool = False):
         """`metrics_ports`: Prometheus ports of the splitter, each worker, the coordinator
-        (in that order; empty: no endpoints)."""
+        (in that order; empty: no endpoints). `chained`: the chained pipeline
+        (services/stream/chained.py) in one thread instead (`worker_options` go to it;
+        `workers` and `coordinator_options` do not apply)."""
         import_engines()  # before any thread of this process checks a query
         ports = list(metrics_ports) or [0] * (workers + 2)
         self.metrics = [Metrics("splitter", ports[0])] + \
             [Metrics("worker", port) for port in ports[1:-1]] + [Metrics("coordinator",
                                                                           ports[-1])]
         self.settings, self.topics = settings, topics
+        self.chained = chained
+        if chained:  # one thread: splitter, workers and coordinators chained
+            self.splitter = Chained(settings, topics, partitions, pulse_ms, registry=registry,
+                                    metrics=self.metrics[0], **(splitter_options or {}),
+                                    **(worker_options or {}))
+            self.metrics = self.metrics[:1]
+            self.workers, self.coordinators = [], self.splitter.coordinators
+            self.coordinator = self.coordinators[0]
+            self.stops, self.threads, self.errors = [], [], []
+            return
         self.splitter = Splitter(settings, topics, partitions, pulse_ms, registry=registry,
                                  metrics=self.metrics[0], **(splitter_options or {}))
         self.workers = [Worker(settings, topics, registry, metrics=self.metrics[1 + i],
@@ -109,7 +124,7 @@ class LocalPipeline:
         self._thread(self.splitter.run, "splitter")
         for i, worker in enumerate(self.workers):
             self._thread(worker.run, f"worker-{i}")
-        for k, coordinator in enumerate(self.coordinators):
+        for k, coordinator in enumerate(self.coordinators if not self.chained else ()):
             self._thread(coordinator.run, f"coordinator-{k}")
         return self
 

@@ -312,6 +312,16 @@ class Splitter:
             for tp, done in zip(tps, committed):
                 tp.offset = done.offset if state is not None and done.offset >= 0 \
                     else OFFSET_BEGINNING
+        self.load(envelope, state)
+        self.logged = LoggedOrder(logged_steps(self.settings, self.topics.keyed,
+                                               self.partitions, self.keyed_next, self.steps))
+        if self.logged.holding:
+            log("splitter_replaying", steps=len(self.logged.pending), after_step=self.steps)
+        return tps
+
+    def load(self, envelope, state: dict | None) -> None:
+        """Take the seq state of a restored checkpoint (its envelope and state; None:
+        none)."""
         if envelope is not None:
             self.generation = envelope.generation if envelope.generation is not None else 0
             if not envelope.checked:
@@ -327,11 +337,6 @@ class Splitter:
             self.steps = state.get("steps", 0)
             self.ended = set(state.get("ended", ()))
             self.keyed_next = {int(p): o for p, o in (state.get("keyed") or {}).items()}
-        self.logged = LoggedOrder(logged_steps(self.settings, self.topics.keyed,
-                                               self.partitions, self.keyed_next, self.steps))
-        if self.logged.holding:
-            log("splitter_replaying", steps=len(self.logged.pending), after_step=self.steps)
-        return tps
 
     def _checked(self, one: Saved, marks) -> tuple:
         """(envelope, state) of a checkpoint whose offsets are plausible: its source
@@ -364,12 +369,8 @@ class Splitter:
         if self.reorder is not None:  # resume where the oldest waiting event was read
             offsets, reorder = saved_state(self.reorder, consumed)
         generation = self.generation + 1
-        state = snapshot_format.pack_json("splitter", {
-            "position": self.position, "last_seq": self.last_seq, "max_ts": self.max_ts,
-            "offsets": offsets, "reorder": reorder, "steps": self.steps,
-            "ended": sorted(self.ended),
-            "keyed": {str(p): o for p, o in self.keyed_next.items()}},
-            stream=self.topics.stream, generation=generation)
+        state = snapshot_format.pack_json("splitter", self.seq_state(offsets, reorder),
+                                          stream=self.topics.stream, generation=generation)
         produce(self.producer, self.topics.state, state,
                 key=slot_key(SPLITTER_KEY, generation))
         if self.producer.flush(30):
@@ -380,6 +381,13 @@ class Splitter:
         self.source.commit(offsets=[TopicPartition(self.topics.source, int(p), o,
                                                    metadata=state.decode())
                                     for p, o in offsets.items()], asynchronous=False)
+
+    def seq_state(self, offsets: dict, reorder) -> dict:
+        """What a checkpoint holds of the seq state, resuming the source at `offsets`."""
+        return {"position": self.position, "last_seq": self.last_seq, "max_ts": self.max_ts,
+                "offsets": offsets, "reorder": reorder, "steps": self.steps,
+                "ended": sorted(self.ended),
+                "keyed": {str(p): o for p, o in self.keyed_next.items()}}
 
     def _drain_control(self, initial: bool = False) -> None:
         """Apply pending control messages; at start, all of the topic up to its fetch
