@@ -28,6 +28,7 @@ queued.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import resource
@@ -40,7 +41,7 @@ from pathlib import Path
 
 import orjson
 from aiohttp import web
-from confluent_kafka import OFFSET_END, TopicPartition
+from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from cep_core.checker import load_query_text
@@ -78,6 +79,8 @@ IO_THREADS = 4  # threads that load what reads need from the broker and the metr
 # (each has a consumer of its own).
 LIMITS = {"read": 512, "check": CHECKS_AT_ONCE, "change": 16, "tail": 1000, "replay": 8}
 LIMIT_ENV = {kind: f"CEP_API_MAX_{kind.upper()}S" for kind in LIMITS}
+# the INTO topics' end consumer: it reads records only to learn the high-watermarks
+RATES_CONSUMER = {"queued.min.messages": 1000, "queued.max.messages.kbytes": 1024}
 SWITCH_INTERVAL_S = 0.0005  # `cep serve api` only (a process of its own)
 TAIL_BUFFER = 1024  # composite events a tail may have unsent before it is dropped
 TAIL_BUFFER_ENV = "CEP_API_TAIL_BUFFER"
@@ -321,7 +324,8 @@ class Api:
         thread's work, one look at a time. A topic not there yet is (None, None)."""
         with self._lock:
             if self._ends is None:
-                self._ends = self.config.settings.consumer()
+                # records are fetched only to learn the high-watermarks: keep few queued
+                self._ends = self.config.settings.consumer(**RATES_CONSUMER)
             consumer = self._ends
         for topic in topics:
             if topic in self._end_parts:
@@ -332,8 +336,17 @@ class Api:
             parts = [TopicPartition(topic, p, OFFSET_END) for p in metadata.partitions]
             consumer.incremental_assign(parts)
             self._end_parts[topic] = parts
+        # A fetch brings the high-watermarks, but none is made while the consumer's queue
+        # is full (it stopped at the 100,000 records of queued.min.messages: the rate was
+        # 0 from then on): from the last high-watermark on, the queue is dropped first.
+        for parts in self._end_parts.values():
+            for tp in parts:
+                high = consumer.get_watermark_offsets(tp, cached=True)[1]
+                if high >= 0:
+                    with contextlib.suppress(KafkaException):  # not fetched from yet
+                        consumer.seek(TopicPartition(tp.topic, tp.partition, high))
         if self._end_parts:
-            consumer.consume(1000, 0.3)  # a fetch brings the high-watermarks
+            consumer.consume(1000, 0.3)
         out, now = {}, time.monotonic()
         for topic in topics:
             parts = self._end_parts.get(topic)
