@@ -54,12 +54,14 @@ from cep_core.checker import load_query_text
 from cep_core.errors import QueryError, QueryErrors
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 CEP = Path(sys.executable).with_name("cep")
 MARKDOWN = MarkdownIt("commonmark")
 
 # Code blocks that are neither queries nor commands: (file, first line).
 NOT_EXAMPLES = {
+    ("architecture.md", "producers ──> trades (source topic, any number of partitions)"),
+    ("architecture.md", "services/cli          the `cep` command line (top: imports what it offers)"),
     ("backfill.md", "inputs --count records per split (JVM)--> decode splits (Arrow tasks) "
                     "--seq check--> events"),
     ("fpga.md", "byte  0         4         8                                           16"),
