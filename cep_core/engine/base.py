@@ -24,6 +24,10 @@ class Engine(ABC):
     """
 
     def __init__(self, checked: CheckedQuery, strings: StringDictionary):
+        kind = type(self)
+        if kind.process is Engine.process and kind.process_columns is Engine.process_columns:
+            # each defaults to the other: an engine with neither would recurse forever
+            raise TypeError(f"{kind.__name__} implements neither process nor process_columns")
         self.checked = checked
         self.query = checked.query
         self.schema = checked.schema
