@@ -1,0 +1,156 @@
+"""The engines in Spark's keyed state: `applyInPandasWithState` over (group, shard).
+
+The job routes every event to one shard of each query group (`plan.py`'s groups: MATCH
+and SEQ with PARTITION BY split by a hash of their keys into `shards`, everything else in
+shard 0), so a Spark state key is one shard of one group, like a keyed partition of the
+Kafka service. For each key and micro-batch, `ShardRunner`:
+
+1. gets the shard's `StreamEngines`: the ones this Python worker kept from the last
+   micro-batch when the state's version says they are that state, else fresh engines
+   restored from the state's snapshot (a restart, a task moved to another worker);
+2. runs the micro-batch's events in seq order (an end of input flushes, as at the end of
+   `cep run`, and the engines start afresh after it);
+3. stores the engines' snapshot (`StreamEngines.snapshot`) as the new state, with the
+   version and the queries' fingerprints, and yields composite events and rejected
+   events as rows (`services.backfill.engines.result_batches`).
+
+Queries that change (the job restarted from its checkpoint with another query file): a
+query whose fingerprint is in the state gets its state back; a new or changed one starts
+afresh; a removed one's state is dropped (`kept_snapshot`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+
+import numpy as np
+import orjson
+import pandas as pd
+import pyarrow as pa
+
+from cep_core import snapshot_format
+from cep_core.checked import CheckedQuery
+from cep_core.runner import new_engines
+from services.backfill.engines import RESULT_NAMES, _rejected_rows, result_batches
+from services.spark_stream.sequencer import DEAD, END
+
+STATE_SCHEMA = "version long, snapshot binary, fingerprints string"
+DEAD_GROUP = "!dead"  # the route of the sequencer's dead letters (no engines)
+SLICE_ROWS = 65_536
+_POSITIONS = re.compile(r"pos=Pos\([^)]*\)")
+# Engines kept by this Python worker between micro-batches: (job, group, shard) ->
+# (state version, engines, encoder). Spark reuses its Python workers, so the next
+# micro-batch of a shard usually finds its engines here and restores nothing.
+_KEPT: dict[tuple, tuple] = {}
+
+
+def fingerprint(checked: CheckedQuery) -> str:
+    """Equal for the same query text (positions aside)."""
+    text = _POSITIONS.sub("", repr(checked.query))
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+def kept_snapshot(data: bytes, names: set[str], groupings: set[tuple]) -> bytes:
+    """An engines snapshot holding only the queries `names` (and of the WINDOW key
+    indexes, those of `groupings`), to restore into engines made for those queries."""
+    meta, arrays = snapshot_format.unpack_arrays("engines", data)
+    keep = {f"e{i}" for i, name in enumerate(meta["engines"]) if name in names}
+    out = {f"e{i}": arrays[k] for i, k in enumerate(sorted(keep, key=lambda k: int(k[1:])))}
+    engines = [name for name in meta["engines"] if name in names]
+    windows = meta["windows"]
+    if windows is not None:
+        queries = [(i, q) for i, q in enumerate(windows["queries"]) if q["name"] in names]
+        for new, (old, _) in enumerate(queries):
+            prefix = f"w_q{old}_"
+            out.update({f"w_q{new}_{k[len(prefix):]}": v for k, v in arrays.items()
+                        if k.startswith(prefix)})
+        windows = {"queries": [q for _, q in queries],
+                   "groupings": [g for g in windows["groupings"]
+                                 if tuple(g["attrs"]) in groupings]} if queries else None
+    meta = {**meta, "engines": engines, "windows": windows}
+    return snapshot_format.pack_arrays("engines", meta, out)
+
+
+class ShardRunner:
+    """The function `applyInPandasWithState` calls for each (group, shard) key."""
+
+    def __init__(self, job: str, groups: dict[str, list[CheckedQuery]], kernel_cache: str,
+                 drop: list[str]):
+        self.job = job
+        self.drop = drop  # the routing columns
+        self.groups = groups
+        self.kernel_cache = kernel_cache
+        self.fingerprints = {g: {q.name: fingerprint(q) for q in qs} for g, qs in groups.items()}
+
+    def __call__(self, key, frames, state):
+        group, shard = key
+        table = pa.concat_tables([pa.Table.from_pandas(f, preserve_index=False)
+                                  for f in frames]).drop_columns(self.drop)
+        if group == DEAD_GROUP:
+            yield _dead_rows(table)
+            return
+        os.environ["CEP_KERNEL_CACHE"] = self.kernel_cache
+        table = table.sort_by([("seq", "ascending")])
+        version, engines, encoder = self._engines(group, shard, state)
+        _KEPT.pop((self.job, group, shard), None)  # mutated from here on
+        queries = self.groups[group]
+        index = {q.name: q.index for q in queries}
+        kinds = table.column("kind").to_numpy(zero_copy_only=False)
+        events = table.drop_columns(["kind", "dead"])
+        start = 0
+        for end in [*np.flatnonzero(kinds == END), len(kinds)]:
+            for lo in range(start, end, SLICE_ROWS):
+                part = events.slice(lo, min(SLICE_ROWS, end - lo))
+                found = engines.process_columns(encoder.from_arrow(part))
+                rejected = _rejected_rows(engines.take_dead_letters(), part)
+                yield from _frames(result_batches(found, index, rejected))
+            if end < len(kinds):  # an end of input
+                found = engines.flush_columns()
+                rejected = [(q, seq, reason, None) for q, seq, reason in
+                            engines.take_dead_letters()]
+                yield from _frames(result_batches(found, index, rejected))
+                engines, encoder = new_engines(queries)
+            start = end + 1
+        version += 1
+        state.update((version, engines.snapshot(), orjson.dumps(self.fingerprints[group]).decode()))
+        _KEPT[(self.job, group, shard)] = (version, engines, encoder)
+
+    def _engines(self, group: str, shard: int, state):
+        queries = self.groups[group]
+        if not state.exists:
+            return (0, *new_engines(queries))
+        version, snapshot, fingerprints = state.get
+        kept = _KEPT.get((self.job, group, shard))
+        if kept is not None and kept[0] == version:
+            return kept
+        before = orjson.loads(fingerprints)
+        same = {name for name, f in self.fingerprints[group].items() if before.get(name) == f}
+        if not same:
+            return (version, *new_engines(queries))
+        engines, encoder = new_engines([q for q in queries if q.name in same])
+        groupings = set(engines.windows.groupings) if engines.windows is not None else set()
+        engines.restore(kept_snapshot(bytes(snapshot), same, groupings))
+        for q in queries:
+            if q.name not in same:
+                engines.add(q)  # new or changed: fresh state
+        return version, engines, encoder
+
+
+_NULLABLE = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype()}.get
+
+
+def _frames(batches):
+    for batch in batches:
+        yield batch.to_pandas(types_mapper=_NULLABLE)
+
+
+def _dead_rows(table: pa.Table) -> pd.DataFrame:
+    n = table.num_rows
+    return pd.DataFrame({
+        "kind": [DEAD] * n, "query": [None] * n, "query_index": np.full(n, -1, np.int32),
+        "key": [None] * n, "seq": table.column("seq").to_numpy(), "start_seq": [None] * n,
+        "reason": [orjson.loads(d)["reason"] for d in table.column("dead").to_pylist()],
+        "body": table.column("dead").to_pylist()}, columns=RESULT_NAMES)
+
