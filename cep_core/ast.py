@@ -339,7 +339,8 @@ class RAlt(RegexNode):
 
 @dataclass(eq=False)
 class RRepeat(RegexNode):
-    """`r*` (min 0, max None), `r+` (1, None), `r?` (0, 1)."""
+    """`r*` (min 0, max None), `r+` (1, None), `r?` (0, 1); MATCH_RECOGNIZE also writes
+    `r{n}`, `r{n,}`, `r{n,m}` and their reluctant forms (`r+?`: `reluctant`)."""
 
     child_fields = ("item",)
 
@@ -347,6 +348,7 @@ class RRepeat(RegexNode):
     min: int
     max: int | None
     pos: Pos = NOPOS
+    reluctant: bool = False
 
 
 Regex = RSym | RAny | REmpty | RCat | RAlt | RRepeat
@@ -496,6 +498,42 @@ class WindowQuery(Node):
     pos: Pos = NOPOS
 
 
+# ---------------------------------------------------------------- MATCH_RECOGNIZE (SQL)
+
+
+class SkipTo(StrEnum):
+    """AFTER MATCH SKIP ..."""
+
+    PAST_LAST_ROW = "past last row"
+    NEXT_ROW = "to next row"
+    FIRST = "to first"  # TO FIRST var
+    LAST = "to last"  # TO LAST var
+
+
+@dataclass(eq=False)
+class RecognizeQuery(Node):
+    """`SELECT ... FROM stream MATCH_RECOGNIZE (...)`, answered as Flink does
+    (docs/semantics.md, MATCH_RECOGNIZE). Its PARTITION BY is the query's `partition_by`.
+
+    `select` is None for `SELECT *`; `pattern` is RSym, RRepeat(RSym) and RCat of those
+    (the checker refuses what Flink refuses); a MEASURES item is an `EmitItem`.
+    """
+
+    child_fields = ("select", "order_by", "measures", "pattern", "defines")
+
+    select: list[Attr] | None
+    order_by: Attr
+    measures: list[EmitItem]
+    skip: SkipTo
+    skip_var: str | None
+    pattern: Regex
+    within: Duration | None
+    defines: list[Define]
+    alias: str | None = None
+    pos: Pos = NOPOS
+    all_rows_pos: Pos | None = None  # where ALL ROWS PER MATCH was written (refused)
+
+
 # ---------------------------------------------------------------- queries and files
 
 
@@ -507,12 +545,13 @@ class Query(Node):
     stream: str
     output: str  # output topic
     partition_by: list[Attr]
-    body: MatchQuery | SeqQuery | WindowQuery
+    body: MatchQuery | SeqQuery | WindowQuery | RecognizeQuery
     pos: Pos = NOPOS
 
     @property
     def kind(self) -> str:
-        return {MatchQuery: "match", SeqQuery: "seq", WindowQuery: "window"}[type(self.body)]
+        return {MatchQuery: "match", SeqQuery: "seq", WindowQuery: "window",
+                RecognizeQuery: "recognize"}[type(self.body)]
 
 
 @dataclass(eq=False)

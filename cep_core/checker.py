@@ -30,6 +30,7 @@ from cep_core.errors import QueryError, QueryErrors
 from cep_core.functions import FUNCTIONS
 from cep_core.functions import lookup as lookup_function
 from cep_core.parser import parse
+from cep_core.recognize_pattern import recognize_elements
 from cep_core.schema import NANOS_PER_UNIT, SchemaError, SchemaRegistry, StreamSchema
 
 NUMERIC = ("int", "float")
@@ -167,6 +168,8 @@ WINDOW_AGGREGATE_FILTER = Scope("a window aggregate's filter", variables={},
 WINDOW_WHERE = Scope("WHERE of a WINDOW query (it filters events before aggregation)",
                      no_vars=_NO_VARS_WINDOW)
 WINDOW_SELECT = replace(WINDOW_WHERE, name="SELECT", aggregates="window")
+RECOGNIZE_DEFINE = Scope("DEFINE", variables={}, aggregates="recognize")
+RECOGNIZE_MEASURES = replace(RECOGNIZE_DEFINE, name="MEASURES")
 
 
 # ---------------------------------------------------------------- one query
@@ -438,6 +441,81 @@ class _QueryChecker(ast.Visitor):
                                     "from the terminator, so its conditions may only mention "
                                     "itself and later steps")
 
+    # ------------------------------------------------------------ MATCH_RECOGNIZE
+
+    def visit_RecognizeQuery(self, body: ast.RecognizeQuery) -> None:
+        """Flink's MATCH_RECOGNIZE: what Flink 2.3 refuses is refused here, with its reason."""
+        if body.all_rows_pos is not None:
+            self.error(body.all_rows_pos, "ALL ROWS PER MATCH: Flink answers ONE ROW PER MATCH "
+                                          "only")
+        if body.order_by.name != self.schema.time:
+            self.error(body.order_by.pos, f"ORDER BY takes the time attribute "
+                                          f"'{self.schema.time}' (Flink orders a MATCH_RECOGNIZE "
+                                          f"by its time attribute), not '{body.order_by.name}'")
+        self.types[body.order_by] = self._known_type(body.order_by.name)
+        variables = {}
+        for index, element in enumerate(recognize_elements(body.pattern, self.error)):
+            if element.var in variables:
+                self.error(element.pos, f"pattern variable '{element.var}' appears twice; Flink "
+                                        "takes each variable once")
+            variables[element.var] = Var(ast.Step(ast.StepKind.EVENT, "ANY", element.var,
+                                                  pos=element.pos), index)
+        self._recognize_skip(body, variables)
+        if body.within is not None:
+            self.duration(body.within)
+        seen: dict[str, ast.Pos] = {}
+        for define in body.defines:
+            if define.name in seen:
+                self.error(define.pos, f"'{define.name}' is defined twice (first at line "
+                                       f"{seen[define.name].line})")
+            elif define.name not in variables:
+                self.error(define.pos, f"DEFINE '{define.name}': PATTERN has no such variable"
+                                       f"{_suggest(define.name, variables)}")
+            seen.setdefault(define.name, define.pos)
+            self.condition(define.condition, replace(RECOGNIZE_DEFINE, variables=variables),
+                           f"DEFINE '{define.name}'")
+        outputs: dict[str, ast.Pos] = {}
+        for attr in self.query.partition_by:
+            outputs[attr.name] = attr.pos
+        for item in body.measures:
+            self._output_name(item.name, item.pos, outputs, "PARTITION BY and MEASURES")
+            self.expr(item.expr, replace(RECOGNIZE_MEASURES, variables=variables))
+        for attr in body.select or []:
+            if attr.name not in outputs:
+                self.error(attr.pos, f"SELECT '{attr.name}': a MATCH_RECOGNIZE answers its "
+                                     f"PARTITION BY attributes and MEASURES only"
+                                     f"{_suggest(attr.name, outputs)}")
+            self.types[attr] = self._known_type(attr.name)
+
+    def _recognize_skip(self, body: ast.RecognizeQuery, variables: dict[str, Var]) -> None:
+        if body.skip_var is None:
+            return
+        var = variables.get(body.skip_var)
+        if var is None:
+            self.error(body.pos, f"AFTER MATCH SKIP {body.skip.value.upper()} "
+                                 f"{body.skip_var}: PATTERN has no such variable"
+                                 f"{_suggest(body.skip_var, variables)}")
+        elif body.skip is ast.SkipTo.FIRST and var.index == 0:
+            self.error(body.pos, f"AFTER MATCH SKIP TO FIRST {body.skip_var}: the pattern's "
+                                 "first variable; the next match would start where this one "
+                                 "did (Flink refuses it)")
+
+    def _recognize_call(self, node: ast.Call, scope: Scope) -> str | None:
+        name = node.name.upper()
+        if name == "PREV":
+            if len(node.args) != 1:
+                self.error(node.pos, "PREV takes one argument (Flink 2.3 refuses an offset: "
+                                     "PREV(B.price), not PREV(B.price, 2))")
+                return None
+            return self.expr(node.args[0], scope)
+        if node.args:
+            self.error(node.pos, f"{name}() takes no argument")
+            return None
+        if scope.name != "MEASURES":
+            self.error(node.pos, f"{name}() belongs in MEASURES")
+            return None
+        return "int"
+
     # ------------------------------------------------------------ WINDOW
 
     def visit_WindowQuery(self, body: ast.WindowQuery) -> None:
@@ -620,6 +698,8 @@ class _QueryChecker(ast.Visitor):
         return "bool"
 
     def visit_Call(self, node: ast.Call, scope: Scope) -> str | None:
+        if scope.aggregates == "recognize" and node.name.upper() in RECOGNIZE_CALLS:
+            return self._recognize_call(node, scope)
         kinds = [self.expr(arg, scope) for arg in node.args]
         function = lookup_function(node.name)
         if function is None:
@@ -654,6 +734,8 @@ class _QueryChecker(ast.Visitor):
         arg_kind = _AGGREGATE_ARGS[scope.aggregates](self, node, scope)
         if arg_kind is _INVALID:
             return None
+        if scope.aggregates == "recognize" and node.func is A.AVG:
+            return arg_kind  # Flink: AVG of an INT column is an INT
         return self._aggregate_type(node.func, arg_kind, node.arg.pos if node.arg else node.pos)
 
     def _aggregate_type(self, func: ast.AggFunc, arg_kind: str | None,
@@ -740,6 +822,21 @@ class _QueryChecker(ast.Visitor):
         kind = self.types[arg] = self.attribute_type(arg.name, arg.pos)
         return kind
 
+    def _recognize_aggregate_arg(self, node: ast.Aggregate, scope: Scope):
+        """MATCH_RECOGNIZE: over the rows of one variable (`AVG(B.price)`) or of the whole
+        match (`COUNT(*)`, `SUM(price)`)."""
+        arg = node.arg
+        if node.func in (A.DELTA, A.COLLECT) or (node.func is A.COUNT and arg is not None):
+            self.error(node.pos, f"{node.func.value}(...) is not a MATCH_RECOGNIZE function "
+                                 "here (use FIRST, LAST, COUNT(*), SUM, AVG, MIN or MAX)")
+            return _INVALID
+        if arg is None:
+            return None
+        if arg.var is not None:
+            self.variable(arg.var, arg.pos, scope)
+        kind = self.types[arg] = self.attribute_type(arg.name, arg.pos)
+        return kind
+
     def visit_WindowAggregate(self, node: ast.WindowAggregate, scope: Scope) -> str | None:
         if not scope.window_aggregates:
             self.error(node.pos, f"a window aggregate (... WITHIN w FROM x) is not allowed in "
@@ -768,7 +865,9 @@ _AGGREGATE_ARGS = {
     "match-emit": _QueryChecker._match_aggregate_arg,
     "kleene": _QueryChecker._kleene_aggregate_arg,
     "window": _QueryChecker._window_aggregate_arg,
+    "recognize": _QueryChecker._recognize_aggregate_arg,
 }
+RECOGNIZE_CALLS = ("PREV", "MATCH_ROWTIME")
 
 
 # ---------------------------------------------------------------- small helpers

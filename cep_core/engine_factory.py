@@ -56,6 +56,12 @@ def create_engine(checked: CheckedQuery, strings: StringDictionary, placement: s
 def cpu_engine(checked: CheckedQuery, strings: StringDictionary, **options) -> Engine:
     """The CPU engine for the query's kind."""
     kind = checked.query.kind
+    if kind == "recognize":
+        from cep_core.engine.seq import NotSupportedError
+
+        raise NotSupportedError(
+            f"query {checked.name!r}: MATCH_RECOGNIZE runs on the reference interpreter only "
+            "so far (cep run --engine reference); its jitted kernel is not written yet")
     if kind == "match":
         return match_engine(checked, strings, **options)
     if kind == "seq":
@@ -78,6 +84,9 @@ def compile_program(checked: CheckedQuery):
     call). Raises what those compilers refuse: `cep_core.admission` runs it as part of
     the one check."""
     kind = checked.query.kind
+    if kind == "recognize":  # Flink's automaton, run by the reference interpreter for now
+        from cep_core.reference.recognize import program
+        return program(checked)
     if kind == "match":
         from cep_core.compiler.match import compile_match
         return compile_match(checked)

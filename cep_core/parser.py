@@ -297,6 +297,13 @@ class _ToAst(Transformer):
     def start(self, meta, queries):
         return queries
 
+    def recognize_statement(self, meta, recognize):
+        """A MATCH_RECOGNIZE statement without QUERY: named after its alias (`... AS T`),
+        else `match_recognize`."""
+        body, stream, partition = recognize
+        return ast.Query(body.alias or "match_recognize", stream, body.alias or
+                         "match_recognize", partition, body, self._pos(meta))
+
     @v_args(meta=True, inline=False)
     def query(self, meta, children):
         name, *headers, body = children
@@ -306,6 +313,8 @@ class _ToAst(Transformer):
                 raise QueryError(f"{_HEADER_WORDS[kind]} given twice in query '{name}'", pos)
             clauses[kind] = (value, pos)
         stream = clauses.get("from", (None, None))[0]
+        if isinstance(body, _Recognize):
+            return self._recognize_query(str(name), clauses, body, self._pos(meta))
         if isinstance(body, ast.WindowQuery):
             if stream is not None and stream != body.stream:
                 raise QueryError(f"query reads '{stream}' in its header but '{body.stream}' "
@@ -320,6 +329,15 @@ class _ToAst(Transformer):
         output = clauses.get("into", (f"{name}",))[0]
         partition = clauses.get("partition", ([],))[0]
         return ast.Query(str(name), stream, output, partition, body, self._pos(meta))
+
+    def _recognize_query(self, name, clauses, recognize, pos):
+        body, stream, partition = recognize
+        for kind in ("from", "partition"):
+            if kind in clauses:
+                raise QueryError(f"a MATCH_RECOGNIZE query says {_HEADER_WORDS[kind]} inside "
+                                 "its statement, not in the QUERY header", clauses[kind][1])
+        output = clauses.get("into", (name,))[0]
+        return ast.Query(name, stream, output, partition, body, pos)
 
     def from_stream(self, meta, name):
         return ("from", str(name), self._pos(meta))
@@ -445,6 +463,9 @@ class _ToAst(Transformer):
     def bounds_range(self, meta, low, high):
         return (int(low), int(high) if high is not None else None)
 
+    def bounds_upto(self, meta, high):
+        return (0, int(high))
+
     def where_clause(self, meta, expr):
         return ("where", expr, self._pos(meta))
 
@@ -489,6 +510,10 @@ class _ToAst(Transformer):
     # ------------------------------------------------------------ WINDOW
     @v_args(meta=True, inline=False)
     def window_body(self, meta, children):
+        star = next((c for c in children if isinstance(c, _SelectStar)), None)
+        if star is not None:
+            raise QueryError("SELECT * is for MATCH_RECOGNIZE; a WINDOW query selects "
+                             "aggregates and GROUP BY attributes", star.pos)
         items = [c for c in children if isinstance(c, ast.SelectItem)]
         rest = [c for c in children if not isinstance(c, ast.SelectItem)]
         stream, window, where, group_by = rest
@@ -497,6 +522,9 @@ class _ToAst(Transformer):
 
     def select_item(self, meta, expr, alias):
         return ast.SelectItem(expr, str(alias) if alias is not None else None, self._pos(meta))
+
+    def select_star(self, meta):
+        return _SelectStar(self._pos(meta))
 
     def time_window(self, meta, rng, slide, attr):
         return ast.TimeWindow(rng, slide, str(attr) if attr is not None else None,
@@ -510,6 +538,117 @@ class _ToAst(Transformer):
 
     def group_by(self, meta, attrs):
         return attrs
+
+    # ------------------------------------------------------------ MATCH_RECOGNIZE
+    @v_args(meta=True, inline=False)
+    def recognize_body(self, meta, children):
+        """-> _Recognize(body, stream, partition). The order of the clauses is the grammar's;
+        optional ones are None here (maybe_placeholders)."""
+        select = [c for c in children if isinstance(c, (ast.SelectItem, _SelectStar))]
+        (stream, partition, order_by, measures, rows, skip, pattern, within, *defines,
+         alias) = children[len(select):]
+        body = ast.RecognizeQuery(
+            select=self._recognize_select(select), order_by=order_by, measures=measures or [],
+            skip=skip[0] if skip else ast.SkipTo.NEXT_ROW,  # Flink's (Calcite's) default
+            skip_var=skip[1] if skip else None, pattern=pattern, within=within,
+            defines=defines, alias=alias, pos=self._pos(meta),
+            all_rows_pos=rows if isinstance(rows, ast.Pos) else None)
+        return _Recognize(body, str(stream), partition or [])
+
+    def _recognize_select(self, items) -> list[ast.Attr] | None:
+        if len(items) == 1 and isinstance(items[0], _SelectStar):
+            return None
+        names = []
+        for item in items:
+            if isinstance(item, _SelectStar):
+                raise QueryError("SELECT * stands alone", item.pos)
+            if not isinstance(item.expr, ast.Attr) or item.expr.var is not None or \
+                    item.alias is not None:
+                raise QueryError("SELECT of a MATCH_RECOGNIZE query names its output "
+                                 "columns (PARTITION BY attributes and MEASURES), or is *; "
+                                 "compute values in MEASURES", item.pos)
+            names.append(item.expr)
+        return names
+
+    def mr_partition(self, meta, attrs):
+        return attrs
+
+    def mr_order(self, meta, name):
+        return ast.Attr(str(name), None, self._pos(name))
+
+    @v_args(meta=True, inline=False)
+    def mr_measures(self, meta, items):
+        return items
+
+    def mr_measure(self, meta, expr, name):
+        return ast.EmitItem(str(name), expr, self._pos(name))
+
+    def one_row(self, meta):
+        return None
+
+    def all_rows(self, meta):
+        return self._pos(meta)
+
+    def skip_past(self, meta, last):
+        if str(last).lower() != "last":
+            raise QueryError(f"expected AFTER MATCH SKIP PAST LAST ROW, not PAST {last}",
+                             self._pos(last))
+        return (ast.SkipTo.PAST_LAST_ROW, None)
+
+    def skip_next(self, meta):
+        return (ast.SkipTo.NEXT_ROW, None)
+
+    def skip_to(self, meta, which, var):
+        if str(which).lower() == "each":
+            raise QueryError("expected AFTER MATCH SKIP TO FIRST var or TO LAST var",
+                             self._pos(which))
+        kind = ast.SkipTo.FIRST if str(which).lower() == "first" else ast.SkipTo.LAST
+        return (kind, str(var))
+
+    def mr_within(self, meta, amount, unit):
+        """`WITHIN INTERVAL '10' SECOND` -> a Duration (Flink's units, singular or plural)."""
+        text = amount[1:-1].strip()
+        if not text.isdigit():
+            raise QueryError(f"WITHIN INTERVAL takes a whole number in quotes, as in "
+                             f"INTERVAL '10' SECOND, not {amount}", self._pos(amount))
+        canonical = DURATION_UNITS.get(str(unit).lower())
+        if canonical is None or canonical == "ticks":
+            raise QueryError(f"unknown interval unit '{unit}' (use MILLISECOND, SECOND, "
+                             "MINUTE, HOUR or DAY)", self._pos(unit))
+        return ast.Duration(int(text), canonical, self._pos(meta))
+
+    def mr_alias(self, meta, name):
+        return str(name)
+
+    @v_args(meta=True, inline=False)
+    def mr_alt(self, meta, options):
+        return self.regex_alt(meta, options)
+
+    @v_args(meta=True, inline=False)
+    def mr_cat(self, meta, items):
+        return self.regex_cat(meta, items)
+
+    @v_args(meta=True, inline=False)
+    def mr_factor(self, meta, children):
+        """`B`, `B+`, `B{2,}`, `B*?` ...: one quantifier, optionally made reluctant by a
+        `?` after it."""
+        item, *marks = children
+        if not marks:
+            return item
+        first, *rest = marks
+        if isinstance(first, tuple):
+            low, high = first
+            pos = self._pos(meta)
+        else:
+            low, high = {"*": (0, None), "+": (1, None), "?": (0, 1)}[str(first)]
+            pos = self._pos(first)
+        reluctant = bool(rest) and not isinstance(rest[0], tuple) and str(rest[0]) == "?"
+        if len(rest) > int(reluctant):
+            extra = rest[int(reluctant)]
+            raise QueryError("a quantifier cannot follow another (only '?' after one, which "
+                             "makes it reluctant)",
+                             self._pos(extra) if not isinstance(extra, tuple) else pos)
+        return ast.RRepeat(item, low, high, pos, reluctant=reluctant)
 
     # ------------------------------------------------------------ shared
     def duration(self, meta, amount, unit):
@@ -684,6 +823,24 @@ class _ToAst(Transformer):
 
 class _Star:
     """The `*` of `count(*)`."""
+
+
+class _SelectStar:
+    """`SELECT *` (MATCH_RECOGNIZE); never left in the AST."""
+
+    def __init__(self, pos):
+        self.pos = pos
+
+
+class _Recognize:
+    """A MATCH_RECOGNIZE statement on its way to its `ast.Query` (which holds its stream
+    and PARTITION BY)."""
+
+    def __init__(self, body, stream, partition):
+        self.body, self.stream, self.partition = body, stream, partition
+
+    def __iter__(self):
+        return iter((self.body, self.stream, self.partition))
 
 
 _STAR = _Star()

@@ -17,6 +17,7 @@ from cep_core.checked import CheckedQuery
 from cep_core.composite import sort_key
 from cep_core.events import Event, Punctuation
 from cep_core.reference.match import MatchInterpreter
+from cep_core.reference.recognize import RecognizeInterpreter
 from cep_core.reference.seq import SeqInterpreter
 from cep_core.reference.window import WindowInterpreter
 
@@ -32,7 +33,8 @@ class Interpreter(Protocol):
 
 
 def interpreter_for(checked: CheckedQuery) -> Interpreter:
-    kinds = {"match": MatchInterpreter, "seq": SeqInterpreter, "window": WindowInterpreter}
+    kinds = {"match": MatchInterpreter, "seq": SeqInterpreter, "window": WindowInterpreter,
+             "recognize": RecognizeInterpreter}
     return kinds[checked.query.kind](checked)
 
 

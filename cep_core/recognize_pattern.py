@@ -1,0 +1,64 @@
+"""The pattern of a MATCH_RECOGNIZE query as Flink takes it: a list of variables, each with
+one quantifier (`RecognizeElement`). The checker reports what Flink refuses through it; the
+reference interpreter (and later the compiler) builds Flink's automaton from the list."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cep_core import ast
+
+
+@dataclass(frozen=True)
+class RecognizeElement:
+    """One variable of a MATCH_RECOGNIZE pattern with its quantifier."""
+
+    var: str
+    min: int
+    max: int | None  # None: no upper bound
+    greedy: bool
+    pos: ast.Pos
+
+
+def recognize_elements(pattern: ast.Regex, error=None) -> list[RecognizeElement]:
+    """The variables of a MATCH_RECOGNIZE pattern in order, as Flink takes them: a
+    concatenation of variables, each with at most one quantifier. What Flink refuses is
+    reported through `error(pos, message)` (and left out of the list)."""
+    def refuse(pos, message):
+        if error is not None:
+            error(pos, message)
+
+    items = pattern.items if isinstance(pattern, ast.RCat) else [pattern]
+    flat: list[ast.Regex] = []
+    while items:  # `(A B) C` is `A B C`: parentheses without a quantifier group nothing
+        item, *items = items
+        if isinstance(item, ast.RCat):
+            items = [*item.items, *items]
+        else:
+            flat.append(item)
+    elements = []
+    for item in flat:
+        if isinstance(item, ast.RAlt):
+            refuse(item.pos, "alternation (|) in PATTERN: Flink 2.3's MATCH_RECOGNIZE does not "
+                             "take it")
+        elif isinstance(item, ast.RSym):
+            elements.append(RecognizeElement(item.name, 1, 1, True, item.pos))
+        elif isinstance(item, ast.RRepeat) and not isinstance(item.item, ast.RSym):
+            refuse(item.pos, "a quantifier on a group: Flink 2.3's MATCH_RECOGNIZE quantifies "
+                             "single variables only (A B+, not (A B)+)")
+        elif isinstance(item, ast.RRepeat):
+            if item.max is not None and (item.max < item.min or item.max == 0):
+                refuse(item.pos, f"quantifier {{{item.min},{item.max}}}: the upper bound must "
+                                 "be at least 1 and at least the lower bound")
+            elif item.reluctant and item.min == 0 and item.max == 1:
+                refuse(item.pos, "a reluctant optional (B??): Flink 2.3 does not take it")
+            else:
+                elements.append(RecognizeElement(item.item.name, item.min, item.max,
+                                                 not item.reluctant, item.pos))
+    last = elements[-1] if elements else None
+    if last is not None and last.greedy and last.min != last.max and len(flat) == len(
+            elements):
+        refuse(last.pos, f"a greedy quantifier on the last variable ('{last.var}'): Flink "
+                         "refuses it; make it reluctant (add '?') or end the pattern with a "
+                         "single variable")
+    return elements
