@@ -4,27 +4,27 @@ program (once per checked query, shared), the engine gets it and holds the state
 `create_engine(checked, strings, placement="cpu", **options)` is what every caller uses
 (`StreamEngines`, the CLI, the Python API, the workers, the backfill). It decides where the
 query runs and picks the engine: on the CPU the MATCH, SEQ (CDP or AIP) or WINDOW engine for
-the query's kind; with placement "gpu" or "auto", `accel.gpu.policy.place` decides and
-`accel.gpu.policy.gpu_engine` builds the GPU engine. The engine's `placement` attribute
-says where it went and why (a `Placement`). `match_engine`, `seq_engine` (CDP),
-`seq_aip_engine` and `window_engine` make one CPU engine of a given kind. Options meant
-for other kinds or for the GPU are ignored.
+the query's kind; with placement "gpu" or "auto", the installed placement policy decides and
+builds the GPU engine (`cep_core.placement.placement_policy`: this project's is
+`accel.gpu.policy`, registered as an entry point, so the core never imports it). The
+engine's `placement` attribute says where it went and why (a `Placement`). `match_engine`,
+`seq_engine` (CDP), `seq_aip_engine` and `window_engine` make one CPU engine of a given
+kind. Options meant for other kinds or for the GPU are ignored.
 Each kind's compiler and engine are imported when first asked for (they load numba and
-generate code), so a run imports only the kinds it uses; `accel.gpu` (numba.cuda) only for
-placement "gpu" or "auto".
+generate code), so a run imports only the kinds it uses; the GPU policy (numba.cuda) only
+for placement "gpu" or "auto".
 """
 
 from __future__ import annotations
 
 # Deferred imports: each query kind's compiler and engine (numba kernels built at import) load
-# when the first engine of that kind is made, and the GPU policy and engines (accel.gpu,
-# numba.cuda, optional) only for placement "gpu" or "auto".
+# when the first engine of that kind is made.
 
 from cep_core.ast import Strategy
 from cep_core.batch import StringDictionary
 from cep_core.checked import CheckedQuery
 from cep_core.engine.base import Engine
-from cep_core.placement import PLACEMENTS, Placement, check_placement
+from cep_core.placement import PLACEMENTS, Placement, check_placement, placement_policy
 
 __all__ = ["PLACEMENTS", "Placement", "create_engine", "cpu_engine", "match_engine",
            "seq_engine", "seq_aip_engine", "window_engine"]
@@ -32,7 +32,7 @@ __all__ = ["PLACEMENTS", "Placement", "create_engine", "cpu_engine", "match_engi
 
 def create_engine(checked: CheckedQuery, strings: StringDictionary, placement: str = "cpu",
                   **options) -> Engine:
-    """The engine for the query, where `placement` puts it (see `accel.gpu.policy`);
+    """The engine for the query, where `placement` puts it (the placement policy);
     `engine.placement` says where and why. Options `gpu_cost_threshold`, `expected_keys`
     and `gpu_min_keys` steer "auto"; the rest go to the engine."""
     check_placement(placement)
@@ -40,8 +40,7 @@ def create_engine(checked: CheckedQuery, strings: StringDictionary, placement: s
     if placement == "cpu":
         where = Placement(checked.name, "cpu", "placement cpu")
     else:
-        from accel.gpu import policy as gpu
-
+        gpu = placement_policy("gpu")
         where = gpu.place(checked, placement, gpu_cost_threshold,
                           expected_keys=options.get("expected_keys"),
                           gpu_min_keys=options.get("gpu_min_keys"))

@@ -1,10 +1,16 @@
-"""Where a query's engine runs: the placements a caller may ask for and the record of each
-decision (`Placement`), shared by `cep_core.engine_factory` (the CPU) and
-`accel.gpu.policy` (the GPU policy for "gpu" and "auto")."""
+"""Where a query's engine runs: the placements a caller may ask for, the record of each
+decision (`Placement`), and the policy that decides "gpu" and "auto".
+
+The core does not import the accelerators: a package offers a placement policy under the
+entry point group `cep_service.placement_policies` (this project's `gpu`: `accel.gpu.policy`,
+see pyproject.toml), a module with `place(checked, placement, cost_threshold, ...)` and
+`gpu_engine(checked, strings, **options)`, and `placement_policy()` loads it on first use."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
+from importlib.metadata import entry_points
 
 PLACEMENTS = ("cpu", "gpu", "auto")
 
@@ -26,3 +32,21 @@ class Placement:
 def check_placement(placement: str) -> None:
     if placement not in PLACEMENTS:
         raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
+
+
+POLICY_GROUP = "cep_service.placement_policies"
+
+
+class PlacementUnavailable(RuntimeError):
+    """No installed package offers the policy for placements other than "cpu"."""
+
+
+@cache
+def placement_policy(name: str = "gpu"):
+    """The policy module registered as `name` in POLICY_GROUP (loaded once)."""
+    found = entry_points(group=POLICY_GROUP, name=name)
+    if not found:
+        raise PlacementUnavailable(
+            f"no placement policy {name!r} is installed (entry point group {POLICY_GROUP}); "
+            "reinstall cep-service (pip install -e . in a checkout) or use placement cpu")
+    return next(iter(found)).load()

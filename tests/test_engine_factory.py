@@ -91,3 +91,12 @@ def test_only_the_factory_constructs_engines():
                     for package in ("cep_core", "services", "accel")
                     for path in sorted((ROOT / package).rglob("*.py"))}
     assert {path for path, names in constructing.items() if names} == FACTORIES
+
+
+def test_the_gpu_placement_policy_comes_from_its_entry_point_and_a_missing_one_is_named():
+    from accel.gpu import policy
+    from cep_core.placement import PlacementUnavailable, placement_policy
+
+    assert placement_policy("gpu") is policy
+    with pytest.raises(PlacementUnavailable, match="no placement policy 'tpu' is installed"):
+        placement_policy("tpu")

@@ -1,6 +1,8 @@
-"""The compiler and the engines meet only in the runtime kernels: no module of
-`cep_core.compiler` imports `cep_core.engine` or back, and `cep_core.kernels` imports
-neither (every import statement counts, in a function or not)."""
+"""The packages' layers hold: each package imports only the layers below it (the core no
+accelerator, no service; the CLI and the benchmarks at the top), and inside the core the
+compiler and the engines meet only in the runtime kernels: no module of `cep_core.compiler`
+imports `cep_core.engine` or back, and `cep_core.kernels` imports neither. Every import
+statement counts, in a function or not."""
 
 from __future__ import annotations
 
@@ -9,7 +11,27 @@ from pathlib import Path
 
 import pytest
 
-CEP_CORE = Path(__file__).resolve().parent.parent / "cep_core"
+ROOT = Path(__file__).resolve().parent.parent
+CEP_CORE = ROOT / "cep_core"
+TOP_LEVEL = ("cep_core", "services", "accel", "bench")
+
+# A package may import the packages of lower layers (and its own), never a higher one or
+# another of its own layer. A package of services/ is its own unit.
+LAYERS = {
+    "cep_core": 0,                                          # the language and the engines
+    "services.errors": 1,
+    "services.extras": 2,
+    "services.stream": 3,                                   # the Kafka service
+    "services.api": 4, "services.backfill": 4,              # beside each other, on the service
+    "services.spark_stream": 5,                             # the backfill's engines, streaming
+    "accel": 6,                                             # accelerators
+    "services.cli": 7,                                      # the command line
+    "bench": 8,                                             # benchmarks run the CLI too
+}
+# Upward imports still there, each with the reason (the test fails when one is gone).
+KNOWN_UPWARD = {
+    ("services.cli", "bench"): "`cep bench ...` commands import bench's modules when they run",
+}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -58,3 +80,60 @@ def test_the_check_sees_imports_in_functions_and_relative_ones(monkeypatch):
         "def f():\n    from ..engine import match\n    import cep_core.engine.seq\n"))
     assert {"cep_core.engine", "cep_core.engine.match", "cep_core.engine.seq"} <= \
         imported_modules(source)
+
+
+def unit_of(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] not in TOP_LEVEL:
+        return None
+    return ".".join(parts[:2]) if parts[0] == "services" and len(parts) > 1 else parts[0]
+
+
+def module_of(path: str) -> str:
+    parts = Path(path).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def project_imports() -> dict[str, set[str]]:
+    """module file -> the project's modules it imports."""
+    found = {}
+    for top in TOP_LEVEL:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            found[str(path.relative_to(ROOT))] = {
+                m for m in imported_modules(path) if unit_of(m) not in (None, "services")}
+    return found
+
+
+def upward_imports() -> dict[tuple[str, str], list[str]]:
+    edges: dict[tuple[str, str], list[str]] = {}
+    for path, modules in project_imports().items():
+        importer = unit_of(module_of(path))
+        for module in modules:
+            imported = unit_of(module)
+            if imported != importer and LAYERS[imported] >= LAYERS[importer]:
+                edges.setdefault((importer, imported), []).append(f"{path}: {module}")
+    return edges
+
+
+def test_every_package_has_a_layer():
+    units = {unit_of(module_of(path)) for path in project_imports()}
+    units.discard("services")  # services/__init__.py, empty
+    assert units - set(LAYERS) == set(), "give the new package a layer in LAYERS"
+
+
+def test_packages_import_only_lower_layers():
+    wrong = {edge: sites for edge, sites in upward_imports().items() if edge not in KNOWN_UPWARD}
+    assert not wrong
+
+
+def test_every_known_upward_import_is_still_there():
+    assert set(KNOWN_UPWARD) <= set(upward_imports()), "remove what no longer happens"
+
+
+def test_the_core_imports_no_accelerator_and_no_service():
+    imports = {path: modules for path, modules in project_imports().items()
+               if path.startswith("cep_core/")}
+    assert imports
+    assert not {path: sorted(m for m in modules if unit_of(m) != "cep_core")
+                for path, modules in imports.items()
+                if any(unit_of(m) != "cep_core" for m in modules)}

@@ -28,8 +28,8 @@ from typing import Annotated
 import orjson
 import typer
 
-from accel.fpga.cli import fpga_app
-from accel.gpu.cli import gpu_app
+from services.cli.fpga import fpga_app
+from services.cli.gpu import gpu_app
 from services.cli.bench import bench_app
 from services.cli.common import (
     CliError,
