@@ -126,32 +126,39 @@ class Explanation:
                 "edges": [e.__dict__ for e in self.edges]}
 
     def dot(self) -> str:
-        out = [f"digraph {_quote(self.name)} {{", "  rankdir=LR;",
+        out = [f"digraph {quote(self.name)} {{", "  rankdir=LR;",
                '  node [fontname="Helvetica", fontsize=11];',
                '  edge [fontname="Helvetica", fontsize=10];',
-               f"  label={_quote(self.name + ': ' + self.headline)}; labelloc=t;"]
+               f"  label={quote(self.name + ': ' + self.headline)}; labelloc=t;"]
         for key, (label, shape) in self.nodes.items():
-            out.append(f"  {_quote(key)} [label={_quote(label)}, shape={shape}];")
+            out.append(f"  {quote(key)} [label={quote(label)}, shape={shape}];")
         for edge in self.edges:
-            out.append(f"  {_quote(edge.source)} -> {_quote(edge.target)} "
-                       f"[label={_quote(edge.label)}, style={edge.style}];")
+            out.append(f"  {quote(edge.source)} -> {quote(edge.target)} "
+                       f"[label={quote(edge.label)}, style={edge.style}];")
         out.append("}")
         return "\n".join(out) + "\n"
 
     def svg(self) -> str:
         """The drawing, rendered by Graphviz's `dot` (RuntimeError when it is missing)."""
-        dot = shutil.which("dot")
-        if dot is None:
-            raise RuntimeError("Graphviz's dot is not installed: apt-get install graphviz "
-                               "(or `make sysdeps`); --format dot prints its input")
-        done = subprocess.run([dot, "-Tsvg"], input=self.dot(), capture_output=True,
-                              text=True, timeout=60)
-        if done.returncode != 0:
-            raise RuntimeError(f"dot failed: {done.stderr.strip()}")
-        return done.stdout
+        return svg(self.dot())
 
 
-def _quote(text: str) -> str:
+def svg(dot_text: str) -> str:
+    """A graph in Graphviz's language drawn as SVG by `dot` (RuntimeError when it is
+    missing or fails)."""
+    dot = shutil.which("dot")
+    if dot is None:
+        raise RuntimeError("Graphviz's dot is not installed: apt-get install graphviz "
+                           "(or `make sysdeps`); --format dot prints its input")
+    done = subprocess.run([dot, "-Tsvg"], input=dot_text, capture_output=True, text=True,
+                          timeout=60)
+    if done.returncode != 0:
+        raise RuntimeError(f"dot failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def quote(text: str) -> str:
+    """A string in Graphviz's language."""
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 

@@ -131,13 +131,14 @@ def test_console_checks_adds_and_shows_composites(kafka_bootstrap, browser, tmp_
             produce(producer, topics.source, line)
         produce_end(producer, topics.source)
         flush_all(producer, 30)
-        kept = min(8, len(expected))  # the table keeps the newest 8 of each query
+        kept = min(8, len(expected))
         # read in one script: the tables are rebuilt as events come (no stale elements)
-        cells = "#composites tr[data-query=ups] td:nth-child(3)"
+        rows = "#composites tr[data-query=ups]"
         shown = until(browser, lambda b: (lambda texts: len(texts) >= kept and texts)(
-            b.execute_script(f"return [...document.querySelectorAll('{cells}')]"
-                             ".map(td => td.textContent)")), "composite events", 120)
-        assert all(s in expected for s in shown), shown
+            b.execute_script(f"return [...document.querySelectorAll('{rows}')]"
+                             ".map(tr => tr.dataset.composite)")), "composite events", 120)
+        wanted = [json.loads(e) for e in expected]
+        assert all(json.loads(s) in wanted for s in shown), shown
         # the queries table refreshes on its own cadence: it may still show the row it
         # drew before every partition switched (the kernels compile first, docs/live.md)
         until(browser, lambda b: "live" in b.execute_script(

@@ -42,7 +42,6 @@ from pathlib import Path
 import orjson
 from aiohttp import web
 from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
-from prometheus_client.parser import text_string_to_metric_families
 
 from cep_core.checker import load_query_text
 from cep_core.control_message import ControlMessageError, check_stream, replayed
@@ -51,8 +50,10 @@ from cep_core.explain import explain
 from services.api import models as m
 from services.api.errors import Refused
 from services.api.guard import TOKEN_ENV, Guard, error_response, loopback
+from services.api.history import History
 from services.api.limits import Limits, SingleFlight
 from services.api.openapi import Routes
+from services.api.pipeline import Drawings, endpoint_figures, pipeline, process_figures
 from services.api.tail import TailHub
 from services.api.tail import stream as tail_stream
 from services.stream.control import control_log, publish
@@ -206,6 +207,9 @@ class Api:
                                            thread_name_prefix="api-change")
         self.kept = SingleFlight(self._io, config.cache_s)
         self.hub = TailHub(config.settings, config.tail_buffer)
+        self.history = History()
+        self.drawings = Drawings()
+        self._scraped: dict[str, tuple] = {}  # metrics URL -> (time, events in, out)
 
     # ------------------------------------------------------------ checking texts
 
@@ -298,8 +302,10 @@ class Api:
                     for name in (live or {}).get("queries") or {}:
                         parts.setdefault(name, set()).add(p)
             held[stream] = ({i["name"]: i for i in live_items(view, "query")}, parts)
-        return {q.name: self.state(q, held[q.checked.schema.stream], rates[q.output],
-                                   scraped) for q in queries}
+        found = {q.name: self.state(q, held[q.checked.schema.stream], rates[q.output],
+                                    scraped) for q in queries}
+        self.history.add(found)
+        return found
 
     @staticmethod
     def state(query, held: tuple, rate: tuple, scraped: dict | None) -> dict:
@@ -314,6 +320,7 @@ class Api:
                "reason": held.get("reason") if held else None}
         if scraped is not None:
             out.update(partial_matches=scraped["partial"].get(query.name),
+                       state_bytes=scraped["state_bytes"].get(query.name),
                        events_in=scraped["events_in"])
         return out
 
@@ -364,24 +371,55 @@ class Api:
         return out
 
     def scrape(self) -> dict:
-        """The queries' partial matches and the services' events in, from their
-        Prometheus endpoints (`--metrics URL`), summed (an I/O thread's work)."""
+        """From the services' Prometheus endpoints (`--metrics URL`, an I/O thread's
+        work): the queries' partial matches and state bytes and the services' events in,
+        summed; each endpoint's process (services/api/pipeline.py), by service name."""
         partial: dict[str, int] = {}
+        state_bytes: dict[str, int] = {}
+        processes: dict[str, dict] = {}
         events_in = 0.0
         for url in self.config.metrics_urls:
             try:
                 with urllib.request.urlopen(url, timeout=2) as reply:
-                    text = reply.read().decode()
-            except OSError:
+                    figures = endpoint_figures(reply.read().decode())
+            except (OSError, ValueError):
                 continue
-            for family in text_string_to_metric_families(text):
-                for sample in family.samples:
-                    if sample.name == "cep_partial_matches" and "query" in sample.labels:
-                        query = sample.labels["query"]
-                        partial[query] = partial.get(query, 0) + int(sample.value)
-                    elif sample.name == "cep_events_in_total":
-                        events_in += sample.value
-        return {"partial": partial, "events_in": events_in}
+            for labels, value in figures.get("cep_partial_matches", ()):
+                partial[labels["query"]] = partial.get(labels["query"], 0) + int(value)
+            for labels, value in figures.get("cep_engine_state", ()):
+                if labels.get("measure") == "state_bytes":
+                    query = labels["query"]
+                    state_bytes[query] = state_bytes.get(query, 0) + int(value)
+            now = time.time()
+            found = process_figures(figures, self._scraped.get(url), now)
+            self._scraped[url] = (now, found["events_in"], found["events_out"])
+            events_in += found["events_in"]
+            processes[found["service"] or url] = found
+        return {"partial": partial, "state_bytes": state_bytes, "events_in": events_in,
+                "processes": processes}
+
+    async def pipelines(self, streams: list[str]) -> list[dict]:
+        """The pipeline view of each stream (services/api/pipeline.py), its graph drawn on
+        an I/O thread when its shape is new."""
+        live = await self.snapshot()
+        views = await asyncio.gather(*(self.status_view(s) for s in streams))
+        scraped = await self.metrics()
+        out = []
+        for stream, view in zip(streams, views):
+            outputs = sorted({q.output for q in live.live.values()
+                              if q.checked.schema.stream == stream})
+            rates = await self.into(outputs) if outputs else {}
+            per_s = [r for _, r in rates.values() if r is not None]
+            found = pipeline(stream, Topics(stream, prefix=self.config.prefix), view,
+                             (scraped or {}).get("processes", {}),
+                             {"composites_per_s": round(sum(per_s), 3) if per_s else None,
+                              "tails": len(self.hub.tails)}, self.config.settings.bootstrap)
+            schema = live.streams.get(stream)
+            found["time_unit"] = schema.stream_schema.get("time_unit") if schema else None
+            found["svg"] = await asyncio.get_running_loop().run_in_executor(
+                self._io, self.drawings.svg, found)
+            out.append(found)
+        return out
 
     def stats(self) -> dict:
         """The server's own counters: limits, tails, threads (tests, the benchmark)."""
@@ -695,6 +733,27 @@ async def explain_query(request, name):
     return await api.check(_explained, live)
 
 
+@ROUTES.route("GET", "/api/pipeline", "Each stream's pipeline: its processes as a graph "
+              "with their rates, its keyed partitions (lag, seq, stream time, last frame), "
+              "the last checkpoint of each process, and the composite events withheld with "
+              "what they wait for", {200: (m.PipelineList, "a pipeline per stream")},
+              params=m.PipelineParams, kind="read")
+async def pipelines(request, params):
+    api = _api(request)
+    live = await api.snapshot()
+    streams = [params.stream] if params.stream is not None else \
+        sorted({q.checked.schema.stream for q in live.live.values()})
+    return {"pipelines": await api.pipelines(streams)}
+
+
+@ROUTES.route("GET", "/api/history", "The live queries over time (the last 10 minutes): "
+              "per query its composites/s, partial matches and state bytes, as columns",
+              {200: (m.History, "the points after `since`")}, params=m.HistoryParams,
+              kind="read")
+async def history(request, params):
+    return {"queries": _api(request).history.since(params.since)}
+
+
 @ROUTES.route("GET", "/api/queries/{name}/tail", "The query's composite events as "
               "server-sent events", {200: (None, "`event: composite`, `id: "
                                            "PARTITION:OFFSET`, `data:` one composite "
@@ -733,7 +792,8 @@ def make_app(config: ApiConfig, bound: str | None = None) -> web.Application:
     async def console(request):
         return web.FileResponse(CONSOLE / "index.html")
 
-    console_files = {p.name for p in CONSOLE.iterdir() if p.is_file()}
+    console_files = {p.relative_to(CONSOLE).as_posix() for p in CONSOLE.rglob("*")
+                     if p.is_file()}
 
     async def console_file(request):
         name = request.match_info["file"]
@@ -749,7 +809,7 @@ def make_app(config: ApiConfig, bound: str | None = None) -> web.Application:
 
     app.router.add_get("/openapi.json", openapi)
     app.router.add_get("/", console)
-    app.router.add_get("/console/{file}", console_file)
+    app.router.add_get("/console/{file:.+}", console_file)
     app.on_response_prepare.append(guard.on_response_prepare)
     app.on_shutdown.append(closing)
     app.on_cleanup.append(closed)

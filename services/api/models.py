@@ -209,6 +209,8 @@ class QueryState(Reply):
                          "stopped alone (docs/live.md)")
     reason: str | None = Field(description="why it failed")
     partial_matches: int | None = None
+    state_bytes: int | None = Field(None, description="bytes of the arrays its engines "
+                                    "hold, summed over partitions (with --api-metrics)")
     events_in: float | None = None
 
 
@@ -248,6 +250,89 @@ class Explanation(Reply):
     text: str
     dot: str
     svg: str | None = Field(description="null where Graphviz's dot is not installed")
+
+
+# ---------------------------------------------------------------- the console's views
+
+
+class PipelineParams(Params):
+    stream: str = Field(None, description="Only this stream's pipeline (default: those "
+                        "of the live queries' streams).")
+
+
+class PipelineProcess(Reply):
+    """A node of the graph: the broker, a service up on the status topic (any role), or
+    this API."""
+
+    id: str
+    role: str
+    name: str
+    state: str
+    partitions: list[int] = Field(description="keyed partitions it holds (workers)")
+    rate: float | None = Field(description="per second, as rate_unit says (null: no "
+                               "figure yet, or no metrics endpoint for it)")
+    rate_unit: str
+    lag: float | None = None
+    checkpoint_s_ago: float | None = None
+    checkpoint_generation: int | None = None
+    tails: int | None = None
+
+
+class PipelineEdge(Reply):
+    source: str
+    target: str
+    label: str
+
+
+class PipelinePartition(Reply):
+    partition: int
+    worker: str | None
+    lag: float | None = Field(description="messages behind on the keyed topic")
+    seq: int | None = Field(description="the coordinator: processed up to this seq")
+    event_time: float | None = Field(description="the coordinator: stream time of its "
+                                     "last pulse, in the stream's unit")
+    last_frame_s_ago: float | None
+
+
+class Withheld(Reply):
+    output: str
+    count: int
+    seq: int = Field(description="seq of the oldest withheld composite event")
+    waits_for: str
+    says: str
+
+
+class Pipeline(Reply):
+    stream: str
+    processes: list[PipelineProcess]
+    edges: list[PipelineEdge]
+    partitions: list[PipelinePartition]
+    withheld: list[Withheld]
+    time_unit: str | None = Field(description="the unit of the stream's time (the "
+                                  "partitions' event_time)")
+    metrics: bool = Field(description="false: no metrics endpoint answered "
+                          "(--api-metrics), so no rates, lags or checkpoints")
+    svg: str | None = Field(description="the graph drawn by Graphviz's dot (null where it "
+                            "is not installed); node i is the SVG group id node-i")
+
+
+class PipelineList(Reply):
+    pipelines: list[Pipeline]
+
+
+class HistoryParams(Params):
+    since: float = Field(0, ge=0, description="Only points after this Unix time.")
+
+
+class QueryHistory(Reply):
+    t: list[float] = Field(description="Unix times")
+    composites_per_s: list[float | None]
+    partial_matches: list[int | None]
+    state_bytes: list[int | None]
+
+
+class History(Reply):
+    queries: dict[str, QueryHistory]
 
 
 # ---------------------------------------------------------------- probes

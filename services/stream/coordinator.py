@@ -102,6 +102,7 @@ class Merger:
         self.received = 0  # composite events fed
         self.released: dict[str, tuple] = {}  # output -> (sort key, composite, query index)
         self.repeats = 0  # composite events dropped as already released
+        self.frames: dict[int, tuple] = {}  # partition -> (ts, Unix time) of its last frame
 
     def feed(self, frame: Frame) -> None:
         part = frame.get("part")
@@ -121,6 +122,7 @@ class Merger:
         upto, ts = frame.get("upto"), frame.get("ts")
         if upto is None or upto < self.upto[part]:
             return
+        self.frames[part] = (ts, time.time())
         self.upto[part] = upto
         # a pulse with a later time at the same upto: an idle stream's time advanced
         if ts is not None and (not self.pulses or upto > self.pulses[-1][0] or
@@ -271,6 +273,7 @@ class Coordinator:
         self.merger = Merger(partitions, topics.stream, registry)
         self.status = StatusWriter(topics.status, "coordinator")
         self.metrics = metrics or Metrics("coordinator", 0)
+        self.metrics.identify(self.status.service)
         self.metrics.shard.labels(str(topics.shards)).set(shard)
         self.on_output = on_output
         self.reported_ends = 0
@@ -382,6 +385,7 @@ class Coordinator:
             return
         self.saved = list(self.offsets)
         self.generation = generation
+        self.metrics.checkpointed(generation)
 
     def run(self, stopping) -> None:
         producer = self.settings.producer(on_delivery=self.deliveries, **BOUNDED_PRODUCER)
@@ -405,6 +409,7 @@ class Coordinator:
                     if time.monotonic() - last_lag > 1:
                         self.metrics.observe_lag(consumer)
                         self.metrics.queries.set(len(self.merger.queries))
+                        self.metrics.observe_merger(self.merger)
                         last_lag = time.monotonic()
                     if time.monotonic() - last_checkpoint > self.checkpoint_s:
                         self.checkpoint(producer)

@@ -27,6 +27,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import orjson
 
+from cep_core.control_message import INFINITE
 from services.stream.serve import log
 
 READY_MAX_LAG_ENV = "CEP_READY_MAX_LAG"
@@ -131,6 +132,29 @@ class Metrics:
         self.shard = Gauge("cep_coordinator_shard", "coordinator: this process's shard (the "
                            "value) of how many (`shards` label); every other metric of the "
                            "process is that shard's own", ["shards"], **labels)
+        # the pipeline view (GET /api/pipeline, docs/console.md)
+        self.service = Gauge("cep_service", "1, labelled with the service's name on the status "
+                             "topic and its role", ["service", "role"], **labels)
+        self.partition_lag = Gauge("cep_partition_lag", "Messages behind the fetch "
+                                   "high-watermark, per partition read",
+                                   ["topic", "partition"], **labels)
+        self.checkpoint_time = Gauge("cep_checkpoint_time_seconds", "Unix time of the last "
+                                     "checkpoint written (0: none yet)", **labels)
+        self.checkpoint_generation = Gauge("cep_checkpoint_generation", "Generation of the "
+                                           "last checkpoint written", **labels)
+        self.merged_seq = Gauge("cep_merged_seq", "coordinator: the seq each keyed partition "
+                                "has been processed up to", ["partition"], **labels)
+        self.merged_time = Gauge("cep_merged_event_time", "coordinator: the stream time (in "
+                                 "the stream's unit) of each keyed partition's last pulse",
+                                 ["partition"], **labels)
+        self.merged_frame = Gauge("cep_merged_frame_time_seconds", "coordinator: Unix time "
+                                  "a frame (pulse or composite events) last came from each "
+                                  "keyed partition", ["partition"], **labels)
+        self.withheld = Gauge("cep_withheld_composites", "coordinator: composite events not "
+                              "final yet, per INTO topic, with what the oldest waits for",
+                              ["output", "waits_for", "seq"], **labels)
+        self.role = role
+        self.service.labels("", role).set(1)
         self.port = port
         self.readiness = Readiness(max_lag=int(os.environ.get(READY_MAX_LAG_ENV, 10_000)))
         self.server = None
@@ -149,6 +173,7 @@ class Metrics:
         total = 0
         answered = True
         assignment = consumer.assignment()
+        self.partition_lag.clear()  # partitions given up go
         for tp in consumer.position(assignment):
             try:
                 _, high = consumer.get_watermark_offsets(tp, cached=True)
@@ -158,12 +183,37 @@ class Metrics:
             answered = answered and high >= 0
             if high >= 0 and tp.offset >= 0:
                 total += max(0, high - tp.offset)
+                self.partition_lag.labels(tp.topic, str(tp.partition)).set(
+                    max(0, high - tp.offset))
         self.lag.set(total)
         self.partitions.set(len(assignment))
         ready = self.readiness
         ready.connected = answered and (bool(assignment) or ready.joined)
         ready.assigned = bool(assignment) or ready.joined
         ready.lag, ready.observed_at = total, time.monotonic()
+
+    def identify(self, service: str) -> None:
+        """The name this service writes on the status topic (the API joins its metrics
+        with its status records by it)."""
+        self.service.clear()
+        self.service.labels(service, self.role).set(1)
+
+    def checkpointed(self, generation: int) -> None:
+        self.checkpoint_time.set(time.time())
+        self.checkpoint_generation.set(generation)
+
+    def observe_merger(self, merger) -> None:
+        """coordinator: per keyed partition the seq and stream time reached and when its
+        last frame came; per INTO topic the composite events withheld and why."""
+        for part, upto in enumerate(merger.upto):
+            self.merged_seq.labels(str(part)).set(upto)
+        for part, (ts, at) in merger.frames.items():
+            if ts is not None:
+                self.merged_time.labels(str(part)).set(ts)
+            self.merged_frame.labels(str(part)).set(at)
+        self.withheld.clear()
+        for output, count, seq, waits_for in withheld(merger):
+            self.withheld.labels(output, waits_for, str(seq)).set(count)
 
     def observe_engines(self, engines_by_query: dict[str, list]) -> None:
         """Per query, the engines' counts summed over the partitions that run it."""
@@ -178,6 +228,7 @@ class Metrics:
                 live = partial_matches(engine, counts)
                 if live is not None:
                     partial = (partial or 0) + live
+            measures["state_bytes"] = sum(state_bytes(engine) for engine in engines)
             for measure, value in measures.items():
                 self.engine_state.labels(name, measure).set(value)
             evicted += measures.get("evicted_keys", 0)
@@ -220,3 +271,35 @@ def partial_matches(engine, counts: dict[str, int]) -> int | None:
         if measure in counts:
             return counts[measure]
     return None
+
+
+def state_bytes(engine) -> int:
+    """Bytes of the numpy arrays an engine holds (its state as allocated: capacity, not
+    only what is in use)."""
+    total = 0
+    for value in vars(engine).values():
+        for array in value.values() if isinstance(value, dict) else (value,):
+            total += getattr(array, "nbytes", 0) if type(array).__module__ == "numpy" else 0
+    return total
+
+
+def withheld(merger) -> list[tuple[str, int, int, str]]:
+    """(INTO topic, composite events withheld, seq of the oldest, what it waits for) of a
+    coordinator's merger: `partition P` (a keyed partition short of its seq), `stream time`
+    (every partition is past it, but the query's horizon has not passed yet), `end of
+    input` (a query whose horizon is unbounded)."""
+    out = []
+    for output, heap in merger.pending.items():
+        if not heap:
+            continue
+        seq = heap[0][0][0]
+        behind = [p for p, upto in enumerate(merger.upto) if upto < seq]
+        horizons = [q.horizon for q in merger.queries.values() if q.output == output]
+        if any(h is INFINITE for h in horizons):
+            waits_for = "end of input"
+        elif behind:
+            waits_for = "partition " + ",".join(map(str, behind))
+        else:
+            waits_for = "stream time"
+        out.append((output, len(heap), seq, waits_for))
+    return out

@@ -109,6 +109,7 @@ class Splitter:
         self.linger_s = linger_ms / 1000
         self.status_writer = StatusWriter(topics.status, "splitter")
         self.metrics = metrics or Metrics("splitter", 0)
+        self.metrics.identify(self.status_writer.service)
         # max_ahead, max_ahead_of_clock, idleness: the stream's time rules (None: the
         # schema's; services/stream/routing.py)
         self.core = Router(topics, partitions, registry, self.metrics, allowed_lateness_ms,
@@ -378,6 +379,7 @@ class Splitter:
             return
         self.saved = (consumed, self.position)
         self.generation = generation
+        self.metrics.checkpointed(generation)
         self.source.commit(offsets=[TopicPartition(self.topics.source, int(p), o,
                                                    metadata=state.decode())
                                     for p, o in offsets.items()], asynchronous=False)

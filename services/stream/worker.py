@@ -72,6 +72,7 @@ class Worker:
         self.status = StatusWriter(topics.status, "worker")
         self.batch_size = batch_size
         self.metrics = metrics or Metrics("worker", 0)
+        self.metrics.identify(self.status.service)
         self.parts: dict[int, PartitionState] = {}
         # backpressure: composite-event frames waiting in the producer's queue beyond
         # which consumption pauses; slow_down_s: a sleep per batch (backpressure tests)
@@ -198,6 +199,7 @@ class Worker:
         for state in changed:
             state.saved_offset = state.offset
             state.generation += 1
+        self.metrics.checkpointed(max(state.generation for state in changed))
         try:
             self.consumer.commit(offsets=[TopicPartition(self.topics.keyed, s.partition,
                                                          s.offset) for s in changed],

@@ -1,11 +1,23 @@
-// The cep console: plain JavaScript against the API of the same origin (docs/api.md).
+// The cep console: plain JavaScript against the API of the same origin (docs/api.md,
+// docs/console.md). Charts are uPlot's (vendor/, bundled: nothing from the network); the
+// pipeline's graph and a query's explain drawing are SVG drawn by the API (Graphviz).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const latest = new Map();   // query name -> its latest composite events (newest first)
-const tails = new Map();    // query name -> EventSource of its tail
-const following = new Set();  // queries whose tail is placed (its `ready` event came)
-const KEEP = 8;
+const REFRESH_MS = 2000;     // the queries, the pipeline and the history are read so often
+const KEEP_EVENTS = 200;     // composite events kept for the table (newest first)
+const MAX_TAILS = 4;         // queries followed at once (a browser opens 6 connections a host)
+const HISTORY_S = 600;       // what the charts show
+const events = [];           // composite events, newest first: {query, composite}
+const tails = new Map();     // query name -> EventSource of its tail
+const following = new Set(); // queries whose tail is placed (its `ready` event came)
+const history = new Map();   // query name -> {t: [], composites_per_s: [], ...}
+let liveQueries = [];        // the last /api/queries answer
+let historySince = 0;
+let paused = false, missed = 0;
+let detail = null;           // the query shown in the detail panel, and its charts
+const timing = {renders: 0, longestRenderMs: 0, received: 0};  // the page's own work (tests read it)
+window.cepConsole = timing;
 
 $("token").value = localStorage.getItem("cepToken") || "";
 $("token").addEventListener("change", () => localStorage.setItem("cepToken", $("token").value));
@@ -26,6 +38,219 @@ function cell(row, text, cls) {
   return td;
 }
 
+function number(value, digits = 1) {
+  if (value === null || value === undefined) return "–";
+  return Number(value).toLocaleString("en", {maximumFractionDigits: digits});
+}
+
+function timed(name, work) {  // the page's work, for the responsiveness test
+  const started = performance.now();
+  try { return work(); } finally {
+    const took = performance.now() - started;
+    timing.renders += 1;
+    timing.longestRenderMs = Math.max(timing.longestRenderMs, took);
+    timing[name] = took;
+  }
+}
+
+// An SVG drawn by the API (dot escapes the labels) as a node of this page, without
+// anything that runs.
+function svgNode(text) {
+  const doc = new DOMParser().parseFromString(text, "image/svg+xml");
+  const svg = doc.documentElement;
+  if (svg.nodeName !== "svg") return document.createTextNode("(no drawing)");
+  for (const bad of svg.querySelectorAll("script, foreignObject")) bad.remove();
+  for (const el of svg.querySelectorAll("*")) {
+    for (const attr of [...el.attributes]) {
+      if (/^on/i.test(attr.name) || /javascript:/i.test(attr.value)) el.removeAttribute(attr.name);
+    }
+  }
+  return document.importNode(svg, true);
+}
+
+// ---------------------------------------------------------------- the pipeline
+
+const pipelineDrawings = new Map();  // stream -> the SVG text drawn now
+
+function eventTime(value, unit) {
+  if (value === null || value === undefined) return "–";
+  const ms = {ms: 1, s: 1000, us: 1e-3, ns: 1e-6}[unit];
+  if (ms === undefined) return number(value, 0);
+  return new Date(value * ms).toISOString().replace("T", " ").replace("Z", "");
+}
+
+async function refreshPipeline() {
+  let reply;
+  try { reply = await api("GET", "/api/pipeline"); } catch (e) { return; }
+  const pipelines = reply.body.pipelines || [];
+  timed("pipeline", () => drawPipelines(pipelines));
+}
+
+function drawPipelines(pipelines) {
+  const box = $("pipelines");
+  if (!pipelines.length) return;
+  const shown = new Set();
+  for (const p of pipelines) {
+    shown.add(p.stream);
+    let view = box.querySelector(`.pipeline[data-stream="${CSS.escape(p.stream)}"]`);
+    if (!view) {
+      box.querySelector("p.muted")?.remove();
+      view = document.createElement("div");
+      view.className = "pipeline";
+      view.dataset.stream = p.stream;
+      view.innerHTML = `<h3></h3><div class="graph"></div><div class="tables">
+        <table class="processes"><thead><tr><th>process</th><th>role</th><th>rate</th>
+        <th>lag</th><th>last checkpoint</th></tr></thead><tbody></tbody></table>
+        <table class="partitions"><thead><tr><th>keyed partition</th><th>worker</th>
+        <th>lag</th><th>seq</th><th>event time</th><th>last pulse</th></tr></thead>
+        <tbody></tbody></table></div><ul class="withheld"></ul>`;
+      box.append(view);
+    }
+    view.querySelector("h3").textContent = `stream ${p.stream}` +
+      (p.metrics ? "" : " (no metrics endpoint answers: rates, lags and checkpoints " +
+       "need cep serve api --api-metrics)");
+    if (p.svg && pipelineDrawings.get(p.stream) !== p.svg) {
+      pipelineDrawings.set(p.stream, p.svg);
+      view.querySelector(".graph").replaceChildren(svgNode(p.svg));
+    }
+    p.processes.forEach((proc, i) => {
+      const node = view.querySelector(`.graph g[id="node-${i}"]`);
+      if (!node) return;
+      node.dataset.process = proc.id;
+      node.dataset.rate = proc.rate === null ? "" : proc.rate;
+      const texts = node.querySelectorAll("text");
+      if (texts.length) texts[texts.length - 1].textContent =
+        `${number(proc.rate)} ${proc.rate_unit}`;
+    });
+    const procs = view.querySelector(".processes").tBodies[0];
+    procs.replaceChildren();
+    for (const proc of p.processes) {
+      const row = procs.insertRow();
+      row.dataset.process = proc.id;
+      cell(row, proc.name);
+      cell(row, proc.role);
+      cell(row, `${number(proc.rate)} ${proc.rate_unit}`);
+      cell(row, proc.role === "api" ? `${proc.tails} tails open` : number(proc.lag, 0));
+      cell(row, proc.checkpoint_s_ago === null || proc.checkpoint_s_ago === undefined ? "–" :
+        `${number(proc.checkpoint_s_ago)} s ago (generation ${proc.checkpoint_generation})`);
+    }
+    const parts = view.querySelector(".partitions").tBodies[0];
+    parts.replaceChildren();
+    for (const part of p.partitions) {
+      const row = parts.insertRow();
+      row.dataset.partition = part.partition;
+      cell(row, part.partition);
+      cell(row, part.worker);
+      cell(row, number(part.lag, 0));
+      cell(row, part.seq);
+      cell(row, eventTime(part.event_time, p.time_unit));
+      cell(row, part.last_frame_s_ago === null ? "–" : `${number(part.last_frame_s_ago)} s ago`);
+    }
+    const withheld = view.querySelector(".withheld");
+    withheld.replaceChildren(...(p.withheld.length ? p.withheld : [{says: "nothing withheld"}])
+      .map((w) => Object.assign(document.createElement("li"), {textContent: w.says})));
+  }
+  for (const view of box.querySelectorAll(".pipeline")) {
+    if (!shown.has(view.dataset.stream)) view.remove();
+  }
+}
+
+// ---------------------------------------------------------------- queries over time
+
+async function refreshHistory() {
+  let reply;
+  try { reply = await api("GET", "/api/history?since=" + historySince); } catch (e) { return; }
+  const horizon = Date.now() / 1000 - HISTORY_S;
+  for (const [name, points] of Object.entries(reply.body.queries || {})) {
+    const kept = history.get(name) || {t: [], composites_per_s: [], partial_matches: [],
+                                       state_bytes: []};
+    for (const key of Object.keys(kept)) kept[key].push(...points[key]);
+    while (kept.t.length && kept.t[0] < horizon) for (const key of Object.keys(kept)) kept[key].shift();
+    if (points.t.length) historySince = Math.max(historySince, points.t[points.t.length - 1]);
+    history.set(name, kept);
+  }
+  for (const name of [...history.keys()]) if (!(name in (reply.body.queries || {}))) history.delete(name);
+}
+
+function sparkline(values) {  // a small SVG polyline of the last minutes' composites/s
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("width", "90");
+  svg.setAttribute("height", "18");
+  svg.setAttribute("class", "sparkline");
+  const found = values.filter((v) => v !== null);
+  if (found.length > 1) {
+    const top = Math.max(...found, 1e-9);
+    const line = document.createElementNS(ns, "polyline");
+    line.setAttribute("points", values.map((v, i) => `${(i / (values.length - 1)) * 88 + 1},` +
+      `${17 - ((v || 0) / top) * 16}`).join(" "));
+    svg.append(line);
+  }
+  return svg;
+}
+
+function drawCharts() {
+  if (!detail || typeof uPlot === "undefined") return;
+  const points = history.get(detail.name) || {t: []};
+  for (const box of document.querySelectorAll("#detail .chart")) {
+    const series = box.dataset.series;
+    const data = [points.t, (points[series] || []).map((v) => v === null ? null : v)];
+    let chart = detail.charts[series];
+    if (!chart) {
+      chart = new uPlot({width: 300, height: 120, legend: {show: false},
+        scales: {x: {time: true}}, series: [{}, {stroke: "#2f6fdb", width: 1.5,
+        fill: "rgba(47,111,219,0.12)", spanGaps: true}],
+        axes: [{size: 30}, {size: 50}]}, data, box);
+      detail.charts[series] = chart;
+    } else {
+      chart.setData(data);
+    }
+    box.dataset.points = data[1].filter((v) => v !== null).length;
+  }
+}
+
+async function showDetail(name) {
+  if (detail) for (const chart of Object.values(detail.charts)) chart.destroy();
+  detail = {name, charts: {}};
+  $("detail").hidden = false;
+  $("detail-name").textContent = name;
+  $("explain").replaceChildren(document.createTextNode("…"));
+  delete $("explain").dataset.kind;
+  $("explain-text").textContent = "";
+  $("explain-headline").textContent = "";
+  drawDetailState();
+  drawCharts();
+  $("detail").scrollIntoView({block: "nearest"});
+  const reply = await api("GET", "/api/queries/" + encodeURIComponent(name) + "/explain");
+  if (!detail || detail.name !== name) return;
+  const e = reply.body;
+  if (reply.status !== 200) { $("explain").textContent = e.error || "no explanation"; return; }
+  $("explain").dataset.kind = e.kind;
+  $("explain").replaceChildren(e.svg ? svgNode(e.svg) : document.createTextNode(
+    "(Graphviz's dot is not installed on the API's machine: the text below says it)"));
+  $("explain-headline").textContent = `${e.kind}: ${e.headline}`;
+  $("explain-text").textContent = e.text;
+}
+
+function drawDetailState() {
+  if (!detail) return;
+  const q = liveQueries.find((x) => x.name === detail.name);
+  const s = (q && q.state) || {};
+  const state = q === undefined ? "removed" : s.failed ? "failed" : s.live ? "live" : "waiting";
+  $("detail-state").textContent = state;
+  $("detail-state").className = state === "live" ? "live" : state === "failed" ? "failed" : "down";
+  $("detail-reason").hidden = !s.failed;
+  $("detail-reason").textContent = s.failed ? s.reason || "" : "";
+}
+
+$("detail-close").onclick = () => {
+  if (detail) for (const chart of Object.values(detail.charts)) chart.destroy();
+  detail = null;
+  $("detail").hidden = true;
+};
+
+// ---------------------------------------------------------------- live queries
+
 async function refreshQueries() {
   let reply;
   try {
@@ -35,26 +260,41 @@ async function refreshQueries() {
     $("health").textContent = "API not reachable";
     return;
   }
+  liveQueries = reply.body.queries || [];
+  await refreshHistory();
+  timed("queries", drawQueries);
+  followChosen();
+  drawDetailState();
+  drawCharts();
+}
+
+function drawQueries() {
   const body = $("queries").tBodies[0];
   body.replaceChildren();
-  const names = new Set();
-  for (const q of reply.body.queries || []) {
-    names.add(q.name);
+  for (const q of liveQueries) {
     const s = q.state || {};
     const row = body.insertRow();
     row.dataset.query = q.name;
     if (following.has(q.name)) row.dataset.tail = "ready";
-    cell(row, q.name);
+    const name = cell(row, q.name, "name");
+    name.onclick = () => showDetail(q.name);
     cell(row, q.stream);
     cell(row, q.output);
-    const stateCell = cell(row, s.failed ? "failed" : s.live ? "live" : "waiting",
-                           s.failed ? "failed" : s.live ? "live" : "down");
+    const stateCell = cell(row, s.failed ? "failed: " + (s.reason || "") : s.live ? "live" :
+      "waiting", s.failed ? "failed" : s.live ? "live" : "down");
     if (s.failed) stateCell.title = s.reason || "";
     cell(row, (s.services || []).length);
     cell(row, (s.partitions || []).join(" "));
-    cell(row, s.composites_per_s);
-    cell(row, s.partial_matches);
+    cell(row, number(s.composites_per_s), "rate");
+    row.insertCell().append(sparkline((history.get(q.name) || {composites_per_s: []})
+      .composites_per_s.slice(-60)));
+    cell(row, number(s.partial_matches, 0));
+    cell(row, number(s.state_bytes, 0));
     const actions = row.insertCell();
+    const show = document.createElement("button");
+    show.textContent = "Details";
+    show.className = "details";
+    show.onclick = () => showDetail(q.name);
     const edit = document.createElement("button");
     edit.textContent = "Edit";
     edit.onclick = () => { $("editor").value = q.text; check(); };
@@ -62,18 +302,30 @@ async function refreshQueries() {
     remove.textContent = "Remove";
     remove.className = "remove";
     remove.onclick = () => change("DELETE", "/api/queries/" + encodeURIComponent(q.name));
-    actions.append(edit, " ", remove);
-    if (!tails.has(q.name)) follow(q.name);
+    actions.append(show, " ", edit, " ", remove);
   }
+  const select = $("filter-query");
+  const chosen = select.value;
+  select.replaceChildren(new Option(`all followed (first ${MAX_TAILS})`, ""),
+    ...liveQueries.map((q) => new Option(q.name, q.name)));
+  select.value = liveQueries.some((q) => q.name === chosen) ? chosen : "";
+}
+
+// ---------------------------------------------------------------- composite events
+
+function followChosen() {  // the chosen query, else the first MAX_TAILS live ones
+  const chosen = $("filter-query").value;
+  const wanted = new Set(chosen ? [chosen] :
+    liveQueries.slice(0, MAX_TAILS).map((q) => q.name));
   for (const [name, source] of tails) {
-    if (!names.has(name)) {
+    if (!wanted.has(name)) {
       source.close();
       tails.delete(name);
-      latest.delete(name);
       following.delete(name);
     }
   }
-  renderComposites();
+  for (const name of wanted) if (!tails.has(name)) follow(name);
+  $("following").textContent = `following ${[...wanted].join(", ") || "no query"}`;
 }
 
 function follow(name) {
@@ -84,27 +336,65 @@ function follow(name) {
     if (row) row.dataset.tail = "ready";
   });
   source.addEventListener("composite", (event) => {
-    const list = latest.get(name) || [];
-    list.unshift(JSON.parse(event.data));
-    latest.set(name, list.slice(0, KEEP));
-    renderComposites();
+    timing.received += 1;
+    events.unshift({query: name, composite: JSON.parse(event.data)});
+    if (events.length > KEEP_EVENTS) events.length = KEEP_EVENTS;
+    if (paused) { missed += 1; $("paused-count").textContent = `${missed} new while paused`; }
+    else scheduleEvents();
   });
   tails.set(name, source);
 }
 
-function renderComposites() {
+let eventsScheduled = false;
+function scheduleEvents() {  // at most one table a frame, whatever the rate of events
+  if (eventsScheduled) return;
+  eventsScheduled = true;
+  requestAnimationFrame(() => { eventsScheduled = false; timed("events", drawEvents); });
+}
+
+function drawEvents() {
+  const query = $("filter-query").value;
+  const key = $("filter-key").value.trim();
+  const shown = events.filter((e) => (!query || e.query === query) &&
+    (!key || JSON.stringify(e.composite.key ?? null).includes(key)));
+  const fields = [];
+  for (const e of shown) {
+    for (const f of Object.keys(e.composite)) {
+      if (!["query", "key", "seq"].includes(f) && !fields.includes(f)) fields.push(f);
+    }
+  }
+  const columns = ["query", "key", "seq", ...fields];
+  const head = $("composites").tHead.rows[0];
+  if (head.dataset.columns !== columns.join("\u0000")) {
+    head.dataset.columns = columns.join("\u0000");
+    head.replaceChildren(...columns.map((c) =>
+      Object.assign(document.createElement("th"), {textContent: c})));
+  }
   const body = $("composites").tBodies[0];
   body.replaceChildren();
-  for (const [name, list] of latest) {
-    for (const composite of list) {
-      const row = body.insertRow();
-      row.dataset.query = name;
-      cell(row, name);
-      cell(row, JSON.stringify(composite.key));
-      cell(row, JSON.stringify(composite), "json");
+  for (const e of shown) {
+    const row = body.insertRow();
+    row.dataset.query = e.query;
+    row.dataset.composite = JSON.stringify(e.composite);
+    for (const c of columns) {
+      const value = c === "query" ? e.query : e.composite[c];
+      const td = cell(row, value !== null && typeof value === "object" ?
+        JSON.stringify(value) : value);
+      td.dataset.field = c;
     }
   }
 }
+
+$("filter-query").addEventListener("change", () => { followChosen(); drawEvents(); });
+$("filter-key").addEventListener("input", () => drawEvents());
+$("pause").onclick = () => {
+  paused = !paused;
+  $("pause").textContent = paused ? "Resume" : "Pause";
+  $("pause").classList.toggle("paused", paused);
+  if (!paused) { missed = 0; $("paused-count").textContent = ""; drawEvents(); }
+};
+
+// ---------------------------------------------------------------- the editor
 
 let pending = null;
 async function check() {
@@ -182,5 +472,8 @@ $("replace").onclick = async () => {
   change("PUT", "/api/queries/" + encodeURIComponent(name), {text});
 };
 
+
 refreshQueries();
-setInterval(refreshQueries, 2000);
+refreshPipeline();
+setInterval(refreshQueries, REFRESH_MS);
+setInterval(refreshPipeline, REFRESH_MS);

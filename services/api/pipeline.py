@@ -1,0 +1,212 @@
+"""The pipeline view of the console (GET /api/pipeline): one stream's processes as a
+graph with their rates, each keyed partition with its lag, seq, stream time and last
+frame, each process's last checkpoint, and the composite events the coordinator
+withholds with what they wait for.
+
+Generic over the processes: they are those up on the stream's status topic (any role:
+splitter, worker, coordinator shards, or one process with another role), joined by name
+with the figures of the Prometheus endpoints the API reads (`--api-metrics`; each
+service's `cep_service` metric names it). The graph ranks processes by role in the order
+data flows (ROLES; an unknown role takes a rank of its own before the API), one edge
+between each rank and the next, and is drawn by Graphviz's dot only when its shape
+changes (the console writes the rates into the drawing's nodes).
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from cep_core.explain import quote, svg
+
+ROLES = ("broker", "splitter", "worker", "coordinator")  # then other roles, then the api
+RATE_PLACEHOLDER = "000,000.0 composites/s out"  # as wide as the rates the console writes
+WHAT_FLOWS = {"broker": "source", "splitter": "keyed", "worker": "matches",
+              "coordinator": "INTO"}
+
+
+def endpoint_figures(text: str) -> dict:
+    """What one Prometheus endpoint says, by the metric's name: a list of (labels, value)
+    of its samples."""
+    out: dict[str, list] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return out
+
+
+def _one(figures: dict, name: str) -> float | None:
+    found = figures.get(name)
+    return found[0][1] if found else None
+
+
+def process_figures(figures: dict, before: tuple | None, now: float) -> dict:
+    """One endpoint's process: its name and role, counters and their rates since the
+    `before` look ((time, events in, events out)), lag, last checkpoint."""
+    named = next((labels for labels, _ in figures.get("cep_service", ())
+                  if labels.get("service")), {})
+    events_in = _one(figures, "cep_events_in_total") or 0.0
+    events_out = _one(figures, "cep_events_out_total") or 0.0
+    rates = (None, None)
+    if before is not None and now - before[0] > 0.05:
+        rates = tuple(round((value - old) / (now - before[0]), 1)
+                      for value, old in ((events_in, before[1]), (events_out, before[2])))
+    checkpoint = _one(figures, "cep_checkpoint_time_seconds")
+    return {"service": named.get("service"), "role": named.get("role"),
+            "events_in": events_in, "events_out": events_out,
+            "events_in_per_s": rates[0], "events_out_per_s": rates[1],
+            "lag": _one(figures, "cep_consumer_lag"),
+            "checkpoint_time": checkpoint or None,
+            "checkpoint_generation": _one(figures, "cep_checkpoint_generation")
+            if checkpoint else None,
+            "partition_lag": {(labels["topic"], int(labels["partition"])): value
+                              for labels, value in figures.get("cep_partition_lag", ())},
+            "merged": {name: {int(labels["partition"]): value
+                              for labels, value in figures.get(metric, ())}
+                       for name, metric in (("seq", "cep_merged_seq"),
+                                            ("time", "cep_merged_event_time"),
+                                            ("frame", "cep_merged_frame_time_seconds"))},
+            "withheld": [{"output": labels["output"], "waits_for": labels["waits_for"],
+                          "seq": int(labels["seq"]), "count": int(value)}
+                         for labels, value in figures.get("cep_withheld_composites", ())]}
+
+
+def pipeline(stream: str, topics, view: dict, processes: dict, api: dict,
+             bootstrap: str, now: float | None = None) -> dict:
+    """The pipeline of `stream` (`topics`: its Topics): `view` is its status topic's
+    services up (services_view), `processes` the endpoints' figures by service name
+    (process_figures; those of other streams' services are left out), `api` this API's
+    own node (rates of the INTO topics, open tails)."""
+    now = time.time() if now is None else now
+    processes = {service: found for service, found in processes.items() if service in view}
+    procs = [{"id": "broker", "role": "broker", "name": bootstrap, "state": "up",
+              "partitions": [], "rate": _sum(p.get("events_in_per_s") for p in processes
+                                             .values() if p["role"] == "splitter"),
+              "rate_unit": "records/s in"}]
+    for service, entry in sorted(view.items(), key=lambda i: (_rank(i[1]["role"]), i[0])):
+        found = processes.get(service, {})
+        out_role = entry["role"] == "coordinator"
+        checkpoint = found.get("checkpoint_time")
+        procs.append({
+            "id": service, "role": entry["role"] or "?", "name": service, "state": "up",
+            "partitions": sorted(entry["partitions"]),
+            "rate": found.get("events_out_per_s" if out_role else "events_in_per_s"),
+            "rate_unit": "composites/s out" if out_role else "events/s in",
+            "lag": found.get("lag"),
+            "checkpoint_s_ago": None if checkpoint is None else round(now - checkpoint, 1),
+            "checkpoint_generation": found.get("checkpoint_generation")})
+    procs.append({"id": "api", "role": "api", "name": "API", "state": "up", "partitions": [],
+                  "rate": api.get("composites_per_s"), "rate_unit": "composites/s",
+                  "tails": api.get("tails")})
+    return {"stream": stream, "processes": procs, "edges": _edges(procs),
+            "partitions": _partitions(topics, view, processes, now),
+            "withheld": _withheld(processes),
+            "metrics": bool(processes)}
+
+
+def _rank(role: str | None) -> int:
+    if role == "api":
+        return len(ROLES) + 1
+    return ROLES.index(role) if role in ROLES else len(ROLES)
+
+
+def _sum(values) -> float | None:
+    found = [v for v in values if v is not None]
+    return round(sum(found), 1) if found else None
+
+
+def _edges(procs: list[dict]) -> list[dict]:
+    ranks: dict[int, list[str]] = {}
+    for p in procs:
+        ranks.setdefault(_rank(p["role"]), []).append(p["id"])
+    order = sorted(ranks)
+    out = []
+    for a, b in zip(order, order[1:]):
+        role = procs[[p["id"] for p in procs].index(ranks[a][0])]["role"]
+        for source in ranks[a]:
+            for target in ranks[b]:
+                out.append({"source": source, "target": target,
+                            "label": WHAT_FLOWS.get(role, "")})
+    return out
+
+
+def _partitions(topics, view: dict, processes: dict, now: float) -> list[dict]:
+    """Each keyed partition: who holds it, its lag there, and the coordinators' view (the
+    lowest seq and stream time of the shards, the newest frame)."""
+    holders = {p: service for service, entry in view.items() if entry["role"] == "worker"
+               for p in entry["partitions"]}
+    lags: dict[int, float] = {}
+    merged: dict[int, dict] = {}
+    for found in processes.values():
+        for (topic, part), lag in found["partition_lag"].items():
+            if topic == topics.keyed:
+                lags[part] = lags.get(part, 0) + lag
+        for measure, values in found["merged"].items():
+            for part, value in values.items():
+                seen = merged.setdefault(part, {})
+                pick = max if measure == "frame" else min
+                seen[measure] = value if measure not in seen else pick(seen[measure], value)
+    parts = sorted(set(holders) | set(lags) | set(merged))
+    return [{"partition": p, "worker": holders.get(p), "lag": lags.get(p),
+             "seq": merged.get(p, {}).get("seq"), "event_time": merged.get(p, {}).get("time"),
+             "last_frame_s_ago": None if "frame" not in merged.get(p, {}) else
+             round(max(0.0, now - merged[p]["frame"]), 2)} for p in parts]
+
+
+def _withheld(processes: dict) -> list[dict]:
+    out = []
+    for found in processes.values():
+        for w in found["withheld"]:
+            waits = w["waits_for"]
+            if waits.startswith("partition "):
+                seqs = found["merged"]["seq"]
+                waits = ", ".join(f"partition {p} (at seq {int(seqs[int(p)])})"
+                                  if int(p) in seqs else f"partition {p}"
+                                  for p in waits.split(" ", 1)[1].split(","))
+            out.append({**w, "says": f"{w['count']} composite event"
+                        f"{'s' if w['count'] != 1 else ''} for {w['output']} from seq "
+                        f"{w['seq']} wait for {waits}"})
+    return sorted(out, key=lambda w: w["output"])
+
+
+def graph_dot(view: dict) -> str:
+    """The pipeline's processes and edges in Graphviz's language: each node's SVG group
+    is `id="node-<i>"` in process order, and its last text line is the rate the console
+    fills in."""
+    out = ["digraph pipeline {", "  rankdir=LR; bgcolor=transparent;",
+           '  node [fontname="Helvetica", fontsize=11, shape=box, style="rounded,filled", '
+           'fillcolor="#ffffff"];', '  edge [fontname="Helvetica", fontsize=9];']
+    ids = {}
+    for i, p in enumerate(view["processes"]):
+        ids[p["id"]] = f"n{i}"
+        label = f"{p['role']}\n{_short(p['name'])}\n{RATE_PLACEHOLDER}"
+        out.append(f"  n{i} [id={quote(f'node-{i}')}, label={quote(label)}, "
+                   f"tooltip={quote(p['name'])}];")
+    for e in view["edges"]:
+        out.append(f"  {ids[e['source']]} -> {ids[e['target']]} [label={quote(e['label'])}];")
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
+def _short(name: str) -> str:
+    """A service's name without the host (`worker@host:pid#n` -> `pid#n`)."""
+    return name.rsplit(":", 1)[-1] if "@" in name else name
+
+
+class Drawings:
+    """The graph's SVG per shape (roles, names, edges): dot runs once per shape."""
+
+    def __init__(self, keep: int = 32):
+        self.keep, self.kept = keep, {}
+
+    def svg(self, view: dict) -> str | None:
+        text = graph_dot(view)
+        if text not in self.kept:
+            if len(self.kept) >= self.keep:
+                self.kept.pop(next(iter(self.kept)))
+            try:
+                self.kept[text] = svg(text)
+            except RuntimeError:
+                self.kept[text] = None
+        return self.kept[text]
