@@ -178,13 +178,56 @@ class Attr(Expression):
     pos: Pos = NOPOS
 
 
+class UnaryOp(StrEnum):
+    NEG = "-"
+    NOT = "NOT"
+
+
+class BinaryOp(StrEnum):
+    """An operator as the query writes it (`<>` is read as `!=`)."""
+
+    ADD = "+"
+    SUB = "-"
+    MUL = "*"
+    DIV = "/"
+    MOD = "%"
+    EQ = "="
+    NE = "!="
+    LT = "<"
+    LE = "<="
+    GT = ">"
+    GE = ">="
+    AND = "AND"
+    OR = "OR"
+
+    @property
+    def is_comparison(self) -> bool:
+        return self in _COMPARISONS
+
+    @property
+    def is_logical(self) -> bool:
+        return self in (BinaryOp.AND, BinaryOp.OR)
+
+    @property
+    def is_arithmetic(self) -> bool:
+        return not (self.is_comparison or self.is_logical)
+
+
+_COMPARISONS = frozenset({BinaryOp.EQ, BinaryOp.NE, BinaryOp.LT, BinaryOp.LE, BinaryOp.GT,
+                          BinaryOp.GE})
+
+
 @dataclass(eq=False)
 class Unary(Expression):
     child_fields = ("operand",)
 
-    op: str  # "-" or "NOT"
+    op: UnaryOp  # given as text ("-", "NOT"), kept as the enum
     operand: Expr
     pos: Pos = NOPOS
+
+    def __post_init__(self) -> None:
+        self.op = UnaryOp(self.op)
+        super().__post_init__()
 
 
 @dataclass(eq=False)
@@ -193,10 +236,14 @@ class Binary(Expression):
 
     child_fields = ("left", "right")
 
-    op: str
+    op: BinaryOp  # given as text ("+", "AND"), kept as the enum
     left: Expr
     right: Expr
     pos: Pos = NOPOS
+
+    def __post_init__(self) -> None:
+        self.op = BinaryOp(self.op)
+        super().__post_init__()
 
 
 @dataclass(eq=False)
@@ -537,6 +584,17 @@ class RecognizeQuery(Node):
 # ---------------------------------------------------------------- queries and files
 
 
+class QueryKind(StrEnum):
+    MATCH = "match"
+    SEQ = "seq"
+    WINDOW = "window"
+    RECOGNIZE = "recognize"  # SQL's MATCH_RECOGNIZE
+
+
+_KINDS = {MatchQuery: QueryKind.MATCH, SeqQuery: QueryKind.SEQ, WindowQuery: QueryKind.WINDOW,
+          RecognizeQuery: QueryKind.RECOGNIZE}
+
+
 @dataclass(eq=False)
 class Query(Node):
     child_fields = ("partition_by", "body")
@@ -549,9 +607,8 @@ class Query(Node):
     pos: Pos = NOPOS
 
     @property
-    def kind(self) -> str:
-        return {MatchQuery: "match", SeqQuery: "seq", WindowQuery: "window",
-                RecognizeQuery: "recognize"}[type(self.body)]
+    def kind(self) -> QueryKind:
+        return _KINDS[type(self.body)]
 
 
 @dataclass(eq=False)

@@ -20,7 +20,7 @@ from __future__ import annotations
 # Deferred imports: each query kind's compiler and engine (numba kernels built at import) load
 # when the first engine of that kind is made.
 
-from cep_core.ast import Strategy
+from cep_core.ast import QueryKind, Strategy
 from cep_core.batch import StringDictionary
 from cep_core.checked import CheckedQuery
 from cep_core.engine.base import Engine
@@ -55,15 +55,15 @@ def create_engine(checked: CheckedQuery, strings: StringDictionary, placement: s
 def cpu_engine(checked: CheckedQuery, strings: StringDictionary, **options) -> Engine:
     """The CPU engine for the query's kind."""
     kind = checked.query.kind
-    if kind == "recognize":
+    if kind is QueryKind.RECOGNIZE:
         from cep_core.engine.seq import NotSupportedError
 
         raise NotSupportedError(
             f"query {checked.name!r}: MATCH_RECOGNIZE runs on the reference interpreter only "
             "so far (cep run --engine reference); its jitted kernel is not written yet")
-    if kind == "match":
+    if kind is QueryKind.MATCH:
         return match_engine(checked, strings, **options)
-    if kind == "seq":
+    if kind is QueryKind.SEQ:
         if _seq_uses_aip(checked, options.get("algorithm", "auto")):
             return seq_aip_engine(checked, strings, **options)
         return seq_engine(checked, strings, **options)
@@ -83,13 +83,13 @@ def compile_program(checked: CheckedQuery):
     call). Raises what those compilers refuse: `cep_core.admission` runs it as part of
     the one check."""
     kind = checked.query.kind
-    if kind == "recognize":  # Flink's automaton, run by the reference interpreter for now
+    if kind is QueryKind.RECOGNIZE:  # Flink's automaton, run by the reference interpreter for now
         from cep_core.reference.recognize import program
         return program(checked)
-    if kind == "match":
+    if kind is QueryKind.MATCH:
         from cep_core.compiler.match import compile_match
         return compile_match(checked)
-    if kind == "window":
+    if kind is QueryKind.WINDOW:
         from cep_core.compiler.window import compile_window
         return compile_window(checked)
     from cep_core.compiler.seq_programs import AipUnsupported, compile_aip, compile_cdp

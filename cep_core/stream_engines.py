@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 
-from dataclasses import dataclass
-
 from cep_core import failpoints, snapshot_format
+from cep_core.ast import QueryKind
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checked import CheckedQuery
 from cep_core.composite import sort_key
@@ -137,11 +137,11 @@ class StreamEngines:
         self._compact_at = 0.0  # dictionary size at which compact_strings looks again
         self.engines = []
         for q in queries:
-            if q.query.kind != "window":
+            if q.query.kind is not QueryKind.WINDOW:
                 engine = self._made(q, placement or "cpu", options)
                 if engine is not None:
                     self.engines.append(engine)
-        windows = [q for q in queries if q.query.kind == "window"]
+        windows = [q for q in queries if q.query.kind is QueryKind.WINDOW]
         if placement is not None and report is not None:
             report.extend(e.placement for e in self.engines)
             report.extend(Placement(q.name, "cpu", "WINDOW queries run on the CPU (shared "
@@ -180,7 +180,7 @@ class StreamEngines:
         checked = self.queries.pop(name, None)
         if checked is None:
             return
-        if checked.query.kind == "window":
+        if checked.query.kind is QueryKind.WINDOW:
             if self.windows is not None and name in self.windows:
                 self.windows.remove(name)
         else:
@@ -282,7 +282,7 @@ class StreamEngines:
         self.queries[checked.name] = checked
         self.indexes[checked.name] = checked.index
         self.failed.pop(checked.name, None)
-        if checked.query.kind != "window":
+        if checked.query.kind is not QueryKind.WINDOW:
             engine = self._made(checked, options.pop("placement", "cpu"), options)
             if engine is not None:
                 self.engines.append(engine)
@@ -298,7 +298,7 @@ class StreamEngines:
         if self.failed.pop(name, None) is not None and name not in self.queries:
             return
         checked = self.queries.pop(name)
-        if checked.query.kind == "window":
+        if checked.query.kind is QueryKind.WINDOW:
             self.windows.remove(name)
         else:
             self.engines = [e for e in self.engines if e.checked.name != name]

@@ -26,6 +26,7 @@ from __future__ import annotations
 # checked for or placed on the GPU.
 
 from accel.gpu import device
+from cep_core.ast import QueryKind
 from cep_core.batch import StringDictionary
 from cep_core.checked import CheckedQuery
 from cep_core.engine.base import Engine
@@ -37,7 +38,7 @@ DEFAULT_MIN_KEYS = 10_000  # MATCH: keys (GPU threads) per batch worth a launch;
 
 def estimated_cost(checked: CheckedQuery) -> float | None:
     """Window size x columns for a SEQ query (inf without a window); None otherwise."""
-    if checked.query.kind != "seq":
+    if checked.query.kind is not QueryKind.SEQ:
         return None
     from cep_core.compiler.seq_plan import SeqPlan
     plan = SeqPlan(checked)
@@ -59,9 +60,9 @@ def place(checked: CheckedQuery, placement: str = "auto",
     if placement == "cpu":
         return Placement(name, "cpu", "placement cpu")
     kind = checked.query.kind
-    if kind == "match":
+    if kind is QueryKind.MATCH:
         return _place_match(checked, placement, expected_keys, gpu_min_keys)
-    if kind != "seq":
+    if kind is not QueryKind.SEQ:
         return Placement(name, "cpu", f"{kind.upper()} queries run on the CPU engines "
                                       "(no GPU kernel for them yet)")
     from accel.gpu.seq_support import unsupported_reason
@@ -113,7 +114,7 @@ def _place_match(checked: CheckedQuery, placement: str, expected_keys: int | Non
 
 def gpu_engine(checked: CheckedQuery, strings: StringDictionary, **options) -> Engine:
     """The GPU engine for a query `place` put on the GPU."""
-    if checked.query.kind == "match":
+    if checked.query.kind is QueryKind.MATCH:
         from accel.gpu.match_engine import GpuMatchEngine
         return GpuMatchEngine(checked, strings, **options)
     from accel.gpu.seq_engine import GpuSeqEngine

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cep_core.ast import QueryKind
 from cep_core.checked import CheckedQuery
 
 
@@ -36,7 +37,7 @@ class QueryGroup:
 
 def split_keys(checked: CheckedQuery) -> tuple[str, ...]:
     """The attributes a query's events may be partitioned by; () = one ordered partition."""
-    if checked.query.kind in ("match", "seq"):
+    if checked.query.kind in (QueryKind.MATCH, QueryKind.SEQ):
         return tuple(a.name for a in checked.query.partition_by)
     return ()
 

@@ -26,10 +26,11 @@ import pyarrow.compute as pc
 from confluent_kafka import OFFSET_BEGINNING
 
 from cep_core import snapshot_format
+from cep_core.ast import QueryKind
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.control_message import STREAM, LiveSet, horizon
-from cep_core.stream_engines import StreamEngines
 from cep_core.schema import units_per_ms
+from cep_core.stream_engines import StreamEngines
 from services.stream import frames
 from services.stream.control import StatusWriter
 from services.stream.frames import Frame
@@ -89,7 +90,7 @@ class PartitionState:
     def engine_options(self, entry) -> dict:
         """Idle-key eviction: the configured timeout in the stream's time units, at least
         twice the query's horizon (its window), so eviction drops only state no match uses."""
-        if self.idle_timeout_ms is None or entry.checked.query.kind == "window":
+        if self.idle_timeout_ms is None or entry.checked.query.kind is QueryKind.WINDOW:
             return {}
         timeout = max(1, round(self.idle_timeout_ms * units_per_ms(
             entry.checked.schema.time_unit)))
