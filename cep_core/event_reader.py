@@ -72,6 +72,7 @@ from cep_core.event_io import (
     event_format,
 )
 from cep_core.events import Event
+from cep_core.iso_times import iso_times
 from cep_core.schema import StreamSchema
 from cep_core.time_guard import TimeGuard
 
@@ -328,8 +329,10 @@ class _JsonParser:
                               pj.ParseOptions(explicit_schema=cols,
                                               unexpected_field_behavior="ignore"))
                         for iso, cols in ((False, columns), (True, texts))}
+        self.fields = set(columns.names)
         self.iso = False
         self.other_fields = False
+        self.guessed = False
         self.dense = False  # the last refused block had bad records everywhere
         self.threads = pj.ReadOptions(use_threads=True)
         self.one_thread = pj.ReadOptions(use_threads=False)  # less set-up for small blocks
@@ -345,6 +348,8 @@ class _JsonParser:
                 block.decode("utf-8")
             except UnicodeDecodeError:
                 return None
+        if not self.guessed:
+            self._guess(block, lines)
         table, why = self._parsed(block, lines, self.iso)
         if table is None and why in self.times:  # times of the other kind (text, numbers)
             table, _ = self._parsed(block, lines, not self.iso)
@@ -359,14 +364,23 @@ class _JsonParser:
                                      iso_times(table.column(name), self.time_unit))
         return table
 
+    def _guess(self, block: bytes, lines: _Lines) -> None:
+        """`iso` and `other_fields` as the first record has them, so that the first parse
+        is the right one (a wrong guess costs a parse, as no guess would)."""
+        self.guessed = True
+        try:
+            first = orjson.loads(block[lines.starts[0]:lines.ends[0]])
+        except orjson.JSONDecodeError:
+            return
+        if isinstance(first, dict):
+            self.iso = any(isinstance(first.get(name), str) for name in self.times)
+            self.other_fields = not first.keys() <= self.fields
+
     def _parsed(self, block: bytes, lines: _Lines, iso: bool) -> tuple[pa.Table | None, str]:
         strict, lenient = self.options[iso]
         table, why = (None, _OTHER_FIELDS) if self.other_fields else self._read(block, strict)
         if table is None:
-            if why != _OTHER_FIELDS or b"NaN" in block or b"Inf" in block or \
-                    _may_overflow(block) or (
-                        block.count(b"{") + block.count(b"[") - len(lines) >= _MAX_OPENINGS
-                        and _deepest(block, lines) >= _MAX_OPENINGS):
+            if why != _OTHER_FIELDS or not _orjson_takes_what_is_ignored(block, lines):
                 return None, why
             table, why = self._read(block, lenient)
             self.other_fields = table is not None
@@ -389,51 +403,6 @@ class _JsonParser:
 
 _OTHER_FIELDS = "\0other fields"
 _COLUMN_IN_ERROR = re.compile(r"Column\(/([^)]*)\)")
-# The spellings of ISO-8601 times that pyarrow's cast reads as datetime.fromisoformat does
-# (the record decoder's rule): date, T or space, time to the second, up to 6 decimals,
-# then Z or an offset under 24 hours (zoned), or nothing (naive: UTC).
-_ISO_TIME = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,6})?"
-_ISO_ZONED = _ISO_TIME + r"(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$"
-_ISO_NAIVE = _ISO_TIME + "$"
-_MICROS_PER_UNIT = {"s": 1_000_000, "ms": 1_000, "us": 1}
-
-
-def iso_times(text: pa.ChunkedArray | pa.Array, time_unit: str) -> pa.Array:
-    """ISO-8601 texts as integer times since the epoch in `time_unit`, exactly as
-    `event_io.decode_record` converts them (naive times are UTC; times floored to the
-    unit); a null where a text is not one of the spellings `_ISO_ZONED` / `_ISO_NAIVE`
-    take (or is year 0, or out of range), so that the record decoder decides that row."""
-    import pyarrow.compute as pc
-
-    if isinstance(text, pa.ChunkedArray):
-        text = text.combine_chunks()
-    n = len(text)
-    nulls = pa.nulls(n, pa.int64())
-    if time_unit not in _MICROS_PER_UNIT and time_unit != "ns":
-        return nulls
-    micros = np.zeros(n, dtype=np.int64)
-    known = np.zeros(n, dtype=bool)
-    for shape, kind in ((_ISO_ZONED, pa.timestamp("us", tz="UTC")),
-                        (_ISO_NAIVE, pa.timestamp("us"))):
-        chosen = pc.and_(pc.fill_null(pc.match_substring_regex(text, shape), False),
-                         pc.invert(pc.fill_null(pc.starts_with(text, "0000"), False)))
-        rows = np.flatnonzero(chosen.to_numpy(zero_copy_only=False))
-        if not len(rows):
-            continue
-        try:  # a day or hour out of range fails the whole cast: those rows go one by one
-            parsed = pc.cast(text.take(pa.array(rows)), kind)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            continue
-        micros[rows] = parsed.cast(pa.int64()).to_numpy(zero_copy_only=False)
-        known[rows] = True
-    if time_unit == "ns":
-        known &= np.abs(micros) <= np.iinfo(np.int64).max // 1000
-        units = micros * 1000
-    else:
-        units = np.floor_divide(micros, _MICROS_PER_UNIT[time_unit])
-    return pa.array(units, pa.int64(), mask=~known) if not known.all() else pa.array(units)
-
-
 def json_messages_table(raws: list[bytes], schema: StreamSchema,
                         positions: np.ndarray) -> pa.Table | None:
     """Messages of one JSON object each (a Kafka batch) as a table, parsed as one block of
@@ -532,24 +501,37 @@ def _parsed_block(block: bytes, lines: _Lines, table: pa.Table, first_line: int,
     return len(lines)
 
 
-# Each byte as what it is to a number: digit 1, exponent e, sign +, anything else 0.
-_NUMBER_SHAPE = bytes(b"1"[0] if 48 <= b <= 57 else b"e"[0] if b in b"eE" else
-                      b"+"[0] if b == b"+"[0] else b"0"[0] for b in range(256))
-
-
-def _may_overflow(block: bytes) -> bool:
-    """Whether a number in the block might be beyond a double (orjson refuses it; pyarrow
-    takes it in a field it ignores): 200 digits in a row, or an exponent of 100 or more."""
-    shape = block.translate(_NUMBER_SHAPE)
-    return b"1" * 200 in shape or b"e111" in shape or b"e+111" in shape
-
-
-def _deepest(block: bytes, lines: _Lines) -> int:
-    """The most `{` and `[` any line holds (a bound on its nesting)."""
+def _orjson_takes_what_is_ignored(block: bytes, lines: _Lines) -> bool:
+    """Whether nothing in the block is what orjson refuses but pyarrow takes in a field it
+    ignores: a NaN or Infinity literal, a number beyond a double (200 digits in a row, or
+    an exponent of three digits that is not negative), nesting deeper than orjson takes.
+    Vectorised and conservative (the letters or digits inside strings count too): a block
+    it doubts goes to orjson."""
     data = np.frombuffer(block, dtype=np.uint8)
-    at = np.flatnonzero((data == ord("{")) | (data == ord("[")))
-    line = np.searchsorted(lines.starts, at, side="right") - 1
-    return int(np.bincount(line[line >= 0]).max()) if len(at) else 0
+    if len(data) < 3:
+        return True
+    for first, second, third in (b"NaN", b"Inf"):
+        at = np.flatnonzero(data[:-2] == first)
+        if len(at) and ((data[at + 1] == second) & (data[at + 2] == third)).any():
+            return False
+    digit = (data - np.uint8(48)) < 10
+    runs = digit[:len(digit) // 100 * 100].reshape(-1, 100)  # 200 in a row fill one
+    if len(runs) and runs.all(axis=1).any():
+        return False
+    after_digit = np.flatnonzero(((data[1:] == ord("e")) | (data[1:] == ord("E"))) & digit[:-1])
+    if len(after_digit):  # an exponent: a digit, e, maybe +, then three digits
+        at = after_digit + 2  # the byte after the e
+        padded = np.concatenate((data, np.zeros(4, np.uint8)))
+        at = at + (padded[at] == ord("+"))
+        if (padded[at[:, None] + np.arange(3)] - np.uint8(48) < 10).all(axis=1).any():
+            return False
+    long = np.flatnonzero(lines.ends - lines.starts >= _MAX_OPENINGS)
+    if len(long):  # only a line that long can nest that deep
+        opening = ((data == ord("{")) | (data == ord("["))).astype(np.int32)
+        bounds = np.stack((lines.starts[long], lines.ends[long]), axis=1).ravel()
+        if np.add.reduceat(np.append(opening, 0), bounds)[::2].max() >= _MAX_OPENINGS:
+            return False
+    return True
 
 
 def _doubtful_rows(table: pa.Table, schema: StreamSchema,

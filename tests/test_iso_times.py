@@ -1,4 +1,4 @@
-"""ISO-8601 times on the columnar path (cep_core/event_reader.py `iso_times`): every time
+"""ISO-8601 times on the columnar path (cep_core/iso_times.py): every time
 it converts is exactly what the record decoder (`datetime.fromisoformat`, naive = UTC,
 floored to the stream's unit) gives, every text the decoder refuses is left to it (null),
 and the usual spellings are all converted (else the fast path would be no path). Files
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from cep_core.errors import EventError
 from cep_core.event_io import _iso_to_units
-from cep_core.event_reader import iso_times
+from cep_core.iso_times import iso_times
 from cep_core.schema import StreamSchema
 from tests.test_event_io import SCHEMA
 from tests.test_event_reader import assert_same, lines_file
@@ -39,18 +39,25 @@ def spellings(draw) -> str:
                                  "2263", "9999"]))
     month, day = draw(two(0, 13)), draw(two(0, 32))
     hour, minute, second = draw(two(0, 25)), draw(two(0, 60)), draw(two(0, 61))
-    text = f"{year}-{month}-{day}{draw(st.sampled_from(['T', ' ', 't']))}{hour}:{minute}"
-    if draw(st.integers(0, 5)):
-        text += f":{second}"
-    digits = draw(st.integers(0, 9))
+    text = f"{year}-{month}-{day}"
+    if draw(st.integers(0, 9)):
+        text += f"{draw(st.sampled_from(['T', ' ', 't', '_']))}{hour}"
+        if draw(st.integers(0, 9)):
+            text += f":{minute}"
+            if draw(st.integers(0, 5)):
+                text += f":{second}"
+    digits = draw(st.integers(0, 22))
     if digits:
-        text += "." + "".join(draw(st.lists(st.sampled_from("0123456789"), min_size=digits,
-                                            max_size=digits)))
+        text += draw(st.sampled_from(".,:")) + "".join(draw(st.lists(
+            st.sampled_from("0123456789"), min_size=digits, max_size=digits)))
     zone = draw(st.sampled_from(["", "Z", "z", "+00:00", "-00:00", "+02:00", "-05:30",
-                                 "+23:59", "+24:00", "+0200", "+02"]))
+                                 "+23:59", "+24:00", "+0200", "-0530", "+2400", "+02",
+                                 "+02:00:30", "+02:60", "Z ", "+2:00"]))
     text += zone
     if draw(st.integers(0, 9)) == 0:
         text = " " + text
+    if draw(st.integers(0, 19)) == 0:
+        text = text + draw(st.sampled_from([" ", "x", "\n"]))
     return text
 
 
@@ -67,7 +74,10 @@ def test_converted_times_are_the_record_decoders(texts, unit):
 @pytest.mark.parametrize("text", [
     "2026-11-01T00:00:00Z", "2026-11-01T00:00:00.1Z", "2026-11-01T00:00:00.123456Z",
     "2026-11-01T00:00:00+02:00", "2026-11-01T00:00:00.5-05:30", "2026-11-01 12:00:00",
-    "2026-11-01T12:00:00.25", "1969-12-31T23:59:59.999999Z", "2024-02-29T00:00:00Z"])
+    "2026-11-01T12:00:00.25", "1969-12-31T23:59:59.999999Z", "2024-02-29T00:00:00Z",
+    "2026-11-01T00:00:00.1234567Z", "2026-11-01T00:00:00.999999999-00:00",
+    "2026-11-01T00:00:00+0200", "2026-11-01T00:00:00+02", "2200-12-31T23:59:59.5-23:59",
+    "2026-11-01", "2026-11-01T10", "2026-11-01 10:30"])
 def test_the_usual_spellings_take_the_fast_path(text, unit):
     assert iso_times(pa.array([text]), unit).to_pylist() == [decoder(text, unit)]
     assert decoder(text, unit) is not None
@@ -75,7 +85,9 @@ def test_the_usual_spellings_take_the_fast_path(text, unit):
 
 @pytest.mark.parametrize("text", [
     "2026-02-30T00:00:00Z", "0000-01-01T00:00:00", "2026-11-01T24:00:00", " 2026-11-01T00:00Z",
-    "2026-11-01T00:00:00.1234567Z", "2026-11-01", "yesterday", ""])
+    "2026-11-01T00:00:00.Z", "2026-11-01T00:00:00+24:00", "2025-02-29T00:00:00",
+    "2026-11-01T00:00:00z", "2026-11-01t00:00:00,5", "2026-11-01T00:00:00.1234567890Z",
+    "2026-11-01T00:00:00 ", "3000-01-01T00:00:00.1234567Z", "yesterday", ""])
 def test_others_are_left_to_the_record_decoder(text):
     assert iso_times(pa.array([text, "2026-11-01T00:00:00Z"]), "ms").to_pylist()[0] is None
 
