@@ -46,6 +46,7 @@ def test_demo_verifies_from_an_empty_home(tmp_path):
                            "--workers", "2", "--verify"], env=demo_env(tmp_path),
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "chained" in done.stdout  # the default: the chained pipeline
     assert "verify: identical to cep run --engine reference" in done.stdout
     assert (tmp_path / "home/.local/state/cep/faust").is_dir()
     # nothing written outside the product's folders (the broker binary is run in place)
@@ -53,13 +54,15 @@ def test_demo_verifies_from_an_empty_home(tmp_path):
 
 
 def test_demo_with_two_coordinator_shards_verifies(tmp_path):
-    """`--coordinators 2`: the demo's two INTO topics go to different shards (one process
-    each), and the output is still the reference interpreter's."""
+    """`--distributed --coordinators 2`: one process per role, the demo's two INTO topics
+    go to different shards (one process each), and the output is still the reference
+    interpreter's."""
     done = subprocess.run([sys.executable, "-m", "services.cli.main", "demo", "--events", "3000",
-                           "--workers", "2", "--coordinators", "2", "--verify"],
+                           "--distributed", "--workers", "2", "--coordinators", "2",
+                           "--verify"],
                           env=demo_env(tmp_path), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "2 coordinator shards" in done.stdout
+    assert "2 workers, 2 coordinator shards" in done.stdout
     assert "verify: identical to cep run --engine reference" in done.stdout
 
 
@@ -73,10 +76,10 @@ def test_a_signal_stops_the_demo_and_everything_it_started(tmp_path, signum):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     logs = tmp_path / "cep-home/state/logs"
     try:
-        # the broker, `serve all`, the splitter, 2 workers and the coordinator are up
-        wait_for(lambda: any("coordinator_started" in p.read_text() for p in logs.glob("*.log"))
+        # the broker, `serve all`, the chained pipeline and the API are up
+        wait_for(lambda: any("chained_started" in p.read_text() for p in logs.glob("*.log"))
                  if logs.is_dir() else False, 180, "services started")
-        assert len(processes_with(marker)) >= 7  # the demo itself too
+        assert len(processes_with(marker)) >= 5  # the demo itself too
         demo.send_signal(signum)
         demo.wait(150)
         deadline = time.monotonic() + 30  # children reaped after their parents exit

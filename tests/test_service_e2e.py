@@ -174,7 +174,7 @@ def load_queries_text(text: str):
 
 
 def test_serve_all_processes_and_sigterm(broker, tmp_path):
-    """`cep serve all` as real processes (splitter, 2 workers, coordinator), queries
+    """`cep serve all --distributed` as real processes (splitter, 2 workers, coordinator), queries
     registered with `cep query add`, clean exit 0 on SIGTERM."""
     queries = load_queries(EXAMPLES / "finance.cep")
     topics = _topics("trades")
@@ -188,8 +188,8 @@ def test_serve_all_processes_and_sigterm(broker, tmp_path):
                            cwd=ROOT, capture_output=True, timeout=60)
     assert added.returncode == 0, added.stderr
     log = open(tmp_path / "serve.log", "wb")
-    serve = subprocess.Popen(cep + ["serve", "all", "--workers", "2", "--source",
-                                    topics.source],
+    serve = subprocess.Popen(cep + ["serve", "all", "--distributed", "--workers", "2",
+                                    "--source", topics.source],
                              env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                              start_new_session=True)
     try:

@@ -38,6 +38,7 @@ Coordinators = Annotated[int, typer.Option(
 
 
 class Role(StrEnum):
+    chained = "chained"
     splitter = "splitter"
     worker = "worker"
     coordinator = "coordinator"
@@ -54,14 +55,22 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
 
     @app.command()
     def serve(
-        role: Annotated[Role, typer.Argument(help="splitter, worker, coordinator, api (HTTP "
-                                             "API and web console), or all (one process "
+        role: Annotated[Role, typer.Argument(help="chained (splitter, workers and "
+                                             "coordinator in one process, Kafka only at "
+                                             "the edges), splitter, worker, coordinator, "
+                                             "api (HTTP API and web console), or all "
+                                             "(chained, or with --distributed one process "
                                              "per role; the API with --api-port).")],
         bootstrap: Bootstrap = "127.0.0.1:9092",
         stream: Stream = "trades",
         partitions: Partitions = 4,
+        distributed: Annotated[bool, typer.Option(
+            "--distributed", envvar="CEP_DISTRIBUTED", help="all: one process per role, "
+            "talking through the broker's internal topics (for roles spread over several "
+            "machines; default: the chained pipeline, docs/scaling.md).")] = False,
         workers: Annotated[int, typer.Option(envvar="CEP_WORKERS", min=1,
-                                             help="all: how many worker processes.")] = 1,
+                                             help="all --distributed: how many worker "
+                                             "processes.")] = 1,
         coordinators: Coordinators = 1,
         shard: Annotated[int, typer.Option(
             envvar="CEP_COORDINATOR_SHARD", min=0, help="coordinator: which shard this "
@@ -168,7 +177,8 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
                     if value is not None:
                         common += [option, value]
                 roles = [("splitter", [])] + [("worker", [])] * workers + \
-                    [("coordinator", ["--shard", str(k)]) for k in range(coordinators)]
+                    [("coordinator", ["--shard", str(k)]) for k in range(coordinators)] \
+                    if distributed else [("chained", [])]
                 plan = [(r, common + (["--metrics-port", str(metrics_port + i)]
                                       if metrics_port else []) + extra)
                         for i, (r, extra) in enumerate(roles)]
@@ -189,18 +199,20 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
                            api_require_token)
                 return
             metrics = Metrics(role.value, metrics_port)
-            if role is Role.splitter:  # a Faust app: Faust handles the signals
+            if role in (Role.splitter, Role.chained):  # a Faust app: it handles signals
                 from cep_core.home import state_dir
+                from services.stream.chained import Chained
                 from services.stream.splitter import Splitter
                 from services.stream.splitter_app import serve_splitter
                 datadir = state_dir("faust")  # first: a folder that cannot be made fails fast
                 create_topics(settings, topics, partitions)
-                splitter = Splitter(settings, topics, partitions, pulse_ms, metrics=metrics,
-                                    linger_ms=linger_ms,
-                                    allowed_lateness_ms=allowed_lateness_ms,
-                                    max_ahead=max_ahead,
-                                    max_ahead_of_clock=max_ahead_of_clock,
-                                    idleness=idleness)
+                options = dict(metrics=metrics, linger_ms=linger_ms,
+                               allowed_lateness_ms=allowed_lateness_ms, max_ahead=max_ahead,
+                               max_ahead_of_clock=max_ahead_of_clock, idleness=idleness)
+                splitter = Splitter(settings, topics, partitions, pulse_ms, **options) \
+                    if role is Role.splitter else \
+                    Chained(settings, topics, partitions, pulse_ms,
+                            idle_timeout_ms=idle_timeout_ms or None, **options)
                 raise typer.Exit(serve_splitter(splitter, web_port, datadir))
             stopping = stop_flag()
             if role is Role.worker:
@@ -219,7 +231,12 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
         count: Annotated[int, typer.Option("--count", "--events", "-n", min=1, metavar="N",
                                            help="How many trades (--events N: the old "
                                            "name).")] = 20000,
-        workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 2,
+        distributed: Annotated[bool, typer.Option(
+            "--distributed", help="One process per role (splitter, workers, coordinator) "
+            "talking through the broker (default: the chained pipeline, one process).")] =
+        False,
+        workers: Annotated[int, typer.Option(min=1, help="--distributed: worker "
+                                             "processes.")] = 2,
         coordinators: Annotated[int, typer.Option(min=1, help="Coordinator shards (its "
                                                   "two INTO topics go to different shards "
                                                   "with 2).")] = 1,
@@ -251,7 +268,7 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
             chosen = rate if rate is not None else (0 if verify else 2000)
             try:
                 ok = run_demo(count, workers, verify, bootstrap, chosen, Console(),
-                              0 if verify else api_port, hold, coordinators)
+                              0 if verify else api_port, hold, coordinators, distributed)
             except ServiceFailed as e:
                 raise cli_error(str(e)) from None
             if not ok:
@@ -264,7 +281,8 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
         count: Annotated[int, typer.Option("--count", "--events", "-n", min=1000, metavar="N",
                                            help="How many events (--events N: the old "
                                            "name).")] = 200_000,
-        workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 1,
+        workers: Annotated[int, typer.Option(min=1, help="Worker processes (distributed).")]
+        = 1,
         coordinators: Annotated[int, typer.Option(min=1, help="Coordinator shards.")] = 1,
         latency_s: Annotated[float, typer.Option(help="Seconds of the latency run.")] = 8,
         latency_rate: Annotated[float | None, typer.Option(
@@ -273,15 +291,22 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
         bootstrap: Annotated[str | None, typer.Option(
             "--bootstrap", envvar="KAFKA_BOOTSTRAP", metavar="HOST:PORT",
             help="A broker (default: start the embedded one).")] = None,
+        mode: Annotated[list[str] | None, typer.Option(
+            "--mode", metavar="MODE", help="chained or distributed (repeatable; default: "
+            "both, side by side).")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
     ) -> None:
-        """Source topic to composite-event topic throughput and latency (M-shape)."""
+        """Source topic to composite-event topic throughput and latency (M-shape), the
+        chained and the distributed pipeline side by side."""
 
         def body():
-            from bench.e2e import run_bench
+            from bench.e2e import MODES, run_bench
 
+            wrong = [m for m in mode or () if m not in MODES]
+            if wrong:
+                raise cli_error(f"--mode {wrong[0]}: not one of {', '.join(MODES)}", 2)
             result = run_bench(count, workers, bootstrap, latency_s, latency_rate or 0,
-                               coordinators)
+                               coordinators, tuple(mode or MODES))
             print(orjson.dumps(result).decode() if as_json else result)
 
         guard(body)

@@ -26,6 +26,7 @@ events already out are dropped, so the INTO topics get each one once.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from confluent_kafka import OFFSET_BEGINNING
@@ -46,7 +47,7 @@ from services.stream.checkpoint import (
 )
 from services.stream.control import StatusWriter
 from services.stream.coordinator import Coordinator, Merger
-from services.stream.kafka import produce
+from services.stream.kafka import KafkaSettings, produce
 from services.stream.metrics import Metrics
 from services.stream.partition import PartitionState
 from services.stream.reorder_checkpoint import saved_state
@@ -57,6 +58,36 @@ from services.stream.splitter_order import LoggedOrder
 
 CHAINED_KEY = b"chained"  # the cut's seq state and source offsets (a splitter checkpoint)
 STAGE_HEADER = "cep.taken_ms"  # on INTO records: when the step that released them began
+
+
+# The clients at the edges are tuned for latency, not for the broker's batches: the chain
+# makes one produce request per 5 ms at most (tansu's 200 ms default linger is there to
+# bound the batches of every internal hop, docs/broker.md; the chain has none), and a
+# fetch of the source waits at most 20 ms for records. CEP_KAFKA_LINGER_MS and
+# CEP_KAFKA_FETCH_WAIT_MAX_MS (or --kafka-config) still win.
+EDGE_PRODUCER = {"linger.ms": 5}
+EDGE_CONSUMER = {"fetch.wait.max.ms": 20}
+
+
+@dataclasses.dataclass
+class EdgeSettings(KafkaSettings):
+    """KafkaSettings whose clients take EDGE_PRODUCER and EDGE_CONSUMER under the user's."""
+
+    def producer_config(self, **overrides) -> dict:
+        return {**super().producer_config(), **_unset(EDGE_PRODUCER, self.extra), **overrides}
+
+    def consumer_config(self, group: str | None = None, **overrides) -> dict:
+        return {**super().consumer_config(group), **_unset(EDGE_CONSUMER, self.extra),
+                **overrides}
+
+
+def _unset(defaults: dict, extra: dict) -> dict:
+    return {k: v for k, v in defaults.items() if k not in extra}
+
+
+def edge_settings(settings: KafkaSettings) -> EdgeSettings:
+    return EdgeSettings(**{f.name: getattr(settings, f.name)
+                           for f in dataclasses.fields(settings)})
 
 
 def part_key(partition: int) -> bytes:
@@ -94,8 +125,8 @@ class Chained(Splitter):
     def __init__(self, settings, topics, partitions: int = 4, pulse_ms: int = 100,
                  registry=None, metrics: Metrics | None = None,
                  idle_timeout_ms: int | None = 3_600_000, **splitter_options):
-        super().__init__(settings, topics, partitions, pulse_ms, registry=registry,
-                         metrics=metrics, **splitter_options)
+        super().__init__(edge_settings(settings), topics, partitions, pulse_ms,
+                         registry=registry, metrics=metrics, **splitter_options)
         self.idle_timeout_ms = idle_timeout_ms
         self.worker_metrics = Metrics("worker", 0)
         self.worker_status = StatusWriter(topics.status, "worker")

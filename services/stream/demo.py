@@ -1,7 +1,8 @@
 """`cep demo`: the whole pipeline on a synthetic trade stream.
 
 Starts the embedded broker (unless KAFKA_BOOTSTRAP / --bootstrap names one), `cep serve
-all` (splitter, K workers, coordinator as processes), registers the M-shape and a WINDOW
+all` (the chained pipeline: one process; with --distributed splitter, K workers and
+coordinator as processes), registers the M-shape and a WINDOW
 query, produces trades (one JSON per message) and an end-of-input marker, and shows the
 composite events as they arrive (rich), or with --verify compares the output topics with
 `cep run --engine reference` on the same events and prints one summary line.
@@ -68,15 +69,17 @@ def trade_lines(events: int, seed: int = 1) -> list[bytes]:
 
 
 def start_services(bootstrap: str, workers: int, log_path: Path, topics,
-                   api_port: int = 0) -> subprocess.Popen:  # topics.shards: coordinators
-    """`cep serve all` for `topics` (its prefix, source and control topics); the splitter's
-    Faust web server on a free port; the API and console on `api_port` (0: none)."""
+                   api_port: int = 0, distributed: bool = False) -> subprocess.Popen:
+    """`cep serve all` for `topics` (its prefix, source and control topics; its shards:
+    coordinators), chained or `distributed` (`workers` worker processes); the Faust web
+    server on a free port; the API and console on `api_port` (0: none)."""
     log = open(log_path, "ab")
     return subprocess.Popen(
         [sys.executable, "-m", "services.cli.main", "serve", "all", "--workers", str(workers),
          "--stream", topics.stream, "--source", topics.source, "--control", topics.control,
          "--topic-prefix", topics.prefix, "--web-port", str(free_port()),
-         "--api-port", str(api_port), "--coordinators", str(topics.shards)],
+         "--api-port", str(api_port), "--coordinators", str(topics.shards)]
+        + (["--distributed"] if distributed else []),
         env={**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "CEP_SESSION_TIMEOUT_MS": "2000"},
         stdout=log, stderr=log, start_new_session=True, preexec_fn=die_with_parent)
 
@@ -133,10 +136,12 @@ def usable_port(port: int) -> int:
 
 
 def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rate: float,
-             console, api_port: int = 0, hold: bool = False, coordinators: int = 1) -> bool:
+             console, api_port: int = 0, hold: bool = False, coordinators: int = 1,
+             distributed: bool = False) -> bool:
     """The demo; with `api_port`, the API and web console there too (its URL printed),
     and with `hold` everything stays up after the trades until Ctrl-C or SIGTERM;
-    `coordinators` coordinator shards."""
+    `coordinators` coordinator shards; `distributed`: one process per role (`workers`
+    workers), else the chained pipeline."""
     broker = None
     if not bootstrap:
         broker = EmbeddedBroker().start()
@@ -151,7 +156,7 @@ def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rat
     for name, text in queries:
         publish(settings, topics.control, ControlMessage("add", name, text))
     api_port = usable_port(api_port) if api_port else 0
-    services = start_services(bootstrap, workers, log_path, topics, api_port)
+    services = start_services(bootstrap, workers, log_path, topics, api_port, distributed)
     try:
         wait_status(settings, topics.status, "query_live", 120, op="set",
                     check=lambda: check_services(services, log_path))
@@ -182,7 +187,9 @@ def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rat
         if view is not None:
             view.stop()
         ok = True
-        summary = (f"demo: {events} events, {workers} worker{'s' if workers != 1 else ''}, "
+        shape = f"{workers} worker{'s' if workers != 1 else ''}" if distributed else \
+            "chained"
+        summary = (f"demo: {events} events, {shape}, "
                    + (f"{coordinators} coordinator shards, " if coordinators > 1 else "") +
                    f"{len(received)} composite events, {events / elapsed:,.0f} events/s "
                    f"(produce to last composite event)")

@@ -34,6 +34,7 @@ from cep_core.checker import load_query_text
 from cep_core.event_io import read_events
 from cep_core.events import Event
 from services.stream.broker import free_port
+from services.stream.chained import CHAINED_KEY
 from services.stream import frames
 from services.stream.control import ControlMessage, horizon, input_ended, publish, split_query_file
 from services.stream.checkpoint import ALT, read_latest, read_partitions
@@ -65,13 +66,14 @@ class Pipeline:
     def __init__(self, bootstrap: str, logs: Path, workers: int = 2, partitions: int = 4,
                  checkpoint_ms: int = 300, limit: int | None = None,
                  source_partitions: int = 1, role_env: dict[str, dict] | None = None,
-                 coordinators: int = 1, **env: str):
+                 coordinators: int = 1, mode: str = "distributed", **env: str):
         """`limit`: only the first so many events of the file; `source_partitions`: of the
         source topic (events keyed by symbol); `env`: more settings of the services
         (CEP_PULSE_MS, CEP_KAFKA_FETCH_WAIT_MAX_MS, ...); `role_env`: settings of one
         role only ({"splitter": {...}}); `coordinators`: coordinator shards (roles
         coordinator0, coordinator1, ... when more than one; the run's two INTO topics then
-        go to different shards)."""
+        go to different shards); `mode` "chained": one `cep serve chained` process (role
+        chained) instead of the distributed roles."""
         self.settings = KafkaSettings(bootstrap, session_timeout_ms=2000)
         while True:
             run = uuid.uuid4().hex[:8]
@@ -83,7 +85,9 @@ class Pipeline:
         self.logs = logs
         self.partitions = partitions
         self.source_partitions = source_partitions
-        self.roles = ["splitter"] + [f"worker{i}" for i in range(workers)] + \
+        self.mode = mode
+        self.roles = ["chained"] if mode == "chained" else \
+            ["splitter"] + [f"worker{i}" for i in range(workers)] + \
             (["coordinator"] if coordinators == 1 else
              [f"coordinator{k}" for k in range(coordinators)])
         self.processes: dict[str, subprocess.Popen] = {}
@@ -136,6 +140,13 @@ class Pipeline:
     def start_all(self) -> None:
         for role in self.roles:
             self.start(role)
+
+    def wait_up(self) -> None:
+        """Until the pipeline takes input: worker0 has its partitions, or the chained
+        process has started."""
+        role, event = ("chained", "chained_started") if self.mode == "chained" else \
+            ("worker0", "partitions_assigned")
+        self.wait_until(lambda: self.log_events(role, event), f"{role} up")
 
     def kill(self, role: str) -> float:
         """SIGKILL the role's process group; the time of the kill."""
@@ -288,11 +299,11 @@ class Pipeline:
         return all(taken.get(p, 0) >= o for p, o in self.source_offsets(events).items())
 
     def splitter_checkpoint(self) -> dict | None:
-        """The splitter's newest checkpoint on the state topic (the newer generation of
-        its two keys, services/stream/checkpoint.py)."""
+        """The splitter's (or the chain's cut's) newest checkpoint on the state topic (the
+        newer generation of its two keys, services/stream/checkpoint.py)."""
         latest = read_latest(self.settings, self.topics.state)
-        saved = [orjson.loads(latest[k]) for k in (SPLITTER_KEY, SPLITTER_KEY + ALT)
-                 if k in latest]
+        key = CHAINED_KEY if self.mode == "chained" else SPLITTER_KEY
+        saved = [orjson.loads(latest[k]) for k in (key, key + ALT) if k in latest]
         return max(saved, key=lambda c: c.get("generation", 0), default=None)
 
     def snapshotted(self) -> set[int]:

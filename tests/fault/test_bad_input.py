@@ -1,8 +1,9 @@
 """Bad input on a real broker: a stream with 5% bad records of every class goes through
-splitter, workers and coordinator. Every good record is processed (the composite events are
-exactly the reference interpreter's over the good records at their positions) and every bad
-one is in the dead-letter topic with its reason, its original bytes, its source offset and
-partition; the splitter's dead-letter counter counts them."""
+splitter, workers and coordinator (distributed, and chained). Every good record is
+processed (the composite events are exactly the reference interpreter's over the good
+records at their positions) and every bad one is in the dead-letter topic with its reason,
+its original bytes, its source offset and partition; the splitter's dead-letter counter
+counts them."""
 
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ def broker(kafka_bootstrap):
     return KafkaSettings(kafka_bootstrap, session_timeout_ms=2000)
 
 
-def test_five_percent_bad_input_every_class(broker):
+@pytest.mark.parametrize("chained", [False, True], ids=["distributed", "chained"])
+def test_five_percent_bad_input_every_class(broker, chained):
     run = uuid.uuid4().hex[:8]
     queries, topics, before = topics_with_queries(broker, QUERIES, f"src.bad.{run}", f"t{run}")
     schema = queries[0].schema
@@ -66,7 +68,7 @@ def test_five_percent_bad_input_every_class(broker):
     good = [decode_record(orjson.loads(raw), schema, position)
             for position, raw in enumerate(records) if position not in bad]
 
-    with LocalPipeline(broker, topics, workers=2) as pipeline:
+    with LocalPipeline(broker, topics, workers=2, chained=chained) as pipeline:
         pipeline.splitter.max_message_bytes = MAX_BYTES
         produce_to_end(broker, pipeline, topics.source, records)
         assert pipeline.metrics[0].dead_letters._value.get() == len(bad)

@@ -1,6 +1,6 @@
 """Restart the broker mid-stream on the same port, its storage being durable (S3 on a moto
-server): the services reconnect by themselves and every INTO topic equals the reference
-interpreter's composite events exactly.
+server): the services (distributed, and chained) reconnect by themselves and every INTO
+topic equals the reference interpreter's composite events exactly.
 
 The broker is stopped (SIGTERM) and started again while the source is being written and the
 services are sending frames and checkpoints: the producer stops after the first half of the
@@ -15,19 +15,22 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.fault.harness import Pipeline, assert_exact
 
 
 
-def test_broker_restart_mid_stream(durable_broker, tmp_path):
+@pytest.mark.parametrize("mode", ["distributed", "chained"])
+def test_broker_restart_mid_stream(durable_broker, tmp_path, mode):
     # every record costs the S3-backed broker several requests to moto: few partitions,
     # no pulses (the end of input releases the windows), idle fetches that wait, 400 events
     pipe = Pipeline(durable_broker.bootstrap, tmp_path, workers=1, partitions=2,
-                    checkpoint_ms=1000, limit=400, CEP_PULSE_MS="600000",
+                    checkpoint_ms=1000, limit=400, mode=mode, CEP_PULSE_MS="600000",
                     CEP_KAFKA_FETCH_WAIT_MAX_MS="200")
     try:
         pipe.start_all()
-        pipe.wait_until(lambda: pipe.log_events("worker0", "partitions_assigned"), "worker0 up")
+        pipe.wait_up()
         producing = pipe.produce_slowly(chunk=20, pause_s=0.3, holds=[200])
         held = producing.wait_held()
         assert pipe.released_by(held) > 0

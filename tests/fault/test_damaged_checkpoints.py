@@ -107,3 +107,43 @@ def test_watermarks_come_from_the_broker(kafka_bootstrap):
     assert producer.flush(30) == 0
     assert broker_watermarks(settings, [(topic, 0), (topic, 1), (topic, 2), ("nope", 0)]) == {
         (topic, 0): (0, 5), (topic, 1): (0, 0), (topic, 2): None, ("nope", 0): None}
+
+
+def test_chained_restores_the_cut_before_a_damaged_one(kafka_bootstrap, tmp_path):
+    """The chained pipeline's checkpoint is one cut of every core: one damaged piece (a
+    changed byte in a partition's snapshot of the newest cut) refuses the whole cut, and
+    the restart restores the cut before it, whole, and replays from its offsets: the INTO
+    topics equal the reference exactly."""
+    from services.stream.chained import CHAINED_KEY, part_key
+    from services.stream.checkpoint import slot_key
+
+    pipe = Pipeline(kafka_bootstrap, tmp_path, mode="chained", partitions=PARTITIONS,
+                    checkpoint_ms=500)
+    try:
+        pipe.start_all()
+        pipe.wait_up()
+        producing = pipe.produce_slowly(chunk=30, pause_s=0.3, holds=[600])
+        held = producing.wait_held()
+        after_released(pipe, random.Random(33).randint(1, pipe.released_by(held)))
+        wait_for(lambda: {CHAINED_KEY, CHAINED_KEY + ALT} <=
+                 set(read_latest(pipe.settings, pipe.topics.state)), 90, "two cuts",
+                 interval_s=0.5)
+        pipe.kill("chained")
+        newest = pipe.splitter_checkpoint()["generation"]
+        key = slot_key(part_key(1), newest)
+        value = read_latest(pipe.settings, pipe.topics.state)[key]
+        producer = pipe.settings.producer()
+        produce(producer, pipe.topics.state, damage(value, key), key=key)
+        assert producer.flush(30) == 0
+
+        pipe.start_all()
+        producing.release()
+        assert_exact(pipe)
+
+        refused = pipe.log_events("chained", "checkpoint_refused")
+        assert len(refused) == 1 and key.decode() in refused[0]["reason"]
+        assert "its bytes do not match its checksum" in refused[0]["reason"]
+        fallbacks = pipe.log_events("chained", "checkpoint_fallback")
+        assert [e["generation"] for e in fallbacks] == [newest - 1]
+    finally:
+        pipe.stop_all()

@@ -1,12 +1,12 @@
-"""SIGKILL the services of a real `cep serve` pipeline mid-stream, restart them, and check
-that every INTO topic equals the reference interpreter's composite events exactly: nothing
-lost, nothing repeated, same order (docs/reliability.md, "Checkpoints and effectively-once
-output"). The producer stops at fixed points of the source until the test lets it go on,
-and a kill comes at such a point once the INTO topics hold a seeded random number of
-records that the events written so far surely give: so every kill comes while the source
-is being written and after output was released, whatever the machine's speed; the
-producer goes on while the killed process is down. Checkpoints are 2 s apart, so restarts
-replay output that was already released."""
+"""SIGKILL the services of a real `cep serve` pipeline (distributed, and chained)
+mid-stream, restart them, and check that every INTO topic equals the reference
+interpreter's composite events exactly: nothing lost, nothing repeated, same order
+(docs/reliability.md, "Checkpoints and effectively-once output"). The producer stops at
+fixed points of the source until the test lets it go on, and a kill comes at such a point
+once the INTO topics hold a seeded random number of records that the events written so
+far surely give: so every kill comes while the source is being written and after output
+was released, whatever the machine's speed; the producer goes on while the killed process
+is down. Checkpoints are 2 s apart, so restarts replay output that was already released."""
 
 from __future__ import annotations
 
@@ -119,3 +119,32 @@ def test_serve_all_restarts_a_killed_worker(kafka_bootstrap, tmp_path):
             stop()
         log.close()
     assert codes == [0]
+
+
+def test_chained_killed_three_times(kafka_bootstrap, tmp_path):
+    """The chained pipeline (one process: every core and the source offsets in one cut)
+    SIGKILLed three times while the source is written and after output was released:
+    each restart restores the newest cut, replays the source from its offsets, and drops
+    the composite events already out, so the INTO topics equal the reference exactly."""
+    rng = random.Random(33)
+    pipe = Pipeline(kafka_bootstrap, tmp_path, mode="chained", checkpoint_ms=2000)
+    try:
+        pipe.start_all()
+        pipe.wait_up()
+        producing = pipe.produce_slowly(chunk=30, pause_s=0.3, holds=[300, 600, 900])
+        recoveries = []
+        low = 1
+        for _ in range(3):
+            held = producing.wait_held()
+            after_released(pipe, kill_point(rng, pipe, held, low))
+            if not recoveries:  # so that the first restart has a cut to restore
+                pipe.wait_until(lambda: pipe.splitter_checkpoint() is not None, "a cut")
+            low = pipe.released_by(held) + 1
+            recoveries.append(restart(pipe, "chained", "chained_started",
+                                      while_down=producing.release))
+        assert_exact(pipe)
+        restored = pipe.log_events("chained", "chained_restored")
+        assert len(restored) == 4 and all(r["checkpoint"] for r in restored[1:])
+        print(f"chained kill -> started: {[round(r, 2) for r in recoveries]} s")
+    finally:
+        pipe.stop_all()

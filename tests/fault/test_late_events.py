@@ -41,7 +41,9 @@ def _disordered(lines: list[bytes]) -> list[dict]:
     return out
 
 
-def test_disorder_within_lateness_is_reordered_and_later_events_go_to_late_topic(broker):
+@pytest.mark.parametrize("chained", [False, True], ids=["distributed", "chained"])
+def test_disorder_within_lateness_is_reordered_and_later_events_go_to_late_topic(broker,
+                                                                                 chained):
     run = uuid.uuid4().hex[:8]
     queries, topics, before = topics_with_queries(broker, QUERIES, f"src.late.{run}", f"t{run}")
     schema = queries[0].schema
@@ -57,7 +59,7 @@ def test_disorder_within_lateness_is_reordered_and_later_events_go_to_late_topic
     assert 0 < len(late) < len(records) // 5
     released = [decode_record(records[p], schema, seq) for seq, (_, p) in enumerate(sorted(kept))]
 
-    with LocalPipeline(broker, topics, workers=2,
+    with LocalPipeline(broker, topics, workers=2, chained=chained,
                        splitter_options={"allowed_lateness_ms": LATENESS_MS}) as pipeline:
         produce_to_end(broker, pipeline, topics.source, map(orjson.dumps, records))
         assert pipeline.metrics[0].late_events._value.get() == len(late)
@@ -77,20 +79,24 @@ def test_disorder_within_lateness_is_reordered_and_later_events_go_to_late_topic
     assert not [d for d in engine_letters if "backwards" in d["reason"]]
 
 
-def test_splitter_killed_with_events_waiting_in_the_reorder_buffer(kafka_bootstrap, tmp_path):
-    """The reorder buffer is in the splitter's checkpoint: a splitter SIGKILLed (twice)
-    while events wait in it resumes where the oldest waiting event was read, puts the
-    waiting ones back and drops the rest of what it reads again, so the INTO topics equal
-    a run without the kills exactly. The producer stops after 400 and 800 events; each
-    kill comes once composite events are out and a checkpoint holds every event written
-    so far, some of them waiting (the newest always are), and the producer goes on while
-    the splitter is down."""
+@pytest.mark.parametrize("mode", ["distributed", "chained"])
+def test_splitter_killed_with_events_waiting_in_the_reorder_buffer(kafka_bootstrap, tmp_path,
+                                                                   mode):
+    """The reorder buffer is in the splitter's checkpoint (the chain's cut): a splitter
+    (the chained process) SIGKILLed (twice) while events wait in it resumes where the
+    oldest waiting event was read, puts the waiting ones back and drops the rest of what
+    it reads again, so the INTO topics equal a run without the kills exactly. The
+    producer stops after 400 and 800 events; each kill comes once composite events are
+    out and a checkpoint holds every event written so far, some of them waiting (the
+    newest always are), and the producer goes on while the splitter is down."""
     from tests.fault.harness import (Pipeline, after_released, assert_exact, restart,
                                      waiting_in_checkpoint)
 
     lateness = 30_000
-    pipe = Pipeline(kafka_bootstrap, tmp_path, workers=1, checkpoint_ms=1000,
+    pipe = Pipeline(kafka_bootstrap, tmp_path, workers=1, checkpoint_ms=1000, mode=mode,
                     CEP_ALLOWED_LATENESS_MS=str(lateness))
+    splitter, started = ("chained", "chained_started") if mode == "chained" else \
+        ("splitter", "splitter_started")
     rng = random.Random(5)
     records = [orjson.loads(line) for line in pipe.lines]
     for record in records:  # jittered back by up to the lateness: nothing is late
@@ -116,16 +122,16 @@ def test_splitter_killed_with_events_waiting_in_the_reorder_buffer(kafka_bootstr
 
     try:
         pipe.start_all()
-        pipe.wait_until(lambda: pipe.log_events("worker0", "partitions_assigned"), "worker0 up")
+        pipe.wait_up()
         producing = pipe.produce_slowly(chunk=30, pause_s=0.3, holds=[400, 800])
         for _ in range(2):
             held = producing.wait_held()
             surely = pipe.released_by(stamped_by(held))
             after_released(pipe, rng.randint(min(5, surely), surely))
             pipe.wait_until(lambda h=held: checkpointed(h), "a checkpoint with events waiting")
-            restart(pipe, "splitter", "splitter_started", while_down=producing.release)
+            restart(pipe, splitter, started, while_down=producing.release)
         assert_exact(pipe)
-        restored = pipe.log_events("splitter", "reorder_buffer_restored")
+        restored = pipe.log_events(splitter, "reorder_buffer_restored")
         assert restored and any(r["waiting"] > 0 for r in restored)
     finally:
         pipe.stop_all()
