@@ -24,7 +24,7 @@ from cep_core.home import kernel_cache_dir
 from services.backfill.engines import RESULT_SCHEMA
 from services.backfill.plan import plan
 from services.spark_stream.keyed_state import DEAD_GROUP, STATE_SCHEMA, ShardRunner
-from services.spark_stream.sequencer import END, EVENT
+from services.spark_stream.sequencer import END, EVENT, KIND
 
 GROUP, SHARD = "__cep_group", "__cep_shard"
 
@@ -99,7 +99,7 @@ def start(spark, queries: list[CheckedQuery], source, sink, checkpoint: str,
         for g in groups])
     every_route = F.array(*[route(name, F.lit(s)) for name, n in routes(queries, shards).items()
                             for s in range(n)])
-    kind = F.col("kind")
+    kind = F.col(KIND)
     routed = (rows.withColumn("__route", F.explode(
         F.when(kind == EVENT, event_routes).when(kind == END, every_route)
         .otherwise(F.array(route(DEAD_GROUP, F.lit(0))))))

@@ -95,7 +95,7 @@ class KafkaStepReader(DataSourceStreamReader):
         high = {str(p): h for p, (_, h) in self._watermarks().items()}
         end = {p: max(start.get(p, 0), h) for p, h in high.items()}
         if isinstance(limit, ReadMaxRows):
-            end = _limited(start, end, limit.maxRows)
+            end = _limited(start, end, limit.max_rows)
         return end
 
     def partitions(self, start: dict, end: dict):

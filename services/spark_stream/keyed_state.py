@@ -34,15 +34,16 @@ from cep_core import snapshot_format
 from cep_core.checked import CheckedQuery
 from cep_core.runner import new_engines
 from services.backfill.engines import RESULT_NAMES, _rejected_rows, result_batches
-from services.spark_stream.sequencer import DEAD, END
+from services.spark_stream.sequencer import DEAD, DEAD_LETTER, END, KIND
 
 STATE_SCHEMA = "version long, snapshot binary, fingerprints string"
 DEAD_GROUP = "!dead"  # the route of the sequencer's dead letters (no engines)
 SLICE_ROWS = 65_536
 _POSITIONS = re.compile(r"pos=Pos\([^)]*\)")
-# Engines kept by this Python worker between micro-batches: (job, group, shard) ->
-# (state version, engines, encoder). Spark reuses its Python workers, so the next
-# micro-batch of a shard usually finds its engines here and restores nothing.
+# Engines kept by this Python worker between micro-batches: (job, the group's query
+# fingerprints, group, shard) -> (state version, engines, encoder). Spark reuses its
+# Python workers, so the next micro-batch of a shard usually finds its engines here and
+# restores nothing.
 _KEPT: dict[tuple, tuple] = {}
 
 
@@ -83,6 +84,7 @@ class ShardRunner:
         self.groups = groups
         self.kernel_cache = kernel_cache
         self.fingerprints = {g: {q.name: fingerprint(q) for q in qs} for g, qs in groups.items()}
+        self.kept_as = {g: orjson.dumps(f).decode() for g, f in self.fingerprints.items()}
 
     def __call__(self, key, frames, state):
         group, shard = key
@@ -94,11 +96,12 @@ class ShardRunner:
         os.environ["CEP_KERNEL_CACHE"] = self.kernel_cache
         table = table.sort_by([("seq", "ascending")])
         version, engines, encoder = self._engines(group, shard, state)
-        _KEPT.pop((self.job, group, shard), None)  # mutated from here on
+        kept_key = (self.job, self.kept_as[group], group, shard)
+        _KEPT.pop(kept_key, None)  # mutated from here on
         queries = self.groups[group]
         index = {q.name: q.index for q in queries}
-        kinds = table.column("kind").to_numpy(zero_copy_only=False)
-        events = table.drop_columns(["kind", "dead"])
+        kinds = table.column(KIND).to_numpy(zero_copy_only=False)
+        events = table.drop_columns([KIND, DEAD_LETTER])
         start = 0
         for end in [*np.flatnonzero(kinds == END), len(kinds)]:
             for lo in range(start, end, SLICE_ROWS):
@@ -114,15 +117,15 @@ class ShardRunner:
                 engines, encoder = new_engines(queries)
             start = end + 1
         version += 1
-        state.update((version, engines.snapshot(), orjson.dumps(self.fingerprints[group]).decode()))
-        _KEPT[(self.job, group, shard)] = (version, engines, encoder)
+        state.update((version, engines.snapshot(), self.kept_as[group]))
+        _KEPT[kept_key] = (version, engines, encoder)
 
     def _engines(self, group: str, shard: int, state):
         queries = self.groups[group]
         if not state.exists:
             return (0, *new_engines(queries))
         version, snapshot, fingerprints = state.get
-        kept = _KEPT.get((self.job, group, shard))
+        kept = _KEPT.get((self.job, self.kept_as[group], group, shard))
         if kept is not None and kept[0] == version:
             return kept
         before = orjson.loads(fingerprints)
@@ -151,6 +154,6 @@ def _dead_rows(table: pa.Table) -> pd.DataFrame:
     return pd.DataFrame({
         "kind": [DEAD] * n, "query": [None] * n, "query_index": np.full(n, -1, np.int32),
         "key": [None] * n, "seq": table.column("seq").to_numpy(), "start_seq": [None] * n,
-        "reason": [orjson.loads(d)["reason"] for d in table.column("dead").to_pylist()],
-        "body": table.column("dead").to_pylist()}, columns=RESULT_NAMES)
+        "reason": [orjson.loads(d)["reason"] for d in table.column(DEAD_LETTER).to_pylist()],
+        "body": table.column(DEAD_LETTER).to_pylist()}, columns=RESULT_NAMES)
 

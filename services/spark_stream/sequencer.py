@@ -12,8 +12,8 @@ again after a restart reads the same records in the same order from the same `Ca
 (stored beside the job's checkpoint, keyed by the step's start: `CarryStore`) and stamps
 the same seqs.
 
-Rows leave as Arrow batches of `row_schema`: `kind` (event, dead, end), `seq`, the
-stream's attributes (type defaults on rows that are not events) and `dead` (a dead
+Rows leave as Arrow batches of `row_schema`: `__cep_kind` (event, dead, end), `seq`, the
+stream's attributes (type defaults on rows that are not events) and `__cep_dead` (a dead
 letter's JSON).
 """
 
@@ -34,6 +34,8 @@ from cep_core.schema import StreamSchema
 from cep_core.time_guard import TimeGuard
 
 EVENT, DEAD, END = "event", "dead", "end"
+# the row columns beside seq and the attributes (named so that no attribute is one)
+KIND, DEAD_LETTER = "__cep_kind", "__cep_dead"
 _DEFAULTS = {"int": 0, "timestamp": 0, "float": 0.0, "bool": False, "string": ""}
 
 
@@ -44,8 +46,8 @@ def stream_schema(options: dict) -> StreamSchema:
 
 def row_schema(schema: StreamSchema) -> pa.Schema:
     events = arrow_schema(schema)
-    return pa.schema([pa.field("kind", pa.string()), *events,
-                      pa.field("dead", pa.string())])
+    return pa.schema([pa.field(KIND, pa.string()), *events,
+                      pa.field(DEAD_LETTER, pa.string())])
 
 
 def spark_row_schema(schema: StreamSchema) -> str:
@@ -53,7 +55,7 @@ def spark_row_schema(schema: StreamSchema) -> str:
     types = {"int": "long", "timestamp": "long", "float": "double", "bool": "boolean",
              "string": "string"}
     attributes = ", ".join(f"`{name}` {types[kind]}" for name, kind in schema.attributes.items())
-    return f"kind string, seq long, {attributes}, dead string"
+    return f"{KIND} string, seq long, {attributes}, {DEAD_LETTER} string"
 
 
 @dataclass
