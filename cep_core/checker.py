@@ -631,7 +631,7 @@ class _QueryChecker(ast.Visitor):
 
     def visit_Unary(self, node: ast.Unary, scope: Scope) -> str | None:
         kind = self.expr(node.operand, scope)
-        if node.op == "NOT":
+        if node.op is ast.UnaryOp.NOT:
             self._expect_bool(node.operand, kind, "NOT")
             return "bool"
         if kind is not None and kind not in NUMERIC:
@@ -680,7 +680,7 @@ class _QueryChecker(ast.Visitor):
                 ok = False
         if not ok or left is None or right is None:
             return None
-        if node.op == "/" or "float" in (left, right):
+        if node.op is ast.BinaryOp.DIV or "float" in (left, right):
             return "float"
         return "int"
 
@@ -899,7 +899,7 @@ def _is_negated(item: ast.SeqItem) -> bool:
 
 
 def _conjuncts(expr: ast.Expr) -> list[ast.Expr]:
-    if isinstance(expr, ast.Binary) and expr.op == "AND":
+    if isinstance(expr, ast.Binary) and expr.op is ast.BinaryOp.AND:
         return _conjuncts(expr.left) + _conjuncts(expr.right)
     return [expr]
 

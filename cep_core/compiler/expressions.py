@@ -110,12 +110,12 @@ class ExpressionCompiler(ast.Visitor):
 
     def visit_Unary(self, node: ast.Unary) -> Code:
         operand = self.compile(node.operand)
-        if node.op == "NOT":
+        if node.op is ast.UnaryOp.NOT:
             return Code(f"(not {operand.value})")
         return Code(f"(-{operand.value})", operand.null)
 
     def visit_Binary(self, node: ast.Binary) -> Code:
-        if node.op in ("AND", "OR"):
+        if node.op in (ast.BinaryOp.AND, ast.BinaryOp.OR):
             left, right = self.condition(node.left), self.condition(node.right)
             return Code(f"({left} {node.op.lower()} {right})")
         left, right = self.compile(node.left), self.compile(node.right)
@@ -128,12 +128,12 @@ class ExpressionCompiler(ast.Visitor):
             return Code(test if guard == FALSE else f"((not {guard}) and {test})")
         null = _or(left.null, right.null)
         a, b = left.value, right.value
-        if node.op in ("+", "-", "*"):
+        if node.op in (ast.BinaryOp.ADD, ast.BinaryOp.SUB, ast.BinaryOp.MUL):
             return Code(f"({a} {node.op} {b})", null)
-        if node.op == "/":
+        if node.op is ast.BinaryOp.DIV:
             return Code(f"(({a}) / ({b}) if ({b}) != 0 else np.float64(0.0))",
                         _or(null, f"(({b}) == 0)"))
-        if node.op == "%":
+        if node.op is ast.BinaryOp.MOD:
             zero = "np.float64(0.0)" if self.types[node] == "float" else "np.int64(0)"
             return Code(f"(({a}) % ({b}) if ({b}) != 0 else {zero})", _or(null, f"(({b}) == 0)"))
         raise ValueError(f"unknown operator {node.op}")

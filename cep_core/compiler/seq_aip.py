@@ -124,8 +124,8 @@ def equality_class(plan: SeqPlan) -> EqualityClass | None:
     edges: dict[str, list[tuple[str, str]]] = {}
     for c in plan.conjuncts:
         e = c.expr
-        if not (isinstance(e, ast.Binary) and e.op == "=" and isinstance(e.left, ast.Attr)
-                and isinstance(e.right, ast.Attr)):
+        if not (isinstance(e, ast.Binary) and e.op is ast.BinaryOp.EQ
+                and isinstance(e.left, ast.Attr) and isinstance(e.right, ast.Attr)):
             continue
         u, v = e.left.var, e.right.var
         if u is None or v is None or u == v or e.left.name != e.right.name:
@@ -224,9 +224,9 @@ class AipGenerator(MatchCodeGenerator):
         x = neg.step.var
         for c in neg.conjuncts:
             e = c.expr
-            if isinstance(e, ast.Binary) and e.op == "=" and isinstance(e.left, ast.Attr) \
-                    and isinstance(e.right, ast.Attr) and e.left.name == self.eq.attr \
-                    and e.right.name == self.eq.attr and \
+            if isinstance(e, ast.Binary) and e.op is ast.BinaryOp.EQ \
+                    and isinstance(e.left, ast.Attr) and isinstance(e.right, ast.Attr) \
+                    and e.left.name == self.eq.attr and e.right.name == self.eq.attr and \
                     {e.left.var, e.right.var} - {x} and x in (e.left.var, e.right.var) and \
                     all(v == x or v in self.var for v in (e.left.var, e.right.var)):
                 return True

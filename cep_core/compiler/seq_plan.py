@@ -97,7 +97,7 @@ class WindowAggregateUse:
 
 
 def split_and(expr) -> list:
-    if isinstance(expr, ast.Binary) and expr.op == "AND":
+    if isinstance(expr, ast.Binary) and expr.op is ast.BinaryOp.AND:
         return split_and(expr.left) + split_and(expr.right)
     return [expr]
 

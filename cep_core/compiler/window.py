@@ -46,7 +46,7 @@ def conjuncts(where: ast.Expr | None) -> list[ast.Expr]:
     keys: set = set()
 
     def split(expr):
-        if isinstance(expr, ast.Binary) and expr.op == "AND":
+        if isinstance(expr, ast.Binary) and expr.op is ast.BinaryOp.AND:
             split(expr.left)
             split(expr.right)
         elif canonical(expr) not in keys:
@@ -134,7 +134,7 @@ class _TemplateCompiler(ExpressionCompiler):
         return code.value if not code.nullable else f"((not {code.null}) & {code.value})"
 
     def visit_Binary(self, node: ast.Binary) -> Code:
-        if node.op in ("AND", "OR"):
+        if node.op in (ast.BinaryOp.AND, ast.BinaryOp.OR):
             left, right = self.condition(node.left), self.condition(node.right)
             return Code(f"({left} {'&' if node.op == 'AND' else '|'} {right})")
         return super().visit_Binary(node)

@@ -100,15 +100,15 @@ class Evaluator(ast.Visitor):
 
     def visit_Unary(self, node: ast.Unary, env: Env):
         value = self.visit(node.operand, env)
-        if node.op == "NOT":
+        if node.op is ast.UnaryOp.NOT:
             return not value
         return None if value is None else -value
 
     def visit_Binary(self, node: ast.Binary, env: Env):
         op = node.op
-        if op == "AND":
+        if op is ast.BinaryOp.AND:
             return bool(self.visit(node.left, env)) and bool(self.visit(node.right, env))
-        if op == "OR":
+        if op is ast.BinaryOp.OR:
             return bool(self.visit(node.left, env)) or bool(self.visit(node.right, env))
         a, b = self.visit(node.left, env), self.visit(node.right, env)
         if op in _COMPARE:

@@ -83,7 +83,7 @@ class _Conjunct:
 
 
 def _split_and(expr) -> list:
-    if isinstance(expr, ast.Binary) and expr.op == "AND":
+    if isinstance(expr, ast.Binary) and expr.op is ast.BinaryOp.AND:
         return _split_and(expr.left) + _split_and(expr.right)
     return [expr]
 
