@@ -317,6 +317,7 @@ class Chained(Splitter):
     def commit(self) -> None:
         """Checkpoint the cut between two steps: once everything produced so far is
         delivered, every core's state and the source offsets, as one generation."""
+        started = time.perf_counter()
         if self.refill is not None or self.producer.flush(30):
             return
         if self.undelivered is not None:  # a checkpoint would skip what it held: stop
@@ -349,9 +350,13 @@ class Chained(Splitter):
             "splitter", cut, stream=self.topics.stream, generation=generation),
             key=slot_key(CHAINED_KEY, generation))
         self._drain_parts()  # the failures a snapshot reports
+        snapshotted = time.perf_counter()
         if self.producer.flush(30):
             log("checkpoint_not_flushed", level="warning")
             return
+        log("checkpointed", level="debug", generation=generation,
+            snapshot_ms=round((snapshotted - started) * 1000, 1),
+            ms=round((time.perf_counter() - started) * 1000, 1))
         self.saved = (consumed, self.position)
         self.generation = generation
         for part in self.parts:
