@@ -1,7 +1,10 @@
-"""`cep bench e2e`: the pipeline's throughput and latency on this machine.
+"""`cep bench e2e`: the pipeline's throughput and latency on this machine, the chained
+pipeline and the distributed one side by side in one run.
 
 Everything runs here together: the embedded broker (unless --bootstrap), `cep serve all`
-(splitter, workers, coordinator as processes) and the load generator. Measured:
+(chained: one process; distributed: splitter, workers, coordinator as processes) and the
+load generator. The modes run one after the other on the same broker, each on its own
+topics. Measured, per mode:
 
 - `raw_consume_events_per_s`: a bare confluent-kafka consumer reading the source topic.
 - `events_per_s`: source topic to composite-event topic, M-shape query: N JSON events
@@ -9,9 +12,14 @@ Everything runs here together: the embedded broker (unless --bootstrap), `cep se
   time from the splitter's first read to the coordinator's release of end of input.
 - `framed_events_per_s`: the same with framed input (Arrow batches of 10k events).
 - `p50_ms`/`p99_ms`: produce to composite event (its Kafka timestamp) at `latency_rate`
-  events/s (`--latency-rate`; default half of `events_per_s`), JSON input.
-- `hops_ms`: p50 and p99 of each hop of that latency (bench/hops.py): splitter
-  (produce -> keyed frame), worker (-> match frame), coordinator (-> INTO record).
+  events/s (`--latency-rate`; default half of the mode's `events_per_s`), JSON input,
+  written by a producer tuned for latency (linger.ms 5: a load generator that wants its
+  events seen soon; the broker's 200 ms default linger on tansu would be the first hop).
+- `hops_ms`: p50 and p99 of each stage of that latency. Distributed (bench/hops.py):
+  splitter (produce -> keyed frame), worker (-> match frame), coordinator (-> INTO
+  record). Chained (the INTO records' `cep.taken_ms` header): source (produce -> the
+  step that took the event began), chain (-> INTO record).
+- `load`: the load average (1 minute) before the mode ran.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from bench.hops import hops
+from services.stream.chained import STAGE_HEADER
+from services.stream.checkpoint import PIPELINE_HEADER
 from cep_core.workloads import WORKLOADS
 from services.stream.broker import EmbeddedBroker
 from services.stream.control import ControlMessage, publish
@@ -55,11 +65,18 @@ def _status(settings, topic: str, since: int):
     return out
 
 
+MODES = ("chained", "distributed")
+LATENCY_PRODUCER = {"linger.ms": 5}
+
+
 class Bench:
-    def __init__(self, bootstrap: str, workers: int, coordinators: int = 1):
+    def __init__(self, bootstrap: str, workers: int, coordinators: int = 1,
+                 mode: str = "chained"):
         self.settings = KafkaSettings(bootstrap, session_timeout_ms=2000)
-        self.topics = Topics(STREAM, source=f"bench.{STREAM}.{os.getpid()}",
-                             prefix=f"bench-{os.getpid()}", shards=coordinators)
+        self.mode = mode
+        run = f"{mode}-{os.getpid()}"
+        self.topics = Topics(STREAM, source=f"bench.{STREAM}.{run}",
+                             prefix=f"bench-{run}", shards=coordinators)
         create_topics(self.settings, self.topics, 4, ["double_tops"])
         self.deliveries = Deliveries()
         self.producer = self.settings.producer(on_delivery=self.deliveries)
@@ -70,9 +87,9 @@ class Bench:
     def start(self) -> None:
         name, text = demo_queries()[0]
         publish(self.settings, self.topics.control, ControlMessage("add", name, text))
-        log_path = Path(tempfile.gettempdir()) / f"cep-bench-{os.getpid()}.log"
+        log_path = Path(tempfile.gettempdir()) / f"cep-bench-{self.mode}-{os.getpid()}.log"
         self.services = start_services(self.settings.bootstrap, self.workers, log_path,
-                                       self.topics)
+                                       self.topics, distributed=self.mode == "distributed")
 
     def stop(self) -> None:
         stop_services(self.services)
@@ -120,16 +137,30 @@ def raw_consume(settings, topic: str, n: int) -> float:
 
 
 def run_bench(events: int, workers: int, bootstrap: str | None, latency_s: float,
-              latency_rate: float = 0, coordinators: int = 1) -> dict:
+              latency_rate: float = 0, coordinators: int = 1, modes=MODES) -> dict:
+    """Every mode of `modes` measured on one broker, one after the other."""
     broker = None
     if not bootstrap:
         broker = EmbeddedBroker().start()
         bootstrap = broker.bootstrap
     try:
-        bench = Bench(bootstrap, workers, coordinators)
         lines = trade_lines(events)
         table = WORKLOADS["finance1"].generate(events, 1).drop_columns(["seq"])
-        bench.start()
+        measured = {mode: run_mode(Bench(bootstrap, workers, coordinators, mode), lines,
+                                   table, latency_s, latency_rate)
+                    for mode in modes}
+    finally:
+        if broker is not None:
+            broker.kill()
+    return {"events": events, "workers": workers, "coordinators": coordinators, **measured}
+
+
+def run_mode(bench: Bench, lines: list[bytes], table, latency_s: float,
+             latency_rate: float) -> dict:
+    events = len(lines)
+    load = round(os.getloadavg()[0], 2)
+    bench.start()
+    try:
         bench.send(lines[:2000])  # warm-up: joins, kernels compiled or loaded
         bench.wait_end()
         # The load is produced as fast as possible; the clock runs from its first record.
@@ -144,16 +175,13 @@ def run_bench(events: int, workers: int, bootstrap: str | None, latency_s: float
         rate = latency_rate or 0.5 * events / json_s
         p50, p99, hops_ms = latency(bench, lines, rate, latency_s, base)
         raw = raw_consume(bench.settings, bench.topics.source, 2 * events)
-        bench.stop()
     finally:
-        if broker is not None:
-            broker.kill()
+        bench.stop()
     measured = events / json_s
-    return {"events": events, "workers": workers, "coordinators": coordinators,
-            "events_per_s": round(measured),
+    return {"events_per_s": round(measured),
             "raw_consume_events_per_s": round(raw), "ratio": round(measured / raw, 3),
             "framed_events_per_s": round(events / framed_s), "latency_rate": round(rate),
-            "p50_ms": p50, "p99_ms": p99, "hops_ms": hops_ms}
+            "p50_ms": p50, "p99_ms": p99, "hops_ms": hops_ms, "load": load}
 
 
 def latency(bench: Bench, lines: list[bytes], rate: float, seconds: float, base: int):
@@ -166,6 +194,7 @@ def latency(bench: Bench, lines: list[bytes], rate: float, seconds: float, base:
     n = min(len(lines), int(rate * seconds))
     chunk = max(1, int(rate / 200))
     sent = np.zeros(n)
+    producer = bench.settings.producer(on_delivery=bench.deliveries, **LATENCY_PRODUCER)
     started = time.time()
     for i in range(0, n, chunk):
         due = started + i / rate
@@ -173,25 +202,45 @@ def latency(bench: Bench, lines: list[bytes], rate: float, seconds: float, base:
             time.sleep(0.0005)
         now = time.time()
         for line in lines[i:i + chunk]:
-            produce(bench.producer, bench.topics.source, line)
+            produce(producer, bench.topics.source, line)
         sent[i:i + chunk] = now
-        bench.producer.poll(0)
-    produce_end(bench.producer, bench.topics.source)
-    flush_all(bench.producer, 30, bench.deliveries, "benchmark events")
+        producer.poll(0)
+    produce_end(producer, bench.topics.source)
+    flush_all(producer, 30, bench.deliveries, "benchmark events")
     bench.wait_end()
     delays = []
     released = []  # (value, create time ms, produce time ms of its last event)
+    taken = []  # chained: (produce time ms of its last event, taken ms, create time ms)
+    mine = (PIPELINE_HEADER, bench.topics.group("coordinator").encode())
     for m in iter(lambda: consumer.consume(10000, 0.3), []):
         for message in m:
+            headers = message.headers() or []
+            if mine not in headers:
+                continue  # another mode's run
             c = orjson.loads(message.value())
             index = c["seq"] - base
             if 0 <= index < n:
                 delays.append(message.timestamp()[1] / 1000 - sent[index])
                 released.append((message.value(), message.timestamp()[1],
                                  sent[index] * 1000))
+                stage = dict(headers).get(STAGE_HEADER)
+                if stage is not None:
+                    taken.append((sent[index] * 1000, int(stage), message.timestamp()[1]))
     consumer.close()
     if not delays:
         return None, None, None
+    stages = _stages(taken) if bench.mode == "chained" else \
+        hops(bench.settings, bench.topics, 4, "double_tops", released)
     return (round(float(np.percentile(delays, 50)) * 1000, 1),
-            round(float(np.percentile(delays, 99)) * 1000, 1),
-            hops(bench.settings, bench.topics, 4, "double_tops", released))
+            round(float(np.percentile(delays, 99)) * 1000, 1), stages)
+
+
+def _stages(taken: list[tuple]) -> dict:
+    """p50 and p99 (ms) of the chained pipeline's stages: source (produce -> the step
+    that took the event began), chain (-> the INTO record)."""
+    times = np.array(taken, dtype=float)
+
+    def pct(values):
+        return [round(float(np.percentile(values, q)), 1) for q in (50, 99)]
+
+    return {"source": pct(times[:, 1] - times[:, 0]), "chain": pct(times[:, 2] - times[:, 1])}
