@@ -52,6 +52,7 @@ from services.cli.common import (
 from services.cli.explain import explain_command
 from services.cli.help import PlainHelpGroup
 from services.cli.serve import register as register_service_commands
+from services.cli.spark import spark_app
 
 app = typer.Typer(
     name="cep",
@@ -604,6 +605,7 @@ def backfill(
 
 app.add_typer(gpu_app, name="gpu")
 app.add_typer(fpga_app, name="fpga")
+app.add_typer(spark_app, name="spark")
 register_service_commands(app, bench_app, guard, CliError)
 
 
