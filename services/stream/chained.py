@@ -132,6 +132,7 @@ class Chained(Splitter):
         self.worker_status = StatusWriter(topics.status, "worker")
         self._make_cores()
         self.edge = IntoProducer(self)
+        self.core.encode_frames = False  # keyed frames hold their tables: no IPC in memory
 
     # ------------------------------------------------------------ the cores
 
@@ -169,8 +170,8 @@ class Chained(Splitter):
                         headers=headers)
                 continue
             state = self.parts[partition]
-            state.handle(frames.frame_of(message(partition, 0, value, headers)),
-                         max(state.offset, 0))
+            fields = frames.parse_headers(headers)
+            state.handle(frames.Frame(fields.pop("kind"), fields, value), max(state.offset, 0))
             self._sent(state, matches)
         self._merge(matches)
         self.producer.poll(0)

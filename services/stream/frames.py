@@ -36,7 +36,7 @@ class FrameError(ValueError):
 class Frame:
     kind: str
     headers: dict = field(default_factory=dict)
-    payload: bytes = b""
+    payload: bytes | pa.Table = b""  # a table: an events frame that stays in the process
 
     def get(self, name: str, default=None):
         return self.headers.get(name, default)
@@ -87,19 +87,23 @@ def encode_table(table: pa.Table | pa.RecordBatch) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def decode_table(payload: bytes) -> pa.Table:
+def decode_table(payload: bytes | pa.Table) -> pa.Table:
+    if isinstance(payload, pa.Table):  # never encoded (the chained pipeline)
+        return payload
     try:
         return pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
     except (pa.ArrowInvalid, OSError) as e:
         raise FrameError(f"not an Arrow IPC stream: {e}") from None
 
 
-def events_frame(table: pa.Table, route: str = "", **headers) -> Frame:
+def events_frame(table: pa.Table, route: str = "", encode: bool = True, **headers) -> Frame:
+    """`encode` False: the payload is the table itself, for a frame handed over in memory."""
     seq = table.column("seq")
     first = seq[0].as_py() if len(seq) else None
     last = seq[-1].as_py() if len(seq) else None
     return Frame(EVENTS, {"route": route, "first": first, "last": last,
-                          "count": table.num_rows, **headers}, encode_table(table))
+                          "count": table.num_rows, **headers},
+                 encode_table(table) if encode else table)
 
 
 def json_frame(kind: str, obj, **headers) -> Frame:

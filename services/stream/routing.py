@@ -202,6 +202,9 @@ class Router:
         self.topics = topics
         self.partitions = partitions
         self.out = Outbox()
+        # False: keyed events frames carry their Arrow table, not its IPC bytes (the
+        # chained pipeline hands them to its partition cores in memory)
+        self.encode_frames = True
         self.queries = LiveSet(topics.stream, registry)
         self.status_writer = status_writer or StatusWriter(topics.status, "splitter")
         self._initial_changes: list[dict] = []  # applied before the first `set` frame
@@ -692,7 +695,8 @@ class Router:
                 for at in range(a, b, rows_per_frame):
                     rows = grouped.slice(at, min(b, at + rows_per_frame) - at) \
                         if b - a < table.num_rows or rows_per_frame < b - a else grouped
-                    by_partition.setdefault(p, []).append(frames.events_frame(rows, route))
+                    by_partition.setdefault(p, []).append(
+                        frames.events_frame(rows, route, self.encode_frames))
         for p in range(self.partitions):
             sent = by_partition.get(p, [])
             if not sent:
