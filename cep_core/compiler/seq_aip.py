@@ -85,7 +85,7 @@ from cep_core.compiler.seq_codegen import (
 )
 from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
 from cep_core.compiler.seq_codegen_matches import MatchCodeGenerator
-from cep_core.compiler.seq_plan import Conjunct, SeqPlan
+from cep_core.compiler.seq_plan import Conjunct, ItemKind, SeqPlan, VarKind
 from cep_core.kernels.seq_aip_runtime import (
     AIP_RUNTIME_VERSION,
     R_DL,
@@ -132,7 +132,7 @@ def equality_class(plan: SeqPlan) -> EqualityClass | None:
             continue
         if u not in plan.variables or v not in plan.variables:
             continue
-        if plan.variables[u].kind == "negated" or plan.variables[v].kind == "negated":
+        if plan.variables[u].kind == VarKind.NEGATED or plan.variables[v].kind == VarKind.NEGATED:
             continue
         edges.setdefault(e.left.name, []).append((u, v))
     for attr, pairs in edges.items():
@@ -169,7 +169,7 @@ class AipGenerator(MatchCodeGenerator):
 
         # policies: LAST / FIRST steps that need resolution (not the terminator's item)
         self.policy_items = [item.index for item in self.items
-                             if item.kind == "single" and item.index < self.n_items - 1
+                             if item.kind == ItemKind.SINGLE and item.index < self.n_items - 1
                              and item.step.policy in (ast.Policy.LAST, ast.Policy.FIRST)]
         if self.runs and self.policy_items:
             raise AipUnsupported("EACH/LAST/FIRST with a run strategy")
@@ -184,7 +184,7 @@ class AipGenerator(MatchCodeGenerator):
         self.slot = {}
         for v in self.positive:
             self.slot[v.name] = width
-            width += 3 if v.kind == "kleene" else 1
+            width += 3 if v.kind == VarKind.KLEENE else 1
         self.mt_slot = {}
         if self.by_ts and not self.runs:
             for item in self.items:
@@ -208,7 +208,7 @@ class AipGenerator(MatchCodeGenerator):
             return set()
         out = set()
         for neg in self.plan.negations:
-            if neg.where != "between" or self.items[neg.before].kind == "kleene":
+            if neg.where != "between" or self.items[neg.before].kind == ItemKind.KLEENE:
                 continue
             earlier = {s.var for item in self.items[:neg.before + 1] for s in item.steps}
             if not all(c.vars - {neg.step.var} <= earlier for c in neg.conjuncts):
@@ -237,13 +237,13 @@ class AipGenerator(MatchCodeGenerator):
 
     def kleene_needed(self, c: Conjunct, override: dict) -> list:
         return [self.var[v] for v in sorted(c.vars) if v in self.var and
-                self.var[v].kind == "kleene" and v not in override]
+                self.var[v].kind == VarKind.KLEENE and v not in override]
 
     def binding_args(self) -> str:
         """The process kernel's materialized bindings, in binding_params order."""
         names = []
         for v in self.positive:
-            names += [f"kk{v.index}", f"kn{v.index}"] if v.kind == "kleene" \
+            names += [f"kk{v.index}", f"kn{v.index}"] if v.kind == VarKind.KLEENE \
                 else [f"r{v.index}"]
         return ", ".join(names)
 
@@ -366,7 +366,7 @@ class AipGenerator(MatchCodeGenerator):
                 i = neg.after
                 item = self.items[i]
                 name = f"dnt{neg.index}"
-                if item.kind == "kleene":
+                if item.kind == ItemKind.KLEENE:
                     var = self.var[item.step.var]
                     lines.append(f"{name} = I{var.channel}[kk{var.index}[0], 1]")
                 else:
@@ -467,7 +467,7 @@ class AipGenerator(MatchCodeGenerator):
         for item in self.items:
             i = item.index
             conds = [f"fit{self.var[s.var].index}" for s in item.steps]
-            if item.kind == "kleene" and i + 1 < self.n_items:
+            if item.kind == ItemKind.KLEENE and i + 1 < self.n_items:
                 conds += [f"fit{self.var[s.var].index}" for s in self.items[i + 1].steps]
             conds += kills.get(i, [])
             lines.append(f"VIS[{i}] = " + " or ".join(conds))
@@ -515,7 +515,7 @@ class AipGenerator(MatchCodeGenerator):
                 continue
             w = plan.step_within(u.step)
             cu = u.channel
-            if u.kind == "kleene":
+            if u.kind == VarKind.KLEENE:
                 lines += [f"if {flag} and n{u.index} > 0 and "
                           f"I{cu}[f{u.index} - evicted[p, {cu}], 1] < ets - {w}:",
                           f"    {flag} = False"]
@@ -541,7 +541,7 @@ class AipGenerator(MatchCodeGenerator):
         """Every item has what it needs (mask: final variables; counts: Kleene counts)."""
         parts = []
         for item in self.items:
-            if item.kind == "kleene":
+            if item.kind == ItemKind.KLEENE:
                 var = self.var[item.step.var]
                 parts.append(f"{counts.get(var.name, f'n{var.index}')} >= {item.step.min}")
             else:
@@ -655,7 +655,7 @@ class AipGenerator(MatchCodeGenerator):
         lines = ["viable = True", "grow = False", f"sm = np.int64({INT64_MAX})"]
         for item in reversed(self.items):
             i = item.index
-            if item.kind == "kleene":
+            if item.kind == ItemKind.KLEENE:
                 var = self.var[item.step.var]
                 incomplete = f"n{var.index} < {item.step.min}"
                 avail = "True" if item.step.max is None else f"n{var.index} < {item.step.max}"
@@ -679,20 +679,20 @@ class AipGenerator(MatchCodeGenerator):
         v = var.index
         modes = []
         if self.by_ts:
-            avail = f"(M & {self.bit[var.name]}) == 0" if var.kind == "single" else \
+            avail = f"(M & {self.bit[var.name]}) == 0" if var.kind == VarKind.SINGLE else \
                 ("True" if item.step.max is None else f"n{v} < {item.step.max}")
             later = [f"mt{k} >= ets" for k in range(i + 1, self.n_items)]
             modes.append((" and ".join([avail] + later), None))
         else:
-            if var.kind == "kleene":
+            if var.kind == VarKind.KLEENE:
                 direct = f"pos == {i}" + ("" if item.step.max is None
                                           else f" and n{v} < {item.step.max}")
-            elif item.kind == "and":
+            elif item.kind == ItemKind.AND:
                 direct = f"pos == {i} and (M & {self.bit[var.name]}) == 0"
             else:
                 direct = f"pos == {i}"
             modes.append((direct, None))
-            if i > 0 and self.items[i - 1].kind == "kleene":
+            if i > 0 and self.items[i - 1].kind == ItemKind.KLEENE:
                 prev = self.var[self.items[i - 1].step.var]
                 modes.append((f"pos == {i - 1} and n{prev.index} >= "
                                f"{self.items[i - 1].step.min}", prev))
@@ -707,13 +707,13 @@ class AipGenerator(MatchCodeGenerator):
         bit = self.bit[var.name]
         closebit = self.bit[closing.name] if closing is not None else 0
         lines = ["tok = True", f"bM = M | {closebit}"]
-        if var.kind == "kleene":
+        if var.kind == VarKind.KLEENE:
             lines.append("nM = bM")
         else:
             lines.append(f"nM = bM | {bit}")
         lines += self.anchor_lines(var, "tok")
         override = {}
-        if var.kind == "kleene":
+        if var.kind == VarKind.KLEENE:
             # the element's own conditions (other variables final)
             override = {var.name: (c, f"er{c}")}
             lines += self.checks(self.element_conjuncts(var.name), "bM", "tok", override,
@@ -721,30 +721,30 @@ class AipGenerator(MatchCodeGenerator):
         newly = set()
         if closing is not None:
             newly.add(closing.name)
-        if var.kind != "kleene":
+        if var.kind != VarKind.KLEENE:
             newly.add(var.name)
         if newly:
-            ov = {} if var.kind == "kleene" else {var.name: (c, f"er{c}")}
+            ov = {} if var.kind == VarKind.KLEENE else {var.name: (c, f"er{c}")}
             lines += self.checks(self.touching(newly), "nM", "tok", ov, None)
         body = ["nft = min(ft, ets)", f"ndl = {self.deadline_code(var)}"]
         fields = {R_DL: "ndl", R_FIRST: "nft", R_MASK: "nM"}
         if self.by_ts:
             fields[self.mt_slot[i]] = f"min(mt{i}, ets)"
-        if var.kind == "kleene":
+        if var.kind == VarKind.KLEENE:
             body += self.node_lines(var)
             s = self.slot[var.name]
             fields.update({R_POS: str(i), s: "nd", s + 1: f"n{v} + 1"})
             fields[s + 2] = f"ea{c} if n{v} == 0 else f{v}"
         else:
             fields[self.slot[var.name]] = f"ea{c}"
-            if item.kind == "and":
+            if item.kind == ItemKind.AND:
                 fields[R_POS] = f"{i + 1} if (nM & {self.item_mask[i]}) == " \
                                 f"{self.item_mask[i]} else {i}"
             else:
                 fields[R_POS] = str(i + 1)
         if self.by_ts:
             body += self.by_ts_result(var, item, fields)
-        elif var.kind == "kleene":
+        elif var.kind == VarKind.KLEENE:
             keep = not last or item.step.max is None or item.step.max > 1
             if keep:
                 grow = [] if (not last or item.step.max is None) else \
@@ -758,7 +758,7 @@ class AipGenerator(MatchCodeGenerator):
                 cf.update({R_MASK: "cM", R_POS: str(i + 1)})
                 done += ["if cok:"] + indent(self.row_lines("CMP", "ncmp", cf))
                 body += [f"if n{v} + 1 >= {item.step.min}:"] + indent(done)
-        elif last and item.kind == "single":
+        elif last and item.kind == ItemKind.SINGLE:
             body += self.row_lines("CMP", "ncmp", fields)
         elif last:
             m = self.item_mask[i]
@@ -773,7 +773,7 @@ class AipGenerator(MatchCodeGenerator):
         """ORDER BY ts: the new instance (while it can change) and, when every item is
         filled, a completion (the conditions on Kleene variables checked on it)."""
         v = var.index
-        counts = {var.name: f"n{v} + 1"} if var.kind == "kleene" else {}
+        counts = {var.name: f"n{v} + 1"} if var.kind == VarKind.KLEENE else {}
         lines = [f"full = {self.complete_code('nM', counts)}"]
         growable = []
         for k in self.kleene:
@@ -786,9 +786,9 @@ class AipGenerator(MatchCodeGenerator):
         done = ["cok = True", f"cM = nM | {self.all_mask}"]
         if self.kleene:
             names = {k.name for k in self.kleene}
-            ov = {} if var.kind == "kleene" else {var.name: (var.channel, f"er{var.channel}")}
+            ov = {} if var.kind == VarKind.KLEENE else {var.name: (var.channel, f"er{var.channel}")}
             done += self.checks(self.touching(names), "cM", "cok", ov,
-                                var.name if var.kind == "kleene" else None)
+                                var.name if var.kind == VarKind.KLEENE else None)
         cf = dict(fields)
         cf[R_MASK] = "cM"
         done += ["if cok:"] + indent(self.row_lines("CMP", "ncmp", cf))
@@ -803,7 +803,7 @@ class AipGenerator(MatchCodeGenerator):
                 continue
             i = neg.after
             item = self.items[i]
-            if item.kind == "kleene":
+            if item.kind == ItemKind.KLEENE:
                 empty = f"n{self.var[item.step.var].index} == 0"
             else:
                 empty = f"(M & {self.item_mask[i]}) == 0"
@@ -847,7 +847,7 @@ class AipGenerator(MatchCodeGenerator):
             for step in item.steps:
                 var = self.var[step.var]
                 s = self.slot[var.name]
-                if var.kind == "kleene":
+                if var.kind == VarKind.KLEENE:
                     parts.append(f"CMP[y, {s + 1}] == CMP[z, {s + 1}]")
                     parts.append(f"_same_list(NR, NP, CMP[y, {s}], CMP[z, {s}], "
                                  f"CMP[z, {s + 1}])")
@@ -924,7 +924,7 @@ class AipGenerator(MatchCodeGenerator):
                 "ncmp += 1"]
 
     def take_lines(self, item) -> list[str]:
-        if item.kind != "kleene":
+        if item.kind != ItemKind.KLEENE:
             return self.enter_lines(item, "M")
         var = self.var[item.step.var]
         v = var.index
@@ -944,7 +944,7 @@ class AipGenerator(MatchCodeGenerator):
         `cmpl` and the run's new fields in RUN."""
         j = item.index
         last = j == self.n_items - 1
-        if item.kind == "kleene":
+        if item.kind == ItemKind.KLEENE:
             var = self.var[item.step.var]
             v, c = var.index, var.channel
             bit = self.bit[var.name]
@@ -972,13 +972,13 @@ class AipGenerator(MatchCodeGenerator):
             v, c = var.index, var.channel
             bit = self.bit[var.name]
             gate = f"not taken and fit{v}"
-            if item.kind == "and":
+            if item.kind == ItemKind.AND:
                 gate += f" and ({closed} & {bit}) == 0"
             body = [f"aM = {closed} | {bit}", "aok = True"]
             body += self.checks(self.touching({var.name}), "aM", "aok",
                                 {var.name: (c, f"er{c}")}, None)
             done = ["taken = True", f"RUN[{R_MASK}] = aM", f"RUN[{self.slot[var.name]}] = ea{c}"]
-            if item.kind == "and":
+            if item.kind == ItemKind.AND:
                 m = self.item_mask[j]
                 done += [f"if (aM & {m}) == {m}:", f"    RUN[{R_POS}] = {j + 1}"]
                 if last:
@@ -1041,7 +1041,7 @@ class AipKernel:
         self.n_emit = gen.n_emit
         self.holes = gen.holes
         self.kslots = gen.kslots
-        self.pkslots = [gen.pending_slot[v.name] for v in plan.positive if v.kind == "kleene"]
+        self.pkslots = [gen.pending_slot[v.name] for v in plan.positive if v.kind == VarKind.KLEENE]
         self.equality = gen.eq
 
     def templates(self):
@@ -1055,7 +1055,7 @@ class AipKernel:
             tpl[k, R_HOLE] = hole
             for v in gen.positive:
                 s = gen.slot[v.name]
-                if v.kind == "kleene":
+                if v.kind == VarKind.KLEENE:
                     tpl[k, s] = -1
                     tpl[k, s + 1] = 0
                     tpl[k, s + 2] = -1

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from cep_core.kernels.seq_aip_runtime import R_FIRST, R_MASK
 from cep_core.compiler.seq_codegen import indent as _indent
+from cep_core.compiler.seq_plan import VarKind
 
 
 def timeout_source(gen) -> list[str]:
@@ -66,7 +67,7 @@ def _time_out(gen) -> list[str]:
 
     for var in gen.positive:
         v, c, s = var.index, var.channel, gen.slot[var.name]
-        if var.kind == "kleene":
+        if var.kind == VarKind.KLEENE:
             write += [f"kn = IT[ri, {s + 1}]",
                       "if kn > 0:",
                       f"    kb, km = _kmat(NR, NP, IT[ri, {s}], kn, evp[{c}], kb, np.int64(-1))",

@@ -38,7 +38,7 @@ from cep_core.compiler.seq_codegen import (
 )
 from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
 from cep_core.compiler.seq_codegen_matches import MatchCodeGenerator
-from cep_core.compiler.seq_plan import Conjunct, SeqPlan
+from cep_core.compiler.seq_plan import Conjunct, SeqPlan, VarKind
 from cep_core.kernels.seq_layout import ERR, INT64_MIN, OVF, P_NEXT, PALIVE, PEL, PKN, PN
 from cep_core.kernels.seq_runtime import RUNTIME_VERSION
 
@@ -62,7 +62,7 @@ class CdpGenerator(MatchCodeGenerator):
 
     def single_rows(self, bound) -> dict:
         return {v.name: (v.channel, f"r{v.index}") for v in self.positive
-                if v.kind == "single" and v.name in bound}
+                if v.kind == VarKind.SINGLE and v.name in bound}
 
     def conjunct_lines(self, c: Conjunct, rows: dict, flag: str) -> list[str]:
         """Lines that set `flag` False unless conjunct c holds; Kleene variables read
@@ -583,4 +583,4 @@ class CdpKernel:
         self.record_width = self.generator.record_width
         self.n_emit = self.generator.n_emit
         self.kleene_slots = [self.generator.pending_slot[v.name] for v in plan.positive
-                             if v.kind == "kleene"]
+                             if v.kind == VarKind.KLEENE]

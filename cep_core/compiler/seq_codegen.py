@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cep_core.compiler.expressions import ExpressionCompiler, StringConstants
-from cep_core.compiler.seq_plan import ANY, SeqPlan
+from cep_core.compiler.seq_plan import ANY, SeqPlan, VarKind
 
 
 # seq_runtime functions every SEQ kernel module imports as `_name`
@@ -107,8 +107,8 @@ class ChannelCodeGenerator:
         self.by_ts = plan.by_ts
         self.n_items = len(plan.items)
         self.positive = plan.positive
-        self.singles = [v for v in self.positive if v.kind == "single"]
-        self.kleene = [v for v in self.positive if v.kind == "kleene"]
+        self.singles = [v for v in self.positive if v.kind == VarKind.SINGLE]
+        self.kleene = [v for v in self.positive if v.kind == VarKind.KLEENE]
         self.channels = list(range(len(plan.channels)))
 
     def expressions(self, leaves) -> ExpressionCompiler:

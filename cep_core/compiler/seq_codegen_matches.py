@@ -20,7 +20,7 @@ from cep_core.compiler.seq_codegen import (
     indent,
 )
 from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
-from cep_core.compiler.seq_plan import Conjunct, SeqPlan
+from cep_core.compiler.seq_plan import Conjunct, ItemKind, SeqPlan, VarKind
 from cep_core.kernels.seq_layout import (
     INT64_MAX,
     P_CNT,
@@ -50,7 +50,7 @@ class MatchCodeGenerator(ChannelCodeGenerator, ABC):
         width = P_FIXED
         for var in self.positive:
             self.pending_slot[var.name] = width
-            width += 2 if var.kind == "kleene" else 1
+            width += 2 if var.kind == VarKind.KLEENE else 1
         self.record_width = width
         self.pending_possible = any(n.where == "end" or self.by_ts for n in plan.negations)
 
@@ -64,7 +64,7 @@ class MatchCodeGenerator(ChannelCodeGenerator, ABC):
     def binding_params(self) -> str:
         names = []
         for v in self.positive:
-            names += [f"k{v.index}", f"n{v.index}"] if v.kind == "kleene" else [f"r{v.index}"]
+            names += [f"k{v.index}", f"n{v.index}"] if v.kind == VarKind.KLEENE else [f"r{v.index}"]
         return ", ".join(names)
 
     def param_rows(self) -> dict:
@@ -94,7 +94,7 @@ class MatchCodeGenerator(ChannelCodeGenerator, ABC):
     def item_summary_lines(self, i: int) -> list[str]:
         """lo/hi seq and ts of item i's events: s_lo{i}, s_hi{i}, t_lo{i}, t_hi{i}."""
         item = self.plan.items[i]
-        if item.kind == "kleene":
+        if item.kind == ItemKind.KLEENE:
             var = self.plan.variables[item.step.var]
             c, v = var.channel, var.index
             return [f"s_lo{i} = I{c}[k{v}[0], 0]", f"s_hi{i} = I{c}[k{v}[n{v} - 1], 0]",
@@ -132,7 +132,7 @@ class MatchCodeGenerator(ChannelCodeGenerator, ABC):
         for name in bound_vars:
             var = self.plan.variables[name]
             c, v = var.channel, var.index
-            if var.kind == "kleene":
+            if var.kind == VarKind.KLEENE:
                 j = self.fresh("j")
                 lines += [f"for {j} in range(n{v}):",
                           f"    if I{c}[k{v}[{j}], 0] == {seq}:",
@@ -199,7 +199,7 @@ class MatchCodeGenerator(ChannelCodeGenerator, ABC):
         nI, nF = self.layout.n_int, self.layout.n_float
         for var in self.positive:
             c, v = var.channel, var.index
-            if var.kind == "kleene":
+            if var.kind == VarKind.KLEENE:
                 body += [f"for j in range(n{v}):",
                          f"    oe_i[n_el, 0] = {v}",
                          f"    for {z} in range({nI}):",
@@ -271,7 +271,7 @@ class MatchCodeGenerator(ChannelCodeGenerator, ABC):
                   f"pd[rec, {P_CNT}] = {total}"]
         for var in self.positive:
             c, v, s = var.channel, var.index, self.pending_slot[var.name]
-            if var.kind == "kleene":
+            if var.kind == VarKind.KLEENE:
                 lines += [f"pd[rec, {s}] = ctr[{PKN}]", f"pd[rec, {s + 1}] = {count}{v}",
                           f"for j in range({count}{v}):",
                           f"    pk[ctr[{PKN}] + j] = {rows}{v}[j] + evicted[p, {c}]",
@@ -312,7 +312,7 @@ class MatchCodeGenerator(ChannelCodeGenerator, ABC):
         rebuild = []
         for var in self.positive:
             c, v, s = var.channel, var.index, self.pending_slot[var.name]
-            if var.kind == "kleene":
+            if var.kind == VarKind.KLEENE:
                 rebuild += [f"n{v} = pd[rec, {s + 1}]",
                             f"k{v} = np.empty(n{v}, np.int64)",
                             f"for j in range(n{v}):",

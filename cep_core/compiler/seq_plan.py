@@ -23,6 +23,7 @@ docs/semantics.md (SEQ) and the reference interpreter (`cep_core.reference.seq`)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from cep_core import ast
 from cep_core.checked import CheckedQuery
@@ -34,12 +35,24 @@ def is_any(event_type: str) -> bool:
     return event_type.upper() == ANY
 
 
+class VarKind(StrEnum):
+    SINGLE = "single"
+    KLEENE = "kleene"
+    NEGATED = "negated"
+
+
+class ItemKind(StrEnum):
+    SINGLE = "single"  # one step
+    KLEENE = "kleene"  # a Kleene step
+    AND = "and"  # an AND group of steps
+
+
 @dataclass(eq=False)
 class Var:
     name: str
     index: int  # dense: positive variables in step order first, then negated ones
     step: ast.Step
-    kind: str  # "single", "kleene" or "negated"
+    kind: VarKind
     item: int | None  # the positive item it belongs to (None for a negated variable)
     channel: int  # index into SeqPlan.channels
 
@@ -49,7 +62,7 @@ class Item:
     """A positive position: one step, a Kleene step or an AND group."""
 
     index: int
-    kind: str  # "single", "kleene" or "and"
+    kind: ItemKind
     steps: list[ast.Step]
 
     @property
@@ -157,15 +170,15 @@ class SeqPlan:
         self.negations: list[Negation] = []
         for entry in self.body.steps:
             if isinstance(entry, ast.AndGroup):
-                self.items.append(Item(len(self.items), "and", list(entry.steps)))
+                self.items.append(Item(len(self.items), ItemKind.AND, list(entry.steps)))
             elif entry.kind is ast.StepKind.NEGATED:
                 before = len(self.items) - 1 if self.items else None
                 self.negations.append(Negation(len(self.negations), entry, before,
                                                len(self.items)))
             elif entry.kind is ast.StepKind.KLEENE:
-                self.items.append(Item(len(self.items), "kleene", [entry]))
+                self.items.append(Item(len(self.items), ItemKind.KLEENE, [entry]))
             else:
-                self.items.append(Item(len(self.items), "single", [entry]))
+                self.items.append(Item(len(self.items), ItemKind.SINGLE, [entry]))
         if not self.items:
             raise ValueError("a SEQ pattern needs a positive step")
         for neg in self.negations:
@@ -179,15 +192,15 @@ class SeqPlan:
         self.variables: dict[str, Var] = {}
         for item in self.items:
             for step in item.steps:
-                kind = "kleene" if item.kind == "kleene" else "single"
+                kind = VarKind.KLEENE if item.kind == ItemKind.KLEENE else VarKind.SINGLE
                 self.variables[step.var] = Var(step.var, len(self.variables), step, kind,
                                                item.index, self.channel(step.event_type))
         self.positive = [v for v in self.variables.values()]
         for neg in self.negations:
             self.variables[neg.step.var] = Var(neg.step.var, len(self.variables), neg.step,
-                                               "negated", None,
+                                               VarKind.NEGATED, None,
                                                self.channel(neg.step.event_type))
-        self.kleene_vars = {v.name for v in self.positive if v.kind == "kleene"}
+        self.kleene_vars = {v.name for v in self.positive if v.kind == VarKind.KLEENE}
         self.negated = {neg.step.var: neg for neg in self.negations}
 
         # ---- WHERE
@@ -220,7 +233,7 @@ class SeqPlan:
         for step in self.all_steps():
             if step.anchor is not None:
                 anchor = self.variables.get(step.anchor)
-                if anchor is None or anchor.kind != "single" or \
+                if anchor is None or anchor.kind != ItemKind.SINGLE or \
                         anchor.item <= self.variables[step.var].item:
                     raise ValueError(f"{step.pos}: WITHIN ... FROM {step.anchor}: the anchor "
                                      "must be a later positive step")
@@ -292,7 +305,7 @@ class SeqPlan:
         """TESLA: each positive variable's largest possible distance (in time) to the
         terminator, when every step is chained to it by `WITHIN w FROM y`; else None."""
         last = self.items[-1]
-        if last.kind != "single":
+        if last.kind != ItemKind.SINGLE:
             return None
         steps = {s.var: s for item in self.items for s in item.steps}
         dist = {last.step.var: 0}
