@@ -9,10 +9,10 @@ Every code block is one of:
 - A command block: lines `cep ...` or `.venv/bin/cep ...` (after an optional `$ `), and
   `make TARGET` / `.venv/bin/python SCRIPT` (the target and the script must exist).
   - Executed (EXECUTED below): `cep check`, `cep schemas`, `cep explain`, `cep run` with
-    the reference engine, `cep gen` (its --out sent to a temporary directory; the query file it writes is
-    then checked). `$ command` followed by lines quotes its output: stdout and stderr
-    together must be exactly those lines. Quoting the output of a command that is not
-    executed is an error.
+    the reference engine, `cep gen` (its --out sent to a temporary directory; the query
+    file it writes is then checked). `$ command` followed by lines quotes its output:
+    stdout and stderr together must be exactly those lines. Quoting the output of a
+    command that is not executed is an error.
   - Parsed, not run (they need a broker, Spark, a GPU, Yosys, or minutes: `broker`, `serve`,
     `query`, `demo`, `bench`, `backfill`, `gpu`, `fpga`, `run --engine jit`): a concrete
     command line is parsed by the CLI's own parser (sub-command, arguments, option names,
@@ -61,7 +61,8 @@ MARKDOWN = MarkdownIt("commonmark")
 # Code blocks that are neither queries nor commands: (file, first line).
 NOT_EXAMPLES = {
     ("architecture.md", "producers ──> trades (source topic, any number of partitions)"),
-    ("architecture.md", "services/cli          the `cep` command line (top: imports what it offers)"),
+    ("architecture.md", "services/cli          the `cep` command line "
+                        "(top: imports what it offers)"),
     ("backfill.md", "inputs --count records per split (JVM)--> decode splits (Arrow tasks) "
                     "--seq check--> events"),
     ("fpga.md", "byte  0         4         8                                           16"),
