@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-full bench lint venv clean sysdeps
+.PHONY: demo test test-full bench lint venv venv-flink clean sysdeps
 
 # The project's own modules as bytecode: an editable install compiles none, and where
 # PYTHONDONTWRITEBYTECODE is set Python writes none, so every `cep` process would compile
@@ -42,7 +42,16 @@ TEST_JOBS ?= 2
 test: sysdeps venv
 	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile
 
-test-full: sysdeps venv
+# Apache Flink (PyFlink) in a virtualenv of its own, for the MATCH_RECOGNIZE differential
+# test against Flink itself (tests/flink/); its pins stay out of .venv.
+FLINK_VENV := .venv-flink
+venv-flink: $(FLINK_VENV)/.installed
+$(FLINK_VENV)/.installed:
+	test -x $(FLINK_VENV)/bin/python || $(PY) -m venv $(FLINK_VENV)
+	$(FLINK_VENV)/bin/pip install -q apache-flink==2.3.0
+	touch $@
+
+test-full: sysdeps venv venv-flink
 	CEP_TEST_FULL=1 $(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile
 
 # The live demo: embedded broker, splitter, 2 workers, coordinator and the web console

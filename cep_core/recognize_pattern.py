@@ -55,9 +55,14 @@ def recognize_elements(pattern: ast.Regex, error=None) -> list[RecognizeElement]
             else:
                 elements.append(RecognizeElement(item.item.name, item.min, item.max,
                                                  not item.reluctant, item.pos))
+    for before, after in zip(elements, elements[1:]):
+        if before.greedy and before.min != before.max and before.max != 1 and after.min == 0:
+            refuse(after.pos, f"'{after.var}' is optional right after the greedy '{before.var}': "
+                              "Flink refuses it (optional pattern cannot be preceded by greedy "
+                              f"pattern); make '{before.var}' reluctant (add '?')")
     last = elements[-1] if elements else None
-    if last is not None and last.greedy and last.min != last.max and len(flat) == len(
-            elements):
+    if last is not None and last.greedy and last.min != last.max and last.max != 1 and \
+            len(flat) == len(elements):
         refuse(last.pos, f"a greedy quantifier on the last variable ('{last.var}'): Flink "
                          "refuses it; make it reluctant (add '?') or end the pattern with a "
                          "single variable")

@@ -36,6 +36,7 @@ from cep_core.checked import CheckedQuery
 from cep_core.composite import partition_key
 from cep_core.events import Event
 from cep_core.recognize_pattern import RecognizeElement, recognize_elements
+from cep_core.reference.priority_queue import JavaPriorityQueue
 from cep_core.reference.expr import _COMPARE, Env, Evaluator, _arith
 
 TAKE, PROCEED = "take", "proceed"
@@ -136,19 +137,19 @@ class RecognizeEvaluator(Evaluator):
         value = self.visit(node.operand, env)
         if value is None:
             return None
-        return (not value) if node.op == "NOT" else -value
+        return (not value) if node.op == ast.UnaryOp.NOT else -value
 
     def visit_Binary(self, node: ast.Binary, env):
         a, b = self.visit(node.left, env), self.visit(node.right, env)
-        if node.op == "AND":
+        if node.op == ast.BinaryOp.AND:
             return False if a is False or b is False else None if None in (a, b) else True
-        if node.op == "OR":
+        if node.op == ast.BinaryOp.OR:
             return True if a is True or b is True else None if None in (a, b) else False
         if a is None or b is None:
             return None
-        if node.op == "/" and isinstance(a, int) and isinstance(b, int):
+        if node.op == ast.BinaryOp.DIV and isinstance(a, int) and isinstance(b, int):
             return None if b == 0 else _truncate(a, b)
-        if node.op == "%" and isinstance(a, int) and isinstance(b, int):
+        if node.op == ast.BinaryOp.MOD and isinstance(a, int) and isinstance(b, int):
             return None if b == 0 else a - b * _truncate(a, b)
         if node.op in _COMPARE:
             return _COMPARE[node.op](a, b)
@@ -165,7 +166,7 @@ class RecognizeEvaluator(Evaluator):
         if name == "PREV":
             return env.prev(node.args[0], self)
         if name == "MATCH_ROWTIME":
-            return env.rows[-1][1].ts
+            return env.rowtime
         return super().visit_Call(node, env)
 
 
@@ -177,9 +178,11 @@ class _Rows(Env):
     """What an expression sees: the match's rows so far as (variable, event) pairs, the
     last one being the current row (DEFINE) or the match's last row (MEASURES)."""
 
-    def __init__(self, rows: list[tuple[str, Event]], pinned: Event | None = None):
+    def __init__(self, rows: list[tuple[str, Event]], pinned: Event | None = None,
+                 rowtime: int | None = None):
         self.rows = rows
         self.pinned = pinned  # inside PREV: every attribute reads this row
+        self.rowtime = rowtime  # MATCH_ROWTIME (MEASURES only)
 
     def attr(self, node: ast.Attr):
         if self.pinned is not None:
@@ -233,7 +236,8 @@ EVALUATE = RecognizeEvaluator().visit
 @dataclass(eq=False)
 class Computation:
     """A partial (or, in the final state, completed) match: its state, its rows as
-    (variable, event) and the partition-local index of each row."""
+    (variable, event) and the partition-local index of each row. The start computation
+    (no rows) stays in the queue of partial matches, behind every other."""
 
     state: State
     rows: list[tuple[str, Event]]
@@ -241,15 +245,30 @@ class Computation:
 
     @property
     def start(self) -> int:
-        return self.indexes[0]
+        """Flink's order of computations: by the row they started on."""
+        return self.indexes[0] if self.indexes else _NEVER
 
 
-@dataclass
+_NEVER = 1 << 62  # the start computation's place: after every partial match
+
+
 class _Partition:
-    partial: list[Computation] = field(default_factory=list)  # in order of start
-    completed: list[Computation] = field(default_factory=list)  # waiting, in order of start
-    count: int = 0  # rows seen: the next row's index
-    last_ts: int | None = None
+    def __init__(self, start: State):
+        self.partial = _queue([Computation(start, [], [])])
+        self.completed = _queue([])
+        self.count = 0  # rows seen: the next row's index
+        self.last_ts: int | None = None
+
+
+def _queue(items: list[Computation]) -> JavaPriorityQueue[Computation]:
+    queue = JavaPriorityQueue(key=lambda c: c.start)
+    queue.add_all(items)
+    return queue
+
+
+class RecognizeRuntimeError(RuntimeError):
+    """What stops a MATCH_RECOGNIZE query at run time, as it stops Flink's (AFTER MATCH
+    SKIP TO a variable a match does not have, or to the match's first row)."""
 
 
 class RecognizeInterpreter:
@@ -262,11 +281,16 @@ class RecognizeInterpreter:
         self.defines = {d.name: d.condition for d in body.defines}
         self.within = checked.time_units(body.within) if body.within is not None else None
         self.partitions: dict[object, _Partition] = {}
+        self.keys: dict[object, object] = {}
         self.dead_letters: list[tuple[Event, str]] = []
 
     def process(self, event: Event) -> list[dict]:
         key = partition_key(self.query.partition_by, event)
-        part = self.partitions.setdefault(_hashable(key), _Partition())
+        slot = _hashable(key)
+        part = self.partitions.get(slot)
+        if part is None:
+            part = self.partitions[slot] = _Partition(self.nfa.start)
+            self.keys[slot] = key
         if part.last_ts is not None and event.ts < part.last_ts:
             reason = "event time goes backwards in partition " + orjson.dumps(key).decode()
             self.dead_letters.append((event, reason))
@@ -274,34 +298,43 @@ class RecognizeInterpreter:
         part.last_ts = event.ts
         out = self._advance_time(part, key, event.ts)
         index, part.count = part.count, part.count + 1
-        start = Computation(self.nfa.start, [], [])
-        partial, completed = [], []
-        for computation in [*part.partial, start]:
-            for found in self._next(computation, event, index):
-                (completed if found.state.final else partial).append(found)
-        part.partial = sorted(partial, key=lambda c: c.start)
-        part.completed = sorted(part.completed + completed, key=lambda c: c.start)
-        return out + self._release(part, key)
+        # Flink's NFA.doProcess: every computation (the queue's array order) moves on.
+        partial, completed = _queue([]), _queue([])
+        for computation in part.partial:
+            found = self._next(computation, event, index)
+            for done in (c for c in found if c.state.final):
+                completed.add(done)
+            partial.add_all(c for c in found if not c.state.final)
+        part.completed.add_all(completed)
+        part.partial = partial
+        return out + self._release(part, key, event.ts)
 
     def punctuate(self, ts: int) -> list[dict]:
-        return [c for key, part in self._keyed() for c in self._advance_time(part, key, ts)]
+        return [c for slot, part in self.partitions.items()
+                for c in self._advance_time(part, self.keys[slot], ts)]
 
     def flush(self) -> list[dict]:
         if self.within is None:
             return []  # no interval ends a partial match: the waiting ones never leave
-        return [c for key, part in self._keyed()
-                for c in self._advance_time(part, key, None)]
+        return [c for slot, part in self.partitions.items()
+                for c in self._advance_time(part, self.keys[slot], None)]
 
     # ------------------------------------------------------------ Flink's NFA steps
 
     def _advance_time(self, part: _Partition, key, ts: int | None) -> list[dict]:
-        """Partial matches whose interval has ended at `ts` (None: the end of the stream)
-        end; completed ones they held back may leave."""
+        """Partial matches whose interval has ended by `ts` (None: the end of the stream)
+        end, in order of their end (start + interval: Flink's timer for them fires then);
+        completed ones they held back may leave at that time."""
         if self.within is None:
             return []
-        part.partial = [c for c in part.partial
-                        if ts is not None and ts - c.rows[0][1].ts < self.within]
-        return self._release(part, key)
+        out = []
+        while True:
+            ends = [c.rows[0][1].ts + self.within for c in part.partial if c.rows]
+            if not ends or (ts is not None and min(ends) > ts):
+                return out
+            end = min(ends)
+            part.partial.remove_if(_ended_by(end, self.within))
+            out += self._release(part, key, end)
 
     def _next(self, computation: Computation, event: Event, index: int) -> list[Computation]:
         """Flink's computeNextStates: the TAKE edges open to this row, each leading to a
@@ -313,6 +346,8 @@ class RecognizeInterpreter:
             found.append(Computation(transition.target, rows, indexes))
             if self._proceeds_to_final(transition.target, computation, event):
                 found.append(Computation(_FINAL, rows, indexes))
+        if not computation.rows:  # the start computation stays, after what it started
+            found.append(computation)
         return found
 
     def _open_takes(self, computation: Computation, event: Event) -> list[_Take]:
@@ -352,22 +387,20 @@ class RecognizeInterpreter:
         define = self.defines.get(var)
         return define is None or EVALUATE(define, _Rows([*rows, (var, event)])) is True
 
-    def _release(self, part: _Partition, key) -> list[dict]:
-        """Completed matches leave once no partial match started before them, the earliest
-        first; each prunes what its skip strategy skips."""
+    def _release(self, part: _Partition, key, now: int) -> list[dict]:
+        """Completed matches leave once no partial match started before them (one that
+        started on the same row does not hold them back), the queue's head first; each
+        prunes the partial and completed matches its skip strategy skips."""
         out = []
-        while part.completed and (not part.partial or
-                                  part.completed[0].start < part.partial[0].start):
-            match = part.completed.pop(0)
-            bound = self._skip_bound(match)
-            if bound is not None:
-                limit, inclusive = bound
-                part.partial = [c for c in part.partial if not _skipped(c, limit, inclusive)]
-                part.completed = [c for c in part.completed if not _skipped(c, limit, inclusive)]
-            out.append(self._composite(key, match))
+        while part.completed and part.completed.peek().start <= part.partial.peek().start:
+            match = part.completed.poll()
+            limit, inclusive = self._skip_bound(match)
+            for queue in (part.partial, part.completed):
+                queue.remove_if(_skipped(limit, inclusive))
+            out.append(self._composite(key, match, now))
         return out
 
-    def _skip_bound(self, match: Computation) -> tuple[int, bool] | None:
+    def _skip_bound(self, match: Computation) -> tuple[int, bool]:
         """(row index, inclusive): matches starting before it (or at it) are skipped."""
         skip = self.body.skip
         if skip is ast.SkipTo.PAST_LAST_ROW:
@@ -376,11 +409,23 @@ class RecognizeInterpreter:
             return match.indexes[0], True
         mine = [i for (var, _), i in zip(match.rows, match.indexes) if var == self.body.skip_var]
         if not mine:
-            return None
-        return (mine[0] if skip is ast.SkipTo.FIRST else mine[-1]), False
+            raise RecognizeRuntimeError(
+                f"query {self.checked.name!r}: AFTER MATCH SKIP {skip.value.upper()} "
+                f"{self.body.skip_var}: a match without {self.body.skip_var} (rows "
+                f"{match.rows[0][1].seq}-{match.rows[-1][1].seq}); Flink stops the query here")
+        row = mine[0] if skip is ast.SkipTo.FIRST else mine[-1]
+        if row == match.indexes[0]:
+            raise RecognizeRuntimeError(
+                f"query {self.checked.name!r}: AFTER MATCH SKIP {skip.value.upper()} "
+                f"{self.body.skip_var} lands on the match's first row (seq "
+                f"{match.rows[0][1].seq}), which would find the same match again; Flink "
+                "stops the query here")
+        return row, False
 
-    def _composite(self, key, match: Computation) -> dict:
-        env = _Rows(match.rows)
+    def _composite(self, key, match: Computation, now: int) -> dict:
+        """The match's composite event, leaving at event time `now` (MATCH_ROWTIME: Flink
+        stamps a match with the time it leaves, which is its last row's unless it waited)."""
+        env = _Rows(match.rows, rowtime=now)
         events = [event for _, event in match.rows]
         out = {"query": self.checked.name, "key": key,
                "seq": events[-1].seq, "start_seq": events[0].seq}
@@ -393,12 +438,6 @@ class RecognizeInterpreter:
             out = {k: v for k, v in out.items() if k in wanted or k in _COMPOSITE_FIELDS}
         return out
 
-    def _keyed(self):
-        for part in self.partitions.values():
-            if part.partial or part.completed:
-                last = (part.partial or part.completed)[0].rows[0][1]
-                yield partition_key(self.query.partition_by, last), part
-
 
 @dataclass(frozen=True)
 class _Take:
@@ -407,11 +446,17 @@ class _Take:
 
 
 _FINAL = State("", final=True)
+
+
+def _ended_by(end: int, within: int):
+    return lambda c: bool(c.rows) and c.rows[0][1].ts + within <= end
+
+
+def _skipped(limit: int, inclusive: bool):
+    """Flink's shouldPrune: matches (not the start computation) starting before `limit`,
+    or at it when `inclusive`."""
+    return lambda c: bool(c.rows) and (c.start <= limit if inclusive else c.start < limit)
 _COMPOSITE_FIELDS = ("query", "key", "seq", "start_seq")
-
-
-def _skipped(computation: Computation, limit: int, inclusive: bool) -> bool:
-    return computation.start <= limit if inclusive else computation.start < limit
 
 
 def _hashable(key):

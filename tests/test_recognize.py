@@ -1,0 +1,133 @@
+"""MATCH_RECOGNIZE (SQL, Flink's semantics): parsed into the checked AST, refused where Flink
+refuses with located reasons, and answered by the reference interpreter as Flink 2.3
+answers (tests/fixtures/recognize_flink.json holds Flink's own answers; the live comparison
+with Flink is tests/flink/differential.py, in `make test-full`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import cep_core.reference as reference
+from cep_core.checker import load_query_text
+from cep_core.errors import QueryError, QueryErrors
+from cep_core.events import Event
+from tests.flink import differential
+
+FIXTURE = Path(__file__).parent / "fixtures" / "recognize_flink.json"
+# the fixture was made by `made_by` in it; regenerate it the same way after a change of
+# the generator or of Flink
+
+V_SHAPE = """QUERY vshape INTO alerts
+SELECT * FROM quotes MATCH_RECOGNIZE (
+  PARTITION BY symbol
+  ORDER BY ts
+  MEASURES FIRST(A.price) AS start_price, LAST(B.price) AS bottom, AVG(B.price) AS avg_b
+  ONE ROW PER MATCH
+  AFTER MATCH SKIP PAST LAST ROW
+  PATTERN (A B+ C)
+  DEFINE B AS B.price < PREV(price), C AS C.price > PREV(price)
+) AS T;
+"""
+
+
+def events(prices: list[int], symbol: str = "S") -> list[Event]:
+    return [Event(i, 1000 * (i + 1), {"symbol": symbol, "price": p, "volume": 1,
+                                       "ts": 1000 * (i + 1), "seqNum": i})
+            for i, p in enumerate(prices)]
+
+
+def run(text: str, prices: list[int]) -> list[dict]:
+    return reference.run(load_query_text(text), events(prices))
+
+
+def test_a_v_shape_is_found_with_flinks_measures():
+    [found] = run(V_SHAPE, [10, 8, 7, 9, 11])
+    # AVG of an INT column is an INT in Flink: (8 + 7) / 2 = 7
+    assert found == {"query": "vshape", "key": "S", "seq": 3, "start_seq": 0, "symbol": "S",
+                     "start_price": 10, "bottom": 7, "avg_b": 7}
+
+
+def test_a_statement_alone_is_a_query_named_after_its_alias():
+    text = V_SHAPE.split("\n", 1)[1]
+    [checked] = load_query_text(text)
+    assert (checked.name, checked.query.output, checked.query.kind) == ("T", "T", "recognize")
+
+
+def test_after_greedy_b_plus_the_next_variable_never_takes_a_row_b_takes():
+    # C implies B (both "price below the previous"): Flink's NFA finds nothing, where SQL:2016
+    # backtracking would give B one row less and C the last one.
+    text = V_SHAPE.replace("C AS C.price > PREV(price)", "C AS C.price < PREV(price) - 1")
+    assert run(text, [10, 8, 5, 2, 1, 9]) == []
+
+
+def test_of_matches_ending_on_one_row_the_one_that_started_first_wins():
+    # A=10 B=8,7 C=9 and A=8 B=7 C=9 both end at seq 3; SKIP PAST LAST ROW keeps the first
+    assert [(c["start_seq"], c["seq"]) for c in run(V_SHAPE, [10, 8, 7, 9])] == [(0, 3)]
+    # SKIP TO NEXT ROW keeps both: the second starts after the first one's first row
+    text = V_SHAPE.replace("SKIP PAST LAST ROW", "SKIP TO NEXT ROW")
+    assert [(c["start_seq"], c["seq"]) for c in run(text, [10, 8, 7, 9])] == [(0, 3), (1, 3)]
+
+
+@pytest.mark.parametrize("change, message, line", [
+    ("PATTERN (A B+ C)", "alternation (|)", 8),
+    ("PATTERN (A B+ C)", "a quantifier on a group", 8),
+    ("PATTERN (A B+ C)", "a greedy quantifier on the last variable", 8),
+    ("PATTERN (A B+ C)", "a reluctant optional", 8),
+    ("ONE ROW PER MATCH", "ALL ROWS PER MATCH", 6),
+    ("ORDER BY ts", "ORDER BY takes the time attribute 'ts'", 4),
+    ("PREV(price)", "PREV takes one argument", 9),
+    ("AFTER MATCH SKIP PAST LAST ROW", "the pattern's first variable", 2),
+    ("C AS C.price", "DEFINE 'X': PATTERN has no such variable", 9),
+    ("PATTERN (A B+ C)", "appears twice", 8),
+    ("PATTERN (A B+ C)", "optional right after the greedy 'B'", 8),
+])
+def test_what_flink_refuses_is_refused_where_it_is_written(change, message, line):
+    replacement = {
+        "alternation (|)": "PATTERN (A (B | C))",
+        "a quantifier on a group": "PATTERN (A (B C)+)",
+        "a greedy quantifier on the last variable": "PATTERN (A B C+)",
+        "a reluctant optional": "PATTERN (A B?? C)",
+        "ALL ROWS PER MATCH": "ALL ROWS PER MATCH",
+        "ORDER BY takes the time attribute 'ts'": "ORDER BY price",
+        "PREV takes one argument": "PREV(price, 2)",
+        "the pattern's first variable": "AFTER MATCH SKIP TO FIRST A",
+        "DEFINE 'X': PATTERN has no such variable": "X AS C.price",
+        "appears twice": "PATTERN (A B+ A)",
+        "optional right after the greedy 'B'": "PATTERN (A B+ C? D)",
+    }[message]
+    with pytest.raises((QueryError, QueryErrors)) as refused:
+        load_query_text(V_SHAPE.replace(change, replacement), path="q.cep")
+    assert message in str(refused.value)
+    assert f"q.cep:{line}:" in str(refused.value)
+
+
+def test_the_jit_engine_says_it_does_not_run_it_yet():
+    from cep_core.batch import StringDictionary
+    from cep_core.engine.seq import NotSupportedError
+    from cep_core.engine_factory import create_engine
+
+    [checked] = load_query_text(V_SHAPE)
+    with pytest.raises(NotSupportedError, match="--engine reference"):
+        create_engine(checked, StringDictionary())
+
+
+def _fixture_cases():
+    spec = json.loads(FIXTURE.read_text())
+    known = set(spec.get("known_differences", {}))
+    return [pytest.param(spec["statements"][name], spec["rows"], spec["flink"][name],
+                         id=name, marks=[pytest.mark.xfail(
+                             reason=spec["known_differences"][name], strict=True)]
+                         if name in known else [])
+            for name in sorted(spec["statements"])]
+
+
+@pytest.mark.parametrize("statement, rows, flink", _fixture_cases())
+def test_flinks_committed_answers(statement, rows, flink):
+    mine = differential.ours(statement, rows)
+    if isinstance(flink, dict):  # Flink refused it: so must we
+        assert isinstance(mine, dict), f"Flink refuses: {flink['error']}"
+    else:
+        assert sorted(map(json.dumps, mine)) == sorted(map(json.dumps, flink))
