@@ -50,10 +50,18 @@ def js(browser, script: str):
 
 
 def screenshot(browser, element_id: str, name: str, tmp_path: Path) -> None:
+    """An element's picture (`page`: the window's)."""
     from selenium.webdriver.common.by import By
 
     picture = tmp_path / name
-    browser.find_element(By.ID, element_id).screenshot(str(picture))
+    if element_id == "page":
+        browser.save_screenshot(str(picture))
+    else:
+        element = browser.find_element(By.ID, element_id)
+        # below the page's sticky header
+        browser.execute_script("arguments[0].scrollIntoView(); window.scrollBy(0, -60)",
+                               element)
+        element.screenshot(str(picture))
     assert picture.stat().st_size > 5_000
     if os.environ.get("CEP_CONSOLE_SCREENSHOTS"):
         shutil.copy(picture, Path(os.environ["CEP_CONSOLE_SCREENSHOTS"]) / name)
@@ -115,6 +123,7 @@ def test_console_shows_the_pipeline_queries_and_events(kafka_bootstrap, browser,
                 wait_progressing(lambda: condition(browser), pipeline.progress, what,
                                  stall_s=120)
 
+            browser.set_window_size(1280, 1500)  # the screenshots show whole views
             browser.get(api.url + "/")
             # the pipeline: every process a node, events flowing through the splitter
             wait(lambda b: js(b, "return [...document.querySelectorAll("
@@ -152,7 +161,7 @@ def test_console_shows_the_pipeline_queries_and_events(kafka_bootstrap, browser,
                                                   "?.textContent || ''"),
                  "the failed query's reason")
             for name, kind in (("unshipped", "SEQ"), ("broken", "MATCH"),
-                               ("mshape", "MATCH"), ("activity", "WINDOW")):
+                               ("activity", "WINDOW"), ("mshape", "MATCH")):
                 # the table is drawn again at each refresh: found and clicked at once
                 js(browser, f"document.querySelector('#queries tr[data-query=\"{name}\"] "
                             "button.details').click()")
@@ -167,7 +176,7 @@ def test_console_shows_the_pipeline_queries_and_events(kafka_bootstrap, browser,
             wait(lambda b: int(js(b, "return document.getElementById('chart-composites_per_s')"
                                      ".dataset.points || 0")) >= 2 and
                  js(b, "return !!document.querySelector('#chart-composites_per_s canvas')"),
-                 "the activity query's chart with points")
+                 "the mshape query's chart with points")
             screenshot(browser, "live", "console-queries.png", tmp_path)
 
             # composite events: a column per field, filtered by query and key, paused
@@ -188,6 +197,10 @@ def test_console_shows_the_pipeline_queries_and_events(kafka_bootstrap, browser,
                                 "td[data-field=key]')].map(td => td.textContent)")
             assert shown and all(key.strip('"') in k for k in shown)
             browser.find_element(By.ID, "filter-key").clear()
+            Select(browser.find_element(By.ID, "filter-query")).select_by_value("")
+            wait(lambda b: js(b, "return new Set([...document.querySelectorAll('#composites "
+                                 "tbody tr')].map(r => r.dataset.query)).size") >= 2,
+                 "the events of the followed queries again")
             browser.find_element(By.ID, "pause").click()
             before = js(browser, "return document.querySelector('#composites tbody')"
                                  ".innerHTML")
@@ -198,6 +211,8 @@ def test_console_shows_the_pipeline_queries_and_events(kafka_bootstrap, browser,
             screenshot(browser, "events", "console-events.png", tmp_path)
             browser.find_element(By.ID, "pause").click()
             assert browser.find_element(By.ID, "paused-count").text == ""
+            js(browser, "window.scrollTo(0, 0)")
+            screenshot(browser, "page", "console.png", tmp_path)
     finally:
         monkeypatch.delenv("CEP_FAILPOINTS")
         failpoints.reset()

@@ -106,9 +106,11 @@ function drawPipelines(pipelines) {
         <tbody></tbody></table></div><ul class="withheld"></ul>`;
       box.append(view);
     }
-    view.querySelector("h3").textContent = `stream ${p.stream}` +
-      (p.metrics ? "" : " (no metrics endpoint answers: rates, lags and checkpoints " +
-       "need cep serve api --api-metrics)");
+    const up = p.processes.some((proc) => !["broker", "api"].includes(proc.role));
+    view.querySelector("h3").textContent = `stream ${p.stream}` + (!up ?
+      " (no service of this stream is up: its queries wait on the control topic)" :
+      p.metrics ? "" : " (no metrics endpoint answers: rates, lags and checkpoints " +
+      "need cep serve api --api-metrics)");
     if (p.svg && pipelineDrawings.get(p.stream) !== p.svg) {
       pipelineDrawings.set(p.stream, p.svg);
       view.querySelector(".graph").replaceChildren(svgNode(p.svg));
@@ -189,6 +191,8 @@ function sparkline(values) {  // a small SVG polyline of the last minutes' compo
   return svg;
 }
 
+const compact = new Intl.NumberFormat("en", {notation: "compact", maximumFractionDigits: 1});
+
 function drawCharts() {
   if (!detail || typeof uPlot === "undefined") return;
   const points = history.get(detail.name) || {t: []};
@@ -200,7 +204,8 @@ function drawCharts() {
       chart = new uPlot({width: 300, height: 120, legend: {show: false},
         scales: {x: {time: true}}, series: [{}, {stroke: "#2f6fdb", width: 1.5,
         fill: "rgba(47,111,219,0.12)", spanGaps: true}],
-        axes: [{size: 30}, {size: 50}]}, data, box);
+        axes: [{size: 30}, {size: 50, values: (u, ticks) => ticks.map((v) => compact.format(v))}]},
+        data, box);
       detail.charts[series] = chart;
     } else {
       chart.setData(data);
@@ -291,6 +296,7 @@ function drawQueries() {
     cell(row, number(s.partial_matches, 0));
     cell(row, number(s.state_bytes, 0));
     const actions = row.insertCell();
+    actions.className = "actions-cell";
     const show = document.createElement("button");
     show.textContent = "Details";
     show.className = "details";
