@@ -54,7 +54,8 @@ $(FLINK_VENV)/.installed:
 test-full: sysdeps venv venv-flink
 	CEP_TEST_FULL=1 $(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile
 
-# The live demo: embedded broker, splitter, 2 workers, coordinator and the web console
+# The live demo: embedded broker, the chained pipeline (one process; add --distributed to
+# DEMO_ARGS for splitter, 2 workers and coordinator as processes) and the web console
 # (its URL is printed: http://127.0.0.1:8080/); ~20k trades at 2000/s (about 30 s),
 # composite events shown as they arrive; then it all stays up for the console until
 # Ctrl-C. CI runs a short verifying variant: make demo DEMO_ARGS="--count 5000 --verify".
