@@ -324,11 +324,11 @@ class _JsonParser:
         self.time_unit = schema.time_unit
         texts = pa.schema([pa.field(f.name, pa.string()) if f.name in self.times else f
                            for f in columns])
-        self.options = {iso: (pj.ParseOptions(explicit_schema=cols,
-                                              unexpected_field_behavior="error"),
-                              pj.ParseOptions(explicit_schema=cols,
-                                              unexpected_field_behavior="ignore"))
+        self.options = {iso: tuple(pj.ParseOptions(explicit_schema=cols,
+                                                   unexpected_field_behavior=behaviour)
+                                   for behaviour in ("error", "infer", "ignore"))
                         for iso, cols in ((False, columns), (True, texts))}
+        self.names = columns.names
         self.fields = set(columns.names)
         self.iso = False
         self.other_fields = False
@@ -377,13 +377,27 @@ class _JsonParser:
             self.other_fields = not first.keys() <= self.fields
 
     def _parsed(self, block: bytes, lines: _Lines, iso: bool) -> tuple[pa.Table | None, str]:
-        strict, lenient = self.options[iso]
+        """The block with the stream's columns: strictly, or where it has other fields,
+        with those read too (`infer`) and trusted where orjson would read them (every float
+        in them finite: a NaN, an Infinity or a number beyond a double is not) and nesting
+        cannot be too deep; where pyarrow cannot give them one type, ignored, once the
+        bytes show nothing orjson refuses (`_orjson_takes_what_is_ignored`)."""
+        strict, infer, ignore = self.options[iso]
         table, why = (None, _OTHER_FIELDS) if self.other_fields else self._read(block, strict)
-        if table is None:
-            if why != _OTHER_FIELDS or not _orjson_takes_what_is_ignored(block, lines):
-                return None, why
-            table, why = self._read(block, lenient)
-            self.other_fields = table is not None
+        if table is not None or why != _OTHER_FIELDS:
+            return table, why
+        table, why = self._read(block, infer)
+        if table is not None:
+            self.other_fields = True
+            others = [table.column(name) for name in table.column_names
+                      if name not in self.fields]
+            if not (_all_finite(others) and _shallow(block, lines)):
+                return None, ""
+            return table.select(self.names), ""
+        if why in self.fields or not _orjson_takes_what_is_ignored(block, lines):
+            return None, why
+        table, why = self._read(block, ignore)
+        self.other_fields = table is not None
         return table, why
 
     def _read(self, block: bytes, options) -> tuple[pa.Table | None, str]:
@@ -501,37 +515,76 @@ def _parsed_block(block: bytes, lines: _Lines, table: pa.Table, first_line: int,
     return len(lines)
 
 
+def _all_finite(columns: list) -> bool:
+    """Whether every float in the columns (nested ones too) is finite."""
+    arrays = [chunk for column in columns for chunk in column.chunks]
+    while arrays:
+        array = arrays.pop()
+        kind = array.type
+        if pa.types.is_floating(kind):
+            if len(array) and not np.isfinite(to_numpy(pc.fill_null(array, 0.0))).all():
+                return False
+        elif pa.types.is_struct(kind):
+            arrays.extend(array.field(i) for i in range(kind.num_fields))
+        elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            arrays.append(array.flatten())
+    return True
+
+
+def _shallow(block: bytes, lines: _Lines) -> bool:
+    """Whether no line can nest deeper than orjson takes: only a line that long can."""
+    long = np.flatnonzero(lines.ends - lines.starts >= _MAX_OPENINGS)
+    if not len(long):
+        return True
+    data = np.frombuffer(block, dtype=np.uint8)
+    opening = ((data == ord("{")) | (data == ord("["))).astype(np.int32)
+    bounds = np.stack((lines.starts[long], lines.ends[long]), axis=1).ravel()
+    return np.add.reduceat(np.append(opening, 0), bounds)[::2].max() < _MAX_OPENINGS
+
+
 def _orjson_takes_what_is_ignored(block: bytes, lines: _Lines) -> bool:
     """Whether nothing in the block is what orjson refuses but pyarrow takes in a field it
     ignores: a NaN or Infinity literal, a number beyond a double (200 digits in a row, or
     an exponent of three digits that is not negative), nesting deeper than orjson takes.
-    Vectorised and conservative (the letters or digits inside strings count too): a block
-    it doubts goes to orjson."""
+    Vectorised and conservative: what looks like one of these is looked at only to see
+    whether it lies inside a string; a block it doubts goes to orjson."""
     data = np.frombuffer(block, dtype=np.uint8)
     if len(data) < 3:
         return True
+    suspects = []
     for first, second, third in (b"NaN", b"Inf"):
         at = np.flatnonzero(data[:-2] == first)
-        if len(at) and ((data[at + 1] == second) & (data[at + 2] == third)).any():
-            return False
+        suspects.append(at[(data[at + 1] == second) & (data[at + 2] == third)])
     digit = (data - np.uint8(48)) < 10
     runs = digit[:len(digit) // 100 * 100].reshape(-1, 100)  # 200 in a row fill one
-    if len(runs) and runs.all(axis=1).any():
-        return False
+    suspects.append(np.flatnonzero(runs.all(axis=1)) * 100)
     after_digit = np.flatnonzero(((data[1:] == ord("e")) | (data[1:] == ord("E"))) & digit[:-1])
     if len(after_digit):  # an exponent: a digit, e, maybe +, then three digits
-        at = after_digit + 2  # the byte after the e
         padded = np.concatenate((data, np.zeros(4, np.uint8)))
+        at = after_digit + 2  # the byte after the e
         at = at + (padded[at] == ord("+"))
-        if (padded[at[:, None] + np.arange(3)] - np.uint8(48) < 10).all(axis=1).any():
-            return False
-    long = np.flatnonzero(lines.ends - lines.starts >= _MAX_OPENINGS)
-    if len(long):  # only a line that long can nest that deep
-        opening = ((data == ord("{")) | (data == ord("["))).astype(np.int32)
-        bounds = np.stack((lines.starts[long], lines.ends[long]), axis=1).ravel()
-        if np.add.reduceat(np.append(opening, 0), bounds)[::2].max() >= _MAX_OPENINGS:
-            return False
-    return True
+        three = (padded[at[:, None] + np.arange(3)] - np.uint8(48) < 10).all(axis=1)
+        suspects.append(after_digit[three])
+    suspects = np.concatenate(suspects)
+    return not (len(suspects) and not _in_strings(data, suspects).all()) and \
+        _shallow(block, lines)
+
+
+def _in_strings(data: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Whether each byte `at` lies inside a JSON string: after an odd number of quotes
+    that no backslash escapes (counted from the block's start: every line of JSON holds
+    whole strings; a line that does not is refused by pyarrow anyway)."""
+    quotes = np.flatnonzero(data == ord('"'))
+    escaped = quotes[(quotes > 0) & (data[np.maximum(quotes - 1, 0)] == ord("\\"))]
+    if len(escaped):
+        real = np.ones(len(quotes), dtype=bool)
+        for i in np.flatnonzero(np.isin(quotes, escaped)).tolist():
+            back = int(quotes[i]) - 1
+            while back >= 0 and data[back] == ord("\\"):
+                back -= 1
+            real[i] = (int(quotes[i]) - 1 - back) % 2 == 0  # an even run escapes itself
+        quotes = quotes[real]
+    return np.searchsorted(quotes, at) % 2 == 1
 
 
 def _doubtful_rows(table: pa.Table, schema: StreamSchema,
@@ -605,6 +658,7 @@ def _read_csv(f: IO[bytes], rows: _Rows, block_bytes: int) -> Iterator[None]:
         return
     header = [h.strip() for h in next(csv.reader([text]))]
     line, position = 2, rows.first_position
+    times_as_text = False  # as the last block had its timestamp attributes
     for block in _blocks(f, block_bytes):
         if (b'"' in block and not _simply_quoted(block)) or \
                 (b"\r" in block and block.count(b"\r") != block.count(b"\r\n")):
@@ -613,15 +667,17 @@ def _read_csv(f: IO[bytes], rows: _Rows, block_bytes: int) -> Iterator[None]:
             rows.add_records(_csv_records(_text(block + f.read()), rows.source, header, line),
                              position, text=True)
             return
-        position += _csv_block(block, header, line, position, rows)
+        records, times_as_text = _csv_block(block, header, line, position, rows,
+                                            times_as_text)
+        position += records
         line += block.count(b"\n")
         yield
 
 
 def _simply_quoted(block: bytes) -> bool:
     """Whether every quote of a CSV block opens or closes a whole field holding no quote,
-    comma, CR or newline (`"AMZN"`, as pyarrow writes strings): read alike by the csv
-    module and pyarrow, one record per line."""
+    CR or newline (`"AMZN"`, `"Mozilla/5.0 (KHTML, like Gecko)"`, as pyarrow writes
+    strings): read alike by the csv module and pyarrow, one record per line."""
     data = np.frombuffer(block, dtype=np.uint8)
     quotes = np.flatnonzero(data == ord('"'))
     if len(quotes) % 2:
@@ -633,7 +689,7 @@ def _simply_quoted(block: bytes) -> bool:
     if not (np.isin(before, list(b",\n")).all() and np.isin(after, list(b",\r\n")).all()):
         return False
     chars = data[segment_rows(opens + 1, closes - opens - 1)]  # the quoted texts' bytes
-    return not ((chars == ord(",")) | (chars == ord("\n")) | (chars == ord("\r"))).any()
+    return not ((chars == ord("\n")) | (chars == ord("\r"))).any()
 
 
 # A CSV line that is one whole record: fields plain, or quoted whole ("" for a quote).
@@ -646,11 +702,22 @@ def _text(data: bytes) -> io.StringIO:
 
 
 def _csv_block(block: bytes, header: list[str], first_line: int, first_position: int,
-               rows: _Rows) -> int:
+               rows: _Rows, times_as_text: bool) -> tuple[int, bool]:
+    """One block of CSV records into `rows`: how many it held, and whether its times were
+    text (the first kind the next block tries)."""
     lines = _Lines.of(block, lambda line: line in (b"", b"\r"))
+    typed = _parse_csv_typed(block, header, lines, rows.schema, times_as_text)
+    if typed is None and any(kind == "timestamp" for kind in rows.schema.attributes.values()):
+        typed = _parse_csv_typed(block, header, lines, rows.schema, not times_as_text)
+        times_as_text = times_as_text if typed is None else not times_as_text
+    return _csv_rows(block, lines, typed, header, first_line, first_position, rows), \
+        times_as_text
+
+
+def _csv_rows(block: bytes, lines: _Lines, typed: pa.Table | None, header: list[str],
+              first_line: int, first_position: int, rows: _Rows) -> int:
     positions = np.arange(first_position, first_position + len(lines), dtype=np.int64)
     line_numbers = lines.index + first_line
-    typed = _parse_csv_typed(block, header, lines, rows.schema)
     if typed is not None and not len(_doubtful_rows(typed, rows.schema)):
 
         def line_raw(i: int) -> str:
@@ -695,15 +762,16 @@ def _csv_raw(row: list[str]) -> str:
     return out.getvalue()
 
 
-def _parse_csv_typed(block: bytes, header: list[str], lines: _Lines,
-                     schema: StreamSchema) -> pa.Table | None:
+def _parse_csv_typed(block: bytes, header: list[str], lines: _Lines, schema: StreamSchema,
+                     times_as_text: bool = False) -> pa.Table | None:
     """The block parsed by pyarrow straight into the stream's types (seq null where the
     file has none), or None where that could differ from `decode_record`'s reading of the
     texts. pyarrow refuses every text that `decode_record` reads otherwise (`+5` or `1_0`
     for an int, `TRUE` for a bool: the block then goes the text way) except hexadecimal
     ints (`0x1f`), so a block with `0x` goes the text way too; an empty field is null,
     and a null, NaN or infinity is doubtful (`_doubtful_rows`): the caller then reads the
-    block as text."""
+    block as text. `times_as_text`: timestamp attributes are read as text and converted
+    by `iso_times` (a text it does not take is a null there)."""
     import pyarrow.csv as pcsv
 
     if (not len(lines) or b"\0" in block or _hex_prefix(block)
@@ -711,7 +779,8 @@ def _parse_csv_typed(block: bytes, header: list[str], lines: _Lines,
             or any(name not in header for name in schema.attributes)):
         return None
     wanted = {"seq": pa.int64()} if "seq" in header else {}
-    wanted.update({name: ARROW_TYPES[kind] for name, kind in schema.attributes.items()})
+    wanted.update({name: pa.string() if kind == "timestamp" and times_as_text
+                   else ARROW_TYPES[kind] for name, kind in schema.attributes.items()})
     column = {name: f"f{i}" for i, name in enumerate(header)}
     try:
         table = pcsv.read_csv(
@@ -726,7 +795,9 @@ def _parse_csv_typed(block: bytes, header: list[str], lines: _Lines,
         return None
     if table.num_rows != len(lines):
         return None
-    columns = [table.column(column[name]) for name in wanted]
+    columns = [iso_times(table.column(column[name]), schema.time_unit)
+               if times_as_text and schema.attributes.get(name) == "timestamp"
+               else table.column(column[name]) for name in wanted]
     if "seq" not in wanted:
         columns.insert(0, pa.nulls(table.num_rows, pa.int64()))
     return pa.Table.from_arrays(columns, names=["seq", *schema.attributes])
@@ -820,10 +891,13 @@ def _coerce_text(table: pa.Table, schema: StreamSchema) -> tuple[pa.Table, np.nd
             continue
         plain = to_numpy(pc.is_in(text, strings(["true", "false"])) if kind == "bool"
                          else _plain(text, kind))
-        doubt |= ~plain
         kept = _only_plain(text, plain)
-        columns.append(pc.starts_with(kept, "t") if kind == "bool"
-                       else kept.cast(ARROW_TYPES[kind]))
+        column = pc.starts_with(kept, "t") if kind == "bool" else kept.cast(ARROW_TYPES[kind])
+        if kind == "timestamp" and not plain.all():  # ISO-8601 texts, as iso_times reads
+            column = pc.coalesce(column, iso_times(text, schema.time_unit))
+            plain = ~is_null(column)
+        doubt |= ~plain
+        columns.append(column)
     return pa.Table.from_arrays(columns, names=["seq", *schema.attributes]), doubt
 
 

@@ -70,7 +70,8 @@ def _zoned(text: pa.Array) -> np.ndarray:
     bounds = np.frombuffer(text.buffers()[1], np.int32, len(text) + 1, text.offset * 4)
     starts, ends = bounds[:-1].astype(np.int64), bounds[1:].astype(np.int64)
     data = text.buffers()[2]
-    data = np.frombuffer(data, np.uint8) if data is not None else np.zeros(1, np.uint8)
+    data = np.frombuffer(data, np.uint8) if data is not None and data.size else \
+        np.zeros(1, np.uint8)
 
     def byte(back: int) -> np.ndarray:
         return np.take(data, ends - back, mode="clip")

@@ -42,7 +42,7 @@ from cep_core.schema import SchemaRegistry, StreamSchema
 
 SECOND, MINUTE = 1_000, 60_000
 T0_2012 = 1_330_612_200_000  # 2012-03-01T14:30:00Z (09:30 New York), in ms
-FORMATS = ("parquet", "jsonl")
+FORMATS = ("parquet", "jsonl", "csv")
 
 # ------------------------------------------------------------------ the registry
 
@@ -63,6 +63,9 @@ class Workload:
     query: Callable[..., str]
     params: dict = field(default_factory=dict)
     options: tuple[str, ...] = ()
+    # How users write these events (`written`): the generated table -> the table written
+    # to files (times as text, fields the schema does not name); None: as generated.
+    spell: Callable[[np.random.Generator, pa.Table], pa.Table] | None = None
 
     def schema(self) -> StreamSchema:
         schema = SchemaRegistry().get(self.stream)
@@ -82,6 +85,15 @@ class Workload:
         rng = np.random.default_rng([seed, zlib.crc32(self.name.encode())])
         columns = self.make(rng, n_events, **{**self.params, **params})
         return _table(self.schema(), n_events, columns)
+
+    def written(self, n_events: int, seed: int = 0, **params) -> pa.Table:
+        """The events as a file holds them (what `cep gen` writes): `generate`'s table, or
+        for a realistic workload that table as users write it (no `seq`; its `spell`)."""
+        table = self.generate(n_events, seed, **params)
+        if self.spell is None:
+            return table
+        rng = np.random.default_rng([seed, zlib.crc32(self.name.encode()), 1])
+        return self.spell(rng, table.drop_columns(["seq"]))
 
     def query_text(self, seed: int = 0, **options) -> str:
         """The query file; `seed` matters only to workloads whose query is drawn (hyper)."""
@@ -525,13 +537,251 @@ _register(Workload("hyper", "stocks", "SEQ of 3-7 tickers with one NOT or KLEENE
                    options=("length", "kind")))
 
 
+# ------------------------------------------------------------------ realistic (users' data)
+
+T0_2026 = 1_793_491_200_000  # 2026-11-01T00:00:00Z, in ms
+# How users write times: (zone text, its offset in minutes, decimals, date-time separator),
+# each for a run of 1000 events in turn.
+ISO_SPELLINGS = [("Z", 0, 6, "T"), ("+02:00", 120, 3, "T"), ("", 0, 6, "T"),
+                 ("-05:30", -330, 9, " "), ("+0100", 60, 0, "T")]
+
+
+def iso_texts(ms: np.ndarray, spellings=ISO_SPELLINGS, run: int = 1000) -> pa.Array:
+    """Times in ms as ISO-8601 texts, the spelling changing every `run` events (a zone
+    shifts the local time it shows; a spelling with no decimals needs whole seconds:
+    its times are floored, as reading them back gives)."""
+    which = (np.arange(len(ms)) // run) % len(spellings)
+    out = pa.nulls(len(ms), pa.string())
+    for k, (zone, minutes, decimals, separator) in enumerate(spellings):
+        rows = np.flatnonzero(which == k)
+        if not len(rows):
+            continue
+        local = ms[rows] + minutes * MINUTE
+        stamp = pa.array(local if decimals else local // 1000 * 1000, pa.int64())
+        text = pc.strftime(stamp.cast(pa.timestamp("ms")),
+                           format=f"%Y-%m-%d{separator}%H:%M:%S")  # to the ms: .123
+        if decimals == 0:
+            text = pc.utf8_slice_codeunits(text, 0, 19)
+        else:
+            text = pc.binary_join_element_wise(text, "0" * (decimals - 3), "")
+        text = pc.binary_join_element_wise(text, zone, "")
+        out = pc.replace_with_mask(out, _mask(len(ms), rows), text)
+    return out
+
+
+def _mask(n: int, rows: np.ndarray) -> pa.Array:
+    mask = np.zeros(n, dtype=bool)
+    mask[rows] = True
+    return pa.array(mask)
+
+
+def _with_nulls(rng, column: pa.Array, share: float) -> pa.Array:
+    """`column` with a `share` of its values null."""
+    return pc.if_else(pa.array(rng.random(len(column)) < share),
+                      pa.scalar(None, column.type), column)
+
+
+def _plant(rng, n, devices=50, zones=7, mean_gap_ms=2.0):
+    """IoT readings: devices in zones, each temperature a random walk from its own base
+    (15-30 C), humidity 20-60 %, mostly readings with a few alarms and service visits."""
+    device = rng.integers(0, devices, n)
+    base = rng.uniform(15.0, 30.0, devices)
+    temp = np.round(base[device] + _cumsum_by_group(device, rng.normal(0.0, 0.3, n)), 2)
+    kind = rng.choice(3, size=n, p=[0.97, 0.02, 0.01])
+    return {"device": _strings([f"dev-{i:03d}" for i in range(devices)], device),
+            "zone": _strings([f"zone-{i}" for i in range(zones)], device % zones),
+            "kind": _strings(["reading", "alarm", "service"], kind), "temp": temp,
+            "humidity": np.round(rng.uniform(20.0, 60.0, n), 1),
+            "ts": _arrival_times(rng, n, mean_gap_ms, T0_2026)}
+
+
+def _plant_spell(rng, table: pa.Table) -> pa.Table:
+    """ISO-8601 times in five spellings; a firmware version, a nested `meta` object and a
+    `note` (mostly null) the schema does not name."""
+    n = table.num_rows
+    device = pc.cast(pc.utf8_slice_codeunits(table.column("device"), 4), pa.int64())
+    meta = pa.StructArray.from_arrays(
+        [pa.array(-40 - rng.integers(0, 50, n)), pa.array(np.round(rng.uniform(0, 1, n), 3)),
+         pa.StructArray.from_arrays([pa.array(rng.integers(0, 4, n))], ["channel"])],
+        ["rssi", "battery", "radio"])
+    note = _with_nulls(rng, _strings(["recalibrated", "door open", "low battery"],
+                                     rng.integers(0, 3, n)), 0.95)
+    return table.set_column(table.schema.get_field_index("ts"), "ts",
+                            iso_texts(table.column("ts").to_numpy())) \
+        .append_column("firmware", pc.binary_join_element_wise(
+            "1.2.", pc.cast(pc.divide(device, 10), pa.string()), "")) \
+        .append_column("meta", meta).append_column("note", note)
+
+
+def _plant_query(seed: int) -> str:
+    return """\
+-- iot: a device warming up, an alarm after a hot reading in its zone, zone averages.
+QUERY iot_warming FROM plant INTO warming
+PARTITION BY device
+PATTERN ( warm hotter hotter+ )
+DEFINE warm AS kind = 'reading' AND temp > 25,
+       hotter AS kind = 'reading' AND temp > Last(temp)
+EMIT device = device, readings = Count(), rise = Last(temp) - First(temp);
+
+QUERY iot_alarm FROM plant INTO alarms
+PATTERN SEQ(reading r, alarm a) WHERE r.zone = a.zone AND r.temp > 26 WITHIN 10 seconds;
+
+QUERY iot_zones INTO zone_temps
+SELECT zone, count(*) AS readings, avg(temp) AS temp, max(humidity) AS humidity
+FROM plant [RANGE 1 minute SLIDE 10 seconds]
+WHERE kind = 'reading'
+GROUP BY zone;
+"""
+
+
+ACTIONS = ["login", "view", "cart", "purchase", "logout"]
+ITEMS = [f"sku-{i:05d}" for i in range(1000)]
+
+
+def _activity(rng, n, users=500, items=1000, mean_gap_ms=20.0):
+    """Shop activity: Zipf-active users; each action drawn from the one before it (a
+    login, views, carts, purchases, a logout), items Zipf-popular, amounts for purchases
+    (other types carry 0.0)."""
+    user = _zipf(rng, users, 1.1, n)
+    action = rng.choice(5, size=n, p=[0.05, 0.6, 0.17, 0.08, 0.1])
+    item = _zipf(rng, items, 1.0, n)
+    amount = np.where(action == 3, np.round(np.exp(rng.normal(3.5, 1.0, n)), 2), 0.0)
+    return {"user": _strings([f"u{i:04d}" for i in range(users)], user),
+            "type": _strings(ACTIONS, action), "item": _strings(ITEMS[:items], item),
+            "amount": amount, "ts": _arrival_times(rng, n, mean_gap_ms, T0_2026)}
+
+
+def _activity_spell(rng, table: pa.Table) -> pa.Table:
+    """Times as `Z` texts with 3 decimals; per-type fields beside the schema's: `page` on
+    views (else null), `coupon` on purchases (mostly null), `device` on logins (an
+    object), and `referrer` null throughout."""
+    n = table.num_rows
+    kind = table.column("type").combine_chunks()
+    times = iso_texts(table.column("ts").to_numpy(), [("Z", 0, 3, "T")])
+    page = pc.if_else(pc.equal(kind, "view"), pc.binary_join_element_wise(
+        "/p/", table.column("item"), ""), pa.scalar(None, pa.string()))
+    coupon = pc.if_else(pc.and_(pc.equal(kind, "purchase"), pa.array(rng.random(n) < 0.2)),
+                        pa.scalar("WELCOME10"), pa.scalar(None, pa.string()))
+    device = pa.StructArray.from_arrays(
+        [_strings(["ios", "android", "web"], rng.integers(0, 3, n)),
+         pa.array(rng.integers(10, 18, n))], ["os", "version"],
+        mask=pc.invert(pc.equal(kind, "login")))
+    return table.set_column(table.schema.get_field_index("ts"), "ts", times) \
+        .append_column("page", page).append_column("coupon", coupon) \
+        .append_column("device", device) \
+        .append_column("referrer", pa.nulls(n, pa.string()))
+
+
+def _activity_query(seed: int) -> str:
+    return """\
+-- activity: browse then buy, a purchase soon after a login, sales per action.
+QUERY shop_funnel FROM activity INTO funnel
+PARTITION BY user
+PATTERN ( seen seen* carted bought )
+DEFINE seen AS type = 'view', carted AS type = 'cart', bought AS type = 'purchase'
+EMIT user = user, views = Count() - 2, spent = Last(amount);
+
+QUERY shop_quick_buy FROM activity INTO quick_buys
+PATTERN SEQ(login l, purchase p) WHERE l.user = p.user WITHIN 2 minutes;
+
+QUERY shop_sales INTO sales
+SELECT type, count(*) AS actions, sum(amount) AS amount
+FROM activity [RANGE 1 minute SLIDE 20 seconds]
+GROUP BY type;
+"""
+
+
+PAGES = ["home", "search", "product", "cart", "checkout"]
+AGENTS = ["Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
+          "Chrome/131.0.0.0 Safari/537.36",
+          "Mozilla/5.0 (iPhone; CPU iPhone OS 18_1 like Mac OS X) AppleWebKit/605.1.15 "
+          "(KHTML, like Gecko) Version/18.1 Mobile/15E148 Safari/604.1",
+          "Googlebot/2.1 (+http://www.google.com/bot.html)"]
+
+
+def _clicks(rng, n, sessions=2000, mean_gap_ms=5.0):
+    """Page views: Zipf-active sessions walking home, search, product, cart, checkout;
+    long URLs (a path and a query string of 60-200 characters), referrers, 3% bots,
+    latencies in ms."""
+    session = _zipf(rng, sessions, 0.8, n)
+    page = rng.choice(5, size=n, p=[0.15, 0.25, 0.4, 0.12, 0.08])
+    product = rng.integers(0, 100_000, n)
+    tail = _strings([f"utm_source=news&utm_medium=email&utm_campaign=c{i:03d}&q="
+                     + "x" * (40 + 15 * (i % 10)) for i in range(100)],
+                    rng.integers(0, 100, n))
+    url = pc.binary_join_element_wise(
+        "https://shop.example.com/", _strings(PAGES, page), "/",
+        pc.cast(pa.array(product), pa.string()), "?", tail, "")
+    referrer = _strings(["https://www.google.com/search?q=running+shoes",
+                         "https://news.example.org/articles/2026/11/best-deals-of-the-week",
+                         "", "https://shop.example.com/"], rng.integers(0, 4, n))
+    return {"session": _strings([f"s-{i:06d}" for i in range(sessions)], session),
+            "page": _strings(PAGES, page), "url": url, "referrer": referrer,
+            "bot": rng.random(n) < 0.03,
+            "latency": np.maximum(1, np.rint(np.exp(rng.normal(4.0, 0.6, n)))).astype(np.int64),
+            "ts": _arrival_times(rng, n, mean_gap_ms, T0_2026)}
+
+
+def _clicks_spell(rng, table: pa.Table) -> pa.Table:
+    """Times as epoch ms (as web servers log them), a user agent, a nested `geo` object,
+    an `experiment` flag and an `ab` bucket (null for most) the schema does not name."""
+    n = table.num_rows
+    geo = pa.StructArray.from_arrays(
+        [_strings(["DE", "FR", "US", "JP", "BR"], rng.integers(0, 5, n)),
+         pa.array(np.round(rng.uniform(-90, 90, n), 4)),
+         pa.array(np.round(rng.uniform(-180, 180, n), 4))], ["country", "lat", "lon"])
+    return table.append_column("agent", _strings(AGENTS, np.where(
+        table.column("bot").to_numpy(zero_copy_only=False), 2, rng.integers(0, 2, n)))) \
+        .append_column("geo", geo) \
+        .append_column("experiment", pa.array(rng.random(n) < 0.5)) \
+        .append_column("ab", _with_nulls(rng, _strings(["A", "B"], rng.integers(0, 2, n)),
+                                         0.8))
+
+
+def _clicks_query(seed: int) -> str:
+    return """\
+-- clicks: a session's way to checkout, a search that ends in the cart, pages per minute.
+QUERY click_path FROM clicks INTO paths
+PARTITION BY session
+PATTERN ( seen seen* paid )
+DEFINE seen AS page = 'product' AND NOT bot, paid AS page = 'checkout'
+EMIT session = session, products = Count() - 1, slowest = Max(latency);
+
+QUERY click_search_cart FROM clicks INTO search_to_cart
+PATTERN SEQ(search s, cart c) WHERE s.session = c.session WITHIN 30 seconds;
+
+QUERY click_load INTO page_load
+SELECT page, count(*) AS views, avg(latency) AS latency, max(latency) AS slowest
+FROM clicks [RANGE 1 minute SLIDE 10 seconds]
+WHERE NOT bot
+GROUP BY page;
+"""
+
+
+_register(Workload("iot", "plant", "IoT sensors with ISO-8601 times in five spellings, fields "
+                   "and nested objects beside the schema (MATCH, SEQ, WINDOW)",
+                   _plant, _plant_query, spell=_plant_spell,
+                   params={"devices": 50, "zones": 7, "mean_gap_ms": 2.0}))
+_register(Workload("activity", "activity", "shop actions as event types, per-type fields and "
+                   "nulls beside the schema (MATCH, SEQ, WINDOW)",
+                   _activity, _activity_query, spell=_activity_spell,
+                   params={"users": 500, "items": 1000, "mean_gap_ms": 20.0}))
+_register(Workload("clicks", "clicks", "clickstream with long URLs, booleans, unknown fields "
+                   "and nested objects (MATCH, SEQ, WINDOW)",
+                   _clicks, _clicks_query, spell=_clicks_spell,
+                   params={"sessions": 2000, "mean_gap_ms": 5.0}))
+
+
 # ------------------------------------------------------------------ writing events
 
 
 def write_events(table: pa.Table, path: str | Path, fmt: str | None = None) -> Path:
-    """Write a generated table as Parquet or JSON lines (by `fmt`, else by suffix)."""
+    """Write a generated table as Parquet, JSON lines or CSV (by `fmt`, else by suffix).
+    Nulls are JSON nulls (in CSV, empty fields); nested objects have no place in CSV and
+    are left out there."""
     path = Path(path)
-    fmt = fmt or {".parquet": "parquet", ".jsonl": "jsonl"}.get(path.suffix.lower())
+    fmt = fmt or {".parquet": "parquet", ".jsonl": "jsonl", ".csv": "csv"}.get(
+        path.suffix.lower())
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
@@ -540,6 +790,12 @@ def write_events(table: pa.Table, path: str | Path, fmt: str | None = None) -> P
         with open(path, "wb") as f:
             for batch in table.to_batches(max_chunksize=1 << 20):
                 f.write(_jsonl_lines(batch))
+    elif fmt == "csv":
+        import pyarrow.csv as pcsv
+
+        flat = [name for name, column in zip(table.column_names, table.columns)
+                if not pa.types.is_nested(column.type)]
+        pcsv.write_csv(table.select(flat), path, pcsv.WriteOptions(quoting_style="needed"))
     else:
         raise ValueError(f"unknown event format {fmt!r} (one of {', '.join(FORMATS)})")
     return path
@@ -548,28 +804,43 @@ def write_events(table: pa.Table, path: str | Path, fmt: str | None = None) -> P
 def _jsonl_lines(batch: pa.RecordBatch) -> bytes:
     """One JSON object per row, built column-wise. Strings that would need escaping are
     never generated here; if one is, the batch falls back to orjson row by row."""
-    pieces: list = []
-    for i, (name, column) in enumerate(zip(batch.schema.names, batch.columns)):
-        pieces.append(("{" if i == 0 else ",") + f'"{name}":')
-        if pa.types.is_string(column.type):
-            if pc.any(pc.match_substring_regex(column, r'[\x00-\x1f"\\]')).as_py():
-                return b"".join(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
-                                for row in batch.to_pylist())
-            pieces += ['"', column, '"']
-        elif pa.types.is_floating(column.type):
-            text = column.cast(pa.string())
-            pieces.append(pc.if_else(pc.match_substring_regex(text, "[.eEn]"), text,
-                                     pc.binary_join_element_wise(text, ".0", "")))
-        elif pa.types.is_boolean(column.type):
-            pieces.append(pc.if_else(column, "true", "false"))
-        else:
-            pieces.append(column.cast(pa.string()))
-    pieces.append("}\n")
-    arrays = [p if isinstance(p, (pa.Array, pa.ChunkedArray)) else
-              pa.scalar(p, pa.string()) for p in pieces]
-    lines = pc.binary_join_element_wise(*arrays, "")
+    texts = _json_texts(pa.StructArray.from_arrays(batch.columns, batch.schema.names))
+    if texts is None:
+        return b"".join(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
+                        for row in batch.to_pylist())
+    lines = pc.binary_join_element_wise(texts, "\n", "")
     if len(lines) == 0:
         return b""
     _validity, offsets, data = lines.buffers()
     bounds = np.frombuffer(offsets, dtype=np.int32)[lines.offset:lines.offset + len(lines) + 1]
     return data.to_pybytes()[bounds[0]:bounds[-1]]
+
+
+def _json_texts(column: pa.Array) -> pa.Array | None:
+    """Each value of `column` as JSON text (objects for structs, `null` for nulls), or
+    None where a string would need escaping."""
+    if pa.types.is_struct(column.type):
+        pieces: list = []
+        for i, child in enumerate(column.type):
+            text = _json_texts(column.field(i))
+            if text is None:
+                return None
+            pieces += [("{" if i == 0 else ",") + f'"{child.name}":', text]
+        pieces.append("}")
+        text = pc.binary_join_element_wise(
+            *[p if isinstance(p, pa.Array) else pa.scalar(p, pa.string()) for p in pieces], "")
+    elif pa.types.is_string(column.type):
+        if pc.any(pc.match_substring_regex(column, r'[\x00-\x1f"\\]')).as_py():
+            return None
+        text = pc.binary_join_element_wise('"', column, '"', "")
+    elif pa.types.is_floating(column.type):
+        text = column.cast(pa.string())
+        text = pc.if_else(pc.match_substring_regex(text, "[.eEn]"), text,
+                          pc.binary_join_element_wise(text, ".0", ""))
+    elif pa.types.is_boolean(column.type):
+        text = pc.if_else(column, "true", "false")
+    elif pa.types.is_null(column.type):
+        return pa.array(["null"] * len(column), pa.string())
+    else:
+        text = column.cast(pa.string())
+    return pc.if_else(pc.is_valid(column), text, "null") if column.null_count else text

@@ -22,7 +22,7 @@ from cep_core.workloads import WORKLOADS, arrow_schema, write_events
 ROOT = Path(__file__).resolve().parent.parent
 CEP = Path(sys.executable).with_name("cep")
 NAMES = ["finance0", "finance1", "finance2", "finance3", "finance4", "finance5", "twitter1",
-         "twitter2", "marathon", "r5", "q9", "hyper"]
+         "twitter2", "marathon", "r5", "q9", "hyper", "iot", "activity", "clicks"]
 SEED = 11
 # Small streams that already match. r5's published attribute domain [1, 50000] needs
 # ~10^5 events per match, and its reference run is quadratic, so it is shrunk here.
