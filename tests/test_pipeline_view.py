@@ -138,3 +138,32 @@ def test_history_keeps_a_point_a_second_and_forgets_removed_queries():
     assert history.since(100.0)["a"]["t"] == [101.0]
     history.add({"b": {"composites_per_s": 1.0}}, now=112.0)
     assert set(history.since(0)) == {"b"} and history.since(0)["b"]["t"] == [112.0]
+
+
+def test_the_endpoints_refuse_unknown_and_malformed_streams(kafka_bootstrap):
+    import json
+    import urllib.error
+    import urllib.request
+    import uuid
+
+    from services.api.app import ApiConfig, ApiThread
+    from services.stream.kafka import KafkaSettings
+
+    def get(path):
+        try:
+            with urllib.request.urlopen(api.url + path, timeout=60) as reply:
+                return reply.status, json.loads(reply.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    config = ApiConfig(KafkaSettings(kafka_bootstrap), topic_prefix=uuid.uuid4().hex[:8])
+    with ApiThread(config) as api:
+        assert get("/api/pipeline") == (200, {"pipelines": []})  # no live query
+        assert get("/api/pipeline?stream=nope") == (404, {"error": "no stream 'nope'"})
+        status, body = get("/api/pipeline?stream=bad%20name")
+        assert status == 400 and "stream" in body["error"]
+        status, body = get("/api/pipeline?stream=trades")  # a schema file's stream
+        assert status == 200 and [p["stream"] for p in body["pipelines"]] == ["trades"]
+        assert [p["role"] for p in body["pipelines"][0]["processes"]] == ["broker", "api"]
+        assert get("/api/history?since=0") == (200, {"queries": {}})
+        assert get("/api/history?since=-1")[0] == 400

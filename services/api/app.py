@@ -736,11 +736,14 @@ async def explain_query(request, name):
 @ROUTES.route("GET", "/api/pipeline", "Each stream's pipeline: its processes as a graph "
               "with their rates, its keyed partitions (lag, seq, stream time, last frame), "
               "the last checkpoint of each process, and the composite events withheld with "
-              "what they wait for", {200: (m.PipelineList, "a pipeline per stream")},
+              "what they wait for", {200: (m.PipelineList, "a pipeline per stream"),
+                                     404: (m.Error, "no stream of that name")},
               params=m.PipelineParams, kind="read")
 async def pipelines(request, params):
     api = _api(request)
     live = await api.snapshot()
+    if params.stream is not None and params.stream not in live.streams:
+        return 404, {"error": f"no stream {params.stream!r}"}
     streams = [params.stream] if params.stream is not None else \
         sorted({q.checked.schema.stream for q in live.live.values()})
     return {"pipelines": await api.pipelines(streams)}

@@ -256,8 +256,9 @@ class Explanation(Reply):
 
 
 class PipelineParams(Params):
-    stream: str = Field(None, description="Only this stream's pipeline (default: those "
-                        "of the live queries' streams).")
+    stream: str = Field(None, pattern=NAME_PATTERN, max_length=NAME_MAX,
+                        description="Only this stream's pipeline (default: those of the "
+                        "live queries' streams).")
 
 
 class PipelineProcess(Reply):

@@ -53,6 +53,7 @@ def process_figures(figures: dict, before: tuple | None, now: float) -> dict:
         rates = tuple(round((value - old) / (now - before[0]), 1)
                       for value, old in ((events_in, before[1]), (events_out, before[2])))
     checkpoint = _one(figures, "cep_checkpoint_time_seconds")
+    oldest = {labels["output"]: value for labels, value in figures.get("cep_withheld_seq", ())}
     return {"service": named.get("service"), "role": named.get("role"),
             "events_in": events_in, "events_out": events_out,
             "events_in_per_s": rates[0], "events_out_per_s": rates[1],
@@ -68,7 +69,7 @@ def process_figures(figures: dict, before: tuple | None, now: float) -> dict:
                                             ("time", "cep_merged_event_time"),
                                             ("frame", "cep_merged_frame_time_seconds"))},
             "withheld": [{"output": labels["output"], "waits_for": labels["waits_for"],
-                          "seq": int(labels["seq"]), "count": int(value)}
+                          "seq": int(oldest.get(labels["output"], -1)), "count": int(value)}
                          for labels, value in figures.get("cep_withheld_composites", ())]}
 
 

@@ -152,7 +152,10 @@ class Metrics:
                                   "keyed partition", ["partition"], **labels)
         self.withheld = Gauge("cep_withheld_composites", "coordinator: composite events not "
                               "final yet, per INTO topic, with what the oldest waits for",
-                              ["output", "waits_for", "seq"], **labels)
+                              ["output", "waits_for"], **labels)
+        self.withheld_seq = Gauge("cep_withheld_seq", "coordinator: the seq of the oldest "
+                                  "composite event withheld, per INTO topic", ["output"],
+                                  **labels)
         self.role = role
         self.service.labels("", role).set(1)
         self.port = port
@@ -212,8 +215,10 @@ class Metrics:
                 self.merged_time.labels(str(part)).set(ts)
             self.merged_frame.labels(str(part)).set(at)
         self.withheld.clear()
+        self.withheld_seq.clear()
         for output, count, seq, waits_for in withheld(merger):
-            self.withheld.labels(output, waits_for, str(seq)).set(count)
+            self.withheld.labels(output, waits_for).set(count)
+            self.withheld_seq.labels(output).set(seq)
 
     def observe_engines(self, engines_by_query: dict[str, list]) -> None:
         """Per query, the engines' counts summed over the partitions that run it."""
