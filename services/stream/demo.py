@@ -72,14 +72,16 @@ def start_services(bootstrap: str, workers: int, log_path: Path, topics,
                    api_port: int = 0, distributed: bool = False) -> subprocess.Popen:
     """`cep serve all` for `topics` (its prefix, source and control topics; its shards:
     coordinators), chained or `distributed` (`workers` worker processes); the Faust web
-    server on a free port; the API and console on `api_port` (0: none)."""
+    server on a free port; the API and console on `api_port` (0: none), with the services'
+    metrics endpoints from a free port on, which the console reads (docs/console.md)."""
     log = open(log_path, "ab")
     return subprocess.Popen(
         [sys.executable, "-m", "services.cli.main", "serve", "all", "--workers", str(workers),
          "--stream", topics.stream, "--source", topics.source, "--control", topics.control,
          "--topic-prefix", topics.prefix, "--web-port", str(free_port()),
          "--api-port", str(api_port), "--coordinators", str(topics.shards)]
-        + (["--distributed"] if distributed else []),
+        + (["--distributed"] if distributed else [])
+        + (["--metrics-port", str(free_port())] if api_port else []),
         env={**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "CEP_SESSION_TIMEOUT_MS": "2000"},
         stdout=log, stderr=log, start_new_session=True, preexec_fn=die_with_parent)
 
