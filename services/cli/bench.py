@@ -114,6 +114,36 @@ def bench_backfill(
     guard(body)
 
 
+@bench_app.command("spark-stream")
+def bench_spark_stream(
+    count: Annotated[int, count_option()] = 200_000,
+    masters: Annotated[str, typer.Option(metavar="URL,URL", help="Spark masters, each run "
+                                         "in a process of its own.")] = "local[1],local[2]",
+    per_file: Annotated[int, typer.Option(metavar="N", help="Events per input file.")] =
+    10_000,
+    triggers: Annotated[str, typer.Option(metavar="S,S", help="Trigger intervals (seconds) "
+                                          "for the latency runs.")] = "1,2",
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 1,
+    workdir: Annotated[Path | None, typer.Option(metavar="DIR", help="Where the data and "
+                                                 "checkpoints go (default: a temporary "
+                                                 "directory).")] = None,
+) -> None:
+    """The Spark streaming job against `cep run --engine jit` on the same events:
+    throughput, latency p50/p99 per trigger interval, state size, restart (JSON)."""
+
+    def body():
+        from services.extras import require
+
+        require("pyspark", "spark", "cep bench spark-stream")
+        from bench.spark_stream import bench_spark_stream as run_bench
+
+        print_json(run_bench(count, tuple(masters.split(",")), per_file,
+                             tuple(float(t) for t in triggers.split(",")), seed,
+                             str(workdir) if workdir else None))
+
+    guard(body)
+
+
 @bench_app.command("peers", context_settings={"allow_extra_args": True,
                                               "ignore_unknown_options": True,
                                               "help_option_names": []})

@@ -15,6 +15,9 @@ checkpoint, the job goes on from the last committed micro-batch, with the same o
 
 from __future__ import annotations
 
+# Deferred imports: pyspark, and the data sources (which import it at their top), load when a job
+# starts, so the routing names can be imported where the `spark` extra is missing.
+
 from dataclasses import dataclass
 
 import orjson

@@ -16,6 +16,8 @@ not logged) writes nothing twice:
 
 from __future__ import annotations
 
+# Deferred imports: the Kafka consumer and the broker's watermarks load only for the Kafka sink.
+
 import time
 
 import orjson

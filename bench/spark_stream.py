@@ -1,0 +1,221 @@
+"""`cep bench spark-stream`: the Spark streaming job (services/spark_stream/) against
+`cep run --engine jit` on the same events, in one run: throughput, latency per trigger
+interval at half the sustained rate, state size, and the cost of a restart; each Spark
+master (local[1], local[2]) in a process of its own (one SparkContext per process).
+
+    .venv/bin/python -m bench.spark_stream --count 200000 --masters local[1],local[2]
+
+Events: the finance workloads' `trades` stream as JSON lines files of `--file-events`
+each, read by the job's file source (`cep_files`). Throughput: every file present, the job
+from a new checkpoint until it has taken them all (`processAllAvailable`), after a first
+job on 1,000 events has started the session's Python workers. Latency: a writer adds a
+file every `trigger / 2` s at half the measured rate; a file's latency is from its rename
+into the directory to the end of the micro-batch that took it (the sink's write, found by
+batch id in the offset log). Restart: the throughput job's checkpoint, one more file, a
+new query on it: the seconds until that file is written out (state restored).
+"""
+
+from __future__ import annotations
+
+# Deferred imports: pyspark and the job's modules load in the process that runs one master
+# (a SparkContext per process); the parent only runs `cep run` and starts them.
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from cep_core.checker import load_query_text
+from cep_core.workloads import WORKLOADS, write_events
+
+WORKLOAD_NAMES = ("finance0", "finance1", "finance2")
+
+
+def _files(table, folder: Path, per_file: int, start: int = 0) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i in range(0, table.num_rows, per_file):
+        out.append(write_events(table.slice(i, per_file), folder / f"{start + i:012d}.jsonl"))
+    return out
+
+
+def _tree_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _batch_files(checkpoint: Path) -> dict[int, str]:
+    """Each micro-batch's last file, from Spark's offset log."""
+    out = {}
+    for path in (checkpoint / "spark" / "offsets").glob("[0-9]*"):
+        out[int(path.name)] = json.loads(path.read_text().splitlines()[-1])["last"]
+    return out
+
+
+class TimedSink:
+    """The job's FileSink, noting when each micro-batch's write ended."""
+
+    def __init__(self, output: str):
+        from services.spark_stream.sinks import FileSink
+
+        self.sink = FileSink(output)
+        self.done: dict[int, float] = {}
+
+    def __call__(self, df, batch_id: int) -> None:
+        self.sink(df, batch_id)
+        self.done[batch_id] = time.time()
+
+
+def one_master(master: str, count: int, per_file: int, triggers: list[float], seed: int,
+               workdir: Path) -> dict:
+    """Every figure for one Spark master, in this process."""
+    from services.backfill.job import spark_session
+    from services.spark_stream.job import FileSource, start
+
+    chosen = [WORKLOADS[name] for name in WORKLOAD_NAMES]
+    queries = load_query_text("\n".join(w.query_text(seed=seed) for w in chosen))
+    table = chosen[0].generate(count + 1000 + 10 * count, seed)
+    root = workdir / master.replace("[", "_").replace("]", "")
+    started = time.perf_counter()
+    spark = spark_session(master, app_name="cep-bench-stream")
+    out: dict = {"master": master, "spark_session_s": round(time.perf_counter() - started, 2)}
+
+    def run(folder: Path, name: str, **options):
+        sink = TimedSink(str(root / name / "out"))
+        t = time.perf_counter()
+        job = start(spark, queries, FileSource(str(folder)), sink, str(root / name / "ck"),
+                    **options)
+        job.processAllAvailable()
+        job.stop()
+        return time.perf_counter() - t, sink
+
+    _files(table.slice(0, 1000), root / "first_in", per_file)
+    out["first_job_s"] = round(run(root / "first_in", "first")[0], 2)
+
+    _files(table.slice(1000, count), root / "in", per_file)
+    seconds, sink = run(root / "in", "throughput")
+    rate = count / seconds
+    out.update(events=count, throughput_s=round(seconds, 2),
+               events_per_s=round(rate), micro_batches=len(sink.done),
+               state_bytes=_tree_bytes(root / "throughput" / "ck" / "spark" / "state"))
+
+    _files(table.slice(1000 + count, per_file), root / "in", per_file, start=1000 + count)
+    restart_s, _ = run(root / "in", "throughput")
+    out["restart_s"] = round(restart_s, 2)
+
+    offset = 1000 + count + per_file
+    for trigger in triggers:
+        out[f"trigger_{trigger:g}s"] = _latency(spark, queries, table, offset, rate / 2,
+                                                trigger, root / f"latency_{trigger:g}")
+        offset += int(rate / 2 * 20) + 1
+    spark.stop()
+    return out
+
+
+def _latency(spark, queries, table, offset: int, rate: float, trigger: float,
+             root: Path, seconds: float = 20.0) -> dict:
+    """Files at `rate` events/s, one every trigger / 2 s, for `seconds`; latency of each."""
+    from services.spark_stream.job import FileSource, start
+
+    folder = root / "in"
+    folder.mkdir(parents=True)
+    sink = TimedSink(str(root / "out"))
+    job = start(spark, queries, FileSource(str(folder)), sink, str(root / "ck"),
+                trigger_s=trigger)
+    every = trigger / 2
+    per_file = max(1, int(rate * every))
+    written: dict[str, float] = {}
+
+    def writer():
+        at = offset
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            name = f"{at:012d}.jsonl"
+            write_events(table.slice(at, per_file), folder / f".{name}")
+            os.rename(folder / f".{name}", folder / name)
+            written[name] = time.time()
+            at += per_file
+            time.sleep(max(0.0, every - (time.time() - written[name])))
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    thread.join()
+    job.processAllAvailable()
+    job.stop()
+    ends = sorted(_batch_files(root / "ck").items())
+    latencies = []
+    for name, at in written.items():
+        batch = next(b for b, last in ends if last >= name)
+        latencies.append(sink.done[batch] - at)
+    lat = np.array(latencies)
+    return {"events_per_s_offered": round(rate), "files": len(lat),
+            "p50_s": round(float(np.percentile(lat, 50)), 3),
+            "p99_s": round(float(np.percentile(lat, 99)), 3),
+            "p99_over_trigger": round(float(np.percentile(lat, 99)) / trigger, 2)}
+
+
+def cep_run_baseline(count: int, seed: int, workdir: Path) -> dict:
+    """`cep run --engine jit` over the throughput run's events as one JSON lines file."""
+    from bench.spark_backfill import _cep_run_jit, _warm_kernels
+
+    chosen = [WORKLOADS[name] for name in WORKLOAD_NAMES]
+    queries = load_query_text("\n".join(w.query_text(seed=seed) for w in chosen))
+    table = chosen[0].generate(count + 1000, seed).slice(1000, count)
+    path = write_events(table, workdir / "all.jsonl")
+    parquet = write_events(table.slice(0, 1000), workdir / "warm.parquet")
+    _warm_kernels(queries, parquet)
+    jit = _cep_run_jit(queries, path, workdir / "jit.jsonl")
+    return {"cep_run_s": round(jit["total_s"], 2),
+            "cep_run_events_per_s": round(count / jit["total_s"]),
+            "cep_run_composites": jit["composites"]}
+
+
+def bench_spark_stream(count: int = 200_000, masters: tuple[str, ...] = ("local[1]", "local[2]"),
+                       per_file: int = 10_000, triggers: tuple[float, ...] = (1.0, 2.0),
+                       seed: int = 1, workdir: str | None = None) -> dict:
+    directory = Path(workdir or tempfile.mkdtemp(prefix="cep-bench-spark-stream-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    result: dict = {"count": count, "per_file": per_file,
+                    "load_before": os.getloadavg()[0]}
+    result.update(cep_run_baseline(count, seed, directory))
+    for master in masters:
+        args = [sys.executable, "-m", "bench.spark_stream", "--one", master,
+                "--count", str(count), "--per-file", str(per_file), "--seed", str(seed),
+                "--triggers", ",".join(f"{t:g}" for t in triggers), "--workdir",
+                str(directory)]
+        done = subprocess.run(args, capture_output=True, text=True, check=True)
+        figures = json.loads(done.stdout.strip().splitlines()[-1])
+        figures["load_after"] = os.getloadavg()[0]
+        result[master] = figures
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=200_000)
+    parser.add_argument("--per-file", type=int, default=10_000)
+    parser.add_argument("--masters", default="local[1],local[2]")
+    parser.add_argument("--triggers", default="1,2")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--workdir")
+    parser.add_argument("--one", metavar="MASTER", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    triggers = tuple(float(t) for t in args.triggers.split(","))
+    if args.one:
+        print(json.dumps(one_master(args.one, args.count, args.per_file, list(triggers),
+                                    args.seed, Path(args.workdir))))
+        return
+    print(json.dumps(bench_spark_stream(args.count, tuple(args.masters.split(",")),
+                                        args.per_file, triggers, args.seed, args.workdir),
+                     indent=1))
+
+
+if __name__ == "__main__":
+    main()
