@@ -295,6 +295,7 @@ class Aggregate(Expression):
     func: AggFunc
     arg: Attr | None
     pos: Pos = NOPOS
+    offset: int = 0  # MATCH_RECOGNIZE's LAST(B.price, 1): the row that many before the last
 
 
 @dataclass(eq=False)

@@ -502,6 +502,11 @@ class _QueryChecker(ast.Visitor):
 
     def _recognize_call(self, node: ast.Call, scope: Scope) -> str | None:
         name = node.name.upper()
+        if name == "COALESCE":
+            return self._coalesce(node, scope)
+        if name == "IS_NULL":
+            self.expr(node.args[0], scope)
+            return "bool"
         if name == "PREV":
             if len(node.args) != 1:
                 self.error(node.pos, "PREV takes one argument (Flink 2.3 refuses an offset: "
@@ -515,6 +520,18 @@ class _QueryChecker(ast.Visitor):
             self.error(node.pos, f"{name}() belongs in MEASURES")
             return None
         return "int"
+
+    def _coalesce(self, node: ast.Call, scope: Scope) -> str | None:
+        kinds = [self.expr(arg, scope) for arg in node.args]
+        known = [k for k in kinds if k is not None]
+        if not node.args:
+            self.error(node.pos, "COALESCE takes at least one argument")
+            return None
+        if len({_kind(k) for k in known}) > 1:
+            self.error(node.pos, f"COALESCE of {' and '.join(dict.fromkeys(known))}: its "
+                                 "arguments must be of one kind")
+            return None
+        return "float" if "float" in known else (known[0] if known else None)
 
     # ------------------------------------------------------------ WINDOW
 
@@ -700,6 +717,9 @@ class _QueryChecker(ast.Visitor):
     def visit_Call(self, node: ast.Call, scope: Scope) -> str | None:
         if scope.aggregates == "recognize" and node.name.upper() in RECOGNIZE_CALLS:
             return self._recognize_call(node, scope)
+        if node.name == "IS_NULL":
+            self.error(node.pos, "IS NULL is for MATCH_RECOGNIZE; a value here is never NULL")
+            return None
         kinds = [self.expr(arg, scope) for arg in node.args]
         function = lookup_function(node.name)
         if function is None:
@@ -730,6 +750,10 @@ class _QueryChecker(ast.Visitor):
     def visit_Aggregate(self, node: ast.Aggregate, scope: Scope) -> str | None:
         if scope.aggregates is None:
             self.error(node.pos, f"aggregates are not allowed in {scope.name}")
+            return None
+        if node.offset and scope.aggregates != "recognize":
+            self.error(node.pos, f"{node.func.value}(..., {node.offset}): an offset is for "
+                                 "MATCH_RECOGNIZE only")
             return None
         arg_kind = _AGGREGATE_ARGS[scope.aggregates](self, node, scope)
         if arg_kind is _INVALID:
@@ -867,7 +891,7 @@ _AGGREGATE_ARGS = {
     "window": _QueryChecker._window_aggregate_arg,
     "recognize": _QueryChecker._recognize_aggregate_arg,
 }
-RECOGNIZE_CALLS = ("PREV", "MATCH_ROWTIME")
+RECOGNIZE_CALLS = ("PREV", "MATCH_ROWTIME", "COALESCE", "IS_NULL")
 
 
 # ---------------------------------------------------------------- small helpers

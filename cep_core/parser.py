@@ -698,6 +698,12 @@ class _ToAst(Transformer):
         operand, *options = children
         return ast.InList(operand, options, False, self._pos(meta))
 
+    def is_null(self, meta, operand, negated):
+        """`x IS [NOT] NULL` (MATCH_RECOGNIZE): the call IS_NULL, which only its checker
+        takes."""
+        test = ast.Call("IS_NULL", [operand], self._pos(meta))
+        return ast.Unary(ast.UnaryOp.NOT, test, self._pos(meta)) if negated else test
+
     @v_args(meta=True, inline=False)
     def not_in_list(self, meta, children):
         operand, _not_in, *options = children
@@ -779,6 +785,11 @@ class _ToAst(Transformer):
                 # count(dup): the number of events bound to a Kleene variable.
                 return ast.Aggregate(func, ast.Attr("", args[0].name, args[0].pos), pos)
             raise QueryError("count takes no argument, '*' or a variable", pos)
+        if func in (ast.AggFunc.FIRST, ast.AggFunc.LAST) and len(args) == 2 and \
+                isinstance(args[0], ast.Attr) and isinstance(args[1], ast.Literal) and \
+                type(args[1].value) is int and args[1].value >= 0:
+            # MATCH_RECOGNIZE's logical offset: LAST(B.price, 1), FIRST(B.price, 2)
+            return ast.Aggregate(func, args[0], pos, offset=args[1].value)
         if len(args) != 1 or not isinstance(args[0], ast.Attr):
             raise QueryError(f"{func.value} takes one attribute, as in {func.value}(price)", pos)
         return ast.Aggregate(func, args[0], pos)

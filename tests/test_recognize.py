@@ -131,3 +131,22 @@ def test_flinks_committed_answers(statement, rows, flink):
         assert isinstance(mine, dict), f"Flink refuses: {flink['error']}"
     else:
         assert sorted(map(json.dumps, mine)) == sorted(map(json.dumps, flink))
+
+
+def test_flinks_documented_price_down_pattern_with_logical_offsets():
+    # Flink's documentation writes PREV of a variable as LAST(var.col, 1), with IS NULL for
+    # the variable's first row.
+    text = """SELECT * FROM quotes MATCH_RECOGNIZE (
+      PARTITION BY symbol ORDER BY ts
+      MEASURES START_ROW.price AS start_price, LAST(PRICE_DOWN.price) AS bottom,
+               LAST(PRICE_DOWN.price, 1) AS before_bottom, FIRST(PRICE_DOWN.price, 5) AS fifth
+      ONE ROW PER MATCH AFTER MATCH SKIP TO LAST PRICE_UP
+      PATTERN (START_ROW PRICE_DOWN+ PRICE_UP)
+      DEFINE
+        PRICE_DOWN AS (LAST(PRICE_DOWN.price, 1) IS NULL AND PRICE_DOWN.price < START_ROW.price)
+            OR PRICE_DOWN.price < LAST(PRICE_DOWN.price, 1),
+        PRICE_UP AS PRICE_UP.price > COALESCE(LAST(PRICE_DOWN.price, 1), 0)
+    ) AS T"""
+    found = run(text, [12, 11, 10, 13, 12, 14])
+    assert [(c["start_seq"], c["seq"], c["start_price"], c["bottom"], c["before_bottom"],
+             c["fifth"]) for c in found] == [(0, 3, 12, 10, 11, None), (3, 5, 13, 12, None, None)]

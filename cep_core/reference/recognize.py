@@ -167,6 +167,11 @@ class RecognizeEvaluator(Evaluator):
             return env.prev(node.args[0], self)
         if name == "MATCH_ROWTIME":
             return env.rowtime
+        if name == "IS_NULL":
+            return self.visit(node.args[0], env) is None
+        if name == "COALESCE":
+            values = (self.visit(arg, env) for arg in node.args)
+            return next((v for v in values if v is not None), None)
         return super().visit_Call(node, env)
 
 
@@ -198,14 +203,13 @@ class _Rows(Env):
         if node.func is ast.AggFunc.COUNT:
             return len(events)
         values = [event.attrs.get(node.arg.name) for event in events]
-        values = [v for v in values if v is not None]
+        func = node.func
+        if func in (ast.AggFunc.FIRST, ast.AggFunc.LAST):  # with Flink's logical offset
+            row = node.offset if func is ast.AggFunc.FIRST else len(values) - 1 - node.offset
+            return values[row] if 0 <= row < len(values) else None
+        values = [v for v in values if v is not None]  # SQL's aggregates skip NULLs
         if not values:
             return None
-        func = node.func
-        if func is ast.AggFunc.FIRST:
-            return values[0]
-        if func is ast.AggFunc.LAST:
-            return values[-1]
         if func is ast.AggFunc.MIN:
             return min(values)
         if func is ast.AggFunc.MAX:

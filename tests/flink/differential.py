@@ -57,7 +57,11 @@ def statement(rng: random.Random) -> str:
             f"{v}.price >= PREV(price)", f"{v}.price < {earlier}.price",
             f"{v}.price > FIRST({earlier}.price)", f"{v}.volume > 4",
             f"{v}.price > AVG({v}.price) - 1", f"SUM({v}.volume) < 12",
-            f"{v}.price <= LAST({earlier}.price) AND {v}.volume > 2"]))
+            f"{v}.price <= LAST({earlier}.price) AND {v}.volume > 2",
+            f"{v}.price > COALESCE(LAST({v}.price, 1), {earlier}.price)",
+            f"{v}.price <= COALESCE(LAST({v}.price, 2), 0) + 2",
+            f"NOT ({v}.price > PREV(price)) OR {v}.volume = 9",
+            f"FIRST({v}.price, 1) IS NULL OR {v}.price > FIRST({v}.price, 1)"]))
     measures = ["FIRST(A.price) AS first_a", f"LAST({names[-1]}.price) AS last_price",
                 "COUNT(*) AS n", f"AVG({names[1]}.price) AS avg_price",
                 f"MAX({rng.choice(names)}.price) AS max_price", "SUM(volume) AS volume",
@@ -67,6 +71,20 @@ def statement(rng: random.Random) -> str:
     return (f"SELECT * FROM quotes MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY rowtime "
             f"MEASURES {', '.join(measures)} ONE ROW PER MATCH {skip} PATTERN ({pattern}) "
             f"{within} DEFINE {', '.join(defines) or 'A AS A.price > 0'}) AS T")
+
+
+# The M-shape of bench/peers/flink_runner.py (Hirzel's double top), as Flink users write it.
+MSHAPE = """SELECT * FROM quotes MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY rowtime
+  MEASURES FIRST(S.seqNum) AS first_seq, LAST(E.seqNum) AS last_seq, COUNT(*) AS n,
+    MAX(price) AS max_price
+  ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW
+  PATTERN (S R1+ D1+ R2+? D2* E)
+  DEFINE
+    R1 AS R1.price > S.price AND R1.price >= COALESCE(LAST(R1.price, 1), S.price),
+    D1 AS D1.price >= S.price AND D1.price < COALESCE(LAST(D1.price, 1), LAST(R1.price)),
+    R2 AS R2.price > S.price AND R2.price >= COALESCE(LAST(R2.price, 1), LAST(D1.price)),
+    D2 AS D2.price >= S.price AND D2.price < COALESCE(LAST(D2.price, 1), LAST(R2.price)),
+    E AS E.price < S.price AND E.price < COALESCE(LAST(D2.price), LAST(R2.price))) AS T"""
 
 
 def run_flink(statements: dict[str, str], data: list[dict]) -> dict:
@@ -129,11 +147,13 @@ def main() -> int:
     rng = random.Random(args.seed)
     data = rows(args.rows, rng)
     statements = {f"case{i}": statement(rng) for i in range(args.cases)}
+    statements["mshape"] = MSHAPE
     answers = run_flink(statements, data)
     problems = compare(statements, data, answers)
     refused = sum(isinstance(a, dict) for a in answers.values())
-    print(f"{len(statements)} statements, {refused} refused by Flink, "
-          f"{len(problems)} differ from Flink")
+    matches = sum(len(a) for a in answers.values() if isinstance(a, list))
+    print(f"{len(statements)} statements over {len(data)} rows, {refused} refused by Flink, "
+          f"{matches} rows answered, {len(problems)} differ from Flink")
     for problem in problems:
         print(problem)
     if args.save:
