@@ -82,8 +82,9 @@ def pipeline(stream: str, topics, view: dict, processes: dict, api: dict,
     now = time.time() if now is None else now
     processes = {service: found for service, found in processes.items() if service in view}
     procs = [{"id": "broker", "role": "broker", "name": bootstrap, "state": "up",
-              "partitions": [], "rate": _sum(p.get("events_in_per_s") for p in processes
-                                             .values() if p["role"] == "splitter"),
+              "partitions": [], "rate": _sum(found.get("events_in_per_s")
+                                             for service, found in processes.items()
+                                             if view[service]["role"] == "splitter"),
               "rate_unit": "records/s in"}]
     for service, entry in sorted(view.items(), key=lambda i: (_rank(i[1]["role"]), i[0])):
         found = processes.get(service, {})

@@ -48,7 +48,7 @@ from services.stream.checkpoint import (
 from services.stream.control import StatusWriter
 from services.stream.coordinator import Coordinator, Merger
 from services.stream.kafka import KafkaSettings, produce
-from services.stream.metrics import Metrics
+from services.stream.metrics import Metrics, engines_by_query
 from services.stream.partition import PartitionState
 from services.stream.reorder_checkpoint import saved_state
 from services.stream.routing import message
@@ -206,6 +206,14 @@ class Chained(Splitter):
         super()._delivered(err, message_)
         for coordinator in self.coordinators:
             coordinator.deliveries(err, message_)
+
+    def observe(self) -> None:
+        """The splitter's gauges, and on the same endpoint what its cores would export as
+        workers and coordinators (partial matches, state bytes, the merge: the console's
+        pipeline view, docs/console.md)."""
+        super().observe()
+        self.metrics.observe_engines(engines_by_query(self.parts))
+        self.metrics.observe_merger(*(c.merger for c in self.coordinators))
 
     # ------------------------------------------------------------ start and stop
 

@@ -205,20 +205,30 @@ class Metrics:
         self.checkpoint_time.set(time.time())
         self.checkpoint_generation.set(generation)
 
-    def observe_merger(self, merger) -> None:
-        """coordinator: per keyed partition the seq and stream time reached and when its
-        last frame came; per INTO topic the composite events withheld and why."""
-        for part, upto in enumerate(merger.upto):
-            self.merged_seq.labels(str(part)).set(upto)
-        for part, (ts, at) in merger.frames.items():
-            if ts is not None:
-                self.merged_time.labels(str(part)).set(ts)
-            self.merged_frame.labels(str(part)).set(at)
+    def observe_merger(self, *mergers) -> None:
+        """coordinator (the mergers of a process's shards): per keyed partition the seq
+        and stream time reached (the lowest of the shards) and when its last frame came;
+        per INTO topic the composite events withheld and why."""
+        seqs: dict[int, int] = {}
+        times: dict[int, int] = {}
+        frames: dict[int, float] = {}
+        for merger in mergers:
+            for part, upto in enumerate(merger.upto):
+                seqs[part] = min(seqs.get(part, upto), upto)
+            for part, (ts, at) in merger.frames.items():
+                if ts is not None:
+                    times[part] = min(times.get(part, ts), ts)
+                frames[part] = max(frames.get(part, at), at)
+        for gauge, values in ((self.merged_seq, seqs), (self.merged_time, times),
+                              (self.merged_frame, frames)):
+            for part, value in values.items():
+                gauge.labels(str(part)).set(value)
         self.withheld.clear()
         self.withheld_seq.clear()
-        for output, count, seq, waits_for in withheld(merger):
-            self.withheld.labels(output, waits_for).set(count)
-            self.withheld_seq.labels(output).set(seq)
+        for merger in mergers:
+            for output, count, seq, waits_for in withheld(merger):
+                self.withheld.labels(output, waits_for).set(count)
+                self.withheld_seq.labels(output).set(seq)
 
     def observe_engines(self, engines_by_query: dict[str, list]) -> None:
         """Per query, the engines' counts summed over the partitions that run it."""
@@ -240,6 +250,16 @@ class Metrics:
             if partial is not None:
                 self.partial_matches.labels(name).set(partial)
         self.evicted_keys.set(evicted)
+
+
+def engines_by_query(states) -> dict[str, list]:
+    """The engines of keyed partition states (PartitionState), by query name."""
+    found: dict[str, list] = {}
+    for state in states:
+        for engines, _ in state.routes.values():
+            for engine in engines.engines:
+                found.setdefault(engine.checked.name, []).append(engine)
+    return found
 
 
 def engine_counts(engine) -> dict[str, int]:

@@ -217,11 +217,15 @@ class Splitter:
                         self.pulse_if_due()
                     if time.monotonic() - last_commit > self.checkpoint_s:
                         self.commit()
-                        self.metrics.observe_lag(self.source)
-                        self.metrics.queries.set(len(self.queries.live))
+                        self.observe()
                         last_commit = time.monotonic()
         finally:
             self.close()
+
+    def observe(self) -> None:
+        """Refresh the gauges (from the loop, once a checkpoint period)."""
+        self.metrics.observe_lag(self.source)
+        self.metrics.queries.set(len(self.queries.live))
 
     def step(self, timeout_s: float = 0.01) -> int:
         """Apply pending control messages, then stamp and send one batch of the source."""

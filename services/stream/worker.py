@@ -55,7 +55,7 @@ from services.stream.kafka import (
     consume_batch,
     produce,
 )
-from services.stream.metrics import Metrics
+from services.stream.metrics import Metrics, engines_by_query
 from services.stream.partition import PartitionState
 from services.stream.serve import log, profiled
 
@@ -164,15 +164,10 @@ class Worker:
         """Refresh the gauges: lag, partitions, live queries, the engines' counts."""
         self.metrics.observe_lag(self.consumer)
         self.metrics.partitions.set(len(self.parts))
-        by_query: dict[str, list] = {}
-        for state in self.parts.values():
-            for engines, _ in state.routes.values():
-                for engine in engines.engines:
-                    by_query.setdefault(engine.checked.name, []).append(engine)
         names = {n for state in self.parts.values() for n in state.queries.live}
         self.metrics.queries.set(len(names))
         self.metrics.strings.set(sum(state.strings() for state in self.parts.values()))
-        self.metrics.observe_engines(by_query)
+        self.metrics.observe_engines(engines_by_query(self.parts.values()))
 
     # ------------------------------------------------------------ rebalance
 
