@@ -543,13 +543,13 @@ T0_2026 = 1_793_491_200_000  # 2026-11-01T00:00:00Z, in ms
 # How users write times: (zone text, its offset in minutes, decimals, date-time separator),
 # each for a run of 1000 events in turn.
 ISO_SPELLINGS = [("Z", 0, 6, "T"), ("+02:00", 120, 3, "T"), ("", 0, 6, "T"),
-                 ("-05:30", -330, 9, " "), ("+0100", 60, 0, "T")]
+                 ("-05:30", -330, 9, " "), ("+0100", 60, 3, "T")]
 
 
 def iso_texts(ms: np.ndarray, spellings=ISO_SPELLINGS, run: int = 1000) -> pa.Array:
     """Times in ms as ISO-8601 texts, the spelling changing every `run` events (a zone
-    shifts the local time it shows; a spelling with no decimals needs whole seconds:
-    its times are floored, as reading them back gives)."""
+    shifts the local time it shows; a spelling needs 3 decimals or more: no time is
+    cut)."""
     which = (np.arange(len(ms)) // run) % len(spellings)
     out = pa.nulls(len(ms), pa.string())
     for k, (zone, minutes, decimals, separator) in enumerate(spellings):
@@ -557,13 +557,9 @@ def iso_texts(ms: np.ndarray, spellings=ISO_SPELLINGS, run: int = 1000) -> pa.Ar
         if not len(rows):
             continue
         local = ms[rows] + minutes * MINUTE
-        stamp = pa.array(local if decimals else local // 1000 * 1000, pa.int64())
-        text = pc.strftime(stamp.cast(pa.timestamp("ms")),
+        text = pc.strftime(pa.array(local, pa.int64()).cast(pa.timestamp("ms")),
                            format=f"%Y-%m-%d{separator}%H:%M:%S")  # to the ms: .123
-        if decimals == 0:
-            text = pc.utf8_slice_codeunits(text, 0, 19)
-        else:
-            text = pc.binary_join_element_wise(text, "0" * (decimals - 3), "")
+        text = pc.binary_join_element_wise(text, "0" * (decimals - 3), "")
         text = pc.binary_join_element_wise(text, zone, "")
         out = pc.replace_with_mask(out, _mask(len(ms), rows), text)
     return out
@@ -615,7 +611,7 @@ def _plant_spell(rng, table: pa.Table) -> pa.Table:
 
 def _plant_query(seed: int) -> str:
     return """\
--- iot: a device warming up, an alarm after a hot reading in its zone, zone averages.
+-- iot: a device warming up, an alarm right after a hot reading, zone averages.
 QUERY iot_warming FROM plant INTO warming
 PARTITION BY device
 PATTERN ( warm hotter hotter+ )
@@ -624,7 +620,7 @@ DEFINE warm AS kind = 'reading' AND temp > 25,
 EMIT device = device, readings = Count(), rise = Last(temp) - First(temp);
 
 QUERY iot_alarm FROM plant INTO alarms
-PATTERN SEQ(reading r, alarm a) WHERE r.zone = a.zone AND r.temp > 26 WITHIN 10 seconds;
+PATTERN SEQ(reading r, alarm a) WHERE r.device = a.device AND r.temp > 26 WITHIN 1 second;
 
 QUERY iot_zones INTO zone_temps
 SELECT zone, count(*) AS readings, avg(temp) AS temp, max(humidity) AS humidity
@@ -682,7 +678,7 @@ DEFINE seen AS type = 'view', carted AS type = 'cart', bought AS type = 'purchas
 EMIT user = user, views = Count() - 2, spent = Last(amount);
 
 QUERY shop_quick_buy FROM activity INTO quick_buys
-PATTERN SEQ(login l, purchase p) WHERE l.user = p.user WITHIN 2 minutes;
+PATTERN SEQ(login l, purchase p) WHERE l.user = p.user WITHIN 5 seconds;
 
 QUERY shop_sales INTO sales
 SELECT type, count(*) AS actions, sum(amount) AS amount
@@ -748,7 +744,7 @@ DEFINE seen AS page = 'product' AND NOT bot, paid AS page = 'checkout'
 EMIT session = session, products = Count() - 1, slowest = Max(latency);
 
 QUERY click_search_cart FROM clicks INTO search_to_cart
-PATTERN SEQ(search s, cart c) WHERE s.session = c.session WITHIN 30 seconds;
+PATTERN SEQ(search s, cart c) WHERE s.session = c.session WITHIN 2 seconds;
 
 QUERY click_load INTO page_load
 SELECT page, count(*) AS views, avg(latency) AS latency, max(latency) AS slowest

@@ -141,6 +141,19 @@ def test_cli_gen_then_run(tmp_path):
     assert found and {c["query"] for c in found} == {"marathon"}
 
 
+def test_cli_gen_users_data_as_csv_then_run(tmp_path):
+    result = cep("gen", "iot", "--events", 2000, "--format", "csv", "--out", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["iot.cep", "plant.csv"]
+    header, first = (tmp_path / "plant.csv").read_text().splitlines()[:2]
+    assert "firmware" in header and "Z" in first  # a field beside the schema, ISO times
+    result = cep("run", tmp_path / "iot.cep", "--events", tmp_path / "plant.csv")
+    assert result.returncode == 0, result.stderr
+    assert "2000 events (0 bad)" in result.stderr
+    assert {orjson.loads(line)["query"] for line in result.stdout.splitlines()} == \
+        {"iot_warming", "iot_alarm", "iot_zones"}
+
+
 def test_cli_gen_jsonl_and_queries(tmp_path):
     result = cep("gen", "q9", "-n", 200, "--seed", 2, "-o", tmp_path, "--format", "jsonl",
                  "--queries", 8)

@@ -453,12 +453,14 @@ class Exchange(StrEnum):  # services/backfill/scan.py
 class EventFormat(StrEnum):
     parquet = "parquet"
     jsonl = "jsonl"
+    csv = "csv"
 
 
 @app.command()
 def gen(
     workload: Annotated[str, typer.Argument(help="finance0 .. finance5, twitter1, twitter2, "
-                                            "marathon, r5, q9 or hyper.")],
+                                            "marathon, r5, q9, hyper, or users' data: iot, "
+                                            "activity, clicks.")],
     count: Annotated[int, count_option(minimum=0)],
     out: Annotated[Path, typer.Option("--out", "--output", "-o", metavar="DIR",
                                       help="Directory to write into (created if missing).")],
@@ -483,7 +485,7 @@ def gen(
                 raise CliError(f"workload '{workload}' takes no --queries (only q9 does)", 2)
             options["queries"] = queries
         started = time.perf_counter()
-        table = chosen.generate(count, seed)
+        table = chosen.written(count, seed)  # as users write them (realistic workloads)
         events_path = out / f"{chosen.stream}.{fmt.value}"
         query_path = out / f"{workload}.cep"
         try:
