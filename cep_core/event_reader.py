@@ -53,7 +53,6 @@ from cep_core.arrow_numpy import (
     empty_table,
     from_numpy,
     is_null,
-    segment_rows,
     strings,
     to_numpy,
 )
@@ -688,8 +687,8 @@ def _simply_quoted(block: bytes) -> bool:
                      ord("\n"))
     if not (np.isin(before, list(b",\n")).all() and np.isin(after, list(b",\r\n")).all()):
         return False
-    chars = data[segment_rows(opens + 1, closes - opens - 1)]  # the quoted texts' bytes
-    return not ((chars == ord("\n")) | (chars == ord("\r"))).any()
+    ends = np.flatnonzero((data == ord("\n")) | (data == ord("\r")))  # of lines
+    return not (np.searchsorted(quotes, ends) % 2).any()  # none inside quotes
 
 
 # A CSV line that is one whole record: fields plain, or quoted whole ("" for a quote).
