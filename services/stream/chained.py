@@ -8,8 +8,9 @@ per keyed partition, as the workers run them), whose match frames go straight to
 coordinators' merge (services/stream/coordinator.py `Coordinator.handle`, one per shard),
 which writes the composite events to the INTO topics. Dead letters, late events, status
 records and control write-backs go to their topics as in the distributed pipeline. No
-internal topic is read or written (the state topic holds the checkpoints), so a composite
-event is out in the step that took its last event.
+internal topic is read (the state topic holds the checkpoints; the keyed topic only each
+step's consumption order, with several source partitions), so a composite event is out in
+the step that took its last event.
 
 Checkpoints are one consistent cut, taken between two steps: every partition core's
 snapshot (key `chained.<p>`), every coordinator shard's merge state (`chained.coordinator`,
@@ -20,8 +21,12 @@ under `<key>.alt` (services/stream/checkpoint.py). A restart restores the newest
 every piece is good and of its generation (else the one before it), reads each INTO topic
 after the cut's delivered offsets for what it wrote since (`cep.pipeline` header: the
 coordinator's dedupe), and consumes the source again from the cut's offsets: replayed
-steps give the same seqs (one source partition; see docs/scaling.md) and the composite
-events already out are dropped, so the INTO topics get each one once.
+steps give the same seqs and the composite events already out are dropped, so the INTO
+topics get each one once. With one source partition the consumption order is the
+partition's; with several, each step's order is logged on the keyed topic (an empty
+pulse with the splitter's `order` header, acknowledged before anything the step sends)
+and a restart takes the logged steps again as the splitter does
+(services/stream/splitter_order.py).
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ from services.stream.reorder_checkpoint import saved_state
 from services.stream.routing import message
 from services.stream.serve import log
 from services.stream.splitter import Splitter
-from services.stream.splitter_order import LoggedOrder
+from services.stream.splitter_order import ORDER_HEADER, LoggedOrder, logged_steps
 
 CHAINED_KEY = b"chained"  # the cut's seq state and source offsets (a splitter checkpoint)
 STAGE_HEADER = "cep.taken_ms"  # on INTO records: when the step that released them began
@@ -132,6 +137,7 @@ class Chained(Splitter):
         self.worker_status = StatusWriter(topics.status, "worker")
         self._make_cores()
         self.edge = IntoProducer(self)
+        self.logged_order: bytes | None = None  # the last step order logged (_log_order)
         self.core.encode_frames = False  # keyed frames hold their tables: no IPC in memory
 
     # ------------------------------------------------------------ the cores
@@ -163,8 +169,10 @@ class Chained(Splitter):
         rest (dead letters, late events, status) to the producer."""
         if not len(self.core.out):
             return
+        records = self.core.out.take()
+        self._log_order(records)
         matches: dict[str, list] = {}
-        for topic, value, key, partition, headers in self.core.out.take():
+        for topic, value, key, partition, headers in records:
             if topic != self.topics.keyed:
                 produce(self.producer, topic, value, key=key, partition=partition,
                         headers=headers)
@@ -175,6 +183,24 @@ class Chained(Splitter):
             self._sent(state, matches)
         self._merge(matches)
         self.producer.poll(0)
+
+    def _log_order(self, records: list[tuple]) -> None:
+        """With several source partitions, a step's consumption order goes to the keyed
+        topic (an empty pulse frame with its `order` header, services/stream/splitter_order.py)
+        and is acknowledged before anything the step sends: a restart takes the logged
+        steps again as they were, so every record keeps its seq (one source partition needs
+        none: its order is the partition's)."""
+        if len(self.source_partitions) < 2:
+            return
+        logged = self.logged_order
+        for topic, *_, headers in records:  # one take may hold several steps
+            for name, value in headers or () if topic == self.topics.keyed else ():
+                if name == ORDER_HEADER and value != self.logged_order:
+                    self.logged_order = value
+                    produce(self.producer, self.topics.keyed, b"", partition=0, headers=[
+                        ("kind", frames.PULSE.encode()), (ORDER_HEADER, value)])
+        if self.logged_order != logged and self.producer.flush(30):
+            raise RuntimeError("the consumption order of a step was not acknowledged")
 
     def _sent(self, state: PartitionState, matches: dict[str, list]) -> None:
         """What a partition core sent: match frames to `matches` (per match topic, at the
@@ -267,7 +293,11 @@ class Chained(Splitter):
             tp.offset = offsets.get(tp.partition, OFFSET_BEGINNING)
         for coordinator in self.coordinators:
             coordinator._scan_outputs()
-        self.logged = LoggedOrder()
+        self.logged = LoggedOrder(logged_steps(
+            self.settings, self.topics.keyed, self.partitions, self.keyed_next, self.steps)
+            if len(tps) > 1 else [])
+        if self.logged.holding:
+            log("splitter_replaying", steps=len(self.logged.pending), after_step=self.steps)
         self._drain_parts()  # what a restore reports (failed queries)
         log("chained_restored", checkpoint=found is not None, generation=self.generation,
             offsets={str(p): o for p, o in offsets.items()})
@@ -327,8 +357,8 @@ class Chained(Splitter):
         """Checkpoint the cut between two steps: once everything produced so far is
         delivered, every core's state and the source offsets, as one generation."""
         started = time.perf_counter()
-        if self.refill is not None or self.producer.flush(30):
-            return
+        if self.refill is not None or self.logged.holding or self.producer.flush(30):
+            return  # not while logged steps are taken again (messages are held for them)
         if self.undelivered is not None:  # a checkpoint would skip what it held: stop
             raise RuntimeError(f"not delivered: {self.undelivered}")
         for coordinator in self.coordinators:

@@ -31,7 +31,7 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from cep_core import reference
 from cep_core.checker import load_query_text
-from cep_core.event_io import read_events
+from cep_core.event_io import decode_record, read_events
 from cep_core.events import Event
 from services.stream.broker import free_port
 from services.stream.chained import CHAINED_KEY
@@ -325,7 +325,11 @@ class Pipeline:
 
     def stamped(self) -> list[Event]:
         """The events as the splitter stamped them, in seq order, read back from the keyed
-        topic (every route's frames; an event sent again must be the same each time)."""
+        topic (every route's frames; an event sent again must be the same each time; the
+        chained pipeline's: the consumption order it logged, with several source
+        partitions)."""
+        if self.mode == "chained":
+            return self._stamped_in_logged_order()
         by_seq: dict[int, dict] = {}
 
         def visit(message) -> None:
@@ -340,6 +344,30 @@ class Pipeline:
                                         for p in range(self.partitions)], visit)
         time_attr = self.queries[0].schema.time
         return [Event(seq, row[time_attr], row) for seq, row in sorted(by_seq.items())]
+
+    def _stamped_in_logged_order(self) -> list[Event]:
+        steps: dict[int, list] = {}
+
+        def visit(message) -> None:
+            for key, value in message.headers() or ():
+                if key == ORDER_HEADER:
+                    order = orjson.loads(value)
+                    assert steps.setdefault(order["step"], order["runs"]) == order["runs"]
+
+        read_partitions(self.settings, [TopicPartition(self.topics.keyed, 0,
+                                                       OFFSET_BEGINNING)], visit)
+        assert sorted(steps) == list(range(1, len(steps) + 1)), "a step not logged"
+        by_partition: dict[int, list[bytes]] = {}
+        for line in self.lines:
+            by_partition.setdefault(self.source_partition(orjson.loads(line)["symbol"]),
+                                    []).append(line)
+        schema = self.queries[0].schema
+        out = []
+        for number in sorted(steps):
+            for p, first, last in steps[number]:
+                for line in by_partition.get(p, [])[first:last + 1]:  # markers are past them
+                    out.append(decode_record(orjson.loads(line), schema, len(out)))
+        return out
 
     def outputs(self) -> dict[str, list[dict]]:
         return {topic: self.values(topic) for topic in self.expected}
