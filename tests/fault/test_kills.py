@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from services.stream.broker import free_port
 from tests.fault.harness import ROOT, Pipeline, after_released, assert_exact, restart
 
@@ -84,13 +86,17 @@ def test_splitter_and_coordinator_killed(kafka_bootstrap, tmp_path):
         pipe.stop_all()
 
 
-def test_serve_all_restarts_a_killed_worker(kafka_bootstrap, tmp_path):
-    """`cep serve all` restarts a process that dies; the restarted worker resumes from its
-    checkpoint and the result is still exact."""
+@pytest.mark.parametrize("mode", ["distributed", "chained"])
+def test_serve_all_restarts_a_killed_worker(kafka_bootstrap, tmp_path, mode):
+    """`cep serve all` restarts a process that dies (a worker; the chained process); the
+    restarted one resumes from its checkpoint and the result is still exact."""
     pipe = Pipeline(kafka_bootstrap, tmp_path, workers=1, checkpoint_ms=2000)
+    role, ready = ("worker", "partitions_assigned") if mode == "distributed" else \
+        ("chained", "chained_started")
     log = open(tmp_path / "all.log", "wb")
     serve = subprocess.Popen([sys.executable, "-m", "services.cli.main", "serve", "all",
-                              "--workers", "1", "--web-port", str(free_port())],
+                              "--workers", "1", "--web-port", str(free_port())]
+                             + (["--distributed"] if mode == "distributed" else []),
                              env=pipe.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                              start_new_session=True)
     codes = []
@@ -101,18 +107,17 @@ def test_serve_all_restarts_a_killed_worker(kafka_bootstrap, tmp_path):
         codes.append(serve.returncode)
 
     try:
-        pipe.wait_until(lambda: pipe.log_events("all", "partitions_assigned"), "worker up")
+        pipe.wait_until(lambda: pipe.log_events("all", ready), f"{role} up")
         producing = pipe.produce_slowly(chunk=30, pause_s=0.3, holds=[600])
         held = producing.wait_held()
         after_released(pipe, kill_point(random.Random(3), pipe, held))
         started = pipe.log_events("all", "started_all")[0]["processes"]
-        worker = next(p["pid"] for p in started if p["role"] == "worker")
-        os.killpg(worker, signal.SIGKILL)
+        victim = next(p["pid"] for p in started if p["role"] == role)
+        os.killpg(victim, signal.SIGKILL)
         killed = time.time()
         producing.release()
-        pipe.wait_until(lambda: pipe.log_events("all", "partitions_assigned", killed),
-                        "worker restarted")
-        assert pipe.log_events("all", "process_restarted", killed)[0]["role_of"] == "worker"
+        pipe.wait_until(lambda: pipe.log_events("all", ready, killed), f"{role} restarted")
+        assert pipe.log_events("all", "process_restarted", killed)[0]["role_of"] == role
         assert_exact(pipe, stop)
     finally:
         if not codes:
