@@ -1,6 +1,6 @@
 """MATCH_RECOGNIZE (SQL, Flink's semantics): parsed into the checked AST, refused where Flink
 refuses with located reasons, and answered by the reference interpreter as Flink 2.3
-answers (tests/fixtures/recognize_flink.json holds Flink's own answers; the live comparison
+answers (tests/fixtures/recognize_flink_*.json hold Flink's own answers; the live comparison
 with Flink is tests/flink/differential.py, in `make test-full`)."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from cep_core.errors import QueryError, QueryErrors
 from cep_core.events import Event
 from tests.flink import differential
 
-FIXTURE = Path(__file__).parent / "fixtures" / "recognize_flink.json"
-# the fixture was made by `made_by` in it; regenerate it the same way after a change of
-# the generator or of Flink
+# Flink's answers; each fixture says what made it (`made_by`): regenerate it that way after
+# a change of the generator or of Flink
+FIXTURES = sorted((Path(__file__).parent / "fixtures").glob("recognize_flink_*.json"))
 
 V_SHAPE = """QUERY vshape INTO alerts
 SELECT * FROM quotes MATCH_RECOGNIZE (
@@ -115,13 +115,15 @@ def test_the_jit_engine_says_it_does_not_run_it_yet():
 
 
 def _fixture_cases():
-    spec = json.loads(FIXTURE.read_text())
-    known = set(spec.get("known_differences", {}))
-    return [pytest.param(spec["statements"][name], spec["rows"], spec["flink"][name],
-                         id=name, marks=[pytest.mark.xfail(
-                             reason=spec["known_differences"][name], strict=True)]
-                         if name in known else [])
-            for name in sorted(spec["statements"])]
+    cases = []
+    for fixture in FIXTURES:
+        spec = json.loads(fixture.read_text())
+        known = spec.get("known_differences", {})
+        cases += [pytest.param(spec["statements"][name], spec["rows"], spec["flink"][name],
+                               id=f"{fixture.stem}-{name}", marks=[pytest.mark.xfail(
+                                   reason=known[name], strict=True)] if name in known else [])
+                  for name in sorted(spec["statements"])]
+    return cases
 
 
 @pytest.mark.parametrize("statement, rows, flink", _fixture_cases())
