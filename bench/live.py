@@ -1,7 +1,8 @@
 """`cep bench live`: adding queries to a running pipeline, into an empty kernel cache.
 
-Everything runs here: the embedded broker (unless --bootstrap), `cep serve all` (splitter,
-workers, coordinator as processes, with a fresh CEP_KERNEL_CACHE) and the load. `live`
+Everything runs here: the embedded broker (unless --bootstrap), `cep serve all` (the
+chained pipeline, its default, with a fresh CEP_KERNEL_CACHE; figures from before
+2026-11-28 14:00 UTC are of splitter, workers and coordinator as processes) and the load. `live`
 query shapes go live first (their kernels compile while nothing else runs); then the
 trades stream is produced at `rate` events/s, and after a quiet stretch `adds` new shapes
 are added one at a time (each the moment the previous one is live). Measured:
