@@ -9,10 +9,16 @@ partitions. Each core is timed alone on input made before the clock starts:
 - `worker_events_per_s`: the partition cores (services/stream/partition.py) taking the keyed
   frames the router sent (events counted once per route, as the workers see them).
 - `coordinator_composites_per_s`: the `Merger` taking the match frames and releasing.
+
+`run_realistic` times the splitter's JSON path alone on users' data (the realistic
+workloads as `cep gen` writes them: ISO-8601 times, fields and nested objects the schema
+does not name, long strings), each routed by its own MATCH query, beside finance1 in the
+same rounds (interleaved: the ratios hold on a busy machine).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 
 from cep_core.workloads import WORKLOADS
@@ -27,9 +33,9 @@ from services.stream.routing import Router, message, records
 PARTITIONS = 4
 
 
-def _router() -> Router:
-    router = Router(Topics(STREAM, source=f"src.{STREAM}"), PARTITIONS)
-    for name, text in demo_queries()[:1]:  # M-shape, as `cep bench e2e`
+def _router(stream: str = STREAM, queries: list[tuple[str, str]] | None = None) -> Router:
+    router = Router(Topics(stream, source=f"src.{stream}"), PARTITIONS)
+    for name, text in queries or demo_queries()[:1]:  # M-shape, as `cep bench e2e`
         change = ControlMessage("add", name, text)
         router.apply_control(message(0, 0, change.to_json(), None, change.key), False)
     router.setup_schema()
@@ -112,9 +118,54 @@ def _measure(lines: list[bytes], table, batch: int) -> dict:
             "composites": len(released)}
 
 
+REALISTIC = ("iot", "activity", "clicks")
+
+
+def run_realistic(events: int = 200_000, batch: int = 20_000, workloads=REALISTIC,
+                  rounds: int = 3) -> dict:
+    """The splitter's JSON events/s on each workload's file lines (best of `rounds`, the
+    workloads taken in turn each round), with finance1 first as the baseline; each
+    workload's ratio to it."""
+    names = ["finance1", *workloads]
+    steps = {name: _json_steps(name, events, batch) for name in names}
+    for name in names:  # warm-up: imports, the block parser's first use
+        _split(_realistic_router(name), steps[name][:1])
+    best = dict.fromkeys(names, 0.0)
+    for _ in range(rounds):
+        for name in names:
+            run = functools.partial(_split, _realistic_router(name), steps[name])
+            best[name] = max(best[name], events / _timed(run))
+    return {"events": events, "batch": batch,
+            **{f"{name}_json_events_per_s": round(rate) for name, rate in best.items()},
+            **{f"{name}_to_finance1": round(best[name] / best["finance1"], 2)
+               for name in workloads}}
+
+
+def _json_steps(name: str, events: int, batch: int) -> list[list]:
+    """The workload's events as `cep gen` writes them, one JSON line a message."""
+    from cep_core.workloads import _jsonl_lines
+
+    table = WORKLOADS[name].written(events, 1)
+    if "seq" in table.column_names:
+        table = table.drop_columns(["seq"])  # the splitter gives the positions
+    lines = b"".join(_jsonl_lines(b) for b in table.to_batches(1 << 20)).splitlines()
+    steps = [records(lines[at:at + batch], 0, at) for at in range(0, events, batch)]
+    return steps + [[message(0, events, b"", [("kind", b"end")])]]
+
+
+def _realistic_router(name: str) -> Router:
+    workload = WORKLOADS[name]
+    text = workload.query_text(seed=1)
+    first = text[text.index("QUERY"):].split(";")[0] + ";"  # its MATCH query, keyed
+    return _router(workload.stream, [(first.split()[1], first)])
+
+
 if __name__ == "__main__":
     import sys
 
     import orjson
 
-    print(orjson.dumps(run_bench(*map(int, sys.argv[1:]))).decode())
+    if sys.argv[1:2] == ["--realistic"]:
+        print(orjson.dumps(run_realistic(*map(int, sys.argv[2:]))).decode())
+    else:
+        print(orjson.dumps(run_bench(*map(int, sys.argv[1:]))).decode())

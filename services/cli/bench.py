@@ -144,6 +144,32 @@ def bench_spark_stream(
     guard(body)
 
 
+@bench_app.command("reading")
+def bench_reading(
+    count: Annotated[int, count_option()] = 200_000,
+    repeat: Annotated[int, typer.Option(min=1, help="Runs of each reader (the best kept).")]
+    = 3,
+    processes: Annotated[bool, typer.Option("--processes", help="Also whole `cep run` "
+                                            "processes on the issue's IoT file.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per file.")] =
+    False,
+) -> None:
+    """Users' data: realistic streams (ISO-8601 times, fields beside the schema, JSON lines
+    and CSV) and finance1 read by `cep run`'s reader beside pyarrow's own reader on the same
+    file, interleaved (bench/bench_realistic.py)."""
+
+    def body():
+        from bench.bench_realistic import run_all
+
+        for row in run_all(count, repeat, processes):
+            if as_json:
+                print_json(row)
+            else:
+                print_table(f"cep bench reading: {row['file']}", row)
+
+    guard(body)
+
+
 @bench_app.command("peers", context_settings={"allow_extra_args": True,
                                               "ignore_unknown_options": True,
                                               "help_option_names": []})

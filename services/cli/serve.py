@@ -345,14 +345,17 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
         batch: Annotated[int, typer.Option(min=1, help="Messages per splitter step.")] =
         20_000,
         as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+        realistic: Annotated[bool, typer.Option(
+            "--realistic", help="Instead: the splitter's JSON path on users' data (the iot, "
+            "activity and clicks workloads) beside finance1, interleaved.")] = False,
     ) -> None:
         """Each service's core alone, fed from memory (no broker): splitter events/s (JSON
         and framed), worker events/s, coordinator composites/s (M-shape)."""
 
         def body():
-            from bench.cores import run_bench
+            from bench.cores import run_bench, run_realistic
 
-            result = run_bench(count, batch)
+            result = run_realistic(count, batch) if realistic else run_bench(count, batch)
             print(orjson.dumps(result).decode() if as_json else result)
 
         guard(body)
