@@ -30,9 +30,9 @@ def broker(kafka_bootstrap):
     return KafkaSettings(kafka_bootstrap, session_timeout_ms=2000)
 
 
-def _topics(stream: str) -> Topics:
+def _topics(stream: str, shards: int = 1) -> Topics:
     run = uuid.uuid4().hex[:8]
-    return Topics(stream, source=f"src.{stream}.{run}", prefix=f"c{run}")
+    return Topics(stream, source=f"src.{stream}.{run}", prefix=f"c{run}", shards=shards)
 
 
 def _lines(path) -> list[bytes]:
@@ -116,12 +116,13 @@ def test_chained_queries_added_and_removed_mid_stream(broker):
     assert got == {"double_tops": want_m, "ups": want_u}
 
 
-def test_chained_resumes_from_its_cut(broker):
+@pytest.mark.parametrize("shards", [1, 2])
+def test_chained_resumes_from_its_cut(broker, shards):
     """Stopped (a checkpoint: every core and the source offsets as one cut) half way and
-    started again: the second process restores the cut and the INTO topics hold exactly
-    the reference output."""
+    started again: the second process restores the cut (with 2 coordinator shards, both
+    merges) and the INTO topics hold exactly the reference output."""
     queries = load_queries(EXAMPLES / "finance.cep")
-    topics = _topics("trades")
+    topics = _topics("trades", shards)
     outputs = [q.query.output for q in queries]
     create_topics(broker, topics, 4, outputs)
     before = {o: len(read_all(broker, o)) for o in outputs}
@@ -134,8 +135,8 @@ def test_chained_resumes_from_its_cut(broker):
         _produce(broker, topics.source, lines[:half], end=False)
         _wait(pipeline, lambda: pipeline.splitter.position >= half, "first half taken")
     latest = read_latest(broker, topics.state)
-    assert {CHAINED_KEY, part_key(0), b"chained.coordinator"} <= \
-        {k.removesuffix(b".alt") for k in latest}
+    merges = [b"chained." + topics.coordinator_name(k).encode() for k in range(shards)]
+    assert {CHAINED_KEY, part_key(0), *merges} <= {k.removesuffix(b".alt") for k in latest}
     with LocalPipeline(broker, topics, chained=True) as pipeline:
         _wait(pipeline, lambda: pipeline.splitter.started, "started again")
         assert pipeline.splitter.position == half  # restored, not replayed from 0
