@@ -460,6 +460,9 @@ class _QueryChecker(ast.Visitor):
                                         "takes each variable once")
             variables[element.var] = Var(ast.Step(ast.StepKind.EVENT, "ANY", element.var,
                                                   pos=element.pos), index)
+        for symbol in body.pattern.find_all(ast.RSym):  # those of a refused part too
+            variables.setdefault(symbol.name, Var(ast.Step(
+                ast.StepKind.EVENT, "ANY", symbol.name, pos=symbol.pos), len(variables)))
         self._recognize_skip(body, variables)
         if body.within is not None:
             self.duration(body.within)

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from cep_core import ast
 
 
+MAX_STATES = 256  # a bounded quantifier builds one state per row it counts: B{1000000}
+
+
 @dataclass(frozen=True)
 class RecognizeElement:
     """One variable of a MATCH_RECOGNIZE pattern with its quantifier."""
@@ -55,6 +58,11 @@ def recognize_elements(pattern: ast.Regex, error=None) -> list[RecognizeElement]
             else:
                 elements.append(RecognizeElement(item.item.name, item.min, item.max,
                                                  not item.reluctant, item.pos))
+    states = sum(automaton_states(e) for e in elements)
+    if states > MAX_STATES:
+        refuse(pattern.pos, f"the pattern needs {states:,} automaton states (one per row a "
+                            f"bounded quantifier counts); at most {MAX_STATES} are taken")
+        return []
     for before, after in zip(elements, elements[1:]):
         if before.greedy and before.min != before.max and before.max != 1 and after.min == 0:
             refuse(after.pos, f"'{after.var}' is optional right after the greedy '{before.var}': "
@@ -67,3 +75,10 @@ def recognize_elements(pattern: ast.Regex, error=None) -> list[RecognizeElement]
                          "refuses it; make it reluctant (add '?') or end the pattern with a "
                          "single variable")
     return elements
+
+
+def automaton_states(e: RecognizeElement) -> int:
+    """The states Flink's compiler builds for one variable: one per counted row, plus the
+    looping state of an unbounded quantifier."""
+    low = max(e.min, 1)
+    return low + 1 if e.max is None else max(e.max, low)

@@ -6,9 +6,12 @@ with Flink is tests/flink/differential.py, in `make test-full`)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import cep_core.reference as reference
 from cep_core.checker import load_query_text
@@ -152,3 +155,31 @@ def test_flinks_documented_price_down_pattern_with_logical_offsets():
     found = run(text, [12, 11, 10, 13, 12, 14])
     assert [(c["start_seq"], c["seq"], c["start_price"], c["bottom"], c["before_bottom"],
              c["fifth"]) for c in found] == [(0, 3, 12, 10, 11, None), (3, 5, 13, 12, None, None)]
+
+
+@pytest.mark.parametrize("pattern", ["A B{1000000000} C", "A B{2,300} C", "A B{300,}? C"])
+def test_a_pattern_too_large_for_its_automaton_is_refused_before_it_is_built(pattern):
+    with pytest.raises(QueryErrors, match="automaton states") as refused:
+        load_query_text(V_SHAPE.replace("A B+ C", pattern), path="q.cep")
+    assert len(refused.value.errors) == 1 and refused.value.errors[0].pos.line == 8
+
+
+@settings(max_examples=300 if os.environ.get("CEP_TEST_FULL") == "1" else 60, deadline=None)
+@given(st.data())
+def test_a_damaged_statement_is_refused_with_a_located_error_or_checks(data):
+    """Cut, doubled or replaced pieces of a statement: a located QueryError, or a query that
+    checks and runs; never another exception."""
+    text = V_SHAPE
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(text)))
+        size = data.draw(st.integers(0, 12))
+        piece = data.draw(st.sampled_from(["", "(", ")", "+", "?", "{2,}", ",", " AS ", "|",
+                                           "PREV(", "LAST(B.price, 1)", "'", "*", " NULL "]))
+        text = text[:at] + piece + text[at + size:]
+    try:
+        queries = load_query_text(text, path="q.cep")
+    except (QueryError, QueryErrors) as e:
+        for error in getattr(e, "errors", [e]):
+            assert error.pos.file == "q.cep" and error.pos.line >= 1
+        return
+    reference.run(queries, events([10, 8, 7, 9, 11, 3, 5]))
