@@ -167,3 +167,40 @@ def test_the_endpoints_refuse_unknown_and_malformed_streams(kafka_bootstrap):
         assert [p["role"] for p in body["pipelines"][0]["processes"]] == ["broker", "api"]
         assert get("/api/history?since=0") == (200, {"queries": {}})
         assert get("/api/history?since=-1")[0] == 400
+
+
+def test_the_chained_pipeline_serves_its_cores_figures(kafka_bootstrap):
+    """One process runs every role: its one endpoint serves the merge (each keyed
+    partition's seq and stream time) and the queries' partial matches and state bytes."""
+    import uuid
+    from pathlib import Path
+
+    from prometheus_client import generate_latest
+
+    from services.stream.kafka import KafkaSettings
+    from services.stream.pipeline import LocalPipeline, wait_progressing
+    from tests.stream_harness import file_records, produce_to_end, topics_with_queries
+
+    root = Path(__file__).resolve().parent.parent
+    settings = KafkaSettings(kafka_bootstrap, session_timeout_ms=2000)
+    run = uuid.uuid4().hex[:8]
+    _, topics, _ = topics_with_queries(settings, root / "examples" / "finance.cep",
+                                       f"src.view.{run}", f"view{run}", partitions=2)
+    records = file_records(root / "examples" / "data" / "trades.jsonl")
+    with LocalPipeline(settings, topics, partitions=2, chained=True) as pipeline:
+        produce_to_end(settings, pipeline, topics.source, records)
+
+        def figures():
+            text = generate_latest(pipeline.metrics[0].registry).decode()
+            return process_figures(endpoint_figures(text), None, 0.0), text
+
+        last = len(records) - 1  # the end of input's seq
+        wait_progressing(lambda: figures()[0]["merged"]["seq"] == {0: last, 1: last},
+                         pipeline.progress, "the merged seqs at the end of input", stall_s=60)
+        found, text = figures()
+    assert found["merged"]["time"] and found["withheld"] == []
+    partial = endpoint_figures(text)["cep_partial_matches"]
+    assert [labels["query"] for labels, _ in partial] == ["mshape"]
+    state = {labels["query"]: value for labels, value in
+             endpoint_figures(text)["cep_engine_state"] if labels["measure"] == "state_bytes"}
+    assert state["mshape"] > 0
