@@ -183,3 +183,11 @@ def test_a_damaged_statement_is_refused_with_a_located_error_or_checks(data):
             assert error.pos.file == "q.cep" and error.pos.line >= 1
         return
     reference.run(queries, events([10, 8, 7, 9, 11, 3, 5]))
+
+
+def test_the_service_refuses_it_when_it_is_added_not_when_it_runs():
+    from cep_core.control_message import ControlMessageError, check_query
+
+    text = V_SHAPE.replace("QUERY vshape INTO alerts", "QUERY vshape")
+    with pytest.raises(ControlMessageError, match="reference interpreter only so far"):
+        check_query("vshape", text)
