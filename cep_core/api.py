@@ -184,6 +184,16 @@ def _whole_floats_as_ints(table: pa.Table, schema: StreamSchema) -> pa.Table:
     return table
 
 
+
+class QueryFailedError(RuntimeError):
+    """`run` could not answer for every query: `failures` says which and why
+    (`cep_core.stream_engines.QueryFailure`)."""
+
+    def __init__(self, message: str, failures: list):
+        super().__init__(message)
+        self.failures = failures
+
+
 @dataclass
 class Result:
     """What `QuerySet.run` gives: the composite events in output order and the dead
@@ -263,12 +273,17 @@ class QuerySet:
         the oracle) and, for jit, `placement` "cpu", "gpu" or "auto" (docs/gpu.md).
         `max_ahead` / `max_ahead_of_clock` (an int in the stream's time unit, a duration
         such as "1 day", or "none") replace the schema's bounds on events too far ahead
-        (docs/semantics.md)."""
+        (docs/semantics.md). A query whose engine fails (a MATCH_RECOGNIZE query under
+        jit, for now) raises QueryFailedError, naming it and why."""
         schema = self.schema
         table, dead = read_events(data, schema, fmt, guard=TimeGuard.of(
             schema, max_ahead, max_ahead_of_clock))
         timings: dict = {}
-        composites, rejected = run_checked(self.queries, table, engine, placement, timings)
+        failures: list = []
+        composites, rejected = run_checked(self.queries, table, engine, placement, timings,
+                                           failures=failures)
+        if failures:  # the others' answers are whole, but a caller asked for all of them
+            raise QueryFailedError("; ".join(str(f) for f in failures), failures)
         return Result(composites, dead + rejected, table.num_rows, timings)
 
     def stream(self, *, placement: str | None = None, max_ahead: int | str | None = None,

@@ -191,3 +191,15 @@ def test_the_service_refuses_it_when_it_is_added_not_when_it_runs():
     text = V_SHAPE.replace("QUERY vshape INTO alerts", "QUERY vshape")
     with pytest.raises(ControlMessageError, match="reference interpreter only so far"):
         check_query("vshape", text)
+
+
+def test_the_python_api_runs_it_on_the_reference_and_says_why_not_on_jit():
+    import cep_core as cep
+    from cep_core.api import QueryFailedError
+
+    queries = cep.compile(V_SHAPE)
+    rows = [event.attrs for event in events([10, 8, 7, 9, 11])]
+    result = queries.run(rows, engine="reference")
+    assert [c["bottom"] for c in result.to_dicts()] == [7]
+    with pytest.raises(QueryFailedError, match="reference interpreter only"):
+        queries.run(rows)
