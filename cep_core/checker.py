@@ -515,6 +515,13 @@ class _QueryChecker(ast.Visitor):
                 self.error(node.pos, "PREV takes one argument (Flink 2.3 refuses an offset: "
                                      "PREV(B.price), not PREV(B.price, 2))")
                 return None
+            named = next((a for a in node.args[0].find_all(ast.Attr) if a.var), None)
+            if named is not None:
+                self.error(named.pos, f"PREV({named.var}.{named.name}): Flink refuses a "
+                                      f"variable's column in PREV (no physical offsets within "
+                                      f"a partition); write PREV({named.name}) for the "
+                                      f"previous row, or LAST({named.var}.{named.name}, 1)")
+                return None
             return self.expr(node.args[0], scope)
         if node.args:
             self.error(node.pos, f"{name}() takes no argument")

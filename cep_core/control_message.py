@@ -323,7 +323,8 @@ def horizon(checked: CheckedQuery) -> int | None:
     event time at which it is emitted; INFINITE when unbounded (released at end of input).
 
     MATCH reports on the last event (0). SEQ waits at most its window (trailing negations,
-    timeouts). Time windows release once time passes their end, so the last member lies
+    timeouts); MATCH_RECOGNIZE its WITHIN (unbounded without). Time windows release once
+    time passes their end, so the last member lies
     within RANGE; count windows and windows over another attribute are unbounded here."""
     body = checked.query.body
     if isinstance(body, ast.MatchQuery):
@@ -332,6 +333,8 @@ def horizon(checked: CheckedQuery) -> int | None:
         if body.within is None or body.tesla:
             return INFINITE
         return checked.time_units(body.within)
+    if isinstance(body, ast.RecognizeQuery):  # a match waits behind earlier partial ones
+        return INFINITE if body.within is None else checked.time_units(body.within)
     window = body.window
     if isinstance(window, ast.TimeWindow) and window.attr in (None, checked.schema.time):
         return checked.time_units(window.range)

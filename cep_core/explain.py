@@ -168,6 +168,8 @@ def explain(checked: CheckedQuery) -> Explanation:
         out = _match(checked, body)
     elif isinstance(body, ast.SeqQuery):
         out = _seq(checked, body)
+    elif isinstance(body, ast.RecognizeQuery):
+        out = _recognize(checked, body)
     else:
         out = _window(checked, body)
     out.lines.extend(_common(checked))
@@ -291,6 +293,42 @@ def _step(step: ast.Step) -> str:
     if step.within is not None:
         text += f" WITHIN {step.within.amount} {step.within.unit} FROM {step.anchor}"
     return text
+
+
+def _recognize(checked: CheckedQuery, body: ast.RecognizeQuery) -> Explanation:
+    """Flink's automaton (cep_core/reference/recognize.py): a state per counted row of each
+    variable, TAKE and PROCEED edges, and the NOT a greedy quantifier puts on the edges after
+    it."""
+    from cep_core.reference.recognize import PROCEED, program
+
+    nfa = program(checked)
+    ids: dict[int, str] = {}
+    order, stack = [], [nfa.start]
+    while stack:  # number the states from the start, depth first
+        state = stack.pop()
+        if id(state) in ids:
+            continue
+        ids[id(state)] = "end" if state.final else f"s{len(ids)}"
+        order.append(state)
+        stack.extend(reversed([t.target for t in state.transitions]))
+    defines = {d.name: unparse(d.condition) for d in body.defines}
+    skip = body.skip.value.upper() + (f" {body.skip_var}" if body.skip_var else "")
+    within = f", WITHIN {body.within.amount} {body.within.unit}" if body.within else ""
+    out = Explanation(checked.name, "match_recognize",
+                      f"Flink's NFA, {len(order)} states, AFTER MATCH SKIP {skip}{within}")
+    for state in order:
+        key = ids[id(state)]
+        out.nodes[key] = ("end" if state.final else f"{key}: {state.var}",
+                          "doublecircle" if state.final else "circle")
+        for t in state.transitions:
+            take = t.action != PROCEED
+            what = (f"take {state.var}: {defines.get(state.var, 'TRUE')}" if take
+                    else "proceed")
+            unless = "".join(f" AND NOT {v}" for v in t.condition.unless)
+            out.edges.append(Edge(key, ids[id(t.target)], what + unless,
+                                  "solid" if take else "dashed"))
+            out.lines.append(f"{key} --{what}{unless}--> {ids[id(t.target)]}")
+    return out
 
 
 def _window(checked: CheckedQuery, body: ast.WindowQuery) -> Explanation:

@@ -203,3 +203,22 @@ def test_the_python_api_runs_it_on_the_reference_and_says_why_not_on_jit():
     assert [c["bottom"] for c in result.to_dicts()] == [7]
     with pytest.raises(QueryFailedError, match="reference interpreter only"):
         queries.run(rows)
+
+
+def test_prev_of_a_variables_column_is_refused_as_flink_refuses_it():
+    with pytest.raises(QueryErrors, match=r"write PREV\(price\) for the previous row, or "
+                                          r"LAST\(B.price, 1\)") as refused:
+        load_query_text(V_SHAPE.replace("B.price < PREV(price)", "B.price < PREV(B.price)"),
+                        path="q.cep")
+    assert refused.value.errors[0].pos.line == 9
+
+
+def test_explain_draws_flinks_automaton_with_the_greedy_not():
+    from cep_core.explain import explain
+
+    [checked] = load_query_text(V_SHAPE)
+    drawn = explain(checked)
+    assert drawn.kind == "match_recognize"
+    assert "s2 --take B: B.price < PREV(price)--> s2" in drawn.lines
+    assert "s3 --take C: C.price > PREV(price) AND NOT B--> end" in drawn.lines
+    assert "horizon: unbounded" in drawn.lines
