@@ -317,7 +317,10 @@ class Chained(Splitter):
                 f"{shape.get('shards')} coordinator shards; this pipeline has "
                 f"{self.partitions} and {self.topics.shards} (run it with those)")
         check_offsets(marks, [Offset(self.topics.source, int(p), o, name="source offset")
-                              for p, o in state["offsets"].items() if o >= 0], one.where())
+                              for p, o in state["offsets"].items() if o >= 0]
+                      + [Offset(self.topics.keyed, int(p), o, name="keyed offset")
+                         for p, o in (state.get("keyed") or {}).items() if o >= 0],
+                      one.where())
         generation = envelope.generation or 0
         parts = []
         for p in range(self.partitions):
