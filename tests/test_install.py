@@ -171,6 +171,9 @@ def test_the_installed_api_serves_the_console(installed):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/console/console.js",
                                     timeout=5) as script:
             assert b"EventSource" in script.read()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/console/vendor/uPlot.iife.min.js",
+                                    timeout=5) as charts:  # vendored: nothing from a CDN
+            assert b"uPlot" in charts.read()
     finally:
         api.terminate()
         api.wait(30)
