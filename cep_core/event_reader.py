@@ -682,10 +682,11 @@ def _simply_quoted(block: bytes) -> bool:
     if len(quotes) % 2:
         return False
     opens, closes = quotes[0::2], quotes[1::2]
-    before = np.where(opens > 0, data[np.maximum(opens - 1, 0)], ord("\n"))
-    after = np.where(closes + 1 < len(data), data[np.minimum(closes + 1, len(data) - 1)],
-                     ord("\n"))
-    if not (np.isin(before, list(b",\n")).all() and np.isin(after, list(b",\r\n")).all()):
+    before = data[np.maximum(opens - 1, 0)]  # the block's edges count as line ends
+    after = data[np.minimum(closes + 1, len(data) - 1)]
+    if not (((before == ord(",")) | (before == ord("\n")) | (opens == 0)).all() and
+            ((after == ord(",")) | (after == ord("\n")) | (after == ord("\r")) |
+             (closes == len(data) - 1)).all()):
         return False
     ends = np.flatnonzero((data == ord("\n")) | (data == ord("\r")))  # of lines
     return not (np.searchsorted(quotes, ends) % 2).any()  # none inside quotes
