@@ -13,6 +13,7 @@ or `--kafka-config`.
 # `cep` invocation.
 
 import os
+import sys
 from enum import StrEnum
 from typing import Annotated
 
@@ -157,6 +158,9 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
             topics = Topics(stream, source, control, topic_prefix, coordinators)
             if shard >= coordinators:
                 raise cli_error(f"--shard {shard}: not below --coordinators {coordinators}", 2)
+            if role is Role.all and not distributed and workers > 1:
+                print(f"note: --workers {workers} applies to --distributed; the chained "
+                      "pipeline runs every keyed partition in one process", file=sys.stderr)
             if role is Role.all:  # the children inherit CEP_SCHEMA_PATH
                 stopping = stop_flag()
                 create_topics(settings, topics, partitions)
