@@ -63,6 +63,10 @@ def recognize_elements(pattern: ast.Regex, error=None) -> list[RecognizeElement]
         refuse(pattern.pos, f"the pattern needs {states:,} automaton states (one per row a "
                             f"bounded quantifier counts); at most {MAX_STATES} are taken")
         return []
+    if elements and len(flat) == len(elements) and all(e.min == 0 for e in elements):
+        refuse(pattern.pos, "every variable of PATTERN is optional, so it could match no "
+                            "row: Flink refuses that (at least one variable must be "
+                            "required)")
     for before, after in zip(elements, elements[1:]):
         if before.greedy and before.min != before.max and before.max != 1 and after.min == 0:
             refuse(after.pos, f"'{after.var}' is optional right after the greedy '{before.var}': "

@@ -222,3 +222,8 @@ def test_explain_draws_flinks_automaton_with_the_greedy_not():
     assert "s2 --take B: B.price < PREV(price)--> s2" in drawn.lines
     assert "s3 --take C: C.price > PREV(price) AND NOT B--> end" in drawn.lines
     assert "horizon: unbounded" in drawn.lines
+
+
+def test_a_pattern_of_optional_variables_only_is_refused_as_flink_refuses_it():
+    with pytest.raises(QueryErrors, match="every variable of PATTERN is optional"):
+        load_query_text(V_SHAPE.replace("A B+ C", "A? B* C{0,2}?"))

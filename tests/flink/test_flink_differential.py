@@ -1,5 +1,6 @@
 """MATCH_RECOGNIZE against Apache Flink itself (slow: Flink starts a JVM and runs every
-statement; about 5 s per statement on 2 cores): `make test-full` only, with `.venv-flink`."""
+statement, about 4 s each on 2 cores, some 4 minutes in all): `make test-full` only, with
+`.venv-flink` (`make venv-flink`)."""
 
 import os
 import random
@@ -14,10 +15,10 @@ pytestmark = pytest.mark.skipif(
 
 
 def test_generated_statements_answer_as_flink():
-    rng = random.Random(7)
-    data = differential.rows(120, rng)
-    statements = {f"case{i}": differential.statement(rng) for i in range(30)}
+    rng = random.Random(5)  # as `differential.py --cases 60 --rows 300 --seed 5`
+    data = differential.rows(300, rng)
+    statements = {f"case{i}": differential.statement(rng) for i in range(60)}
+    statements["mshape"] = differential.MSHAPE
     answers = differential.run_flink(statements, data)
-    problems = differential.compare(statements, data, answers)
-    # Known, explained differences (docs/semantics.md) are counted, not hidden.
-    assert len(problems) <= len(statements) // 2, "\n".join(problems)
+    assert differential.compare(statements, data, answers) == []
+    assert sum(isinstance(a, list) and len(a) > 0 for a in answers.values()) >= 20
