@@ -3,10 +3,11 @@
 A Kafka source delivers one JSON event per message. `decode_json_batch` turns a batch of
 such messages into one Arrow table (column `seq`, then the stream's attributes) without
 building an Event per record: orjson parses each record and columns are gathered and
-type-checked a whole column at a time. A batch where anything needs a closer look (a
-missing or mistyped attribute, an ISO time, a record carrying its own `seq`, bad JSON)
-falls back to `decode_record` record by record, so reasons and accepted values are exactly
-those of `cep run`.
+type-checked a whole column at a time (times written as ISO-8601 text by
+`cep_core.iso_times`, fields beside the schema's left aside). A batch where anything needs
+a closer look (a missing or mistyped attribute, a time `iso_times` does not read, a record
+carrying its own `seq`, bad JSON) falls back to `decode_record` record by record, so
+reasons and accepted values are exactly those of `cep run`.
 
 Large batches are first parsed as one block of JSON lines by `event_reader`'s pyarrow
 parser, with the same checks and the same fallback as `cep run`'s reader.
@@ -30,6 +31,7 @@ from cep_core import event_reader
 from cep_core.arrow_numpy import ARROW_TYPES, arrow_schema
 from cep_core.errors import EventError
 from cep_core.event_io import DeadLetter, decode_record
+from cep_core.iso_times import iso_times
 from cep_core.schema import StreamSchema
 
 # Python types a column may hold for the fast path to accept it as is.
@@ -109,7 +111,14 @@ def _fast_columns(records: list, schema: StreamSchema, positions: np.ndarray) ->
     arrays = [pa.array(positions, pa.int64())]
     for name, kind in schema.attributes.items():
         values = list(map(dict.get, records, repeat(name)))
-        if set(map(type, values)) - _FAST_TYPES[kind]:
+        types = set(map(type, values))
+        if kind == "timestamp" and types == {str}:  # ISO-8601 texts, as decode_record reads
+            array = iso_times(pa.array(values, pa.string()), schema.time_unit)
+            if array.null_count:
+                return None
+            arrays.append(array)
+            continue
+        if types - _FAST_TYPES[kind]:
             return None
         try:
             array = pa.array(values, ARROW_TYPES[kind])

@@ -141,3 +141,42 @@ def test_the_splitters_batches_take_the_block_parser(tmp_path, monkeypatch, name
     monkeypatch.setattr(json_batch, "_fast_columns", None)
     decoded = json_batch.decode_messages(raws, workload.schema(), np.arange(len(raws)))
     assert decoded.table.equals(table) and not decoded.dead
+
+
+@pytest.mark.parametrize("name", REALISTIC)
+def test_small_batches_take_the_column_path(tmp_path, monkeypatch, name):
+    """Under COLUMNAR_FROM messages the splitter reads orjson's records a column at a time:
+    ISO-8601 times and fields beside the schema's do not send a batch record by record."""
+    workload = WORKLOADS[name]
+    path = write_events(workload.written(500, seed=8), tmp_path / "events.jsonl")
+    raws = path.read_bytes().splitlines()
+    table, _ = read_table(path, workload.schema())
+    monkeypatch.setattr(json_batch, "_slow", None)
+    decoded = json_batch.decode_messages(raws, workload.schema(), np.arange(len(raws)))
+    assert decoded.table.equals(table) and not decoded.dead
+
+
+@settings(max_examples=60, deadline=None)
+@given(lines=st.lists(plant_lines(), min_size=1, max_size=30))
+def test_small_batches_of_drawn_lines_decode_as_message_by_message(lines):
+    schema = WORKLOADS["iot"].schema()
+    positions = np.arange(len(lines), dtype=np.int64)
+    got = json_batch.decode_messages(lines, schema, positions)
+    want = json_batch._slow(lines, schema, positions, None, None, "source",
+                            json_batch.DEFAULT_MAX_MESSAGE_BYTES)
+    assert got.table.to_pylist() == want.table.to_pylist()
+    assert got.rows.tolist() == want.rows.tolist() and got.dead == want.dead
+
+
+@settings(max_examples=60, deadline=None)
+@given(times=st.lists(st.one_of(spellings(), usual_times()), min_size=1, max_size=20))
+def test_small_batches_of_drawn_times_decode_as_message_by_message(times):
+    schema = WORKLOADS["iot"].schema()
+    lines = [orjson.dumps({"device": "dev-1", "zone": "zone-1", "kind": "reading",
+                           "temp": 20.5, "humidity": 40.0, "ts": text, "firmware": "1.2"})
+             for text in times]
+    positions = np.arange(len(lines), dtype=np.int64)
+    got = json_batch.decode_messages(lines, schema, positions)
+    want = json_batch._slow(lines, schema, positions, None, None, "source",
+                            json_batch.DEFAULT_MAX_MESSAGE_BYTES)
+    assert got.table.to_pylist() == want.table.to_pylist() and got.dead == want.dead
