@@ -21,10 +21,10 @@ from __future__ import annotations
 import functools
 import time
 
-from cep_core.workloads import WORKLOADS
+from cep_core.workloads import WORKLOADS, jsonl_lines
 from services.stream import frames
 from services.stream.control import ControlMessage
-from services.stream.coordinator import Merger
+from services.stream.merge import Merger
 from services.stream.demo import STREAM, demo_queries, trade_lines
 from services.stream.kafka import Topics
 from services.stream.partition import PartitionState
@@ -143,12 +143,10 @@ def run_realistic(events: int = 200_000, batch: int = 20_000, workloads=REALISTI
 
 def _json_steps(name: str, events: int, batch: int) -> list[list]:
     """The workload's events as `cep gen` writes them, one JSON line a message."""
-    from cep_core.workloads import _jsonl_lines
-
     table = WORKLOADS[name].written(events, 1)
     if "seq" in table.column_names:
         table = table.drop_columns(["seq"])  # the splitter gives the positions
-    lines = b"".join(_jsonl_lines(b) for b in table.to_batches(1 << 20)).splitlines()
+    lines = b"".join(jsonl_lines(b) for b in table.to_batches(1 << 20)).splitlines()
     steps = [records(lines[at:at + batch], 0, at) for at in range(0, events, batch)]
     return steps + [[message(0, events, b"", [("kind", b"end")])]]
 

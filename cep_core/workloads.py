@@ -785,7 +785,7 @@ def write_events(table: pa.Table, path: str | Path, fmt: str | None = None) -> P
     elif fmt == "jsonl":
         with open(path, "wb") as f:
             for batch in table.to_batches(max_chunksize=1 << 20):
-                f.write(_jsonl_lines(batch))
+                f.write(jsonl_lines(batch))
     elif fmt == "csv":
         import pyarrow.csv as pcsv
 
@@ -797,7 +797,7 @@ def write_events(table: pa.Table, path: str | Path, fmt: str | None = None) -> P
     return path
 
 
-def _jsonl_lines(batch: pa.RecordBatch) -> bytes:
+def jsonl_lines(batch: pa.RecordBatch) -> bytes:
     """One JSON object per row, built column-wise. Strings that would need escaping are
     never generated here; if one is, the batch falls back to orjson row by row."""
     texts = _json_texts(pa.StructArray.from_arrays(batch.columns, batch.schema.names))
