@@ -772,11 +772,32 @@ async def tail(request, name, params):
     if replay:
         api.limits.enter("replay")
     try:
-        return await tail_stream(request, api.hub, live.output, tag, name, params.start,
-                                 params.limit, params.idle_s)
+        return await tail_stream(request, api.hub, {live.output: (tag, {name})},
+                                 params.start, params.limit, params.idle_s)
     finally:
         if replay:
             api.limits.leave("replay")
+
+
+@ROUTES.route("GET", "/api/tail", "The composite events of several live queries (default: "
+              "all) as server-sent events, from now on", {200: (None, "`event: composite`, "
+                                                          "`id: PARTITION:OFFSET`, `data:` "
+                                                          "one composite event as JSON"),
+                                                     404: NOT_LIVE},
+              params=m.TailManyParams, kind="tail", event_stream=True)
+async def tail_many(request, params):
+    api = _api(request)
+    live = (await api.snapshot()).live
+    names = params.queries.split(",") if params.queries else sorted(live)
+    missing = [n for n in names if n not in live]
+    if missing:
+        return 404, {"error": f"no live query {missing[0]!r}"}
+    wanted: dict[str, tuple[str, set]] = {}
+    for name in names:
+        query = live[name]
+        tag = Topics(query.checked.schema.stream, prefix=api.config.prefix).group("coordinator")
+        wanted.setdefault(query.output, (tag, set()))[1].add(name)
+    return await tail_stream(request, api.hub, wanted, "end", params.limit, params.idle_s)
 
 
 def make_app(config: ApiConfig, bound: str | None = None) -> web.Application:

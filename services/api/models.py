@@ -199,6 +199,15 @@ class TailParams(Params):
                                  description="End after S seconds without an event.")
 
 
+class TailManyParams(Params):
+    queries: str = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(,[A-Za-z_][A-Za-z0-9_]*)*$",
+                         max_length=100_000, description="Query names apart by commas "
+                         "(absent: every live query).")
+    limit: int = Field(None, ge=1, le=1_000_000, description="End after N events.")
+    idle_s: float = Field(None, ge=0.1, le=3600,
+                          description="End after S seconds without an event.")
+
+
 class QueryState(Reply):
     live: bool
     services: list[str]

@@ -1,8 +1,9 @@
-"""Server-sent events of one query's composite events, read from its INTO topic in
-order (offset order of each partition; the coordinator writes an INTO topic in sort-key
-order). Only records the query's pipeline wrote (header `cep.pipeline`) and whose `query`
-is the query's name are sent; each is `event: composite`, `id: PARTITION:OFFSET`, `data:`
-the composite as JSON. One `event: ready` comes first, once the reading is placed.
+"""Server-sent events of the composite events of one query (or of several: the
+console's table), read from its INTO topic in order (offset order of each partition; the
+coordinator writes an INTO topic in sort-key order). Only records the query's pipeline
+wrote (header `cep.pipeline`) and whose `query` is the query's name are sent; each is
+`event: composite`, `id: PARTITION:OFFSET`, `data:` the composite as JSON. One `event:
+ready` comes first, once the reading is placed.
 `from=beginning` (default `end`) replays what is there; `limit=N` ends the stream after N
 events and `idle_s=S` after S seconds with none (for scripts).
 
@@ -43,12 +44,13 @@ logger = logging.getLogger("cep.api")
 class Tail:
     """One tail's end on the event loop: a bounded buffer of SSE chunks."""
 
-    __slots__ = ("topic", "tag", "name", "start", "buffer", "chunks", "wake", "ready",
-                 "dropped", "ended", "transport", "hub")
+    __slots__ = ("wanted", "start", "buffer", "chunks", "wake", "ready", "dropped",
+                 "ended", "transport", "hub")
 
-    def __init__(self, hub: TailHub, topic: str, tag: str, name: str, start: str,
-                 buffer: int, transport):
-        self.hub, self.topic, self.tag, self.name, self.start = hub, topic, tag, name, start
+    def __init__(self, hub: TailHub, wanted: dict, start: str, buffer: int, transport):
+        """`wanted`: INTO topic -> (the pipeline's tag, the names of the queries whose
+        composite events it wants there); a replay (`start` beginning) reads one topic."""
+        self.hub, self.wanted, self.start = hub, wanted, start
         self.buffer, self.chunks = buffer, deque()
         self.wake = asyncio.Event()
         self.ready = self.dropped = self.ended = False
@@ -84,10 +86,13 @@ class TailHub:
 
     # ------------------------------------------------------------ the loop's side
 
-    def open(self, topic: str, tag: str, name: str, start: str, transport=None) -> Tail:
+    def open(self, wanted: dict, start: str, transport=None) -> Tail:
+        """A tail of the composite events `wanted` (INTO topic -> (tag, query names))."""
         if self.loop is None:
             self.loop = asyncio.get_running_loop()
-        tail = Tail(self, topic, tag, name, start, self.buffer, transport)
+        wanted = {topic: (tag.encode(), frozenset(names))
+                  for topic, (tag, names) in wanted.items()}
+        tail = Tail(self, wanted, start, self.buffer, transport)
         self.tails.add(tail)
         self.counters["opened"] += 1
         if self._thread is None:
@@ -161,18 +166,20 @@ class TailHub:
                         if tail.start == "beginning":
                             consumer = self.settings.consumer()
                             self.counters["consumers"] += 1
-                            consumer.assign(self._partitions(consumer, tail.topic,
-                                                             OFFSET_BEGINNING))
+                            consumer.assign([tp for topic in tail.wanted for tp in
+                                             self._partitions(consumer, topic,
+                                                              OFFSET_BEGINNING)])
                             replays[tail] = consumer
                         else:
                             if shared is None:
                                 shared = self.settings.consumer()
                                 self.counters["consumers"] += 1
-                            if tail.topic not in assigned:
-                                parts = self._partitions(shared, tail.topic, OFFSET_END)
-                                shared.incremental_assign(parts)
-                                assigned[tail.topic] = parts
-                            by_topic.setdefault(tail.topic, set()).add(tail)
+                            for topic in tail.wanted:
+                                if topic not in assigned:
+                                    parts = self._partitions(shared, topic, OFFSET_END)
+                                    shared.incremental_assign(parts)
+                                    assigned[topic] = parts
+                                by_topic.setdefault(topic, set()).add(tail)
                         unready.add(tail)
                     elif command == "close":
                         unready.discard(tail)
@@ -180,12 +187,13 @@ class TailHub:
                         if consumer is not None:
                             consumer.close()
                             self.counters["consumers"] -= 1
-                        tails = by_topic.get(tail.topic)
-                        if tails is not None and tail in tails:
-                            tails.discard(tail)
-                            if not tails:
-                                del by_topic[tail.topic]
-                                shared.incremental_unassign(assigned.pop(tail.topic))
+                        for topic in tail.wanted:
+                            tails = by_topic.get(topic)
+                            if tails is not None and tail in tails:
+                                tails.discard(tail)
+                                if not tails:
+                                    del by_topic[topic]
+                                    shared.incremental_unassign(assigned.pop(topic))
                     try:
                         command, tail = self._commands.get_nowait()
                     except queue.Empty:
@@ -254,7 +262,8 @@ class TailHub:
                 continue
             chunk = name = None
             for tail in tails:
-                if tail.tag.encode() != tag:
+                tail_tag, names = tail.wanted.get(message.topic(), (None, ()))
+                if tail_tag != tag:
                     continue
                 if name is None:
                     try:
@@ -264,20 +273,20 @@ class TailHub:
                     name = composite.get("query") if isinstance(composite, dict) else ""
                     chunk = b"event: composite\nid: %d:%d\ndata: %s\n\n" % (
                         message.partition(), message.offset(), orjson.dumps(composite))
-                if tail.name == name:
+                if name in names:
                     batches.setdefault(tail, []).append(chunk)
 
 
-async def stream(request: web.Request, hub: TailHub, topic: str, tag: str, name: str,
-                 start: str, limit: int | None, idle_s: float | None) -> web.StreamResponse:
-    """The tail's response, until `limit` events, `idle_s` without one, the client goes,
-    it is dropped, or the API stops."""
-    tail = hub.open(topic, tag, name, start, request.transport)
+async def stream(request: web.Request, hub: TailHub, wanted: dict, start: str,
+                 limit: int | None, idle_s: float | None) -> web.StreamResponse:
+    """The tail's response (`wanted`: INTO topic -> (tag, query names)), until `limit`
+    events, `idle_s` without one, the client goes, it is dropped, or the API stops."""
+    tail = hub.open(wanted, start, request.transport)
     try:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                                "Cache-Control": "no-cache"})
         await response.prepare(request)
-        await response.write(b": tail of " + topic.encode() + b"\n\n")
+        await response.write(b": tail of " + ", ".join(sorted(wanted)).encode() + b"\n\n")
         sent, announced = 0, False
         loop = asyncio.get_running_loop()
         last = beat = loop.time()

@@ -6,11 +6,11 @@
 const $ = (id) => document.getElementById(id);
 const REFRESH_MS = 2000;     // the queries, the pipeline and the history are read so often
 const KEEP_EVENTS = 200;     // composite events kept for the table (newest first)
-const MAX_TAILS = 4;         // queries followed at once (a browser opens 6 connections a host)
 const HISTORY_S = 600;       // what the charts show
 const events = [];           // composite events, newest first: {query, composite}
-const tails = new Map();     // query name -> EventSource of its tail
-const following = new Set(); // queries whose tail is placed (its `ready` event came)
+let tail = null;             // one EventSource: the chosen query's events, or every query's
+let tailOf = null;           // the query it follows ("": every live query)
+const following = new Set(); // queries whose events it brings (once its `ready` came)
 const history = new Map();   // query name -> {t: [], composites_per_s: [], ...}
 let liveQueries = [];        // the last /api/queries answer
 let historySince = 0;
@@ -312,43 +312,40 @@ function drawQueries() {
   }
   const select = $("filter-query");
   const chosen = select.value;
-  select.replaceChildren(new Option(`all followed (first ${MAX_TAILS})`, ""),
+  select.replaceChildren(new Option("all queries", ""),
     ...liveQueries.map((q) => new Option(q.name, q.name)));
   select.value = liveQueries.some((q) => q.name === chosen) ? chosen : "";
 }
 
 // ---------------------------------------------------------------- composite events
 
-function followChosen() {  // the chosen query, else the first MAX_TAILS live ones
+function followChosen() {  // one tail: the chosen query's, else every live query's
   const chosen = $("filter-query").value;
-  const wanted = new Set(chosen ? [chosen] :
-    liveQueries.slice(0, MAX_TAILS).map((q) => q.name));
-  for (const [name, source] of tails) {
-    if (!wanted.has(name)) {
-      source.close();
-      tails.delete(name);
-      following.delete(name);
+  const names = liveQueries.map((q) => q.name);
+  // every query's tail is opened again when the live set changes (it starts at the end)
+  const wanted = chosen || "\u0000" + names.join(",");
+  if (wanted === tailOf) return;
+  if (tail) tail.close();
+  following.clear();
+  tailOf = wanted;
+  tail = null;
+  $("following").textContent = names.length ? `following ${chosen || "every query"}` : "";
+  if (!names.length) return;
+  tail = new EventSource("/api/tail" + (chosen ? "?queries=" + encodeURIComponent(chosen) : ""));
+  tail.addEventListener("ready", () => {
+    for (const name of chosen ? [chosen] : names) following.add(name);
+    for (const row of document.querySelectorAll("#queries tbody tr")) {
+      if (following.has(row.dataset.query)) row.dataset.tail = "ready";
     }
-  }
-  for (const name of wanted) if (!tails.has(name)) follow(name);
-  $("following").textContent = `following ${[...wanted].join(", ") || "no query"}`;
-}
-
-function follow(name) {
-  const source = new EventSource("/api/queries/" + encodeURIComponent(name) + "/tail");
-  source.addEventListener("ready", () => {
-    following.add(name);
-    const row = document.querySelector(`#queries tr[data-query="${CSS.escape(name)}"]`);
-    if (row) row.dataset.tail = "ready";
   });
-  source.addEventListener("composite", (event) => {
+  tail.addEventListener("composite", (event) => {
     timing.received += 1;
-    events.unshift({query: name, composite: JSON.parse(event.data)});
+    const composite = JSON.parse(event.data);
+    events.unshift({query: composite.query, composite});
     if (events.length > KEEP_EVENTS) events.length = KEEP_EVENTS;
     if (paused) { missed += 1; $("paused-count").textContent = `${missed} new while paused`; }
     else scheduleEvents();
   });
-  tails.set(name, source);
 }
 
 let eventsScheduled = false;
