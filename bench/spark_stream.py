@@ -12,7 +12,8 @@ job on 1,000 events has started the session's Python workers. Latency: a writer 
 file every `trigger / 2` s at half the measured rate; a file's latency is from its rename
 into the directory to the end of the micro-batch that took it (the sink's write, found by
 batch id in the offset log). Restart: the throughput job's checkpoint, one more file, a
-new query on it: the seconds until that file is written out (state restored).
+new query on it: the seconds until that file is written out (state restored). Then the
+Kafka service's `cep bench e2e --mode chained` on the same count (its M-shape query).
 """
 
 from __future__ import annotations
@@ -177,7 +178,7 @@ def cep_run_baseline(count: int, seed: int, workdir: Path) -> dict:
 
 def bench_spark_stream(count: int = 200_000, masters: tuple[str, ...] = ("local[1]", "local[2]"),
                        per_file: int = 10_000, triggers: tuple[float, ...] = (1.0, 2.0),
-                       seed: int = 1, workdir: str | None = None) -> dict:
+                       seed: int = 1, workdir: str | None = None, e2e: bool = True) -> dict:
     directory = Path(workdir or tempfile.mkdtemp(prefix="cep-bench-spark-stream-"))
     directory.mkdir(parents=True, exist_ok=True)
     result: dict = {"count": count, "per_file": per_file,
@@ -192,6 +193,15 @@ def bench_spark_stream(count: int = 200_000, masters: tuple[str, ...] = ("local[
         figures = json.loads(done.stdout.strip().splitlines()[-1])
         figures["load_after"] = os.getloadavg()[0]
         result[master] = figures
+    if e2e:  # the Kafka service (chained pipeline) on the same count, same machine
+        done = subprocess.run([sys.executable, "-m", "services.cli.main", "bench", "e2e",
+                               "--json", "--count", str(count), "--mode", "chained"],
+                              capture_output=True, text=True)
+        try:
+            result["kafka_service_e2e"] = json.loads(done.stdout[done.stdout.index("{"):])
+        except ValueError:
+            result["kafka_service_e2e"] = {"failed": done.stderr[-500:]}
+        result["load_after_e2e"] = os.getloadavg()[0]
     return result
 
 
@@ -205,6 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--triggers", default="1,2")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workdir")
+    parser.add_argument("--no-e2e", action="store_true", help="skip `cep bench e2e`")
     parser.add_argument("--one", metavar="MASTER", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     triggers = tuple(float(t) for t in args.triggers.split(","))
@@ -213,7 +224,8 @@ def main(argv: list[str] | None = None) -> None:
                                     args.seed, Path(args.workdir))))
         return
     print(json.dumps(bench_spark_stream(args.count, tuple(args.masters.split(",")),
-                                        args.per_file, triggers, args.seed, args.workdir),
+                                        args.per_file, triggers, args.seed, args.workdir,
+                                        not args.no_e2e),
                      indent=1))
 
 

@@ -73,6 +73,8 @@ NOT_EXAMPLES = {
                    '"symbol": "IBM", "count": 9}'),
     ("reliability.md", "# 5000 small JSON messages/s, keyed, into a 4-partition topic, "
                        "50 every 10 ms"),
+    ("scaling.md", "spark-submit --master yarn --deploy-mode client \\"),
+    ("spark_streaming.md", "source (cep_kafka | cep_files)"),
 }
 FPGA_RESOURCES = "(0|1)*1(0|1)^i: NFA vs powerset DFA (6-input LUTs, flip-flops)"
 # Sub-commands the test runs; every other one is only parsed.

@@ -127,6 +127,8 @@ def bench_spark_stream(
     workdir: Annotated[Path | None, typer.Option(metavar="DIR", help="Where the data and "
                                                  "checkpoints go (default: a temporary "
                                                  "directory).")] = None,
+    e2e: Annotated[bool, typer.Option("--e2e/--no-e2e", help="Also run `cep bench e2e "
+                                      "--mode chained` (the Kafka service).")] = True,
 ) -> None:
     """The Spark streaming job against `cep run --engine jit` on the same events:
     throughput, latency p50/p99 per trigger interval, state size, restart (JSON)."""
@@ -139,7 +141,7 @@ def bench_spark_stream(
 
         print_json(run_bench(count, tuple(masters.split(",")), per_file,
                              tuple(float(t) for t in triggers.split(",")), seed,
-                             str(workdir) if workdir else None))
+                             str(workdir) if workdir else None, e2e))
 
     guard(body)
 

@@ -45,6 +45,11 @@ _POSITIONS = re.compile(r"pos=Pos\([^)]*\)")
 # Python workers, so the next micro-batch of a shard usually finds its engines here and
 # restores nothing.
 _KEPT: dict[tuple, tuple] = {}
+# One CheckedQuery per query text and place in this Python worker: every task unpickles its
+# own copies, and the compiled programs (numba kernels) are kept per CheckedQuery object
+# (`cep_core.compiler.programs.once_per_query`), so engines made from the first copy seen
+# share its programs instead of compiling them again.
+_CANONICAL: dict[tuple, CheckedQuery] = {}
 
 
 def fingerprint(checked: CheckedQuery) -> str:
@@ -83,6 +88,7 @@ class ShardRunner:
         self.drop = drop  # the routing columns
         self.groups = groups
         self.kernel_cache = kernel_cache
+        self._canonical = False
         self.fingerprints = {g: {q.name: fingerprint(q) for q in qs} for g, qs in groups.items()}
         self.kept_as = {g: orjson.dumps(f).decode() for g, f in self.fingerprints.items()}
 
@@ -94,6 +100,7 @@ class ShardRunner:
             yield _dead_rows(table)
             return
         os.environ["CEP_KERNEL_CACHE"] = self.kernel_cache
+        self._share_programs()
         table = table.sort_by([("seq", "ascending")])
         version, engines, encoder = self._engines(group, shard, state)
         kept_key = (self.job, self.kept_as[group], group, shard)
@@ -119,6 +126,14 @@ class ShardRunner:
         version += 1
         state.update((version, engines.snapshot(), self.kept_as[group]))
         _KEPT[kept_key] = (version, engines, encoder)
+
+    def _share_programs(self) -> None:
+        if self._canonical:
+            return
+        for group, queries in self.groups.items():
+            self.groups[group] = [_CANONICAL.setdefault(
+                (self.fingerprints[group][q.name], q.name, q.index), q) for q in queries]
+        self._canonical = True
 
     def _engines(self, group: str, shard: int, state):
         queries = self.groups[group]
