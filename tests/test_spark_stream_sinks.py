@@ -1,0 +1,107 @@
+"""The Spark streaming job's pieces that need no Spark: the Kafka sink writes a micro-batch
+once however often it is run (a run cut short, a run again after a restart), places keys
+where librdkafka's murmur2 partitioner does; the sequencer's carry; a snapshot cut down to
+the queries kept across a change of queries restores into engines made for them."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+
+from cep_core.checker import load_queries
+from cep_core.composite_batch import to_dicts
+from cep_core.event_reader import read_table
+from cep_core.runner import new_engines
+from services.spark_stream.keyed_state import kept_snapshot
+from services.spark_stream.sequencer import Carry, CarryStore, Sequencer
+from services.spark_stream.sinks import KafkaSink, murmur2_partition
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def _rows(n: int, query: str = "q") -> pa.Table:
+    keys = [orjson.dumps(f"k{i % 7}").decode() for i in range(n)]
+    return pa.table({
+        "kind": ["composite"] * n, "query": [query] * n,
+        "query_index": pa.array([0] * n, pa.int32()), "key": keys,
+        "seq": pa.array(range(n), pa.int64()), "start_seq": pa.array(range(n), pa.int64()),
+        "reason": pa.nulls(n, pa.string()),
+        "body": [orjson.dumps({"query": query, "key": orjson.loads(k), "seq": i}).decode()
+                 for i, k in enumerate(keys)]})
+
+
+def test_kafka_sink_writes_each_batch_once(kafka_bootstrap):
+    from services.stream.kafka import KafkaSettings, ensure_topics, read_all
+
+    settings = KafkaSettings.from_env(kafka_bootstrap)
+    topic = f"sink_{uuid.uuid4().hex[:8]}"
+    ensure_topics(settings, {topic: 3})
+    sink = KafkaSink(kafka_bootstrap, {"q": topic})
+    batch = _rows(40)
+    sink.write(batch.slice(0, 11), 5)  # a run of batch 5 cut short after 11 rows
+    sink.write(batch, 5)  # batch 5 again, whole
+    sink.write(batch, 5)
+    sink.write(batch.slice(0, 3), 4)  # an older batch: all there already
+    messages = read_all(settings, topic)
+    assert sorted(m.value() for m in messages) == sorted(b.encode() for b in
+                                                          batch.column("body").to_pylist())
+    sink.write(_rows(5), 6)  # the next batch goes out
+    assert len(read_all(settings, topic)) == 45
+    for m in messages:  # where librdkafka's murmur2 partitioner puts the key
+        assert m.partition() == murmur2_partition(m.key(), 3)
+
+
+def test_murmur2_as_librdkafka(kafka_bootstrap):
+    from services.stream.kafka import KafkaSettings, ensure_topics, read_all
+
+    settings = KafkaSettings.from_env(kafka_bootstrap)
+    topic = f"murmur_{uuid.uuid4().hex[:8]}"
+    ensure_topics(settings, {topic: 5})
+    producer = settings.producer()  # partitioner murmur2_random, as the service's
+    keys = [b"", b"a", b"ab", b"abc", b"abcd", b'"AAPL"', b"null", b'["x",1]',
+            "ünïcode".encode()] + [f"key-{i}".encode() for i in range(40)]
+    for key in keys:
+        producer.produce(topic, b"v", key=key)
+    producer.flush(30)
+    for m in read_all(settings, topic):
+        assert m.partition() == murmur2_partition(m.key() or b"", 5), m.key()
+
+
+def test_carry_goes_on_from_step_to_step(tmp_path):
+    queries = load_queries(EXAMPLES / "finance.cep")
+    store = CarryStore(str(tmp_path))
+    store.put({"0": 0}, Carry())
+    lines = (EXAMPLES / "data" / "trades.jsonl").read_bytes().splitlines()
+    first = Sequencer(queries[0].schema, store.get({"0": 0}))
+    one = first.messages(lines[:5] + [b"{bad"], None, 0, "trades")
+    store.put({"0": 6}, first.carry)
+    second = Sequencer(queries[0].schema, store.get({"0": 6}))
+    two = second.messages(lines[5:8], None, 0, "trades")
+    assert one.column("seq").to_pylist() == [0, 1, 2, 3, 4, 5]
+    assert one.column("__cep_kind").to_pylist() == ["event"] * 5 + ["dead"]
+    assert two.column("seq").to_pylist() == [6, 7, 8]
+    assert second.carry.time == orjson.loads(lines[7])["ts"]
+    assert second.end(0, 2) is None and second.end(1, 2).column("seq").to_pylist() == [9]
+
+
+def test_kept_snapshot_restores_the_kept_queries():
+    queries = load_queries(EXAMPLES / "finance.cep")  # mshape (MATCH), activity (WINDOW)
+    table, _ = read_table(EXAMPLES / "data" / "trades.jsonl", queries[0].schema)
+    whole, encoder = new_engines(queries)
+    want = to_dicts(whole.process_columns(encoder.from_arrow(table)))
+    want += to_dicts(whole.flush_columns())
+    for kept in (["activity"], ["mshape"]):
+        first, encoder = new_engines(queries)
+        to_dicts(first.process_columns(encoder.from_arrow(table.slice(0, 500))))
+        chosen = [q for q in queries if q.name in kept]
+        after, encoder = new_engines(chosen)
+        groupings = set(after.windows.groupings) if after.windows is not None else set()
+        after.restore(kept_snapshot(first.snapshot(), set(kept), groupings))
+        got = to_dicts(after.process_columns(encoder.from_arrow(table.slice(500))))
+        got += to_dicts(after.flush_columns())
+        assert got and not after.failed
+        assert sorted(map(orjson.dumps, got)) == sorted(
+            orjson.dumps(c) for c in want if c["query"] in kept and c["seq"] >= 500)
