@@ -237,7 +237,7 @@ def _check_query(name: str, text: str, registry: SchemaRegistry) -> CheckedQuery
     if queries[0].name != name:
         raise ControlMessageError(f"the text defines query {queries[0].name!r}, not "
                                   f"{name!r}")
-    if queries[0].query.kind == "recognize":
+    if queries[0].query.kind is ast.QueryKind.RECOGNIZE:
         raise ControlMessageError(f"query {name!r} is a MATCH_RECOGNIZE query: it runs on the "
                                   "reference interpreter only so far (cep run --engine "
                                   "reference); the service cannot run it yet")
