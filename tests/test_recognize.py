@@ -227,3 +227,10 @@ def test_explain_draws_flinks_automaton_with_the_greedy_not():
 def test_a_pattern_of_optional_variables_only_is_refused_as_flink_refuses_it():
     with pytest.raises(QueryErrors, match="every variable of PATTERN is optional"):
         load_query_text(V_SHAPE.replace("A B+ C", "A? B* C{0,2}?"))
+
+
+def test_the_backfill_refuses_it_before_spark_starts():
+    from services.backfill.job import run_backfill
+
+    with pytest.raises(ValueError, match="vshape: MATCH_RECOGNIZE runs on the reference"):
+        run_backfill(None, load_query_text(V_SHAPE), [], "/nonexistent/out")
