@@ -234,3 +234,13 @@ def test_the_backfill_refuses_it_before_spark_starts():
 
     with pytest.raises(ValueError, match="vshape: MATCH_RECOGNIZE runs on the reference"):
         run_backfill(None, load_query_text(V_SHAPE), [], "/nonexistent/out")
+
+
+def test_a_file_holds_it_beside_queries_of_our_own_language():
+    text = ("QUERY dips FROM quotes PARTITION BY symbol PATTERN (. down) "
+            "DEFINE down AS price < Last(price) EMIT low = price;\n"
+            + V_SHAPE.split("\n", 1)[1])
+    dips, flink = load_query_text(text)
+    assert (dips.query.kind, flink.query.kind, flink.name) == ("match", "recognize", "T")
+    found = reference.run([dips, flink], events([10, 8, 7, 9]))
+    assert [(c["query"], c["seq"]) for c in found] == [("dips", 1), ("T", 3)]
