@@ -13,7 +13,7 @@ from cep_core.json_batch import decode_json_batch
 from cep_core.schema import SchemaRegistry
 from services.stream import frames
 from services.stream.control import ControlMessage, QuerySet, horizon, parse_control
-from services.stream.coordinator import Merger
+from services.stream.merge import Merger
 from services.stream.splitter import partition_ids
 
 TRADES = SchemaRegistry().get("trades")

@@ -13,7 +13,7 @@ import orjson
 from cep_core.schema import SchemaRegistry
 from services.stream import frames
 from services.stream.control import ControlMessage
-from services.stream.coordinator import Merger
+from services.stream.merge import Merger
 from services.stream.frames import Frame
 from services.stream.memory_pipeline import MemoryPipeline
 

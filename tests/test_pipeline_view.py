@@ -11,7 +11,7 @@ import orjson
 from services.api.history import History
 from services.api.pipeline import endpoint_figures, graph_dot, pipeline, process_figures
 from services.stream import frames
-from services.stream.coordinator import Merger
+from services.stream.merge import Merger
 from services.stream.kafka import Topics
 from services.stream.metrics import Metrics, withheld
 

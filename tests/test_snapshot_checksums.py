@@ -38,7 +38,8 @@ from services.stream.checkpoint import (  # noqa: E402
     check_offsets,
     slot_key,
 )
-from services.stream.coordinator import Coordinator, Merger  # noqa: E402
+from services.stream.coordinator import Coordinator  # noqa: E402
+from services.stream.merge import Merger  # noqa: E402
 from services.stream.kafka import KafkaSettings, Topics  # noqa: E402
 from services.stream.memory_pipeline import MemoryPipeline  # noqa: E402
 from services.stream.metrics import Metrics  # noqa: E402

@@ -28,7 +28,7 @@ from cep_core.composites import read_table as composite_dicts  # noqa: E402
 from cep_core.engine_factory import create_engine  # noqa: E402
 from cep_core.event_reader import events_from_table  # noqa: E402
 from cep_core.snapshot_format import unpack_json  # noqa: E402
-from services.stream.coordinator import Merger  # noqa: E402
+from services.stream.merge import Merger  # noqa: E402
 from services.stream.partition import PartitionState  # noqa: E402
 from services.stream.splitter import SPLITTER_KEY  # noqa: E402
 

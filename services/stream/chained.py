@@ -45,13 +45,15 @@ from services.stream.checkpoint import (
     Offset,
     Saved,
     check_offsets,
+    logged_steps,
     read_latest,
     restore_newest,
     saved_checkpoints,
     slot_key,
 )
 from services.stream.control import StatusWriter
-from services.stream.coordinator import Coordinator, Merger
+from services.stream.coordinator import Coordinator
+from services.stream.merge import Merger
 from services.stream.kafka import KafkaSettings, produce
 from services.stream.metrics import Metrics, engines_by_query
 from services.stream.partition import PartitionState
@@ -59,7 +61,7 @@ from services.stream.reorder_checkpoint import saved_state
 from services.stream.routing import message
 from services.stream.serve import log
 from services.stream.splitter import Splitter
-from services.stream.splitter_order import ORDER_HEADER, LoggedOrder, logged_steps
+from services.stream.splitter_order import ORDER_HEADER, LoggedOrder
 
 CHAINED_KEY = b"chained"  # the cut's seq state and source offsets (a splitter checkpoint)
 STAGE_HEADER = "cep.taken_ms"  # on INTO records: when the step that released them began

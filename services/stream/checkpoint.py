@@ -1,6 +1,7 @@
 """Reading checkpoints back: the newest record per key of a state topic, the newest good
 checkpoint of a service among the last two, offsets checked against the broker's, and
-what a coordinator wrote to an output topic after its last checkpoint.
+what a coordinator wrote to an output topic after its last checkpoint, the splitter's
+logged consumption order (services/stream/splitter_order.py).
 
 The reads are bounded by the fetch high-watermark (ListOffsets "latest" is wrong on tansu,
 docs/broker.md) and keep only what they need in memory: tansu does not compact, so a
@@ -23,11 +24,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+import orjson
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from cep_core import snapshot_format
 from cep_core.snapshot_format import SnapshotError
 from services.stream.kafka import KafkaSettings
+from services.stream.serve import log
+from services.stream.splitter_order import ORDER_HEADER
 
 T = TypeVar("T")
 ALT = b".alt"  # the key suffix of the odd generations
@@ -277,3 +281,28 @@ def written_since(settings: KafkaSettings, topic: str, after: int, pipeline: str
     start = after + 1 if after >= 0 else OFFSET_BEGINNING
     read_partitions(settings, [TopicPartition(topic, 0, start)], keep)
     return out
+
+
+def logged_steps(settings: KafkaSettings, keyed: str, partitions: int,
+                 keyed_next: dict[int, int], after: int) -> list[list[list[int]]]:
+    """The runs of steps `after + 1, after + 2, ...` found in the `order` headers of the
+    keyed topic's frames from `keyed_next` on (the beginning where it has no offset)."""
+    found: dict[int, list] = {}
+    name = ORDER_HEADER
+
+    def visit(message) -> None:
+        for key, value in message.headers() or ():
+            if key == name:
+                order = orjson.loads(value)
+                if order["step"] > after:
+                    found.setdefault(order["step"], order["runs"])
+
+    read_partitions(settings, [TopicPartition(keyed, p, keyed_next.get(p, OFFSET_BEGINNING))
+                               for p in range(partitions)], visit)
+    steps = []
+    for number in range(after + 1, max(found, default=after) + 1):
+        if number not in found:  # cannot happen while each partition keeps produce order
+            log("splitter_order_gap", level="error", step=number, found=len(found))
+            break
+        steps.append(found[number])
+    return steps

@@ -23,9 +23,6 @@ coordinator in its start-up `set` frame).
 
 from __future__ import annotations
 
-import itertools
-import os
-import socket
 import time
 
 import orjson
@@ -46,10 +43,8 @@ from cep_core.control_message import LiveSet as QuerySet  # noqa: F401
 from cep_core.control_message import check_query as check_query_text  # noqa: F401
 from cep_core.control_message import validate as parse_control  # noqa: F401
 from cep_core.parser import parse
-from services.stream.kafka import Deliveries, flush_all, produce, read_all
-
-_instances = itertools.count()
-
+from services.stream.kafka import Deliveries, flush_all, read_all
+from services.stream.status import StatusWriter, change_of  # noqa: F401  (their home was here)
 
 def publish(settings, topic: str, message: ControlMessage, key: bytes | None = None,
             timeout_s: float = 10) -> int:
@@ -95,38 +90,6 @@ def split_query_file(text: str, path: str = "<queries>") -> list[tuple[str, str]
 
 
 # ---------------------------------------------------------------- status records
-
-
-def change_of(key: bytes | None, offset: int, message: ControlMessage | None = None) -> dict:
-    """What names a change in status records and control frames."""
-    out = {"key": (key or b"").decode("utf-8", "replace"), "offset": offset}
-    if message is not None:
-        out.update(kind=message.kind, op=message.op, name=message.name)
-    return out
-
-
-class StatusWriter:
-    """Writes one service's records to the status topic."""
-
-    def __init__(self, topic: str, role: str):
-        self.topic, self.role = topic, role
-        n = next(_instances)
-        self.service = f"{role}@{socket.gethostname()}:{os.getpid()}" + (f"#{n}" if n else "")
-
-    def presence(self, producer, state: str, **fields) -> None:
-        self._write(producer, {"event": "service", "state": state, **fields})
-
-    def outcome(self, producer, change: dict, outcome: str, **fields) -> None:
-        self._write(producer, {"event": "change", **change, "outcome": outcome, **fields})
-
-    def failure(self, producer, failure: dict, **fields) -> None:
-        """A query whose engine failed here (`QueryFailure.to_json()`): stopped alone."""
-        self._write(producer, {"event": "query_failed", **failure, **fields})
-
-    def _write(self, producer, record: dict) -> None:
-        produce(producer, self.topic, orjson.dumps(
-            {**record, "service": self.service, "role": self.role}))
-        producer.poll(0)
 
 
 class StatusReader:

@@ -13,7 +13,7 @@ from cep_core.control_message import (REFUSED_HEADER, STREAM, VERSION_HEADER, Co
                                       ControlMessageError, ControlRecord, parse_key, validate)
 from cep_core.errors import QueryError, QueryErrors
 from cep_core.parser import parse
-from services.stream.kafka import produce
+from services.stream.topics import produce
 from services.stream.serve import log
 
 

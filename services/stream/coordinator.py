@@ -1,14 +1,8 @@
-"""The coordinator: merges the workers' composite events by sequence number.
+"""The coordinator: the Kafka shell of the `Merger` (services/stream/merge.py, the
+release rules), one per shard.
 
-It reads every partition of the match topic (one per keyed partition, in order) and
-tracks, per partition, `upto` (processed up to that seq) and the stream time `ts` there.
-A composite event with seq s is final once no partition can still produce one with a
-smaller sort key:
-
-- MATCH (horizon 0): every partition has passed s.
-- Queries that report late (SEQ windows, time windows; horizon H in time units): the
-  slowest partition's stream time T is such that every event up to s had time < T - H.
-- Unbounded horizons (count windows, windows over another attribute): end of input.
+It reads every partition of the match topic (one per keyed partition, in order) and feeds
+the merger, which releases each composite event once it is final.
 
 Final composite events go out in `cep_core.composite.sort_key` order (with the query's
 index in the live query set) to their query's INTO topic, one JSON per message, key = the
@@ -38,17 +32,13 @@ live queries; each shard reports its end of input (`shard` in the record).
 from __future__ import annotations
 
 import functools
-import heapq
-import itertools
 import os
 import time
-from collections import deque
 
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from cep_core import snapshot_format
-from cep_core.composite import sort_key
 from services.stream import frames
 from services.stream.checkpoint import (
     PIPELINE_HEADER,
@@ -63,197 +53,16 @@ from services.stream.checkpoint import (
     slot_key,
     written_since,
 )
-from cep_core.control_message import INFINITE, STREAM, LiveRegistry, check_query, horizon
+from cep_core.control_message import STREAM
 from services.stream.control import StatusWriter, learned_live
-from services.stream.frames import Frame
 from services.stream.kafka import (BOUNDED_CONSUMER, BOUNDED_PRODUCER, Deliveries, KafkaSettings,
                             Topics, consume_batch, ensure_topics, produce)
+from services.stream.merge import Merger
 from services.stream.metrics import Metrics
 from services.stream.serve import log, profiled
 
 
 STATE_KEY = b"coordinator"  # the checkpoint key with one shard (Topics.coordinator_name)
-
-
-class QueryInfo:
-    def __init__(self, name: str, index: int, output: str, horizon_: int | None,
-                 text: str = ""):
-        self.name, self.index, self.output, self.horizon = name, index, output, horizon_
-        self.text = text
-
-
-class Merger:
-    """The release logic, without Kafka: feed frames, take what is final."""
-
-    def __init__(self, partitions: int, stream: str, registry=None):
-        self.partitions = partitions
-        self.stream = stream
-        self.registry = registry if isinstance(registry, LiveRegistry) else \
-            LiveRegistry(registry)
-        self.upto = [-1] * partitions
-        self.pulses: deque[tuple[int, int]] = deque()  # (upto, ts), increasing upto
-        self.ends: dict[int, set[int]] = {}  # end-of-input seq -> partitions that reached it
-        self.queries: dict[str, QueryInfo] = {}
-        self.pending: dict[str, list] = {}  # output topic -> heap
-        self.counter = itertools.count()
-        self.control_seen: dict[tuple, set[int]] = {}
-        self.live_events: list[dict] = []  # (name, op, at, latency) once all partitions had it
-        self.ended: list[int] = []  # ends of input whose composite events are all released
-        self.received = 0  # composite events fed
-        self.released: dict[str, tuple] = {}  # output -> (sort key, composite, query index)
-        self.repeats = 0  # composite events dropped as already released
-        self.frames: dict[int, tuple] = {}  # partition -> (ts, Unix time) of its last frame
-
-    def feed(self, frame: Frame) -> None:
-        part = frame.get("part")
-        if frame.kind == frames.CONTROL:
-            self._control(frame, part)
-            return
-        if frame.payload:
-            composites = orjson.loads(frame.payload)
-            self.received += len(composites)
-            for composite in composites:
-                info = self.queries.get(composite["query"])
-                if info is None:
-                    continue
-                key = sort_key(composite, info.index)
-                heapq.heappush(self.pending.setdefault(info.output, []),
-                               (key, next(self.counter), composite))
-        upto, ts = frame.get("upto"), frame.get("ts")
-        if upto is None or upto < self.upto[part]:
-            return
-        self.frames[part] = (ts, time.time())
-        self.upto[part] = upto
-        # a pulse with a later time at the same upto: an idle stream's time advanced
-        if ts is not None and (not self.pulses or upto > self.pulses[-1][0] or
-                               (upto == self.pulses[-1][0] and ts > self.pulses[-1][1])):
-            self.pulses.append((upto, ts))
-        if frame.kind == frames.END:
-            self.ends.setdefault(upto, set()).add(part)
-
-    def _control(self, frame: Frame, part: int) -> None:
-        change = frames.json_payload(frame)
-        if change["op"] == "set":
-            for entry in change.get("streams", []):
-                self.registry.learn(entry["name"], entry["text"], entry["version"])
-        elif change.get("kind") == STREAM:
-            self.registry.learn(change["name"], change["text"], change["version"])
-        entries = change["queries"] if change["op"] == "set" else \
-            [] if change.get("kind") == STREAM else [change]
-        for entry in entries:
-            if entry.get("text"):
-                self._add_query(entry)
-        marker = (change["op"], change.get("key") or change.get("name"), frame.get("at"))
-        seen = self.control_seen.setdefault(marker, set())
-        seen.add(part)
-        if len(seen) == self.partitions:
-            del self.control_seen[marker]
-            sent = frame.get("sent_ms")
-            changes = change.get("changes", []) if change["op"] == "set" else \
-                [{k: change[k] for k in ("key", "offset", "kind", "op", "name")}] \
-                if "key" in change else []
-            self.live_events.append({"op": change["op"], "name": change.get("name"),
-                                     "kind": change.get("kind", "query"),
-                                     "at": frame.get("at"), "latency_ms": None if sent is None
-                                     else round(time.time() * 1000 - sent, 1),
-                                     "changes": changes})
-
-    def summary(self) -> dict:
-        """What is live here: query names with their index, stream versions."""
-        return {"queries": {q.name: q.index for q in self.queries.values()},
-                "streams": self.registry.versions()}
-
-    def _add_query(self, entry: dict) -> None:
-        checked = check_query(entry["name"], entry["text"], self.registry)
-        self.queries[entry["name"]] = QueryInfo(entry["name"], entry["index"],
-                                                checked.query.output, horizon(checked),
-                                                entry["text"])
-
-    def mark_released(self, output: str, composite: dict, index: int) -> None:
-        """Record that `composite` is on `output` (found there after a restart)."""
-        key = sort_key(composite, index)
-        if output not in self.released or self.released[output][0] < key:
-            self.released[output] = (key, composite, index)
-
-    # ------------------------------------------------------------ checkpoints
-
-    def state(self) -> dict:
-        return {"upto": self.upto, "pulses": list(self.pulses),
-                "ends": [[e, sorted(p)] for e, p in self.ends.items()],
-                "queries": [{"name": q.name, "index": q.index, "text": q.text}
-                            for q in self.queries.values()],
-                "pending": {o: [[c, k[1]] for k, _, c in sorted(h)]
-                            for o, h in self.pending.items()},
-                "control_seen": [[list(m), sorted(p)] for m, p in self.control_seen.items()],
-                "ended": self.ended, "received": self.received,
-                "released": {o: [c, i] for o, (_, c, i) in self.released.items()}}
-
-    def load_state(self, state: dict) -> None:
-        self.upto = state["upto"]
-        self.pulses = deque(tuple(p) for p in state["pulses"])
-        self.ends = {e: set(p) for e, p in state["ends"]}
-        self.queries = {}
-        for entry in state["queries"]:
-            self._add_query(entry)
-        self.pending = {}
-        for output, entries in state["pending"].items():
-            self.pending[output] = [(sort_key(c, i), next(self.counter), c) for c, i in entries]
-            heapq.heapify(self.pending[output])
-        self.control_seen = {tuple(m): set(p) for m, p in state["control_seen"]}
-        self.ended, self.received = state["ended"], state["received"]
-        self.released = {}
-        for output, (composite, index) in state["released"].items():
-            self.mark_released(output, composite, index)
-
-    def bound(self, output: str) -> int:
-        """The largest seq up to which composite events for `output` are final."""
-        low = min(self.upto)
-        ended = max(self.ended, default=-1)
-        horizons = [q.horizon for q in self.queries.values() if q.output == output]
-        if any(h is INFINITE for h in horizons):
-            return ended
-        widest = max(horizons, default=0)
-        if widest == 0:
-            return max(low, ended)
-        now = next((ts for upto, ts in reversed(self.pulses) if upto <= low), None)
-        if now is None:
-            return ended
-        final = max([upto for upto, ts in self.pulses if upto <= low and ts < now - widest],
-                    default=-1)
-        return max(final, ended)
-
-    def release(self) -> list[tuple[str, dict]]:
-        for end in sorted(e for e, parts in self.ends.items() if len(parts) == self.partitions):
-            del self.ends[end]
-            self.ended.append(end)
-        out = []
-        for output, heap in self.pending.items():
-            if not heap:
-                continue
-            limit = self.bound(output)
-            last = self.released.get(output)
-            while heap and heap[0][0][0] <= limit:
-                key, _, composite = heapq.heappop(heap)
-                if last is not None and key <= last[0]:
-                    self.repeats += 1
-                    continue
-                last = (key, composite, key[1])
-                out.append((output, composite))
-            if last is not None:
-                self.released[output] = last
-        self._prune()
-        return out
-
-    def _prune(self) -> None:
-        """Keep the pulses a bound can still need."""
-        widest = max([q.horizon or 0 for q in self.queries.values()], default=0)
-        low = min(self.upto)
-        now = next((ts for upto, ts in reversed(self.pulses) if upto <= low), None)
-        if now is None:
-            return
-        while len(self.pulses) > 2 and self.pulses[1][0] <= low and \
-                self.pulses[1][1] < now - widest:
-            self.pulses.popleft()
 
 
 class Coordinator:

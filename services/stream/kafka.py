@@ -12,7 +12,6 @@ from __future__ import annotations
 # Deferred imports: Faust (a heavy import) loads only for the splitter's credentials; the
 # workers, the coordinator and the CLI use Kafka without it.
 
-import hashlib
 import logging
 import os
 import ssl
@@ -24,88 +23,13 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from services.errors import BrokerUnreachable, DeliveryFailed
+from services.stream.topics import Topics, produce  # noqa: F401  (their home was here)
 
 # Bounds on what a client holds in memory (backpressure instead of growth): the consumer
 # prefetches at most this much per partition, the producer queues at most this much.
 BOUNDED_CONSUMER = {"queued.max.messages.kbytes": 32 * 1024, "queued.min.messages": 1000}
 BOUNDED_PRODUCER = {"queue.buffering.max.kbytes": 64 * 1024,
                     "queue.buffering.max.messages": 100000}
-
-
-@dataclass
-class Topics:
-    """Topic and consumer-group names of one stream's pipeline.
-
-    `prefix` (`--topic-prefix` / CEP_TOPIC_PREFIX) goes in front of every internal name
-    (cep.<stream>.*, the groups, the default control topic), so separate deployments can
-    share a broker; `run1` gives `run1.cep.trades.keyed`. The source topic and the queries'
-    INTO topics are named by the user and are not prefixed.
-
-    `shards` (`--coordinators` / CEP_COORDINATORS): coordinator shards. Every role must be
-    given the same count: workers send each INTO topic's composites to the match topic of
-    its shard (`shard_of`), and pulses and control frames to all of them."""
-
-    stream: str
-    source: str = ""
-    control: str = ""
-    prefix: str = ""
-    shards: int = 1
-
-    def __post_init__(self):
-        if self.prefix and not self.prefix.endswith((".", "-", "_")):
-            self.prefix += "."
-        self.source = self.source or self.stream
-        self.control = self.control or f"{self.prefix}cep.queries"
-
-    def _internal(self, what: str) -> str:
-        return f"{self.prefix}cep.{self.stream}.{what}"
-
-    @property
-    def keyed(self) -> str:
-        return self._internal("keyed")
-
-    @property
-    def matches(self) -> str:
-        return self._internal("matches")
-
-    def matches_of(self, shard: int) -> str:
-        """The match topic of a coordinator shard: `matches` itself with one shard,
-        `matches.<shard>` with more."""
-        return self.matches if self.shards == 1 else f"{self.matches}.{shard}"
-
-    def shard_of(self, output: str) -> int:
-        """The coordinator shard that merges and writes an INTO topic: a stable hash of its
-        name (BLAKE2b, not Python's salted `hash`), so every process agrees without asking
-        anyone and a query keeps its shard across restarts."""
-        if self.shards == 1:
-            return 0
-        digest = hashlib.blake2b(output.encode(), digest_size=8).digest()
-        return int.from_bytes(digest, "big") % self.shards
-
-    def coordinator_name(self, shard: int) -> str:
-        """A shard's consumer group and checkpoint key: `coordinator` with one shard."""
-        return "coordinator" if self.shards == 1 else f"coordinator.{shard}"
-
-    @property
-    def state(self) -> str:
-        return self._internal("state")
-
-    @property
-    def status(self) -> str:
-        return self._internal("status")
-
-    @property
-    def dead_letters(self) -> str:
-        return self._internal("dead")
-
-    @property
-    def late(self) -> str:
-        """Events that came later than the splitter's allowed lateness (--allowed-lateness-ms)."""
-        return self._internal("late")
-
-    def group(self, role: str) -> str:
-        """The consumer group of a role (splitter, workers, coordinator)."""
-        return self._internal(role)
 
 
 LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
@@ -315,20 +239,6 @@ def produce_end(producer: Producer, topic: str) -> None:
     partitions = sorted(metadata.partitions) if metadata is not None else []
     for p in partitions or [None]:
         produce(producer, topic, b"", partition=p, headers=[("kind", b"end")])
-
-
-def produce(producer: Producer, topic: str, value: bytes, key: bytes | None = None,
-            partition: int | None = None, headers=None) -> None:
-    """Produce, waiting for room in the local queue when it is full."""
-    args = {"key": key, "headers": headers}
-    if partition is not None:
-        args["partition"] = partition
-    while True:
-        try:
-            producer.produce(topic, value, **args)
-            return
-        except BufferError:
-            producer.poll(0.01)
 
 
 def consume_batch(consumer: Consumer, limit: int, timeout_s: float,

@@ -23,10 +23,10 @@ import orjson
 import pyarrow as pa
 
 from services.stream import frames
-from services.stream.coordinator import Merger
-from services.stream.kafka import Topics
+from services.stream.merge import Merger
 from services.stream.partition import PartitionState
 from services.stream.routing import Outbox, Router, message, records
+from services.stream.topics import Topics
 
 END = [("kind", b"end")]
 EVENTS = [("kind", b"events")]

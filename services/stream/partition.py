@@ -23,7 +23,6 @@ import struct
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import OFFSET_BEGINNING
 
 from cep_core import snapshot_format
 from cep_core.ast import QueryKind
@@ -32,11 +31,11 @@ from cep_core.control_message import STREAM, LiveSet, horizon
 from cep_core.schema import units_per_ms
 from cep_core.stream_engines import StreamEngines
 from services.stream import frames
-from services.stream.control import StatusWriter
 from services.stream.frames import Frame
-from services.stream.kafka import Topics, produce
 from services.stream.metrics import Metrics
 from services.stream.routing import Outbox
+from services.stream.status import StatusWriter
+from services.stream.topics import OFFSET_BEGINNING, Topics, produce
 
 
 class PartitionState:

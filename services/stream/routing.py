@@ -3,8 +3,8 @@ per partition out (with seqs, reordering, lateness and the logged consumption or
 plus dead letters, late events and status records.
 
 `Router` is what services/stream/splitter.py did between the consumer and the producer: it
-takes the messages of one step (confluent-kafka Messages; `message` makes one for tests
-and benches) and appends what it sends to `out`, an `Outbox` of `(topic, value, key,
+takes the messages of one step (`Message`: confluent-kafka's, or `message` makes one for
+tests and benches) and appends what it sends to `out`, an `Outbox` of `(topic, value, key,
 partition, headers)` records in send order. The `Splitter` shell consumes, hands messages
 and control records to the router and produces the outbox; checkpoints (which need the
 consumer's positions and the producer's delivery reports) stay in the shell. Semantics:
@@ -28,12 +28,12 @@ from __future__ import annotations
 import time
 import zlib
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import Message
 
 from cep_core.batch import Batch
 from cep_core.control_message import (
@@ -57,21 +57,83 @@ from cep_core.reorder import ReorderBuffer
 from cep_core.schema import SchemaError, time_amount, units_per_ms
 from cep_core.time_guard import TOO_FAR_AHEAD, TimeGuard, wall_clock_units
 from services.stream import frames
-from services.stream.control import StatusWriter, change_of
 from services.stream.control_write_back import came_back, write_back
 from services.stream.frames import Frame
-from services.stream.kafka import Topics, produce
 from services.stream.metrics import Metrics
 from services.stream.reorder_checkpoint import Refill
 from services.stream.serve import log
 from services.stream.splitter_order import ORDER_HEADER, LoggedOrder, runs_of
+from services.stream.status import StatusWriter, change_of
+from services.stream.topics import Topics, produce
+
+
+class Message(Protocol):
+    """A consumed message as the cores read it: a confluent_kafka Message (what the
+    shells consume) has these methods, and so has `PlainMessage`."""
+
+    def topic(self) -> str | None: ...
+
+    def partition(self) -> int | None: ...
+
+    def offset(self) -> int | None: ...
+
+    def key(self) -> bytes | None: ...
+
+    def value(self) -> bytes | None: ...
+
+    def headers(self) -> list[tuple[str, bytes]] | None: ...
+
+    def timestamp(self) -> tuple[int, int]: ...
+
+    def error(self) -> object | None: ...
+
+
+class PlainMessage:
+    """A consumed message without a consumer (no error; timestamp type 1, create time)."""
+
+    __slots__ = ("_topic", "_partition", "_offset", "_key", "_value", "_headers",
+                 "_timestamp_ms")
+
+    def __init__(self, topic: str, partition: int, offset: int, value: bytes | None,
+                 headers: list[tuple[str, bytes]] | None = None, key: bytes | None = None,
+                 timestamp_ms: int = 0):
+        self._topic, self._partition, self._offset = topic, partition, offset
+        self._value, self._headers, self._key = value, headers, key
+        self._timestamp_ms = timestamp_ms
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return self._headers
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, self._timestamp_ms)
+
+    def error(self) -> None:
+        return None
+
+    def __len__(self) -> int:
+        return len(self._value or b"")
 
 
 def message(partition: int, offset: int, value: bytes | None, headers=None,
             key: bytes | None = None, timestamp_ms: int = 0) -> Message:
-    """A consumed message without a consumer (for tests and benches)."""
-    return Message(topic="source", partition=partition, offset=offset, value=value,
-                   headers=headers, key=key, timestamp=(1, timestamp_ms))
+    """A consumed message without a consumer (for tests, benches and the chained
+    pipeline's in-memory match frames)."""
+    return PlainMessage("source", partition, offset, value, headers, key, timestamp_ms)
 
 
 @dataclass

@@ -64,6 +64,7 @@ from services.stream.checkpoint import (
     Saved,
     broker_watermarks,
     check_offsets,
+    logged_steps,
     read_latest,
     restore_newest,
     saved_checkpoints,
@@ -72,7 +73,7 @@ from services.stream.checkpoint import (
 from services.stream.control import StatusWriter
 from services.stream.kafka import KafkaSettings, Topics, consume_batch, produce
 from services.stream.reorder_checkpoint import Refill, saved_state
-from services.stream.splitter_order import LoggedOrder, logged_steps
+from services.stream.splitter_order import LoggedOrder
 from services.stream.metrics import Metrics
 from services.stream.routing import Router, partition_ids, stable_hash  # noqa: F401 (their home was here)
 from services.stream.serve import log, profiled

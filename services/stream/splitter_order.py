@@ -10,19 +10,13 @@ also holds every step before it: after a restart, reading the keyed topic from t
 checkpoint's offsets finds every step anyone may have seen. `LoggedOrder` then holds
 consumed messages until each logged step can be taken again exactly as it was, in the
 same order and with the same cuts, which stamps the same seqs; after the last logged step
-the splitter takes batches as they come.
+the splitter takes batches as they come. Without Kafka: reading the logged steps back is
+`services.stream.checkpoint.logged_steps`.
 """
 
 from __future__ import annotations
 
 from collections import deque
-
-import orjson
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
-from services.stream.checkpoint import read_partitions
-from services.stream.kafka import KafkaSettings
-from services.stream.serve import log
 
 ORDER_HEADER = "order"
 
@@ -39,31 +33,6 @@ def runs_of(messages) -> list[list[int]]:
         else:
             runs.append([p, offset, offset])
     return runs
-
-
-def logged_steps(settings: KafkaSettings, keyed: str, partitions: int,
-                 keyed_next: dict[int, int], after: int) -> list[list[list[int]]]:
-    """The runs of steps `after + 1, after + 2, ...` found in the `order` headers of the
-    keyed topic's frames from `keyed_next` on (the beginning where it has no offset)."""
-    found: dict[int, list] = {}
-    name = ORDER_HEADER
-
-    def visit(message) -> None:
-        for key, value in message.headers() or ():
-            if key == name:
-                order = orjson.loads(value)
-                if order["step"] > after:
-                    found.setdefault(order["step"], order["runs"])
-
-    read_partitions(settings, [TopicPartition(keyed, p, keyed_next.get(p, OFFSET_BEGINNING))
-                               for p in range(partitions)], visit)
-    steps = []
-    for number in range(after + 1, max(found, default=after) + 1):
-        if number not in found:  # cannot happen while each partition keeps produce order
-            log("splitter_order_gap", level="error", step=number, found=len(found))
-            break
-        steps.append(found[number])
-    return steps
 
 
 class LoggedOrder:

@@ -1,0 +1,49 @@
+"""Status records a service writes (the records are described in
+services/stream/control.py), without a Kafka client: the cores write them to an Outbox,
+their shells to a producer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+
+import orjson
+
+from cep_core.control_message import ControlMessage
+from services.stream.topics import produce
+
+_instances = itertools.count()
+
+
+def change_of(key: bytes | None, offset: int, message: ControlMessage | None = None) -> dict:
+    """What names a change in status records and control frames."""
+    out = {"key": (key or b"").decode("utf-8", "replace"), "offset": offset}
+    if message is not None:
+        out.update(kind=message.kind, op=message.op, name=message.name)
+    return out
+
+
+class StatusWriter:
+    """Writes one service's records to the status topic."""
+
+    def __init__(self, topic: str, role: str):
+        self.topic, self.role = topic, role
+        n = next(_instances)
+        self.service = f"{role}@{socket.gethostname()}:{os.getpid()}" + (f"#{n}" if n else "")
+
+    def presence(self, producer, state: str, **fields) -> None:
+        self._write(producer, {"event": "service", "state": state, **fields})
+
+    def outcome(self, producer, change: dict, outcome: str, **fields) -> None:
+        self._write(producer, {"event": "change", **change, "outcome": outcome, **fields})
+
+    def failure(self, producer, failure: dict, **fields) -> None:
+        """A query whose engine failed here (`QueryFailure.to_json()`): stopped alone."""
+        self._write(producer, {"event": "query_failed", **failure, **fields})
+
+    def _write(self, producer, record: dict) -> None:
+        produce(producer, self.topic, orjson.dumps(
+            {**record, "service": self.service, "role": self.role}))
+        producer.poll(0)
