@@ -76,10 +76,11 @@ def one_master(master: str, count: int, per_file: int, triggers: list[float], se
                workdir: Path) -> dict:
     """Every figure for one Spark master, in this process."""
     from services.backfill.job import spark_session
-    from services.spark_stream.job import FileSource, start
+    from services.spark_stream.job import FileSource, query_texts, start
 
     chosen = [WORKLOADS[name] for name in WORKLOAD_NAMES]
-    queries = load_query_text("\n".join(w.query_text(seed=seed) for w in chosen))
+    text = "\n".join(w.query_text(seed=seed) for w in chosen)
+    queries, texts = load_query_text(text), query_texts(text)
     table = chosen[0].generate(count + 1000 + 10 * count, seed)
     root = workdir / master.replace("[", "_").replace("]", "")
     started = time.perf_counter()
@@ -90,7 +91,7 @@ def one_master(master: str, count: int, per_file: int, triggers: list[float], se
         sink = TimedSink(str(root / name / "out"))
         t = time.perf_counter()
         job = start(spark, queries, FileSource(str(folder)), sink, str(root / name / "ck"),
-                    **options)
+                    texts, **options)
         job.processAllAvailable()
         job.stop()
         return time.perf_counter() - t, sink
@@ -111,14 +112,14 @@ def one_master(master: str, count: int, per_file: int, triggers: list[float], se
 
     offset = 1000 + count + per_file
     for trigger in triggers:
-        out[f"trigger_{trigger:g}s"] = _latency(spark, queries, table, offset, rate / 2,
+        out[f"trigger_{trigger:g}s"] = _latency(spark, queries, texts, table, offset, rate / 2,
                                                 trigger, root / f"latency_{trigger:g}")
         offset += int(rate / 2 * 20) + 1
     spark.stop()
     return out
 
 
-def _latency(spark, queries, table, offset: int, rate: float, trigger: float,
+def _latency(spark, queries, texts, table, offset: int, rate: float, trigger: float,
              root: Path, seconds: float = 20.0) -> dict:
     """Files at `rate` events/s, one every trigger / 2 s, for `seconds`; latency of each."""
     from services.spark_stream.job import FileSource, start
@@ -126,7 +127,7 @@ def _latency(spark, queries, table, offset: int, rate: float, trigger: float,
     folder = root / "in"
     folder.mkdir(parents=True)
     sink = TimedSink(str(root / "out"))
-    job = start(spark, queries, FileSource(str(folder)), sink, str(root / "ck"),
+    job = start(spark, queries, FileSource(str(folder)), sink, str(root / "ck"), texts,
                 trigger_s=trigger)
     every = trigger / 2
     per_file = max(1, int(rate * every))

@@ -22,7 +22,7 @@ from cep_core.checker import load_queries, load_query_text  # noqa: E402
 from cep_core.event_reader import read_table  # noqa: E402
 from cep_core.runner import run_checked  # noqa: E402
 from services.backfill.output import first_difference, read_composites  # noqa: E402
-from services.spark_stream.job import FileSource, KafkaSource, start  # noqa: E402
+from services.spark_stream.job import FileSource, KafkaSource, query_texts, start  # noqa: E402
 from services.spark_stream.sinks import FileSink, KafkaSink  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -46,14 +46,17 @@ def event_files(folder: Path, lines: list[bytes], per_file: int, end: bool = Tru
 
 
 def example(name: str):
+    """(queries, the lines of their example data, their texts)"""
     queries = load_queries(EXAMPLES / f"{name}.cep")
     data = EXAMPLES / "data" / f"{queries[0].schema.stream}.jsonl"
-    return queries, data.read_bytes().splitlines(keepends=True)
+    return (queries, data.read_bytes().splitlines(keepends=True),
+            query_texts((EXAMPLES / f"{name}.cep").read_text()))
 
 
-def run_files(spark, queries, folder: Path, root: Path, max_files: int = 0) -> list[dict]:
+def run_files(spark, queries, texts, folder: Path, root: Path,
+              max_files: int = 0) -> list[dict]:
     job = start(spark, queries, FileSource(str(folder), max_files=max_files),
-                FileSink(str(root / "out")), str(root / "checkpoint"))
+                FileSink(str(root / "out")), str(root / "checkpoint"), texts)
     try:
         job.processAllAvailable()
     finally:
@@ -71,9 +74,9 @@ def test_every_example_as_cep_run(spark, tmp_path):
     """Every example query file over its data, cut into files of 300 events (all taken
     in one micro-batch here; micro-batch sizes below): the composite events of `cep run`."""
     for name in EXAMPLE_FILES:
-        queries, lines = example(name)
+        queries, lines, texts = example(name)
         event_files(tmp_path / name / "in", lines, per_file=300)
-        got = run_files(spark, queries, tmp_path / name / "in", tmp_path / name)
+        got = run_files(spark, queries, texts, tmp_path / name / "in", tmp_path / name)
         want = reference(queries, lines, tmp_path)
         assert want, name
         assert first_difference({"cep run": want, "spark": got}) is None, name
@@ -82,9 +85,9 @@ def test_every_example_as_cep_run(spark, tmp_path):
 @pytest.mark.parametrize("per_file,max_files", [(97, 3)] +
                          ([(1200, 0), (1, 50), (13, 0)] if FULL else []))
 def test_any_micro_batch_size(spark, tmp_path, per_file, max_files):
-    queries, lines = example("finance")
+    queries, lines, texts = example("finance")
     event_files(tmp_path / "in", lines, per_file)
-    got = run_files(spark, queries, tmp_path / "in", tmp_path, max_files)
+    got = run_files(spark, queries, texts, tmp_path / "in", tmp_path, max_files)
     assert first_difference({"cep run": reference(queries, lines, tmp_path),
                              "spark": got}) is None
 
@@ -94,25 +97,27 @@ def test_restart_from_checkpoint_and_query_changes(spark, tmp_path):
     checkpoint, with one query removed and one added: the kept query's composite events
     are those of an uninterrupted run (none lost, none twice); the removed one's stop at
     the restart; the added one runs from the first micro-batch after it."""
-    queries, lines = example("finance")
+    queries, lines, texts = example("finance")
     kept = [q for q in queries if q.name == "activity"]
-    event_files(tmp_path / "in", lines, per_file=100)
+    event_files(tmp_path / "in", lines, per_file=200)
     root = tmp_path / "job"
     job = start(spark, queries, FileSource(str(tmp_path / "in"), max_files=1),
-                FileSink(str(root / "out")), str(root / "checkpoint"))
+                FileSink(str(root / "out")), str(root / "checkpoint"), texts)
     commits = root / "checkpoint" / "spark" / "commits"
     try:
-        while len(list(commits.glob("[0-9]*"))) < 4 and job.isActive:
+        while len(list(commits.glob("[0-9]*"))) < 2 and job.isActive:
             job.awaitTermination(0.2)  # the job's own commits decide, not the time
     finally:
         job.stop()
     assert job.exception() is None
-    restart = 100 * len(list(commits.glob("[0-9]*")))  # the first seq after the restart
-    added = load_query_text(
-        "QUERY big FROM trades PARTITION BY symbol PATTERN ( . up+ ) "
-        "DEFINE up AS price > Last(price) EMIT n = Count();")
+    restart = 200 * len(list(commits.glob("[0-9]*")))  # the first seq after the restart
+    assert restart < 1200
+    big = ("QUERY big FROM trades PARTITION BY symbol PATTERN ( . up+ ) "
+           "DEFINE up AS price > Last(price) EMIT n = Count();")
+    added = load_query_text(big)
     added[0].index = 2
-    got = run_files(spark, kept + added, tmp_path / "in", root, max_files=1)
+    got = run_files(spark, kept + added, {**texts, **query_texts(big)}, tmp_path / "in", root,
+                    max_files=1)
     want = reference(queries, lines, tmp_path)
     assert first_difference({"cep run": [c for c in want if c["query"] == "activity"],
                              "spark": [c for c in got if c["query"] == "activity"]}) is None
@@ -136,9 +141,11 @@ def _produce(settings, topic: str, lines: list[bytes], keys: list[bytes] | None 
 
 
 def _finance(tag: str):
+    """finance.cep writing into topics of its own: (queries, texts)"""
     text = (EXAMPLES / "finance.cep").read_text()
     text = text.replace("INTO double_tops", f"INTO tops_{tag}")
-    return load_query_text(text.replace("INTO trade_stats", f"INTO stats_{tag}"))
+    text = text.replace("INTO trade_stats", f"INTO stats_{tag}")
+    return load_query_text(text), query_texts(text)
 
 
 def _written(settings, queries) -> list[dict]:
@@ -161,13 +168,13 @@ def test_kafka_source_and_sink(spark, kafka_bootstrap, tmp_path):
 
     settings = KafkaSettings.from_env(kafka_bootstrap)
     tag = uuid.uuid4().hex[:8]
-    queries = _finance(tag)
+    queries, texts = _finance(tag)
     ensure_topics(settings, {f"trades_{tag}": 1, f"tops_{tag}": 2, f"stats_{tag}": 1})
-    _, lines = example("finance")
+    _, lines, _ = example("finance")
     _produce(settings, f"trades_{tag}", lines)
     job = start(spark, queries, KafkaSource(kafka_bootstrap, f"trades_{tag}", max_records=500),
                 KafkaSink(kafka_bootstrap, {q.name: q.query.output for q in queries}),
-                str(tmp_path / "checkpoint"))
+                str(tmp_path / "checkpoint"), texts)
     try:
         job.processAllAvailable()
     finally:
@@ -207,15 +214,15 @@ def test_several_source_partitions(spark, kafka_bootstrap, tmp_path):
 
     settings = KafkaSettings.from_env(kafka_bootstrap)
     tag = uuid.uuid4().hex[:8]
-    queries = _finance(tag)
+    queries, texts = _finance(tag)
     ensure_topics(settings, {f"trades_{tag}": 3, f"tops_{tag}": 1, f"stats_{tag}": 1})
-    _, lines = example("finance")
+    _, lines, _ = example("finance")
     _produce(settings, f"trades_{tag}", lines,
              [orjson.dumps(orjson.loads(line)["symbol"]) for line in lines])
     checkpoint = tmp_path / "checkpoint"
     job = start(spark, queries, KafkaSource(kafka_bootstrap, f"trades_{tag}", max_records=300),
                 KafkaSink(kafka_bootstrap, {q.name: q.query.output for q in queries}),
-                str(checkpoint))
+                str(checkpoint), texts)
     try:
         job.processAllAvailable()
     finally:
@@ -235,7 +242,7 @@ def test_killed_and_restarted(tmp_path):
     import subprocess
     import sys
 
-    queries, lines = example("finance")
+    queries, lines, _ = example("finance")
     event_files(tmp_path / "in", lines, per_file=100)
     command = [sys.executable, "-m", "services.cli.main", "spark", "stream",
                str(EXAMPLES / "finance.cep"), "--input-dir", str(tmp_path / "in"),

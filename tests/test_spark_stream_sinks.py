@@ -105,3 +105,13 @@ def test_kept_snapshot_restores_the_kept_queries():
         assert got and not after.failed
         assert sorted(map(orjson.dumps, got)) == sorted(
             orjson.dumps(c) for c in want if c["query"] in kept and c["seq"] >= 500)
+
+
+def test_fingerprint_is_the_query_text():
+    from services.spark_stream.keyed_state import fingerprint
+
+    text = "QUERY a FROM trades PATTERN ( . up+ )\nDEFINE up AS price > Last(price);"
+    same = "-- a comment line\nQUERY a  FROM trades\n  PATTERN ( . up+ )\n" \
+           "DEFINE up AS price > Last(price);\n-- the next query's comment"
+    assert fingerprint(text) == fingerprint(same)
+    assert fingerprint(text) != fingerprint(text.replace("up+", "up*"))

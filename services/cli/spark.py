@@ -69,7 +69,7 @@ def stream(
 
         require("pyspark", "spark", "cep spark stream")
         from services.backfill.job import spark_session
-        from services.spark_stream.job import FileSource, KafkaSource, start
+        from services.spark_stream.job import FileSource, KafkaSource, query_texts, start
         from services.spark_stream.sinks import FileSink, KafkaSink
 
         if (topic is None) == (input_dir is None):
@@ -86,7 +86,8 @@ def stream(
             else FileSink(output)
         spark = spark_session(master, shuffle_partitions=shards, app_name="cep-stream")
         try:
-            job = start(spark, queries, source, sink, checkpoint, shards, trigger)
+            job = start(spark, queries, source, sink, checkpoint,
+                        query_texts(query_file.read_text()), shards, trigger)
         except ValueError as e:
             raise CliError(str(e)) from None
         stderr.print(f"streaming {queries[0].schema.stream} (checkpoint {checkpoint}); "

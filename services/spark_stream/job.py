@@ -26,7 +26,7 @@ from cep_core.checked import CheckedQuery
 from cep_core.home import kernel_cache_dir
 from services.backfill.engines import RESULT_SCHEMA
 from services.backfill.plan import plan
-from services.spark_stream.keyed_state import DEAD_GROUP, STATE_SCHEMA, ShardRunner
+from services.spark_stream.keyed_state import DEAD_GROUP, STATE_SCHEMA, ShardRunner, fingerprint
 from services.spark_stream.sequencer import END, EVENT, KIND
 
 GROUP, SHARD = "__cep_group", "__cep_shard"
@@ -77,11 +77,20 @@ def routes(queries: list[CheckedQuery], shards: int) -> dict[str, int]:
     return {group_name(g.keys): shards if g.keys else 1 for g in plan(queries)}
 
 
+def query_texts(file_text: str) -> dict[str, str]:
+    """Each query's text in a query file, by name (what its fingerprint is taken of)."""
+    from services.stream.control import split_query_file
+
+    return dict(split_query_file(file_text))
+
+
 def start(spark, queries: list[CheckedQuery], source, sink, checkpoint: str,
-          shards: int | None = None, trigger_s: float | None = None):
-    """Start the streaming query; returns Spark's StreamingQuery. `shards`: state keys
-    per keyed query group (default: spark.sql.shuffle.partitions); fixed by the first run
-    of a checkpoint, like the shuffle partitions."""
+          texts: dict[str, str], shards: int | None = None, trigger_s: float | None = None):
+    """Start the streaming query; returns Spark's StreamingQuery. `texts`: each query's
+    text (`query_texts`): a query keeps its state across a restart while its text is
+    the same. `shards`: state keys per keyed query group (default:
+    spark.sql.shuffle.partitions); fixed by the first run of a checkpoint, like the
+    shuffle partitions."""
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
@@ -109,7 +118,8 @@ def start(spark, queries: list[CheckedQuery], source, sink, checkpoint: str,
         .select(F.col("__route.g").alias(GROUP), F.col("__route.s").alias(SHARD),
                 *[F.col(f"`{c}`") for c in rows.columns]))
     runner = ShardRunner(checkpoint, {group_name(g.keys): list(g.queries) for g in groups},
-                         str(kernel_cache_dir()), drop=[GROUP, SHARD])
+                         str(kernel_cache_dir()), drop=[GROUP, SHARD],
+                         fingerprints={q.name: fingerprint(texts[q.name]) for q in queries})
     results = routed.groupBy(GROUP, SHARD).applyInPandasWithState(
         runner, RESULT_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout)
     writer = (results.writeStream.foreachBatch(sink)

@@ -39,7 +39,7 @@ from services.spark_stream.sequencer import DEAD, DEAD_LETTER, END, KIND
 STATE_SCHEMA = "version long, snapshot binary, fingerprints string"
 DEAD_GROUP = "!dead"  # the route of the sequencer's dead letters (no engines)
 SLICE_ROWS = 65_536
-_POSITIONS = re.compile(r"pos=Pos\([^)]*\)")
+_COMMENT_LINE = re.compile(r"^\s*--.*$", re.MULTILINE)
 # Engines kept by this Python worker between micro-batches: (job, the group's query
 # fingerprints, group, shard) -> (state version, engines, encoder). Spark reuses its
 # Python workers, so the next micro-batch of a shard usually finds its engines here and
@@ -52,10 +52,12 @@ _KEPT: dict[tuple, tuple] = {}
 _CANONICAL: dict[tuple, CheckedQuery] = {}
 
 
-def fingerprint(checked: CheckedQuery) -> str:
-    """Equal for the same query text (positions aside)."""
-    text = _POSITIONS.sub("", repr(checked.query))
-    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+def fingerprint(text: str) -> str:
+    """A query's text as the query file gives it (`services.stream.control.split_query_file`),
+    whole-line comments and the spacing aside: equal for the same query, whatever version
+    of the code (unlike its AST) reads it."""
+    words = _COMMENT_LINE.sub("", text).split()
+    return hashlib.blake2b(" ".join(words).encode(), digest_size=12).hexdigest()
 
 
 def kept_snapshot(data: bytes, names: set[str], groupings: set[tuple]) -> bytes:
@@ -83,13 +85,14 @@ class ShardRunner:
     """The function `applyInPandasWithState` calls for each (group, shard) key."""
 
     def __init__(self, job: str, groups: dict[str, list[CheckedQuery]], kernel_cache: str,
-                 drop: list[str]):
+                 drop: list[str], fingerprints: dict[str, str]):
         self.job = job
         self.drop = drop  # the routing columns
         self.groups = groups
         self.kernel_cache = kernel_cache
         self._canonical = False
-        self.fingerprints = {g: {q.name: fingerprint(q) for q in qs} for g, qs in groups.items()}
+        self.fingerprints = {g: {q.name: fingerprints[q.name] for q in qs}
+                             for g, qs in groups.items()}
         self.kept_as = {g: orjson.dumps(f).decode() for g, f in self.fingerprints.items()}
 
     def __call__(self, key, frames, state):
