@@ -521,7 +521,10 @@ def _all_finite(columns: list) -> bool:
         array = arrays.pop()
         kind = array.type
         if pa.types.is_floating(kind):
-            if len(array) and not np.isfinite(to_numpy(pc.fill_null(array, 0.0))).all():
+            values = to_numpy(array)  # nulls come out as NaN: left out
+            if array.null_count:
+                values = values[~is_null(array)]
+            if not np.isfinite(values).all():
                 return False
         elif pa.types.is_struct(kind):
             arrays.extend(array.field(i) for i in range(kind.num_fields))

@@ -17,6 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cep_core.arrow_numpy import from_numpy, is_null, to_numpy
+
 _MICROS_PER_UNIT = {"s": 1_000_000, "ms": 1_000, "us": 1}
 _LONGEST_NS = np.iinfo(np.int64).max // 1000  # microseconds whose nanoseconds fit
 _SMALLEST_PART = 64  # rows: a part the cast refuses is halved down to this, then left out
@@ -42,13 +44,18 @@ def iso_times(text: pa.Array | pa.ChunkedArray, time_unit: str) -> pa.Array:
         units = micros * 1000
     else:
         units = np.floor_divide(micros, _MICROS_PER_UNIT[time_unit])
-    return pa.array(units, pa.int64(), mask=None if known.all() else ~known)
+    if known.all():
+        return from_numpy(units)
+    validity = pa.py_buffer(np.packbits(known, bitorder="little"))
+    return pa.Array.from_buffers(pa.int64(), n, [validity, from_numpy(units).buffers()[1]])
 
 
 def _micros(text: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """Microseconds since the epoch (UTC) of each text, and whether it was read."""
     n = len(text)
-    known = ~np.asarray(pc.fill_null(pc.starts_with(text, "0000"), True))
+    known = ~to_numpy(pc.starts_with(text, "0000"))
+    if text.null_count:
+        known &= ~is_null(text)
     micros = np.zeros(n, np.int64)
     if not known.any():
         return micros, known
@@ -57,7 +64,7 @@ def _micros(text: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         rows = np.flatnonzero(known & (zoned == kind))
         if not len(rows):
             continue
-        values, read = _cast(text if len(rows) == n else text.take(pa.array(rows)),
+        values, read = _cast(text if len(rows) == n else text.take(from_numpy(rows)),
                              "UTC" if kind else None)
         micros[rows] = values
         known[rows] = read
