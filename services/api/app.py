@@ -790,8 +790,9 @@ async def tail_many(request, params):
     live = (await api.snapshot()).live
     names = params.queries.split(",") if params.queries else sorted(live)
     missing = [n for n in names if n not in live]
-    if missing:
-        return 404, {"error": f"no live query {missing[0]!r}"}
+    if missing or not names:
+        return 404, {"error": f"no live query {missing[0]!r}" if missing else
+                     "no live query to follow"}
     wanted: dict[str, tuple[str, set]] = {}
     for name in names:
         query = live[name]

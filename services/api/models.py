@@ -201,7 +201,7 @@ class TailParams(Params):
 
 class TailManyParams(Params):
     queries: str = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(,[A-Za-z_][A-Za-z0-9_]*)*$",
-                         max_length=100_000, description="Query names apart by commas "
+                         max_length=4000, description="Query names apart by commas "
                          "(absent: every live query).")
     limit: int = Field(None, ge=1, le=1_000_000, description="End after N events.")
     idle_s: float = Field(None, ge=0.1, le=3600,
