@@ -7,6 +7,7 @@ too; the splitter's batches of such messages take the block parser."""
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import numpy as np
 import orjson
@@ -180,3 +181,24 @@ def test_small_batches_of_drawn_times_decode_as_message_by_message(times):
     want = json_batch._slow(lines, schema, positions, None, None, "source",
                             json_batch.DEFAULT_MAX_MESSAGE_BYTES)
     assert got.table.to_pylist() == want.table.to_pylist() and got.dead == want.dead
+
+
+def test_reading_users_data_imports_no_pandas(tmp_path):
+    """pyarrow imports pandas for a Python value in a compute call (0.8 s of a process's
+    first read): ISO times, fields beside the schema's and CSV read without it."""
+    import subprocess
+    import sys
+
+    files = []
+    for name, fmt in (("iot", "jsonl"), ("clicks", "jsonl"), ("activity", "csv")):
+        path = write_events(WORKLOADS[name].written(300, seed=9), tmp_path / f"{name}.{fmt}")
+        files.append((name, str(path)))
+    code = (f"import sys\nfrom cep_core.event_reader import read_table\n"
+            f"from cep_core.workloads import WORKLOADS\n"
+            f"for name, path in {files!r}:\n"
+            f"    table, dead = read_table(path, WORKLOADS[name].schema())\n"
+            f"    assert table.num_rows == 300 and not dead\n"
+            f"print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas'))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, cwd=Path(__file__).resolve().parent.parent)
+    assert done.stdout.strip() == "[]"
