@@ -280,6 +280,11 @@ CSV_CASES = {
     "header only": "kind,n,x,ok,ts\n",
     "blank header": "\nkind,n,x,ok,ts\nA,1,1,true,1\n",
     "quoted header": '"kind","n","x","ok",ts\nA,1,1,true,1\nB,2,2,false,2\n',
+    "quoted commas and iso times": (  # as pyarrow writes users' data
+        '"kind","n","x","ok","ts","agent"\n"A",1,1,true,"2024-01-02T09:30:00Z","a, b"\n'
+        '"B",2,2.5,false,"2024-01-02 09:30:01.5+01:00","(KHTML, like Gecko)"\n'
+        '"A",3,1,true,1704187802000,","\n"A",4,1,true,"2024-02-30T00:00:00",""\n'
+        '"A",5,1,true,"2024-01-02T09:30:03.123456789",",,"\n'),
     "header over two lines": '"kind","n\n","x",ok,ts\nA,1,1,true,1\nB,2,2,false,2\n',
     "header with a lone carriage return": 'kind,n,"x\r",ok,ts\nA,1,1,true,1\n',
     "header with a quote inside a field": 'kind,n",x,ok,ts\nA,1,1,true,1\n',
