@@ -145,12 +145,10 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
         commits, exits 0)."""
 
         def body():
-            import logging.config  # not at import: it brings logging.handlers and socket
-
             from services.stream.kafka import Topics
             from services.stream.metrics import Metrics
             from services.stream.pipeline import create_topics
-            from services.stream.serve import ROLE, logging_config, run_all, stop_flag
+            from services.stream.serve import configure_logging, run_all, stop_flag
 
             export_schema_paths(schema, cli_error)
             settings = kafka_settings(bootstrap, kafka_config)
@@ -195,8 +193,7 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
                                  [f"--api-cors-origin={o}" for o in api_cors_origin or []] +
                                  (["--api-require-token"] if api_require_token else [])))
                 raise typer.Exit(run_all(plan, stopping))
-            ROLE["name"] = role.value
-            logging.config.dictConfig(logging_config())
+            configure_logging(role.value)
             if role is Role.api:
                 _serve_api(settings, topics, api_host, api_port or 8080, api_metrics,
                            cli_error, api_allowed_host or [], api_cors_origin or [],

@@ -1,8 +1,10 @@
 """Process model of the services: structured logs, metrics, signals, `cep serve all`.
 
 Logs are JSON lines on stderr, one per event of note: {"ts", "level", "role", "event",
-...}. Metrics (services/stream/metrics.py) are on `--metrics-port` (0: off). SIGTERM,
-SIGINT and SIGHUP set the stop flag: the service finishes its current batch, commits and exits 0.
+...}. The role is the process's, named once at its start (`configure_logging`; before
+that CEP_ROLE, else "cep"); `log` writes with it. Metrics (services/stream/metrics.py) are
+on `--metrics-port` (0: off). SIGTERM, SIGINT and SIGHUP set the stop flag: the service
+finishes its current batch, commits and exits 0.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import cProfile
 import ctypes
 import logging
+import logging.config
 import os
 import signal
 import subprocess
@@ -17,11 +20,11 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
-ROLE = {"name": os.environ.get("CEP_ROLE", "cep")}
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
           "error": logging.ERROR}
 
@@ -39,34 +42,66 @@ def _write(record: dict) -> None:
     sys.stderr.flush()
 
 
+@dataclass(frozen=True)
+class ProcessLog:
+    """The JSON log lines of one process, each with its `role`."""
+
+    role: str
+
+    def write(self, event: str, level: str = "info", **fields) -> None:
+        if LEVELS[level] < log_level():
+            return
+        _write({"ts": round(time.time(), 3), "level": level, "role": self.role,
+                "event": event, **fields})
+
+    def logging_config(self) -> dict:
+        """A `logging.config.dictConfig` for the root logger: JSON lines on stderr at
+        CEP_LOG_LEVEL, with this role."""
+        return {"version": 1, "disable_existing_loggers": False,
+                "formatters": {"json": {"()": JsonLogFormatter, "role": self.role}},
+                "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json",
+                                        "stream": "ext://sys.stderr"}},
+                "root": {"level": log_level(), "handlers": ["stderr"]}}
+
+
+# this process's log: replaced only by configure_logging, read only by this module
+_process_log = ProcessLog(os.environ.get("CEP_ROLE", "cep"))
+
+
+def configure_logging(role: str) -> ProcessLog:
+    """Name this process's role, at its start: in `log`'s lines and in those of Python's
+    logging (Faust's, mode's, aiokafka's), which it sends to stderr as JSON lines."""
+    global _process_log
+    _process_log = ProcessLog(role)
+    logging.config.dictConfig(_process_log.logging_config())
+    return _process_log
+
+
 def log(event: str, level: str = "info", **fields) -> None:
-    if LEVELS[level] < log_level():
-        return
-    _write({"ts": round(time.time(), 3), "level": level, "role": ROLE["name"],
-            "event": event, **fields})
+    """One JSON line of this process's log (its role: `configure_logging`)."""
+    _process_log.write(event, level, **fields)
+
+
+def logging_config() -> dict:
+    """This process's `logging.config.dictConfig` (for Faust's worker, which applies it)."""
+    return _process_log.logging_config()
 
 
 class JsonLogFormatter(logging.Formatter):
     """Records of Python's logging (Faust's, mode's, aiokafka's) as the same JSON lines as
     `log`: event "log", the logger's name, its message, and a traceback where there is one."""
 
+    def __init__(self, role: str, **options):
+        super().__init__(**options)
+        self.role = role
+
     def format(self, record: logging.LogRecord) -> str:
         fields = {"ts": round(record.created, 3), "level": record.levelname.lower(),
-                  "role": ROLE["name"], "event": "log", "logger": record.name,
+                  "role": self.role, "event": "log", "logger": record.name,
                   "message": record.getMessage()}
         if record.exc_info:
             fields["traceback"] = self.formatException(record.exc_info)
         return orjson.dumps(fields, default=str).decode()
-
-
-def logging_config() -> dict:
-    """A `logging.config.dictConfig` for the root logger: JSON lines on stderr at
-    CEP_LOG_LEVEL."""
-    return {"version": 1, "disable_existing_loggers": False,
-            "formatters": {"json": {"()": JsonLogFormatter}},
-            "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json",
-                                    "stream": "ext://sys.stderr"}},
-            "root": {"level": log_level(), "handlers": ["stderr"]}}
 
 
 @contextmanager
