@@ -173,13 +173,14 @@ class Sequencer:
     def batch(self, table: pa.Table, dead: list[DeadLetter]) -> pa.RecordBatch:
         """Events (`table`: seq, then the attributes) and dead letters as rows."""
         n, d = table.num_rows, len(dead)
-        columns = [pa.array([EVENT] * n + [DEAD] * d, pa.string()),
+        columns = [pa.concat_arrays([pa.repeat(pa.scalar(EVENT), n),
+                                     pa.repeat(pa.scalar(DEAD), d)]),
                    pa.concat_arrays([_array(table.column("seq"), pa.int64()),
                                      pa.array([letter.position for letter in dead], pa.int64())])]
         for name, kind in self.schema.attributes.items():
             type_ = self.rows.field(name).type
             columns.append(pa.concat_arrays([_array(table.column(name), type_),
-                                             pa.array([_DEFAULTS[kind]] * d, type_)]))
+                                             pa.repeat(pa.scalar(_DEFAULTS[kind], type_), d)]))
         columns.append(pa.concat_arrays([pa.nulls(n, pa.string()), pa.array(
             [orjson.dumps(letter.to_json()).decode() for letter in dead], pa.string())]))
         return pa.RecordBatch.from_arrays(columns, schema=self.rows)
