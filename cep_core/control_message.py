@@ -546,6 +546,21 @@ class LiveSet:
                                                  checked)
         self.next_index = max([e["index"] + 1 for e in entries] + [self.next_index])
 
+    def put(self, entry: dict) -> LiveQuery:
+        """Set one query from a serialized entry (`LiveQuery.to_json`: a change another
+        process checked and numbered), replacing the one of its name; it comes last."""
+        self.remove(entry["name"])
+        self.load(self.to_json() + [entry])
+        return self.live[entry["name"]]
+
+    def remove(self, name: str) -> LiveQuery | None:
+        """Take a query out of the set; the one removed (None: none of that name)."""
+        return self.live.pop(name, None)
+
+    def clear(self) -> None:
+        """No live queries (the streams stay, and so do the indexes given out)."""
+        self.live = {}
+
     def load_streams(self, entries: list[dict]) -> None:
         """Take the control topic's streams of a serialized set (`LiveRegistry.to_json`)."""
         for entry in entries:

@@ -7,8 +7,10 @@ A frame is a Kafka record whose headers say what it is and whose value is its pa
   (seq range), `count`, `route` (the PARTITION BY attribute list the events were keyed by,
   comma-separated; empty for unkeyed queries).
 - `kind=pulse`: no payload: "all events up to seq `upto` have been sent to this partition".
-- `kind=control`: a JSON object (a query change, or the whole query set) that holds from
-  seq `at` on; `kind=end`: end of input at seq `upto` (engines flush there).
+- `kind=control`: a JSON object that holds from seq `at` on: one applied change
+  (`ChangeFrame`) or the whole live set (`LiveSetFrame`), encoded by their `to_payload` and
+  decoded once by `control_of`; `kind=end`: end of input at seq `upto` (engines flush
+  there).
 - `kind=matches`: composite events (a JSON list), worker -> coordinator.
 
 Any frame may carry `upto` (the partition is complete up to that seq) and `ts` (the largest
@@ -22,6 +24,8 @@ from dataclasses import dataclass, field
 
 import orjson
 import pyarrow as pa
+
+from cep_core.control_message import QUERY, STREAM
 
 EVENTS, PULSE, CONTROL, END, MATCHES = "events", "pulse", "control", "end", "matches"
 KINDS = (EVENTS, PULSE, CONTROL, END, MATCHES)
@@ -115,3 +119,103 @@ def json_payload(frame: Frame):
         return orjson.loads(frame.payload) if frame.payload else None
     except orjson.JSONDecodeError as e:
         raise FrameError(f"{frame.kind} frame: not valid JSON: {e}") from None
+
+
+# ---------------------------------------------------------------- control frames
+
+
+@dataclass(frozen=True)
+class ChangeFrame:
+    """One change the splitter applied: a query's (`text` and `index`; no text once it is
+    removed) or a stream's (`text`, empty once it is removed, and `version`). `key` and
+    `offset` name the control record in status records (None in frames made by hand)."""
+
+    op: str  # add, update or remove
+    name: str
+    kind: str = QUERY
+    key: str | None = None
+    offset: int | None = None
+    text: str | None = None
+    index: int | None = None
+    version: int | None = None
+
+    @classmethod
+    def applied(cls, named: dict, entry) -> ChangeFrame:
+        """From a change's names (`status.change_of`) and what the live set made of it (a
+        LiveQuery or LiveStream, None for a query removed)."""
+        fields = entry.to_json() if entry is not None else {}
+        return cls(named["op"], named["name"], named["kind"], named["key"], named["offset"],
+                   fields.get("text"), fields.get("index"), fields.get("version"))
+
+    @property
+    def of_stream(self) -> bool:
+        return self.kind == STREAM
+
+    @property
+    def removes(self) -> bool:
+        return self.op == "remove"
+
+    def named(self) -> dict:
+        """What names the change in status records (`status.change_of`)."""
+        return {"key": self.key, "offset": self.offset, "kind": self.kind, "op": self.op,
+                "name": self.name}
+
+    def query_entry(self) -> dict:
+        """The query as a live set serializes it (`LiveQuery.to_json`)."""
+        return {"name": self.name, "text": self.text, "index": self.index}
+
+    def to_payload(self) -> dict:
+        out = {"op": self.op, "name": self.name}
+        if self.key is not None:
+            out.update(key=self.key, offset=self.offset)
+        out["kind"] = self.kind
+        for field_, value in (("text", self.text), ("index", self.index),
+                              ("version", self.version)):
+            if value is not None:
+                out[field_] = value
+        return out
+
+    @classmethod
+    def from_payload(cls, obj: dict) -> ChangeFrame:
+        return cls(obj["op"], obj["name"], obj.get("kind", QUERY), obj.get("key"),
+                   obj.get("offset"), obj.get("text"), obj.get("index"), obj.get("version"))
+
+
+@dataclass(frozen=True)
+class LiveSetFrame:
+    """The whole live set, a splitter's first frame after it starts: its queries
+    (`LiveSet.to_json`), the control topic's streams (`LiveRegistry.to_json`) and the
+    changes it applied while starting (`ChangeFrame.named` of each)."""
+
+    queries: tuple[dict, ...] = ()
+    streams: tuple[dict, ...] = ()
+    changes: tuple[dict, ...] = ()
+    op = "set"
+
+    def to_payload(self) -> dict:
+        return {"op": self.op, "queries": list(self.queries), "streams": list(self.streams),
+                "changes": list(self.changes)}
+
+    @classmethod
+    def from_payload(cls, obj: dict) -> LiveSetFrame:
+        return cls(tuple(obj["queries"]), tuple(obj.get("streams", ())),
+                   tuple(obj.get("changes", ())))
+
+
+ControlFrame = ChangeFrame | LiveSetFrame
+
+
+def control_frame(change: ControlFrame, **headers) -> Frame:
+    return json_frame(CONTROL, change.to_payload(), **headers)
+
+
+def control_of(frame: Frame) -> ControlFrame:
+    """The change or live set a control frame carries; FrameError when it holds neither."""
+    obj = json_payload(frame)
+    try:
+        if obj["op"] == LiveSetFrame.op:
+            return LiveSetFrame.from_payload(obj)
+        return ChangeFrame.from_payload(obj)
+    except (KeyError, TypeError) as e:
+        raise FrameError(f"control frame: not a change or a live set: {e!r}") from None
+

@@ -23,9 +23,9 @@ from collections import deque
 import orjson
 
 from cep_core.composite import sort_key
-from cep_core.control_message import INFINITE, STREAM, LiveRegistry, check_query, horizon
+from cep_core.control_message import INFINITE, QUERY, LiveRegistry, check_query, horizon
 from services.stream import frames
-from services.stream.frames import Frame
+from services.stream.frames import Frame, LiveSetFrame
 
 
 class QueryInfo:
@@ -85,28 +85,28 @@ class Merger:
             self.ends.setdefault(upto, set()).add(part)
 
     def _control(self, frame: Frame, part: int) -> None:
-        change = frames.json_payload(frame)
-        if change["op"] == "set":
-            for entry in change.get("streams", []):
+        change = frames.control_of(frame)
+        if isinstance(change, LiveSetFrame):
+            for entry in change.streams:
                 self.registry.learn(entry["name"], entry["text"], entry["version"])
-        elif change.get("kind") == STREAM:
-            self.registry.learn(change["name"], change["text"], change["version"])
-        entries = change["queries"] if change["op"] == "set" else \
-            [] if change.get("kind") == STREAM else [change]
+            entries, changes = list(change.queries), list(change.changes)
+            name, kind, marked = None, QUERY, None
+        else:
+            if change.of_stream:
+                self.registry.learn(change.name, change.text, change.version)
+            entries = [] if change.of_stream else [change.query_entry()]
+            changes = [] if change.key is None else [change.named()]
+            name, kind, marked = change.name, change.kind, change.key or change.name
         for entry in entries:
             if entry.get("text"):
                 self._add_query(entry)
-        marker = (change["op"], change.get("key") or change.get("name"), frame.get("at"))
+        marker = (change.op, marked, frame.get("at"))
         seen = self.control_seen.setdefault(marker, set())
         seen.add(part)
         if len(seen) == self.partitions:
             del self.control_seen[marker]
             sent = frame.get("sent_ms")
-            changes = change.get("changes", []) if change["op"] == "set" else \
-                [{k: change[k] for k in ("key", "offset", "kind", "op", "name")}] \
-                if "key" in change else []
-            self.live_events.append({"op": change["op"], "name": change.get("name"),
-                                     "kind": change.get("kind", "query"),
+            self.live_events.append({"op": change.op, "name": name, "kind": kind,
                                      "at": frame.get("at"), "latency_ms": None if sent is None
                                      else round(time.time() * 1000 - sent, 1),
                                      "changes": changes})

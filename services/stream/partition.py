@@ -27,11 +27,11 @@ import pyarrow.compute as pc
 from cep_core import snapshot_format
 from cep_core.ast import QueryKind
 from cep_core.batch import BatchEncoder, StringDictionary
-from cep_core.control_message import STREAM, LiveSet, horizon
+from cep_core.control_message import LiveSet, horizon
 from cep_core.schema import units_per_ms
 from cep_core.stream_engines import StreamEngines
 from services.stream import frames
-from services.stream.frames import Frame
+from services.stream.frames import ChangeFrame, Frame, LiveSetFrame
 from services.stream.metrics import Metrics
 from services.stream.routing import Outbox
 from services.stream.status import StatusWriter
@@ -112,7 +112,7 @@ class PartitionState:
         for name, live in list(self.queries.live.items()):
             if name not in wanted or wanted[name]["text"] != live.text:
                 self.stop(name)
-                del self.queries.live[name]
+                self.queries.remove(name)
         for name in [n for n in self.failed if n not in wanted]:
             self.stop(name)
         fresh = [e for e in entries if e["name"] not in self.queries.live]
@@ -124,7 +124,7 @@ class PartitionState:
     def restart_engines(self) -> None:
         entries = self.queries.to_json()
         self.routes = {}
-        self.queries.live = {}
+        self.queries.clear()
         self.reconcile(entries)
 
     def _failures(self, engines: StreamEngines) -> None:
@@ -257,34 +257,30 @@ class PartitionState:
     def _control(self, frame: Frame) -> None:
         """Apply a change the splitter checked (queries are parsed again from their
         canonical text by the same function, once per process: the registry's cache)."""
-        change = frames.json_payload(frame)
+        change = frames.control_of(frame)
         stream_changed = False
-        if change["op"] == "set":
+        if isinstance(change, LiveSetFrame):
             before = self.queries.registry.get(self.queries.stream)
-            self.queries.load_streams(change.get("streams", []))
+            self.queries.load_streams(list(change.streams))
             stream_changed = self.queries.registry.get(self.queries.stream) != before
-            self.reconcile(change["queries"])
+            self.reconcile(list(change.queries))
             self.live_sets += 1
-        elif change.get("kind") == STREAM:
-            self.queries.registry.learn(change["name"], change["text"], change["version"])
-            stream_changed = change["name"] == self.queries.stream
-        elif change["op"] == "remove":
-            if change["name"] in self.queries.live:
-                self.stop(change["name"])
-                del self.queries.live[change["name"]]
+        elif change.of_stream:
+            self.queries.registry.learn(change.name, change.text, change.version)
+            stream_changed = change.name == self.queries.stream
+        elif change.removes:
+            if change.name in self.queries.live:
+                self.stop(change.name)
+                self.queries.remove(change.name)
         else:
-            self.stop(change["name"])
-            self.queries.live.pop(change["name"], None)
-            self.queries.load(self.queries.to_json() + [
-                {k: change[k] for k in ("name", "text", "index")}])
-            self.start(self.queries.live[change["name"]])
+            self.stop(change.name)
+            self.start(self.queries.put(change.query_entry()))
         if stream_changed:
             self.new_schema()
         self.outputs.update(self._live_outputs())
-        if "key" in change:
-            self.status.outcome(self.sent, {k: change[k] for k in (
-                "key", "offset", "kind", "op", "name")}, "applied", at=frame.get("at"),
-                partition=self.partition, live=self.queries.summary())
+        if isinstance(change, ChangeFrame) and change.key is not None:
+            self.status.outcome(self.sent, change.named(), "applied", at=frame.get("at"),
+                                partition=self.partition, live=self.queries.summary())
         self._send(Frame(frames.CONTROL, {**frame.headers, "part": self.partition},
                          frame.payload))
 

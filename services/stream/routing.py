@@ -58,7 +58,7 @@ from cep_core.schema import SchemaError, time_amount, units_per_ms
 from cep_core.time_guard import TOO_FAR_AHEAD, TimeGuard, wall_clock_units
 from services.stream import frames
 from services.stream.control_write_back import came_back, write_back
-from services.stream.frames import Frame
+from services.stream.frames import ChangeFrame, Frame, LiveSetFrame
 from services.stream.metrics import Metrics
 from services.stream.reorder_checkpoint import Refill
 from services.stream.serve import log
@@ -398,20 +398,18 @@ class Router:
         if not announce:
             self._initial_changes.append(named)
             return
-        body = {"op": change.op, "name": change.name, **named}
-        if entry is not None:
-            body.update(entry.to_json())
         sent_ms = None if isinstance(message, ControlRecord) else message.timestamp()[1]
-        self._send_all(frames.json_frame(frames.CONTROL, body, at=self.last_seq + 1,
-                                         upto=self.last_seq, ts=self.max_ts, sent_ms=sent_ms))
+        self._send_all(frames.control_frame(ChangeFrame.applied(named, entry),
+                                            at=self.last_seq + 1, upto=self.last_seq,
+                                            ts=self.max_ts, sent_ms=sent_ms))
 
     def announce(self) -> None:
         """The whole live set (and the changes applied before it) to every partition: the
         first frames after a start."""
-        self._send_all(frames.json_frame(frames.CONTROL, {
-            "op": "set", "queries": self.queries.to_json(),
-            "streams": self.queries.registry.to_json(), "changes": self._initial_changes},
-            at=self.last_seq + 1, upto=self.last_seq, ts=self.max_ts))
+        self._send_all(frames.control_frame(LiveSetFrame(
+            tuple(self.queries.to_json()), tuple(self.queries.registry.to_json()),
+            tuple(self._initial_changes)), at=self.last_seq + 1, upto=self.last_seq,
+            ts=self.max_ts))
         self._initial_changes = []
 
     def pulse(self) -> None:
