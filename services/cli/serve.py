@@ -12,9 +12,12 @@ or `--kafka-config`.
 # and the benchmarks load when their command runs: the CLI registers these commands for every
 # `cep` invocation.
 
+import dataclasses
 import os
 import sys
+from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
 import orjson
@@ -47,13 +50,158 @@ class Role(StrEnum):
     all = "all"
 
 
+# The options every process of `cep serve all` is given as they were given to it (the
+# broker, the source and control topics are given as resolved); the API's go to the API.
+PASSED_DOWN = ("stream", "partitions", "pulse_ms", "linger_ms", "topic_prefix", "web_port",
+               "allowed_lateness_ms", "idle_timeout_ms", "replication_factor",
+               "coordinators", "kafka_config", "max_ahead", "max_ahead_of_clock", "idleness")
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """`cep serve`'s options (each field is the option `--field-name`), and the command
+    lines of the processes `cep serve all` starts, built from them."""
+
+    bootstrap: str
+    stream: str
+    partitions: int
+    distributed: bool
+    workers: int
+    coordinators: int
+    shard: int
+    pulse_ms: int
+    linger_ms: float
+    source: str
+    control: str
+    topic_prefix: str
+    kafka_config: Path | None
+    allowed_lateness_ms: int
+    idle_timeout_ms: int
+    max_ahead: str | None
+    max_ahead_of_clock: str | None
+    idleness: str | None
+    metrics_port: int
+    web_port: int
+    replication_factor: int
+    schema: list[Path] | None
+    api_port: int
+    api_host: str | None
+    api_metrics: list[str] | None
+    api_allowed_host: list[str] | None
+    api_cors_origin: list[str] | None
+    api_require_token: bool
+
+    def child_argv(self, bootstrap: str, topics) -> list[str]:
+        """What every process of `cep serve all` is given (`topics`: the resolved names)."""
+        argv = ["--bootstrap", bootstrap, "--source", topics.source,
+                "--control", topics.control]
+        for name in PASSED_DOWN:
+            value = getattr(self, name)
+            if value is not None:
+                argv += ["--" + name.replace("_", "-"), str(value)]
+        return argv
+
+    def api_argv(self, metrics_urls: list[str]) -> list[str]:
+        """The API's own options, reading the other processes' metrics at `metrics_urls`."""
+        return ["--api-port", str(self.api_port)] + \
+            [f"--api-metrics={url}" for url in metrics_urls] + \
+            (["--api-host", self.api_host] if self.api_host else []) + \
+            [f"--api-allowed-host={h}" for h in self.api_allowed_host or []] + \
+            [f"--api-cors-origin={o}" for o in self.api_cors_origin or []] + \
+            (["--api-require-token"] if self.api_require_token else [])
+
+    def plan(self, bootstrap: str, topics) -> list[tuple[str, list[str]]]:
+        """The processes of `cep serve all` (role, command-line options): the chained
+        pipeline, or with `distributed` one per role; each with the next metrics port, and
+        the API with `api_port`."""
+        common = self.child_argv(bootstrap, topics)
+        roles = [("splitter", [])] + [("worker", [])] * self.workers + \
+            [("coordinator", ["--shard", str(k)]) for k in range(self.coordinators)] \
+            if self.distributed else [("chained", [])]
+        plan = [(role, common + (["--metrics-port", str(self.metrics_port + i)]
+                                 if self.metrics_port else []) + extra)
+                for i, (role, extra) in enumerate(roles)]
+        if self.api_port:  # the API reads the others' metrics
+            urls = [f"http://127.0.0.1:{self.metrics_port + i}/metrics"
+                    for i in range(len(roles))] if self.metrics_port else []
+            plan.append(("api", common + self.api_argv(urls)))
+        return plan
+
+
+def _serve(role: Role, options: ServeOptions, cli_error) -> None:
+    """Run a role of the streaming pipeline (`all`: start the processes of each)."""
+    from services.stream.kafka import Topics
+    from services.stream.pipeline import create_topics
+    from services.stream.serve import configure_logging, run_all, stop_flag
+
+    o = options
+    export_schema_paths(o.schema, cli_error)
+    settings = kafka_settings(o.bootstrap, o.kafka_config)
+    settings.replication_factor = o.replication_factor
+    topics = Topics(o.stream, o.source, o.control, o.topic_prefix, o.coordinators)
+    if o.shard >= o.coordinators:
+        raise cli_error(f"--shard {o.shard}: not below --coordinators {o.coordinators}", 2)
+    if role is Role.all and not o.distributed and o.workers > 1:
+        print(f"note: --workers {o.workers} applies to --distributed; the chained "
+              "pipeline runs every keyed partition in one process", file=sys.stderr)
+    if role is Role.all:  # the children inherit CEP_SCHEMA_PATH
+        stopping = stop_flag()
+        create_topics(settings, topics, o.partitions)
+        raise typer.Exit(run_all(o.plan(settings.bootstrap, topics), stopping))
+    configure_logging(role.value)
+    if role is Role.api:
+        _serve_api(settings, topics, o.api_host, o.api_port or 8080, o.api_metrics,
+                   cli_error, o.api_allowed_host or [], o.api_cors_origin or [],
+                   o.api_require_token)
+        return
+    _run_role(role, o, settings, topics)
+
+
+def _run_role(role: Role, o: ServeOptions, settings, topics) -> None:
+    """One process of the pipeline: chained, splitter, worker or coordinator."""
+    from services.stream.metrics import Metrics
+    from services.stream.pipeline import create_topics
+    from services.stream.serve import stop_flag
+
+    metrics = Metrics(role.value, o.metrics_port)
+    if role in (Role.splitter, Role.chained):  # a Faust app: it handles signals
+        from cep_core.home import state_dir
+        from services.stream.chained import Chained
+        from services.stream.splitter import Splitter
+        from services.stream.splitter_app import serve_splitter
+        datadir = state_dir("faust")  # first: a folder that cannot be made fails fast
+        create_topics(settings, topics, o.partitions)
+        options = dict(metrics=metrics, linger_ms=o.linger_ms,
+                       allowed_lateness_ms=o.allowed_lateness_ms, max_ahead=o.max_ahead,
+                       max_ahead_of_clock=o.max_ahead_of_clock, idleness=o.idleness)
+        splitter = Splitter(settings, topics, o.partitions, o.pulse_ms, **options) \
+            if role is Role.splitter else \
+            Chained(settings, topics, o.partitions, o.pulse_ms,
+                    idle_timeout_ms=o.idle_timeout_ms or None, **options)
+        raise typer.Exit(serve_splitter(splitter, o.web_port, datadir))
+    stopping = stop_flag()
+    if role is Role.worker:
+        from services.stream.worker import Worker
+        Worker(settings, topics, metrics=metrics,
+               idle_timeout_ms=o.idle_timeout_ms or None).run(stopping)
+    else:
+        from services.stream.coordinator import Coordinator
+        Coordinator(settings, topics, o.partitions, metrics=metrics,
+                    shard=o.shard).run(stopping)
+
+
 def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None:
     """Add the service commands to the `cep` app (guard: cli's error handling); `cep query`
     and `cep stream` come from services/cli/live.py."""
     from services.cli import live as live_cli
 
     live_cli.register(app, guard, cli_error)
+    _register_serve(app, guard, cli_error)
+    _register_demo(app, guard, cli_error)
+    _register_benches(bench_app, guard, cli_error)
 
+
+def _register_serve(app: typer.Typer, guard, cli_error) -> None:
     @app.command()
     def serve(
         role: Annotated[Role, typer.Argument(help="chained (splitter, workers and "
@@ -144,89 +292,12 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
         """Run a service of the streaming pipeline until SIGTERM (finishes its batch,
         commits, exits 0)."""
 
-        def body():
-            from services.stream.kafka import Topics
-            from services.stream.metrics import Metrics
-            from services.stream.pipeline import create_topics
-            from services.stream.serve import configure_logging, run_all, stop_flag
+        values = dict(locals())  # the options as given, by name (ServeOptions' fields)
+        guard(lambda: _serve(role, ServeOptions(**{
+            f.name: values[f.name] for f in dataclasses.fields(ServeOptions)}), cli_error))
 
-            export_schema_paths(schema, cli_error)
-            settings = kafka_settings(bootstrap, kafka_config)
-            settings.replication_factor = replication_factor
-            topics = Topics(stream, source, control, topic_prefix, coordinators)
-            if shard >= coordinators:
-                raise cli_error(f"--shard {shard}: not below --coordinators {coordinators}", 2)
-            if role is Role.all and not distributed and workers > 1:
-                print(f"note: --workers {workers} applies to --distributed; the chained "
-                      "pipeline runs every keyed partition in one process", file=sys.stderr)
-            if role is Role.all:  # the children inherit CEP_SCHEMA_PATH
-                stopping = stop_flag()
-                create_topics(settings, topics, partitions)
-                common = ["--bootstrap", settings.bootstrap, "--stream", stream,
-                          "--partitions", str(partitions), "--pulse-ms", str(pulse_ms),
-                          "--linger-ms", str(linger_ms),
-                          "--source", topics.source, "--control", topics.control,
-                          "--topic-prefix", topic_prefix, "--web-port", str(web_port),
-                          "--allowed-lateness-ms", str(allowed_lateness_ms),
-                          "--idle-timeout-ms", str(idle_timeout_ms),
-                          "--replication-factor", str(replication_factor),
-                          "--coordinators", str(coordinators)]
-                if kafka_config is not None:  # every client gets the security settings
-                    common += ["--kafka-config", str(kafka_config)]
-                for option, value in (("--max-ahead", max_ahead),
-                                      ("--max-ahead-of-clock", max_ahead_of_clock),
-                                      ("--idleness", idleness)):
-                    if value is not None:
-                        common += [option, value]
-                roles = [("splitter", [])] + [("worker", [])] * workers + \
-                    [("coordinator", ["--shard", str(k)]) for k in range(coordinators)] \
-                    if distributed else [("chained", [])]
-                plan = [(r, common + (["--metrics-port", str(metrics_port + i)]
-                                      if metrics_port else []) + extra)
-                        for i, (r, extra) in enumerate(roles)]
-                if api_port:  # the API reads the others' metrics
-                    urls = [f"--api-metrics=http://127.0.0.1:{metrics_port + i}/metrics"
-                            for i in range(len(roles))] if metrics_port else []
-                    plan.append(("api", common + ["--api-port", str(api_port)] + urls +
-                                 (["--api-host", api_host] if api_host else []) +
-                                 [f"--api-allowed-host={h}" for h in api_allowed_host or []] +
-                                 [f"--api-cors-origin={o}" for o in api_cors_origin or []] +
-                                 (["--api-require-token"] if api_require_token else [])))
-                raise typer.Exit(run_all(plan, stopping))
-            configure_logging(role.value)
-            if role is Role.api:
-                _serve_api(settings, topics, api_host, api_port or 8080, api_metrics,
-                           cli_error, api_allowed_host or [], api_cors_origin or [],
-                           api_require_token)
-                return
-            metrics = Metrics(role.value, metrics_port)
-            if role in (Role.splitter, Role.chained):  # a Faust app: it handles signals
-                from cep_core.home import state_dir
-                from services.stream.chained import Chained
-                from services.stream.splitter import Splitter
-                from services.stream.splitter_app import serve_splitter
-                datadir = state_dir("faust")  # first: a folder that cannot be made fails fast
-                create_topics(settings, topics, partitions)
-                options = dict(metrics=metrics, linger_ms=linger_ms,
-                               allowed_lateness_ms=allowed_lateness_ms, max_ahead=max_ahead,
-                               max_ahead_of_clock=max_ahead_of_clock, idleness=idleness)
-                splitter = Splitter(settings, topics, partitions, pulse_ms, **options) \
-                    if role is Role.splitter else \
-                    Chained(settings, topics, partitions, pulse_ms,
-                            idle_timeout_ms=idle_timeout_ms or None, **options)
-                raise typer.Exit(serve_splitter(splitter, web_port, datadir))
-            stopping = stop_flag()
-            if role is Role.worker:
-                from services.stream.worker import Worker
-                Worker(settings, topics, metrics=metrics,
-                       idle_timeout_ms=idle_timeout_ms or None).run(stopping)
-            else:
-                from services.stream.coordinator import Coordinator
-                Coordinator(settings, topics, partitions, metrics=metrics,
-                            shard=shard).run(stopping)
 
-        guard(body)
-
+def _register_demo(app: typer.Typer, guard, cli_error) -> None:
     @app.command()
     def demo(
         count: Annotated[int, typer.Option("--count", "--events", "-n", min=1, metavar="N",
@@ -277,6 +348,8 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
 
         guard(body)
 
+
+def _register_benches(bench_app: typer.Typer, guard, cli_error) -> None:
     @bench_app.command("e2e")
     def e2e(
         count: Annotated[int, typer.Option("--count", "--events", "-n", min=1000, metavar="N",
@@ -360,6 +433,7 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
             print(orjson.dumps(result).decode() if as_json else result)
 
         guard(body)
+
 
 def _serve_api(settings, topics, host, port, metrics_urls, cli_error, allowed_hosts=(),
                cors_origins=(), require_token=False) -> None:
