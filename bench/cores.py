@@ -141,12 +141,18 @@ def run_realistic(events: int = 200_000, batch: int = 20_000, workloads=REALISTI
                for name in workloads}}
 
 
+def written_lines(name: str, events: int, seed: int = 1) -> list[bytes]:
+    """The workload's events as `cep gen` writes them (JSON lines), one line each, without
+    `seq` (the splitter gives the positions). Used by `cep bench e2e --workload` too."""
+    table = WORKLOADS[name].written(events, seed)
+    if "seq" in table.column_names:
+        table = table.drop_columns(["seq"])
+    return b"".join(jsonl_lines(b) for b in table.to_batches(1 << 20)).splitlines()
+
+
 def _json_steps(name: str, events: int, batch: int) -> list[list]:
     """The workload's events as `cep gen` writes them, one JSON line a message."""
-    table = WORKLOADS[name].written(events, 1)
-    if "seq" in table.column_names:
-        table = table.drop_columns(["seq"])  # the splitter gives the positions
-    lines = b"".join(jsonl_lines(b) for b in table.to_batches(1 << 20)).splitlines()
+    lines = written_lines(name, events)
     steps = [records(lines[at:at + batch], 0, at) for at in range(0, events, batch)]
     return steps + [[message(0, events, b"", [("kind", b"end")])]]
 

@@ -20,6 +20,17 @@ topics. Measured, per mode:
   record). Chained (the INTO records' `cep.taken_ms` header): source (produce -> the
   step that took the event began), chain (-> INTO record).
 - `load`: the load average (1 minute) before the mode ran.
+
+`--workload NAME` (`workload`): the events and queries. finance1 (the default): synthetic
+trades, the M-shape query alone (INTO double_tops). A realistic workload (iot, activity,
+clicks; cep_core/workloads.py): its events as `cep gen` writes them (`Workload.written`:
+JSON lines without seq, ISO-8601 times, fields and nested objects the schema does not
+name), one a message, and every query of its file (MATCH, SEQ and WINDOW) registered;
+the framed run sends its events in the schema's columns (`Workload.generate`: times in
+epoch ms, no extra field), and the latency is that of its MATCH query's composite events
+(the first query of the file). Its runs (warm-up, JSON, framed, latency) are consecutive
+slices of one stream, so event time never goes back (a WINDOW query would send a repeated
+stream's events to the dead letters as late); finance1's runs repeat the same trades.
 """
 
 from __future__ import annotations
@@ -27,18 +38,21 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
+from bench.cores import written_lines
 from bench.hops import hops
+from cep_core.control_message import check_query
 from services.stream.chained import STAGE_HEADER
 from services.stream.checkpoint import PIPELINE_HEADER
 from cep_core.workloads import WORKLOADS
 from services.stream.broker import EmbeddedBroker
-from services.stream.control import ControlMessage, publish
+from services.stream.control import ControlMessage, publish, split_query_file
 from services.stream.demo import STREAM, demo_queries, start_services, stop_services, trade_lines
 from services.stream.frames import encode_table
 from services.stream.kafka import Deliveries, KafkaSettings, Topics, flush_all, produce, produce_end
@@ -67,17 +81,60 @@ def _status(settings, topic: str, since: int):
 
 MODES = ("chained", "distributed")
 LATENCY_PRODUCER = {"linger.ms": 5}
+DEFAULT_WORKLOAD = "finance1"
+WARM_UP = 2000  # events sent (and ended) before the clock runs: joins, kernels loaded
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """What a run sends and registers: the JSON lines of the warm-up, of the measured run
+    and of the latency run (one event a message), the framed run's events as a table, the
+    queries (name, text), their INTO topics, and the INTO topic whose composite events
+    the latency run times."""
+
+    workload: str
+    stream: str
+    warm: list[bytes]
+    lines: list[bytes]
+    table: object
+    latency_lines: list[bytes]
+    queries: list[tuple[str, str]]
+    outputs: list[str]
+    timed: str
+
+
+def streamed(workload: str, events: int) -> Streamed:
+    """finance1: the trades and M-shape query of `cep demo` (as before --workload); any
+    other workload: its events as users write them and its whole query file."""
+    chosen = WORKLOADS[workload]
+    if workload == DEFAULT_WORKLOAD:
+        lines = trade_lines(events)
+        table = chosen.generate(events, 1).drop_columns(["seq"])
+        return Streamed(workload, STREAM, lines[:WARM_UP], lines, table, lines,
+                        demo_queries()[:1], ["double_tops"], "double_tops")
+    # one stream: warm-up, JSON run, framed run, latency run, in this order
+    total = WARM_UP + 3 * events
+    lines = written_lines(workload, total)
+    table = chosen.generate(total, 1).drop_columns(["seq"])
+    framed_at = WARM_UP + events
+    queries = split_query_file(chosen.query_text(seed=1), f"{workload}.cep")
+    outputs = [check_query(name, text).query.output for name, text in queries]
+    return Streamed(workload, chosen.stream, lines[:WARM_UP], lines[WARM_UP:framed_at],
+                    table.slice(framed_at, events), lines[framed_at + events:], queries,
+                    list(dict.fromkeys(outputs)), outputs[0])
 
 
 class Bench:
     def __init__(self, bootstrap: str, workers: int, coordinators: int = 1,
-                 mode: str = "chained"):
+                 mode: str = "chained", run: Streamed | None = None):
         self.settings = KafkaSettings(bootstrap, session_timeout_ms=2000)
         self.mode = mode
-        run = f"{mode}-{os.getpid()}"
-        self.topics = Topics(STREAM, source=f"bench.{STREAM}.{run}",
-                             prefix=f"bench-{run}", shards=coordinators)
-        create_topics(self.settings, self.topics, 4, ["double_tops"])
+        self.run = run or streamed(DEFAULT_WORKLOAD, 0)
+        stream = self.run.stream
+        name = f"{mode}-{os.getpid()}"
+        self.topics = Topics(stream, source=f"bench.{stream}.{name}",
+                             prefix=f"bench-{name}", shards=coordinators)
+        create_topics(self.settings, self.topics, 4, self.run.outputs)
         self.deliveries = Deliveries()
         self.producer = self.settings.producer(on_delivery=self.deliveries)
         self.status_seen = 0
@@ -85,8 +142,8 @@ class Bench:
         self.workers = workers
 
     def start(self) -> None:
-        name, text = demo_queries()[0]
-        publish(self.settings, self.topics.control, ControlMessage("add", name, text))
+        for name, text in self.run.queries:
+            publish(self.settings, self.topics.control, ControlMessage("add", name, text))
         log_path = Path(tempfile.gettempdir()) / f"cep-bench-{self.mode}-{os.getpid()}.log"
         self.services = start_services(self.settings.bootstrap, self.workers, log_path,
                                        self.topics, distributed=self.mode == "distributed")
@@ -137,43 +194,46 @@ def raw_consume(settings, topic: str, n: int) -> float:
 
 
 def run_bench(events: int, workers: int, bootstrap: str | None, latency_s: float,
-              latency_rate: float = 0, coordinators: int = 1, modes=MODES) -> dict:
-    """Every mode of `modes` measured on one broker, one after the other."""
+              latency_rate: float = 0, coordinators: int = 1, modes=MODES,
+              workload: str = DEFAULT_WORKLOAD) -> dict:
+    """Every mode of `modes` measured on one broker, one after the other, on `workload`'s
+    events and queries."""
+    run = streamed(workload, events)
     broker = None
     if not bootstrap:
         broker = EmbeddedBroker().start()
         bootstrap = broker.bootstrap
     try:
-        lines = trade_lines(events)
-        table = WORKLOADS["finance1"].generate(events, 1).drop_columns(["seq"])
-        measured = {mode: run_mode(Bench(bootstrap, workers, coordinators, mode), lines,
-                                   table, latency_s, latency_rate)
+        measured = {mode: run_mode(Bench(bootstrap, workers, coordinators, mode, run),
+                                   latency_s, latency_rate)
                     for mode in modes}
     finally:
         if broker is not None:
             broker.kill()
-    return {"events": events, "workers": workers, "coordinators": coordinators, **measured}
+    return {"workload": workload, "queries": [name for name, _ in run.queries],
+            "latency_of": run.timed, "events": events, "workers": workers,
+            "coordinators": coordinators, **measured}
 
 
-def run_mode(bench: Bench, lines: list[bytes], table, latency_s: float,
-             latency_rate: float) -> dict:
-    events = len(lines)
+def run_mode(bench: Bench, latency_s: float, latency_rate: float) -> dict:
+    run = bench.run
+    events = len(run.lines)
     load = round(os.getloadavg()[0], 2)
     bench.start()
     try:
-        bench.send(lines[:2000])  # warm-up: joins, kernels compiled or loaded
+        bench.send(run.warm)  # warm-up: joins, kernels compiled or loaded
         bench.wait_end()
         # The load is produced as fast as possible; the clock runs from its first record.
         started = time.time()
-        bench.send(lines)
+        bench.send(run.lines)
         json_s = bench.wait_end() - started
         started = time.time()
-        bench.send(_frames(table, 10000), framed=True)
+        bench.send(_frames(run.table, 10000), framed=True)
         framed_s = bench.wait_end() - started
         # seq of the next record: warm-up + JSON run (one each) + framed run (one per event)
-        base = 2000 + 2 * events
+        base = len(run.warm) + 2 * events
         rate = latency_rate or 0.5 * events / json_s
-        p50, p99, hops_ms = latency(bench, lines, rate, latency_s, base)
+        p50, p99, hops_ms = latency(bench, run.latency_lines, rate, latency_s, base)
         raw = raw_consume(bench.settings, bench.topics.source, 2 * events)
     finally:
         bench.stop()
@@ -188,7 +248,7 @@ def latency(bench: Bench, lines: list[bytes], rate: float, seconds: float, base:
     """Produce at `rate` for `seconds`; latency of each composite event from the produce
     time of its last event."""
     consumer = bench.settings.consumer()
-    consumer.assign([TopicPartition("double_tops", 0, OFFSET_BEGINNING)])
+    consumer.assign([TopicPartition(bench.run.timed, 0, OFFSET_BEGINNING)])
     while consumer.consume(10000, 0.2):
         pass  # skip the earlier runs' output
     n = min(len(lines), int(rate * seconds))
@@ -230,7 +290,7 @@ def latency(bench: Bench, lines: list[bytes], rate: float, seconds: float, base:
     if not delays:
         return None, None, None
     stages = _stages(taken) if bench.mode == "chained" else \
-        hops(bench.settings, bench.topics, 4, "double_tops", released)
+        hops(bench.settings, bench.topics, 4, bench.run.timed, released)
     return (round(float(np.percentile(delays, 50)) * 1000, 1),
             round(float(np.percentile(delays, 99)) * 1000, 1), stages)
 

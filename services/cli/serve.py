@@ -368,19 +368,27 @@ def _register_benches(bench_app: typer.Typer, guard, cli_error) -> None:
         mode: Annotated[list[str] | None, typer.Option(
             "--mode", metavar="MODE", help="chained or distributed (repeatable; default: "
             "both, side by side).")] = None,
+        workload: Annotated[str, typer.Option(
+            metavar="NAME", help="The events and queries: finance1 (trades, the M-shape "
+            "query) or a realistic workload (iot, activity, clicks: its events as cep gen "
+            "writes them, its MATCH, SEQ and WINDOW queries).")] = "finance1",
         as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
     ) -> None:
-        """Source topic to composite-event topic throughput and latency (M-shape), the
-        chained and the distributed pipeline side by side."""
+        """Source topic to composite-event topic throughput and latency (M-shape, or a
+        workload's queries), the chained and the distributed pipeline side by side."""
 
         def body():
             from bench.e2e import MODES, run_bench
+            from cep_core.workloads import WORKLOADS
 
             wrong = [m for m in mode or () if m not in MODES]
             if wrong:
                 raise cli_error(f"--mode {wrong[0]}: not one of {', '.join(MODES)}", 2)
+            if workload not in WORKLOADS:
+                raise cli_error(f"--workload {workload}: not one of "
+                                f"{', '.join(WORKLOADS)}", 2)
             result = run_bench(count, workers, bootstrap, latency_s, latency_rate or 0,
-                               coordinators, tuple(mode or MODES))
+                               coordinators, tuple(mode or MODES), workload)
             print(orjson.dumps(result).decode() if as_json else result)
 
         guard(body)
