@@ -442,17 +442,17 @@ def test_run_defaults_to_the_jit_engine_and_reference_stays(tmp_path, trades_fil
 
 
 def test_an_unknown_stream_says_how_to_give_its_schema(tmp_path):
-    query = tmp_path / "plant.cep"
-    query.write_text("QUERY overheat FROM plant PATTERN ( hot ) DEFINE hot AS temp > 90;\n")
+    query = tmp_path / "boiler.cep"
+    query.write_text("QUERY overheat FROM boiler PATTERN ( hot ) DEFINE hot AS temp > 90;\n")
     result = cep("check", query)
     assert result.returncode == 1
-    assert (f"{query}:1:1: error: unknown stream 'plant': no schema of that name is known "
+    assert (f"{query}:1:1: error: unknown stream 'boiler': no schema of that name is known "
             "here; give its schema file with --schema FILE (or a directory of <stream>.json "
             "files), or name that file or directory in CEP_SCHEMA_PATH") in result.stderr
     # and both ways work
-    schema = tmp_path / "schemas" / "plant.json"
+    schema = tmp_path / "schemas" / "boiler.json"
     schema.parent.mkdir()
-    schema.write_bytes(orjson.dumps({"stream": "plant", "attributes": {"temp": "int",
+    schema.write_bytes(orjson.dumps({"stream": "boiler", "attributes": {"temp": "int",
                                                                        "ts": "timestamp"},
                                      "time": "ts"}))
     for given in (schema, schema.parent):

@@ -429,7 +429,8 @@ def coordinator_checkpoint(run: Recorded, generation: int) -> bytes:
         offsets=[len(run.matches[p]) for p in (0, 1)], saved=None, merger=run.pipe.merger,
         generation=generation - 1, shard=0, state_key=b"coordinator", topics=TOPICS,
         delivered={o: len(found) - 1 for o, found in run.pipe.outputs.items()},
-        reported_ends=0, deliveries=SimpleNamespace(failed=None))
+        reported_ends=0, deliveries=SimpleNamespace(failed=None),
+        metrics=SimpleNamespace(checkpointed=lambda generation, took_s=None: None))
     Coordinator.checkpoint(coordinator, producer)
     ((key, value),) = sent
     assert key == slot_key(b"coordinator", generation)
