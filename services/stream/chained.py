@@ -55,7 +55,7 @@ from services.stream.control import StatusWriter
 from services.stream.coordinator import Coordinator
 from services.stream.merge import Merger
 from services.stream.kafka import KafkaSettings, produce
-from services.stream.metrics import Metrics, engines_by_query
+from services.stream.metrics import Metrics, counted, engines_by_query
 from services.stream.partition import PartitionState
 from services.stream.reorder_checkpoint import saved_state
 from services.stream.routing import message
@@ -138,6 +138,10 @@ class Chained(Splitter):
         self.worker_metrics = Metrics("worker", 0)
         self.worker_status = StatusWriter(topics.status, "worker")
         self._make_cores()
+        self.metrics.stages(self.status_writer.service, {
+            "routing": [self.status_writer.service],
+            "partitions": [self.worker_status.service],
+            "merge": [c.status.service for c in self.coordinators]}, self.stage_counts)
         self.edge = IntoProducer(self)
         self.logged_order: bytes | None = None  # the last step order logged (_log_order)
         self.core.encode_frames = False  # keyed frames hold their tables: no IPC in memory
@@ -238,10 +242,22 @@ class Chained(Splitter):
     def observe(self) -> None:
         """The splitter's gauges, and on the same endpoint what its cores would export as
         workers and coordinators (partial matches, state bytes, the merge: the console's
-        pipeline view, docs/console.md)."""
+        pipeline view, docs/console.md); each stage's counts are read when scraped
+        (stage_counts) and the cut's checkpoint when written (commit)."""
         super().observe()
         self.metrics.observe_engines(engines_by_query(self.parts))
         self.metrics.observe_merger(*(c.merger for c in self.coordinators))
+
+    def stage_counts(self) -> dict[str, tuple[float, float]]:
+        """Events in and out of each stage (the counters its core keeps: the splitter's,
+        the partition cores' shared ones, the coordinator shards' summed), read when the
+        endpoint is scraped."""
+        merge = [(counted(c.metrics.events_in), counted(c.metrics.events_out))
+                 for c in self.coordinators]
+        return {"routing": (counted(self.metrics.events_in), counted(self.metrics.events_out)),
+                "partitions": (counted(self.worker_metrics.events_in),
+                               counted(self.worker_metrics.events_out)),
+                "merge": (sum(m[0] for m in merge), sum(m[1] for m in merge))}
 
     # ------------------------------------------------------------ start and stop
 
@@ -403,6 +419,7 @@ class Chained(Splitter):
             ms=round((time.perf_counter() - started) * 1000, 1))
         self.saved = (consumed, self.position)
         self.generation = generation
+        self.metrics.checkpointed(generation, took_s=time.perf_counter() - started)
         for part in self.parts:
             part.saved_offset, part.generation = part.offset, generation
         for coordinator in self.coordinators:

@@ -142,6 +142,9 @@ class Metrics:
                                      "checkpoint written (0: none yet)", **labels)
         self.checkpoint_generation = Gauge("cep_checkpoint_generation", "Generation of the "
                                            "last checkpoint written", **labels)
+        self.checkpoint_seconds = Gauge("cep_checkpoint_seconds", "How long the last "
+                                        "checkpoint took to write (chained: the whole cut, "
+                                        "until the broker acknowledged it)", **labels)
         self.merged_seq = Gauge("cep_merged_seq", "coordinator: the seq each keyed partition "
                                 "has been processed up to", ["partition"], **labels)
         self.merged_time = Gauge("cep_merged_event_time", "coordinator: the stream time (in "
@@ -156,6 +159,9 @@ class Metrics:
         self.withheld_seq = Gauge("cep_withheld_seq", "coordinator: the seq of the oldest "
                                   "composite event withheld, per INTO topic", ["output"],
                                   **labels)
+        self.stage_service = Gauge("cep_stage_service", "chained: 1 for each name a stage of "
+                                   "this process writes as on the status topic",
+                                   ["stage", "service"], **labels)
         self.role = role
         self.service.labels("", role).set(1)
         self.port = port
@@ -201,9 +207,26 @@ class Metrics:
         self.service.clear()
         self.service.labels(service, self.role).set(1)
 
-    def checkpointed(self, generation: int) -> None:
+    def checkpointed(self, generation: int, took_s: float | None = None) -> None:
         self.checkpoint_time.set(time.time())
         self.checkpoint_generation.set(generation)
+        if took_s is not None:
+            self.checkpoint_seconds.set(took_s)
+
+    def stages(self, service: str, services: dict[str, list[str]], counted) -> None:
+        """A chained process (services/stream/chained.py) named `service`: its role is
+        `chained`; each stage's names on the status topic (`cep_stage_service{stage,
+        service}`: routing the splitter's, partitions the workers', merge each coordinator
+        shard's), and the
+        events each stage took in and sent out (`cep_stage_events_in_total` and
+        `cep_stage_events_out_total{stage}`), read when scraped from `counted()`: stage ->
+        (in, out)."""
+        self.role = "chained"
+        self.identify(service)
+        for stage, names in services.items():
+            for name in names:
+                self.stage_service.labels(stage, name).set(1)
+        self.registry.register(_StageCollector(counted))
 
     def observe_merger(self, *mergers) -> None:
         """coordinator (the mergers of a process's shards): per keyed partition the seq
@@ -250,6 +273,34 @@ class Metrics:
             if partial is not None:
                 self.partial_matches.labels(name).set(partial)
         self.evicted_keys.set(evicted)
+
+
+def counted(counter) -> float:
+    """An unlabelled Counter's value."""
+    return next(sample.value for family in counter.collect() for sample in family.samples
+                if sample.name.endswith("_total"))
+
+
+class _StageCollector:
+    """cep_stage_events_{in,out}_total of a chained process, read from its stages'
+    counters when scraped (exact rates whenever the API looks)."""
+
+    def __init__(self, counted):
+        self.counted = counted
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily
+
+        found = self.counted()
+        for i, (name, what) in enumerate((("in", "taken in"), ("out", "sent out"))):
+            family = CounterMetricFamily(f"cep_stage_events_{name}", f"chained: events "
+                                         f"each stage {what} (routing: source events in, "
+                                         "events routed out; partitions: keyed events in, "
+                                         "match composites out; merge: match composites in, "
+                                         "composite events out)", labels=["stage"])
+            for stage, values in found.items():
+                family.add_metric([stage], values[i])
+            yield family
 
 
 def engines_by_query(states) -> dict[str, list]:
