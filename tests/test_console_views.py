@@ -218,6 +218,73 @@ def test_console_shows_the_pipeline_queries_and_events(kafka_bootstrap, browser,
         failpoints.reset()
 
 
+def test_console_shows_a_chained_pipeline_as_one_process(kafka_bootstrap, browser,
+                                                         tmp_path):
+    """The chained pipeline (`make demo`'s default: routing, partition and merge cores in
+    one process, one metrics endpoint): one node of role chained around its three stages,
+    each with its rates, its checkpoint (one cut: time, generation, how long it took), the
+    keyed partitions it holds with their merged seq."""
+    settings = KafkaSettings(kafka_bootstrap, session_timeout_ms=2000)
+    run = uuid.uuid4().hex[:8]
+    topics = Topics("trades", source=f"src.chained.{run}", prefix=f"chained{run}")
+    create_topics(settings, topics, 2, ["double_tops", "trade_stats"])
+    for name, text in split_query_file(MATCH_Q):
+        publish(settings, topics.control, ControlMessage("add", name, text))
+    port = free_port()
+    with LocalPipeline(settings, topics, partitions=2, metrics_ports=[port, 0],
+                       chained=True) as pipeline, \
+            ApiThread(ApiConfig(settings, topic_prefix=topics.prefix, metrics_urls=[
+                f"http://127.0.0.1:{port}/metrics"])) as api, \
+            Producing(settings, topics.source):
+        def wait(condition, what):
+            wait_progressing(lambda: condition(browser), pipeline.progress, what,
+                             stall_s=120)
+
+        view = ".pipeline[data-stream=trades]"
+        browser.set_window_size(1280, 1100)
+        browser.get(api.url + "/")
+        wait(lambda b: js(b, f"return [...document.querySelectorAll('{view} .graph "
+                             "g[data-process]')].filter(g => g.dataset.process.startsWith("
+                             "'splitter') && Number(g.dataset.rate) > 0).length"),
+             "the chained node with a rate")
+        nodes = js(browser, f"return [...document.querySelectorAll('{view} .graph "
+                            "g[data-process]')].map(g => [g.dataset.process, [...g"
+                            ".querySelectorAll('text')].map(t => t.textContent).join(' ')])")
+        assert sorted(p.split("@")[0] for p, _ in nodes) == ["api", "broker", "splitter"]
+        chained = next(text for p, text in nodes if p.startswith("splitter")).split()
+        assert chained[0] == "chained" and "events/s in" in " ".join(chained), nodes
+        # its stages inside it, in the order data flows, events going in and out of each
+        wait(lambda b: js(b, f"return [...document.querySelectorAll('{view} .graph "
+                             "g[data-stage]')].map(g => g.dataset.stage + ':' + (Number("
+                             "g.dataset.rateIn) > 0) + ':' + (g.dataset.stage === 'merge' ||"
+                             " Number(g.dataset.rateOut) > 0)).join(' ')") ==
+             "routing:true:true partitions:true:true merge:true:true",
+             "each stage with its rates")
+        stages = js(browser, f"return [...document.querySelectorAll('{view} .stages tbody "
+                             "tr')].map(r => r.cells[0].textContent + ' ' + r.cells[3]"
+                             ".textContent)")
+        assert [s.split()[0] for s in stages] == ["routing", "partitions", "merge"]
+        assert stages[2].endswith("composites/s out"), stages
+        # the one process's row: role chained, its cut as the last checkpoint
+        wait(lambda b: "took" in js(b, f"return [...document.querySelectorAll('{view} "
+                                       ".processes tbody tr')].find(r => r.cells[1]"
+                                       ".textContent === 'chained')?.cells[4].textContent "
+                                       "|| ''"), "the chained checkpoint")
+        row = js(browser, f"return [...document.querySelectorAll('{view} .processes tbody "
+                          "tr')].map(r => [...r.cells].map(c => c.textContent))")
+        assert [r[1] for r in row] == ["broker", "chained", "api"], row
+        assert "UTC" in row[1][4] and "one cut, generation" in row[1][4], row
+        # the keyed partitions it holds, merged up to a seq
+        wait(lambda b: js(b, f"return [...document.querySelectorAll('{view} .partitions "
+                             "tbody tr')].filter(r => r.cells[1].textContent.startsWith("
+                             "'splitter') && Number(r.cells[3].textContent) > 0).length")
+             == 2, "both keyed partitions merged up to a seq")
+        withheld = js(browser, f"return document.querySelector('{view} .withheld')"
+                               ".textContent")
+        assert "wait for" in withheld or "nothing withheld" in withheld
+        screenshot(browser, "pipeline", "console-pipeline-chained.png", tmp_path)
+
+
 LOAD_QUERY = """QUERY {name} FROM trades INTO {output} PARTITION BY symbol
 PATTERN ( . up up ) DEFINE up AS price > Last(price) EMIT symbol = symbol, n = Count();"""
 

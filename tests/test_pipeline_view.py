@@ -9,7 +9,7 @@ from __future__ import annotations
 import orjson
 
 from services.api.history import History
-from services.api.pipeline import endpoint_figures, graph_dot, pipeline, process_figures
+from services.api.pipeline import endpoint_figures, graph_dot, look, pipeline, process_figures
 from services.stream import frames
 from services.stream.merge import Merger
 from services.stream.kafka import Topics
@@ -127,6 +127,69 @@ def test_the_view_ranks_processes_by_role_and_keeps_to_its_stream():
     assert dot.count('id="node-') == 7 and '"chained\\n5\\n' in dot
 
 
+def test_a_chained_process_is_one_node_with_its_stages_and_its_cut():
+    """Its endpoint names the status topic's splitter, worker and coordinator records it
+    writes (cep_stage_service) and counts each stage's events: the view folds them into
+    one node of role chained, with each stage's rates, the cut's checkpoint (generation,
+    time, how long it took) and the keyed partitions it holds."""
+    from prometheus_client import generate_latest
+
+    topics = Topics("trades", prefix="t")
+    counts = {"routing": (1000.0, 1000.0), "partitions": (1000.0, 40.0),
+              "merge": (40.0, 30.0)}
+    metrics = Metrics("splitter")
+    metrics.stages("splitter@h:5", {"routing": ["splitter@h:5"],
+                                    "partitions": ["worker@h:5#1"],
+                                    "merge": ["coordinator@h:5#2"]}, lambda: counts)
+    metrics.events_in.inc(1000)
+    metrics.checkpointed(7, took_s=0.0125)
+    merger = merger_with(MATCH)
+    merger.feed(_matches(0, 20, 1000))
+    metrics.observe_merger(merger)
+    first = process_figures(endpoint_figures(generate_latest(metrics.registry).decode()),
+                            None, 0.0)
+    assert (first["service"], first["role"]) == ("splitter@h:5", "chained")
+    assert first["members"] == {"splitter@h:5": "routing", "worker@h:5#1": "partitions",
+                                "coordinator@h:5#2": "merge"}
+    assert first["stages"] == counts and first["checkpoint_ms"] == 12.5
+    counts = {"routing": (3000.0, 3000.0), "partitions": (3000.0, 140.0),
+              "merge": (140.0, 90.0)}
+    metrics.events_in.inc(2000)
+    found = process_figures(endpoint_figures(generate_latest(metrics.registry).decode()),
+                            look(first, 100.0), 102.0)
+    assert found["events_in_per_s"] == 1000.0
+    assert found["stages_per_s"] == {"routing": (1000.0, 1000.0),
+                                     "partitions": (1000.0, 50.0), "merge": (50.0, 30.0)}
+    view = {"splitter@h:5": {"role": "splitter", "partitions": {}},
+            "worker@h:5#1": {"role": "worker", "partitions": {0: {}, 1: {}}},
+            "coordinator@h:5#2": {"role": "coordinator", "partitions": {}}}
+    now = found["checkpoint_time"] + 3
+    shown = pipeline("trades", topics, view, {"splitter@h:5": found},
+                     {"composites_per_s": 30.0, "tails": 0}, "broker:9092", now=now)
+    assert [(p["id"], p["role"]) for p in shown["processes"]] == [
+        ("broker", "broker"), ("splitter@h:5", "chained"), ("api", "api")]
+    chained = shown["processes"][1]
+    assert shown["processes"][0]["rate"] == chained["rate"] == 1000.0
+    assert chained["partitions"] == [0, 1]
+    assert chained["services"] == ["splitter@h:5", "coordinator@h:5#2", "worker@h:5#1"]
+    assert [(s["stage"], s["events_in_per_s"], s["events_out_per_s"], s["services"])
+            for s in chained["stages"]] == [
+        ("routing", 1000.0, 1000.0, ["splitter@h:5"]),
+        ("partitions", 1000.0, 50.0, ["worker@h:5#1"]),
+        ("merge", 50.0, 30.0, ["coordinator@h:5#2"])]
+    assert (chained["checkpoint_generation"], chained["checkpoint_s_ago"],
+            chained["checkpoint_ms"]) == (7, 3.0, 12.5)
+    assert [(p["partition"], p["worker"], p["seq"]) for p in shown["partitions"]] == [
+        (0, "splitter@h:5", 20), (1, "splitter@h:5", -1), (2, None, -1)]
+    assert {(e["source"], e["target"], e["label"]) for e in shown["edges"]} == {
+        ("broker", "splitter@h:5", "source"), ("splitter@h:5", "api", "INTO")}
+    dot = graph_dot(shown)
+    # the process a box around its three stages, the edges to and from its ends
+    assert 'subgraph cluster_n1' in dot and 'id="node-1"' in dot
+    assert [f'id="node-1-{j}"' in dot for j in range(4)] == [True, True, True, False]
+    assert "n0 -> n1s0" in dot and "n1s2 -> n2" in dot and 'n1s0 -> n1s1 [label="keyed"]' in dot
+
+
 def test_history_keeps_a_point_a_second_and_forgets_removed_queries():
     history = History(keep_s=10, every_s=1)
     history.add({"a": {"composites_per_s": 1.0, "partial_matches": 2}}, now=100.0)
@@ -199,6 +262,12 @@ def test_the_chained_pipeline_serves_its_cores_figures(kafka_bootstrap):
                          pipeline.progress, "the merged seqs at the end of input", stall_s=60)
         found, text = figures()
     assert found["merged"]["time"] and found["withheld"] == []
+    # one process, its stages named and counted: every event of the input went through
+    assert found["role"] == "chained" and sorted(found["members"].values()) == [
+        "merge", "partitions", "routing"]
+    assert found["stages"]["routing"][0] == len(records)  # out: an event per route
+    assert found["stages"]["routing"][1] == found["stages"]["partitions"][0] >= len(records)
+    assert found["stages"]["merge"][0] == found["stages"]["partitions"][1] > 0
     partial = endpoint_figures(text)["cep_partial_matches"]
     assert [labels["query"] for labels, _ in partial] == ["mshape"]
     state = {labels["query"]: value for labels, value in

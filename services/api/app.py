@@ -53,7 +53,7 @@ from services.api.guard import TOKEN_ENV, Guard, error_response, loopback
 from services.api.history import History
 from services.api.limits import Limits, SingleFlight
 from services.api.openapi import Routes
-from services.api.pipeline import Drawings, endpoint_figures, pipeline, process_figures
+from services.api.pipeline import Drawings, endpoint_figures, look, pipeline, process_figures
 from services.api.tail import TailHub
 from services.api.tail import stream as tail_stream
 from services.stream.control import control_log, publish
@@ -392,7 +392,7 @@ class Api:
                     state_bytes[query] = state_bytes.get(query, 0) + int(value)
             now = time.time()
             found = process_figures(figures, self._scraped.get(url), now)
-            self._scraped[url] = (now, found["events_in"], found["events_out"])
+            self._scraped[url] = look(found, now)
             events_in += found["events_in"]
             processes[found["service"] or url] = found
         return {"partial": partial, "state_bytes": state_bytes, "events_in": events_in,

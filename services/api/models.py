@@ -270,6 +270,17 @@ class PipelineParams(Params):
                         "live queries' streams).")
 
 
+class PipelineStage(Reply):
+    """A stage of a chained process (one process runs every role, services/stream/chained.py)."""
+
+    stage: str
+    events_in_per_s: float | None
+    events_out_per_s: float | None
+    in_unit: str
+    out_unit: str
+    services: list[str] = Field(description="the names it writes as on the status topic")
+
+
 class PipelineProcess(Reply):
     """A node of the graph: the broker, a service up on the status topic (any role), or
     this API."""
@@ -284,8 +295,16 @@ class PipelineProcess(Reply):
     rate_unit: str
     lag: float | None = None
     checkpoint_s_ago: float | None = None
+    checkpoint_time: float | None = Field(None, description="Unix time of its last "
+                                          "checkpoint")
     checkpoint_generation: int | None = None
+    checkpoint_ms: float | None = Field(None, description="how long its last checkpoint "
+                                        "took (a chained process's: the whole cut)")
     tails: int | None = None
+    services: list[str] = Field([], description="a chained process: the names its stages "
+                                "write as on the status topic (folded into this node)")
+    stages: list[PipelineStage] = Field([], description="a chained process: its stages, in "
+                                        "the order data flows (routing, partitions, merge)")
 
 
 class PipelineEdge(Reply):

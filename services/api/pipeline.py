@@ -6,10 +6,13 @@ withholds with what they wait for.
 Generic over the processes: they are those up on the stream's status topic (any role:
 splitter, worker, coordinator shards, or one process with another role), joined by name
 with the figures of the Prometheus endpoints the API reads (`--api-metrics`; each
-service's `cep_service` metric names it). The graph ranks processes by role in the order
-data flows (ROLES; an unknown role takes a rank of its own before the API), one edge
-between each rank and the next, and is drawn by Graphviz's dot only when its shape
-changes (the console writes the rates into the drawing's nodes).
+service's `cep_service` metric names it). A chained process (services/stream/chained.py)
+writes on the status topic as a splitter, a worker and coordinator shards; its endpoint
+names them (`cep_stage_service`), and the view folds them into one node of role `chained`
+with its stages (routing, partitions, merge) and their rates. The graph ranks processes
+by role in the order data flows (ROLES; an unknown role takes a rank of its own before
+the API), one edge between each rank and the next, and is drawn by Graphviz's dot only
+when its shape changes (the console writes the rates into the drawing's nodes).
 """
 
 from __future__ import annotations
@@ -23,7 +26,12 @@ from cep_core.explain import quote, svg
 ROLES = ("broker", "splitter", "worker", "coordinator")  # then other roles, then the api
 RATE_PLACEHOLDER = "000,000.0 composites/s out"  # as wide as the rates the console writes
 WHAT_FLOWS = {"broker": "source", "splitter": "keyed", "worker": "matches",
-              "coordinator": "INTO"}
+              "coordinator": "INTO", "chained": "INTO"}
+# A chained process's stages in the order data flows through them: what each takes in and
+# sends out, and what goes from it to the next (in memory)
+STAGES = {"routing": ("events/s in", "routed/s out", "keyed"),
+          "partitions": ("events/s in", "matches/s out", "matches"),
+          "merge": ("matches/s in", "composites/s out", "")}
 
 
 def endpoint_figures(text: str) -> dict:
@@ -43,24 +51,42 @@ def _one(figures: dict, name: str) -> float | None:
 
 def process_figures(figures: dict, before: tuple | None, now: float) -> dict:
     """One endpoint's process: its name and role, counters and their rates since the
-    `before` look ((time, events in, events out)), lag, last checkpoint."""
+    `before` look (`look(...)` of the last figures), lag, last checkpoint; a chained
+    process's stages too (the names they write as on the status topic, and per stage its
+    events in and out with their rates)."""
     named = next((labels for labels, _ in figures.get("cep_service", ())
                   if labels.get("service")), {})
     events_in = _one(figures, "cep_events_in_total") or 0.0
     events_out = _one(figures, "cep_events_out_total") or 0.0
+    stages: dict[str, list] = {}
+    for i, name in enumerate(("cep_stage_events_in_total", "cep_stage_events_out_total")):
+        for labels, value in figures.get(name, ()):
+            stages.setdefault(labels["stage"], [0.0, 0.0])[i] = value
+    elapsed = None if before is None else now - before[0]
     rates = (None, None)
-    if before is not None and now - before[0] > 0.05:
-        rates = tuple(round((value - old) / (now - before[0]), 1)
+    stage_rates: dict[str, tuple] = {}
+    if elapsed is not None and elapsed > 0.05:
+        rates = tuple(round((value - old) / elapsed, 1)
                       for value, old in ((events_in, before[1]), (events_out, before[2])))
+        earlier = before[3] if len(before) > 3 else {}
+        stage_rates = {stage: tuple(round((value - old) / elapsed, 1)
+                                    for value, old in zip(counts, earlier[stage]))
+                       for stage, counts in stages.items() if stage in earlier}
     checkpoint = _one(figures, "cep_checkpoint_time_seconds")
+    took = _one(figures, "cep_checkpoint_seconds")
     oldest = {labels["output"]: value for labels, value in figures.get("cep_withheld_seq", ())}
     return {"service": named.get("service"), "role": named.get("role"),
             "events_in": events_in, "events_out": events_out,
             "events_in_per_s": rates[0], "events_out_per_s": rates[1],
+            "members": {labels["service"]: labels["stage"]
+                        for labels, _ in figures.get("cep_stage_service", ())},
+            "stages": {stage: tuple(counts) for stage, counts in stages.items()},
+            "stages_per_s": stage_rates,
             "lag": _one(figures, "cep_consumer_lag"),
             "checkpoint_time": checkpoint or None,
             "checkpoint_generation": _one(figures, "cep_checkpoint_generation")
             if checkpoint else None,
+            "checkpoint_ms": round(took * 1000, 1) if checkpoint and took else None,
             "partition_lag": {(labels["topic"], int(labels["partition"])): value
                               for labels, value in figures.get("cep_partition_lag", ())},
             "merged": {name: {int(labels["partition"]): value
@@ -73,18 +99,30 @@ def process_figures(figures: dict, before: tuple | None, now: float) -> dict:
                          for labels, value in figures.get("cep_withheld_composites", ())]}
 
 
+def look(found: dict, now: float) -> tuple:
+    """What the next process_figures of the same endpoint takes its rates from."""
+    return now, found["events_in"], found["events_out"], found.get("stages", {})
+
+
 def pipeline(stream: str, topics, view: dict, processes: dict, api: dict,
              bootstrap: str, now: float | None = None) -> dict:
     """The pipeline of `stream` (`topics`: its Topics): `view` is its status topic's
     services up (services_view), `processes` the endpoints' figures by service name
     (process_figures; those of other streams' services are left out), `api` this API's
-    own node (rates of the INTO topics, open tails)."""
+    own node (rates of the INTO topics, open tails). A chained process is one node (role
+    `chained`) with its stages: the services it writes as on the status topic (a splitter,
+    a worker, coordinator shards) are folded into it."""
     now = time.time() if now is None else now
     processes = {service: found for service, found in processes.items() if service in view}
+    folded = {member: service for service, found in processes.items()
+              for member in found.get("members", {}) if member != service}
+    view = {service: _folded(service, entry, view, processes, folded)
+            for service, entry in view.items() if service not in folded}
     procs = [{"id": "broker", "role": "broker", "name": bootstrap, "state": "up",
               "partitions": [], "rate": _sum(found.get("events_in_per_s")
                                              for service, found in processes.items()
-                                             if view[service]["role"] == "splitter"),
+                                             if service in view and view[service]["role"]
+                                             in ("splitter", "chained")),
               "rate_unit": "records/s in"}]
     for service, entry in sorted(view.items(), key=lambda i: (_rank(i[1]["role"]), i[0])):
         found = processes.get(service, {})
@@ -97,7 +135,11 @@ def pipeline(stream: str, topics, view: dict, processes: dict, api: dict,
             "rate_unit": "composites/s out" if out_role else "events/s in",
             "lag": found.get("lag"),
             "checkpoint_s_ago": None if checkpoint is None else round(now - checkpoint, 1),
-            "checkpoint_generation": found.get("checkpoint_generation")})
+            "checkpoint_time": checkpoint,
+            "checkpoint_generation": found.get("checkpoint_generation"),
+            "checkpoint_ms": found.get("checkpoint_ms"),
+            "services": entry.get("services", []),
+            "stages": _stages(found) if entry["role"] == "chained" else []})
     procs.append({"id": "api", "role": "api", "name": "API", "state": "up", "partitions": [],
                   "rate": api.get("composites_per_s"), "rate_unit": "composites/s",
                   "tails": api.get("tails")})
@@ -105,6 +147,30 @@ def pipeline(stream: str, topics, view: dict, processes: dict, api: dict,
             "partitions": _partitions(topics, view, processes, now),
             "withheld": _withheld(processes),
             "metrics": bool(processes)}
+
+
+def _folded(service: str, entry: dict, view: dict, processes: dict, folded: dict) -> dict:
+    """A status view's entry; a chained process's (its routing stage's name) with role
+    `chained`, the keyed partitions its stages hold and the names they write as."""
+    members = [m for m, into in folded.items() if into == service]
+    if not members and processes.get(service, {}).get("role") != "chained":
+        return entry
+    partitions = dict(entry["partitions"])
+    for member in members:
+        partitions.update(view[member]["partitions"] if member in view else {})
+    return {**entry, "role": "chained", "partitions": partitions,
+            "services": [service, *sorted(m for m in members if m in view)]}
+
+
+def _stages(found: dict) -> list[dict]:
+    """A chained process's stages, in the order data flows, with their rates."""
+    rates = found.get("stages_per_s", {})
+    members = found.get("members", {})
+    return [{"stage": stage, "events_in_per_s": rates.get(stage, (None, None))[0],
+             "events_out_per_s": rates.get(stage, (None, None))[1],
+             "in_unit": units[0], "out_unit": units[1],
+             "services": sorted(m for m, s in members.items() if s == stage)}
+            for stage, units in STAGES.items() if stage in found.get("stages", {})]
 
 
 def _rank(role: str | None) -> int:
@@ -136,8 +202,8 @@ def _edges(procs: list[dict]) -> list[dict]:
 def _partitions(topics, view: dict, processes: dict, now: float) -> list[dict]:
     """Each keyed partition: who holds it, its lag there, and the coordinators' view (the
     lowest seq and stream time of the shards, the newest frame)."""
-    holders = {p: service for service, entry in view.items() if entry["role"] == "worker"
-               for p in entry["partitions"]}
+    holders = {p: service for service, entry in view.items()
+               if entry["role"] in ("worker", "chained") for p in entry["partitions"]}
     lags: dict[int, float] = {}
     merged: dict[int, dict] = {}
     for found in processes.values():
@@ -179,14 +245,32 @@ def graph_dot(view: dict) -> str:
     out = ["digraph pipeline {", "  rankdir=LR; bgcolor=transparent;",
            '  node [fontname="Helvetica", fontsize=11, shape=box, style="rounded,filled", '
            'fillcolor="#ffffff"];', '  edge [fontname="Helvetica", fontsize=9];']
-    ids = {}
+    ins, outs = {}, {}  # where an edge to a process ends, where one from it starts
     for i, p in enumerate(view["processes"]):
-        ids[p["id"]] = f"n{i}"
         label = f"{p['role']}\n{_short(p['name'])}\n{RATE_PLACEHOLDER}"
-        out.append(f"  n{i} [id={quote(f'node-{i}')}, label={quote(label)}, "
-                   f"tooltip={quote(p['name'])}];")
+        ins[p["id"]] = outs[p["id"]] = f"n{i}"
+        if not p.get("stages"):
+            out.append(f"  n{i} [id={quote(f'node-{i}')}, label={quote(label)}, "
+                       f"tooltip={quote(p['name'])}];")
+            continue
+        # a chained process: a box (id node-i) around its stages (ids node-i-j), each
+        # with its rate in and out
+        out += [f"  subgraph cluster_n{i} {{", f"    id={quote(f'node-{i}')}; "
+                f"label={quote(label)}; tooltip={quote(p['name'])};",
+                '    style="rounded,filled"; fillcolor="#f3f6fb"; color="#8aa4d6"; '
+                'fontname="Helvetica"; fontsize=11;']
+        stages = p["stages"]
+        for j, stage in enumerate(stages):
+            text = f"{stage['stage']}\n{RATE_PLACEHOLDER}\n{RATE_PLACEHOLDER}"
+            out.append(f"    n{i}s{j} [id={quote(f'node-{i}-{j}')}, label={quote(text)}];")
+        for j, a in enumerate(stages[:-1]):
+            out.append(f"    n{i}s{j} -> n{i}s{j + 1} "
+                       f"[label={quote(STAGES.get(a['stage'], ('', '', ''))[2])}];")
+        out.append("  }")
+        ins[p["id"]], outs[p["id"]] = f"n{i}s0", f"n{i}s{len(stages) - 1}"
     for e in view["edges"]:
-        out.append(f"  {ids[e['source']]} -> {ids[e['target']]} [label={quote(e['label'])}];")
+        out.append(f"  {outs[e['source']]} -> {ins[e['target']]} "
+                   f"[label={quote(e['label'])}];")
     out.append("}")
     return "\n".join(out) + "\n"
 

@@ -79,6 +79,18 @@ function eventTime(value, unit) {
   return new Date(value * ms).toISOString().replace("T", " ").replace("Z", "");
 }
 
+// A process's last checkpoint: when (UTC), how long ago, its generation, how long it took
+// (a chained process's is one cut of every core)
+function checkpoint(proc) {
+  if (proc.checkpoint_s_ago === null || proc.checkpoint_s_ago === undefined) return "–";
+  const at = proc.checkpoint_time ?
+    new Date(proc.checkpoint_time * 1000).toISOString().slice(11, 19) + " UTC, " : "";
+  const took = proc.checkpoint_ms === null || proc.checkpoint_ms === undefined ? "" :
+    `, took ${number(proc.checkpoint_ms)} ms`;
+  return `${at}${number(proc.checkpoint_s_ago)} s ago (${(proc.stages || []).length ?
+    "one cut, " : ""}generation ${proc.checkpoint_generation}${took})`;
+}
+
 async function refreshPipeline() {
   let reply;
   try { reply = await api("GET", "/api/pipeline"); } catch (e) { return; }
@@ -103,7 +115,9 @@ function drawPipelines(pipelines) {
         <th>lag</th><th>last checkpoint</th></tr></thead><tbody></tbody></table>
         <table class="partitions"><thead><tr><th>keyed partition</th><th>worker</th>
         <th>lag</th><th>seq</th><th>event time</th><th>last pulse</th></tr></thead>
-        <tbody></tbody></table></div><ul class="withheld"></ul>`;
+        <tbody></tbody></table><table class="stages" hidden><thead><tr><th>stage</th>
+        <th>of process</th><th>in</th><th>out</th></tr></thead><tbody></tbody></table></div>
+        <ul class="withheld"></ul>`;
       box.append(view);
     }
     const up = p.processes.some((proc) => !["broker", "api"].includes(proc.role));
@@ -123,6 +137,17 @@ function drawPipelines(pipelines) {
       const texts = node.querySelectorAll("text");
       if (texts.length) texts[texts.length - 1].textContent =
         `${number(proc.rate)} ${proc.rate_unit}`;
+      (proc.stages || []).forEach((stage, j) => {  // a chained process's stages: in, out
+        const box = view.querySelector(`.graph g[id="node-${i}-${j}"]`);
+        if (!box) return;
+        box.dataset.stage = stage.stage;
+        box.dataset.rateIn = stage.events_in_per_s === null ? "" : stage.events_in_per_s;
+        box.dataset.rateOut = stage.events_out_per_s === null ? "" : stage.events_out_per_s;
+        const lines = box.querySelectorAll("text");
+        if (lines.length < 3) return;
+        lines[lines.length - 2].textContent = `${number(stage.events_in_per_s)} ${stage.in_unit}`;
+        lines[lines.length - 1].textContent = `${number(stage.events_out_per_s)} ${stage.out_unit}`;
+      });
     });
     const procs = view.querySelector(".processes").tBodies[0];
     procs.replaceChildren();
@@ -133,8 +158,21 @@ function drawPipelines(pipelines) {
       cell(row, proc.role);
       cell(row, `${number(proc.rate)} ${proc.rate_unit}`);
       cell(row, proc.role === "api" ? `${proc.tails} tails open` : number(proc.lag, 0));
-      cell(row, proc.checkpoint_s_ago === null || proc.checkpoint_s_ago === undefined ? "–" :
-        `${number(proc.checkpoint_s_ago)} s ago (generation ${proc.checkpoint_generation})`);
+      cell(row, checkpoint(proc));
+    }
+    const stages = view.querySelector(".stages");
+    const staged = p.processes.filter((proc) => (proc.stages || []).length);
+    stages.hidden = !staged.length;
+    stages.tBodies[0].replaceChildren();
+    for (const proc of staged) {
+      for (const stage of proc.stages) {
+        const row = stages.tBodies[0].insertRow();
+        row.dataset.stage = stage.stage;
+        cell(row, stage.stage);
+        cell(row, proc.name).title = stage.services.join(", ");
+        cell(row, `${number(stage.events_in_per_s)} ${stage.in_unit}`);
+        cell(row, `${number(stage.events_out_per_s)} ${stage.out_unit}`);
+      }
     }
     const parts = view.querySelector(".partitions").tBodies[0];
     parts.replaceChildren();
