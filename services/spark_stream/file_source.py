@@ -12,7 +12,8 @@ Offsets: the last file taken. Each micro-batch is one step (`sequencer.py`): the
 in name order, in one Spark input partition, from the carry of the step before.
 
 Options: `path`, `schema` (the stream's schema as JSON), `checkpoint` (the job's),
-`max_files` (files per micro-batch, optional).
+`routes` (the state keys, `packed.routes_option`), `max_files` (files per micro-batch,
+optional). Rows: the sequencer's, packed by state key (`packed.py`).
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from cep_core.event_io import FORMATS
 from cep_core.event_reader import iter_tables
+from services.spark_stream.packed import PACKED_DDL, Packer, routes_of
 from services.spark_stream.sequencer import (
     Carry,
     CarryStore,
     Sequencer,
-    spark_row_schema,
     stream_schema,
 )
 
@@ -49,7 +50,7 @@ class FileEventSource(DataSource):
         return "cep_files"
 
     def schema(self) -> str:
-        return spark_row_schema(stream_schema(self.options))
+        return PACKED_DDL
 
     def streamReader(self, schema):  # noqa: N802 (PySpark's name)
         return FileStepReader(self.options)
@@ -90,6 +91,14 @@ class FileStepReader(DataSourceStreamReader):
         return [FileStep(start, end, names)]
 
     def read(self, partition: FileStep):
+        """The step's rows, packed by state key (`packed.py`)."""
+        packer = Packer(routes_of(self.options))
+        for rows in self._rows(partition):
+            packed = packer.pack(rows)
+            if packed is not None:
+                yield packed
+
+    def _rows(self, partition: FileStep):
         schema = stream_schema(self.options)
         store = CarryStore(self.options["checkpoint"])
         sequencer = Sequencer(schema, store.get(partition.start))

@@ -2,10 +2,11 @@
 
     source (cep_kafka: Kafka over confluent-kafka | cep_files: a directory of event files)
       -> the sequencer, one task per micro-batch (sequencer.py): seqs, dead letters, ends
-      -> every event routed to one shard of each query group (plan.py; hash of the
-         PARTITION BY keys), ends to every shard, dead letters to their own key
-      -> groupBy(group, shard).applyInPandasWithState(ShardRunner): the cep_core engines,
-         their snapshot in Spark's state store (keyed_state.py)
+      -> in the same task, every event routed to one shard of each query group (plan.py;
+         hash of the PARTITION BY keys), ends to every shard, dead letters to their own
+         key, packed as one Arrow IPC row per state key and sequencer batch (packed.py)
+      -> groupBy(group, shard, slot).applyInPandasWithState(ShardRunner): the engines,
+         their snapshot in Spark's state store (keyed_state.py); results packed likewise
       -> foreachBatch: Parquet files by batch id, or Kafka INTO topics (sinks.py)
 
 Everything the job keeps lives under its checkpoint directory: Spark's (`spark/`: offsets,
@@ -24,12 +25,9 @@ import orjson
 
 from cep_core.checked import CheckedQuery
 from cep_core.home import kernel_cache_dir
-from services.backfill.engines import RESULT_SCHEMA
 from services.backfill.plan import plan
-from services.spark_stream.keyed_state import DEAD_GROUP, STATE_SCHEMA, ShardRunner, fingerprint
-from services.spark_stream.sequencer import END, EVENT, KIND
-
-GROUP, SHARD = "__cep_group", "__cep_shard"
+from services.spark_stream.keyed_state import STATE_SCHEMA, ShardRunner, fingerprint
+from services.spark_stream.packed import GROUP, RESULTS_DDL, SHARD, SLOT, Route, routes_option
 
 
 @dataclass(frozen=True)
@@ -59,11 +57,13 @@ def register_sources(spark) -> None:
     spark.dataSource.register(FileEventSource)
 
 
-def read_rows(spark, queries: list[CheckedQuery], source, checkpoint: str):
-    """The sequencer's rows (kind, seq, the attributes, dead) as a streaming DataFrame."""
+def read_rows(spark, queries: list[CheckedQuery], source, checkpoint: str,
+              routes: list[Route]):
+    """The sequencer's rows, packed by state key (`packed.py`), as a streaming DataFrame."""
     register_sources(spark)
     reader = (spark.readStream.option("schema", orjson.dumps(queries[0].schema.to_dict()).decode())
-              .option("checkpoint", checkpoint))
+              .option("checkpoint", checkpoint)
+              .option("routes", routes_option(routes)))
     if isinstance(source, KafkaSource):
         return (reader.format("cep_kafka").option("bootstrap", source.bootstrap)
                 .option("topic", source.topic)
@@ -72,9 +72,31 @@ def read_rows(spark, queries: list[CheckedQuery], source, checkpoint: str):
             .option("max_files", str(source.max_files)).load())
 
 
-def routes(queries: list[CheckedQuery], shards: int) -> dict[str, int]:
-    """Each query group's name and its number of shards."""
-    return {group_name(g.keys): shards if g.keys else 1 for g in plan(queries)}
+def state_routes(queries: list[CheckedQuery], shards: int) -> list[Route]:
+    """Each query group's route: its name, PARTITION BY keys and number of shards."""
+    return [Route(group_name(g.keys), tuple(g.keys), shards if g.keys else 1)
+            for g in plan(queries)]
+
+
+def balanced_slots(spark, routes: list[Route], partitions: int, tries: int = 256) -> list[Route]:
+    """`routes` with a slot for each shard such that Spark's hash partitioning (a pmod of
+    `hash(group, shard, slot)`, the state's key) puts the i-th state key in partition
+    i mod `partitions`: shards in tasks of their own, not two in one by chance. Spark's
+    own hash decides (one small job), so a restart with the same groups and shards finds
+    the same slots, and the same state keys."""
+    from pyspark.sql import functions as F
+
+    keys = [(r.group, s) for r in routes for s in range(r.shards)]
+    candidates = spark.createDataFrame([(g, s, slot) for g, s in keys for slot in range(tries)],
+                                       f"{GROUP} string, {SHARD} int, {SLOT} int")
+    found: dict[tuple, int] = {}
+    for g, s, slot, p in candidates.select(
+            GROUP, SHARD, SLOT, F.pmod(F.hash(GROUP, SHARD, SLOT), F.lit(partitions))).collect():
+        found.setdefault((g, s, p), slot)  # the smallest slot landing in p
+    target = {key: i % partitions for i, key in enumerate(keys)}
+    return [Route(r.group, r.keys, r.shards, tuple(
+        found.get((r.group, s, target[(r.group, s)]), 0) for s in range(r.shards)))
+        for r in routes]
 
 
 def query_texts(file_text: str) -> dict[str, str]:
@@ -91,7 +113,6 @@ def start(spark, queries: list[CheckedQuery], source, sink, checkpoint: str,
     the same. `shards`: state keys per keyed query group (default:
     spark.sql.shuffle.partitions); fixed by the first run of a checkpoint, like the
     shuffle partitions."""
-    from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     streams = sorted({q.schema.stream for q in queries})
@@ -100,28 +121,16 @@ def start(spark, queries: list[CheckedQuery], source, sink, checkpoint: str,
                          "streaming job takes one stream per query file")
     shards = shards or int(spark.conf.get("spark.sql.shuffle.partitions"))
     checkpoint = checkpoint.rstrip("/")
-    rows = read_rows(spark, queries, source, checkpoint)
+    routes = balanced_slots(spark, state_routes(queries, shards), shards)
+    rows = read_rows(spark, queries, source, checkpoint, routes)
     groups = plan(queries)
-
-    def route(group: str, shard):
-        return F.struct(F.lit(group).alias("g"), shard.cast("int").alias("s"))
-
-    event_routes = F.array(*[route(group_name(g.keys), F.pmod(F.hash(*[
-        F.col(f"`{k}`") for k in g.keys]), F.lit(shards)) if g.keys else F.lit(0))
-        for g in groups])
-    every_route = F.array(*[route(name, F.lit(s)) for name, n in routes(queries, shards).items()
-                            for s in range(n)])
-    kind = F.col(KIND)
-    routed = (rows.withColumn("__route", F.explode(
-        F.when(kind == EVENT, event_routes).when(kind == END, every_route)
-        .otherwise(F.array(route(DEAD_GROUP, F.lit(0))))))
-        .select(F.col("__route.g").alias(GROUP), F.col("__route.s").alias(SHARD),
-                *[F.col(f"`{c}`") for c in rows.columns]))
     runner = ShardRunner(checkpoint, {group_name(g.keys): list(g.queries) for g in groups},
-                         str(kernel_cache_dir()), drop=[GROUP, SHARD],
+                         str(kernel_cache_dir()),
                          fingerprints={q.name: fingerprint(texts[q.name]) for q in queries})
-    results = routed.groupBy(GROUP, SHARD).applyInPandasWithState(
-        runner, RESULT_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout)
+    # the source's rows are keyed already (one per state key and sequencer batch): no
+    # routing in Spark, a shuffle of a few rows
+    results = rows.groupBy(GROUP, SHARD, SLOT).applyInPandasWithState(
+        runner, RESULTS_DDL, STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout)
     writer = (results.writeStream.foreachBatch(sink)
               .option("checkpointLocation", f"{checkpoint}/spark")
               .queryName(f"cep-{streams[0]}"))

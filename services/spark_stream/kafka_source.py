@@ -9,8 +9,9 @@ JSON event each, or an end-of-input marker (header kind=end in every partition, 
 `services.stream.kafka.produce_end` writes it).
 
 Options: `bootstrap`, `topic`, `stream` (the schema's name), `schemas` (a schema
-directory, optional), `checkpoint` (the job's), `max_records` (records per micro-batch,
-optional).
+directory, optional), `checkpoint` (the job's), `routes` (the state keys,
+`packed.routes_option`), `max_records` (records per micro-batch, optional). Rows: the
+sequencer's, packed by state key (`packed.py`).
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from confluent_kafka import TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from services.spark_stream.packed import PACKED_DDL, Packer, routes_of
 from services.spark_stream.sequencer import (
     Carry,
     CarryStore,
     Sequencer,
-    spark_row_schema,
     stream_schema,
 )
 from services.stream.checkpoint import broker_watermarks
@@ -51,7 +52,7 @@ class KafkaEventSource(DataSource):
         return "cep_kafka"
 
     def schema(self) -> str:
-        return spark_row_schema(stream_schema(self.options))
+        return PACKED_DDL
 
     def simpleStreamReader(self, schema):  # noqa: N802 (PySpark's name)
         raise NotImplementedError  # streamReader is the one used
@@ -102,6 +103,14 @@ class KafkaStepReader(DataSourceStreamReader):
         return [KafkaStep(start, end)]
 
     def read(self, partition: KafkaStep):
+        """The step's rows, packed by state key (`packed.py`)."""
+        packer = Packer(routes_of(self.options))
+        for rows in self._rows(partition):
+            packed = packer.pack(rows)
+            if packed is not None:
+                yield packed
+
+    def _rows(self, partition: KafkaStep):
         options = self.options
         schema = stream_schema(options)
         store = CarryStore(options["checkpoint"])

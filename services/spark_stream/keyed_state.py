@@ -1,4 +1,4 @@
-"""The engines in Spark's keyed state: `applyInPandasWithState` over (group, shard).
+"""The engines in Spark's keyed state: `applyInPandasWithState` over (group, shard, slot).
 
 The job routes every event to one shard of each query group (`plan.py`'s groups: MATCH
 and SEQ with PARTITION BY split by a hash of their keys into `shards`, everything else in
@@ -8,8 +8,9 @@ Kafka service. For each key and micro-batch, `ShardRunner`:
 1. gets the shard's `StreamEngines`: the ones this Python worker kept from the last
    micro-batch when the state's version says they are that state, else fresh engines
    restored from the state's snapshot (a restart, a task moved to another worker);
-2. runs the micro-batch's events in seq order (an end of input flushes, as at the end of
-   `cep run`, and the engines start afresh after it);
+2. runs the micro-batch's events in the sequencer's order, which is seq order (the
+   packed rows of `packed.py`, put back in order by their part number: no sort; an end
+   of input flushes, as at the end of `cep run`, and the engines start afresh after it);
 3. stores the engines' snapshot (`StreamEngines.snapshot`) as the new state, with the
    version and the queries' fingerprints, and yields composite events and rejected
    events as rows (`services.backfill.engines.result_batches`).
@@ -27,17 +28,16 @@ import re
 
 import numpy as np
 import orjson
-import pandas as pd
 import pyarrow as pa
 
 from cep_core import snapshot_format
 from cep_core.checked import CheckedQuery
 from cep_core.runner import new_engines
 from services.backfill.engines import RESULT_NAMES, _rejected_rows, result_batches
+from services.spark_stream.packed import DEAD_GROUP, pack_results, unpack_rows
 from services.spark_stream.sequencer import DEAD, DEAD_LETTER, END, KIND
 
 STATE_SCHEMA = "version long, snapshot binary, fingerprints string"
-DEAD_GROUP = "!dead"  # the route of the sequencer's dead letters (no engines)
 SLICE_ROWS = 65_536
 _COMMENT_LINE = re.compile(r"^\s*--.*$", re.MULTILINE)
 # Engines kept by this Python worker between micro-batches: (job, the group's query
@@ -82,12 +82,11 @@ def kept_snapshot(data: bytes, names: set[str], groupings: set[tuple]) -> bytes:
 
 
 class ShardRunner:
-    """The function `applyInPandasWithState` calls for each (group, shard) key."""
+    """The function `applyInPandasWithState` calls for each (group, shard, slot) key."""
 
     def __init__(self, job: str, groups: dict[str, list[CheckedQuery]], kernel_cache: str,
-                 drop: list[str], fingerprints: dict[str, str]):
+                 fingerprints: dict[str, str]):
         self.job = job
-        self.drop = drop  # the routing columns
         self.groups = groups
         self.kernel_cache = kernel_cache
         self._canonical = False
@@ -96,15 +95,13 @@ class ShardRunner:
         self.kept_as = {g: orjson.dumps(f).decode() for g, f in self.fingerprints.items()}
 
     def __call__(self, key, frames, state):
-        group, shard = key
-        table = pa.concat_tables([pa.Table.from_pandas(f, preserve_index=False)
-                                  for f in frames]).drop_columns(self.drop)
+        group, shard, _ = key  # the slot: where Spark runs it (packed.Route)
+        table = unpack_rows(frames)  # in the sequencer's order: seq order, ends in place
         if group == DEAD_GROUP:
-            yield _dead_rows(table)
+            yield pack_results(_dead_rows(table))
             return
         os.environ["CEP_KERNEL_CACHE"] = self.kernel_cache
         self._share_programs()
-        table = table.sort_by([("seq", "ascending")])
         version, engines, encoder = self._engines(group, shard, state)
         kept_key = (self.job, self.kept_as[group], group, shard)
         _KEPT.pop(kept_key, None)  # mutated from here on
@@ -159,19 +156,18 @@ class ShardRunner:
         return version, engines, encoder
 
 
-_NULLABLE = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype()}.get
-
-
 def _frames(batches):
     for batch in batches:
-        yield batch.to_pandas(types_mapper=_NULLABLE)
+        yield pack_results(batch)
 
 
-def _dead_rows(table: pa.Table) -> pd.DataFrame:
+def _dead_rows(table: pa.Table) -> pa.Table:
     n = table.num_rows
-    return pd.DataFrame({
-        "kind": [DEAD] * n, "query": [None] * n, "query_index": np.full(n, -1, np.int32),
-        "key": [None] * n, "seq": table.column("seq").to_numpy(), "start_seq": [None] * n,
-        "reason": [orjson.loads(d)["reason"] for d in table.column(DEAD_LETTER).to_pylist()],
-        "body": table.column(DEAD_LETTER).to_pylist()}, columns=RESULT_NAMES)
+    letters = table.column(DEAD_LETTER).to_pylist()
+    return pa.Table.from_arrays([
+        pa.array([DEAD] * n, pa.string()), pa.nulls(n, pa.string()),
+        pa.array(np.full(n, -1, np.int32)), pa.nulls(n, pa.string()),
+        table.column("seq").cast(pa.int64()), pa.nulls(n, pa.int64()),
+        pa.array([orjson.loads(d)["reason"] for d in letters], pa.string()),
+        pa.array(letters, pa.string())], names=RESULT_NAMES)
 

@@ -27,6 +27,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from services.backfill.engines import COMPOSITE, COMPOSITE_COLUMNS, COMPOSITE_SCHEMA
+from services.spark_stream.packed import unpack_results
 from services.stream.kafka import KafkaSettings, flush_all, produce
 
 DEAD_SCHEMA = pa.schema([("kind", pa.string()), ("query", pa.string()), ("seq", pa.int64()),
@@ -56,7 +57,7 @@ class FileSink:
         self.root = self.root.rstrip("/")
 
     def __call__(self, df, batch_id: int) -> None:
-        self.write(df.toArrow(), batch_id)
+        self.write(unpack_results(df.toArrow()), batch_id)
 
     def write(self, table: pa.Table, batch_id: int) -> None:
         for folder, rows in (("composites", _composites(table)),
@@ -76,7 +77,7 @@ class KafkaSink:
         self.dead_letters = dead_letters
 
     def __call__(self, df, batch_id: int) -> None:
-        self.write(df.toArrow(), batch_id)
+        self.write(unpack_results(df.toArrow()), batch_id)
 
     def write(self, table: pa.Table, batch_id: int) -> None:
         settings = KafkaSettings.from_env(self.bootstrap)
