@@ -1,7 +1,8 @@
 """The Spark streaming job's pieces that need no Spark: the Kafka sink writes a micro-batch
 once however often it is run (a run cut short, a run again after a restart), places keys
 where librdkafka's murmur2 partitioner does; the sequencer's carry; a snapshot cut down to
-the queries kept across a change of queries restores into engines made for them."""
+the queries kept across a change of queries restores into engines made for them; the
+packed rows (routing in the source, back in order)."""
 
 from __future__ import annotations
 
@@ -115,3 +116,48 @@ def test_fingerprint_is_the_query_text():
            "DEFINE up AS price > Last(price);\n-- the next query's comment"
     assert fingerprint(text) == fingerprint(same)
     assert fingerprint(text) != fingerprint(text.replace("up+", "up*"))
+
+
+def test_packed_rows_route_and_come_back_in_order():
+    """The source's packing (packed.py): each event to one shard of each group by its keys
+    (the same shard for the same key), an end of input to every shard, dead letters to
+    their own key; a shard's packed rows read back in the sequencer's order; results
+    through IPC and back."""
+    from services.spark_stream.packed import (
+        DEAD_GROUP, GROUP, SHARD, SLOT, Packer, Route, from_ipc, pack_results,
+        unpack_results, unpack_rows)
+
+    queries = load_queries(EXAMPLES / "finance.cep")
+    lines = (EXAMPLES / "data" / "trades.jsonl").read_bytes().splitlines()
+    sequencer = Sequencer(queries[0].schema, Carry())
+    packer = Packer([Route('["symbol"]', ("symbol",), 2, (5, 7)), Route("[]", (), 1)])
+    batches = [packer.pack(sequencer.messages(lines[:40] + [b"{bad"], None, 0, "trades")),
+               packer.pack(sequencer.end(0, 1)),
+               packer.pack(sequencer.messages(lines[40:90], None, 0, "trades"))]
+    by_key: dict = {}
+    for batch in reversed(batches):  # any order: the part numbers decide
+        frame = batch.to_pandas()
+        assert set(frame[SLOT]) <= {0, 5, 7}
+        for i in range(len(frame)):
+            key = (frame[GROUP][i], int(frame[SHARD][i]))
+            by_key.setdefault(key, []).append(frame.iloc[[i]])
+    assert set(by_key) == {('["symbol"]', 0), ('["symbol"]', 1), ("[]", 0), (DEAD_GROUP, 0)}
+    everything = unpack_rows(by_key[("[]", 0)])
+    assert everything.column("__cep_kind").to_pylist() == ["event"] * 40 + ["end"] + ["event"] * 50
+    assert everything.column("seq").to_pylist() == [*range(40), 41, *range(41, 91)]
+    shards = {s: unpack_rows(by_key[('["symbol"]', s)]) for s in (0, 1)}
+    symbols = [set(t.filter(pa.compute.equal(t.column("__cep_kind"), "event"))
+                   .column("symbol").to_pylist()) for t in shards.values()]
+    assert not symbols[0] & symbols[1]
+    assert sum(t.num_rows for t in shards.values()) == 90 + 2  # the end in both
+    for table in shards.values():
+        seqs = table.column("seq").to_pylist()
+        assert seqs == sorted(seqs)
+    dead = unpack_rows(by_key[(DEAD_GROUP, 0)])
+    assert dead.column("seq").to_pylist() == [40]
+    rows = _rows(5)
+    packed = pa.Table.from_pandas(pack_results(rows), preserve_index=False)
+    back = unpack_results(packed)
+    assert back.to_pylist() == rows.cast(back.schema).to_pylist()
+    assert unpack_results(packed.slice(0, 0)).num_rows == 0
+    assert from_ipc(packed.column(0)[0].as_py()).num_rows == 5
