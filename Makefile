@@ -43,7 +43,7 @@ test: sysdeps venv
 	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile
 
 # Apache Flink (PyFlink) in a virtualenv of its own, for the MATCH_RECOGNIZE differential
-# test against Flink itself (tests/flink/); its pins stay out of .venv.
+# test against Flink itself (tests/recognize_flink/); its pins stay out of .venv.
 FLINK_VENV := .venv-flink
 venv-flink: $(FLINK_VENV)/.installed
 $(FLINK_VENV)/.installed:

@@ -1,7 +1,7 @@
 """MATCH_RECOGNIZE (SQL, Flink's semantics): parsed into the checked AST, refused where Flink
 refuses with located reasons, and answered by the reference interpreter as Flink 2.3
 answers (tests/fixtures/recognize_flink_*.json hold Flink's own answers; the live comparison
-with Flink is tests/flink/differential.py, in `make test-full`)."""
+with Flink is tests/recognize_flink/differential.py, in `make test-full`)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import cep_core.reference as reference
 from cep_core.checker import load_query_text
 from cep_core.errors import QueryError, QueryErrors
 from cep_core.events import Event
-from tests.flink import differential
+from tests.recognize_flink import differential
 
 # Flink's answers; each fixture says what made it (`made_by`): regenerate it that way after
 # a change of the generator or of Flink

@@ -1,10 +1,10 @@
 """Differential check of MATCH_RECOGNIZE against Apache Flink itself: the same statements on
-the same generated rows through Flink (tests/flink/flink_run.py under `.venv-flink`) and
+the same generated rows through Flink (tests/recognize_flink/flink_run.py under `.venv-flink`) and
 through the reference interpreter, row for row.
 
-    .venv/bin/python tests/flink/differential.py --cases 60 --seed 1 [--save FIXTURE]
+    .venv/bin/python tests/recognize_flink/differential.py --cases 60 --seed 1 [--save FIXTURE]
 
-`make test-full` runs it (tests/flink/test_flink_differential.py, CEP_TEST_FULL=1 with
+`make test-full` runs it (tests/recognize_flink/test_flink_differential.py, CEP_TEST_FULL=1 with
 `.venv-flink` present); `--save` writes the statements, rows and Flink's answers as a
 fixture that tests/test_recognize_flink_fixtures.py replays without Flink.
 """
@@ -92,7 +92,7 @@ def run_flink(statements: dict[str, str], data: list[dict]) -> dict:
         spec = Path(tmp) / "cases.json"
         spec.write_text(json.dumps({"columns": COLUMNS, "time": "ts", "rows": data,
                                     "statements": statements}))
-        done = subprocess.run([str(FLINK_PYTHON), str(ROOT / "tests/flink/flink_run.py"),
+        done = subprocess.run([str(FLINK_PYTHON), str(ROOT / "tests/recognize_flink/flink_run.py"),
                                str(spec)], capture_output=True, text=True, check=True)
         return json.loads(done.stdout)
 

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from tests.flink import differential
+from tests.recognize_flink import differential
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("CEP_TEST_FULL") != "1" or not differential.FLINK_PYTHON.exists(),

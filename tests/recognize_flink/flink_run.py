@@ -3,7 +3,7 @@ parallel task) over rows given as JSON lines, and prints each statement's rows a
 
 Run by the dev venv's tests with the separate `.venv-flink` interpreter (`make venv-flink`):
 
-    .venv-flink/bin/python tests/flink/flink_run.py CASES.json > ANSWERS.json
+    .venv-flink/bin/python tests/recognize_flink/flink_run.py CASES.json > ANSWERS.json
 
 CASES.json: {"columns": {"symbol": "STRING", "price": "INT", ...}, "time": "ts",
 "rows": [{...}, ...], "statements": {"name": "SELECT ... FROM quotes MATCH_RECOGNIZE ..."}}.
