@@ -54,9 +54,6 @@ class KafkaEventSource(DataSource):
     def schema(self) -> str:
         return PACKED_DDL
 
-    def simpleStreamReader(self, schema):  # noqa: N802 (PySpark's name)
-        raise NotImplementedError  # streamReader is the one used
-
     def streamReader(self, schema):  # noqa: N802
         return KafkaStepReader(self.options)
 
