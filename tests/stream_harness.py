@@ -38,6 +38,17 @@ def file_records(path: Path) -> list[bytes]:
     return [line for line in path.read_bytes().splitlines() if line.strip()]
 
 
+def produce_lines(settings: KafkaSettings, topic: str, lines: Iterable[bytes],
+                  end: bool = True) -> None:
+    """One record per line to `topic`, then (`end`) the end of input; flushed."""
+    producer = settings.producer()
+    for line in lines:
+        produce(producer, topic, line)
+    if end:
+        produce_end(producer, topic)
+    producer.flush(30)
+
+
 def produce_to_end(settings: KafkaSettings, pipeline: LocalPipeline, source: str,
                    records: Iterable[bytes]) -> None:
     """Every record to `source`, then the end of input; returns once the coordinator has

@@ -20,8 +20,9 @@ from cep_core.event_io import decode_record, read_events
 from services.stream.chained import CHAINED_KEY, part_key
 from services.stream.checkpoint import read_latest
 from services.stream.control import ControlMessage, publish, split_query_file
-from services.stream.kafka import KafkaSettings, Topics, produce, produce_end, read_all
+from services.stream.kafka import KafkaSettings, Topics, read_all
 from services.stream.pipeline import LocalPipeline, create_topics, wait_progressing
+from tests.stream_harness import file_records, produce_lines
 from tests.test_service_e2e import CASES, EXAMPLES
 
 
@@ -33,19 +34,6 @@ def broker(kafka_bootstrap):
 def _topics(stream: str, shards: int = 1) -> Topics:
     run = uuid.uuid4().hex[:8]
     return Topics(stream, source=f"src.{stream}.{run}", prefix=f"c{run}", shards=shards)
-
-
-def _lines(path) -> list[bytes]:
-    return [line for line in path.read_bytes().splitlines() if line.strip()]
-
-
-def _produce(settings, topic: str, lines: list[bytes], end: bool = True) -> None:
-    producer = settings.producer()
-    for line in lines:
-        produce(producer, topic, line)
-    if end:
-        produce_end(producer, topic)
-    producer.flush(30)
 
 
 def _outputs(settings, outputs, before: dict[str, int]) -> dict[str, list]:
@@ -71,7 +59,7 @@ def test_chained_equals_reference(broker, kind):
     found = reference.run(queries, events)
     expected = {q.query.output: [c for c in found if c["query"] == q.name] for q in queries}
     with LocalPipeline(broker, topics, chained=True) as pipeline:
-        _produce(broker, topics.source, _lines(events_file))
+        produce_lines(broker, topics.source, file_records(events_file))
         _wait(pipeline, lambda: pipeline.coordinator.merger.ended, "end of input released")
     assert sum(map(len, expected.values())) > 0
     assert _outputs(broker, outputs, before) == expected
@@ -91,22 +79,22 @@ def test_chained_queries_added_and_removed_mid_stream(broker):
     [(name, text)] = [(n, t) for n, t in split_query_file(
         (EXAMPLES / "finance.cep").read_text()) if n == "mshape"]
     publish(broker, topics.control, ControlMessage("add", name, text))
-    lines = _lines(EXAMPLES / "data" / "trades.jsonl")
+    lines = file_records(EXAMPLES / "data" / "trades.jsonl")
     events, _ = read_events(EXAMPLES / "data" / "trades.jsonl", mshape[0].schema)
     first, second = 400, 800
     with LocalPipeline(broker, topics, chained=True) as pipeline:
         coordinator = pipeline.coordinator
-        _produce(broker, topics.source, lines[:first], end=False)
+        produce_lines(broker, topics.source, lines[:first], end=False)
         _wait(pipeline, lambda: min(coordinator.merger.upto) >= first - 1, "first part")
         publish(broker, topics.control, ControlMessage("add", "ups", extra))
         _wait(pipeline, lambda: any(e["name"] == "ups" for e in coordinator.lived),
               "ups live")
-        _produce(broker, topics.source, lines[first:second], end=False)
+        produce_lines(broker, topics.source, lines[first:second], end=False)
         _wait(pipeline, lambda: min(coordinator.merger.upto) >= second - 1, "second part")
         publish(broker, topics.control, ControlMessage("remove", "mshape"))
         _wait(pipeline, lambda: any(e["name"] == "mshape" and e["op"] == "remove"
                                     for e in coordinator.lived), "mshape removed")
-        _produce(broker, topics.source, lines[second:])
+        produce_lines(broker, topics.source, lines[second:])
         _wait(pipeline, lambda: coordinator.merger.ended, "end of input released")
     added = [e for e in coordinator.lived if e["name"] == "ups"][0]
     assert added["at"] == first
@@ -128,11 +116,11 @@ def test_chained_resumes_from_its_cut(broker, shards):
     before = {o: len(read_all(broker, o)) for o in outputs}
     for name, text in split_query_file((EXAMPLES / "finance.cep").read_text()):
         publish(broker, topics.control, ControlMessage("add", name, text))
-    lines = _lines(EXAMPLES / "data" / "trades.jsonl")
+    lines = file_records(EXAMPLES / "data" / "trades.jsonl")
     events, _ = read_events(EXAMPLES / "data" / "trades.jsonl", queries[0].schema)
     half = len(lines) // 2
     with LocalPipeline(broker, topics, chained=True) as pipeline:
-        _produce(broker, topics.source, lines[:half], end=False)
+        produce_lines(broker, topics.source, lines[:half], end=False)
         _wait(pipeline, lambda: pipeline.splitter.position >= half, "first half taken")
     latest = read_latest(broker, topics.state)
     merges = [b"chained." + topics.coordinator_name(k).encode() for k in range(shards)]
@@ -140,7 +128,7 @@ def test_chained_resumes_from_its_cut(broker, shards):
     with LocalPipeline(broker, topics, chained=True) as pipeline:
         _wait(pipeline, lambda: pipeline.splitter.started, "started again")
         assert pipeline.splitter.position == half  # restored, not replayed from 0
-        _produce(broker, topics.source, lines[half:])
+        produce_lines(broker, topics.source, lines[half:])
         _wait(pipeline, lambda: pipeline.coordinator.merger.ended, "end of input released")
     found = reference.run(queries, events)
     expected = {q.query.output: [c for c in found if c["query"] == q.name] for q in queries}
@@ -171,7 +159,7 @@ def test_chained_and_distributed_agree_on_one_source(broker):
         pipelines.append((mode, outputs, LocalPipeline(broker, topics, workers=2,
                                                        chained=mode == "chained").start()))
     try:
-        _produce(broker, source, lines)
+        produce_lines(broker, source, lines)
         for mode, _, pipeline in pipelines:
             _wait(pipeline, lambda p=pipeline: all(c.merger.ended for c in p.coordinators),
                   f"{mode}: end of input released")

@@ -25,8 +25,9 @@ from cep_core.checker import load_queries
 from cep_core.event_io import read_events
 from services.stream.broker import free_port
 from services.stream.control import ControlMessage, publish, split_query_file
-from services.stream.kafka import KafkaSettings, Topics, produce, produce_end, read_all
+from services.stream.kafka import KafkaSettings, Topics, read_all
 from services.stream.pipeline import LocalPipeline, create_topics, wait_for
+from tests.stream_harness import file_records, produce_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -51,15 +52,6 @@ def _register(settings, topics, query_file: Path, only=None) -> list:
             publish(settings, topics.control, ControlMessage("add", name, text))
 
 
-def _produce(settings, topic: str, lines: list[bytes], end: bool = True) -> None:
-    producer = settings.producer()
-    for line in lines:
-        produce(producer, topic, line)
-    if end:
-        produce_end(producer, topic)
-    producer.flush(30)
-
-
 def _outputs(settings, queries, before: dict[str, int] | None = None) -> dict[str, list]:
     """The composite events on each query's INTO topic after the first `before[topic]`
     (INTO topics are shared by the tests on one broker)."""
@@ -77,10 +69,6 @@ def _expected(queries, events) -> dict[str, list[dict]]:
     return {q.query.output: [c for c in found if c["query"] == q.name] for q in queries}
 
 
-def _lines(path: Path) -> list[bytes]:
-    return [line for line in path.read_bytes().splitlines() if line.strip()]
-
-
 @pytest.mark.parametrize("workers", [1, 2, 4])
 @pytest.mark.parametrize("kind", ["match", "seq", "window"])
 def test_known_stream_equals_reference(broker, kind, workers):
@@ -94,7 +82,7 @@ def test_known_stream_equals_reference(broker, kind, workers):
     events, _ = read_events(events_file, queries[0].schema)
     expected = _expected(queries, events)
     with LocalPipeline(broker, topics, workers=workers) as pipeline:
-        _produce(broker, topics.source, _lines(events_file))
+        produce_lines(broker, topics.source, file_records(events_file))
         wait_for(lambda: pipeline.coordinator.merger.ended, 120, "end of input released")
     got = _outputs(broker, queries, before)
     assert sum(map(len, expected.values())) > 0
@@ -117,7 +105,7 @@ def test_into_topic_made_with_one_partition(broker):
     create_topics(broker, topics, 4)
     publish(broker, topics.control, ControlMessage("add", name, text))
     with LocalPipeline(broker, topics, workers=1) as pipeline:
-        _produce(broker, topics.source, _lines(EXAMPLES / "data/sensors.jsonl"))
+        produce_lines(broker, topics.source, file_records(EXAMPLES / "data/sensors.jsonl"))
         wait_for(lambda: pipeline.coordinator.merger.ended, 120, "end of input released")
     try:
         metadata = broker.admin().list_topics(output, timeout=10).topics[output]
@@ -140,22 +128,22 @@ def test_queries_added_and_removed_mid_stream(broker):
     ups = load_queries_text(extra)
     before = _counts(broker, mshape + ups)
     _register(broker, topics, EXAMPLES / "finance.cep", only={"mshape"})
-    lines = _lines(EXAMPLES / "data" / "trades.jsonl")
+    lines = file_records(EXAMPLES / "data" / "trades.jsonl")
     events, _ = read_events(EXAMPLES / "data" / "trades.jsonl", schema)
     first, second = 400, 800
     with LocalPipeline(broker, topics, workers=2) as pipeline:
         merger = pipeline.coordinator.merger
-        _produce(broker, topics.source, lines[:first], end=False)
+        produce_lines(broker, topics.source, lines[:first], end=False)
         wait_for(lambda: min(merger.upto) >= first - 1, 60, "first part processed")
         publish(broker, topics.control, ControlMessage("add", "ups", extra))
         wait_for(lambda: any(e["name"] == "ups" for e in pipeline.coordinator.lived), 60,
                  "ups live")
-        _produce(broker, topics.source, lines[first:second], end=False)
+        produce_lines(broker, topics.source, lines[first:second], end=False)
         wait_for(lambda: min(merger.upto) >= second - 1, 60, "second part processed")
         publish(broker, topics.control, ControlMessage("remove", "mshape"))
         wait_for(lambda: any(e["name"] == "mshape" and e["op"] == "remove"
                              for e in pipeline.coordinator.lived), 60, "mshape removed")
-        _produce(broker, topics.source, lines[second:])
+        produce_lines(broker, topics.source, lines[second:])
         wait_for(lambda: merger.ended, 60, "end of input released")
     added = [e for e in pipeline.coordinator.lived if e["name"] == "ups"][0]
     assert added["at"] == first and added["latency_ms"] is not None
@@ -193,7 +181,7 @@ def test_serve_all_processes_and_sigterm(broker, tmp_path):
                              env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                              start_new_session=True)
     try:
-        _produce(broker, topics.source, _lines(EXAMPLES / "data" / "trades.jsonl"))
+        produce_lines(broker, topics.source, file_records(EXAMPLES / "data" / "trades.jsonl"))
         events, _ = read_events(EXAMPLES / "data" / "trades.jsonl", queries[0].schema)
         expected = _expected(queries, events)
 
