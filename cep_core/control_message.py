@@ -33,7 +33,7 @@ from jsonschema import Draft202012Validator
 from cep_core import ast
 from cep_core.checked import CheckedQuery
 from cep_core.checker import load_query_text
-from cep_core.errors import QueryError, QueryErrors
+from cep_core.errors import Category, Problem, QueryError, QueryErrors, Refusal
 from cep_core.schema import SCHEMA_DIR, SchemaError, SchemaRegistry, StreamSchema
 
 MAX_MESSAGE_BYTES = 256 * 1024
@@ -45,8 +45,9 @@ REFUSED_HEADER = "cep.refused"  # on a record a splitter wrote again: the offset
 VERSION_HEADER = "cep.version"  # on such a stream record: the version it holds
 
 
-class ControlMessageError(ValueError):
-    """A control message that is not applied, and why."""
+class ControlMessageError(Refusal):
+    """A control message that is not applied, and why: its `category` and `problems`
+    (cep_core/errors.py)."""
 
 
 class OtherStream(ControlMessageError):
@@ -227,10 +228,9 @@ def check_query(name: str, text: str, registry: SchemaRegistry | None = None,
 def _check_query(name: str, text: str, registry: SchemaRegistry) -> CheckedQuery:
     try:
         queries = load_query_text(text, registry, f"<query {name}>")
-    except QueryErrors as e:
-        raise ControlMessageError("\n".join(str(err) for err in e.errors)) from None
-    except QueryError as e:
-        raise ControlMessageError(str(e)) from None
+    except (QueryErrors, QueryError) as e:
+        raise ControlMessageError(str(e), problems=[err.problem(name) for err in e.errors]) \
+            from None
     if len(queries) != 1:
         raise ControlMessageError(f"the text of query {name!r} holds {len(queries)} "
                                   "queries, not one")
@@ -452,7 +452,8 @@ class LiveSet:
             return self._apply_stream(message, version)
         if message.op == "remove":
             if message.name not in self.live:
-                raise ControlMessageError(f"no live query {message.name!r} to remove")
+                raise ControlMessageError(f"no live query {message.name!r} to remove",
+                                          Category.NOT_FOUND)
             del self.live[message.name]
             return None
         checked = message.checked if isinstance(message.checked, CheckedQuery) else None
@@ -460,9 +461,11 @@ class LiveSet:
             checked = check_query(message.name, message.text, self.registry, self.stream)
         old = self.live.get(message.name)
         if message.op == "add" and old is not None:
-            raise ControlMessageError(f"query {message.name!r} is live already (use update)")
+            raise ControlMessageError(f"query {message.name!r} is live already (use update)",
+                                      Category.CONFLICT)
         if message.op == "update" and old is None:
-            raise ControlMessageError(f"no live query {message.name!r} to update")
+            raise ControlMessageError(f"no live query {message.name!r} to update",
+                                      Category.NOT_FOUND)
         index = old.index if old is not None else self._take_index()
         entry = self.live[message.name] = LiveQuery(message.name, message.text, index, checked)
         return entry
@@ -503,13 +506,14 @@ class LiveSet:
         known = self.registry.get(name)
         current = self.registry.streams.get(name)
         if op == "add" and known is not None:
-            raise ControlMessageError(f"stream {name!r} exists already (use update)")
+            raise ControlMessageError(f"stream {name!r} exists already (use update)",
+                                      Category.CONFLICT)
         if op == "update" and known is None:
-            raise ControlMessageError(f"no stream {name!r} to update")
+            raise ControlMessageError(f"no stream {name!r} to update", Category.NOT_FOUND)
         if op == "remove" and current is None:
             raise ControlMessageError(f"no stream {name!r} registered on the control topic "
                                       "to remove" + (" (its schema is a file)" if known
-                                                     else ""))
+                                                     else ""), Category.NOT_FOUND)
         schema = message.checked if isinstance(message.checked, StreamSchema) else \
             None if op == "remove" else check_stream(name, message.text)
         if version is None:
@@ -523,13 +527,14 @@ class LiveSet:
             try:
                 rechecked[query.name] = _check_query(query.name, query.text, trial)
             except ControlMessageError as e:
-                broken.append((query.name, str(e)))
+                broken.append((query.name, e))
         if broken:
             names = ", ".join(repr(n) for n, _ in broken)
+            head = (f"stream {name!r} {op} refused: it would break the live "
+                    f"{'query' if len(broken) == 1 else 'queries'} {names}")
             raise ControlMessageError(
-                f"stream {name!r} {op} refused: it would break the live "
-                f"{'query' if len(broken) == 1 else 'queries'} {names}\n" +
-                "\n".join(reason for _, reason in broken))
+                head + "\n" + "\n".join(str(e) for _, e in broken),
+                problems=[Problem(head)] + [p for _, e in broken for p in e.problems])
         self.registry.streams, self.registry.removed = trial.streams, trial.removed
         self.registry.checked = {(n, q.text): rechecked[n] for n, q in self.live.items()
                                  if n in rechecked}

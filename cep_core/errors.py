@@ -1,8 +1,54 @@
-"""Errors that point at a spot in a query file: `file:line:col: message` and a caret."""
+"""Errors that point at a spot in a query file: `file:line:col: message` and a caret; the
+category of a refusal (what the HTTP API maps to a status) and its located problems, as
+fields, never to be read back out of a message's text."""
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+
 from cep_core.ast import Pos
+
+
+class Category(StrEnum):
+    """What kind of refusal an error is (services/api maps each to an HTTP status)."""
+
+    MALFORMED = "malformed"  # a request that cannot be read (not JSON, a bad parameter): 400
+    INVALID = "invalid"  # a bad query, stream schema or message: 422
+    NOT_FOUND = "not_found"  # nothing of that name is live: 404
+    CONFLICT = "conflict"  # live already, or exists already: 409
+    ADMISSION = "admission"  # refused by admission: over a limit in flight: 429
+    UNAVAILABLE = "unavailable"  # something it needs does not answer (the broker): 503
+    INTERNAL = "internal"  # a fault of ours: 500
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem of a refusal: its message and, where known, the query, line and column
+    it is at (1-based) and the text of that line."""
+
+    message: str
+    query: str | None = None
+    line: int | None = None
+    column: int | None = None
+    source_line: str | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class Refusal(ValueError):
+    """An error with a `category` and its `problems` (by default one: the message,
+    located nowhere)."""
+
+    category = Category.INVALID
+
+    def __init__(self, message: str, category: Category | None = None,
+                 problems: list[Problem] | None = None):
+        super().__init__(message)
+        if category is not None:
+            self.category = category
+        self.problems = problems if problems else [Problem(message)]
 
 
 class QueryError(Exception):
@@ -33,6 +79,13 @@ class QueryError(Exception):
         lines = self.source.splitlines()
         return lines[self.pos.line - 1] if self.pos.line <= len(lines) else None
 
+    category = Category.INVALID
+
+    def problem(self, query: str | None = None) -> Problem:
+        """This error as a Problem (line and column None where not known)."""
+        return Problem(self.message, query, self.pos.line or None, self.pos.column or None,
+                       self.source_line)
+
     def with_source(self, source: str) -> QueryError:
         self.source = source
         return self
@@ -55,6 +108,8 @@ class QueryErrors(Exception):
     def __init__(self, errors: list[QueryError]):
         super().__init__("\n".join(str(e) for e in errors))
         self.errors = errors
+
+    category = Category.INVALID
 
 
 class EventError(ValueError):

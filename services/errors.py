@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from cep_core.errors import Category
+
 
 class CleanError(Exception):
     """Printed by the CLI as `error: message`, exit status 1, no traceback."""
@@ -17,3 +19,5 @@ class DeliveryFailed(CleanError, RuntimeError):
 
 class BrokerUnreachable(CleanError, RuntimeError):
     """The Kafka broker did not answer."""
+
+    category = Category.UNAVAILABLE

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import resource
 import sys
 import threading
@@ -45,10 +44,10 @@ from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 
 from cep_core.checker import load_query_text
 from cep_core.control_message import ControlMessageError, check_stream, replayed
-from cep_core.errors import QueryError, QueryErrors
+from cep_core.errors import Category, QueryError, QueryErrors
 from cep_core.explain import explain
 from services.api import models as m
-from services.api.errors import Refused
+from services.api.errors import Refused, invalid, problem, problems
 from services.api.guard import TOKEN_ENV, Guard, error_response, loopback
 from services.api.history import History
 from services.api.limits import Limits, SingleFlight
@@ -85,10 +84,6 @@ RATES_CONSUMER = {"queued.min.messages": 1000, "queued.max.messages.kbytes": 102
 SWITCH_INTERVAL_S = 0.0005  # `cep serve api` only (a process of its own)
 TAIL_BUFFER = 1024  # composite events a tail may have unsent before it is dropped
 TAIL_BUFFER_ENV = "CEP_API_TAIL_BUFFER"
-LOCATED = re.compile(r"^<query (?P<query>[^>]*)>:(?P<line>\d+):(?P<column>\d+): "
-                     r"error: (?P<message>.*)$", re.M)
-CONFLICT = ("is live already", "exists already")
-MISSING = ("no live query", "no stream")
 
 
 def _positive_env(name: str, default: int) -> int:
@@ -146,35 +141,12 @@ def bind_host(host: str | None, token: str | None, require_token: bool = False) 
     return host
 
 
-def located_errors(text: str) -> list[dict]:
-    """A reason as errors: each checker line `<query NAME>:line:col: error: message` with
-    its line and column; each other line (the source and caret lines under a located one
-    aside) with null line and column."""
-    out = []
-    for line in text.splitlines():
-        found = LOCATED.match(line)
-        if found:
-            out.append({"message": found["message"], "line": int(found["line"]),
-                        "column": int(found["column"]), "query": found["query"],
-                        "source_line": None})
-        elif line.strip() and not line.startswith("    "):
-            out.append({"message": line, "line": None, "column": None, "query": None,
-                        "source_line": None})
-    return out or [{"message": text, "line": None, "column": None, "query": None,
-                    "source_line": None}]
-
-
 def query_problems(text: str, registry) -> tuple[list[dict], list]:
     """(errors, checked queries) of a query text, checked against `registry`."""
-    lines = text.splitlines()
     try:
         return [], load_query_text(text, registry, "<query>")
     except (QueryErrors, QueryError) as e:
-        errors = e.errors if isinstance(e, QueryErrors) else [e]
-        return [{"message": err.message, "line": err.pos.line or None,
-                 "column": err.pos.column or None, "query": None,
-                 "source_line": lines[err.pos.line - 1]
-                 if 0 < err.pos.line <= len(lines) else None} for err in errors], []
+        return [err.with_source(text).problem().to_json() for err in e.errors], []
 
 
 class Snapshot:
@@ -450,14 +422,9 @@ class Api:
             changes = query_changes(op, name, text or "", "<query>", only, records) \
                 if kind == "query" else stream_changes(op, name, text, records)
         except ControlMessageError as e:
-            reason = str(e)
-            status = 409 if any(c in reason for c in CONFLICT) else \
-                404 if any(m in reason for m in MISSING) else 422
-            return status, {"outcome": "invalid", "errors": located_errors(reason),
-                            "changes": []}
+            return invalid(e)
         if not changes:
-            return 422, {"outcome": "invalid", "changes": [], "errors": located_errors(
-                f"the text defines no query {only!r}")}
+            return invalid(ControlMessageError(f"the text defines no query {only!r}"))
         settings = self.config.settings
         ensure_topics(settings, {self.config.control: 1}, compacted=(self.config.control,))
         sent = []
@@ -473,7 +440,7 @@ class Api:
                               timeout_s)
         worst = max(found, key=lambda o: EXIT[o["outcome"]])["outcome"]
         errors = [e for o in found if o["outcome"] == "refused"
-                  for e in located_errors(o["reason"])]
+                  for e in o.get("errors") or problem(o["reason"])]
         status = {"applied": 201 if op == "add" else 200, "queued": 202, "refused": 409,
                   "timed_out": 504}[worst]
         return status, {"outcome": worst, "errors": errors, "changes": found}
@@ -492,8 +459,7 @@ def _stream_text(data: dict, name: str | None = None) -> str:
         return stream_text_from_json_schema(data["json_schema"], name or data.get("name"),
                                             **options)
     except ControlMessageError as e:
-        raise Refused(422, {"outcome": "invalid", "errors": located_errors(str(e)),
-                            "changes": []}) from None
+        raise Refused(e.category, invalid(e)[1]) from None
 
 
 def _stream_name(text: str) -> str:
@@ -502,7 +468,7 @@ def _stream_name(text: str) -> str:
     except AttributeError:
         name = None
     if not isinstance(name, str):
-        raise Refused(422, {"outcome": "invalid", "changes": [], "errors": located_errors(
+        raise Refused(Category.INVALID, {"outcome": "invalid", "changes": [], "errors": problem(
             'a stream schema names its stream ("stream")')})
     return name
 
@@ -517,7 +483,7 @@ def _checked_stream(data: dict) -> dict:
     try:
         schema = check_stream(name, text)
     except ControlMessageError as e:
-        return {"ok": False, "errors": located_errors(str(e))}
+        return {"ok": False, "errors": problems(e)}
     return {"ok": True, "errors": [], "schema": schema.to_dict()}
 
 
@@ -526,7 +492,7 @@ def _stream_named(data: dict, name: str | None) -> tuple[str, str]:
     text = _stream_text(data, name)
     given = _stream_name(text)
     if name is not None and given != name:
-        raise Refused(422, {"outcome": "invalid", "changes": [], "errors": located_errors(
+        raise Refused(Category.INVALID, {"outcome": "invalid", "changes": [], "errors": problem(
             f"the schema describes stream {given!r}, not {name!r}")})
     return given, text
 
@@ -678,8 +644,7 @@ async def validate_query(request, body):
     live = await api.snapshot()
     errors, checked = await api.check(query_problems, body.text, live.registry)
     if not errors and not checked:
-        errors = [{"message": "no query in the text", "line": None, "column": None,
-                   "query": None, "source_line": None}]
+        errors = problem("no query in the text")
     return {"ok": not errors, "errors": errors, "queries": [
         {"name": q.name, "stream": q.schema.stream, "output": q.query.output,
          "live": q.name in live.live} for q in checked]}

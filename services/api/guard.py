@@ -30,7 +30,8 @@ import urllib.parse
 import orjson
 from aiohttp import web
 
-from services.api.errors import Refused
+from cep_core.errors import Category
+from services.api.errors import STATUS, Refused
 from services.errors import BrokerUnreachable
 
 SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -225,11 +226,12 @@ class Guard:
                 raise
             return http_error(request, e, self.max_body)
         except BrokerUnreachable as e:
-            return error_response(503, f"the broker is unreachable: {e}",
+            return error_response(STATUS[e.category], f"the broker is unreachable: {e}",
                                   {"Retry-After": str(BROKER_RETRY_S)})
         except Exception:
             logger.exception("api: %s %s failed", request.method, request.path)
-            return error_response(500, "internal error (the API's log has it)")
+            return error_response(STATUS[Category.INTERNAL],
+                                  "internal error (the API's log has it)")
 
     async def on_response_prepare(self, request: web.Request,
                                   response: web.StreamResponse) -> None:

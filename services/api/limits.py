@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from concurrent.futures import Executor
 
+from cep_core.errors import Category
 from services.api.errors import Refused
 
 RETRY_AFTER_S = 1
@@ -45,9 +46,9 @@ class Limits:
             limit = self.limits[kind]
             if self.in_flight[kind] >= limit:
                 self.refused[kind] += 1
-                raise Refused(429, {"error": f"{limit} {kind} requests are in flight "
-                                    f"already: retry after {RETRY_AFTER_S} s"},
-                              {"Retry-After": str(RETRY_AFTER_S)})
+                raise Refused(Category.ADMISSION, {
+                    "error": f"{limit} {kind} requests are in flight already: retry after "
+                             f"{RETRY_AFTER_S} s"}, {"Retry-After": str(RETRY_AFTER_S)})
             self.in_flight[kind] += 1
             self.admitted[kind] += 1
             self.peak[kind] = max(self.peak[kind], self.in_flight[kind])

@@ -24,6 +24,7 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 from pydantic.json_schema import GenerateJsonSchema, models_json_schema
 
+from cep_core.errors import Category
 from services.api.errors import Refused
 from services.api.models import NAME_MAX, NAME_ROUTE, NAME_SCHEMA, Error
 
@@ -241,8 +242,9 @@ def _endpoint(op: Operation, limits_of: Callable):
 def _path_param(name: str, value: str) -> str:
     _, _, pattern, longest = PATH_PARAMS[name]
     if len(value) > longest or not pattern.match(value):
-        raise Refused(400, {"error": f"{name}: {value[:80]!r} is not a name "
-                            f"({NAME_SCHEMA['pattern']}, at most {longest} characters)"})
+        raise Refused(Category.MALFORMED, {
+            "error": f"{name}: {value[:80]!r} is not a name ({NAME_SCHEMA['pattern']}, at "
+                     f"most {longest} characters)"})
     return value
 
 
@@ -251,7 +253,7 @@ def _query_of(request: web.Request) -> dict:
     for key in request.query.keys():
         values = request.query.getall(key)
         if len(values) > 1:
-            raise Refused(400, {"error": f"{key}: given {len(values)} times"})
+            raise Refused(Category.MALFORMED, {"error": f"{key}: given {len(values)} times"})
         out[key] = values[0]
     return out
 
@@ -260,14 +262,14 @@ async def _json_body(request: web.Request):
     try:
         return orjson.loads(await request.read())
     except orjson.JSONDecodeError as e:
-        raise Refused(400, {"error": f"not JSON: {e}"}) from None
+        raise Refused(Category.MALFORMED, {"error": f"not JSON: {e}"}) from None
 
 
 def _validated(model: type[BaseModel], data) -> BaseModel:
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        raise Refused(400, {"error": "; ".join(_problem(p) for p in e.errors(
+        raise Refused(Category.MALFORMED, {"error": "; ".join(_problem(p) for p in e.errors(
             include_url=False))}) from None
 
 

@@ -140,7 +140,7 @@ def _settled(message, change: dict, found: dict) -> dict:
     what = f"{message.kind} {message.name}: {message.op}"
     if splitter["outcome"] == "refused":
         return _outcome(message, change, "refused", reason=splitter["reason"],
-                        splitter=splitter["service"],
+                        errors=splitter.get("errors"), splitter=splitter["service"],
                         said=f"{what} refused by {splitter['service']}:\n{splitter['reason']}")
     services = sorted({w["service"] for w in found["workers"]})
     workers = ", ".join(services) or \

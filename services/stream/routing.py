@@ -45,7 +45,7 @@ from cep_core.control_message import (
     validate,
 )
 from cep_core.arrow_numpy import empty_table
-from cep_core.errors import EventError
+from cep_core.errors import Category, EventError
 from cep_core.event_io import DeadLetter
 from cep_core.json_batch import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -368,12 +368,13 @@ class Router:
             if change.kind == STREAM and change.name == self.topics.stream and \
                     change.op == "remove" and self.schema is not None:
                 raise ControlMessageError(f"stream {change.name!r} is read by this running "
-                                          "pipeline: stop it before removing the stream")
+                                          "pipeline: stop it before removing the stream",
+                                          Category.CONFLICT)
             if change.kind == STREAM and change.name == self.topics.stream and \
                     self.reorder is not None and self.schema is not None:
                 raise ControlMessageError(f"stream {change.name!r}: this pipeline reorders "
                                           "late events, and cannot change its schema while "
-                                          "it runs")
+                                          "it runs", Category.CONFLICT)
             entry = self.queries.apply(change, record.version, starting=not announce)
         except OtherStream:
             return
@@ -384,7 +385,9 @@ class Router:
             log("change_refused", level="warning", reason=str(e),
                 key=(key or b"").decode(errors="replace"), offset=offset)
             self.status_writer.outcome(self.out, change_of(key, offset, change), "refused",
-                                       reason=str(e), live=self.queries.summary())
+                                       reason=str(e), category=e.category,
+                                       errors=[p.to_json() for p in e.problems],
+                                       live=self.queries.summary())
             write_back(self, record)
             return
         if change.kind == STREAM and change.name != self.topics.stream:
