@@ -107,7 +107,7 @@ def _cep_run_jit(queries, events_path: Path, out: Path) -> dict:
     started = time.perf_counter()
     table, _dead = read_table(events_path, queries[0].schema)
     read_s = time.perf_counter() - started
-    composites, _rejected = run_queries(queries, table, Engine.jit)
+    composites, _rejected = run_queries(queries, table, Engine.JIT)
     run_s = time.perf_counter() - started - read_s
     del table
     composites.write(out)

@@ -23,7 +23,7 @@ import orjson
 from cep_core import snapshot_format
 from cep_core.errors import QueryError, QueryErrors
 from cep_core.event_io import DeadLetter
-from cep_core.runner import events_json, new_engines, run_checked
+from cep_core.runner import EngineName, events_json, new_engines, run_checked
 from cep_core.schema import ATTRIBUTE_TYPES, SchemaError, SchemaRegistry, StreamSchema
 from cep_core.schema_import import stream_schema_from_json_schema
 from cep_core.time_guard import TimeGuard, wall_clock_units
@@ -265,7 +265,7 @@ class QuerySet:
 
         return [explain(q) for q in self.queries]
 
-    def run(self, data: Any, *, engine: str = "jit", placement: str | None = None,
+    def run(self, data: Any, *, engine: str = EngineName.JIT, placement: str | None = None,
             fmt: str | None = None, max_ahead: int | str | None = None,
             max_ahead_of_clock: int | str | None = None) -> Result:
         """Every composite event of the queries over `data` (see `read_events` for what

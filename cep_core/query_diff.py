@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from cep_core.composite import sort_key
+from cep_core.runner import EngineName
 
 if TYPE_CHECKING:
     from cep_core.checked import CheckedQuery
@@ -97,7 +98,7 @@ def pick_query(queries: list[CheckedQuery], name: str | None, source: str) -> Ch
 
 def diff_query(old_text: str, new_text: str, events: Any,
                registry: SchemaRegistry | None = None, *, name: str | None = None,
-               fmt: str | None = None, engine: str = "jit", old_source: str = "<old>",
+               fmt: str | None = None, engine: str = EngineName.JIT, old_source: str = "<old>",
                new_source: str = "<new>") -> QueryDiff:
     """Run the old and the new version of a query over `events` (a path, a table, dicts:
     what `QuerySet.run` takes; `fmt` names a file's format where its suffix does not) and

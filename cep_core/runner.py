@@ -14,6 +14,7 @@ from __future__ import annotations
 # imports this module before any data is read.
 
 import time
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 import orjson
@@ -27,7 +28,22 @@ if TYPE_CHECKING:
     from cep_core.event_io import DeadLetter
     from cep_core.stream_engines import StreamEngines
 
-ENGINES = ("reference", "jit")
+
+
+class EngineName(StrEnum):
+    """The engines of a finite run (`cep run --engine`, `engine=`): the reference
+    interpreter, or the jitted engines."""
+
+    REFERENCE = "reference"
+    JIT = "jit"
+
+    @classmethod
+    def of(cls, name: str) -> EngineName:
+        """The engine of a name; ValueError names the engines."""
+        try:
+            return cls(name)
+        except ValueError:
+            raise ValueError(f"engine must be one of {', '.join(cls)}, got {name!r}") from None
 
 
 def new_engines(queries: list[CheckedQuery], placement: str | None = None,
@@ -45,7 +61,8 @@ def new_engines(queries: list[CheckedQuery], placement: str | None = None,
     return engines, BatchEncoder(queries[0].schema, strings)
 
 
-def run_checked(queries: list[CheckedQuery], events, engine: str = "reference",
+def run_checked(queries: list[CheckedQuery], events,
+                engine: str = EngineName.REFERENCE,
                 placement: str | None = None, timings: dict | None = None,
                 report: list | None = None,
                 failures: list | None = None) -> tuple[Composites, list[DeadLetter]]:
@@ -59,11 +76,9 @@ def run_checked(queries: list[CheckedQuery], events, engine: str = "reference",
     the events ran) and `process_s` (the rest: the events themselves); `report` the
     placement of each query when `placement` is given; `failures` the queries whose
     engine failed (`QueryFailure`s: contained, the other queries' output is whole)."""
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     rejected: list = []
     table = events if hasattr(events, "num_rows") else None
-    if engine == "reference":
+    if EngineName.of(engine) is EngineName.REFERENCE:
         from cep_core import reference
         from cep_core.composites import Composites
 

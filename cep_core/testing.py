@@ -28,7 +28,7 @@ import orjson
 
 from cep_core.api import QuerySet, Stream, compile, read_batch
 from cep_core.event_io import DeadLetter
-from cep_core.runner import ENGINES
+from cep_core.runner import EngineName
 from cep_core.time_guard import TimeGuard, wall_clock_units
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def _queries(text: str | QuerySet, schema: Any) -> QuerySet:
 
 
 def run_query(text: str | QuerySet, events: Iterable[dict], schema: Any = None, *,
-              engine: str = "jit", dead_letters: list | None = None) -> list[dict]:
+              engine: str = EngineName.JIT, dead_letters: list | None = None) -> list[dict]:
     """The composite events of the queries of `text` over `events`, as dicts in output
     order (what `cep run` writes as JSON lines). `schema` as `cep.compile` takes it (None:
     the built-in streams). An event's `seq` is its index in the list unless it has one.
@@ -60,8 +60,8 @@ def assert_engines_agree(text: str | QuerySet, events: Iterable[dict], schema: A
     the reference interpreter (the oracle) over `events`; returns the composites."""
     queries = _queries(text, schema)
     events = list(events)
-    jit = queries.run(events, engine="jit")
-    reference = queries.run(events, engine="reference")
+    jit = queries.run(events, engine=EngineName.JIT)
+    reference = queries.run(events, engine=EngineName.REFERENCE)
     expected, got = reference.to_dicts(), jit.to_dicts()
     if got != expected:
         raise AssertionError(_difference("", expected, got))
@@ -108,13 +108,11 @@ class QueryDriver:
     same queries and engine (jit: a `Stream` snapshot; reference: the input so far, which
     `restore` replays)."""
 
-    def __init__(self, queries: str | QuerySet, schema: Any = None, *, engine: str = "jit",
+    def __init__(self, queries: str | QuerySet, schema: Any = None, *, engine: str = EngineName.JIT,
                  placement: str | None = None):
-        if engine not in ENGINES:
-            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+        self.engine = EngineName.of(engine)
         self.queries = _queries(queries, schema)
-        self.engine = engine
-        self._stream = Stream(self.queries, placement) if engine == "jit" \
+        self._stream = Stream(self.queries, placement) if self.engine is EngineName.JIT \
             else _ReferenceStream(self.queries)
         self.output: list[dict] = []  # every step's composite events, step after step
         self.time: int | None = None  # the last advance_time

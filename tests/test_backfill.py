@@ -35,10 +35,10 @@ def cep_run_outputs(queries, path) -> tuple[dict[str, list[dict]], list[dict]]:
     the reference run's dead letters (as `cep run --dead-letters` writes them)."""
     events, dead = read_events(path, queries[0].schema)
     outputs, dead_letters = {}, []
-    for engine in (Engine.reference, Engine.jit):
+    for engine in (Engine.REFERENCE, Engine.JIT):
         composites, rejected = run_queries(queries, events, engine)
         outputs[f"cep run --engine {engine.value}"] = composites
-        if engine is Engine.reference:
+        if engine is Engine.REFERENCE:
             dead_letters = [d.to_json() for d in dead + rejected]
     return outputs, dead_letters
 

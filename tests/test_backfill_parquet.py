@@ -52,7 +52,7 @@ def write(records: list[dict], path: Path, row_group_size: int) -> Path:
 def assert_like_cep_run(spark, queries, path: Path, tmp_path: Path, exchange: str = "auto",
                         partitions: int = 2):
     events, dead = read_events(path, queries[0].schema)
-    composites, rejected = run_queries(queries, events, Engine.jit)
+    composites, rejected = run_queries(queries, events, Engine.JIT)
     out = tmp_path / "out"
     result = run_backfill(spark, queries, [str(path)], str(out), partitions=partitions,
                           exchange=exchange)

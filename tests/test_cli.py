@@ -383,12 +383,12 @@ def test_jit_rate_leaves_compiling_out():
     from services.cli.main import _engine_summary
     from services.cli.common import Engine
 
-    line = _engine_summary(Engine.jit, 1200, 10, 22.0,
+    line = _engine_summary(Engine.JIT, 1200, 10, 22.0,
                            {"setup_s": 1.5, "compile_s": 20.0, "process_s": 0.5})
     assert "compile/load 21.50s" in line and "kernels 20.00s" in line
     assert "processing 0.50s (2,400 events/s)" in line
     assert "55 events/s" not in line  # 1200 / 22 s: the rate with compiling in it
-    reference = _engine_summary(Engine.reference, 1200, 10, 2.0, {})
+    reference = _engine_summary(Engine.REFERENCE, 1200, 10, 2.0, {})
     assert "in 2.00s (600 events/s)" in reference
 
 

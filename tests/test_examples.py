@@ -93,4 +93,4 @@ def test_jit_engine_agrees_with_reference_on_example(path):
 
     queries = load_queries(path)
     events, _ = read_events(data_for(path), queries[0].schema)
-    assert run_queries(queries, events, Engine.jit) == run_queries(queries, events)
+    assert run_queries(queries, events, Engine.JIT) == run_queries(queries, events)

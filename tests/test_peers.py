@@ -34,7 +34,7 @@ def matches_of(pattern: patterns.PeerPattern, bars: list[str], tmp_path: Path) -
     queries = load_query_text(patterns.cep_query(pattern))
     events, dead = read_events(jsonl, queries[0].schema)
     assert dead == []
-    composites, rejected = run_queries(queries, events, Engine.reference)
+    composites, rejected = run_queries(queries, events, Engine.REFERENCE)
     assert rejected == []
     return Counter(compare.composite_match(c) for c in composites)
 

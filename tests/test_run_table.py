@@ -23,7 +23,7 @@ def test_jit_on_a_table_agrees_with_events_on_example(path):
     queries = load_queries(path)
     events, _ = read_events(data_for(path), queries[0].schema)
     table, _ = read_table(data_for(path), queries[0].schema)
-    assert run_queries(queries, table, Engine.jit) == run_queries(queries, events)
+    assert run_queries(queries, table, Engine.JIT) == run_queries(queries, events)
     assert run_queries(queries, table) == run_queries(queries, events)
 
 
@@ -45,7 +45,7 @@ def test_rejected_events_carry_their_json_from_the_table(tmp_path):
     path = rejecting_file(tmp_path)
     events, _ = read_events(path, queries[0].schema)
     table, _ = read_table(path, queries[0].schema)
-    composites, rejected = run_queries(queries, table, Engine.jit)
+    composites, rejected = run_queries(queries, table, Engine.JIT)
     assert (composites, rejected) == run_queries(queries, events)
     assert [(d.position, orjson.loads(d.raw)["ts"]) for d in rejected] == [(2, 15), (5, 25)]
 
@@ -82,7 +82,7 @@ from cep_core.event_reader import read_table
 from services.cli.common import Engine, run_queries
 queries = load_queries({str(query)!r})
 table, dead = read_table({str(events)!r}, queries[0].schema)
-composites, rejected = run_queries(queries, table, Engine.jit)
+composites, rejected = run_queries(queries, table, Engine.JIT)
 assert len(dead) == 1 and len(rejected) == 2, (dead, rejected)
 assert composites.write({str(tmp_path / "out.jsonl")!r}) == len(composites) > 0
 print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas'))
@@ -110,7 +110,7 @@ from cep_core.event_reader import read_table
 from services.cli.common import Engine, run_queries
 queries = load_queries({str(query)!r})
 table, dead = read_table({str(tmp_path / "in.parquet")!r}, queries[0].schema)
-composites, rejected = run_queries(queries, table, Engine.jit)
+composites, rejected = run_queries(queries, table, Engine.JIT)
 assert len(rejected) == 2 and len(composites) > 0, (dead, rejected)
 outs = [{str(tmp_path)!r} + "/out" + suffix for suffix in (".parquet", ".arrow")]
 for out in outs:

@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 
 from cep_core.home import HomeError
+from cep_core.runner import EngineName as Engine
 from services.errors import CleanError
 
 if TYPE_CHECKING:
@@ -33,11 +34,6 @@ class CliError(Exception):
     def __init__(self, message: str, code: int = 1):
         super().__init__(message)
         self.code = code
-
-
-class Engine(StrEnum):
-    reference = "reference"
-    jit = "jit"
 
 
 class Placement(StrEnum):
@@ -130,7 +126,7 @@ def is_located(message: str) -> bool:
     return ": error: " in message.split("\n", 1)[0]
 
 
-def run_queries(queries, events, engine: Engine = Engine.reference,
+def run_queries(queries, events, engine: Engine = Engine.REFERENCE,
                 placement: Placement | None = None,
                 timings: dict | None = None,
                 failures: list | None = None) -> tuple[Composites, list]:

@@ -146,7 +146,7 @@ def run(
     engine: Annotated[Engine, typer.Option(
         help="Which engine runs the queries: jit (numba kernels, compiled once and cached; "
         "the Python API's default too) or reference (the interpreter the jit engine is "
-        "tested against).")] = Engine.jit,
+        "tested against).")] = Engine.JIT,
     out: Annotated[Path | None, typer.Option(
         "--out", "--output", "-o", metavar="FILE", show_default=False,
         help="Where composite events go: FILE.parquet (Parquet), FILE.arrow (Arrow IPC "
@@ -203,7 +203,7 @@ def run(
         try:
             # The jit engine takes a table (no Python object per event); the reference
             # interpreter Events, read without pyarrow.
-            if engine is Engine.reference:
+            if engine is Engine.REFERENCE:
                 simple, dead = read_events(events, stream_schema, fmt.value if fmt else None,
                                            guard)
             else:
@@ -301,7 +301,7 @@ def _engine_summary(engine: Engine, events: int, composites: int, run_s: float,
                     timings: dict) -> str:
     """The engine's part of the summary line. The jit engine's rate leaves out compiling:
     kernels compiled (or loaded from numba's cache) and code generated are shown apart."""
-    if engine is Engine.reference or "process_s" not in timings:
+    if engine is Engine.REFERENCE or "process_s" not in timings:
         rate = events / run_s if run_s > 0 else float("inf")
         return (f"{engine.value} engine: {composites} composite events in {run_s:.2f}s "
                 f"({rate:,.0f} events/s)")
