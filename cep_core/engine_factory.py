@@ -8,8 +8,8 @@ the query's kind; with placement "gpu" or "auto", the installed placement policy
 builds the GPU engine (`cep_core.placement.placement_policy`: this project's is
 `accel.gpu.policy`, registered as an entry point, so the core never imports it). The
 engine's `placement` attribute says where it went and why (a `Placement`). `match_engine`,
-`seq_engine` (CDP), `seq_aip_engine` and `window_engine` make one CPU engine of a given
-kind. Options meant for other kinds or for the GPU are ignored.
+`seq_engine` (CDP), `seq_aip_engine`, `window_engine` and `recognize_engine` make one CPU
+engine of a given kind. Options meant for other kinds or for the GPU are ignored.
 Each kind's compiler and engine are imported when first asked for (they load numba and
 generate code), so a run imports only the kinds it uses; the GPU policy (numba.cuda) only
 for placement "gpu" or "auto".
@@ -27,7 +27,7 @@ from cep_core.engine.base import Engine
 from cep_core.placement import PLACEMENTS, Placement, check_placement, placement_policy
 
 __all__ = ["PLACEMENTS", "Placement", "create_engine", "cpu_engine", "match_engine",
-           "seq_engine", "seq_aip_engine", "window_engine"]
+           "recognize_engine", "seq_engine", "seq_aip_engine", "window_engine"]
 
 
 def create_engine(checked: CheckedQuery, strings: StringDictionary, placement: str = "cpu",
@@ -56,11 +56,7 @@ def cpu_engine(checked: CheckedQuery, strings: StringDictionary, **options) -> E
     """The CPU engine for the query's kind."""
     kind = checked.query.kind
     if kind is QueryKind.RECOGNIZE:
-        from cep_core.engine.seq import NotSupportedError
-
-        raise NotSupportedError(
-            f"query {checked.name!r}: MATCH_RECOGNIZE runs on the reference interpreter only "
-            "so far (cep run --engine reference); its jitted kernel is not written yet")
+        return recognize_engine(checked, strings, **options)
     if kind is QueryKind.MATCH:
         return match_engine(checked, strings, **options)
     if kind is QueryKind.SEQ:
@@ -83,7 +79,7 @@ def compile_program(checked: CheckedQuery):
     call). Raises what those compilers refuse: `cep_core.admission` runs it as part of
     the one check."""
     kind = checked.query.kind
-    if kind is QueryKind.RECOGNIZE:  # Flink's automaton, run by the reference interpreter for now
+    if kind is QueryKind.RECOGNIZE:  # Flink's automaton (the engine builds its own)
         from cep_core.reference.recognize import program
         return program(checked)
     if kind is QueryKind.MATCH:
@@ -109,6 +105,14 @@ def match_engine(checked: CheckedQuery, strings: StringDictionary, **options) ->
     from cep_core.engine.match import MatchEngine
 
     return MatchEngine(compile_match(checked), strings, **options)
+
+
+def recognize_engine(checked: CheckedQuery, strings: StringDictionary, **options) -> Engine:
+    """A MATCH_RECOGNIZE query's engine: the reference interpreter over columnar batches
+    (`cep_core.engine.recognize_interpreter`, Flink's NFA in plain Python)."""
+    from cep_core.engine.recognize_interpreter import RecognizeInterpreterEngine
+
+    return RecognizeInterpreterEngine(checked, strings, **options)
 
 
 def seq_engine(checked: CheckedQuery, strings: StringDictionary, algorithm: str = "auto",

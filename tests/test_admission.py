@@ -71,11 +71,6 @@ CHECKER = {
 }
 # Raised only on a broken invariant (a caller's mistake), never by a checked query.
 INTERNAL = {
-    ("engine_factory.py", "f\"query {checked.name!r}: MATCH_RECOGNIZE runs on the reference"):
-    "not a refusal of the query: the check accepts MATCH_RECOGNIZE (the reference "
-    "interpreter runs it); the jitted engine is not written yet, so `cep run --engine jit` "
-    "and the Python API name it, and the service refuses it when it is added "
-    "(tests/test_recognize.py)",
     ("expressions.py", "f\"unknown operator"): "the checker admits only the operators the "
     "compiler knows (tests/test_checker_ok.py covers each)",
     ("expressions.py", "f\"function {node.name} has no compiled form"): "every function of "

@@ -107,14 +107,12 @@ def test_what_flink_refuses_is_refused_where_it_is_written(change, message, line
     assert f"q.cep:{line}:" in str(refused.value)
 
 
-def test_the_jit_engine_says_it_does_not_run_it_yet():
-    from cep_core.batch import StringDictionary
-    from cep_core.engine.seq import NotSupportedError
-    from cep_core.engine_factory import create_engine
+def test_the_jit_engine_runs_it_as_the_reference_does():
+    from cep_core import stream_engines
 
     [checked] = load_query_text(V_SHAPE)
-    with pytest.raises(NotSupportedError, match="--engine reference"):
-        create_engine(checked, StringDictionary())
+    assert stream_engines.run([checked], events([10, 8, 7, 9, 11, 6, 5, 8])) == \
+        run(V_SHAPE, [10, 8, 7, 9, 11, 6, 5, 8])
 
 
 def _fixture_cases():
@@ -193,16 +191,13 @@ def test_the_service_refuses_it_when_it_is_added_not_when_it_runs():
         check_query("vshape", text)
 
 
-def test_the_python_api_runs_it_on_the_reference_and_says_why_not_on_jit():
+def test_the_python_api_runs_it_on_jit_and_on_the_reference():
     import cep_core as cep
-    from cep_core.api import QueryFailedError
 
     queries = cep.compile(V_SHAPE)
     rows = [event.attrs for event in events([10, 8, 7, 9, 11])]
-    result = queries.run(rows, engine="reference")
-    assert [c["bottom"] for c in result.to_dicts()] == [7]
-    with pytest.raises(QueryFailedError, match="reference interpreter only"):
-        queries.run(rows)
+    assert [c["bottom"] for c in queries.run(rows, engine="reference").to_dicts()] == [7]
+    assert queries.run(rows).to_dicts() == queries.run(rows, engine="reference").to_dicts()
 
 
 def test_prev_of_a_variables_column_is_refused_as_flink_refuses_it():

@@ -1,0 +1,311 @@
+"""A MATCH_RECOGNIZE query over columnar batches, run by the reference interpreter
+(`cep_core.reference.recognize.RecognizeInterpreter`, Flink 2.3's NFA replayed row by row).
+
+This is the engine every place that runs queries gets for a MATCH_RECOGNIZE query where no
+jitted kernel takes it (`cep_core.engine_factory.recognize_engine`): `cep run`, the Python
+API, the service's workers, the backfill. It decodes each batch's rows into Events, as the
+reference path does (`cep_core.event_reader.events_from_table`), and hands them to the
+interpreter, so its composite events are the reference's, dict for dict. It is plain Python
+per row and per partial match (docs/queries.md says how fast).
+
+Its state is JSON (no pickle: a snapshot is hostile input): per partition its key, its row
+count and last time, the rows its matches hold (once each, by partition-local row index),
+and both queues of matches in their exact array order (Java's PriorityQueue order decides
+ties, so it must survive a restore), each match as its automaton state (an index in a
+stable numbering of the automaton's states) and its rows as (variable, row index).
+`load_state` checks all of it and refuses damaged or foreign state (`RecognizeStateError`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NoReturn
+
+import numpy as np
+
+from cep_core.batch import Batch, StringDictionary
+from cep_core.checked import CheckedQuery
+from cep_core.engine.base import Engine
+from cep_core.events import Event
+from cep_core.reference import recognize as ref
+from cep_core.reference.priority_queue import JavaPriorityQueue
+
+STATE_VERSION = 1
+_FINAL_ID = -1  # the final state the interpreter gives matches completed by a PROCEED
+_KNOWN = ("partial", "completed", "count", "last_ts")  # a partition's fields saved by name
+_SCALARS = (int, float, str, bool, type(None))
+
+
+class RecognizeStateError(ValueError):
+    """Saved state that is damaged, or not this query's automaton's."""
+
+
+class RecognizeInterpreterEngine(Engine):
+    """Runs one MATCH_RECOGNIZE query with the reference interpreter (see the module)."""
+
+    def __init__(self, checked: CheckedQuery, strings: StringDictionary, **_options):
+        super().__init__(checked, strings)
+        self.interpreter = ref.RecognizeInterpreter(checked)
+        self._names = list(self.schema.attributes)
+        self._kinds = [self.schema.attributes[n] for n in self._names]
+        self._numbering, self._states = _number_states(self.interpreter.nfa.start)
+        self._variables = {e.var for e in self.interpreter.nfa.elements}
+
+    # ------------------------------------------------------------ running
+
+    def process(self, batch: Batch) -> list[dict]:
+        if not len(batch):
+            return []
+        strings = self.strings.strings
+        columns = []
+        for name, kind in zip(self._names, self._kinds):
+            values = batch.columns[name].tolist()
+            columns.append([strings[c] for c in values] if kind == "string" else values)
+        names, step = self._names, self.interpreter.process
+        out: list[dict] = []
+        for seq, ts, *values in zip(batch.seq.tolist(), batch.ts.tolist(), *columns):
+            found = step(Event(seq, ts, dict(zip(names, values))))
+            if found:
+                out += found
+        self._take_dead_letters()
+        return out
+
+    def punctuate(self, ts: int) -> list[dict]:
+        return self.interpreter.punctuate(int(ts))
+
+    def flush(self) -> list[dict]:
+        return self.interpreter.flush()
+
+    def _take_dead_letters(self) -> None:
+        dead = self.interpreter.dead_letters
+        if dead:
+            self.dead_letters.extend((event.seq, reason) for event, reason in dead)
+            dead.clear()
+
+    # ------------------------------------------------------------ strings
+
+    def string_codes(self) -> np.ndarray:
+        return np.empty(0, np.int64)  # rows are held decoded: no code to keep
+
+    def remap_strings(self, new_code: np.ndarray) -> None:
+        pass
+
+    # ------------------------------------------------------------ state
+
+    def state(self) -> tuple[dict, dict[str, np.ndarray]]:
+        interp = self.interpreter
+        partitions = []
+        for slot, part in interp.partitions.items():
+            rows: dict[int, Event] = {}
+            queues = {}
+            for name in ("partial", "completed"):
+                queues[name] = [self._computation(c, rows) for c in getattr(part, name).items]
+            extra = {k: v for k, v in vars(part).items() if k not in _KNOWN}
+            for k, v in extra.items():
+                if not isinstance(v, _SCALARS):
+                    raise TypeError(f"a MATCH_RECOGNIZE partition's {k!r} is not a value "
+                                    "the engine's state can hold")
+            partitions.append({
+                "key": interp.keys[slot], "count": part.count, "last_ts": part.last_ts,
+                "rows": [[i, e.seq, e.ts, [_save(v) for v in (e.attrs.get(n) for n in
+                                                              self._names)]]
+                         for i, e in sorted(rows.items())],
+                **queues, "extra": extra})
+        return {"recognize": {"version": STATE_VERSION, "automaton": self._signature(),
+                              "partitions": partitions}}, {}
+
+    def _computation(self, c: ref.Computation, rows: dict[int, Event]) -> list:
+        for (_, event), index in zip(c.rows, c.indexes):
+            rows[index] = event
+        state = _FINAL_ID if c.state is ref._FINAL else self._numbering[id(c.state)]
+        return [state, [[var, index] for (var, _), index in zip(c.rows, c.indexes)]]
+
+    def _signature(self) -> list:
+        """The automaton as numbered: each state's variable, whether it is final, and its
+        edges (action, target, the DEFINE it reads, the DEFINEs it must not satisfy)."""
+        return [[s.var, s.final, [[t.action, self._numbering[id(t.target)],
+                                   t.condition.var, list(t.condition.unless)]
+                                  for t in s.transitions]] for s in self._states]
+
+    def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        try:
+            partitions, keys = self._loaded(meta, arrays)
+        except RecognizeStateError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+            raise RecognizeStateError(f"query {self.checked.name!r}: damaged MATCH_RECOGNIZE "
+                                      f"state ({type(e).__name__}: {e})") from None
+        interp = self.interpreter
+        interp.partitions, interp.keys = partitions, keys
+        interp.dead_letters = []
+
+    def _refuse(self, why: str) -> NoReturn:
+        raise RecognizeStateError(f"query {self.checked.name!r}: MATCH_RECOGNIZE state "
+                                  f"refused: {why}")
+
+    def _loaded(self, meta: dict, arrays: dict) -> tuple[dict, dict]:
+        refuse = self._refuse
+        state = meta.get("recognize") if isinstance(meta, dict) else None
+        if not isinstance(state, dict) or arrays:
+            refuse("not the state of a MATCH_RECOGNIZE engine")
+        if state.get("version") != STATE_VERSION:
+            refuse(f"state version {state.get('version')!r}, this engine reads "
+                   f"{STATE_VERSION}")
+        if state.get("automaton") != self._signature():
+            refuse("it was saved by another pattern's automaton")
+        if not isinstance(state.get("partitions"), list):
+            refuse("no list of partitions")
+        partitions: dict = {}
+        keys: dict = {}
+        for at, saved in enumerate(state["partitions"]):
+            if not isinstance(saved, dict) or set(saved) != {
+                    "key", "count", "last_ts", "rows", "partial", "completed", "extra"}:
+                refuse(f"partition {at}: not a partition's fields")
+            key = saved["key"]
+            if len(self.query.partition_by) > 1:
+                if not (isinstance(key, list) and len(key) == len(self.query.partition_by)
+                        and all(isinstance(k, _SCALARS) for k in key)):
+                    refuse(f"partition {at}: key {key!r} is not one value per PARTITION BY "
+                           "attribute")
+            elif not isinstance(key, _SCALARS) or (key is not None and
+                                                    not self.query.partition_by):
+                refuse(f"partition {at}: key {key!r} is not a PARTITION BY value")
+            slot = ref._hashable(key)
+            if slot in partitions:
+                refuse(f"partition {at}: key {key!r} appears twice")
+            part = ref._Partition(self.interpreter.nfa.start)
+            count, last_ts = saved["count"], saved["last_ts"]
+            if not _is_int(count) or count < 0:
+                refuse(f"partition {at}: row count {count!r}")
+            if not (last_ts is None or _is_int(last_ts)) or (last_ts is None) != (count == 0):
+                refuse(f"partition {at}: last time {last_ts!r} after {count} rows")
+            part.count, part.last_ts = count, last_ts
+            rows = self._rows(saved["rows"], count, last_ts, at)
+            partial = self._queue(saved["partial"], rows, False, at)
+            completed = self._queue(saved["completed"], rows, True, at)
+            starts = [c for c in partial.items if not c.rows]
+            if len(starts) != 1 or starts[0].state is not self.interpreter.nfa.start:
+                refuse(f"partition {at}: the start computation is missing or doubled")
+            part.partial, part.completed = partial, completed
+            extra, fields = saved["extra"], sorted(k for k in vars(part) if k not in _KNOWN)
+            if not isinstance(extra, dict) or sorted(extra) != fields:
+                refuse(f"partition {at}: extra fields {extra!r}, this engine's partitions "
+                       f"have {fields}")
+            for k, v in extra.items():
+                if type(v) is not type(getattr(part, k)) and getattr(part, k) is not None:
+                    refuse(f"partition {at}: field {k!r} = {v!r}")
+                setattr(part, k, v)
+            partitions[slot], keys[slot] = part, key
+        return partitions, keys
+
+    def _rows(self, saved, count: int, last_ts, at: int) -> dict[int, Event]:
+        refuse = self._refuse
+        rows: dict[int, Event] = {}
+        if not isinstance(saved, list):
+            refuse(f"partition {at}: rows are not a list")
+        for row in saved:
+            if not (isinstance(row, list) and len(row) == 4):
+                refuse(f"partition {at}: a row is not [index, seq, ts, values]")
+            index, seq, ts, values = row
+            if not (_is_int(index) and 0 <= index < count) or index in rows:
+                refuse(f"partition {at}: row index {index!r} (of {count} rows)")
+            if not (_is_int(seq) and _is_int(ts)) or ts > last_ts:
+                refuse(f"partition {at}: row {index}: seq {seq!r}, time {ts!r}")
+            if not (isinstance(values, list) and len(values) == len(self._names)):
+                refuse(f"partition {at}: row {index}: not one value per attribute")
+            attrs = {}
+            for name, kind, value in zip(self._names, self._kinds, values):
+                loaded = _load(kind, value)
+                if loaded is _BAD:
+                    refuse(f"partition {at}: row {index}: {name} = {value!r} is not a {kind}")
+                attrs[name] = loaded
+            if attrs.get(self.schema.time, ts) != ts:
+                refuse(f"partition {at}: row {index}: its time is not its "
+                       f"{self.schema.time}")
+            rows[index] = Event(seq, ts, attrs)
+        return rows
+
+    def _queue(self, saved, rows: dict[int, Event], final: bool,
+               at: int) -> JavaPriorityQueue:
+        refuse = self._refuse
+        which = "completed" if final else "partial"
+        if not isinstance(saved, list):
+            refuse(f"partition {at}: {which} matches are not a list")
+        items = []
+        for entry in saved:
+            if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list)):
+                refuse(f"partition {at}: a {which} match is not [state, rows]")
+            state_id, taken = entry
+            if state_id == _FINAL_ID:
+                state = ref._FINAL
+            elif _is_int(state_id) and 0 <= state_id < len(self._states):
+                state = self._states[state_id]
+            else:
+                refuse(f"partition {at}: a {which} match in state {state_id!r}")
+            if state.final != final or (final and not taken):
+                refuse(f"partition {at}: a {which} match in state {state_id!r} with "
+                       f"{len(taken)} rows")
+            pairs: list[tuple[str, Event]] = []
+            indexes: list[int] = []
+            for item in taken:
+                if not (isinstance(item, list) and len(item) == 2 and
+                        item[0] in self._variables and _is_int(item[1]) and item[1] in rows):
+                    refuse(f"partition {at}: a {which} match's row {item!r}")
+                if indexes and item[1] <= indexes[-1]:
+                    refuse(f"partition {at}: a {which} match's rows are out of order")
+                pairs.append((item[0], rows[item[1]]))
+                indexes.append(item[1])
+            items.append(ref.Computation(state, pairs, indexes))
+        queue = ref._queue([])
+        queue.items = items  # the exact array order: ties leave in the order Java's heap gives
+        for i in range(1, len(items)):
+            if items[(i - 1) >> 1].start > items[i].start:
+                refuse(f"partition {at}: the {which} matches are not in heap order")
+        return queue
+
+
+def _number_states(start: ref.State) -> tuple[dict[int, int], list[ref.State]]:
+    """A stable numbering of the automaton's states: depth first from the start state, the
+    edges in their order (the same query always numbers its states alike)."""
+    numbering: dict[int, int] = {}
+    states: list[ref.State] = []
+    stack = [start]
+    while stack:
+        state = stack.pop()
+        if id(state) in numbering:
+            continue
+        numbering[id(state)] = len(states)
+        states.append(state)
+        stack.extend(t.target for t in reversed(state.transitions))
+    return numbering, states
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _save(value):
+    """A row's value as JSON: a float that JSON cannot hold (NaN, infinities) as its name."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    return value
+
+
+_BAD = object()
+
+
+def _load(kind: str, value):
+    if value is None:
+        return None
+    if kind == "string":
+        return value if isinstance(value, str) else _BAD
+    if kind == "bool":
+        return value if isinstance(value, bool) else _BAD
+    if kind in ("int", "timestamp"):
+        return value if _is_int(value) else _BAD
+    if kind == "float":
+        if isinstance(value, str):
+            return float(value) if value in ("nan", "inf", "-inf") else _BAD
+        return float(value) if isinstance(value, (int, float)) and \
+            not isinstance(value, bool) else _BAD
+    return _BAD
