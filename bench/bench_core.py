@@ -5,17 +5,21 @@ against the reference interpreter measured in the same run (on a prefix of the e
 as `events/s` with every composite event also built as a Python dict (see
 `bench.kernels`).
 
-    .venv/bin/python bench/bench_core.py [--events N] [--json]
+    .venv/bin/python bench/bench_core.py [--events N] [--json] [--record]
+
+`--record` writes the table into docs/benchmarks.md (bench.doc_record), as `make bench` does.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 import orjson
 from rich.console import Console
 from rich.table import Table
 
+from bench.doc_record import markdown_table, provenance, record
 from bench.kernels import core
 
 RUNS = [("finance0", {}), ("finance1", {}), ("finance2", {}), ("finance3", {}),
@@ -29,30 +33,36 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=2_000_000)
     parser.add_argument("--only", nargs="*", help="workload names to run")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--record", action="store_true",
+                        help="write the table into docs/benchmarks.md")
     args = parser.parse_args()
     table = Table(title=f"cep bench core: {args.events:,} events per workload, one core")
-    for column in ("workload", "queries", "events/s", "steady events/s", "dicts events/s",
-                   "composite",
-                   "reference events/s",
-                   "speedup", "agrees"):
+    header = ["workload", "queries", "events/s", "steady events/s", "dicts events/s",
+              "composite", "reference events/s", "speedup", "agrees"]
+    for column in header:
         table.add_column(column, justify="left" if column == "workload" else "right")
+    rows: list[list[str]] = []
     for name, options in RUNS:
         if args.only and name not in args.only:
             continue
         try:
             r = core(name, args.events, **options)
         except Exception as e:  # one unsupported workload must not hide the others
-            table.add_row(name, "", f"error: {e}", "", "", "", "", "", "")
+            rows.append([name, "", f"error: {e}", "", "", "", "", "", ""])
+            table.add_row(*rows[-1])
             continue
         if args.json:
             print(orjson.dumps(r).decode())
-        table.add_row(name, str(r["queries"]), f"{r['events_per_s']:,}",
-                      f"{r['steady_events_per_s']:,}", f"{r['dict_events_per_s']:,}",
-                      f"{r['composite_events']:,}",
-                      f"{r['reference_events_per_s']:,}",
-                      f"{r['speedup']:,}x", "yes" if r["agrees_with_reference"] else "NO")
+        rows.append([name, str(r["queries"]), f"{r['events_per_s']:,}",
+                     f"{r['steady_events_per_s']:,}", f"{r['dict_events_per_s']:,}",
+                     f"{r['composite_events']:,}", f"{r['reference_events_per_s']:,}",
+                     f"{r['speedup']:,}x", "yes" if r["agrees_with_reference"] else "NO"])
+        table.add_row(*rows[-1])
     if not args.json:
         Console().print(table)
+    if args.record:
+        command = "python bench/bench_core.py " + " ".join(sys.argv[1:])
+        record("kernels", f"{provenance(command)}\n\n{markdown_table(header, rows)}")
 
 
 if __name__ == "__main__":
