@@ -8,7 +8,8 @@ library's face: these and `run`).
 
 - `cpu`: every query on the CPU engines.
 - `gpu`: every query the GPU engine supports on the GPU (the CUDA simulator counts, so
-  tests can force it), the rest on the CPU with the reason.
+  tests can force it), the rest on the CPU with the reason (WINDOW and MATCH_RECOGNIZE
+  queries always: no GPU kernel runs them).
 - `auto`: on a real GPU, SEQ queries whose estimated cost, window size (the plan's horizon,
   in time units) times columns (positive steps plus window aggregates), is at least
   `gpu_cost_threshold` (default 100,000), and MATCH queries when the caller expects at
@@ -62,6 +63,9 @@ def place(checked: CheckedQuery, placement: str = "auto",
     kind = checked.query.kind
     if kind is QueryKind.MATCH:
         return _place_match(checked, placement, expected_keys, gpu_min_keys)
+    if kind is QueryKind.RECOGNIZE:
+        return Placement(name, "cpu", "MATCH_RECOGNIZE queries run on the CPU (no GPU kernel "
+                                      "for Flink's automaton)")
     if kind is not QueryKind.SEQ:
         return Placement(name, "cpu", f"{kind.upper()} queries run on the CPU engines "
                                       "(no GPU kernel for them yet)")

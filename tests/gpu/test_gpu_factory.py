@@ -50,6 +50,28 @@ def test_auto_keeps_the_simulator_off_and_unsupported_queries_on_the_cpu():
     assert not_cancelled.placement.line() == placement.place(RFID[1], "gpu").line()
 
 
+def test_match_recognize_stays_on_the_cpu_with_its_reason_and_the_references_answers():
+    from cep_core.checker import load_query_text
+    from cep_core.engine.recognize_interpreter import RecognizeInterpreterEngine
+    from cep_core.events import Event
+
+    [checked] = load_query_text(
+        "SELECT * FROM quotes MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY ts "
+        "MEASURES LAST(B.price) AS bottom ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW "
+        "PATTERN (A B+ C) DEFINE B AS B.price < PREV(price), C AS C.price > PREV(price)) AS T")
+    events = [Event(i, 1000 * i, {"symbol": "S", "price": p, "volume": 1, "ts": 1000 * i,
+                                  "seqNum": i}) for i, p in enumerate([10, 8, 7, 9, 11, 6, 8])]
+    for where in ("gpu", "auto"):
+        engine = create_engine(checked, StringDictionary(), placement=where)
+        assert isinstance(engine, RecognizeInterpreterEngine)
+        assert engine.placement.target == "cpu"
+        assert "MATCH_RECOGNIZE queries run on the CPU" in engine.placement.reason
+        report: list = []
+        composites, _ = run_checked([checked], events, "jit", where, report=report)
+        assert composites.to_dicts() == reference.run([checked], events) != []
+        assert [p.target for p in report] == ["cpu"]
+
+
 def test_stream_engines_report_as_cep_run_prints_it():
     report: list = []
     StreamEngines(FINANCE, StringDictionary(), placement="gpu", report=report)
