@@ -69,7 +69,7 @@ bench: venv
 	$(BIN)/python bench/bench_backfill.py
 	$(BIN)/python bench/bench_fpga.py
 	$(BIN)/python bench/bench_gpu.py
-	$(BIN)/cep bench e2e --json
+	$(BIN)/cep bench e2e --json --record
 
 # ruff on all the code, mypy on the product (its settings and the modules it skips for now:
 # pyproject.toml). CI runs it before the tests.

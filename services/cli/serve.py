@@ -373,12 +373,15 @@ def _register_benches(bench_app: typer.Typer, guard, cli_error) -> None:
             "query) or a realistic workload (iot, activity, clicks: its events as cep gen "
             "writes them, its MATCH, SEQ and WINDOW queries).")] = "finance1",
         as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+        record: Annotated[bool, typer.Option(
+            "--record", help="Also write the table into docs/benchmarks.md (a checkout's; "
+            "make bench does).")] = False,
     ) -> None:
         """Source topic to composite-event topic throughput and latency (M-shape, or a
         workload's queries), the chained and the distributed pipeline side by side."""
 
         def body():
-            from bench.e2e import MODES, run_bench
+            from bench.e2e import MODES, record_result, run_bench
             from cep_core.workloads import WORKLOADS
 
             wrong = [m for m in mode or () if m not in MODES]
@@ -390,6 +393,8 @@ def _register_benches(bench_app: typer.Typer, guard, cli_error) -> None:
             result = run_bench(count, workers, bootstrap, latency_s, latency_rate or 0,
                                coordinators, tuple(mode or MODES), workload)
             print(orjson.dumps(result).decode() if as_json else result)
+            if record:
+                record_result(result, "cep bench e2e " + " ".join(sys.argv[3:]))
 
         guard(body)
 
