@@ -97,7 +97,7 @@ def _measure(lines: list[bytes], table, batch: int) -> dict:
             matches.extend(parts[p].sent.take())
 
     worker_s = _timed(work)
-    worker_events = sum(f.get("count", 0) for _, f in keyed if f.kind == frames.EVENTS)
+    worker_events = sum(f.get("count", 0) for _, f in keyed if f.kind is frames.EVENTS)
     match_frames = [frames.frame_of(message(p, 0, value, headers))
                     for topic, value, _, p, headers in matches
                     if topic == topics.matches]

@@ -21,7 +21,7 @@ def _keyed_frames(settings, topic: str, partitions: int):
 
     def visit(message) -> None:
         frame = frames.frame_of(message)
-        if frame is not None and frame.kind == frames.EVENTS and frame.get("first") is not None:
+        if frame is not None and frame.kind is frames.EVENTS and frame.get("first") is not None:
             rows.append((frame.get("first"), frame.get("last"), message.timestamp()[1]))
 
     read_partitions(settings, [TopicPartition(topic, p, OFFSET_BEGINNING)

@@ -33,13 +33,14 @@ from jsonschema import Draft202012Validator
 from cep_core import ast
 from cep_core.checked import CheckedQuery
 from cep_core.checker import load_query_text
+from cep_core.control_ops import Kind, Op
 from cep_core.errors import Category, Problem, QueryError, QueryErrors, Refusal
 from cep_core.schema import SCHEMA_DIR, SchemaError, SchemaRegistry, StreamSchema
 
 MAX_MESSAGE_BYTES = 256 * 1024
 SCHEMA_PATH = SCHEMA_DIR / "control_message.json"
-QUERY, STREAM = "query", "stream"
-KINDS = (QUERY, STREAM)
+QUERY, STREAM = Kind.QUERY, Kind.STREAM
+KINDS = tuple(Kind)
 INFINITE = None  # a horizon: composite events may come at any later time (end of input)
 REFUSED_HEADER = "cep.refused"  # on a record a splitter wrote again: the offset it refused
 VERSION_HEADER = "cep.version"  # on such a stream record: the version it holds
@@ -56,11 +57,15 @@ class OtherStream(ControlMessageError):
 
 @dataclass(frozen=True)
 class ControlMessage:
-    op: str
+    op: Op  # (given as text, made an Op)
     name: str
     text: str = ""
     checked: CheckedQuery | StreamSchema | None = None  # of an add or update, once checked
-    kind: str = QUERY
+    kind: Kind = QUERY
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "op", Op(self.op))
+        object.__setattr__(self, "kind", Kind(self.kind))
 
     @property
     def key(self) -> bytes:
@@ -130,14 +135,14 @@ def _is_removal(value: bytes | None) -> bool:
     if value is None:
         return True
     try:
-        return orjson.loads(value).get("op") == "remove"
+        return orjson.loads(value).get("op") == Op.REMOVE
     except (orjson.JSONDecodeError, AttributeError):
         return False
 
 
 def _is_stream_key(key: bytes | None) -> bool:
     try:
-        return parse_key(key)[0] == STREAM
+        return parse_key(key)[0] is STREAM
     except ControlMessageError:
         return False
 
@@ -146,14 +151,17 @@ def key_of(kind: str, name: str) -> bytes:
     return f"{kind}/{name}".encode()
 
 
-def parse_key(key: bytes | None) -> tuple[str, str]:
+def parse_key(key: bytes | None) -> tuple[Kind, str]:
     """(kind, name) of a record key; a key without `/` is a query's (the old form)."""
     if not key:
         raise ControlMessageError("control message without a key")
     text = key.decode("utf-8", "replace")
-    kind, slash, name = text.partition("/")
-    if not slash or kind not in KINDS:
-        kind, name = QUERY, text
+    first, slash, name = text.partition("/")
+    kind = QUERY
+    if slash and first in KINDS:
+        kind = Kind(first)
+    else:
+        name = text
     problems = violations(_validator("name"), name, "key")
     if problems:
         raise ControlMessageError("control key: " + "; ".join(problems))
@@ -185,7 +193,7 @@ def validate(value: bytes | None, key: bytes | None = None,
     if value is None:
         if key is None:
             raise ControlMessageError("empty control message without a key")
-        return ControlMessage("remove", key_name, kind=kind)
+        return ControlMessage(Op.REMOVE, key_name, kind=kind)
     if len(value) > MAX_MESSAGE_BYTES:
         raise ControlMessageError(f"control message of {len(value)} bytes is over the limit "
                                   f"of {MAX_MESSAGE_BYTES} bytes")
@@ -199,10 +207,10 @@ def validate(value: bytes | None, key: bytes | None = None,
     if key_name is not None and key_name != data["name"]:
         raise ControlMessageError(f"control message for {kind} {data['name']!r} has the key "
                                   f"{key.decode('utf-8', 'replace')!r}")
-    op, name, text = data["op"], data["name"], data.get("text", "")
-    if op == "remove":
+    op, name, text = Op(data["op"]), data["name"], data.get("text", "")
+    if op is Op.REMOVE:
         return ControlMessage(op, name, text, kind=kind)
-    checked = check_query(name, text, registry, stream) if kind == QUERY else \
+    checked = check_query(name, text, registry, stream) if kind is QUERY else \
         check_stream(name, text)
     return ControlMessage(op, name, text, checked, kind)
 
@@ -448,9 +456,9 @@ class LiveSet:
         `add` and `update` are upserts; see `unchanged` for what is then skipped."""
         if starting:
             message = self._upsert(message)
-        if message.kind == STREAM:
+        if message.kind is STREAM:
             return self._apply_stream(message, version)
-        if message.op == "remove":
+        if message.op is Op.REMOVE:
             if message.name not in self.live:
                 raise ControlMessageError(f"no live query {message.name!r} to remove",
                                           Category.NOT_FOUND)
@@ -460,10 +468,10 @@ class LiveSet:
         if checked is None or checked.schema != self.registry.get(checked.schema.stream):
             checked = check_query(message.name, message.text, self.registry, self.stream)
         old = self.live.get(message.name)
-        if message.op == "add" and old is not None:
+        if message.op is Op.ADD and old is not None:
             raise ControlMessageError(f"query {message.name!r} is live already (use update)",
                                       Category.CONFLICT)
-        if message.op == "update" and old is None:
+        if message.op is Op.UPDATE and old is None:
             raise ControlMessageError(f"no live query {message.name!r} to update",
                                       Category.NOT_FOUND)
         index = old.index if old is not None else self._take_index()
@@ -473,49 +481,49 @@ class LiveSet:
     def unchanged(self, message: ControlMessage) -> bool:
         """Whether the change leaves the live set as it is: the live text again, or a
         removal of what is not live (of a stream: not registered on the control topic)."""
-        if message.kind == STREAM:
+        if message.kind is STREAM:
             current = self.registry.streams.get(message.name)
-            return current is None if message.op == "remove" else \
+            return current is None if message.op is Op.REMOVE else \
                 current is not None and current[2] == message.text
         live = self.live.get(message.name)
-        return live is None if message.op == "remove" else \
+        return live is None if message.op is Op.REMOVE else \
             live is not None and live.text == message.text
 
-    def live_text(self, kind: str, name: str) -> str | None:
+    def live_text(self, kind: Kind, name: str) -> str | None:
         """The text live under a name (a query's, or a stream's registered on the topic)."""
-        if kind == STREAM:
+        if kind is STREAM:
             current = self.registry.streams.get(name)
             return None if current is None else current[2]
         live = self.live.get(name)
         return None if live is None else live.text
 
     def _upsert(self, message: ControlMessage) -> ControlMessage:
-        if message.op == "remove":
+        if message.op is Op.REMOVE:
             return message
-        if message.kind == STREAM:
-            live = message.name in self.registry.streams if message.op == "add" else \
+        if message.kind is STREAM:
+            live = message.name in self.registry.streams if message.op is Op.ADD else \
                 self.registry.get(message.name) is not None
         else:
             live = message.name in self.live
-        op = "update" if live else "add"
-        return message if op == message.op else \
+        op = Op.UPDATE if live else Op.ADD
+        return message if op is message.op else \
             ControlMessage(op, message.name, message.text, message.checked, message.kind)
 
     def _apply_stream(self, message: ControlMessage, version: int | None = None) -> LiveStream:
         name, op = message.name, message.op
         known = self.registry.get(name)
         current = self.registry.streams.get(name)
-        if op == "add" and known is not None:
+        if op is Op.ADD and known is not None:
             raise ControlMessageError(f"stream {name!r} exists already (use update)",
                                       Category.CONFLICT)
-        if op == "update" and known is None:
+        if op is Op.UPDATE and known is None:
             raise ControlMessageError(f"no stream {name!r} to update", Category.NOT_FOUND)
-        if op == "remove" and current is None:
+        if op is Op.REMOVE and current is None:
             raise ControlMessageError(f"no stream {name!r} registered on the control topic "
                                       "to remove" + (" (its schema is a file)" if known
                                                      else ""), Category.NOT_FOUND)
         schema = message.checked if isinstance(message.checked, StreamSchema) else \
-            None if op == "remove" else check_stream(name, message.text)
+            None if op is Op.REMOVE else check_stream(name, message.text)
         if version is None:
             version = (current[1] if current else 0) + 1
         trial = self.registry.with_stream(name, None if schema is None else

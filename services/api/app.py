@@ -44,6 +44,7 @@ from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 
 from cep_core.checker import load_query_text
 from cep_core.control_message import ControlMessageError, check_stream, replayed
+from cep_core.control_ops import Kind, Op
 from cep_core.errors import Category, QueryError, QueryErrors
 from cep_core.explain import explain
 from services.api import models as m
@@ -273,7 +274,7 @@ class Api:
                 for p, live in entry["partitions"].items():
                     for name in (live or {}).get("queries") or {}:
                         parts.setdefault(name, set()).add(p)
-            held[stream] = ({i["name"]: i for i in live_items(view, "query")}, parts)
+            held[stream] = ({i["name"]: i for i in live_items(view, Kind.QUERY)}, parts)
         found = {q.name: self.state(q, held[q.checked.schema.stream], rates[q.output],
                                     scraped) for q in queries}
         self.history.add(found)
@@ -411,16 +412,16 @@ class Api:
 
     # ------------------------------------------------------------ changes
 
-    def change(self, kind: str, op: str, name: str | None, text: str | None,
+    def change(self, kind: Kind, op: Op, name: str | None, text: str | None,
                only: str | None, wait: bool, timeout_s: float) -> tuple[int, dict]:
         records = self.records(fresh=True)
-        if kind == "query" and op != "remove":
+        if kind is Kind.QUERY and op is not Op.REMOVE:
             errors, _ = self.checked(query_problems, text, self.live().registry)
             if errors:
                 return 422, {"outcome": "invalid", "errors": errors, "changes": []}
         try:
             changes = query_changes(op, name, text or "", "<query>", only, records) \
-                if kind == "query" else stream_changes(op, name, text, records)
+                if kind is Kind.QUERY else stream_changes(op, name, text, records)
         except ControlMessageError as e:
             return invalid(e)
         if not changes:
@@ -441,7 +442,7 @@ class Api:
         worst = max(found, key=lambda o: EXIT[o["outcome"]])["outcome"]
         errors = [e for o in found if o["outcome"] == "refused"
                   for e in o.get("errors") or problem(o["reason"])]
-        status = {"applied": 201 if op == "add" else 200, "queued": 202, "refused": 409,
+        status = {"applied": 201 if op is Op.ADD else 200, "queued": 202, "refused": 409,
                   "timed_out": 504}[worst]
         return status, {"outcome": worst, "errors": errors, "changes": found}
 
@@ -591,7 +592,7 @@ async def stream(request, name):
     return found
 
 
-async def _stream_change(request, op: str, name: str | None = None, body=None):
+async def _stream_change(request, op: Op, name: str | None = None, body=None):
     api = _api(request)
     wait, timeout = _wait_args(body, api.config) if body is not None else \
         (True, float(api.config.timeout_s))
@@ -599,25 +600,25 @@ async def _stream_change(request, op: str, name: str | None = None, body=None):
     if body is not None:
         data = body.model_dump(by_alias=True, exclude_unset=True)
         name, text = await api.check(_stream_named, data, name)
-    return await api.changed("stream", op, name, text, None, wait, timeout)
+    return await api.changed(Kind.STREAM, op, name, text, None, wait, timeout)
 
 
 @ROUTES.route("POST", "/api/streams", "Register a stream", _outcomes(created=True),
               body=m.StreamBody, kind="change", change=True, secured=True, checks=True)
 async def add_stream(request, body):
-    return await _stream_change(request, "add", body=body)
+    return await _stream_change(request, Op.ADD, body=body)
 
 
 @ROUTES.route("PUT", "/api/streams/{name}", "Change a stream", _outcomes(),
               body=m.StreamBody, kind="change", change=True, secured=True, checks=True)
 async def update_stream(request, name, body):
-    return await _stream_change(request, "update", name, body)
+    return await _stream_change(request, Op.UPDATE, name, body)
 
 
 @ROUTES.route("DELETE", "/api/streams/{name}", "Remove a stream registered on the "
               "control topic", _outcomes(), kind="change", change=True, secured=True)
 async def remove_stream(request, name):
-    return await _stream_change(request, "remove", name)
+    return await _stream_change(request, Op.REMOVE, name)
 
 
 # ---------------------------------------------------------------- queries
@@ -660,30 +661,30 @@ async def query(request, name):
     return api.query_entry(live, (await api.states([live]))[name])
 
 
-async def _query_change(request, op: str, name: str | None = None, body=None):
+async def _query_change(request, op: Op, name: str | None = None, body=None):
     api = _api(request)
     wait, timeout = _wait_args(body, api.config) if body is not None else \
         (True, float(api.config.timeout_s))
-    return await api.changed("query", op, name, body.text if body is not None else None,
-                             name if op == "update" else None, wait, timeout)
+    return await api.changed(Kind.QUERY, op, name, body.text if body is not None else None,
+                             name if op is Op.UPDATE else None, wait, timeout)
 
 
 @ROUTES.route("POST", "/api/queries", "Add the queries of a text", _outcomes(created=True),
               body=m.QueryBody, kind="change", change=True, secured=True, checks=True)
 async def add_query(request, body):
-    return await _query_change(request, "add", body=body)
+    return await _query_change(request, Op.ADD, body=body)
 
 
 @ROUTES.route("PUT", "/api/queries/{name}", "Replace a live query", _outcomes(),
               body=m.QueryBody, kind="change", change=True, secured=True, checks=True)
 async def update_query(request, name, body):
-    return await _query_change(request, "update", name, body)
+    return await _query_change(request, Op.UPDATE, name, body)
 
 
 @ROUTES.route("DELETE", "/api/queries/{name}", "Remove a live query", _outcomes(),
               kind="change", change=True, secured=True)
 async def remove_query(request, name):
-    return await _query_change(request, "remove", name)
+    return await _query_change(request, Op.REMOVE, name)
 
 
 @ROUTES.route("GET", "/api/queries/{name}/explain", "What the live query compiled to (cep "

@@ -27,6 +27,7 @@ from typing import Annotated
 import orjson
 import typer
 
+from cep_core.control_ops import Kind
 from services.cli.common import (
     Bootstrap,
     Control,
@@ -103,7 +104,7 @@ def register(app: typer.Typer, guard, cli_error) -> None:
             guard(lambda: query_diff(cli_error, target, name, events, old, bootstrap, control,
                                      topic_prefix, kafka_config, schema))
             return
-        guard(lambda: _change(cli_error, "query", op, target, name, stream, bootstrap,
+        guard(lambda: _change(cli_error, Kind.QUERY, op, target, name, stream, bootstrap,
                               control, topic_prefix, kafka_config, wait, timeout, no_check,
                               as_json, schema))
 
@@ -148,7 +149,7 @@ def register(app: typer.Typer, guard, cli_error) -> None:
             target = str(from_jsonschema)
             imported = {"stream": name, "time": time, "time_unit": time_unit,
                         "type_attribute": type_attribute, "skip_optional": skip_optional}
-        guard(lambda: _change(cli_error, "stream", op, target, None, stream, bootstrap,
+        guard(lambda: _change(cli_error, Kind.STREAM, op, target, None, stream, bootstrap,
                               control, topic_prefix, kafka_config, wait, timeout, no_check,
                               as_json, schema, imported))
 
@@ -176,16 +177,16 @@ def _change(cli_error, kind, op, target, only, stream, bootstrap, control, topic
     text = None if op is Op.remove else _read_file(kind, Path(target), cli_error, json_schema)
 
     def in_file(said: str) -> str:  # a refusal of the file's queries, located in the file
-        return _in_file(said, target, text) if kind == "query" and text else said
+        return _in_file(said, target, text) if kind is Kind.QUERY and text else said
 
     records = control_log(settings, control_topic)
     try:
         changes = query_changes(op.value, target if op is Op.remove else None, text,
                                 target or "", only, records, no_check) \
-            if kind == "query" else _stream_changes(op, target, text, records, no_check)
+            if kind is Kind.QUERY else _stream_changes(op, target, text, records, no_check)
     except (ControlMessageError, QueryError, QueryErrors) as e:  # QueryError: --no-check
         raise cli_error(in_file(str(e))) from None
-    if kind == "query" and op is not Op.remove and not changes:
+    if kind is Kind.QUERY and op is not Op.remove and not changes:
         raise cli_error(f"{target}: no query {only!r}" if only else f"{target}: no queries")
     ensure_topics(settings, {control_topic: 1}, compacted=(control_topic,))
     sent = []
@@ -201,7 +202,7 @@ def _change(cli_error, kind, op, target, only, stream, bootstrap, control, topic
             raise typer.Exit(code)
 
 
-def _read_file(kind: str, path: Path, cli_error, json_schema=None) -> str:
+def _read_file(kind: Kind, path: Path, cli_error, json_schema=None) -> str:
     """The text an add or update publishes: a query file's, or a stream schema's JSON (made
     from a JSON Schema with --from-jsonschema); a file that is not JSON is refused with
     file:line:col."""
@@ -211,7 +212,7 @@ def _read_file(kind: str, path: Path, cli_error, json_schema=None) -> str:
     if not path.is_file():
         raise cli_error(f"{path}: no such file", 2)
     text = path.read_text()
-    if kind == "query":
+    if kind is Kind.QUERY:
         return text
     try:
         document = orjson.loads(text)
@@ -286,7 +287,7 @@ def _wait(settings, sent: list, prefix: str, control_topic: str, timeout: float,
     return max([EXIT[o["outcome"]] for o in found] + [0])
 
 
-def _list(settings, stream: str | None, prefix: str, control_topic: str, kind: str,
+def _list(settings, stream: str | None, prefix: str, control_topic: str, kind: Kind,
           as_json: bool) -> None:
     """What is live: of `stream`'s pipeline, or (None) of every stream's (`_streams`);
     a note on stderr says where it looked when nothing is."""
@@ -298,7 +299,7 @@ def _list(settings, stream: str | None, prefix: str, control_topic: str, kind: s
         lines = [{"stream": s, "status_topic": Topics(s, prefix=prefix).status,
                   "services": list(view.values())} for s, view in views.items()]
         shown = any(views.values())
-    elif kind == "query":
+    elif kind is Kind.QUERY:
         lines = [{**item, "stream": s} for s, view in views.items()
                  for item in live_items(view, kind)]
         shown = bool(lines)
@@ -310,7 +311,7 @@ def _list(settings, stream: str | None, prefix: str, control_topic: str, kind: s
         print(orjson.dumps(line, option=orjson.OPT_NON_STR_KEYS).decode())
     if shown:
         return
-    plural = "queries" if kind == "query" else "streams"
+    plural = "queries" if kind is Kind.QUERY else "streams"
     if stream is not None:
         note = (f"no live {plural} on stream {stream!r} (status topic "
                 f"{Topics(stream, prefix=prefix).status}); --stream NAME (CEP_STREAM) reads "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import orjson
 
 from cep_core.control_message import (REFUSED_HEADER, STREAM, VERSION_HEADER, ControlMessage,
-                                      ControlMessageError, ControlRecord, parse_key, validate)
+                                      ControlMessageError, ControlRecord, Op, parse_key, validate)
 from cep_core.errors import QueryError, QueryErrors
 from cep_core.parser import parse
 from services.stream.topics import produce
@@ -26,14 +26,14 @@ def write_back(router, record: ControlRecord) -> None:
     except ControlMessageError:
         return
     text = router.queries.live_text(kind, name)
-    if kind == STREAM and name != router.topics.stream or \
-            text is None and kind != STREAM and _reads_another_stream(router, record):
+    if kind is STREAM and name != router.topics.stream or \
+            text is None and kind is not STREAM and _reads_another_stream(router, record):
         return
     headers = [(REFUSED_HEADER, str(record.offset).encode())]
     value = None
     if text is not None:
-        value = ControlMessage("add", name, text, kind=kind).to_json()
-        if kind == STREAM:
+        value = ControlMessage(Op.ADD, name, text, kind=kind).to_json()
+        if kind is STREAM:
             version = router.queries.registry.streams[name][1]
             headers.append((VERSION_HEADER, str(version).encode()))
     log("change_written_back", key=record.key.decode(errors="replace"),
@@ -63,7 +63,7 @@ def came_back(router, record: ControlRecord) -> None:
         return  # another pipeline's query, or one this splitter cannot check
     if router.queries.unchanged(change):
         return
-    if change.kind == STREAM and change.name != router.topics.stream:
+    if change.kind is STREAM and change.name != router.topics.stream:
         try:
             router.queries.apply(change, record.version, starting=True)
         except ControlMessageError:

@@ -11,7 +11,9 @@ A frame is a Kafka record whose headers say what it is and whose value is its pa
   (`ChangeFrame`) or the whole live set (`LiveSetFrame`), encoded by their `to_payload` and
   decoded once by `control_of`; `kind=end`: end of input at seq `upto` (engines flush
   there).
-- `kind=matches`: composite events (a JSON list), worker -> coordinator.
+- `kind=matches`: composite events (a JSON list), worker -> coordinator; with `held`, the
+  smallest seq of a composite event the partition's engines still hold back (a
+  MATCH_RECOGNIZE match waiting behind an earlier partial one), absent when none is.
 
 Any frame may carry `upto` (the partition is complete up to that seq) and `ts` (the largest
 event time of the events up to `upto`). The source topic accepts `kind=events` frames from
@@ -21,15 +23,28 @@ high-rate producers besides one JSON event per message (no `kind` header).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import orjson
 import pyarrow as pa
 
-from cep_core.control_message import QUERY, STREAM
+from cep_core.control_message import QUERY, STREAM, Kind, Op
 
-EVENTS, PULSE, CONTROL, END, MATCHES = "events", "pulse", "control", "end", "matches"
-KINDS = (EVENTS, PULSE, CONTROL, END, MATCHES)
-INT_HEADERS = ("first", "last", "count", "upto", "ts", "at", "part", "sent_ms")
+
+
+class FrameKind(StrEnum):
+    """What a frame is (its `kind` header)."""
+
+    EVENTS = "events"
+    PULSE = "pulse"
+    CONTROL = "control"
+    END = "end"
+    MATCHES = "matches"
+
+
+EVENTS, PULSE, CONTROL, END, MATCHES = FrameKind
+KINDS = tuple(FrameKind)
+INT_HEADERS = ("first", "last", "count", "upto", "ts", "at", "part", "sent_ms", "held")
 
 
 class FrameError(ValueError):
@@ -38,9 +53,12 @@ class FrameError(ValueError):
 
 @dataclass
 class Frame:
-    kind: str
+    kind: FrameKind
     headers: dict = field(default_factory=dict)
     payload: bytes | pa.Table = b""  # a table: an events frame that stays in the process
+
+    def __post_init__(self) -> None:
+        self.kind = FrameKind(self.kind)
 
     def get(self, name: str, default=None):
         return self.headers.get(name, default)
@@ -73,7 +91,7 @@ def frame_of(message) -> Frame | None:
         return None
     if kind not in KINDS:
         raise FrameError(f"unknown frame kind {kind!r}")
-    return Frame(kind, headers, message.value() or b"")
+    return Frame(FrameKind(kind), headers, message.value() or b"")
 
 
 # ------------------------------------------------------------------ payloads
@@ -110,7 +128,7 @@ def events_frame(table: pa.Table, route: str = "", encode: bool = True, **header
                  encode_table(table) if encode else table)
 
 
-def json_frame(kind: str, obj, **headers) -> Frame:
+def json_frame(kind: FrameKind, obj, **headers) -> Frame:
     return Frame(kind, headers, orjson.dumps(obj))
 
 
@@ -130,14 +148,18 @@ class ChangeFrame:
     removed) or a stream's (`text`, empty once it is removed, and `version`). `key` and
     `offset` name the control record in status records (None in frames made by hand)."""
 
-    op: str  # add, update or remove
+    op: Op  # (given as text, made an Op)
     name: str
-    kind: str = QUERY
+    kind: Kind = QUERY
     key: str | None = None
     offset: int | None = None
     text: str | None = None
     index: int | None = None
     version: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "op", Op(self.op))
+        object.__setattr__(self, "kind", Kind(self.kind))
 
     @classmethod
     def applied(cls, named: dict, entry) -> ChangeFrame:
@@ -149,11 +171,11 @@ class ChangeFrame:
 
     @property
     def of_stream(self) -> bool:
-        return self.kind == STREAM
+        return self.kind is STREAM
 
     @property
     def removes(self) -> bool:
-        return self.op == "remove"
+        return self.op is Op.REMOVE
 
     def named(self) -> dict:
         """What names the change in status records (`status.change_of`)."""

@@ -11,11 +11,13 @@ import time
 
 import orjson
 
+from cep_core.control_ops import Kind, Op
 
-def _key_for(kind: str, name: str, records) -> bytes:
+
+def _key_for(kind: Kind, name: str, records) -> bytes:
     """`kind/name`, or the bare name where the topic already holds the query so (the old
     key form): a record under a new key would not replace it on the compacted topic."""
-    if kind == "query" and any(r[0] == name.encode() for r in records):
+    if kind is Kind.QUERY and any(r[0] == name.encode() for r in records):
         return name.encode()
     return f"{kind}/{name}".encode()
 
@@ -31,12 +33,12 @@ def query_changes(op: str, name: str | None, text: str, source: str, only: str |
     from services.stream.control import split_query_file
 
     view = replayed(records)  # every stream's queries, as the topic gives them
-    if op == "remove":
+    if Op(op) is Op.REMOVE:
         live = view.live.get(name)
-        message = ControlMessage("remove", name)
+        message = ControlMessage(Op.REMOVE, name)
         if not no_check:
             view.apply(message)
-        return [(message, _key_for("query", name, records),
+        return [(message, _key_for(Kind.QUERY, name, records),
                  live.checked.schema.stream if live is not None else None)]
     out = []
     for query_name, query_text in split_query_file(text, source):
@@ -51,7 +53,7 @@ def query_changes(op: str, name: str | None, text: str, source: str, only: str |
                                      check_query(query_name, query_text, view.registry))
             view.apply(message)
             stream_of = message.checked.schema.stream
-        out.append((message, _key_for("query", query_name, records), stream_of))
+        out.append((message, _key_for(Kind.QUERY, query_name, records), stream_of))
     return out
 
 
@@ -76,13 +78,13 @@ def stream_changes(op: str, name: str, text: str | None, records,
     """[(message, key, stream)] of a change of stream `name` (`text`: its schema as JSON),
     refused as a splitter would refuse it on the topic's live queries (unless
     `no_check`): ControlMessageError says why."""
-    from cep_core.control_message import STREAM, ControlMessage, check_stream, replayed
+    from cep_core.control_message import ControlMessage, check_stream, replayed
 
-    message = ControlMessage("remove", name, kind=STREAM) if op == "remove" else \
-        ControlMessage(op, name, text, check_stream(name, text), STREAM)
+    message = ControlMessage(Op.REMOVE, name, kind=Kind.STREAM) if Op(op) is Op.REMOVE \
+        else ControlMessage(op, name, text, check_stream(name, text), Kind.STREAM)
     if not no_check:  # the same refusals as a splitter's, on the topic's live queries
         replayed(records).apply(message)
-    return [(message, _key_for("stream", message.name, records), message.name)]
+    return [(message, _key_for(Kind.STREAM, message.name, records), message.name)]
 
 
 EXIT = {"applied": 0, "queued": 0, "refused": 1, "timed_out": 2}
@@ -167,21 +169,22 @@ def services_view(settings, status_topic: str) -> dict[str, dict]:
         reader.close()
 
 
-def live_items(view: dict[str, dict], kind: str) -> list[dict]:
+def live_items(view: dict[str, dict], kind: Kind) -> list[dict]:
     """One item per live query (`index`) or stream (`version`), with the services that
     are up and hold it, in query order (streams: by name)."""
-    field = "queries" if kind == "query" else "streams"
+    queries = Kind(kind) is Kind.QUERY
+    field = "queries" if queries else "streams"
     merged: dict[str, dict] = {}
     for entry in view.values():
         lives = [entry["live"]] if entry["live"] is not None else []
         lives += [live for _, live in sorted(entry["partitions"].items())]
         for live in lives:
             for name, value in ((live or {}).get(field) or {}).items():
-                item = merged.setdefault(name, {"name": name, "index" if kind == "query"
+                item = merged.setdefault(name, {"name": name, "index" if queries
                                                 else "version": value, "services": []})
                 if entry["service"] not in item["services"]:
                     item["services"].append(entry["service"])
-    if kind == "query":
+    if queries:
         for entry in view.values():
             for name, failure in (entry.get("failed") or {}).items():
                 item = merged.get(name)
@@ -190,5 +193,5 @@ def live_items(view: dict[str, dict], kind: str) -> list[dict]:
                                 failed_in=entry["service"], partition=failure["partition"])
         for item in merged.values():
             item.setdefault("state", "live")
-    order = "index" if kind == "query" else "name"
+    order = "index" if queries else "name"
     return sorted(merged.values(), key=lambda i: i[order])

@@ -59,7 +59,7 @@ class Merger:
 
     def feed(self, frame: Frame) -> None:
         part = frame.get("part")
-        if frame.kind == frames.CONTROL:
+        if frame.kind is frames.CONTROL:
             self._control(frame, part)
             return
         if frame.payload:
@@ -81,7 +81,7 @@ class Merger:
         if ts is not None and (not self.pulses or upto > self.pulses[-1][0] or
                                (upto == self.pulses[-1][0] and ts > self.pulses[-1][1])):
             self.pulses.append((upto, ts))
-        if frame.kind == frames.END:
+        if frame.kind is frames.END:
             self.ends.setdefault(upto, set()).add(part)
 
     def _control(self, frame: Frame, part: int) -> None:

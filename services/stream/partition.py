@@ -221,14 +221,14 @@ class PartitionState:
             self._report_failures()
 
     def _handle(self, frame: Frame) -> None:
-        if frame.kind == frames.EVENTS:
+        if frame.kind is frames.EVENTS:
             self._events(frame)
-        elif frame.kind == frames.CONTROL:
+        elif frame.kind is frames.CONTROL:
             self._control(frame)
         upto = frame.get("upto")
         if upto is None or upto < self.upto:
             return
-        if frame.kind == frames.END:
+        if frame.kind is frames.END:
             if upto <= self.end_at:
                 return  # a restarted splitter sent this end of input again
             self.end_at = upto
@@ -293,7 +293,7 @@ class PartitionState:
         if ts is not None and (self.ts is None or ts > self.ts):
             self.ts = ts
         kind = frames.MATCHES
-        if frame.kind == frames.END:
+        if frame.kind is frames.END:
             for engines, _ in self.routes.values():
                 self.out.extend(engines.flush())
                 self._failures(engines)

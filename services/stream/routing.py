@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 from cep_core.batch import Batch
 from cep_core.control_message import (
     STREAM,
+    Op,
     ControlMessageError,
     ControlRecord,
     LiveSet,
@@ -365,12 +366,12 @@ class Router:
             change = validate(record.value, key, self.queries.registry, self.topics.stream)
             if not announce and self.queries.unchanged(change):
                 return
-            if change.kind == STREAM and change.name == self.topics.stream and \
-                    change.op == "remove" and self.schema is not None:
+            if change.kind is STREAM and change.name == self.topics.stream and \
+                    change.op is Op.REMOVE and self.schema is not None:
                 raise ControlMessageError(f"stream {change.name!r} is read by this running "
                                           "pipeline: stop it before removing the stream",
                                           Category.CONFLICT)
-            if change.kind == STREAM and change.name == self.topics.stream and \
+            if change.kind is STREAM and change.name == self.topics.stream and \
                     self.reorder is not None and self.schema is not None:
                 raise ControlMessageError(f"stream {change.name!r}: this pipeline reorders "
                                           "late events, and cannot change its schema while "
@@ -379,7 +380,7 @@ class Router:
         except OtherStream:
             return
         except ControlMessageError as e:
-            if change is not None and change.kind == STREAM and \
+            if change is not None and change.kind is STREAM and \
                     change.name != self.topics.stream:
                 return  # another pipeline's stream: not ours to report
             log("change_refused", level="warning", reason=str(e),
@@ -390,13 +391,13 @@ class Router:
                                        live=self.queries.summary())
             write_back(self, record)
             return
-        if change.kind == STREAM and change.name != self.topics.stream:
+        if change.kind is STREAM and change.name != self.topics.stream:
             return  # learnt for the registry; the pipeline reads another stream
         named = change_of(key, offset, change)
         log("change_applied", **named, at=self.last_seq + 1)
         self.status_writer.outcome(self.out, named, "applied", at=self.last_seq + 1,
                                    live=self.queries.summary(), starting=not announce)
-        if change.kind == STREAM and self.schema is not None:
+        if change.kind is STREAM and self.schema is not None:
             self.setup_schema()  # decode with the new version from the next seq on
         if not announce:
             self._initial_changes.append(named)
@@ -538,9 +539,9 @@ class Router:
                 continue
             self._flush_run(run, rows, dead)
             run = []
-            if frame.kind == frames.EVENTS:
+            if frame.kind is frames.EVENTS:
                 rows.append(self._framed(frame, message, dead))
-            elif frame.kind == frames.END and self._input_ended(message.partition()):
+            elif frame.kind is frames.END and self._input_ended(message.partition()):
                 self._route(rows, end=True)
                 rows = []
                 self._send_all(Frame(frames.END, {"upto": self.last_seq, "ts": self.max_ts}))
@@ -593,7 +594,7 @@ class Router:
                     frame = Frame(frames.PULSE)  # was a dead letter: nothing to put back
             if frame is None:
                 run.append(message)
-            elif frame.kind == frames.EVENTS:
+            elif frame.kind is frames.EVENTS:
                 self._flush_run(run, rows, [])
                 run = []
                 rows.append(self._framed(frame, message, []))

@@ -50,6 +50,7 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from cep_core import snapshot_format
 from cep_core.control_message import (
     QUERY,
+    Op,
     ControlMessageError,
     ControlRecord,
     OtherStream,
@@ -464,7 +465,7 @@ class Splitter:
                               self.topics.stream)
         except (ControlMessageError, OtherStream):
             return None
-        if change.kind != QUERY or change.op not in ("add", "update") or \
+        if change.kind is not QUERY or change.op is Op.REMOVE or \
                 self.queries.unchanged(change):
             return None
         return change.text
