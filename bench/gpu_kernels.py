@@ -115,6 +115,6 @@ def main(n: int = 60_000, quick: bool = False) -> list[dict]:
 
 def _why_no_gpu() -> str:
     target = device.target()
-    if target == "simulator":
+    if target is device.CudaTarget.SIMULATOR:
         return "only numba's CUDA simulator is enabled (NUMBA_ENABLE_CUDASIM=1), not a GPU"
     return "no CUDA device (numba.cuda.is_available() is false)"

@@ -24,7 +24,14 @@ from cep_core.ast import QueryKind, Strategy
 from cep_core.batch import StringDictionary
 from cep_core.checked import CheckedQuery
 from cep_core.engine.base import Engine
-from cep_core.placement import PLACEMENTS, Placement, check_placement, placement_policy
+from cep_core.placement import (
+    PLACEMENTS,
+    Algorithm,
+    Placement,
+    Target,
+    check_placement,
+    placement_policy,
+)
 
 __all__ = ["PLACEMENTS", "Placement", "create_engine", "cpu_engine", "match_engine",
            "recognize_engine", "seq_engine", "seq_aip_engine", "window_engine"]
@@ -35,16 +42,16 @@ def create_engine(checked: CheckedQuery, strings: StringDictionary, placement: s
     """The engine for the query, where `placement` puts it (the placement policy);
     `engine.placement` says where and why. Options `gpu_cost_threshold`, `expected_keys`
     and `gpu_min_keys` steer "auto"; the rest go to the engine."""
-    check_placement(placement)
+    target = check_placement(placement)
     gpu_cost_threshold = options.pop("gpu_cost_threshold", None)
-    if placement == "cpu":
-        where = Placement(checked.name, "cpu", "placement cpu")
+    if target is Target.CPU:
+        where = Placement(checked.name, Target.CPU, "placement cpu")
     else:
         gpu = placement_policy("gpu")
         where = gpu.place(checked, placement, gpu_cost_threshold,
                           expected_keys=options.get("expected_keys"),
                           gpu_min_keys=options.get("gpu_min_keys"))
-    if where.target == "gpu":
+    if where.target is Target.GPU:
         engine = gpu.gpu_engine(checked, strings, **options)
     else:
         engine = cpu_engine(checked, strings, **options)
@@ -60,7 +67,7 @@ def cpu_engine(checked: CheckedQuery, strings: StringDictionary, **options) -> E
     if kind is QueryKind.MATCH:
         return match_engine(checked, strings, **options)
     if kind is QueryKind.SEQ:
-        if _seq_uses_aip(checked, options.get("algorithm", "auto")):
+        if _seq_uses_aip(checked, options.get("algorithm", Algorithm.AUTO)):
             return seq_aip_engine(checked, strings, **options)
         return seq_engine(checked, strings, **options)
     return window_engine(checked, strings, **options)
@@ -69,8 +76,10 @@ def cpu_engine(checked: CheckedQuery, strings: StringDictionary, **options) -> E
 def _seq_uses_aip(checked: CheckedQuery, algorithm: str) -> bool:
     """The planner: runs (skip-till-next-match, strict contiguity) and a forced "aip" go
     to incremental automata; the rest to column-based delayed processing."""
-    return algorithm == "aip" or (algorithm == "auto" and checked.query.body.strategy
-                                  is not Strategy.SKIP_TILL_ANY_MATCH)
+    algorithm = Algorithm.of(algorithm)
+    return algorithm is Algorithm.AIP or (algorithm is Algorithm.AUTO and
+                                          checked.query.body.strategy
+                                          is not Strategy.SKIP_TILL_ANY_MATCH)
 
 
 def compile_program(checked: CheckedQuery):
@@ -91,7 +100,7 @@ def compile_program(checked: CheckedQuery):
     from cep_core.compiler.seq_programs import AipUnsupported, compile_aip, compile_cdp
     from cep_core.engine.seq import NotSupportedError
 
-    if not _seq_uses_aip(checked, "auto"):
+    if not _seq_uses_aip(checked, Algorithm.AUTO):
         return compile_cdp(checked)
     try:
         return compile_aip(checked)
@@ -115,17 +124,15 @@ def recognize_engine(checked: CheckedQuery, strings: StringDictionary, **options
     return RecognizeInterpreterEngine(checked, strings, **options)
 
 
-def seq_engine(checked: CheckedQuery, strings: StringDictionary, algorithm: str = "auto",
+def seq_engine(checked: CheckedQuery, strings: StringDictionary,
+               algorithm: str = Algorithm.AUTO,
                **options) -> Engine:
     """The CDP engine; `NotSupportedError` for algorithm "aip" or a query that needs runs."""
     from cep_core.compiler.seq_programs import CdpUnsupported, compile_cdp
-    from cep_core.engine.seq import ALGORITHMS, NotSupportedError, SeqEngine
+    from cep_core.engine.seq import NotSupportedError, SeqEngine
 
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown SEQ algorithm {algorithm!r} (one of "
-                         f"{', '.join(ALGORITHMS)})")
     try:
-        if algorithm == "aip":
+        if Algorithm.of(algorithm) is Algorithm.AIP:
             raise CdpUnsupported("algorithm 'aip'")
         program = compile_cdp(checked)
     except CdpUnsupported as why:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from cep_core import ast
 from cep_core.checked import CheckedQuery, select_name
+from cep_core.placement import Algorithm
 
 
 # ---------------------------------------------------------------- expressions as text
@@ -236,7 +237,7 @@ def _seq(checked: CheckedQuery, body: ast.SeqQuery) -> Explanation:
     from cep_core.engine_factory import _seq_uses_aip
 
     plan = SeqPlan(checked)
-    aip = _seq_uses_aip(checked, "auto")
+    aip = _seq_uses_aip(checked, Algorithm.AUTO)
     algorithm = ("AIP (incremental automata: one instance per partial match)" if aip else
                  "CDP (column-based delayed processing: events kept per channel, matches "
                  "built when the last step arrives)")

@@ -9,29 +9,64 @@ see pyproject.toml), a module with `place(checked, placement, cost_threshold, ..
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import cache
 from importlib.metadata import entry_points
 
-PLACEMENTS = ("cpu", "gpu", "auto")
+
+
+class Target(StrEnum):
+    """Where a caller asks queries to run (cpu, gpu, or auto: the policy decides), and
+    where one runs (cpu or gpu)."""
+
+    CPU = "cpu"
+    GPU = "gpu"
+    AUTO = "auto"
+
+
+PLACEMENTS = tuple(Target)
+
+
+class Algorithm(StrEnum):
+    """How a SEQ query is evaluated: `auto` lets the planner pick (create_engine), `cdp`
+    and `aip` force column-based delayed processing or incremental automata."""
+
+    AUTO = "auto"
+    CDP = "cdp"
+    AIP = "aip"
+
+    @classmethod
+    def of(cls, name: str) -> Algorithm:
+        """The algorithm of a name; ValueError names the algorithms."""
+        try:
+            return cls(name)
+        except ValueError:
+            raise ValueError(f"unknown SEQ algorithm {name!r} (one of "
+                             f"{', '.join(cls)})") from None
 
 
 @dataclass(frozen=True)
 class Placement:
-    """Where one query runs ("cpu" or "gpu") and why; `cost` is the GPU policy's estimate."""
+    """Where one query runs (cpu or gpu) and why; `cost` is the GPU policy's estimate."""
 
     query: str
-    target: str
+    target: Target  # (given as text, made a Target)
     reason: str
     cost: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "target", Target(self.target))
 
     def line(self) -> str:
         cost = "" if self.cost is None else f" (cost {self.cost:,.0f})"
         return f"{self.query}: {self.target}{cost}: {self.reason}"
 
 
-def check_placement(placement: str) -> None:
+def check_placement(placement: str) -> Target:
+    """The Target a placement names; ValueError names the placements."""
     if placement not in PLACEMENTS:
         raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
+    return Target(placement)
 
 
 POLICY_GROUP = "cep_service.placement_policies"

@@ -92,7 +92,6 @@ INTERNAL = {
     "binds every attribute of a SEQ condition to a variable",
     ("seq_programs.py", "f\"USING {plan.strategy.value} (runs)"): "compile_program sends "
     "runs to the AIP compiler",
-    ("engine_factory.py", "f\"unknown SEQ algorithm"): "an engine option, not query text",
     ("engine_factory.py", "f\"query {checked.name!r}: {why} is evaluated"): "re-raises "
     "CdpUnsupported (placed above)",
     ("engine_factory.py", "f\"query {checked.name!r}: the AIP SEQ kernel"): "re-raises "

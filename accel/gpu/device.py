@@ -13,6 +13,15 @@ from __future__ import annotations
 import ctypes.util
 import os
 import sys
+from enum import StrEnum
+
+
+class CudaTarget(StrEnum):
+    """What numba.cuda runs kernels on here."""
+
+    DEVICE = "device"  # a real GPU
+    SIMULATOR = "simulator"  # numba's CUDA simulator (tests)
+    NONE = "none"  # neither
 
 
 def cuda():
@@ -37,29 +46,28 @@ def real_gpu() -> bool:
     return usable() and not simulated()
 
 
-def target() -> str:
-    """'device', 'simulator' or 'none'."""
+def target() -> CudaTarget:
     if not usable():
-        return "none"
-    return "simulator" if simulated() else "device"
+        return CudaTarget.NONE
+    return CudaTarget.SIMULATOR if simulated() else CudaTarget.DEVICE
 
 
 def name() -> str:
-    if target() == "device":
+    if target() is CudaTarget.DEVICE:
         device = cuda().get_current_device()
         label = device.name
         return label.decode() if isinstance(label, bytes) else str(label)
-    return "CUDA simulator (numba, no GPU)" if target() == "simulator" else "no GPU"
+    return "CUDA simulator (numba, no GPU)" if target() is CudaTarget.SIMULATOR else "no GPU"
 
 
 def free_memory() -> int | None:
     """Free device memory in bytes; None where it is not a constraint (the simulator)."""
-    if target() != "device":
+    if target() is not CudaTarget.DEVICE:
         return None
     return int(cuda().current_context().get_memory_info().free)
 
 
-def use_simulator_if_no_gpu() -> str:
+def use_simulator_if_no_gpu() -> CudaTarget:
     """Turn numba's CUDA simulator on when no CUDA driver is installed and numba.cuda is
     not imported yet; returns target()."""
     if "numba.cuda" not in sys.modules and "NUMBA_ENABLE_CUDASIM" not in os.environ \

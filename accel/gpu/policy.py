@@ -27,11 +27,12 @@ from __future__ import annotations
 # checked for or placed on the GPU.
 
 from accel.gpu import device
+from accel.gpu.device import CudaTarget
 from cep_core.ast import QueryKind
 from cep_core.batch import StringDictionary
 from cep_core.checked import CheckedQuery
 from cep_core.engine.base import Engine
-from cep_core.placement import Placement, check_placement
+from cep_core.placement import Placement, Target, check_placement
 
 DEFAULT_COST_THRESHOLD = 100_000
 DEFAULT_MIN_KEYS = 10_000  # MATCH: keys (GPU threads) per batch worth a launch; a guess
@@ -52,40 +53,40 @@ def place(checked: CheckedQuery, placement: str = "auto",
           expected_keys: int | None = None,
           gpu_min_keys: int | None = None) -> Placement:
     """Where the query runs and why (None: the default threshold and key count)."""
-    check_placement(placement)
+    placement = check_placement(placement)
     if gpu_cost_threshold is None:
         gpu_cost_threshold = DEFAULT_COST_THRESHOLD
     if gpu_min_keys is None:
         gpu_min_keys = DEFAULT_MIN_KEYS
     name = checked.name
-    if placement == "cpu":
-        return Placement(name, "cpu", "placement cpu")
+    if placement is Target.CPU:
+        return Placement(name, Target.CPU, "placement cpu")
     kind = checked.query.kind
     if kind is QueryKind.MATCH:
         return _place_match(checked, placement, expected_keys, gpu_min_keys)
     if kind is QueryKind.RECOGNIZE:
-        return Placement(name, "cpu", "MATCH_RECOGNIZE queries run on the CPU (no GPU kernel "
+        return Placement(name, Target.CPU, "MATCH_RECOGNIZE queries run on the CPU (no GPU kernel "
                                       "for Flink's automaton)")
     if kind is not QueryKind.SEQ:
-        return Placement(name, "cpu", f"{kind.upper()} queries run on the CPU engines "
+        return Placement(name, Target.CPU, f"{kind.upper()} queries run on the CPU engines "
                                       "(no GPU kernel for them yet)")
     from accel.gpu.seq_support import unsupported_reason
     from cep_core.compiler.seq_plan import SeqPlan
     reason = unsupported_reason(SeqPlan(checked))
     cost = estimated_cost(checked)
     if reason is not None:
-        return Placement(name, "cpu", reason, cost)
+        return Placement(name, Target.CPU, reason, cost)
     target = device.target()
-    if target == "none":
-        return Placement(name, "cpu", "no CUDA device (and the CUDA simulator is off)", cost)
-    if placement == "gpu":
-        return Placement(name, "gpu", f"placement gpu ({device.name()})", cost)
-    if target != "device":
-        return Placement(name, "cpu", "auto: no real GPU (the simulator is for tests: "
+    if target is CudaTarget.NONE:
+        return Placement(name, Target.CPU, "no CUDA device (and the CUDA simulator is off)", cost)
+    if placement is Target.GPU:
+        return Placement(name, Target.GPU, f"placement gpu ({device.name()})", cost)
+    if target is not CudaTarget.DEVICE:
+        return Placement(name, Target.CPU, "auto: no real GPU (the simulator is for tests: "
                                       "--placement gpu forces it)", cost)
     if cost < gpu_cost_threshold:
-        return Placement(name, "cpu", f"auto: cost below {gpu_cost_threshold:,.0f}", cost)
-    return Placement(name, "gpu", f"auto: cost at least {gpu_cost_threshold:,.0f} "
+        return Placement(name, Target.CPU, f"auto: cost below {gpu_cost_threshold:,.0f}", cost)
+    return Placement(name, Target.GPU, f"auto: cost at least {gpu_cost_threshold:,.0f} "
                                   f"({device.name()})", cost)
 
 
@@ -96,23 +97,23 @@ def _place_match(checked: CheckedQuery, placement: str, expected_keys: int | Non
     name = checked.name
     reason = unsupported_reason(checked)
     if reason is not None:
-        return Placement(name, "cpu", f"MATCH: {reason}")
+        return Placement(name, Target.CPU, f"MATCH: {reason}")
     target = device.target()
-    if target == "none":
-        return Placement(name, "cpu", "MATCH: no CUDA device (and the CUDA simulator is off)")
-    if placement == "gpu":
-        return Placement(name, "gpu", f"placement gpu, MATCH per-key kernel ({device.name()})")
-    if target != "device":
-        return Placement(name, "cpu", "MATCH: auto: no real GPU (the simulator is for tests: "
+    if target is CudaTarget.NONE:
+        return Placement(name, Target.CPU, "MATCH: no CUDA device (and the CUDA simulator is off)")
+    if placement is Target.GPU:
+        return Placement(name, Target.GPU, f"placement gpu, MATCH per-key kernel ({device.name()})")
+    if target is not CudaTarget.DEVICE:
+        return Placement(name, Target.CPU, "MATCH: auto: no real GPU (the simulator is for tests: "
                                       "--placement gpu forces it)")
     if expected_keys is None:
-        return Placement(name, "cpu", "MATCH: auto: key count unknown (the option "
+        return Placement(name, Target.CPU, "MATCH: auto: key count unknown (the option "
                                       "expected_keys places it on the GPU from "
                                       f"{gpu_min_keys:,} keys)")
     if expected_keys < gpu_min_keys:
-        return Placement(name, "cpu", f"MATCH: auto: {expected_keys:,} expected keys, below "
+        return Placement(name, Target.CPU, f"MATCH: auto: {expected_keys:,} expected keys, below "
                                       f"{gpu_min_keys:,} (one GPU thread per key)")
-    return Placement(name, "gpu", f"MATCH: auto: {expected_keys:,} expected keys, at least "
+    return Placement(name, Target.GPU, f"MATCH: auto: {expected_keys:,} expected keys, at least "
                                   f"{gpu_min_keys:,} ({device.name()})")
 
 

@@ -46,7 +46,6 @@ from cep_core.kernels.seq_layout import ERR, OVF, PALIVE
 
 __all__ = ["BACKWARDS_TIME", "NotSupportedError", "SeqEngine", "SeqOverflowError"]
 
-ALGORITHMS = ("auto", "cdp", "aip")
 
 class NotSupportedError(NotImplementedError):
     """The engine cannot evaluate this query with the requested algorithm (yet)."""

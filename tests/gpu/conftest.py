@@ -25,7 +25,7 @@ if not REAL and "numba.cuda" not in sys.modules:
 from accel.gpu import device  # noqa: E402
 
 TARGET = device.target()
-if TARGET != ("device" if REAL else "simulator"):
+if TARGET is not (device.CudaTarget.DEVICE if REAL else device.CudaTarget.SIMULATOR):
     raise RuntimeError(f"GPU tests need the {'real GPU' if REAL else 'CUDA simulator'}, "
                        f"numba.cuda gives {TARGET!r} (imported before tests/gpu/conftest.py?)")
 
