@@ -28,10 +28,12 @@ spark_app = typer.Typer(help="Run queries on Spark (streaming; `cep backfill` fo
 
 @spark_app.command("stream")
 def stream(
-    query_file: Annotated[Path, typer.Argument(help="The query file.")],
     checkpoint: Annotated[str, typer.Option(
         metavar="DIR", help="The job's checkpoint (Spark's offsets, commits and state; the "
         "sequencer's carries): start again on it to go on where the job stopped.")],
+    query_file: Annotated[Path | None, typer.Argument(
+        help="The query file (read again when it changes: queries added, removed or "
+        "changed take effect between micro-batches).")] = None,
     topic: Annotated[str | None, typer.Option(metavar="TOPIC", help="Read the stream from "
                                               "this Kafka topic.")] = None,
     input_dir: Annotated[str | None, typer.Option(
@@ -60,6 +62,13 @@ def stream(
                                            "(0: all there are).")] = 0,
     once: Annotated[bool, typer.Option("--once", help="Process what the source holds now, "
                                        "then stop (default: run until stopped).")] = False,
+    control: Annotated[str | None, typer.Option(
+        metavar="TOPIC", help="Also run the stream's live queries of this control topic (the "
+        "service's, e.g. cep.queries), following its changes between micro-batches.")]
+    = None,
+    stream_name: Annotated[str | None, typer.Option(
+        "--stream", metavar="NAME", help="The stream (without a query file: its queries "
+        "come from --control).")] = None,
     schema: SchemaOption = None,
 ) -> None:
     """Run the queries as a Spark Structured Streaming job, until Ctrl-C (or --once)."""
@@ -69,8 +78,10 @@ def stream(
 
         require("pyspark", "spark", "cep spark stream")
         from services.backfill.job import spark_session
-        from services.spark_stream.job import FileSource, KafkaSource, query_texts, start
+        from services.spark_stream.job import FileSource, KafkaSource, start
+        from services.spark_stream.live import LiveJob, NoQueries, QueryWatch
         from services.spark_stream.sinks import FileSink, KafkaSink
+        from services.stream.kafka import KafkaSettings
 
         if (topic is None) == (input_dir is None):
             raise CliError("give one source: --topic or --input-dir", 2)
@@ -79,29 +90,48 @@ def stream(
         broker = bootstrap or os.environ.get("KAFKA_BOOTSTRAP")
         if (topic or to_kafka) and not broker:
             raise CliError("Kafka needs a broker: pass --bootstrap or set KAFKA_BOOTSTRAP", 2)
-        queries = load_query_file(query_file, schema_registry(schema))
+        if query_file is None and control is None:
+            raise CliError("give a query file, or --control (with --stream)", 2)
+        if control and not broker:
+            raise CliError("--control needs a broker: pass --bootstrap or set "
+                           "KAFKA_BOOTSTRAP", 2)
+        registry = schema_registry(schema)
+        if query_file is not None:
+            load_query_file(query_file, registry)  # located errors before Spark starts
+        try:
+            watch = QueryWatch(registry, query_file, (KafkaSettings.from_env(broker), control)
+                               if control else None, stream_name,
+                               log=lambda line: stderr.print(line, markup=False))
+        except (NoQueries, ValueError) as e:
+            raise CliError(str(e)) from None
         source = KafkaSource(broker, topic, max_records) if topic else \
             FileSource(input_dir, max_files)
-        sink = KafkaSink(broker, {q.name: q.query.output for q in queries}) if to_kafka \
-            else FileSink(output)
         spark = spark_session(master, shuffle_partitions=shards, app_name="cep-stream")
+
+        def start_job(queries, texts):
+            sink = KafkaSink(broker, {q.name: q.query.output for q in queries}) \
+                if to_kafka else FileSink(output)
+            return start(spark, queries, source, sink, checkpoint, texts, shards, trigger)
+
+        live = LiveJob(watch, checkpoint, start_job,
+                       log=lambda line: stderr.print(line, markup=False))
         try:
-            job = start(spark, queries, source, sink, checkpoint,
-                        query_texts(query_file.read_text()), shards, trigger)
-        except ValueError as e:
+            live.start()
+        except (NoQueries, ValueError) as e:
             raise CliError(str(e)) from None
-        stderr.print(f"streaming {queries[0].schema.stream} (checkpoint {checkpoint}); "
-                     "Ctrl-C stops", markup=False, style="dim")
+        stderr.print(f"streaming {watch.stream} (checkpoint {checkpoint}); Ctrl-C stops",
+                     markup=False, style="dim")
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, lambda *_: job.stop())
+            signal.signal(signal.SIGTERM, lambda *_: live.job.stop())
         try:
-            if once:
-                job.processAllAvailable()
-                job.stop()
-            job.awaitTermination()
+            live.run(once=once)
         except KeyboardInterrupt:
-            job.stop()
-        progress = job.lastProgress or {}
-        stderr.print(f"stopped after micro-batch {progress.get('batchId', '-')}", markup=False)
+            pass
+        finally:
+            live.stop()
+        progress = live.job.lastProgress or {}
+        stderr.print(f"stopped after micro-batch {progress.get('batchId', '-')}"
+                     + (f" ({live.restarts} restarts for query changes)" if live.restarts
+                        else ""), markup=False)
 
     guard(body)

@@ -35,6 +35,9 @@ class KafkaSource:
     bootstrap: str
     topic: str
     max_records: int = 0  # per micro-batch; 0: all available
+    # "auto": Spark's own Kafka source where its connector loads (spark_kafka.py), else the
+    # job's Python source (cep_kafka); "spark" or "python" to choose
+    reader: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -51,10 +54,41 @@ def group_name(keys: tuple[str, ...]) -> str:
 
 def register_sources(spark) -> None:
     from services.spark_stream.file_source import FileEventSource
-    from services.spark_stream.kafka_source import KafkaEventSource
+    from services.spark_stream.kafka_source import KafkaEventSource, KafkaRecordsSource
 
     spark.dataSource.register(KafkaEventSource)
+    spark.dataSource.register(KafkaRecordsSource)
     spark.dataSource.register(FileEventSource)
+
+
+def kafka_reader(spark, source: KafkaSource) -> str:
+    """Which Kafka source the job uses: "spark" (Spark's own, its connector on the
+    classpath) or "python" (`cep_kafka`, over confluent-kafka)."""
+    from services.spark_stream.spark_kafka import connector_available
+
+    if source.reader not in ("auto", "spark", "python"):
+        raise ValueError(f"unknown Kafka reader {source.reader!r} (auto, spark, python)")
+    if source.reader != "auto":
+        return source.reader
+    return "spark" if connector_available(spark) else "python"
+
+
+def _spark_kafka_rows(spark, queries: list[CheckedQuery], source: KafkaSource,
+                      routes: list[Route], checkpoint: str):
+    from services.spark_stream import spark_kafka
+    from services.stream.kafka import KafkaSettings
+
+    consumer = KafkaSettings.from_env(source.bootstrap).consumer()
+    try:
+        topic = consumer.list_topics(source.topic, timeout=10).topics.get(source.topic)
+    finally:
+        consumer.close()
+    if topic is None or topic.error is not None:
+        raise ValueError(f"source topic {source.topic!r} does not exist")
+    records = spark_kafka.kafka_records(spark, source.bootstrap, source.topic,
+                                        source.max_records)
+    return spark_kafka.sequenced(records, orjson.dumps(queries[0].schema.to_dict()).decode(),
+                                 routes, source.topic, len(topic.partitions), checkpoint)
 
 
 def read_rows(spark, queries: list[CheckedQuery], source, checkpoint: str,
@@ -99,6 +133,84 @@ def balanced_slots(spark, routes: list[Route], partitions: int, tries: int = 256
         for r in routes]
 
 
+CHECKPOINT_FORMAT = 1  # of the job's checkpoint: the state's keys and values, the carries
+MANIFEST = "cep_job.json"
+
+
+class CheckpointRefused(ValueError):
+    """A checkpoint this job cannot go on from, and what to do."""
+
+
+def source_name(source, reader: str = "python") -> str:
+    if isinstance(source, KafkaSource):
+        return f"{'spark-kafka' if reader == 'spark' else 'kafka'}:{source.topic}"
+    return f"files:{source.path.rstrip('/')}"
+
+
+def _manifest_path(checkpoint: str):
+    import pyarrow.fs as pafs
+
+    fs, root = pafs.FileSystem.from_uri(checkpoint)
+    return fs, root.rstrip("/")
+
+
+def claim_checkpoint(checkpoint: str, stream: str, source: str, shards: int | None) -> int | None:
+    """The shards of the job that `checkpoint` holds (None: a new checkpoint); refuses
+    (CheckpointRefused) one made by another version of the job's layout, for another
+    stream or source, or with other shards: Spark would start from offsets and state
+    that mean something else, or fail on them with a message of its own."""
+    import pyarrow.fs as pafs
+
+    fs, root = _manifest_path(checkpoint)
+    new = f"start a new checkpoint (another --checkpoint) to run {stream} from the source's " \
+        "beginning"
+    try:
+        with fs.open_input_stream(f"{root}/{MANIFEST}") as f:
+            data = f.read()
+    except FileNotFoundError:
+        spark = fs.get_file_info(f"{root}/spark/offsets")
+        if spark.type != pafs.FileType.NotFound:
+            raise CheckpointRefused(
+                f"checkpoint {checkpoint} was made by an older version of cep spark stream "
+                f"(no {MANIFEST}: state keys before the packed rows); this version cannot "
+                f"go on from it: {new}, or finish it with the version that made it") from None
+        return None
+    try:
+        manifest = orjson.loads(data)
+        found = manifest["cep_spark_stream"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        raise CheckpointRefused(f"{checkpoint}/{MANIFEST} is not a cep spark stream "
+                                f"checkpoint's manifest: {new}") from None
+    if found != CHECKPOINT_FORMAT:
+        raise CheckpointRefused(
+            f"checkpoint {checkpoint} has format {found}, this version of cep spark stream "
+            f"reads format {CHECKPOINT_FORMAT}: {new}, or finish it with the version that "
+            "made it")
+    if manifest.get("stream") != stream:
+        raise CheckpointRefused(
+            f"checkpoint {checkpoint} is a job of stream {manifest.get('stream')!r}; these "
+            f"queries read {stream!r}: {new}")
+    if manifest.get("source") != source:
+        raise CheckpointRefused(
+            f"checkpoint {checkpoint} read {manifest.get('source')}, not {source}: its "
+            f"offsets mean nothing there; {new}")
+    if shards is not None and manifest.get("shards") != shards:
+        raise CheckpointRefused(
+            f"checkpoint {checkpoint} has {manifest.get('shards')} shards per query group, "
+            f"not {shards}: the state's keys would change and lose the queries' state; "
+            f"leave --shards out (or give {manifest.get('shards')}), or {new}")
+    return int(manifest["shards"])
+
+
+def write_manifest(checkpoint: str, stream: str, source: str, shards: int) -> None:
+    fs, root = _manifest_path(checkpoint)
+    fs.create_dir(root, recursive=True)
+    with fs.open_output_stream(f"{root}/{MANIFEST}.tmp") as f:
+        f.write(orjson.dumps({"cep_spark_stream": CHECKPOINT_FORMAT, "stream": stream,
+                              "source": source, "shards": shards}))
+    fs.move(f"{root}/{MANIFEST}.tmp", f"{root}/{MANIFEST}")
+
+
 def query_texts(file_text: str) -> dict[str, str]:
     """Each query's text in a query file, by name (what its fingerprint is taken of)."""
     from services.stream.control import split_query_file
@@ -119,10 +231,17 @@ def start(spark, queries: list[CheckedQuery], source, sink, checkpoint: str,
     if len(streams) != 1:
         raise ValueError(f"the queries read several streams ({', '.join(streams)}); a "
                          "streaming job takes one stream per query file")
-    shards = shards or int(spark.conf.get("spark.sql.shuffle.partitions"))
     checkpoint = checkpoint.rstrip("/")
+    reader = kafka_reader(spark, source) if isinstance(source, KafkaSource) else "files"
+    name = source_name(source, reader)
+    shards = claim_checkpoint(checkpoint, streams[0], name, shards) or \
+        int(spark.conf.get("spark.sql.shuffle.partitions"))
+    write_manifest(checkpoint, streams[0], name, shards)
     routes = balanced_slots(spark, state_routes(queries, shards), shards)
-    rows = read_rows(spark, queries, source, checkpoint, routes)
+    if reader == "spark":
+        rows = _spark_kafka_rows(spark, queries, source, routes, checkpoint)
+    else:
+        rows = read_rows(spark, queries, source, checkpoint, routes)
     groups = plan(queries)
     runner = ShardRunner(checkpoint, {group_name(g.keys): list(g.queries) for g in groups},
                          str(kernel_cache_dir()),

@@ -32,6 +32,7 @@ from services.spark_stream.sequencer import (
     Carry,
     CarryStore,
     Sequencer,
+    sequence_run,
     stream_schema,
 )
 from services.stream.checkpoint import broker_watermarks
@@ -115,21 +116,10 @@ class KafkaStepReader(DataSourceStreamReader):
         count = len(partition.end)
         for p, messages in _read_runs(self._settings(), self.topic, partition.start,
                                        partition.end):
-            raws, offsets = [], []
-            for message in messages:
-                if (message.headers() or []) and END_HEADER in message.headers():
-                    if raws:
-                        yield sequencer.messages(raws, np.array(offsets, np.int64), p,
-                                                 self.topic)
-                        raws, offsets = [], []
-                    marker = sequencer.end(p, count)
-                    if marker is not None:
-                        yield marker
-                    continue
-                raws.append(message.value() or b"")
-                offsets.append(message.offset())
-            if raws:
-                yield sequencer.messages(raws, np.array(offsets, np.int64), p, self.topic)
+            ends = np.array([END_HEADER in (m.headers() or []) for m in messages], bool)
+            yield from sequence_run(sequencer, p, [m.value() or b"" for m in messages],
+                                    np.array([m.offset() for m in messages], np.int64), ends,
+                                    count, self.topic)
         store.put(partition.end, sequencer.carry)
 
     def commit(self, end: dict) -> None:
@@ -177,3 +167,32 @@ def _read_runs(settings: KafkaSettings, topic: str, start: dict, end: dict,
         consumer.close()
     for p in sorted(got):
         yield p, got[p]
+
+
+RECORDS_DDL = "partition int, offset long, value binary, " \
+    "headers array<struct<key: string, value: binary>>"
+
+
+class KafkaRecordsSource(DataSource):
+    """`cep_kafka_records`: the topic's records as Spark's own Kafka source gives them
+    (`partition`, `offset`, `value`, `headers`), read over confluent-kafka: the input of
+    the job's path for Spark's source (`spark_kafka.sequenced`) where the connector is not
+    on the classpath (its tests). Options: `bootstrap`, `topic`, `checkpoint`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "cep_kafka_records"
+
+    def schema(self) -> str:
+        return RECORDS_DDL
+
+    def streamReader(self, schema):  # noqa: N802
+        return KafkaRecordsReader(self.options)
+
+
+class KafkaRecordsReader(KafkaStepReader):
+    def read(self, partition: KafkaStep):
+        for p, messages in _read_runs(self._settings(), self.topic, partition.start,
+                                       partition.end):
+            for m in messages:
+                yield (p, m.offset(), m.value(), list(m.headers() or []))

@@ -186,6 +186,22 @@ class Sequencer:
         return pa.RecordBatch.from_arrays(columns, schema=self.rows)
 
 
+def sequence_run(sequencer: Sequencer, partition: int, values: list[bytes], offsets: np.ndarray,
+                 ends: np.ndarray, partitions: int, source: str):
+    """The batches of one source partition's records of a step, in offset order: runs of
+    JSON events between end-of-input markers (`ends`: which records are markers; the input
+    ends once each of the `partitions` has sent one)."""
+    start = 0
+    for i in [*np.flatnonzero(ends), len(values)]:
+        if i > start:
+            yield sequencer.messages(values[start:i], offsets[start:i], partition, source)
+        if i < len(values):
+            marker = sequencer.end(partition, partitions)
+            if marker is not None:
+                yield marker
+        start = i + 1
+
+
 def _array(column: pa.ChunkedArray, type_: pa.DataType) -> pa.Array:
     column = column.cast(type_)
     return pa.concat_arrays(column.chunks) if column.num_chunks else pa.array([], type_)
