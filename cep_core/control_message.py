@@ -245,10 +245,6 @@ def _check_query(name: str, text: str, registry: SchemaRegistry) -> CheckedQuery
     if queries[0].name != name:
         raise ControlMessageError(f"the text defines query {queries[0].name!r}, not "
                                   f"{name!r}")
-    if queries[0].query.kind is ast.QueryKind.RECOGNIZE:
-        raise ControlMessageError(f"query {name!r} is a MATCH_RECOGNIZE query: it runs on the "
-                                  "reference interpreter only so far (cep run --engine "
-                                  "reference); the service cannot run it yet")
     return queries[0]
 
 
@@ -331,7 +327,8 @@ def horizon(checked: CheckedQuery) -> int | None:
     event time at which it is emitted; INFINITE when unbounded (released at end of input).
 
     MATCH reports on the last event (0). SEQ waits at most its window (trailing negations,
-    timeouts); MATCH_RECOGNIZE its WITHIN (unbounded without). Time windows release once
+    timeouts); MATCH_RECOGNIZE its WITHIN (unbounded without; the merge releases it as
+    MATCH, below what a partition holds back: services/stream/merge.py). Time windows release once
     time passes their end, so the last member lies
     within RANGE; count windows and windows over another attribute are unbounded here."""
     body = checked.query.body

@@ -358,6 +358,14 @@ class StreamEngines:
         self._compact_at = slack * len(self._strings)
         return dropped
 
+    def held(self) -> int | None:
+        """The smallest seq of a composite event an engine holds back after the last event
+        it processed (a MATCH_RECOGNIZE match waiting behind an earlier partial one:
+        `held_seq`); None when none is held. A merge releases nothing past it."""
+        held = [seq for e in self.engines if hasattr(e, "held_seq")
+                for seq in [e.held_seq()] if seq is not None]
+        return min(held, default=None)
+
     def dead_letters(self) -> list[tuple[CheckedQuery, int, str]]:
         """(query, seq, reason) of every event an engine rejected."""
         out = [(e.checked, seq, reason) for e in self.engines for seq, reason in e.dead_letters]

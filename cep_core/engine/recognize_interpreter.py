@@ -25,6 +25,7 @@ import numpy as np
 
 from cep_core.batch import Batch, StringDictionary
 from cep_core.checked import CheckedQuery
+from cep_core.composite import partition_key
 from cep_core.engine.base import Engine
 from cep_core.events import Event
 from cep_core.reference import recognize as ref
@@ -76,6 +77,19 @@ class RecognizeInterpreterEngine(Engine):
     def flush(self) -> list[dict]:
         return self.interpreter.flush()
 
+    def held_seq(self) -> int | None:
+        """The smallest seq of a composite event still to come that ends at or before the
+        last row given (None: none can): a completed match waiting behind an earlier
+        partial one, or a row of `ORDER BY ts, col` waiting for its time to end. Every
+        other such composite has left: a match completes on its last row, so one still to
+        complete ends after the rows given."""
+        interp = self.interpreter
+        waiting = [c.rows[-1][1].seq for part in interp.partitions.values()
+                   for c in part.completed.items]
+        # ORDER BY ts, col...: rows of one time not taken yet may end a match
+        waiting += [e.seq for rows in getattr(interp, "pending", {}).values() for e in rows]
+        return min(waiting, default=None)
+
     def _take_dead_letters(self) -> None:
         dead = self.interpreter.dead_letters
         if dead:
@@ -107,12 +121,16 @@ class RecognizeInterpreterEngine(Engine):
                                     "the engine's state can hold")
             partitions.append({
                 "key": interp.keys[slot], "count": part.count, "last_ts": part.last_ts,
-                "rows": [[i, e.seq, e.ts, [_save(v) for v in (e.attrs.get(n) for n in
-                                                              self._names)]]
-                         for i, e in sorted(rows.items())],
+                "rows": [[i, *self._saved_row(e)] for i, e in sorted(rows.items())],
                 **queues, "extra": extra})
+        # ORDER BY ts, col...: the rows of a partition's latest time, not taken yet
+        pending = [[self._saved_row(e) for e in rows]
+                   for rows in getattr(interp, "pending", {}).values() if rows]
         return {"recognize": {"version": STATE_VERSION, "automaton": self._signature(),
-                              "partitions": partitions}}, {}
+                              "partitions": partitions, "pending": pending}}, {}
+
+    def _saved_row(self, e: Event) -> list:
+        return [e.seq, e.ts, [_save(e.attrs.get(n)) for n in self._names]]
 
     def _computation(self, c: ref.Computation, rows: dict[int, Event]) -> list:
         for (_, event), index in zip(c.rows, c.indexes):
@@ -130,6 +148,7 @@ class RecognizeInterpreterEngine(Engine):
     def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         try:
             partitions, keys = self._loaded(meta, arrays)
+            pending = self._pending(meta["recognize"].get("pending"), partitions)
         except RecognizeStateError:
             raise
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
@@ -138,6 +157,8 @@ class RecognizeInterpreterEngine(Engine):
         interp = self.interpreter
         interp.partitions, interp.keys = partitions, keys
         interp.dead_letters = []
+        if hasattr(interp, "pending"):
+            interp.pending = pending
 
     def _refuse(self, why: str) -> NoReturn:
         raise RecognizeStateError(f"query {self.checked.name!r}: MATCH_RECOGNIZE state "
@@ -206,24 +227,57 @@ class RecognizeInterpreterEngine(Engine):
         for row in saved:
             if not (isinstance(row, list) and len(row) == 4):
                 refuse(f"partition {at}: a row is not [index, seq, ts, values]")
-            index, seq, ts, values = row
+            index = row[0]
             if not (_is_int(index) and 0 <= index < count) or index in rows:
                 refuse(f"partition {at}: row index {index!r} (of {count} rows)")
-            if not (_is_int(seq) and _is_int(ts)) or ts > last_ts:
-                refuse(f"partition {at}: row {index}: seq {seq!r}, time {ts!r}")
-            if not (isinstance(values, list) and len(values) == len(self._names)):
-                refuse(f"partition {at}: row {index}: not one value per attribute")
-            attrs = {}
-            for name, kind, value in zip(self._names, self._kinds, values):
-                loaded = _load(kind, value)
-                if loaded is _BAD:
-                    refuse(f"partition {at}: row {index}: {name} = {value!r} is not a {kind}")
-                attrs[name] = loaded
-            if attrs.get(self.schema.time, ts) != ts:
-                refuse(f"partition {at}: row {index}: its time is not its "
-                       f"{self.schema.time}")
-            rows[index] = Event(seq, ts, attrs)
+            rows[index] = self._loaded_row(row[1:], f"partition {at}: row {index}")
+            if rows[index].ts > last_ts:
+                refuse(f"partition {at}: row {index}: time {rows[index].ts} after the "
+                       f"partition's last, {last_ts}")
         return rows
+
+    def _loaded_row(self, row, where: str) -> Event:
+        """[seq, ts, values] as the Event it was."""
+        refuse = self._refuse
+        if not (isinstance(row, list) and len(row) == 3):
+            refuse(f"{where}: not [seq, ts, values]")
+        seq, ts, values = row
+        if not (_is_int(seq) and _is_int(ts)):
+            refuse(f"{where}: seq {seq!r}, time {ts!r}")
+        if not (isinstance(values, list) and len(values) == len(self._names)):
+            refuse(f"{where}: not one value per attribute")
+        attrs = {}
+        for name, kind, value in zip(self._names, self._kinds, values):
+            loaded = _load(kind, value)
+            if loaded is _BAD:
+                refuse(f"{where}: {name} = {value!r} is not a {kind}")
+            attrs[name] = loaded
+        if attrs.get(self.schema.time, ts) != ts:
+            refuse(f"{where}: its time is not its {self.schema.time}")
+        return Event(seq, ts, attrs)
+
+    def _pending(self, saved, partitions: dict) -> dict:
+        """ORDER BY ts, col...: each partition's rows of one time, waiting to go in."""
+        refuse = self._refuse
+        if saved is None or not isinstance(saved, list):
+            refuse("no list of pending rows")
+        if saved and not hasattr(self.interpreter, "pending"):
+            refuse("rows waiting to be sorted, which this engine does not keep")
+        pending: dict = {}
+        for at, rows in enumerate(saved):
+            if not (isinstance(rows, list) and rows):
+                refuse(f"pending rows {at}: not a list of rows")
+            events = [self._loaded_row(row, f"pending rows {at}") for row in rows]
+            slots = {ref._hashable(partition_key(self.query.partition_by, e)) for e in events}
+            if len(slots) != 1 or len({e.ts for e in events}) != 1:
+                refuse(f"pending rows {at}: not rows of one partition and one time")
+            [slot] = slots
+            part = partitions.get(slot)
+            if slot in pending or (part is not None and part.last_ts is not None and
+                                   events[0].ts < part.last_ts):
+                refuse(f"pending rows {at}: a partition's twice, or before its last time")
+            pending[slot] = events
+        return pending
 
     def _queue(self, saved, rows: dict[int, Event], final: bool,
                at: int) -> JavaPriorityQueue:

@@ -8,6 +8,9 @@ produce one with a smaller sort key:
 - Queries that report late (SEQ windows, time windows; horizon H in time units): the
   slowest partition's stream time T is such that every event up to s had time < T - H.
 - Unbounded horizons (count windows, windows over another attribute): end of input.
+- MATCH_RECOGNIZE: as MATCH, but below the smallest seq any partition says it `held` (a
+  match waiting behind an earlier partial one leaves later with its last row's seq; every
+  other one up to a partition's `upto` has left it, as a match completes on its last row).
 
 The Kafka shell (`Coordinator`, services/stream/coordinator.py) consumes the match topic,
 feeds the frames here, writes what `release` gives and checkpoints `state()`.
@@ -22,6 +25,7 @@ from collections import deque
 
 import orjson
 
+from cep_core.ast import QueryKind
 from cep_core.composite import sort_key
 from cep_core.control_message import INFINITE, QUERY, LiveRegistry, check_query, horizon
 from services.stream import frames
@@ -30,9 +34,10 @@ from services.stream.frames import Frame, LiveSetFrame
 
 class QueryInfo:
     def __init__(self, name: str, index: int, output: str, horizon_: int | None,
-                 text: str = ""):
+                 text: str = "", held: bool = False):
         self.name, self.index, self.output, self.horizon = name, index, output, horizon_
         self.text = text
+        self.held = held  # its composites may be held back (MATCH_RECOGNIZE)
 
 
 class Merger:
@@ -44,6 +49,7 @@ class Merger:
         self.registry = registry if isinstance(registry, LiveRegistry) else \
             LiveRegistry(registry)
         self.upto = [-1] * partitions
+        self.held: list[int | None] = [None] * partitions  # each one's smallest held seq
         self.pulses: deque[tuple[int, int]] = deque()  # (upto, ts), increasing upto
         self.ends: dict[int, set[int]] = {}  # end-of-input seq -> partitions that reached it
         self.queries: dict[str, QueryInfo] = {}
@@ -77,6 +83,7 @@ class Merger:
             return
         self.frames[part] = (ts, time.time())
         self.upto[part] = upto
+        self.held[part] = frame.get("held")
         # a pulse with a later time at the same upto: an idle stream's time advanced
         if ts is not None and (not self.pulses or upto > self.pulses[-1][0] or
                                (upto == self.pulses[-1][0] and ts > self.pulses[-1][1])):
@@ -118,9 +125,11 @@ class Merger:
 
     def _add_query(self, entry: dict) -> None:
         checked = check_query(entry["name"], entry["text"], self.registry)
+        held = checked.query.kind is QueryKind.RECOGNIZE  # released as MATCH, below `held`
         self.queries[entry["name"]] = QueryInfo(entry["name"], entry["index"],
-                                                checked.query.output, horizon(checked),
-                                                entry["text"])
+                                                checked.query.output,
+                                                0 if held else horizon(checked),
+                                                entry["text"], held)
 
     def mark_released(self, output: str, composite: dict, index: int) -> None:
         """Record that `composite` is on `output` (found there after a restart)."""
@@ -131,7 +140,7 @@ class Merger:
     # ------------------------------------------------------------ checkpoints
 
     def state(self) -> dict:
-        return {"upto": self.upto, "pulses": list(self.pulses),
+        return {"upto": self.upto, "held": self.held, "pulses": list(self.pulses),
                 "ends": [[e, sorted(p)] for e, p in self.ends.items()],
                 "queries": [{"name": q.name, "index": q.index, "text": q.text}
                             for q in self.queries.values()],
@@ -143,6 +152,7 @@ class Merger:
 
     def load_state(self, state: dict) -> None:
         self.upto = state["upto"]
+        self.held = list(state.get("held") or [None] * len(self.upto))  # not kept before
         self.pulses = deque(tuple(p) for p in state["pulses"])
         self.ends = {e: set(p) for e, p in state["ends"]}
         self.queries = {}
@@ -162,6 +172,8 @@ class Merger:
         """The largest seq up to which composite events for `output` are final."""
         low = min(self.upto)
         ended = max(self.ended, default=-1)
+        if any(q.held for q in self.queries.values() if q.output == output):
+            low = min([low] + [h - 1 for h in self.held if h is not None])
         horizons = [q.horizon for q in self.queries.values() if q.output == output]
         if any(h is INFINITE for h in horizons):
             return ended

@@ -363,7 +363,8 @@ def withheld(merger) -> list[tuple[str, int, int, str]]:
     """(INTO topic, composite events withheld, seq of the oldest, what it waits for) of a
     coordinator's merger: `partition P` (a keyed partition short of its seq), `stream time`
     (every partition is past it, but the query's horizon has not passed yet), `end of
-    input` (a query whose horizon is unbounded)."""
+    input` (a query whose horizon is unbounded), `an earlier partial match in partition P`
+    (a MATCH_RECOGNIZE match there waits behind one)."""
     out = []
     for output, heap in merger.pending.items():
         if not heap:
@@ -371,8 +372,11 @@ def withheld(merger) -> list[tuple[str, int, int, str]]:
         seq = heap[0][0][0]
         behind = [p for p, upto in enumerate(merger.upto) if upto < seq]
         horizons = [q.horizon for q in merger.queries.values() if q.output == output]
+        holding = [p for p, held in enumerate(merger.held) if held is not None and held <= seq]
         if any(h is INFINITE for h in horizons):
             waits_for = "end of input"
+        elif holding and any(q.held for q in merger.queries.values() if q.output == output):
+            waits_for = "an earlier partial match in partition " + ",".join(map(str, holding))
         elif behind:
             waits_for = "partition " + ",".join(map(str, behind))
         else:

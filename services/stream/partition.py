@@ -304,7 +304,7 @@ class PartitionState:
         self._dead_letters()
         out, self.out = self.out, []
         self.metrics.events_out.inc(len(out))
-        headers = {"part": self.partition, "upto": upto, "ts": ts}
+        headers = {"part": self.partition, "upto": upto, "ts": ts, "held": self._held()}
         if self.topics.shards == 1:
             self._send(Frame(kind, headers, orjson.dumps(out) if out else b""))
             return
@@ -313,6 +313,14 @@ class PartitionState:
             by_shard[self._shard(composite["query"])].append(composite)
         for shard, mine in enumerate(by_shard):  # every shard gets the pulse
             self._send(Frame(kind, headers, orjson.dumps(mine) if mine else b""), shard)
+
+    def _held(self) -> int | None:
+        """The smallest seq of a composite event the engines still hold back (a
+        MATCH_RECOGNIZE match waiting behind an earlier partial one): the merge releases
+        the queries that may hold some only below it."""
+        held = [seq for engines, _ in self.routes.values() for seq in [engines.held()]
+                if seq is not None]
+        return min(held, default=None)
 
     def _live_outputs(self) -> dict[str, str]:
         return {name: q.checked.query.output for name, q in self.queries.live.items()}
