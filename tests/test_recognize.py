@@ -224,11 +224,11 @@ def test_a_pattern_of_optional_variables_only_is_refused_as_flink_refuses_it():
         load_query_text(V_SHAPE.replace("A B+ C", "A? B* C{0,2}?"))
 
 
-def test_the_backfill_refuses_it_before_spark_starts():
-    from services.backfill.job import run_backfill
+def test_the_backfill_splits_it_by_its_partition_by():
+    from services.backfill.plan import split_keys
 
-    with pytest.raises(ValueError, match="vshape: MATCH_RECOGNIZE runs on the reference"):
-        run_backfill(None, load_query_text(V_SHAPE), [], "/nonexistent/out")
+    # tests/test_recognize_backfill.py runs it in Spark
+    assert split_keys(load_query_text(V_SHAPE)[0]) == ("symbol",)
 
 
 def test_a_file_holds_it_beside_queries_of_our_own_language():

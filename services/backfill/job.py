@@ -28,7 +28,6 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from cep_core.ast import QueryKind
 from cep_core.checked import CheckedQuery
 from cep_core.home import kernel_cache_dir
 from services.backfill.engines import (
@@ -120,11 +119,6 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
     if len(streams) != 1:
         raise ValueError(f"the queries read several streams ({', '.join(streams)}); a "
                          "backfill takes one stream per query file")
-    recognize = [q.name for q in queries if q.query.kind is QueryKind.RECOGNIZE]
-    if recognize:
-        raise ValueError(f"{', '.join(recognize)}: MATCH_RECOGNIZE runs on the reference "
-                         "interpreter only so far (cep run --engine reference); the backfill "
-                         "cannot run it yet")
     schema = queries[0].schema
     dead_letters = dead_letters or f"{output.rstrip('/')}_dead_letters"
     partitions = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))

@@ -3,10 +3,11 @@
 A query can run on a subset of the stream only where its semantics look at nothing but
 that subset (docs/semantics.md):
 
-- MATCH and SEQ with PARTITION BY: partitions are isolated (matching, the "event time goes
-  backwards" check and the event time that releases trailing-NOT matches are all per
-  partition), so the job hash-partitions by the PARTITION BY attributes.
-- MATCH and SEQ without PARTITION BY: the whole stream is one partition.
+- MATCH, SEQ and MATCH_RECOGNIZE with PARTITION BY: partitions are isolated (matching,
+  the "event time goes backwards" check and the event time that releases trailing-NOT
+  matches or ends a MATCH_RECOGNIZE's WITHIN are all per partition), so the job
+  hash-partitions by the PARTITION BY attributes.
+- MATCH, SEQ and MATCH_RECOGNIZE without PARTITION BY: the whole stream is one partition.
 - WINDOW: one partition, always. ROWS windows number the rows of the whole stream (before
   WHERE and across groups); time windows with GROUP BY look at the stream's event time
   (the maximum over *every* event) to call an event late, so a group cannot be evaluated
@@ -37,7 +38,7 @@ class QueryGroup:
 
 def split_keys(checked: CheckedQuery) -> tuple[str, ...]:
     """The attributes a query's events may be partitioned by; () = one ordered partition."""
-    if checked.query.kind in (QueryKind.MATCH, QueryKind.SEQ):
+    if checked.query.kind in (QueryKind.MATCH, QueryKind.SEQ, QueryKind.RECOGNIZE):
         return tuple(a.name for a in checked.query.partition_by)
     return ()
 
