@@ -21,6 +21,8 @@ from __future__ import annotations
 # Deferred imports: none; pyspark is imported at the top (this module is loaded only where the
 # `spark` extra is installed).
 
+import io
+
 import orjson
 import pyarrow.fs as pafs
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -107,7 +109,10 @@ class FileStepReader(DataSourceStreamReader):
                 yield sequencer.end(0, 1)
                 continue
             path = f"{self.root}/{name}"
-            with self.fs.open_input_file(path) as f:
+            with self.fs.open_input_file(path) as source:
+                # in memory: cep run's JSON reader reads lines past a block's end
+                # (readline), which pyarrow's files do not offer
+                f = io.BytesIO(source.read())
                 for table, dead in iter_tables(f, schema, FORMATS[_suffix(name)], path,
                                                first_position=sequencer.carry.position,
                                                prev_max=sequencer.carry.last_seq,
