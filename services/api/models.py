@@ -251,7 +251,7 @@ class QueryChecked(Reply):
 
 class Explanation(Reply):
     name: str
-    kind: Literal["MATCH", "SEQ", "WINDOW"]
+    kind: Literal["MATCH", "SEQ", "WINDOW", "match_recognize"]  # as cep explain names it
     headline: str
     lines: list[str]
     nodes: list[dict[str, Any]]
