@@ -273,8 +273,9 @@ class QuerySet:
         the oracle) and, for jit, `placement` "cpu", "gpu" or "auto" (docs/gpu.md).
         `max_ahead` / `max_ahead_of_clock` (an int in the stream's time unit, a duration
         such as "1 day", or "none") replace the schema's bounds on events too far ahead
-        (docs/semantics.md). A query whose engine fails (a MATCH_RECOGNIZE query under
-        jit, for now) raises QueryFailedError, naming it and why."""
+        (docs/semantics.md). A query whose engine fails (a MATCH_RECOGNIZE query whose
+        AFTER MATCH SKIP TO finds no row to go to, as Flink stops it) raises
+        QueryFailedError, naming it and why."""
         schema = self.schema
         table, dead = read_events(data, schema, fmt, guard=TimeGuard.of(
             schema, max_ahead, max_ahead_of_clock))
