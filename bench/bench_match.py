@@ -40,6 +40,7 @@ from cep_core.engine.match import MatchEngine
 from cep_core.events import Event
 from cep_core.reference.match import MatchInterpreter
 from cep_core.workloads import WORKLOADS
+from cep_core.schema import AttrType
 
 MSHAPE = WORKLOADS["finance1"].query_text()
 
@@ -105,7 +106,7 @@ def events_of(batch: Batch, schema, strings: StringDictionary, limit: int) -> li
         attrs = {}
         for name, kind in schema.attributes.items():
             v = cols[name][i]
-            attrs[name] = strings.decode(v) if kind == "string" else v
+            attrs[name] = strings.decode(v) if kind == AttrType.STRING else v
         out.append(Event(int(batch.seq[i]), int(batch.ts[i]), attrs))
     return out
 

@@ -31,6 +31,7 @@ from cep_core.checker import load_query_text
 from cep_core.engine_factory import create_engine
 from cep_core.events import Event
 from cep_core.reference.seq import SeqInterpreter
+from cep_core.schema import AttrType
 
 R5 = """QUERY r5_{name} FROM rules
 DETECT C c, {policy} B b WITHIN 100000 ticks FROM c, {policy} A a WITHIN 100000 ticks FROM b
@@ -74,7 +75,7 @@ def to_batch(columns: dict, type_attr: str, names: list[str], schema,
         values = columns[name]
         if name == type_attr:
             values = codes[values]
-        cols[name] = np.asarray(values, dtype=np.float64 if kind == "float" else np.int64)
+        cols[name] = np.asarray(values, dtype=np.float64 if kind == AttrType.FLOAT else np.int64)
     n = len(cols[schema.time])
     return Batch(np.arange(n, dtype=np.int64), cols[schema.time].copy(), cols)
 
@@ -88,7 +89,7 @@ def to_events(columns: dict, type_attr: str, names: list[str], schema, lo: int,
             v = columns[name][i]
             if name == type_attr:
                 attrs[name] = names[int(v)]
-            elif kind == "float":
+            elif kind == AttrType.FLOAT:
                 attrs[name] = float(v)
             else:
                 attrs[name] = int(v)

@@ -24,7 +24,7 @@ from cep_core import snapshot_format
 from cep_core.errors import QueryError, QueryErrors
 from cep_core.event_io import DeadLetter
 from cep_core.runner import EngineName, events_json, new_engines, run_checked
-from cep_core.schema import ATTRIBUTE_TYPES, SchemaError, SchemaRegistry, StreamSchema
+from cep_core.schema import ATTRIBUTE_TYPES, AttrType, SchemaError, SchemaRegistry, StreamSchema
 from cep_core.schema_import import stream_schema_from_json_schema
 from cep_core.time_guard import TimeGuard, wall_clock_units
 
@@ -121,7 +121,7 @@ def _from_attributes(stream: str | None, attributes: dict, time: str | None,
         raise SchemaError("the queries read several streams: give a StreamSchema or a "
                           "schema dict naming its stream")
     if time is None:
-        stamps = [a for a, kind in attributes.items() if kind == "timestamp"]
+        stamps = [a for a, kind in attributes.items() if kind == AttrType.TIMESTAMP]
         time = stamps[0] if len(stamps) == 1 else "ts" if "ts" in attributes else None
         if time is None:
             raise SchemaError(f"stream {stream}: which attribute is the event time? "

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cep_core.events import Event
-from cep_core.schema import StreamSchema
+from cep_core.schema import AttrType, StreamSchema
 
 NUMPY_TYPES = {"int": np.int64, "timestamp": np.int64, "float": np.float64, "bool": np.bool_,
                "string": np.int64}
@@ -71,11 +71,11 @@ class StringDictionary:
 def decode_value(kind: str, value, strings: StringDictionary):
     """A column or kernel value of attribute type `kind` as the Python value the reference
     interpreter gives."""
-    if kind == "string":
+    if kind == AttrType.STRING:
         return strings.decode(int(value))
-    if kind == "float":
+    if kind == AttrType.FLOAT:
         return float(value)
-    if kind == "bool":
+    if kind == AttrType.BOOL:
         return bool(value)
     if kind in ("int", "timestamp"):
         return int(value)
@@ -108,7 +108,7 @@ class BatchEncoder:
         columns = {}
         for name, kind in self.schema.attributes.items():
             values = [e.attrs[name] for e in events]
-            if kind == "string":
+            if kind == AttrType.STRING:
                 columns[name] = self.strings.encode(values)
             else:
                 columns[name] = np.array(values, dtype=NUMPY_TYPES[kind]).reshape(n)
@@ -127,7 +127,7 @@ class BatchEncoder:
         columns = {}
         for name, kind in self.schema.attributes.items():
             column = table.column(name).combine_chunks()
-            if kind == "string":
+            if kind == AttrType.STRING:
                 encoded = column if pa.types.is_dictionary(column.type) \
                     else pc.dictionary_encode(column)
                 mapping = self.strings.encode(encoded.dictionary.to_pylist())

@@ -22,6 +22,7 @@ import orjson
 import pyarrow as pa
 
 from cep_core.arrow_numpy import array, segment_rows
+from cep_core.schema import AttrType
 
 ARROW_TYPES = {"int": pa.int64(), "timestamp": pa.int64(), "float": pa.float64(),
                "bool": pa.bool_(), "string": pa.string()}
@@ -81,11 +82,11 @@ class Decoder:
         self.strings = strings  # the live list of a StringDictionary (append-only)
 
     def values(self, kind: str, column: np.ndarray) -> list:
-        if kind == "string":
+        if kind == AttrType.STRING:
             return list(map(self.strings.__getitem__, column.tolist()))
-        if kind == "bool":
+        if kind == AttrType.BOOL:
             return (column != 0).tolist()
-        if kind == "float":
+        if kind == AttrType.FLOAT:
             return column.astype(np.float64).tolist()
         return column.tolist()
 
@@ -102,7 +103,7 @@ class Decoder:
 
     def arrow(self, kind: str, column: np.ndarray, nulls: np.ndarray | None = None) -> pa.Array:
         mask = None if nulls is None else np.asarray(nulls, np.bool_)
-        if kind == "string":  # only the strings used, not the whole dictionary
+        if kind == AttrType.STRING:  # only the strings used, not the whole dictionary
             codes = np.asarray(column, np.int64)
             if mask is not None:
                 codes = np.where(mask, -1, codes)  # a NULL's code is whatever was there
@@ -110,7 +111,7 @@ class Decoder:
             values = array([self.strings[c] if c >= 0 else None for c in used.tolist()],
                            pa.string())
             return values.take(array(inverse.reshape(-1), pa.int64(), mask=mask))
-        if kind == "bool":
+        if kind == AttrType.BOOL:
             column = column != 0
         return array(column, ARROW_TYPES[kind], mask=mask)
 

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from cep_core.arrow_numpy import from_numpy
 from cep_core.composite_batch import BoundEvents, ColumnBatch, CompositeBatch, Decoder, Field
+from cep_core.schema import AttrType
 
 TEXT = pa.large_string()
 
@@ -123,11 +124,11 @@ def _strings(decoder: Decoder, codes: np.ndarray) -> pa.Array:
 
 
 def _values(decoder: Decoder, kind: str, column: np.ndarray) -> pa.Array:
-    if kind == "string":
+    if kind == AttrType.STRING:
         return _strings(decoder, column)
-    if kind == "float":
+    if kind == AttrType.FLOAT:
         return _floats(column)
-    if kind == "bool":
+    if kind == AttrType.BOOL:
         return pc.if_else(from_numpy(np.asarray(column) != 0), _const("true"), _const("false"))
     return _ints(column)
 
@@ -141,7 +142,7 @@ def _field(decoder: Decoder, f: Field, n: int) -> pa.Array:
         return _values(decoder, f.kind, f.values)
     nulls = np.asarray(f.nulls, np.bool_)
     values = f.values
-    if f.kind == "string":  # a NULL's code is whatever the kernel left there
+    if f.kind == AttrType.STRING:  # a NULL's code is whatever the kernel left there
         if not decoder.strings:  # no string at all: every value is NULL
             return _texts(["null"] * n)
         values = np.where(nulls, 0, values)

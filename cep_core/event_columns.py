@@ -23,7 +23,7 @@ from cep_core.arrow_numpy import is_null, strings, to_numpy
 from cep_core.errors import EventError
 from cep_core.event_io import INT64_MAX, decode_record
 from cep_core.events import Event
-from cep_core.schema import NANOS_PER_UNIT, StreamSchema
+from cep_core.schema import AttrType, NANOS_PER_UNIT, StreamSchema
 
 ARROW_TYPES = {"int": pa.int64(), "timestamp": pa.int64(), "float": pa.float64(),
                "bool": pa.bool_(), "string": pa.string()}
@@ -147,13 +147,13 @@ def _attribute_column(table: pa.Table, name: str, kind: str, schema: StreamSchem
     if pa.types.is_dictionary(column.type):
         column = column.cast(column.type.value_type)
     t = column.type
-    if kind == "string":
+    if kind == AttrType.STRING:
         fits = pa.types.is_string(t) or pa.types.is_large_string(t)
-    elif kind == "bool":
+    elif kind == AttrType.BOOL:
         fits = pa.types.is_boolean(t)
-    elif kind == "float":
+    elif kind == AttrType.FLOAT:
         fits = pa.types.is_integer(t) or pa.types.is_floating(t)
-    elif kind == "int":
+    elif kind == AttrType.INT:
         fits = pa.types.is_integer(t)
     else:  # timestamp: integers in the schema's unit, or Arrow timestamps
         fits = pa.types.is_integer(t) or (pa.types.is_timestamp(t)
@@ -163,12 +163,12 @@ def _attribute_column(table: pa.Table, name: str, kind: str, schema: StreamSchem
     slow |= ~to_numpy(column.is_valid())
     if pa.types.is_timestamp(t):
         return _timestamps_in_unit(column, schema.time_unit, slow)
-    if t == pa.uint64() and kind != "float":
+    if t == pa.uint64() and kind != AttrType.FLOAT:
         too_big = pc.greater(column, pa.scalar(INT64_MAX, t)).fill_null(False)
         slow |= to_numpy(too_big)
         column = pc.if_else(too_big, pa.scalar(0, t), column)
     column = column.cast(ARROW_TYPES[kind])
-    if kind == "float":
+    if kind == AttrType.FLOAT:
         finite = pc.is_finite(column)
         slow |= ~to_numpy(finite) & ~is_null(finite)
     return column

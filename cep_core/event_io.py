@@ -48,7 +48,7 @@ import orjson
 
 from cep_core.errors import EventError
 from cep_core.events import Event
-from cep_core.schema import NANOS_PER_UNIT, StreamSchema
+from cep_core.schema import AttrType, NANOS_PER_UNIT, StreamSchema
 from cep_core.time_guard import TimeGuard, seq_not_increasing
 
 JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
@@ -125,7 +125,7 @@ def decode_record(record: dict, schema: StreamSchema, seq: int, text: bool = Fal
         if value is None:
             raise EventError(f"null attribute '{name}'" if name in record
                              else f"missing attribute '{name}'")
-        if text and value == "" and kind != "string":  # CSV: an empty field is missing
+        if text and value == "" and kind != AttrType.STRING:  # CSV: an empty field is missing
             raise EventError(f"missing attribute '{name}'")
         attrs[name] = _coerce(name, kind, value, text, schema.time_unit)
     if schema.type_attribute is not None and schema.types is not None:
@@ -137,17 +137,17 @@ def decode_record(record: dict, schema: StreamSchema, seq: int, text: bool = Fal
 
 
 def _coerce(name: str, kind: str, value, text: bool, time_unit: str):
-    if kind == "string":
+    if kind == AttrType.STRING:
         if not isinstance(value, str):
             raise EventError(f"attribute '{name}': expected string, got {_describe(value)}")
         return value
-    if kind == "bool":
+    if kind == AttrType.BOOL:
         if isinstance(value, bool):
             return value
         if text and isinstance(value, str) and value.strip().lower() in ("true", "false"):
             return value.strip().lower() == "true"
         raise EventError(f"attribute '{name}': expected bool, got {_describe(value)}")
-    if kind == "float":
+    if kind == AttrType.FLOAT:
         if text and isinstance(value, str):
             try:
                 value = float(value)
@@ -159,7 +159,7 @@ def _coerce(name: str, kind: str, value, text: bool, time_unit: str):
         if not math.isfinite(value):
             raise EventError(f"attribute '{name}': not a finite number ({value})")
         return float(value)
-    if kind == "timestamp":
+    if kind == AttrType.TIMESTAMP:
         if isinstance(value, datetime):  # Parquet timestamp columns
             return _datetime_to_units(name, value, time_unit)
         if isinstance(value, str) and not (text and _is_int_text(value)):

@@ -72,7 +72,7 @@ from cep_core.event_io import (
 )
 from cep_core.events import Event
 from cep_core.iso_times import iso_times
-from cep_core.schema import StreamSchema
+from cep_core.schema import AttrType, StreamSchema
 from cep_core.time_guard import TimeGuard
 
 BLOCK_BYTES = 4 << 20
@@ -195,7 +195,7 @@ class _Rows:
         columns = [from_numpy(np.array([d.event.seq for d in good], dtype=np.int64))]
         for name, kind in self.schema.attributes.items():
             values = [d.event.attrs[name] for d in good]
-            columns.append(strings(values) if kind == "string" else
+            columns.append(strings(values) if kind == AttrType.STRING else
                            from_numpy(np.array(values, dtype=NUMPY_TYPES[kind])))
         raws = [d.raw for d in good]
         self.add(pa.Table.from_arrays(columns, schema=self.arrow_schema),
@@ -319,7 +319,7 @@ class _JsonParser:
 
         self.read_json = pj.read_json
         columns = _json_schema(schema)
-        self.times = [n for n, kind in schema.attributes.items() if kind == "timestamp"]
+        self.times = [n for n, kind in schema.attributes.items() if kind == AttrType.TIMESTAMP]
         self.time_unit = schema.time_unit
         texts = pa.schema([pa.field(f.name, pa.string()) if f.name in self.times else f
                            for f in columns])
@@ -599,7 +599,7 @@ def _doubtful_rows(table: pa.Table, schema: StreamSchema,
         column = table.column(name)
         if column.null_count:
             doubt |= is_null(column)
-        if kind == "float":  # nulls come out as NaN: doubtful already
+        if kind == AttrType.FLOAT:  # nulls come out as NaN: doubtful already
             doubt |= ~np.isfinite(to_numpy(column))
     seq = table.column("seq")
     if seq.null_count < len(seq) and pc.min(seq).as_py() < 0:
@@ -710,7 +710,8 @@ def _csv_block(block: bytes, header: list[str], first_line: int, first_position:
     text (the first kind the next block tries)."""
     lines = _Lines.of(block, lambda line: line in (b"", b"\r"))
     typed = _parse_csv_typed(block, header, lines, rows.schema, times_as_text)
-    if typed is None and any(kind == "timestamp" for kind in rows.schema.attributes.values()):
+    if typed is None and any(kind is AttrType.TIMESTAMP
+                             for kind in rows.schema.attributes.values()):
         typed = _parse_csv_typed(block, header, lines, rows.schema, not times_as_text)
         times_as_text = times_as_text if typed is None else not times_as_text
     return _csv_rows(block, lines, typed, header, first_line, first_position, rows), \
@@ -782,7 +783,7 @@ def _parse_csv_typed(block: bytes, header: list[str], lines: _Lines, schema: Str
             or any(name not in header for name in schema.attributes)):
         return None
     wanted = {"seq": pa.int64()} if "seq" in header else {}
-    wanted.update({name: pa.string() if kind == "timestamp" and times_as_text
+    wanted.update({name: pa.string() if kind == AttrType.TIMESTAMP and times_as_text
                    else ARROW_TYPES[kind] for name, kind in schema.attributes.items()})
     column = {name: f"f{i}" for i, name in enumerate(header)}
     try:
@@ -799,7 +800,7 @@ def _parse_csv_typed(block: bytes, header: list[str], lines: _Lines, schema: Str
     if table.num_rows != len(lines):
         return None
     columns = [iso_times(table.column(column[name]), schema.time_unit)
-               if times_as_text and schema.attributes.get(name) == "timestamp"
+               if times_as_text and schema.attributes.get(name) == AttrType.TIMESTAMP
                else table.column(column[name]) for name in wanted]
     if "seq" not in wanted:
         columns.insert(0, pa.nulls(table.num_rows, pa.int64()))
@@ -852,15 +853,16 @@ def _plain(text: pa.ChunkedArray, kind: str) -> pa.ChunkedArray:
     say. First a check that accepts only a subset of those (unsigned digits, at most one
     dot inside, short enough): about 10x faster than the regex, and the regex runs only
     on a column where some text fails it (a minus sign, an exponent, a bad value)."""
-    body = text if kind != "float" else pc.replace_substring(text, ".", "", max_replacements=1)
-    short = pc.less_equal(pc.binary_length(text), 18 if kind != "float" else 20)
+    body = text if kind != AttrType.FLOAT else \
+        pc.replace_substring(text, ".", "", max_replacements=1)
+    short = pc.less_equal(pc.binary_length(text), 18 if kind != AttrType.FLOAT else 20)
     fast = pc.and_(pc.ascii_is_decimal(body), short)
-    if kind == "float":
+    if kind == AttrType.FLOAT:
         fast = pc.and_(fast, pc.invert(pc.or_(pc.starts_with(text, "."),
                                               pc.ends_with(text, "."))))
     if pc.all(fast).as_py() is not False:
         return fast
-    return pc.match_substring_regex(text, _PLAIN_FLOAT if kind == "float" else _PLAIN_INT)
+    return pc.match_substring_regex(text, _PLAIN_FLOAT if kind == AttrType.FLOAT else _PLAIN_INT)
 
 
 def _only_plain(text: pa.ChunkedArray, plain: np.ndarray) -> pa.ChunkedArray:
@@ -889,14 +891,15 @@ def _coerce_text(table: pa.Table, schema: StreamSchema) -> tuple[pa.Table, np.nd
             columns.append(pa.nulls(n, ARROW_TYPES[kind]))
             continue
         text = table.column(name)
-        if kind == "string":
+        if kind == AttrType.STRING:
             columns.append(text)
             continue
-        plain = to_numpy(pc.is_in(text, strings(["true", "false"])) if kind == "bool"
+        plain = to_numpy(pc.is_in(text, strings(["true", "false"])) if kind == AttrType.BOOL
                          else _plain(text, kind))
         kept = _only_plain(text, plain)
-        column = pc.starts_with(kept, "t") if kind == "bool" else kept.cast(ARROW_TYPES[kind])
-        if kind == "timestamp" and not plain.all():  # ISO-8601 texts, as iso_times reads
+        column = pc.starts_with(kept, "t") if kind == AttrType.BOOL else \
+            kept.cast(ARROW_TYPES[kind])
+        if kind == AttrType.TIMESTAMP and not plain.all():  # ISO-8601 texts, as iso_times reads
             column = pc.coalesce(column, iso_times(text, schema.time_unit))
             plain = ~is_null(column)
         doubt |= ~plain

@@ -32,7 +32,7 @@ from cep_core.arrow_numpy import ARROW_TYPES, arrow_schema
 from cep_core.errors import EventError
 from cep_core.event_io import DeadLetter, decode_record
 from cep_core.iso_times import iso_times
-from cep_core.schema import StreamSchema
+from cep_core.schema import AttrType, StreamSchema
 
 # Python types a column may hold for the fast path to accept it as is.
 _FAST_TYPES = {"int": {int}, "timestamp": {int}, "float": {int, float}, "bool": {bool},
@@ -112,7 +112,7 @@ def _fast_columns(records: list, schema: StreamSchema, positions: np.ndarray) ->
     for name, kind in schema.attributes.items():
         values = list(map(dict.get, records, repeat(name)))
         types = set(map(type, values))
-        if kind == "timestamp" and types == {str}:  # ISO-8601 texts, as decode_record reads
+        if kind == AttrType.TIMESTAMP and types == {str}:  # ISO-8601 texts, as decode_record reads
             array = iso_times(pa.array(values, pa.string()), schema.time_unit)
             if array.null_count:
                 return None
@@ -124,7 +124,7 @@ def _fast_columns(records: list, schema: StreamSchema, positions: np.ndarray) ->
             array = pa.array(values, ARROW_TYPES[kind])
         except (OverflowError, pa.ArrowException):
             return None
-        if kind == "float" and len(values) and not np.isfinite(
+        if kind == AttrType.FLOAT and len(values) and not np.isfinite(
                 array.to_numpy(zero_copy_only=False)).all():
             return None
         if name == schema.type_attribute and schema.types is not None and len(values) \
@@ -184,7 +184,7 @@ def conform_table(table: pa.Table, schema: StreamSchema) -> pa.Table:
         except pa.ArrowException:
             raise EventError(f"attribute '{name}': expected {kind}, got {column.type}") \
                 from None
-        if kind == "float" and len(column) and not np.isfinite(
+        if kind == AttrType.FLOAT and len(column) and not np.isfinite(
                 column.to_numpy()).all():
             raise EventError(f"attribute '{name}': not a finite number")
         columns[name] = column

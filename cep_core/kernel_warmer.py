@@ -31,7 +31,7 @@ def synthetic_events(schema, n: int = SYNTHETIC_EVENTS) -> list:
     """`n` valid events of the stream: every event type in turn, small repeating values,
     time rising by one second per event."""
     from cep_core.events import Event
-    from cep_core.schema import NANOS_PER_UNIT
+    from cep_core.schema import NANOS_PER_UNIT, AttrType
 
     second = NANOS_PER_UNIT["s"] // NANOS_PER_UNIT[schema.time_unit] or 1
     types = list(getattr(schema, "types", None) or [])
@@ -43,11 +43,11 @@ def synthetic_events(schema, n: int = SYNTHETIC_EVENTS) -> list:
                 attrs[name] = i * second
             elif name == getattr(schema, "type_attribute", None) and types:
                 attrs[name] = types[i % len(types)]
-            elif kind == "string":
+            elif kind == AttrType.STRING:
                 attrs[name] = "abc"[i % 3]
-            elif kind == "float":
+            elif kind == AttrType.FLOAT:
                 attrs[name] = (i % 7) * 0.5
-            elif kind == "bool":
+            elif kind == AttrType.BOOL:
                 attrs[name] = i % 2 == 0
             else:
                 attrs[name] = i % 7

@@ -24,11 +24,24 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 import orjson
 
-ATTRIBUTE_TYPES = ("int", "float", "string", "bool", "timestamp")
+
+
+class AttrType(StrEnum):
+    """The type of a stream attribute (its value in a schema's `attributes`)."""
+
+    INT = "int"
+    FLOAT = "float"
+    STRING = "string"
+    BOOL = "bool"
+    TIMESTAMP = "timestamp"
+
+
+ATTRIBUTE_TYPES = tuple(AttrType)
 # The one table of stream time units: nanoseconds per unit. "ticks" have no wall-clock
 # length (a duration in ms is taken as that many ticks where one must be converted).
 NANOS_PER_UNIT = {"ms": 1_000_000, "s": 1_000_000_000, "us": 1_000, "ns": 1}
@@ -107,7 +120,7 @@ def time_amount(value, time_unit: str, what: str = "max_ahead") -> int | None:
 @dataclass(frozen=True)
 class StreamSchema:
     stream: str
-    attributes: dict[str, str]
+    attributes: dict[str, AttrType]  # (given as text, made AttrTypes)
     time: str
     time_unit: str = "ms"
     type_attribute: str | None = None
@@ -123,13 +136,15 @@ class StreamSchema:
             if kind not in ATTRIBUTE_TYPES:
                 raise SchemaError(f"stream {self.stream}: attribute {name} has unknown type "
                                   f"{kind!r} (one of {', '.join(ATTRIBUTE_TYPES)})")
-        if self.attributes.get(self.time) not in ("timestamp", "int"):
+        object.__setattr__(self, "attributes", {name: AttrType(kind) for name, kind
+                                                in self.attributes.items()})
+        if self.attributes.get(self.time) not in (AttrType.TIMESTAMP, AttrType.INT):
             raise SchemaError(f"stream {self.stream}: time attribute {self.time!r} must be "
                               "an attribute of type timestamp or int")
         if self.time_unit not in TIME_UNITS:
             raise SchemaError(f"stream {self.stream}: time_unit must be one of {TIME_UNITS}")
         if self.type_attribute is not None and \
-                self.attributes.get(self.type_attribute) != "string":
+                self.attributes.get(self.type_attribute) is not AttrType.STRING:
             raise SchemaError(f"stream {self.stream}: type attribute {self.type_attribute!r} "
                               "must be a string attribute")
         for name in TIME_FIELDS:

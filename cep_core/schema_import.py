@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 
-from cep_core.schema import SchemaError, StreamSchema
+from cep_core.schema import AttrType, SchemaError, StreamSchema
 
 SIMPLE_TYPES = {"integer": "int", "number": "float", "string": "string", "boolean": "bool"}
 COMBINERS = ("anyOf", "oneOf", "allOf", "not", "if", "$ref", "$dynamicRef")
@@ -60,7 +60,7 @@ def stream_schema_from_json_schema(document: dict, stream: str | None = None,
         raise SchemaImportError(f"stream name {name!r} is not an identifier: name the stream "
                                 "(a title in the JSON Schema, or the stream argument)")
     required = set(document.get("required", []))
-    attributes: dict[str, str] = {}
+    attributes: dict[str, AttrType] = {}
     problems: list[str] = []
     date_times: list[str] = []
     for prop, spec in document["properties"].items():
@@ -76,17 +76,17 @@ def stream_schema_from_json_schema(document: dict, stream: str | None = None,
         if kind.startswith("!"):
             problems.append(f"{prop}: {kind[1:]}")
             continue
-        if kind == "timestamp":
+        attributes[prop] = AttrType(kind)
+        if attributes[prop] is AttrType.TIMESTAMP:
             date_times.append(prop)
-        attributes[prop] = kind
     if problems:
         raise SchemaImportError("properties that cannot map to stream attributes:\n  "
                                 + "\n  ".join(problems))
     time = time or _time_attribute(date_times, attributes)
     if time not in attributes:
         raise SchemaImportError(f"time attribute {time!r} is not a property of the event")
-    if attributes[time] == "int":
-        attributes[time] = "timestamp"  # numbers counted in time_unit since the epoch
+    if attributes[time] is AttrType.INT:
+        attributes[time] = AttrType.TIMESTAMP  # numbers counted in time_unit since the epoch
     types = None
     if type_attribute is not None:
         enum = document["properties"].get(type_attribute, {}).get("enum")
@@ -123,10 +123,10 @@ def _attribute_type(spec) -> str:
     return SIMPLE_TYPES[kind]
 
 
-def _time_attribute(date_times: list[str], attributes: dict[str, str]) -> str:
+def _time_attribute(date_times: list[str], attributes: dict[str, AttrType]) -> str:
     if len(date_times) == 1:
         return date_times[0]
-    ints = [a for a, k in attributes.items() if k == "int"]
+    ints = [a for a, k in attributes.items() if k is AttrType.INT]
     if date_times:
         raise SchemaImportError(f"several date-time properties ({', '.join(date_times)}): "
                                 "name the time attribute")

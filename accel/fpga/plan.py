@@ -35,6 +35,7 @@ from cep_core.checked import CheckedQuery, Types
 from cep_core.compiler.match import Automaton, MatchCompileError, glushkov
 from cep_core.errors import QueryError
 from cep_core.reference.expr import Env, evaluate
+from cep_core.schema import AttrType
 
 DEFAULT_TUPLE_BITS = 128
 DATAGRAM_PAYLOAD = 1440  # bytes of tuples per datagram (90 tuples of 128 bits, as the paper)
@@ -360,7 +361,7 @@ class _Decoder(ast.Visitor):
 
     def kind(self, attr: str) -> str:
         kind = self.schema.attributes[attr]
-        return "int" if kind == "timestamp" else kind
+        return AttrType.INT if kind == AttrType.TIMESTAMP else kind
 
     def formula(self, expr) -> Formula:
         node = expr.find(ast.Aggregate, ast.WindowAggregate)
@@ -394,7 +395,7 @@ class _Decoder(ast.Visitor):
         return _not(inside) if expr.negated else inside
 
     def visit_Attr(self, expr: ast.Attr) -> Formula:
-        if self.checked.types[expr] != "bool":
+        if self.checked.types[expr] != AttrType.BOOL:
             return self.generic_visit(expr)
         return self.atom(expr, expr.name, "=", True)
 
@@ -429,7 +430,7 @@ class _Decoder(ast.Visitor):
             return _not(self.atom(node, attr, _NEGATED[op], value))
         kind = self.kind(attr)
         text = f"{attr} {op} {value!r}"
-        if kind == "string":
+        if kind == AttrType.STRING:
             if op != "=":
                 raise FpgaUnsupported(
                     f"ordering comparison on the string attribute {attr}: the FPGA circuit "
@@ -437,12 +438,12 @@ class _Decoder(ast.Visitor):
             if value not in self.strings.codes:
                 self.constants.append(value)
             constant = self.strings.code(value)
-        elif kind == "bool":
+        elif kind == AttrType.BOOL:
             if op != "=":
                 raise FpgaUnsupported(f"ordering comparison on the bool attribute {attr}",
                                       node.pos)
             constant = int(bool(value))
-        elif kind == "float":
+        elif kind == AttrType.FLOAT:
             constant = float_key(float(value))
         else:
             if isinstance(value, float) and not value.is_integer():
@@ -463,7 +464,7 @@ class _Decoder(ast.Visitor):
     def layout(self, tuple_bits: int, partition_attr: str | None) -> TupleLayout:
         widths = []
         for attr, kind in self.fields.items():
-            if kind == "int":
+            if kind == AttrType.INT:
                 inside = all(INT32_MIN < c < INT32_MAX for c in self.int_constants.get(attr, []))
                 width = 32 if inside else 64
             else:
@@ -475,7 +476,8 @@ class _Decoder(ast.Visitor):
         offset = SEQ_BITS + PARTITION_BITS
         # Widest first, so every field sits at a multiple of its own width.
         for attr, kind, width in sorted(widths, key=lambda w: -w[2]):
-            fields.append(Field(attr, "attribute", attr, kind, offset, width, kind != "string"))
+            fields.append(Field(attr, "attribute", attr, kind, offset, width,
+                                kind != AttrType.STRING))
             offset += width
         bits = max(tuple_bits, -(-offset // DEFAULT_TUPLE_BITS) * DEFAULT_TUPLE_BITS)
         if bits % DEFAULT_TUPLE_BITS:
@@ -581,11 +583,11 @@ def pack_tuples(plan: FpgaPlan, batch: Batch, partition_ids: np.ndarray | None =
     records["partition"] = partition_ids.astype(np.uint32)
     for f in layout.fields[2:]:
         column = batch.columns[f.source]
-        if f.kind == "float":
+        if f.kind == AttrType.FLOAT:
             records[f.name] = float_keys(column)
-        elif f.kind == "string":
+        elif f.kind == AttrType.STRING:
             records[f.name] = np.asarray(column, dtype=np.int64).astype(np.uint32)
-        elif f.kind == "bool":
+        elif f.kind == AttrType.BOOL:
             records[f.name] = np.asarray(column).astype(np.int8)
         elif f.width == 32:
             records[f.name] = np.clip(np.asarray(column, dtype=np.int64), INT32_MIN, INT32_MAX)

@@ -39,6 +39,7 @@ from cep_core.engine.keys import KeyIndex
 from cep_core.engine.seq import BACKWARDS_TIME, NotSupportedError
 from cep_core.engine.seq_base import SeqEngineBase, string_columns
 from cep_core.engine.seq_output import SeqOutput
+from cep_core.schema import AttrType
 
 INT64_MIN = np.iinfo(np.int64).min
 INT64_MAX = np.iinfo(np.int64).max
@@ -249,7 +250,7 @@ class GpuSeqEngine(Engine):
             whi = np.maximum(ring.lower_bound(0, parts, self._values(anchor, B, parts, 0)),
                              wlo)
             kind = self.schema.attributes.get(use.node.attr) if use.node.attr else "int"
-            d_v = cuda.device_array(M, np.float64 if kind == "float" else np.int64,
+            d_v = cuda.device_array(M, np.float64 if kind == AttrType.FLOAT else np.int64,
                                     stream=stream)
             d_n = cuda.device_array(M, np.int64, stream=stream)
             self.kernels.wagg(k)[M, self.kernels.reduce_threads, stream](

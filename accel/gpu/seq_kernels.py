@@ -32,6 +32,7 @@ from cep_core.compiler.modules import load_module
 from cep_core.compiler.seq_cdp import Layout
 from cep_core.compiler.seq_codegen import emit_store_lines
 from cep_core.compiler.seq_plan import ANY, SeqPlan
+from cep_core.schema import AttrType
 from accel.gpu.seq_support import has_window_aggregate, unsupported_reason
 
 A = ast.AggFunc
@@ -99,14 +100,14 @@ class SeqKernelGenerator:
 
     def kind(self, name: str) -> str:
         kind = self.schema.attributes[name]
-        return "int" if kind == "timestamp" else kind
+        return AttrType.INT if kind == AttrType.TIMESTAMP else kind
 
     def column(self, channel: int, row: str, name: str) -> str:
         where, col = self.layout.slots[name]
         slot = f"RB[p, {channel}] + {row} % RC[p, {channel}]"
         if where == "f":
             return f"F{channel}[{slot}, {col}]"
-        if self.schema.attributes[name] == "bool":
+        if self.schema.attributes[name] == AttrType.BOOL:
             return f"(I{channel}[{slot}, {col}] != 0)"
         return f"I{channel}[{slot}, {col}]"
 
@@ -177,13 +178,13 @@ class SeqKernelGenerator:
         node, c = use.node, use.channel
         kind = self.kind(node.attr) if node.attr else "int"
         T = self.reduce_threads
-        dtype = "float64" if kind == "float" else "int64"
+        dtype = "float64" if kind == AttrType.FLOAT else "int64"
         value = self.column(c, "j", node.attr) if node.attr else "0"
         guard = "True" if node.filter is None else self.condition(node.filter, (c, "j"))
         func = node.func
         body = ["m = cuda.blockIdx.x", "tid = cuda.threadIdx.x", "p = sp[m]"]
         body += self.bind_lines([v.name for v in self.plan.positive], "m")
-        if func in (A.SUM, A.AVG) and kind == "float":
+        if func in (A.SUM, A.AVG) and kind == AttrType.FLOAT:
             seq = ["acc = 0.0", "n = 0", "for j in range(wlo[m], whi[m]):",
                    f"    if {guard}:", f"        acc += {value}", "        n += 1",
                    "out_v[m] = acc", "out_n[m] = n"]
@@ -191,7 +192,7 @@ class SeqKernelGenerator:
                     f"def wagg_{k}(B, sp, wlo, whi, out_v, out_n, {self.tail_params()}):"] + \
                 _indent(body + ["if tid == 0:"] + _indent(seq)) + [""]
         less = "<" if func is A.MIN else ">"
-        better_x = f"s_rank[x] {less} s_rank[acc]" if kind == "string" else f"x {less} acc"
+        better_x = f"s_rank[x] {less} s_rank[acc]" if kind == AttrType.STRING else f"x {less} acc"
         fold = {A.SUM: ["acc += x"], A.AVG: ["acc += x"], A.COUNT: [],
                 A.MIN: [f"if n == 0 or {better_x}:", "    acc = x"],
                 A.MAX: [f"if n == 0 or {better_x}:", "    acc = x"],
@@ -213,7 +214,7 @@ class SeqKernelGenerator:
         elif func is A.COUNT:
             merge = []
         elif func in (A.MIN, A.MAX):
-            better = (f"s_rank[{y}] {less} s_rank[sv[tid]]" if kind == "string"
+            better = (f"s_rank[{y}] {less} s_rank[sv[tid]]" if kind == AttrType.STRING
                       else f"{y} {less} sv[tid]")
             merge = ["if sn[o] > 0 and (sn[tid] == 0 or " + better + "):", f"    sv[tid] = {y}"]
         elif func is A.FIRST:

@@ -20,6 +20,7 @@ from cep_core import ast
 from cep_core.batch import StringDictionary
 from cep_core.checked import Types
 from cep_core.kernels.string_tables import STRING_TABLE_PARAMS  # noqa: F401 (the generators take it from here)
+from cep_core.schema import AttrType
 
 FALSE = "False"
 
@@ -121,7 +122,7 @@ class ExpressionCompiler(ast.Visitor):
         left, right = self.compile(node.left), self.compile(node.right)
         if node.op in _COMPARE:
             a, b = left.value, right.value
-            if self.types[node.left] == "string" and node.op not in ("=", "!="):
+            if self.types[node.left] == AttrType.STRING and node.op not in ("=", "!="):
                 a, b = f"s_rank[{a}]", f"s_rank[{b}]"
             guard = _or(left.null, right.null)
             test = f"({a} {_COMPARE[node.op]} {b})"
@@ -134,7 +135,7 @@ class ExpressionCompiler(ast.Visitor):
             return Code(f"(({a}) / ({b}) if ({b}) != 0 else np.float64(0.0))",
                         _or(null, f"(({b}) == 0)"))
         if node.op is ast.BinaryOp.MOD:
-            zero = "np.float64(0.0)" if self.types[node] == "float" else "np.int64(0)"
+            zero = "np.float64(0.0)" if self.types[node] == AttrType.FLOAT else "np.int64(0)"
             return Code(f"(({a}) % ({b}) if ({b}) != 0 else {zero})", _or(null, f"(({b}) == 0)"))
         raise ValueError(f"unknown operator {node.op}")
 

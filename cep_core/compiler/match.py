@@ -65,6 +65,7 @@ from cep_core.kernels.match_runtime import (
     HEAD,
 )
 from cep_core.kernels.match_runtime import dtype_of as _dtype
+from cep_core.schema import AttrType
 
 MAX_POSITIONS = 63
 A = ast.AggFunc
@@ -153,7 +154,7 @@ class Table:
         if key in self.kinds:
             return
         self.kinds[key] = kind
-        columns = self.floats if kind == "float" else self.ints
+        columns = self.floats if kind == AttrType.FLOAT else self.ints
         columns[key] = len(columns)
 
     def ref(self, key: tuple, row: str) -> str:
@@ -173,7 +174,7 @@ class Table:
     def read(self, key: tuple, row: str) -> str:
         """Code reading a column as a value of its kind (bools are stored as 0/1)."""
         code = self.ref(key, row)
-        return f"({code} != 0)" if self.kinds[key] == "bool" else code
+        return f"({code} != 0)" if self.kinds[key] == AttrType.BOOL else code
 
     def arrays(self) -> list[tuple[str, int, str]]:
         """(array, columns, dtype) of the matrices in use (ints always)."""
@@ -305,7 +306,7 @@ class _Generator:
 
     def kind(self, attr: str) -> str:
         kind = self.schema.attributes[attr]
-        return "int" if kind == "timestamp" else kind
+        return AttrType.INT if kind == AttrType.TIMESTAMP else kind
 
     def value(self, attr: str) -> str:
         """The current event's value of an attribute (the time attribute is `ts`)."""
@@ -357,7 +358,7 @@ class _Generator:
                 lines.append(f"{u} = {old} + 1")
             elif agg in ("max", "min"):
                 v = self.value(key[1])
-                if self.kind(key[1]) == "string":
+                if self.kind(key[1]) == AttrType.STRING:
                     op = ">" if agg == "max" else "<"
                     lines.append(f"{u} = {old}")
                     lines.append(f"{u} = {v} if s_rank[{v}] {op} s_rank[{u}] else {u}")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from cep_core.compiler.expressions import ExpressionCompiler, StringConstants
 from cep_core.compiler.seq_plan import ANY, SeqPlan, VarKind
+from cep_core.schema import AttrType
 
 
 # seq_runtime functions every SEQ kernel module imports as `_name`
@@ -35,11 +36,11 @@ def emit_store_lines(j: int, kind: str, code, row: str) -> list[str]:
     """Kernel lines storing EMIT item j (compiled `code` of type `kind`) of match `row`
     into the output arrays: `ovi` (ints, string codes, bools as 0/1) or `ovf`, and its
     NULL flag in `ovn`."""
-    target = "ovf" if kind == "float" else "ovi"
+    target = "ovf" if kind == AttrType.FLOAT else "ovi"
     value = code.value
-    if kind == "bool":
+    if kind == AttrType.BOOL:
         value = f"(1 if {value} else 0)"
-    elif kind == "float":
+    elif kind == AttrType.FLOAT:
         value = f"np.float64({value})"
     store = [f"ovn[{row}, {j}] = 0", f"{target}[{row}, {j}] = {value}"]
     if code.nullable:
@@ -77,7 +78,7 @@ class Layout:
     def of(cls, schema) -> Layout:
         slots, ints, floats = {}, [], []
         for name, kind in schema.attributes.items():
-            if kind == "float":
+            if kind == AttrType.FLOAT:
                 slots[name] = ("f", len(floats))
                 floats.append(name)
             else:
@@ -121,13 +122,13 @@ class ChannelCodeGenerator:
 
     def kind(self, name: str) -> str:
         kind = self.schema.attributes[name]
-        return "int" if kind == "timestamp" else kind
+        return AttrType.INT if kind == AttrType.TIMESTAMP else kind
 
     def column(self, channel: int, row: str, name: str) -> str:
         where, col = self.layout.slots[name]
         if where == "f":
             return f"F{channel}[{row}, {col}]"
-        if self.schema.attributes[name] == "bool":
+        if self.schema.attributes[name] == AttrType.BOOL:
             return f"(I{channel}[{row}, {col}] != 0)"
         return f"I{channel}[{row}, {col}]"
 

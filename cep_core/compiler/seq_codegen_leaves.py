@@ -8,12 +8,13 @@ from __future__ import annotations
 from cep_core import ast
 from cep_core.compiler.expressions import Code
 from cep_core.compiler.seq_codegen import indent
+from cep_core.schema import AttrType
 
 A = ast.AggFunc
 
 
 def zero(kind: str | None) -> str:
-    return "np.float64(0.0)" if kind == "float" else ("False" if kind == "bool"
+    return "np.float64(0.0)" if kind == AttrType.FLOAT else ("False" if kind == AttrType.BOOL
                                                          else "np.int64(0)")
 
 
@@ -61,7 +62,8 @@ class ChannelLeaves:
             body.append(f"{t} += {t}_w")
         elif func in (A.MIN, A.MAX):
             op = "<" if func is A.MIN else ">"
-            test = f"s_rank[{t}_w] {op} s_rank[{t}]" if kind == "string" else f"{t}_w {op} {t}"
+            test = f"s_rank[{t}_w] {op} s_rank[{t}]" if kind == AttrType.STRING \
+                else f"{t}_w {op} {t}"
             body += [f"if {t}_n == 0 or {test}:", f"    {t} = {t}_w"]
         elif func is A.FIRST:
             body += [f"if {t}_n == 0:", f"    {t} = {t}_w"]

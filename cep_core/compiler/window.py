@@ -34,6 +34,7 @@ from cep_core.compiler.expressions import (
 from cep_core.compiler.modules import load_module
 from cep_core.compiler.programs import once_per_query
 from cep_core.kernels import window_kernels as wk
+from cep_core.schema import AttrType
 
 # ---------------------------------------------------------------- predicates
 
@@ -191,7 +192,7 @@ def compile_predicate(expr: ast.Expr, schema, types: Types) -> CompiledPredicate
     source = _PREDICATE.format(columns="".join(f"c{k}, " for _, k in used),
                                tables=STRING_TABLE_PARAMS, condition=condition)
     columns = [name for name, _ in used]
-    dense = (columns[0] if len(columns) == 1 and schema.attributes[columns[0]] == "string"
+    dense = (columns[0] if len(columns) == 1 and schema.attributes[columns[0]] == AttrType.STRING
              else None)
     return CompiledPredicate(
         key=canonical(expr), source=source, columns=columns,
@@ -285,17 +286,17 @@ def plan(checked: CheckedQuery) -> WindowPlan:
         if func is A.COUNT:  # batches hold no nulls: count(attr) = count(*)
             items.append((name, ("count",)))
         elif func in (A.SUM, A.AVG):
-            if kind == "float":
+            if kind == AttrType.FLOAT:
                 a = slot(exact_sums, attr)
                 items.append((name, ("xsum" if func is A.SUM else "avg_x", a)))
             else:
                 a = slot(int_accs, (wk.I_SUM, attr))
                 items.append((name, ("int", a, "int") if func is A.SUM else ("avg_int", a)))
         elif func in (A.MIN, A.MAX):
-            if kind == "float":
+            if kind == AttrType.FLOAT:
                 a = slot(float_accs, (wk.F_MIN if func is A.MIN else wk.F_MAX, attr))
                 items.append((name, ("float", a)))
-            elif kind == "string":
+            elif kind == AttrType.STRING:
                 a = slot(int_accs, (wk.I_SMIN if func is A.MIN else wk.I_SMAX, attr))
                 items.append((name, ("int", a, "string")))
             else:

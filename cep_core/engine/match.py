@@ -50,6 +50,7 @@ from cep_core.kernels.string_tables import StringTables
 from cep_core.composite_batch import ColumnBatch, CompositeBatch, Decoder, Field, Keys
 from cep_core.engine.base import Engine
 from cep_core.engine.keys import KeyIndex
+from cep_core.schema import AttrType
 
 INT64_MIN = np.iinfo(np.int64).min
 CHUNK = 1 << 22  # a bigger batch is processed in chunks (bounds the per-event buffers)
@@ -375,7 +376,7 @@ class MatchEngine(Engine):
         if p.collect:
             used = np.arange(int(a["ctr"][_CTR["log_n"]]))
             for (name, _), attr in zip(p.log_fields, _collected(self.query)):
-                if self.schema.attributes[attr] == "string":
+                if self.schema.attributes[attr] == AttrType.STRING:
                     cells.append((a[name], used))
         return cells
 
@@ -492,7 +493,7 @@ def _string_columns(table) -> np.ndarray:
     """Indexes of a state table's (`Program.records`, `.keys`, `.slots`) int columns that
     hold string codes."""
     return np.array([table.ints[key] for key, kind in table.kinds.items()
-                     if kind == "string"], np.int64)
+                     if kind == AttrType.STRING], np.int64)
 
 
 def _rows(starts: np.ndarray, counts: np.ndarray, stride: int) -> np.ndarray:
@@ -532,7 +533,7 @@ class _Keys:
             "int", "timestamp", "string")
         self.index = None if self.fast else KeyIndex(attrs)
         self.string_positions = [i for i, a in enumerate(attrs)
-                                 if schema.attributes[a] == "string"]
+                                 if schema.attributes[a] == AttrType.STRING]
         self.codes = np.zeros(16, np.int64)  # fast path: the key of each id
         self.count = 0  # fast path: ids in use or released (the id range)
         self.free = np.zeros(16, np.int64)  # fast path: released ids, taken before new ones

@@ -54,6 +54,7 @@ from cep_core.engine.seq_idle import (
 )
 from cep_core.kernels.seq_aip_runtime import expire, pool_compact
 from cep_core.kernels.seq_layout import ERR, OVF, PALIVE, POOL
+from cep_core.schema import AttrType
 
 
 class AipOverflowError(RuntimeError):
@@ -290,7 +291,7 @@ class SeqAipEngine(SeqEngineBase):
 
     def _class_holds_strings(self) -> bool:
         return self.class_attr is not None and \
-            self.schema.attributes[self.class_attr] == "string"
+            self.schema.attributes[self.class_attr] == AttrType.STRING
 
     def _more_string_codes(self) -> list[np.ndarray]:
         """The class values of live instance keys, when they are strings."""

@@ -23,6 +23,7 @@ from cep_core.engine.base import Engine
 from cep_core.engine.keys import KeyIndex
 from cep_core.engine.seq_idle import IdleKeys
 from cep_core.engine.seq_output import SeqOutput
+from cep_core.schema import AttrType
 
 BACKWARDS_TIME = "event time goes backwards"
 
@@ -30,7 +31,7 @@ BACKWARDS_TIME = "event time goes backwards"
 def string_columns(layout, schema) -> list[int]:
     """The int columns of a SEQ channel row (`Layout`) that hold string codes."""
     return [col for name, (where, col) in layout.slots.items()
-            if where == "i" and schema.attributes[name] == "string"]
+            if where == "i" and schema.attributes[name] == AttrType.STRING]
 
 
 class SeqEngineBase(Engine):
@@ -153,7 +154,7 @@ class SeqEngineBase(Engine):
 
     def _key_string_positions(self) -> list[int]:
         return [i for i, a in enumerate(self.keys.attrs)
-                if self.schema.attributes[a] == "string"]
+                if self.schema.attributes[a] == AttrType.STRING]
 
     def _stored_rows(self, c: int) -> np.ndarray:
         """Arena rows of channel c that hold stored events (every partition's)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from cep_core.composite_batch import BoundEvents, ColumnBatch, Decoder, Field, Keys
+from cep_core.schema import AttrType
 
 
 def _copy(column: np.ndarray) -> np.ndarray:
@@ -85,7 +86,7 @@ class SeqOutput:
         fields = []
         if not timed_out:
             for j, (name, kind) in enumerate(self.emit_plan):
-                source = ovf[:n_out, j] if kind == "float" else ovi[:n_out, j]
+                source = ovf[:n_out, j] if kind == AttrType.FLOAT else ovi[:n_out, j]
                 fields.append(Field(name, kind, _copy(source),
                                     _copy(ovn[:n_out, j])))
         strings = self.engine.strings.strings

@@ -46,7 +46,7 @@ from cep_core.kernels import window_kernels as wk
 from cep_core.engine.base import Engine
 from cep_core.engine.keys import KeyIndex
 from cep_core.composite_batch import row_builder
-from cep_core.schema import StreamSchema
+from cep_core.schema import AttrType, StreamSchema
 
 CHUNK = 1 << 16
 FIRST_GROUPS = 8
@@ -76,14 +76,14 @@ class _Grouping:
         self.attrs = attrs
         if not attrs:
             self.kind = "none"
-        elif len(attrs) == 1 and schema.attributes[attrs[0]] == "string":
+        elif len(attrs) == 1 and schema.attributes[attrs[0]] == AttrType.STRING:
             self.kind = "dense"
         else:
             self.kind = "general"
         self.index = KeyIndex(list(attrs)) if self.kind == "general" else None
         self.users: set[str] = set()
         self.string_positions = [i for i, attr in enumerate(attrs)
-                                 if schema.attributes[attr] == "string"]
+                                 if schema.attributes[attr] == AttrType.STRING]
 
     def ids(self, batch: Batch, a: int, b: int, zeros: np.ndarray) -> np.ndarray:
         if self.kind == "none":
@@ -699,7 +699,7 @@ class WindowQuerySet:
                 column = counts.tolist()
             elif tag == "int":
                 column = ints[:, wk.O_SIZE + how[1]].tolist()
-                if how[2] == "string":
+                if how[2] == AttrType.STRING:
                     decode = self.strings.decode
                     column = [decode(code) for code in column]
             elif tag == "float":
