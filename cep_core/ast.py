@@ -565,9 +565,11 @@ class RecognizeQuery(Node):
 
     `select` is None for `SELECT *`; `pattern` is RSym, RRepeat(RSym) and RCat of those
     (the checker refuses what Flink refuses); a MEASURES item is an `EmitItem`.
+    `ORDER BY ts, price DESC`: `order_by` is ts, `then_by` [price] and `then_desc` [True]
+    (rows of one time in that order, as Flink sorts them).
     """
 
-    child_fields = ("select", "order_by", "measures", "pattern", "defines")
+    child_fields = ("select", "order_by", "then_by", "measures", "pattern", "defines")
 
     select: list[Attr] | None
     order_by: Attr
@@ -580,6 +582,9 @@ class RecognizeQuery(Node):
     alias: str | None = None
     pos: Pos = NOPOS
     all_rows_pos: Pos | None = None  # where ALL ROWS PER MATCH was written (refused)
+    then_by: list[Attr] = field(default_factory=list)  # ORDER BY's columns after the time
+    then_desc: list[bool] = field(default_factory=list)  # each of then_by: DESC
+    order_desc_pos: Pos | None = None  # where `ORDER BY ts DESC` was written (refused)
 
 
 # ---------------------------------------------------------------- queries and files

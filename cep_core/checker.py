@@ -453,6 +453,12 @@ class _QueryChecker(ast.Visitor):
                                           f"'{self.schema.time}' (Flink orders a MATCH_RECOGNIZE "
                                           f"by its time attribute), not '{body.order_by.name}'")
         self.types[body.order_by] = self._known_type(body.order_by.name)
+        if body.order_desc_pos is not None:
+            self.error(body.order_desc_pos, f"ORDER BY {body.order_by.name} DESC: Flink refuses "
+                                            "it (\"Primary sort order of a streaming table must "
+                                            "be ascending on time\")")
+        for attr in body.then_by:  # rows of one time: Flink sorts them by these
+            self.types[attr] = self.attribute_type(attr.name, attr.pos)
         variables = {}
         for index, element in enumerate(recognize_elements(body.pattern, self.error)):
             if element.var in variables:
@@ -481,6 +487,12 @@ class _QueryChecker(ast.Visitor):
         for attr in self.query.partition_by:
             outputs[attr.name] = attr.pos
         for item in body.measures:
+            if item.name in _COMPOSITE_NAMES:
+                self.error(item.pos, f"MEASURES ... AS {item.name}: Flink takes this name, but "
+                                     f"every composite event here has '{item.name}' already "
+                                     f"({_COMPOSITE_NAMES[item.name]}); name the measure "
+                                     f"otherwise, as in AS {item.name}_")
+                continue
             self._output_name(item.name, item.pos, outputs, "PARTITION BY and MEASURES")
             self.expr(item.expr, replace(RECOGNIZE_MEASURES, variables=variables))
         for attr in body.select or []:
@@ -510,26 +522,62 @@ class _QueryChecker(ast.Visitor):
         if name == "IS_NULL":
             self.expr(node.args[0], scope)
             return "bool"
-        if name == "PREV":
-            if len(node.args) != 1:
-                self.error(node.pos, "PREV takes one argument (Flink 2.3 refuses an offset: "
-                                     "PREV(B.price), not PREV(B.price, 2))")
-                return None
-            named = next((a for a in node.args[0].find_all(ast.Attr) if a.var), None)
-            if named is not None:
-                self.error(named.pos, f"PREV({named.var}.{named.name}): Flink refuses a "
-                                      f"variable's column in PREV (no physical offsets within "
-                                      f"a partition); write PREV({named.name}) for the "
-                                      f"previous row, or LAST({named.var}.{named.name}, 1)")
-                return None
-            return self.expr(node.args[0], scope)
+        if name in _FLINK_LACKS:
+            self.error(node.pos, f"{name}(): {_FLINK_LACKS[name]}")
+            return None
+        if name in ("PREV", "NEXT"):
+            return self._prev(node, name, scope)
         if node.args:
             self.error(node.pos, f"{name}() takes no argument")
             return None
-        if scope.name != "MEASURES":
-            self.error(node.pos, f"{name}() belongs in MEASURES")
-            return None
+        # MATCH_ROWTIME(), MATCH_PROCTIME(): in DEFINE too, as in Flink (there MATCH_ROWTIME()
+        # is the current row's time); MATCH_PROCTIME() is the machine's clock, in milliseconds
         return "int"
+
+    def _prev(self, node: ast.Call, name: str, scope: Scope) -> str | None:
+        """PREV(expr [, n]) in DEFINE as Flink 2.3 takes it: the row n (default 1) before
+        the current one within the match, of an expression over the current row's columns."""
+        if scope.name == "MEASURES":
+            self.error(node.pos, f"{name} in MEASURES: Flink refuses it (\"Cannot use "
+                                 f"PREV/NEXT in MEASURE\"); use FIRST or LAST, as in "
+                                 f"LAST(B.price, 1)")
+            return None
+        if name == "NEXT":
+            self.error(node.pos, "NEXT in DEFINE: Flink refuses it (\"Flink does not support "
+                                 "physical offsets within partition\": a DEFINE sees the rows "
+                                 "so far, not the next one)")
+            return None
+        if not 1 <= len(node.args) <= 2:
+            self.error(node.pos, "PREV takes an expression and an optional offset, as in "
+                                 "PREV(price) or PREV(price, 2)")
+            return None
+        if len(node.args) == 2:
+            offset = node.args[1]
+            if not isinstance(offset, ast.Literal) or type(offset.value) is not int or \
+                    offset.duration is not None:
+                self.error(_start(offset), "PREV's offset is a whole number, as in "
+                                           "PREV(price, 2) (Flink refuses an expression there)")
+                return None
+            if offset.value < 0:
+                self.error(offset.pos, f"PREV(..., {offset.value}): a negative offset looks "
+                                       "ahead, which Flink fails on when it runs (an "
+                                       "IndexOutOfBoundsException); PREV looks back")
+                return None
+        nested = next(iter(node.args[0].find_all(ast.Aggregate)), None)
+        if nested is not None:
+            self.error(nested.pos, f"PREV({nested.func.value.upper()}(...)): Flink refuses "
+                                   "navigation inside PREV (\"Flink does not support physical "
+                                   "offsets within partition\"); write PREV(price) or "
+                                   "LAST(B.price, 1)")
+            return None
+        named = next((a for a in node.args[0].find_all(ast.Attr) if a.var), None)
+        if named is not None:
+            self.error(named.pos, f"PREV({named.var}.{named.name}): Flink refuses a "
+                                  f"variable's column in PREV (no physical offsets within "
+                                  f"a partition); write PREV({named.name}) for the "
+                                  f"previous row, or LAST({named.var}.{named.name}, 1)")
+            return None
+        return self.expr(node.args[0], scope)
 
     def _coalesce(self, node: ast.Call, scope: Scope) -> str | None:
         kinds = [self.expr(arg, scope) for arg in node.args]
@@ -901,7 +949,19 @@ _AGGREGATE_ARGS = {
     "window": _QueryChecker._window_aggregate_arg,
     "recognize": _QueryChecker._recognize_aggregate_arg,
 }
-RECOGNIZE_CALLS = ("PREV", "MATCH_ROWTIME", "COALESCE", "IS_NULL")
+RECOGNIZE_CALLS = ("PREV", "NEXT", "MATCH_ROWTIME", "MATCH_PROCTIME", "COALESCE", "IS_NULL",
+                   "CLASSIFIER", "MATCH_NUMBER")
+# The fields a MATCH_RECOGNIZE's composite event has beside its PARTITION BY and MEASURES
+_COMPOSITE_NAMES = {"query": "the query's name", "key": "the partition key",
+                    "seq": "the seq of the match's last row",
+                    "start_seq": "the seq of its first row"}
+# What Flink 2.3's MATCH_RECOGNIZE refuses though SQL:2016 has it (its own words quoted)
+_FLINK_LACKS = {
+    "CLASSIFIER": "Flink 2.3 refuses it when it plans the query (\"Unsupported call: "
+                  "CLASSIFIER()\"), in MEASURES and in DEFINE",
+    "MATCH_NUMBER": "Flink 2.3 has no such function (\"No match found for function "
+                    "signature MATCH_NUMBER()\")",
+}
 
 
 # ---------------------------------------------------------------- small helpers

@@ -547,12 +547,15 @@ class _ToAst(Transformer):
         select = [c for c in children if isinstance(c, (ast.SelectItem, _SelectStar))]
         (stream, partition, order_by, measures, rows, skip, pattern, within, *defines,
          alias) = children[len(select):]
+        (order_by, order_desc), *then = order_by
         body = ast.RecognizeQuery(
             select=self._recognize_select(select), order_by=order_by, measures=measures or [],
             skip=skip[0] if skip else ast.SkipTo.NEXT_ROW,  # Flink's (Calcite's) default
             skip_var=skip[1] if skip else None, pattern=pattern, within=within,
             defines=defines, alias=alias, pos=self._pos(meta),
-            all_rows_pos=rows if isinstance(rows, ast.Pos) else None)
+            all_rows_pos=rows if isinstance(rows, ast.Pos) else None,
+            then_by=[attr for attr, _ in then], then_desc=[desc is not None for _, desc in then],
+            order_desc_pos=order_desc)
         return _Recognize(body, str(stream), partition or [])
 
     def _recognize_select(self, items) -> list[ast.Attr] | None:
@@ -573,8 +576,21 @@ class _ToAst(Transformer):
     def mr_partition(self, meta, attrs):
         return attrs
 
-    def mr_order(self, meta, name):
-        return ast.Attr(str(name), None, self._pos(name))
+    @v_args(meta=True, inline=False)
+    def mr_order(self, meta, keys):
+        return keys
+
+    def mr_sort_key(self, meta, name, direction):
+        """-> (Attr, the position of DESC or None)."""
+        desc = direction is not None and str(direction).lower() == "desc"
+        return ast.Attr(str(name), None, self._pos(name)), self._pos(direction) if desc else None
+
+    def set_quantifier(self, meta, word):
+        if str(word).lower() == "distinct":
+            raise QueryError("DISTINCT in an aggregate: Flink 2.3 refuses it in "
+                             "MATCH_RECOGNIZE (\"DISTINCT/ALL not allowed with ... "
+                             "function\"), and no query here takes it", self._pos(word))
+        return None  # ALL: SQL's default
 
     @v_args(meta=True, inline=False)
     def mr_measures(self, meta, items):
@@ -778,6 +794,12 @@ class _ToAst(Transformer):
         return ast.Call(str(name), args, pos)
 
     def _aggregate(self, func, args, pos):
+        if func in (ast.AggFunc.FIRST, ast.AggFunc.LAST) and args and \
+                isinstance(args[0], ast.Call) and args[0].name.upper() in ("PREV", "NEXT"):
+            raise QueryError(f"{func.value.upper()}({args[0].name.upper()}(...)): Flink refuses "
+                             "it (\"Cannot nest PREV/NEXT under LAST/FIRST\"); PREV reads the "
+                             "row before the current one, LAST(B.price, 1) the row before B's "
+                             "last", pos)
         if func is ast.AggFunc.COUNT:
             if not args or args == [_STAR]:
                 return ast.Aggregate(func, None, pos)

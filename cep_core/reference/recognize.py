@@ -27,6 +27,7 @@ and a DEFINE holds only when true; `AVG` of ints is an int and int `/` int trunc
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 import orjson
@@ -164,9 +165,11 @@ class RecognizeEvaluator(Evaluator):
     def visit_Call(self, node: ast.Call, env):
         name = node.name.upper()
         if name == "PREV":
-            return env.prev(node.args[0], self)
-        if name == "MATCH_ROWTIME":
-            return env.rowtime
+            return env.prev(node.args[0], self, node.args[1].value if len(node.args) > 1 else 1)
+        if name == "MATCH_ROWTIME":  # in DEFINE: the current row's time (Flink's)
+            return env.rowtime if env.rowtime is not None else env.rows[-1][1].ts
+        if name == "MATCH_PROCTIME":  # the machine's clock, as Flink's
+            return time.time_ns() // 1_000_000
         if name == "IS_NULL":
             return self.visit(node.args[0], env) is None
         if name == "COALESCE":
@@ -221,14 +224,15 @@ class _Rows(Env):
             return _truncate(total, len(values))
         return total / len(values)
 
-    def prev(self, expr: ast.Expr, evaluator: RecognizeEvaluator):
-        """PREV(expr): expr on the row before the one expr points at (its variable's last
-        row, else the current row), within the match; NULL before the match's first row."""
+    def prev(self, expr: ast.Expr, evaluator: RecognizeEvaluator, offset: int = 1):
+        """PREV(expr, offset): expr on the row `offset` rows (1 unless given) before the one
+        expr points at (its variable's last row, else the current row), within the match;
+        NULL before the match's first row."""
         var = next((a.var for a in expr.find_all(ast.Attr) if a.var is not None), None)
         anchors = [i for i, (v, _) in enumerate(self.rows) if var is None or v == var]
-        if not anchors or anchors[-1] == 0:
+        if not anchors or anchors[-1] < offset:
             return None
-        return evaluator.visit(expr, _Rows(self.rows, self.rows[anchors[-1] - 1][1]))
+        return evaluator.visit(expr, _Rows(self.rows, self.rows[anchors[-1] - offset][1]))
 
 
 EVALUATE = RecognizeEvaluator().visit
@@ -287,8 +291,42 @@ class RecognizeInterpreter:
         self.partitions: dict[object, _Partition] = {}
         self.keys: dict[object, object] = {}
         self.dead_letters: list[tuple[Event, str]] = []
+        # ORDER BY ts, col...: per partition, the rows of its latest time not yet taken
+        self.pending: dict[object, list[Event]] = {}
 
     def process(self, event: Event) -> list[dict]:
+        if self.body.then_by:
+            return self._process_sorted(event)
+        return self._process(event)
+
+    def _process_sorted(self, event: Event) -> list[dict]:
+        """`ORDER BY ts, col...`: the rows of one time wait in their partition's `pending`
+        until a later row comes (or the end), then go in in the order of those columns, as
+        Flink's operator sorts the rows of a time before its automaton takes them."""
+        slot = _hashable(partition_key(self.query.partition_by, event))
+        pending = self.pending.setdefault(slot, [])
+        if pending and event.ts < pending[0].ts:
+            reason = "event time goes backwards in partition " + orjson.dumps(
+                partition_key(self.query.partition_by, event)).decode()
+            self.dead_letters.append((event, reason))
+            return []
+        out = self._drain(slot) if pending and event.ts > pending[0].ts else []
+        self.pending[slot].append(event)
+        return out
+
+    def _drain(self, slot, before: int | None = None) -> list[dict]:
+        """The rows waiting in a partition (those before time `before`), sorted, go in."""
+        pending = self.pending.get(slot, [])
+        if not pending or (before is not None and pending[0].ts >= before):
+            return []
+        self.pending[slot] = []
+        return [c for event in sorted(pending, key=self._sort_key) for c in self._process(event)]
+
+    def _sort_key(self, event: Event):
+        return tuple(_Sortable(event.attrs.get(attr.name), desc)
+                     for attr, desc in zip(self.body.then_by, self.body.then_desc))
+
+    def _process(self, event: Event) -> list[dict]:
         key = partition_key(self.query.partition_by, event)
         slot = _hashable(key)
         part = self.partitions.get(slot)
@@ -314,14 +352,16 @@ class RecognizeInterpreter:
         return out + self._release(part, key, event.ts)
 
     def punctuate(self, ts: int) -> list[dict]:
-        return [c for slot, part in self.partitions.items()
-                for c in self._advance_time(part, self.keys[slot], ts)]
+        waiting = [c for slot in list(self.pending) for c in self._drain(slot, before=ts)]
+        return waiting + [c for slot, part in self.partitions.items()
+                          for c in self._advance_time(part, self.keys[slot], ts)]
 
     def flush(self) -> list[dict]:
+        waiting = [c for slot in list(self.pending) for c in self._drain(slot)]
         if self.within is None:
-            return []  # no interval ends a partial match: the waiting ones never leave
-        return [c for slot, part in self.partitions.items()
-                for c in self._advance_time(part, self.keys[slot], None)]
+            return waiting  # no interval ends a partial match: the waiting ones never leave
+        return waiting + [c for slot, part in self.partitions.items()
+                          for c in self._advance_time(part, self.keys[slot], None)]
 
     # ------------------------------------------------------------ Flink's NFA steps
 
@@ -461,6 +501,21 @@ def _skipped(limit: int, inclusive: bool):
     or at it when `inclusive`."""
     return lambda c: bool(c.rows) and (c.start <= limit if inclusive else c.start < limit)
 _COMPOSITE_FIELDS = ("query", "key", "seq", "start_seq")
+
+
+@dataclass(frozen=True)
+class _Sortable:
+    """One ORDER BY column's value for sorting: NULL lowest (first ascending, last
+    descending: Flink's default null collation), DESC reversed."""
+
+    value: object
+    desc: bool
+
+    def __lt__(self, other: _Sortable) -> bool:
+        a, b = (other.value, self.value) if self.desc else (self.value, other.value)
+        if a is None or b is None:
+            return a is None and b is not None
+        return a < b  # type: ignore[operator]
 
 
 def _hashable(key):

@@ -3,6 +3,7 @@ the same generated rows through Flink (tests/recognize_flink/flink_run.py under 
 through the reference interpreter, row for row.
 
     .venv/bin/python tests/recognize_flink/differential.py --cases 60 --seed 1 [--save FIXTURE]
+        [--family base|navigation|ties]
 
 `make test-full` runs it (tests/recognize_flink/test_flink_differential.py, CEP_TEST_FULL=1 with
 `.venv-flink` present); `--save` writes the statements, rows and Flink's answers as a
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -73,6 +75,68 @@ def statement(rng: random.Random) -> str:
             f"{within} DEFINE {', '.join(defines) or 'A AS A.price > 0'}) AS T")
 
 
+# Navigation beyond the base family: PREV with an offset, FIRST/LAST with offsets in MEASURES,
+# MATCH_ROWTIME()/MATCH_PROCTIME() in DEFINE, ALL in an aggregate, ONE ROW PER MATCH left out,
+# MATCH_PROCTIME() as a measure SELECT leaves out (its value is the machine's clock)
+NAV_DEFINES = [
+    "{v}.price < PREV(price, 2)", "{v}.price > PREV(price, {k})",
+    "{v}.volume >= PREV(volume, 0) AND {v}.price < PREV(price)",
+    "PREV(price + volume, 2) IS NULL OR {v}.price > PREV(price, 1)",
+    "{v}.price > COALESCE(PREV(price, 3), 0) AND MATCH_ROWTIME() = rowtime",
+    "MATCH_PROCTIME() IS NOT NULL AND {v}.price < PREV(price)",
+    "{v}.price >= LAST({e}.price, 1)", "{v}.price < FIRST({e}.price, 1) + 3",
+    "SUM(ALL {v}.volume) < 15", "{v}.price <> PREV(price, 2) AND {v}.volume > 3"]
+NAV_MEASURES = ["FIRST({v}.price, 1) AS second_of", "LAST(price, 2) AS third_last",
+                "LAST(A.price, 1) AS a_before", "FIRST(price, 3) AS fourth",
+                "SUM(ALL volume) AS vol", "LAST({v}.volume, 1) AS vol_before"]
+
+
+def navigation_statement(rng: random.Random) -> str:
+    n = rng.randint(2, 4)
+    names = ["A", "B", "C", "D"][:n]
+    # the base family covers the refusals of quantifiers: here mostly what Flink answers
+    quantified = [rng.choice(QUANTIFIERS[:2] + [q for q in QUANTIFIERS if "?" in q])
+                  for _ in names[:-1]] + [rng.choice(LAST_QUANTIFIERS[:5])]
+    pattern = " ".join(v + q for v, q in zip(names, quantified))
+    defines = [f"{v} AS " + rng.choice(NAV_DEFINES).format(
+        v=v, k=rng.randint(1, 4), e=names[rng.randrange(i)] if i else v)
+        for i, v in enumerate(names) if i or rng.random() < 0.5]
+    measures = ["COUNT(*) AS n", "LAST(seqNum) AS last_row"] + [
+        m.format(v=rng.choice(names)) for m in rng.sample(NAV_MEASURES, 3)]
+    select = "*"
+    if rng.random() < 0.3:
+        measures.append("MATCH_PROCTIME() AS proctime")
+        select = ", ".join(["symbol"] + [m.rsplit(" AS ", 1)[1] for m in measures[:-1]])
+    rows_per_match = rng.choice(["ONE ROW PER MATCH", ""])
+    skip = rng.choice(SKIPS).format(v=rng.choice(names[1:]))
+    within = rng.choice(["", "", f"WITHIN INTERVAL '{rng.randint(3, 9)}' SECOND"])
+    return (f"SELECT {select} FROM quotes MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY "
+            f"rowtime MEASURES {', '.join(measures)} {rows_per_match} {skip} "
+            f"PATTERN ({pattern}) {within} DEFINE {', '.join(defines) or 'A AS A.price > 0'})"
+            " AS T")
+
+
+def tied_rows(count: int, rng: random.Random) -> list[dict]:
+    """As `rows`, but about half the rows share their time with the row before."""
+    out = rows(count, rng)
+    ts = 1_000
+    for row in out:
+        ts += rng.choice([0, 0, 1_000])
+        row["ts"] = ts
+    return out
+
+
+ORDERS = ["rowtime", "rowtime, price", "rowtime, price DESC", "rowtime ASC, volume, seqNum DESC",
+          "rowtime, volume DESC, price"]
+
+
+def ordered_statement(rng: random.Random) -> str:
+    """A base statement without WITHIN, its rows of one time in the order of a secondary
+    ORDER BY (or as they came, without one)."""
+    text = re.sub(r"WITHIN INTERVAL '\d+' SECOND", "", statement(rng))
+    return text.replace("ORDER BY rowtime", "ORDER BY " + rng.choice(ORDERS))
+
+
 # The M-shape of bench/peers/flink_runner.py (Hirzel's double top), as Flink users write it.
 MSHAPE = """SELECT * FROM quotes MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY rowtime
   MEASURES FIRST(S.seqNum) AS first_seq, LAST(E.seqNum) AS last_seq, COUNT(*) AS n,
@@ -87,14 +151,30 @@ MSHAPE = """SELECT * FROM quotes MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY r
     E AS E.price < S.price AND E.price < COALESCE(LAST(D2.price), LAST(R2.price))) AS T"""
 
 
-def run_flink(statements: dict[str, str], data: list[dict]) -> dict:
+def run_flink(statements: dict[str, str], data: list[dict], watermark_delay_ms: int = 0) -> dict:
+    """Flink's answers; rows of one time need `watermark_delay_ms` (tied_rows: 1)."""
     with tempfile.TemporaryDirectory() as tmp:
         spec = Path(tmp) / "cases.json"
         spec.write_text(json.dumps({"columns": COLUMNS, "time": "ts", "rows": data,
-                                    "statements": statements}))
+                                    "statements": statements,
+                                    "watermark_delay_ms": watermark_delay_ms}))
         done = subprocess.run([str(FLINK_PYTHON), str(ROOT / "tests/recognize_flink/flink_run.py"),
                                str(spec)], capture_output=True, text=True, check=True)
         return json.loads(done.stdout)
+
+
+def our_text(statement_text: str) -> str:
+    """A statement as we take it: Flink's time attribute `rowtime` is our stream's `ts`."""
+    return re.sub(r"\browtime\b", "ts", statement_text)
+
+
+def flink_columns(checked) -> list[str]:
+    """The names of Flink's columns for a statement: its SELECT list, or for SELECT * the
+    PARTITION BY attributes, then the measures."""
+    body = checked.query.body
+    if body.select is not None:
+        return [a.name for a in body.select]
+    return [a.name for a in checked.query.partition_by] + [m.name for m in body.measures]
 
 
 def ours(statement_text: str, data: list[dict]):
@@ -105,14 +185,13 @@ def ours(statement_text: str, data: list[dict]):
     from cep_core.events import Event
 
     try:
-        [checked] = load_query_text(statement_text.replace("ORDER BY rowtime", "ORDER BY ts"))
+        [checked] = load_query_text(our_text(statement_text))
     except (QueryError, QueryErrors) as e:
         return {"error": str(e).splitlines()[0]}
     from cep_core.reference.recognize import RecognizeRuntimeError
 
     events = [Event(i, row["ts"], dict(row)) for i, row in enumerate(data)]
-    names = [a.name for a in checked.query.partition_by] + \
-        [m.name for m in checked.query.body.measures]
+    names = flink_columns(checked)
     try:
         found = reference.run([checked], events)
     except RecognizeRuntimeError as e:
@@ -143,12 +222,19 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=120)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--save", type=Path)
+    parser.add_argument("--family", choices=["base", "navigation", "ties"], default="base",
+                        help="base: the statements above and the M-shape; navigation: "
+                             "navigation_statement; ties: ordered_statement over tied_rows")
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    data = rows(args.rows, rng)
-    statements = {f"case{i}": statement(rng) for i in range(args.cases)}
-    statements["mshape"] = MSHAPE
-    answers = run_flink(statements, data)
+    make = {"base": statement, "navigation": navigation_statement,
+            "ties": ordered_statement}[args.family]
+    data = (tied_rows if args.family == "ties" else rows)(args.rows, rng)
+    statements = {f"case{i}": make(rng) for i in range(args.cases)}
+    if args.family == "base":
+        statements["mshape"] = MSHAPE
+    delay = 1 if args.family == "ties" else 0
+    answers = run_flink(statements, data, delay)
     problems = compare(statements, data, answers)
     refused = sum(isinstance(a, dict) for a in answers.values())
     matches = sum(len(a) for a in answers.values() if isinstance(a, list))
@@ -157,8 +243,10 @@ def main() -> int:
     for problem in problems:
         print(problem)
     if args.save:
-        args.save.write_text(json.dumps({"rows": data, "statements": statements,
-                                         "flink": answers}, indent=1, sort_keys=True) + "\n")
+        fixture = {"rows": data, "statements": statements, "flink": answers}
+        if delay:
+            fixture["watermark_delay_ms"] = delay
+        args.save.write_text(json.dumps(fixture, indent=1, sort_keys=True) + "\n")
     return 1 if problems else 0
 
 

@@ -8,7 +8,8 @@ Run by the dev venv's tests with the separate `.venv-flink` interpreter (`make v
 CASES.json: {"columns": {"symbol": "STRING", "price": "INT", ...}, "time": "ts",
 "rows": [{...}, ...], "statements": {"name": "SELECT ... FROM quotes MATCH_RECOGNIZE ..."}}.
 The rows become the table `quotes`, its time attribute `rowtime` (TIMESTAMP_LTZ(3) from the
-millisecond column `time`) with a watermark equal to it; each statement's rows (or its
+millisecond column `time`) with a watermark equal to it (or `watermark_delay_ms` behind it,
+so that rows of one time are not late); each statement's rows (or its
 error) go out under its name.
 """
 
@@ -24,6 +25,9 @@ def main(path: str) -> None:
     env.get_config().set("parallelism.default", "1")
     columns = spec["columns"]
     time = spec["time"]
+    # rows of one time need a watermark behind them, else all but the first come late
+    delay = spec.get("watermark_delay_ms", 0)
+    watermark = f"rowtime - INTERVAL '{delay / 1000}' SECOND" if delay else "rowtime"
     rows_file = path + ".rows.jsonl"
     with open(rows_file, "w") as f:
         for row in spec["rows"]:
@@ -32,7 +36,7 @@ def main(path: str) -> None:
     env.execute_sql(f"""
         CREATE TABLE quotes ({schema},
             rowtime AS TO_TIMESTAMP_LTZ(`{time}`, 3),
-            WATERMARK FOR rowtime AS rowtime)
+            WATERMARK FOR rowtime AS {watermark})
         WITH ('connector' = 'filesystem', 'path' = '{rows_file}', 'format' = 'json')""")
     answers = {}
     for name, statement in spec["statements"].items():
