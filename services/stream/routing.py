@@ -55,8 +55,8 @@ from cep_core.json_batch import (
     decode_messages,
 )
 from cep_core.reorder import ReorderBuffer
-from cep_core.schema import SchemaError, time_amount, units_per_ms
-from cep_core.time_guard import TOO_FAR_AHEAD, TimeGuard, wall_clock_units
+from cep_core.schema import SchemaError, units_per_ms
+from cep_core.time_guard import TOO_FAR_AHEAD, TimeGuard
 from services.stream import frames
 from services.stream.control_write_back import came_back, write_back
 from services.stream.frames import ChangeFrame, Frame, LiveSetFrame
@@ -65,6 +65,7 @@ from services.stream.reorder_checkpoint import Refill
 from services.stream.serve import log
 from services.stream.splitter_order import ORDER_HEADER, LoggedOrder, runs_of
 from services.stream.status import StatusWriter, change_of
+from services.stream.stream_time import StreamTime
 from services.stream.topics import Topics, produce
 
 
@@ -249,6 +250,47 @@ class Rows:
         return Batch(self.positions, self.table.column(time).to_numpy(), columns)
 
 
+class KeyedSender:
+    """The keyed frames of a router into its outbox: per partition, the frames and events
+    sent; the `order` header of the step being sent (services/stream/splitter_order.py)
+    and the partitions that step reached; when a frame last went to every partition."""
+
+    def __init__(self, out: Outbox, topic: str, partitions: int):
+        self.out, self.topic, self.partitions = out, topic, partitions
+        self.sent_events = [0] * partitions
+        self.sent_frames = [0] * partitions
+        self.last_pulse = 0.0
+        self.order: str | None = None  # the `order` header of the step being sent
+        self.step_sent: set[int] = set()
+
+    def begin_step(self, order: str) -> None:
+        self.order, self.step_sent = order, set()
+
+    def end_step(self) -> None:
+        self.order = None
+
+    def unsent(self) -> list[int]:
+        """The partitions the step being sent has not reached (each logs every step)."""
+        return [p for p in range(self.partitions) if p not in self.step_sent]
+
+    def sent_to_all(self) -> None:
+        self.last_pulse = time.monotonic()
+
+    def send_all(self, frame: Frame) -> None:
+        for p in range(self.partitions):
+            self.send(p, frame)
+        self.sent_to_all()
+
+    def send(self, partition: int, frame: Frame) -> None:
+        self.sent_frames[partition] += 1
+        self.sent_events[partition] += frame.get("count", 0)
+        headers = frame.kafka_headers()
+        if self.order is not None:
+            headers.append((ORDER_HEADER, self.order.encode()))
+            self.step_sent.add(partition)
+        produce(self.out, self.topic, frame.payload, partition=partition, headers=headers)
+
+
 class Router:
     """Stamps and routes the steps of one stream's source (see services/stream/splitter.py)."""
 
@@ -265,6 +307,7 @@ class Router:
         self.topics = topics
         self.partitions = partitions
         self.out = Outbox()
+        self.keyed = KeyedSender(self.out, topics.keyed, partitions)
         # False: keyed events frames carry their Arrow table, not its IPC bytes (the
         # chained pipeline hands them to its partition cores in memory)
         self.encode_frames = True
@@ -276,9 +319,6 @@ class Router:
         self.position = 0  # records consumed (the default seq of the next one)
         self.last_seq = -1
         self.max_ts = 0
-        self.last_pulse = 0.0
-        self.sent_events = [0] * partitions
-        self.sent_frames = [0] * partitions
         self.pulses = 0
         self.max_message_bytes = max_message_bytes
         self.max_frame_bytes = max_frame_bytes  # of the events in one keyed frame, about
@@ -292,23 +332,28 @@ class Router:
         self.late_events = 0
         self.steps = 0  # batches taken from the source so far (the last step's number)
         self.logged = LoggedOrder()  # after a restart: steps to take again as they were
-        self._order: str | None = None  # the `order` header of the step being sent
-        self._step_sent: set[int] = set()
         self.source_partitions: frozenset[int] = frozenset()  # of the source topic (start)
         self.ended: set[int] = set()  # source partitions whose end-of-input marker was taken
         self.inputs_ended = 0  # ends of input sent
-        # The stream's time rules (options: None takes the schema's field; see the module's
-        # docstring). `clock` (seconds, monotonic) measures idleness, `wall_clock` (seconds
-        # since the epoch) is the time `max_ahead_of_clock` bounds; tests give fake ones.
-        self.options = {"max_ahead": max_ahead, "max_ahead_of_clock": max_ahead_of_clock,
-                        "idleness": idleness}
-        self.clock, self.wall_clock = clock, wall_clock
-        self.guard: TimeGuard | None = None  # made with the schema
-        self._time_known = False  # False until the guard's time is taken (`_time_guard`)
+        # The stream's time rules (see the module's docstring)
+        self.time = StreamTime(max_ahead, max_ahead_of_clock, idleness, clock, wall_clock)
         self._refilling = False  # putting back events accepted before a restart
-        self.idleness: int | None = None  # in the stream's time unit (ticks: ms)
-        self._last_event: tuple[float, int] | None = None  # (clock, stream time) then
-        self.idle_advances = 0  # pulses that advanced the time of an idle stream
+
+    @property
+    def last_pulse(self) -> float:
+        return self.keyed.last_pulse
+
+    @property
+    def guard(self) -> TimeGuard | None:
+        return self.time.guard
+
+    @property
+    def idleness(self) -> int | None:
+        return self.time.idleness
+
+    @property
+    def idle_advances(self) -> int:
+        return self.time.idle_advances
 
     # ------------------------------------------------------------ the stream and its queries
 
@@ -327,29 +372,17 @@ class Router:
         if self.reorder is not None:
             self.reorder.allowed_lateness = round(
                 self.allowed_lateness_ms * units_per_ms(self.schema.time_unit))
-        previous = self.guard
-        self.guard = TimeGuard.of(self.schema, self.options["max_ahead"],
-                                  self.options["max_ahead_of_clock"], now=0)
-        if previous is not None and previous.time is not None:
-            self.guard.advance(previous.time)
-        idleness = self.options["idleness"]
-        self.idleness = self.schema.idleness_units if idleness is None else \
-            time_amount(idleness, self.schema.time_unit, "idleness")
+        self.time.setup(self.schema)
+
+    def _restored(self) -> int | None:
+        """The time a restart takes the guard's from: the checkpoint's `max_ts` (which
+        the splitter restores, not the guard's time): exact but where every event time
+        was below 0, or an end of input came after the last event (the guard then starts
+        from the ended input's time)."""
+        return self.max_ts if self.last_seq >= 0 else None
 
     def _time_guard(self) -> TimeGuard:
-        """The guard, its wall clock read now. Its time is the largest event time
-        accepted (or reached by an idle advance); after a restart it is taken, once, from
-        the checkpoint's `max_ts` (which the splitter restores, not the guard's time):
-        exact but where every event time was below 0, or an end of input came after the
-        last event (the guard then starts from the ended input's time)."""
-        guard = self.guard
-        if not self._time_known:
-            self._time_known = True
-            if self.last_seq >= 0:
-                guard.advance(self.max_ts)
-        if guard.ahead_of_clock is not None:
-            guard.now = wall_clock_units(self.schema.time_unit, self.wall_clock())
-        return guard
+        return self.time.guard_now(self.schema, self._restored())
 
     def apply_control(self, message, announce: bool) -> None:
         """Check and apply one control record, a Message or a ControlRecord (once: what
@@ -427,27 +460,17 @@ class Router:
         the time at the last event plus the wall-clock time since (in the time unit,
         rounded down), for the next pulse to carry. With a reorder buffer, not past an
         event still waiting in it (its time less one)."""
-        if self.idleness is None or self.schema is None:
+        idle = self.time.idle_time(self.schema, self._restored())
+        if idle is None:
             return
-        if self._last_event is None:  # a restart: idle from now on, at the restored time
-            time_now = self._time_guard().time
-            if time_now is not None:
-                self._last_event = (self.clock(), time_now)
-            return
-        since, base = self._last_event
-        elapsed_ms = (self.clock() - since) * 1000
-        per_ms = units_per_ms(self.schema.time_unit)
-        if elapsed_ms * per_ms < self.idleness:
-            return
-        ts = base + int(elapsed_ms * per_ms)
+        ts, elapsed_ms = idle
         if self.reorder is not None and len(self.reorder):
             waiting, _ = self.reorder.waiting()
             ts = min(ts, int(waiting.ts.min()) - 1)
         if ts <= self.max_ts:
             return
         self.max_ts = ts
-        self._time_guard().advance(ts)
-        self.idle_advances += 1
+        self.time.advanced(ts, self.schema, self._restored())
         log("idle_stream_advanced", ts=ts, idle_ms=round(elapsed_ms), upto=self.last_seq)
 
     def status(self, started: bool, pulse_ms: int) -> dict:
@@ -457,8 +480,8 @@ class Router:
                 "pulses": self.pulses, "pulse_ms": pulse_ms,
                 "idleness": self.idleness, "idle_advances": self.idle_advances,
                 "ended_source_partitions": sorted(self.ended),
-                "partitions": [{"partition": p, "events": self.sent_events[p],
-                                "frames": self.sent_frames[p]}
+                "partitions": [{"partition": p, "events": self.keyed.sent_events[p],
+                                "frames": self.keyed.sent_frames[p]}
                                for p in range(self.partitions)],
                 "queries": [{"name": q.name, "index": q.index, "route": q.route,
                              "output": q.output} for q in self.queries.live.values()]}
@@ -484,19 +507,17 @@ class Router:
         if not runs:
             return
         self.steps += 1
-        self._order = orjson.dumps({"step": self.steps, "runs": runs}).decode()
-        self._step_sent = set()
+        self.keyed.begin_step(orjson.dumps({"step": self.steps, "runs": runs}).decode())
         try:
             if plain is not None:
                 self._process_plain(plain)
             else:
                 self._process(messages)
-            for p in range(self.partitions):  # every partition logs every step
-                if p not in self._step_sent:
-                    self._send(p, Frame(frames.PULSE, {"upto": self.last_seq,
-                                                       "ts": self.max_ts}))
+            for p in self.keyed.unsent():  # every partition logs every step
+                self.keyed.send(p, Frame(frames.PULSE, {"upto": self.last_seq,
+                                                        "ts": self.max_ts}))
         finally:
-            self._order = None
+            self.keyed.end_step()
 
     def _process_plain(self, plain: PlainMessages) -> None:
         """A step of one-event messages only (the common case)."""
@@ -546,7 +567,7 @@ class Router:
                 rows = []
                 self._send_all(Frame(frames.END, {"upto": self.last_seq, "ts": self.max_ts}))
                 self.inputs_ended += 1
-                self.guard.time, self._last_event = None, None  # a next input: its own time
+                self.time.input_ended()
                 log("end_of_input", upto=self.last_seq)
         self._flush_run(run, rows, dead)
         self._route(rows)
@@ -682,7 +703,7 @@ class Router:
         if seq is not None:
             self.last_seq = last
         if len(refused) < n:
-            self._last_event = (self.clock(), guard.time)
+            self.time.accepted()
         if not refused:
             return rows
         for i, reason in refused.items():
@@ -767,26 +788,14 @@ class Router:
                 sent = [Frame(frames.PULSE)]
             sent[-1].headers.update(upto=self.last_seq, ts=self.max_ts)
             for frame in sent:
-                self._send(p, frame)
+                self.keyed.send(p, frame)
         self.metrics.events_out.inc(table.num_rows * len(self.queries.routes()))
-        self.last_pulse = time.monotonic()
+        self.keyed.sent_to_all()
 
     def _pulse(self) -> None:
         self.pulses += 1
         self._send_all(Frame(frames.PULSE, {"upto": self.last_seq, "ts": self.max_ts}))
 
     def _send_all(self, frame: Frame) -> None:
-        for p in range(self.partitions):
-            self._send(p, frame)
-        self.last_pulse = time.monotonic()
-
-    def _send(self, partition: int, frame: Frame) -> None:
-        self.sent_frames[partition] += 1
-        self.sent_events[partition] += frame.get("count", 0)
-        headers = frame.kafka_headers()
-        if self._order is not None:
-            headers.append((ORDER_HEADER, self._order.encode()))
-            self._step_sent.add(partition)
-        produce(self.out, self.topics.keyed, frame.payload, partition=partition,
-                headers=headers)
+        self.keyed.send_all(frame)
 
