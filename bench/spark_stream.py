@@ -73,7 +73,7 @@ class TimedSink:
 
 
 def one_master(master: str, count: int, per_file: int, triggers: list[float], seed: int,
-               workdir: Path) -> dict:
+               workdir: Path, max_files: int = 0) -> dict:
     """Every figure for one Spark master, in this process."""
     from services.backfill.job import spark_session
     from services.spark_stream.job import FileSource, query_texts, start
@@ -81,7 +81,7 @@ def one_master(master: str, count: int, per_file: int, triggers: list[float], se
     chosen = [WORKLOADS[name] for name in WORKLOAD_NAMES]
     text = "\n".join(w.query_text(seed=seed) for w in chosen)
     queries, texts = load_query_text(text), query_texts(text)
-    table = chosen[0].generate(count + 1000 + 10 * count, seed)
+    table = chosen[0].generate(count + 1000 + per_file + (10 * count if triggers else 0), seed)
     root = workdir / master.replace("[", "_").replace("]", "")
     started = time.perf_counter()
     spark = spark_session(master, app_name="cep-bench-stream")
@@ -90,8 +90,8 @@ def one_master(master: str, count: int, per_file: int, triggers: list[float], se
     def run(folder: Path, name: str, **options):
         sink = TimedSink(str(root / name / "out"))
         t = time.perf_counter()
-        job = start(spark, queries, FileSource(str(folder)), sink, str(root / name / "ck"),
-                    texts, **options)
+        job = start(spark, queries, FileSource(str(folder), max_files), sink,
+                    str(root / name / "ck"), texts, **options)
         job.processAllAvailable()
         job.stop()
         return time.perf_counter() - t, sink
@@ -179,17 +179,18 @@ def cep_run_baseline(count: int, seed: int, workdir: Path) -> dict:
 
 def bench_spark_stream(count: int = 200_000, masters: tuple[str, ...] = ("local[1]", "local[2]"),
                        per_file: int = 10_000, triggers: tuple[float, ...] = (1.0, 2.0),
-                       seed: int = 1, workdir: str | None = None, e2e: bool = True) -> dict:
+                       seed: int = 1, workdir: str | None = None, e2e: bool = True,
+                       max_files: int = 0) -> dict:
     directory = Path(workdir or tempfile.mkdtemp(prefix="cep-bench-spark-stream-"))
     directory.mkdir(parents=True, exist_ok=True)
-    result: dict = {"count": count, "per_file": per_file,
+    result: dict = {"count": count, "per_file": per_file, "max_files": max_files,
                     "load_before": os.getloadavg()[0]}
     result.update(cep_run_baseline(count, seed, directory))
     for master in masters:
         args = [sys.executable, "-m", "bench.spark_stream", "--one", master,
                 "--count", str(count), "--per-file", str(per_file), "--seed", str(seed),
                 "--triggers", ",".join(f"{t:g}" for t in triggers), "--workdir",
-                str(directory)]
+                str(directory), "--max-files", str(max_files)]
         done = subprocess.run(args, capture_output=True, text=True, check=True)
         figures = json.loads(done.stdout.strip().splitlines()[-1])
         figures["load_after"] = os.getloadavg()[0]
@@ -213,20 +214,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--count", type=int, default=200_000)
     parser.add_argument("--per-file", type=int, default=10_000)
     parser.add_argument("--masters", default="local[1],local[2]")
-    parser.add_argument("--triggers", default="1,2")
+    parser.add_argument("--triggers", default="1,2",
+                        help="trigger intervals of the latency runs (\"\": none)")
+    parser.add_argument("--max-files", type=int, default=0,
+                        help="files per micro-batch of the throughput run (0: all)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workdir")
     parser.add_argument("--no-e2e", action="store_true", help="skip `cep bench e2e`")
     parser.add_argument("--one", metavar="MASTER", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    triggers = tuple(float(t) for t in args.triggers.split(","))
+    triggers = tuple(float(t) for t in args.triggers.split(",") if t.strip())
     if args.one:
         print(json.dumps(one_master(args.one, args.count, args.per_file, list(triggers),
-                                    args.seed, Path(args.workdir))))
+                                    args.seed, Path(args.workdir), args.max_files)))
         return
     print(json.dumps(bench_spark_stream(args.count, tuple(args.masters.split(",")),
                                         args.per_file, triggers, args.seed, args.workdir,
-                                        not args.no_e2e),
+                                        not args.no_e2e, args.max_files),
                      indent=1))
 
 
