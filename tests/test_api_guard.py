@@ -21,6 +21,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 import services.api.app as app_module
+import services.api.checks as checks_module
 from services.api.app import API, CHECKS_AT_ONCE, ApiConfig, bind_host, make_app
 from services.api.guard import host_name, normal_origin
 from services.errors import BrokerUnreachable
@@ -379,13 +380,13 @@ def test_checking_a_query_leaves_the_event_loop_free(monkeypatch):
     """The check is held until /healthz has answered: had it run on the event loop,
     /healthz could not answer (the test would fail, not wait on a clock)."""
     release, threads = threading.Event(), []
-    real = app_module.query_problems
+    real = checks_module.query_problems
 
     def held(text, registry):
         threads.append(threading.current_thread().name)
         assert release.wait(60), "never released"
         return real(text, registry)
-    monkeypatch.setattr(app_module, "query_problems", held)
+    monkeypatch.setattr(checks_module, "query_problems", held)
 
     async def scenario(client, api):
         checking = asyncio.ensure_future(client.post("/api/queries/validate", data=BODY,
@@ -402,7 +403,7 @@ def test_checking_a_query_leaves_the_event_loop_free(monkeypatch):
 
         release.clear()  # an add checks on the same threads (and does not send)
         del api.change  # the real one: the check refuses before anything is published
-        monkeypatch.setattr(app_module, "query_problems", lambda text, registry: (
+        monkeypatch.setattr(checks_module, "query_problems", lambda text, registry: (
             threads.append(threading.current_thread().name) or
             ([{"message": "no", "line": 1, "column": 1}], [])))
         code, invalid = await answer(await client.post("/api/queries", data=BODY,
@@ -419,7 +420,7 @@ def test_checks_are_bounded(monkeypatch):
         begun.append(1)
         assert release.wait(60), "never released"
         return [], []
-    monkeypatch.setattr(app_module, "query_problems", held)
+    monkeypatch.setattr(checks_module, "query_problems", held)
 
     async def scenario(client, api):
         pending = [asyncio.ensure_future(client.post(

@@ -21,7 +21,7 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-import services.api.app as app_module
+import services.api.state as state_module
 from services.api.app import API, ApiConfig, make_app
 from services.api.tail import TailHub
 from services.stream.checkpoint import PIPELINE_HEADER
@@ -177,7 +177,7 @@ def test_listing_queries_reads_each_status_topic_once_off_the_loop(monkeypatch):
         loads.append((topic, threading.current_thread().name))
         assert release.wait(60), "never released"
         return {}
-    monkeypatch.setattr(app_module, "services_view", view)
+    monkeypatch.setattr(state_module, "services_view", view)
     queries = [live_query(f"q{i}", output="shared_out") for i in range(20)]
 
     async def scenario(client, api):

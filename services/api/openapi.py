@@ -81,6 +81,13 @@ class Routes:
     def __init__(self):
         self.operations: list[Operation] = []
 
+    @classmethod
+    def joined(cls, *tables: Routes) -> Routes:
+        """One table of the operations of several (an area's each), in their order."""
+        out = cls()
+        out.operations = [op for table in tables for op in table.operations]
+        return out
+
     def route(self, method: str, path: str, summary: str, responses: dict, **options):
         def declare(handler):
             self.operations.append(Operation(

@@ -1,0 +1,28 @@
+"""The probes: the process serves (`/healthz`), the broker answers (`/readyz`)."""
+
+from __future__ import annotations
+
+from services.api import models as m
+from services.api.state import api_of
+from services.api.openapi import Routes
+
+ROUTES = Routes()
+
+
+@ROUTES.route("GET", "/healthz", "The process serves", {200: (m.Alive, "serving")},
+              broker=False, guarded=False)
+async def healthz(request):
+    return {"alive": True}
+
+
+@ROUTES.route("GET", "/readyz", "The broker answers a read of the control topic",
+              {200: (m.Ready, "ready"), 503: (m.Ready, "not ready: the broker does not "
+                                                       "answer")},
+              broker=False, guarded=False)
+async def readyz(request):
+    api = api_of(request)
+    try:
+        await api.snapshot(api.config.cache_s)  # a read of the control topic that recent
+    except Exception as e:  # the broker does not answer: not ready
+        return 503, {"ready": False, "control_topic": api.config.control, "reason": str(e)}
+    return {"ready": True, "control_topic": api.config.control}

@@ -1,0 +1,66 @@
+"""The streams' endpoints: list, one, check, register, change, remove."""
+
+from __future__ import annotations
+
+from cep_core.control_ops import Kind, Op
+from services.api import checks
+from services.api import models as m
+from services.api.replies import outcomes, wait_args
+from services.api.state import api_of
+from services.api.openapi import Routes
+
+ROUTES = Routes()
+
+
+@ROUTES.route("GET", "/api/streams", "Every stream: schema files and the control topic's",
+              {200: (m.StreamList, "the streams")}, kind="read")
+async def streams(request):
+    return (await api_of(request).snapshot()).stream_list
+
+
+@ROUTES.route("POST", "/api/streams/validate", "Check a stream schema (or import a JSON "
+              "Schema); changes nothing", {200: (m.StreamChecked, "checked: ok, or the "
+                                                 "errors")},
+              body=m.StreamCheck, change=True, checks=True, broker=False)
+async def validate_stream(request, body):
+    data = body.model_dump(by_alias=True, exclude_unset=True)
+    return await api_of(request).check(checks.checked_stream, data)
+
+
+@ROUTES.route("GET", "/api/streams/{name}", "One stream",
+              {200: (m.Stream, "the stream"), 404: (m.Error, "no stream of that name")},
+              kind="read")
+async def stream(request, name):
+    found = (await api_of(request).snapshot()).streams.get(name)
+    if found is None:
+        return 404, {"error": f"no stream {name!r}"}
+    return found
+
+
+async def _stream_change(request, op: Op, name: str | None = None, body=None):
+    api = api_of(request)
+    wait, timeout = wait_args(body, api.config) if body is not None else \
+        (True, float(api.config.timeout_s))
+    text = None
+    if body is not None:
+        data = body.model_dump(by_alias=True, exclude_unset=True)
+        name, text = await api.check(checks.stream_named, data, name)
+    return await api.changed(Kind.STREAM, op, name, text, None, wait, timeout)
+
+
+@ROUTES.route("POST", "/api/streams", "Register a stream", outcomes(created=True),
+              body=m.StreamBody, kind="change", change=True, secured=True, checks=True)
+async def add_stream(request, body):
+    return await _stream_change(request, Op.ADD, body=body)
+
+
+@ROUTES.route("PUT", "/api/streams/{name}", "Change a stream", outcomes(),
+              body=m.StreamBody, kind="change", change=True, secured=True, checks=True)
+async def update_stream(request, name, body):
+    return await _stream_change(request, Op.UPDATE, name, body)
+
+
+@ROUTES.route("DELETE", "/api/streams/{name}", "Remove a stream registered on the "
+              "control topic", outcomes(), kind="change", change=True, secured=True)
+async def remove_stream(request, name):
+    return await _stream_change(request, Op.REMOVE, name)

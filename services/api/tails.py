@@ -1,0 +1,56 @@
+"""The tails: a query's, or several queries', composite events as server-sent events."""
+
+from __future__ import annotations
+
+from services.api import models as m
+from services.api.replies import NOT_LIVE
+from services.api.state import api_of
+from services.api.openapi import Routes
+from services.api.tail import stream as tail_stream
+from services.stream.kafka import Topics
+
+ROUTES = Routes()
+
+
+@ROUTES.route("GET", "/api/queries/{name}/tail", "The query's composite events as "
+              "server-sent events", {200: (None, "`event: composite`, `id: "
+                                           "PARTITION:OFFSET`, `data:` one composite "
+                                           "event as JSON"), 404: NOT_LIVE},
+              params=m.TailParams, kind="tail", event_stream=True)
+async def tail(request, name, params):
+    api = api_of(request)
+    live = (await api.snapshot()).live.get(name)
+    if live is None:
+        return 404, {"error": f"no live query {name!r}"}
+    tag = Topics(live.checked.schema.stream, prefix=api.config.prefix).group("coordinator")
+    replay = params.start == "beginning"
+    if replay:
+        api.limits.enter("replay")
+    try:
+        return await tail_stream(request, api.hub, {live.output: (tag, {name})},
+                                 params.start, params.limit, params.idle_s)
+    finally:
+        if replay:
+            api.limits.leave("replay")
+
+
+@ROUTES.route("GET", "/api/tail", "The composite events of several live queries (default: "
+              "all) as server-sent events, from now on", {200: (None, "`event: composite`, "
+                                                          "`id: PARTITION:OFFSET`, `data:` "
+                                                          "one composite event as JSON"),
+                                                     404: NOT_LIVE},
+              params=m.TailManyParams, kind="tail", event_stream=True)
+async def tail_many(request, params):
+    api = api_of(request)
+    live = (await api.snapshot()).live
+    names = params.queries.split(",") if params.queries else sorted(live)
+    missing = [n for n in names if n not in live]
+    if missing or not names:
+        return 404, {"error": f"no live query {missing[0]!r}" if missing else
+                     "no live query to follow"}
+    wanted: dict[str, tuple[str, set]] = {}
+    for name in names:
+        query = live[name]
+        tag = Topics(query.checked.schema.stream, prefix=api.config.prefix).group("coordinator")
+        wanted.setdefault(query.output, (tag, set()))[1].add(name)
+    return await tail_stream(request, api.hub, wanted, "end", params.limit, params.idle_s)
