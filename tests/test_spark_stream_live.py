@@ -203,3 +203,22 @@ def test_file_larger_than_a_read_block(tmp_path):
     reader = FileStepReader(options)
     rows = list(reader._rows(FileStep({"last": ""}, {"last": path.name}, [path.name])))
     assert sum(b.column(KIND).to_pylist().count(EVENT) for b in rows) == 50_000
+
+
+def test_cli_refusals_before_spark_starts(tmp_path):
+    """`cep spark stream` without queries, or --control without a broker: a clear error
+    and exit 2, before any Spark session."""
+    from typer.testing import CliRunner
+
+    from services.cli.main import app
+
+    runner = CliRunner()
+    base = ["spark", "stream", "--input-dir", str(tmp_path), "--output", str(tmp_path / "o"),
+            "--checkpoint", str(tmp_path / "ck")]
+    result = runner.invoke(app, base)
+    assert result.exit_code == 2 and "give a query file, or --control" in result.output
+    env = {"KAFKA_BOOTSTRAP": ""}
+    result = runner.invoke(app, [*base, "--control", "cep.queries", "--stream", "trades"],
+                           env=env)
+    assert result.exit_code == 2 and "--control needs a broker" in result.output
+    assert not (tmp_path / "ck").exists()
