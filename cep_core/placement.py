@@ -13,6 +13,8 @@ from enum import StrEnum
 from functools import cache
 from importlib.metadata import entry_points
 
+from cep_core.choices import one_of
+
 
 
 class Target(StrEnum):
@@ -38,11 +40,7 @@ class Algorithm(StrEnum):
     @classmethod
     def of(cls, name: str) -> Algorithm:
         """The algorithm of a name; ValueError names the algorithms."""
-        try:
-            return cls(name)
-        except ValueError:
-            raise ValueError(f"unknown SEQ algorithm {name!r} (one of "
-                             f"{', '.join(cls)})") from None
+        return one_of(cls, name, "SEQ algorithm")
 
 
 @dataclass(frozen=True)
@@ -64,9 +62,7 @@ class Placement:
 
 def check_placement(placement: str) -> Target:
     """The Target a placement names; ValueError names the placements."""
-    if placement not in PLACEMENTS:
-        raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
-    return Target(placement)
+    return one_of(Target, placement, "placement")
 
 
 POLICY_GROUP = "cep_service.placement_policies"

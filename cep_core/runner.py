@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from cep_core.choices import one_of
 from cep_core.event_io import DeadLetter
 
 if TYPE_CHECKING:
@@ -40,10 +41,7 @@ class EngineName(StrEnum):
     @classmethod
     def of(cls, name: str) -> EngineName:
         """The engine of a name; ValueError names the engines."""
-        try:
-            return cls(name)
-        except ValueError:
-            raise ValueError(f"engine must be one of {', '.join(cls)}, got {name!r}") from None
+        return one_of(cls, name, "engine")
 
 
 def new_engines(queries: list[CheckedQuery], placement: str | None = None,

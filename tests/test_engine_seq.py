@@ -144,7 +144,7 @@ def test_algorithm_choice():
     assert create_engine(q, StringDictionary(), algorithm="cdp").algorithm == "cdp"
     with pytest.raises(NotSupportedError, match="algorithm 'aip'"):
         seq_engine(q, StringDictionary(), algorithm="aip")
-    with pytest.raises(ValueError, match="unknown SEQ algorithm"):
+    with pytest.raises(ValueError, match="SEQ algorithm must be one of"):
         seq_engine(q, StringDictionary(), algorithm="nfa")
     [q] = load_query_text("QUERY q FROM abc PATTERN SEQ(A a, B b) WITHIN 5 "
                           "USING skip-till-next-match")

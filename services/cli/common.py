@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 
 from cep_core.home import HomeError
+from cep_core.placement import Target as Placement
 from cep_core.runner import EngineName as Engine
 from services.errors import CleanError
 
@@ -34,12 +35,6 @@ class CliError(Exception):
     def __init__(self, message: str, code: int = 1):
         super().__init__(message)
         self.code = code
-
-
-class Placement(StrEnum):
-    cpu = "cpu"
-    gpu = "gpu"
-    auto = "auto"
 
 
 class InputFormat(StrEnum):
