@@ -110,11 +110,10 @@ class GpuSeqEngine(Engine):
     def process(self, batch: Batch) -> list[dict]:
         # The same first steps as the CPU engine's (cep_core.engine.seq.SeqEngine.
         # process_columns), then the device's launches.
-        n = len(batch)
-        if n == 0:
+        pid = SeqEngineBase._keyed(self, batch)
+        if pid is None:
             return []
-        pid = self.keys.assign(batch)
-        self._grow_partitions(len(self.keys))
+        n = len(pid)
         EI, EF = SeqEngineBase._columns(self, batch)
         threshold = None
         if self.plan.horizon is not None:

@@ -78,12 +78,10 @@ class SeqEngine(SeqEngineBase):
     # ------------------------------------------------------------ processing
 
     def process_columns(self, batch: Batch) -> list[CompositeBatch]:
-        # accel.gpu.seq_engine.GpuSeqEngine.process takes the same first steps.
-        n = len(batch)
-        if n == 0:
+        pid = self._keyed(batch)
+        if pid is None:
             return []
-        pid = self.keys.assign(batch)
-        self._grow_partitions(len(self.keys))
+        n = len(pid)
         EI, EF = self._columns(batch)
         sc, tables = self._strings()
         stop = self.on_overflow == "error"

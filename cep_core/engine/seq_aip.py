@@ -135,11 +135,10 @@ class SeqAipEngine(SeqEngineBase):
     # ------------------------------------------------------------ processing
 
     def process_columns(self, batch: Batch) -> list[CompositeBatch]:
-        n = len(batch)
-        if n == 0:
+        pid = self._keyed(batch)
+        if pid is None:
             return []
-        pid = self.keys.assign(batch)
-        self._grow_partitions(len(self.keys))
+        n = len(pid)
         if self.class_attr is not None:
             qid, self.qpart, self.kv, Q, self.n_qfree = assign_instance_keys(
                 pid, self._class_values(batch), self.subkeys, self.qpart, self.kv, self.Q,

@@ -88,6 +88,15 @@ class SeqEngineBase(Engine):
                     getattr(self, name), np.zeros((extra, self.n_channels), np.int64)]))
         self.P = P
 
+    def _keyed(self, batch: Batch) -> np.ndarray | None:
+        """The partition of each event of a batch, the partitions grown to hold its new
+        keys; None for an empty batch (what every SEQ engine, the GPU's too, does first)."""
+        if len(batch) == 0:
+            return None
+        pid = self.keys.assign(batch)
+        self._grow_partitions(len(self.keys))
+        return pid
+
     def _strings(self):
         sc = self.kernel.constants.codes(self.strings)
         if self.uses_tables:
