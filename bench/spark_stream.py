@@ -14,6 +14,10 @@ into the directory to the end of the micro-batch that took it (the sink's write,
 batch id in the offset log). Restart: the throughput job's checkpoint, one more file, a
 new query on it: the seconds until that file is written out (state restored). Then the
 Kafka service's `cep bench e2e --mode chained` on the same count (its M-shape query).
+`throughput_cpu_s`: the CPU seconds the master's process tree used in the throughput run
+(the driver, the JVM, the Python workers), a measure of the job's work that a loaded
+machine stretches less than the wall clock; `--max-files N` cuts the throughput run
+into micro-batches of N files.
 """
 
 from __future__ import annotations
@@ -48,6 +52,29 @@ def _files(table, folder: Path, per_file: int, start: int = 0) -> list[Path]:
 
 def _tree_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def tree_cpu_s() -> float:
+    """CPU seconds (user + system) of this process and its live descendants (the JVM and
+    its Python workers), with what their exited children used: the work a run did, which
+    other load on the machine stretches less than the wall clock."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    procs: dict[int, tuple[int, int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{name}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        procs[int(name)] = (int(fields[1]), sum(int(f) for f in fields[11:15]))
+    total, stack = 0, [os.getpid()]
+    while stack:
+        pid = stack.pop()
+        total += procs.get(pid, (0, 0))[1]
+        stack += [child for child, (parent, _) in procs.items() if parent == pid]
+    return total / ticks
 
 
 def _batch_files(checkpoint: Path) -> dict[int, str]:
@@ -100,9 +127,12 @@ def one_master(master: str, count: int, per_file: int, triggers: list[float], se
     out["first_job_s"] = round(run(root / "first_in", "first")[0], 2)
 
     _files(table.slice(1000, count), root / "in", per_file)
+    cpu = tree_cpu_s()
     seconds, sink = run(root / "in", "throughput")
+    cpu = tree_cpu_s() - cpu
     rate = count / seconds
-    out.update(events=count, throughput_s=round(seconds, 2),
+    out.update(events=count, throughput_s=round(seconds, 2), throughput_cpu_s=round(cpu, 2),
+               cpu_us_per_event=round(cpu / count * 1e6, 2),
                events_per_s=round(rate), micro_batches=len(sink.done),
                state_bytes=_tree_bytes(root / "throughput" / "ck" / "spark" / "state"))
 
