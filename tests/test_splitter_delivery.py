@@ -7,24 +7,14 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError
 
+from services.stream.routing import PlainMessage
 from services.stream.splitter import SPLITTER_KEY
 from tests.test_splitter_end import Source, new_splitter, source_messages
 
 
-class Report:
+def Report(topic: str, partition: int, offset: int) -> PlainMessage:
     """What a delivery report hands the callback: the record's topic and place."""
-
-    def __init__(self, topic: str, partition: int, offset: int):
-        self._topic, self._partition, self._offset = topic, partition, offset
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
+    return PlainMessage(topic, partition, offset, None)
 
 
 def checkpoints(splitter) -> list:

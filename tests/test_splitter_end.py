@@ -23,6 +23,7 @@ import services.stream.splitter as splitter_module
 from services.stream import frames
 from services.stream.control import ControlMessage, split_query_file
 from services.stream.kafka import KafkaSettings, Topics
+from services.stream.routing import message
 from services.stream.splitter import SPLITTER_KEY, Splitter
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -30,28 +31,7 @@ SOURCE_PARTITIONS = 3
 KEYED_PARTITIONS = 4
 
 
-class Message:
-    def __init__(self, partition: int, offset: int, value: bytes, headers=None):
-        self._partition, self._offset, self._value = partition, offset, value
-        self._headers = headers
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def value(self) -> bytes:
-        return self._value
-
-    def headers(self):
-        return self._headers
-
-    def key(self):
-        return None
-
-    def error(self):
-        return None
+Message = message  # a consumed message without a consumer (the router's own)
 
 
 class Producer:
