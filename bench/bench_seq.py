@@ -115,10 +115,17 @@ def bench_reference(checked, columns, type_attr, names, window_events: int, star
     schema = checked.schema
     interp = SeqInterpreter(checked)
     warm = to_events(columns, type_attr, names, schema, max(start - window_events, 0), start)
-    part = interp._partition(None)
-    part.events = warm  # steady state: the window's events, as processing them leaves it
-    part.last_ts = warm[-1].ts if warm else None
     timed = to_events(columns, type_attr, names, schema, start, start + count)
+    return steady_rate(interp, warm, timed, count)
+
+
+def steady_rate(interp: SeqInterpreter, warm: list, timed: list, count: int) -> float:
+    """`count` events over the time the reference interpreter takes on `timed`, its
+    partition first left as processing the window's events `warm` leaves it (steady
+    state)."""
+    part = interp._partition(None)
+    part.events = warm
+    part.last_ts = warm[-1].ts if warm else None
     started = time.perf_counter()
     for e in timed:
         interp.process(e)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import time
 
+from bench.bench_seq import steady_rate
 from bench.workloads_cli import workloads_main
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_query_text
@@ -83,13 +84,7 @@ def reference_rate(checked, table, start: int, count: int) -> float:
     warm = events[:start]
     if horizon is not None and timed:
         warm = [e for e in warm if e.ts >= timed[0].ts - horizon]
-    part = interp._partition(None)
-    part.events = warm  # steady state: what processing the window's events leaves
-    part.last_ts = warm[-1].ts if warm else None
-    started = time.perf_counter()
-    for e in timed:
-        interp.process(e)
-    return count / (time.perf_counter() - started)
+    return steady_rate(interp, warm, timed, count)
 
 
 def run(events: int) -> list[dict]:
