@@ -284,13 +284,16 @@ class CdpGenerator(MatchCodeGenerator):
             return []
         return [f"if {ts} > {st['mt']} + {self.W}:", "    continue"]
 
+    def _step(self, i: int):
+        """(the step of item i, its variable's channel and index, whether it is the last
+        item)."""
+        step = self.plan.items[i].step
+        var = self.plan.variables[step.var]
+        return step, var.channel, var.index, i == self.n_items - 1
+
     def gen_single(self, i: int, st: dict) -> list[str]:
         plan = self.plan
-        item = plan.items[i]
-        step = item.step
-        var = plan.variables[step.var]
-        c, v = var.channel, var.index
-        last = i == self.n_items - 1
+        step, c, v, last = self._step(i)
         policy = step.policy if not last else None
         r = f"r{v}"
         lines: list[str] = []
@@ -354,11 +357,7 @@ class CdpGenerator(MatchCodeGenerator):
 
     def gen_kleene(self, i: int, st: dict) -> list[str]:
         plan = self.plan
-        item = plan.items[i]
-        step = item.step
-        var = plan.variables[step.var]
-        c, v = var.channel, var.index
-        last = i == self.n_items - 1
+        step, c, v, last = self._step(i)
         required = not self.by_ts and last
         lines: list[str] = []
         element = plan.element_conjuncts(i)
