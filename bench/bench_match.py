@@ -169,6 +169,7 @@ def measure(name: str, text: str, batch: Batch, strings: StringDictionary, batch
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=10_000_000)
+    # Deliberately like bench/soak.py's options: argparse declarations, each benchmark its own
     parser.add_argument("--batch", type=int, default=1_000_000)
     parser.add_argument("--sample", type=int, default=20_000,
                         help="events the reference interpreter runs on")

@@ -33,6 +33,7 @@ from bench.e2e import _status
 from services.stream.broker import EmbeddedBroker
 from services.stream.control import ControlMessage, publish
 from services.stream.demo import STREAM, start_services, stop_services, trade_lines
+# Deliberately like services/stream/demo.py's: an import list, not code
 from services.stream.kafka import (
     Deliveries,
     KafkaSettings,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 
+# Deliberately like the enums of cep_core/ast.py in shape only: member declarations
 class Op(StrEnum):
     """What a control message does (its `op` on the wire)."""
 

@@ -365,6 +365,8 @@ def _checkpoints(rng, n, cheat=0.03, pace_s_per_km=360.0, waves=3):
             "ts": ts[order]}
 
 
+# Deliberately like tests/test_checker_ok.py SEMANTICS_EXAMPLES['marathon']: the docs' example
+# query, written out where each is read
 def _marathon_query(seed: int) -> str:
     return """\
 -- marathon (Woods et al., VLDB 2010): a runner passes a checkpoint without the one before.

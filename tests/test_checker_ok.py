@@ -14,6 +14,8 @@ from cep_core.schema import SchemaRegistry, StreamSchema
 # The papers' examples, section by section (MATCH, SEQ, WINDOW of docs/semantics.md), as the
 # docs print them (cep_core/workloads.py builds its marathon and finance1 workloads on the same
 # queries).
+# Deliberately like cep_core/workloads.py _marathon_query and finance1: the docs' example queries,
+# written out where each is read
 SEMANTICS_EXAMPLES = {
     "marathon": """
         QUERY cheat FROM checkpoints INTO cheaters

@@ -249,6 +249,8 @@ def _or_tree(k: int, width: str, out: str) -> str:
         nxt = []
         for pair in range(0, len(level) - 1, 2):
             name = f"{out}{depth}_{pair // 2}"
+            # Deliberately like the adder tree below: an OR tree of equal widths, the other a sum
+            # whose widths grow
             lines.append(f"  wire [{width}-1:0] {name} = {level[pair]} | {level[pair + 1]};")
             nxt.append(name)
         if len(level) % 2:
@@ -271,6 +273,8 @@ def _count_tree(k: int, out: str) -> str:
             (a, wa), (b, wb) = level[pair], level[pair + 1]
             width = max(wa, wb) + 1
             name = f"{out}{depth}_{pair // 2}"
+            # Deliberately like the OR tree above: a sum whose widths grow, the other of equal
+            # widths
             lines.append(f"  wire [{width - 1}:0] {name} = {a} + {b};")
             nxt.append((name, width))
         if len(level) % 2:

@@ -193,6 +193,8 @@ def formula_holds(formula: Formula, atoms: np.ndarray) -> np.ndarray:
     raise TypeError(f"not a formula: {formula!r}")
 
 
+# Deliberately like accel/fpga/resources.py Resources and cep_core/reference/seq.py _Pending in
+# shape only: dataclass fields
 @dataclass(frozen=True)
 class Symbol:
     """A DEFINE predicate as a formula over atoms; `mask`: the NFA positions it enables."""

@@ -42,6 +42,8 @@ class SynthesisFailed(RuntimeError):
     """Yosys failed or printed no statistics."""
 
 
+# Deliberately like accel/fpga/plan.py Symbol and cep_core/reference/seq.py _Pending in shape
+# only: dataclass fields
 @dataclass(frozen=True)
 class Resources:
     luts: int

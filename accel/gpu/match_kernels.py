@@ -166,6 +166,8 @@ def _kernel_source(gen, auto: cpu.Automaton, static, dynamic, emit_lines,
         add("covered = 0")
     for number, attr in enumerate(gen.last_attrs):
         add(f"l{number} = {keys.read(('last', attr), 'k')}")
+    # Deliberately like cep_core/compiler/match.py's kernel loop: the GPU kernel's generator
+    # follows the CPU one line by line, and the core never imports accel
     add("for j in range(nc):")
     loop = ["ci = base + j", "cw = base + w", f"m = {records.ref(('mask',), 'ci')}",
             f"f = {cpu._follow_code(auto, 'm')}"]

@@ -18,6 +18,7 @@ def _same(m: dict) -> str:
            f"only peer {m['only_theirs']:,})"
 
 
+# Deliberately like flink_table below: each peer's table has its own columns
 def opencep_table(rows: list[dict]) -> str:
     lines = ["| pattern | scale | events | cep process ev/s | OpenCEP process ev/s | ratio "
              "| cep engine ev/s | OpenCEP engine ev/s | ratio | matches |",
@@ -31,6 +32,7 @@ def opencep_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# Deliberately like opencep_table above: each peer's table has its own columns
 def flink_table(rows: list[dict]) -> str:
     lines = ["| query | rows | cep process ev/s | Flink process ev/s | ratio | cep engine ev/s "
              "| Flink job ev/s | cep steady ev/s | Flink steady ev/s | matches |",

@@ -547,6 +547,8 @@ def _kernel_source(gen: _Generator, auto: Automaton, static, dynamic, emit_specs
         add("base = s * cap")
     if not dynamic:
         add("covered = 0")
+    # Deliberately like accel/gpu/match_kernels.py's kernel loop: the GPU kernel's generator
+    # follows this one line by line (the core never imports accel)
     add("for j in range(nc):")
     loop = ["ci = base + j", "cw = base + w", f"m = {records.ref(('mask',), 'ci')}",
             f"f = {_follow_code(auto, 'm')}"]

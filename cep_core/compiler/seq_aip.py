@@ -267,6 +267,8 @@ class AipGenerator(MatchCodeGenerator):
                 channel, arr, _ = kleene[v]
                 full[v] = (channel, f"{arr}[j{x}]")
         leaves = ChannelLeaves(self, full, kleene)
+        # Deliberately like cep_core/compiler/seq_cdp.py's condition loops: AIP's leaves come from
+        # a node's rows (NR, evicted), CDP's from its channels' arrays
         cond = self.expressions(leaves).condition(c.expr)
         fail = [f"if not {cond}:", f"    {flag} = False"]
         if not kvars:

@@ -73,6 +73,8 @@ class CdpGenerator(MatchCodeGenerator):
             if v not in rows:
                 var = self.plan.variables[v]
                 full[v] = (var.channel, f"k{var.index}[j{var.index}]")
+        # Deliberately like cep_core/compiler/seq_aip.py's condition loops: CDP's leaves come from
+        # its channels' arrays, AIP's from a node's rows (NR, evicted)
         leaves = ChannelLeaves(self, full, self.param_kleene())
         cond = self.expressions(leaves).condition(c.expr)
         fail = [f"if not {cond}:", f"    {flag} = False"]

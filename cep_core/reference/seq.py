@@ -199,6 +199,8 @@ class _SeqEnv(Env):
 # ---------------------------------------------------------------- per-partition state
 
 
+# Deliberately like accel/fpga/plan.py Symbol and accel/fpga/resources.py Resources in shape only:
+# dataclass fields
 @dataclass(eq=False)
 class _Pending:
     """A match waiting for event time to pass `decide_after` (trailing NOT and the like)."""

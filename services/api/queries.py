@@ -59,6 +59,8 @@ async def _query_change(request, op: Op, name: str | None = None, body=None):
                              name if op is Op.UPDATE else None, wait, timeout)
 
 
+# Deliberately like services/api/streams.py's add/update/remove: route declarations (path, models,
+# documented answers); the work is _query_change's
 @ROUTES.route("POST", "/api/queries", "Add the queries of a text", outcomes(created=True),
               body=m.QueryBody, kind="change", change=True, secured=True, checks=True)
 async def add_query(request, body):

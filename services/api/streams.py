@@ -48,6 +48,8 @@ async def _stream_change(request, op: Op, name: str | None = None, body=None):
     return await api.changed(Kind.STREAM, op, name, text, None, wait, timeout)
 
 
+# Deliberately like services/api/queries.py's add/update/remove: route declarations (path, models,
+# documented answers); the work is _stream_change's
 @ROUTES.route("POST", "/api/streams", "Register a stream", outcomes(created=True),
               body=m.StreamBody, kind="change", change=True, secured=True, checks=True)
 async def add_stream(request, body):

@@ -74,8 +74,12 @@ Stream = Annotated[str | None, typer.Option(
 DEFAULT_STREAM = "trades"  # remove --no-check: whose status topic to follow
 
 
+# Deliberately like services/cli/serve.py _register_serve: each command module registers its typer
+# commands
 def register(app: typer.Typer, guard, cli_error) -> None:
 
+    # Deliberately like stream() below: each typer command declares its own options (the shared
+    # ones are Annotated aliases)
     @app.command()
     def query(
         op: Annotated[Op, typer.Argument(help="add FILE / update FILE: the queries of a "
@@ -108,6 +112,8 @@ def register(app: typer.Typer, guard, cli_error) -> None:
                               control, topic_prefix, kafka_config, wait, timeout, no_check,
                               as_json, schema))
 
+    # Deliberately like query() above: each typer command declares its own options (the shared
+    # ones are Annotated aliases)
     @app.command()
     def stream(
         op: Annotated[Op, typer.Argument(help="add FILE / update FILE: a stream schema "

@@ -201,6 +201,8 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
     _register_benches(bench_app, guard, cli_error)
 
 
+# Deliberately like services/cli/live.py register: each command module registers its typer
+# commands
 def _register_serve(app: typer.Typer, guard, cli_error) -> None:
     @app.command()
     def serve(

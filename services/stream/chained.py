@@ -39,6 +39,8 @@ from confluent_kafka import OFFSET_BEGINNING
 from cep_core import snapshot_format
 from cep_core.snapshot_format import SnapshotError
 from services.stream import frames
+# Deliberately like services/stream/splitter.py's: an import list of the checkpoint helpers both
+# use, not code
 from services.stream.checkpoint import (
     PIPELINE_HEADER,
     AskOnce,

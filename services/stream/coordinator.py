@@ -40,6 +40,8 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from cep_core import snapshot_format
 from services.stream import frames
+# Deliberately like services/stream/worker.py's: an import list of the checkpoint helpers both
+# shells use, not code
 from services.stream.checkpoint import (
     PIPELINE_HEADER,
     AskOnce,

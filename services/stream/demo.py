@@ -34,6 +34,7 @@ from cep_core.workloads import WORKLOADS
 from services.stream.broker import EmbeddedBroker, free_port
 from services.stream.checkpoint import PIPELINE_HEADER, read_partitions
 from services.stream.control import ControlMessage, input_ended, publish
+# Deliberately like bench/live.py's: an import list, not code
 from services.stream.kafka import (
     Deliveries,
     KafkaSettings,

@@ -59,6 +59,8 @@ from cep_core.control_message import (
 )
 from cep_core.json_batch import DEFAULT_MAX_MESSAGE_BYTES
 from cep_core.kernel_warmer import KernelWarmer
+# Deliberately like services/stream/chained.py's: an import list of the checkpoint helpers both
+# use, not code
 from services.stream.checkpoint import (
     AskOnce,
     Offset,

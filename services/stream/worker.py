@@ -34,6 +34,8 @@ from confluent_kafka import TopicPartition
 
 from cep_core.schema import SchemaRegistry
 from services.stream import frames
+# Deliberately like services/stream/coordinator.py's: an import list of the checkpoint helpers
+# both shells use, not code
 from services.stream.checkpoint import (
     AskOnce,
     Offset,

@@ -149,6 +149,7 @@ function drawPipelines(pipelines) {
         lines[lines.length - 1].textContent = `${number(stage.events_out_per_s)} ${stage.out_unit}`;
       });
     });
+    // Deliberately like the partitions' table below: each table of the view fills its own columns
     const procs = view.querySelector(".processes").tBodies[0];
     procs.replaceChildren();
     for (const proc of p.processes) {
@@ -174,6 +175,7 @@ function drawPipelines(pipelines) {
         cell(row, `${number(stage.events_out_per_s)} ${stage.out_unit}`);
       }
     }
+    // Deliberately like the processes' table above: each table of the view fills its own columns
     const parts = view.querySelector(".partitions").tBodies[0];
     parts.replaceChildren();
     for (const part of p.partitions) {
