@@ -882,6 +882,10 @@ class _QueryChecker(ast.Visitor):
         if arg.name == "":  # count(dup)
             self.types[arg] = "list"
             return None
+        if node.func is A.COUNT:
+            self.error(node.pos, f"count over a Kleene variable counts its events: write "
+                                 f"count({arg.var})")
+            return _INVALID
         kind = self.types[arg] = self.attribute_type(arg.name, arg.pos)
         return kind
 
@@ -895,7 +899,7 @@ class _QueryChecker(ast.Visitor):
             return _INVALID
         if arg is None:
             return None
-        if node.func is A.COUNT:  # count(price) arrives as Attr(name="", var="price")
+        if node.func is A.COUNT and arg.name == "":  # count(price): Attr(name="", var="price")
             kind = self.types[arg] = self.attribute_type(arg.var, arg.pos)
             return kind
         if arg.var is not None:
@@ -908,11 +912,14 @@ class _QueryChecker(ast.Visitor):
         """MATCH_RECOGNIZE: over the rows of one variable (`AVG(B.price)`) or of the whole
         match (`COUNT(*)`, `SUM(price)`)."""
         arg = node.arg
-        if node.func in (A.DELTA, A.COLLECT) or (node.func is A.COUNT and arg is not None):
+        if node.func in (A.DELTA, A.COLLECT):
             self.error(node.pos, f"{node.func.value}(...) is not a MATCH_RECOGNIZE function "
-                                 "here (use FIRST, LAST, COUNT(*), SUM, AVG, MIN or MAX)")
+                                 "here (use FIRST, LAST, COUNT, SUM, AVG, MIN or MAX)")
             return _INVALID
         if arg is None:
+            return None
+        if node.func is A.COUNT and arg.name == "":  # COUNT(price) arrives as var="price"
+            self.types[arg] = self.attribute_type(arg.var or "", arg.pos)
             return None
         if arg.var is not None:
             self.variable(arg.var, arg.pos, scope)

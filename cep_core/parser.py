@@ -806,6 +806,9 @@ class _ToAst(Transformer):
             if len(args) == 1 and isinstance(args[0], ast.Attr) and args[0].var is None:
                 # count(dup): the number of events bound to a Kleene variable.
                 return ast.Aggregate(func, ast.Attr("", args[0].name, args[0].pos), pos)
+            if len(args) == 1 and isinstance(args[0], ast.Attr):
+                # MATCH_RECOGNIZE's COUNT(B.price): B's rows whose price is not NULL
+                return ast.Aggregate(func, args[0], pos)
             raise QueryError("count takes no argument, '*' or a variable", pos)
         if func in (ast.AggFunc.FIRST, ast.AggFunc.LAST) and len(args) == 2 and \
                 isinstance(args[0], ast.Attr) and isinstance(args[1], ast.Literal) and \

@@ -168,6 +168,15 @@ def test_match_proctime_is_the_machines_clock_and_one_row_per_match_may_be_left_
     assert found == run(V_SHAPE, [10, 8, 7, 9, 11])[0]
 
 
+def test_count_of_a_column_counts_the_rows_where_it_is_not_null():
+    text = V_SHAPE.replace("AS avg_b", "AS avg_b, COUNT(B.volume) AS b_volumes, "
+                                       "COUNT(volume) AS volumes, COUNT(*) AS n")
+    rows = events([10, 8, 7, 9, 11])
+    rows[2].attrs["volume"] = None  # B's second row
+    [found] = reference.run(load_query_text(text), rows)
+    assert (found["b_volumes"], found["volumes"], found["n"]) == (1, 3, 4)
+
+
 def test_rows_of_one_time_go_in_in_the_order_of_the_secondary_order_by():
     # seq 1 and 2 share a time: as they came (10 20 5 1), A=20 B=5 and A=5 B=1 match; by
     # price (10 5 20 1), A=10 B=5 and A=20 B=1; by price DESC, as they came

@@ -201,10 +201,14 @@ class _Rows(Env):
         return mine[-1].attrs.get(node.name) if mine else None
 
     def aggregate(self, node: ast.Aggregate):
+        if node.func is ast.AggFunc.COUNT and node.arg is not None and node.arg.name == "":
+            # COUNT(price) (parsed as var "price"): the match's rows whose price is not NULL
+            return sum(event.attrs.get(node.arg.var) is not None for _, event in self.rows)
         var = node.arg.var if node.arg is not None else None
         events = [event for v, event in self.rows if var is None or v == var]
-        if node.func is ast.AggFunc.COUNT:
-            return len(events)
+        if node.func is ast.AggFunc.COUNT:  # COUNT(*), or COUNT(B.price): its non-NULLs
+            return len(events) if node.arg is None else \
+                sum(event.attrs.get(node.arg.name) is not None for event in events)
         values = [event.attrs.get(node.arg.name) for event in events]
         func = node.func
         if func in (ast.AggFunc.FIRST, ast.AggFunc.LAST):  # with Flink's logical offset

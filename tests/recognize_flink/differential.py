@@ -75,7 +75,8 @@ def statement(rng: random.Random) -> str:
             f"{within} DEFINE {', '.join(defines) or 'A AS A.price > 0'}) AS T")
 
 
-# Navigation beyond the base family: PREV with an offset, FIRST/LAST with offsets in MEASURES,
+# Navigation beyond the base family: PREV with an offset (beside LAST with an offset: Flink
+# refuses one inside the other), FIRST/LAST with offsets in MEASURES,
 # MATCH_ROWTIME()/MATCH_PROCTIME() in DEFINE, ALL in an aggregate, ONE ROW PER MATCH left out,
 # MATCH_PROCTIME() as a measure SELECT leaves out (its value is the machine's clock)
 NAV_DEFINES = [
@@ -85,10 +86,13 @@ NAV_DEFINES = [
     "{v}.price > COALESCE(PREV(price, 3), 0) AND MATCH_ROWTIME() = rowtime",
     "MATCH_PROCTIME() IS NOT NULL AND {v}.price < PREV(price)",
     "{v}.price >= LAST({e}.price, 1)", "{v}.price < FIRST({e}.price, 1) + 3",
-    "SUM(ALL {v}.volume) < 15", "{v}.price <> PREV(price, 2) AND {v}.volume > 3"]
+    "SUM(ALL {v}.volume) < 15", "{v}.price <> PREV(price, 2) AND {v}.volume > 3",
+    "{v}.price > COALESCE(LAST({v}.price, 1), PREV(price, 2), 0)", "COUNT({v}.price) <= 3",
+    "COALESCE(LAST({e}.price, 1), 0) < PREV(price) + COALESCE(PREV(price, 2), 0) - {v}.price"]
 NAV_MEASURES = ["FIRST({v}.price, 1) AS second_of", "LAST(price, 2) AS third_last",
                 "LAST(A.price, 1) AS a_before", "FIRST(price, 3) AS fourth",
-                "SUM(ALL volume) AS vol", "LAST({v}.volume, 1) AS vol_before"]
+                "SUM(ALL volume) AS vol", "LAST({v}.volume, 1) AS vol_before",
+                "COUNT({v}.price) AS rows_of", "COUNT(volume) AS counted"]
 
 
 def navigation_statement(rng: random.Random) -> str:
@@ -216,6 +220,14 @@ def compare(statements: dict[str, str], data: list[dict], answers: dict) -> list
     return problems
 
 
+def summary(statements: dict[str, str], data: list[dict], answers: dict,
+            problems: list[str]) -> str:
+    refused = sum(isinstance(a, dict) for a in answers.values())
+    matches = sum(len(a) for a in answers.values() if isinstance(a, list))
+    return (f"{len(statements)} statements over {len(data)} rows, {refused} refused by Flink, "
+            f"{matches} rows answered, {len(problems)} differ from Flink")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=40)
@@ -236,10 +248,7 @@ def main() -> int:
     delay = 1 if args.family == "ties" else 0
     answers = run_flink(statements, data, delay)
     problems = compare(statements, data, answers)
-    refused = sum(isinstance(a, dict) for a in answers.values())
-    matches = sum(len(a) for a in answers.values() if isinstance(a, list))
-    print(f"{len(statements)} statements over {len(data)} rows, {refused} refused by Flink, "
-          f"{matches} rows answered, {len(problems)} differ from Flink")
+    print(summary(statements, data, answers, problems))
     for problem in problems:
         print(problem)
     if args.save:
