@@ -88,7 +88,10 @@ def compile_program(checked: CheckedQuery):
     call). Raises what those compilers refuse: `cep_core.admission` runs it as part of
     the one check."""
     kind = checked.query.kind
-    if kind is QueryKind.RECOGNIZE:  # Flink's automaton (the engine builds its own)
+    if kind is QueryKind.RECOGNIZE:  # the jitted kernels, else Flink's automaton
+        jitted = recognize_program(checked)
+        if jitted is not None:
+            return jitted
         from cep_core.reference.recognize import program
         return program(checked)
     if kind is QueryKind.MATCH:
@@ -117,11 +120,29 @@ def match_engine(checked: CheckedQuery, strings: StringDictionary, **options) ->
 
 
 def recognize_engine(checked: CheckedQuery, strings: StringDictionary, **options) -> Engine:
-    """A MATCH_RECOGNIZE query's engine: the reference interpreter over columnar batches
-    (`cep_core.engine.recognize_interpreter`, Flink's NFA in plain Python)."""
+    """A MATCH_RECOGNIZE query's engine, planned: the jitted engine
+    (`cep_core.engine.recognize`) where its compiler takes the query, else the reference
+    interpreter over columnar batches (`cep_core.engine.recognize_interpreter`, Flink's
+    NFA in plain Python). Both give the reference's answers."""
+    program = recognize_program(checked)
+    if program is not None:
+        from cep_core.engine.recognize import RecognizeEngine
+
+        return RecognizeEngine(program, strings, **options)
     from cep_core.engine.recognize_interpreter import RecognizeInterpreterEngine
 
     return RecognizeInterpreterEngine(checked, strings, **options)
+
+
+def recognize_program(checked: CheckedQuery):
+    """The jitted program of a MATCH_RECOGNIZE query, or None where its compiler does not
+    evaluate something the query uses (`RecognizeUnsupported`: the interpreter runs it)."""
+    from cep_core.compiler.recognize import RecognizeUnsupported, compile_recognize
+
+    try:
+        return compile_recognize(checked)
+    except RecognizeUnsupported:
+        return None
 
 
 def seq_engine(checked: CheckedQuery, strings: StringDictionary,

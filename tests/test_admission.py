@@ -70,7 +70,29 @@ CHECKER = {
         "WHERE max(price) > 3;", "aggregate"),
 }
 # Raised only on a broken invariant (a caller's mistake), never by a checked query.
+# MATCH_RECOGNIZE constructs the jitted kernels do not evaluate: not refusals of the query.
+JIT_FALLBACK = ("not a refusal of the query: RecognizeUnsupported makes engine_factory."
+                "recognize_program run it on the interpreter engine "
+                "(tests/test_recognize_jit.py)")
 INTERNAL = {
+    ("recognize.py", "f\"PREV with an offset other than"): JIT_FALLBACK,
+    ("recognize.py", "\"a pattern without a final state\""): "compile_nfa always builds "
+    "one",
+    ("recognize.py", "f\"{func.value.upper()}(...)\""): "the checker admits FIRST, LAST, "
+    "COUNT, SUM, AVG, MIN and MAX only",
+    ("recognize.py", "f\"function {node.name}()\""): JIT_FALLBACK,
+    ("recognize.py", "f\"query {checked.name} is not a MATCH_RECOGNIZE query"): "as for "
+    "match.py",
+    ("recognize.py", "f\"an offset over {MAX_OFFSET}"): JIT_FALLBACK,
+    ("recognize.py", "\"an aggregate inside PREV\""): JIT_FALLBACK,
+    ("recognize.py", "\"ORDER BY with columns after the time"): JIT_FALLBACK,
+    ("recognize.py", "\"PREV inside PREV\""): JIT_FALLBACK,
+    ("recognize.py", "f\"{func.value.upper()} of a {kind}\""): JIT_FALLBACK,
+    ("recognize.py", "\"a state with two PROCEED edges\""): "compile_nfa gives a state "
+    "one PROCEED edge at most",
+    ("recognize.py", "\"a window aggregate\""): "the grammar has no window aggregate in "
+    "MATCH_RECOGNIZE",
+    ("recognize.py", "f\"more than {MAX_VARIABLES} pattern"): JIT_FALLBACK,
     ("expressions.py", "f\"unknown operator"): "the checker admits only the operators the "
     "compiler knows (tests/test_checker_ok.py covers each)",
     ("expressions.py", "f\"function {node.name} has no compiled form"): "every function of "

@@ -1,0 +1,776 @@
+"""MATCH_RECOGNIZE queries -> one generated numba module per query, answering as Flink 2.3
+does (docs/semantics.md, MATCH_RECOGNIZE), exactly as the reference interpreter
+(`cep_core.reference.recognize`) does.
+
+The automaton is the reference's `compile_nfa` (Flink's NFACompiler) from the checked
+pattern (`cep_core.recognize_pattern`), flattened into tables: per state its variable and
+its edges (TAKE or PROCEED, the variable whose DEFINE must hold, the greedy `unless` set
+as a bit mask of variables). Each state has at most one PROCEED edge, so a state's decision
+graph is a chain and a computation makes at most `max_takes` new ones per row.
+
+A computation (partial or completed match) is a record: its state, where and when it
+started, its last row, its row count and what the DEFINEs and MEASURES read of its rows,
+kept incrementally per variable (or over all rows): the last and first few values of an
+attribute (`v.a`, `LAST(v.a, k)`, `FIRST(v.a, k)`, `PREV(a)`), SUM, MIN, MAX and the row
+count, and for AFTER MATCH SKIP TO FIRST/LAST v the first and last row of v. A DEFINE sees
+the record plus the current row as its variable's; MEASURES see the record.
+
+Generated per query: `dfn(v, ...)` (the DEFINE of variable v on the current row), `take`
+(a record plus the row), `emit` (MEASURES of a released match), and the kernels that run
+Flink's NFA over a batch (`kernel`) or end partial matches at a time (`tick`), replaying
+`java.util.PriorityQueue`'s order (`cep_core.kernels.recognize_runtime`).
+
+Expressions follow SQL's three-valued logic (a NULL comes from a variable without rows,
+PREV before the first row, an aggregate of no rows, a division by zero); int `/` and `%`
+and AVG of ints are Java's. What this compiler does not evaluate raises
+`RecognizeUnsupported`, naming the construct (`engine_factory` then runs the query on the
+interpreter engine).
+
+Code is generated from the checked AST only: identifiers are made up here, numbers come
+from `repr` of parsed values, strings are codes (`cep_core.compiler.expressions`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cep_core import ast
+from cep_core.checked import CheckedQuery
+from cep_core.compiler.expressions import (
+    FALSE,
+    STRING_TABLE_PARAMS,
+    Code,
+    ExpressionCompiler,
+    StringConstants,
+)
+from cep_core.compiler.modules import load_module
+from cep_core.compiler.programs import once_per_query
+from cep_core.kernels import recognize_runtime as rt
+from cep_core.kernels.match_runtime import dtype_of
+from cep_core.recognize_pattern import recognize_elements
+from cep_core.reference.recognize import PROCEED, State, compile_nfa
+
+A = ast.AggFunc
+MAX_OFFSET = 3  # FIRST/LAST(v.a, k): the kernel keeps k + 1 values per variable
+MAX_VARIABLES = 62  # variables are bits of an int64 (memo of DEFINE results, `unless`)
+
+
+class RecognizeUnsupported(ValueError):
+    """A MATCH_RECOGNIZE construct the jitted engine does not evaluate (`engine_factory`
+    runs the query on the interpreter engine instead, or raises `NotSupportedError`)."""
+
+
+@dataclass
+class MeasureSpec:
+    name: str
+    kind: str  # output kind: "int", "float", "string", "bool", "timestamp"
+    nullable: bool
+
+
+@dataclass(frozen=True, eq=False)
+class RecognizeProgram:
+    """A compiled MATCH_RECOGNIZE query: its module and the layout of the arrays its
+    kernels work on. Built once per checked query, shared by its engines."""
+
+    checked: CheckedQuery
+    module: object
+    columns: list[tuple[str, str]]  # (attribute, dtype) of col0, col1, ...
+    rec_ints: int  # record widths
+    rec_floats: int
+    string_columns: list[int]  # int columns of a record that hold string codes
+    tables: dict[str, np.ndarray]  # the automaton: tr_* per edge, st_* per state
+    start_state: int
+    max_takes: int
+    within: int  # -1: no WITHIN
+    measures: list[MeasureSpec]
+    outputs: list[str]  # the composite's fields after start_seq (PARTITION BY and MEASURES)
+    constants: StringConstants
+    uses_tables: bool
+    source: str = field(repr=False, default="")
+
+
+# ---------------------------------------------------------------- the automaton as tables
+
+
+def _tables(start: State, variables: list[str]) -> tuple[dict[str, np.ndarray], int, int]:
+    """Per state: its variable (-1: final), final flag, first edge and edge count; per edge:
+    action (1: PROCEED), target, variable (-1: none), `unless` mask. Returns the tables, the
+    start state's number and the most TAKE edges one computation can follow on a row."""
+    states: list[State] = []
+    index: dict[int, int] = {}
+    stack = [start]
+    while stack:
+        s = stack.pop()
+        if id(s) in index:
+            continue
+        index[id(s)] = len(states)
+        states.append(s)
+        stack.extend(t.target for t in reversed(s.transitions))
+    final = [i for i, s in enumerate(states) if s.final]
+    if not final:
+        raise RecognizeUnsupported("a pattern without a final state")  # compile_nfa makes one
+    edges: list[tuple[int, int, int, int]] = []
+    st_var, st_final, tr_off, tr_n = [], [], [], []
+    for s in states:
+        st_var.append(variables.index(s.var) if s.var else -1)
+        st_final.append(1 if s.final else 0)
+        tr_off.append(len(edges))
+        tr_n.append(len(s.transitions))
+        proceeds = sum(t.action == PROCEED for t in s.transitions)
+        if proceeds > 1:
+            raise RecognizeUnsupported("a state with two PROCEED edges")  # never from compile_nfa
+        for t in s.transitions:
+            var = -1 if t.condition.var is None else variables.index(t.condition.var)
+            unless = sum(1 << variables.index(u) for u in set(t.condition.unless))
+            edges.append((1 if t.action == PROCEED else 0, index[id(t.target)], var, unless))
+
+    def takes(s: State) -> int:
+        return sum(takes(t.target) if t.action == PROCEED else 1 for t in s.transitions)
+
+    tables = {
+        "st_var": np.array(st_var, np.int64), "st_final": np.array(st_final, np.int64),
+        "tr_off": np.array(tr_off, np.int64), "tr_n": np.array(tr_n, np.int64),
+        "tr_act": np.array([e[0] for e in edges] or [0], np.int64),
+        "tr_tgt": np.array([e[1] for e in edges] or [0], np.int64),
+        "tr_var": np.array([e[2] for e in edges] or [0], np.int64),
+        "tr_unl": np.array([e[3] for e in edges] or [0], np.int64),
+    }
+    return tables, index[id(start)], max(1, max(takes(s) for s in states))
+
+
+# ---------------------------------------------------------------- what a record keeps
+
+
+class _Record:
+    """The columns of a record beyond the fixed ones (`rt.REC_FIXED`), by key:
+    ("cnt", var), ("last", var, attr, k), ("first", var, attr, k), ("sum"|"min"|"max", var,
+    attr), ("fidx"|"lidx", var); var None means all the match's rows."""
+
+    def __init__(self, kinds: dict[str, str]):
+        self.kinds = kinds  # attribute -> storage kind
+        self.ints: dict[tuple, int] = {("cnt", None): rt.COUNT}
+        self.floats: dict[tuple, int] = {}
+        self.kind_of: dict[tuple, str] = {("cnt", None): "int"}
+
+    def col(self, key: tuple, kind: str = "int") -> tuple[str, int]:
+        if key not in self.kind_of:
+            self.kind_of[key] = kind
+            if kind == "float":
+                self.floats[key] = len(self.floats)
+            else:
+                self.ints[key] = len(rt.REC_FIXED) + len(self.ints) - 1
+        return ("rec_f", self.floats[key]) if key in self.floats else ("rec_i", self.ints[key])
+
+    def read(self, key: tuple, kind: str = "int", row: str = "r") -> str:
+        array, column = self.col(key, kind)
+        code = f"{array}[{row}, {column}]"
+        return f"({code} != 0)" if kind == "bool" else code
+
+    def count(self, var: str | None, row: str = "r") -> str:
+        return self.read(("cnt", var), "int", row)
+
+
+# ---------------------------------------------------------------- expressions
+
+
+class _Compiler(ExpressionCompiler):
+    """Three-valued boolean logic and Java's integer arithmetic (the reference's
+    `RecognizeEvaluator`); PREV, MATCH_ROWTIME, IS NULL and COALESCE."""
+
+    def condition(self, expr) -> str:
+        if expr is None:
+            return "True"
+        code = self.compile(expr)
+        return code.value if not code.nullable else f"((not {code.null}) and {code.value})"
+
+    def visit_Unary(self, node: ast.Unary) -> Code:
+        operand = self.compile(node.operand)
+        if node.op is ast.UnaryOp.NOT:
+            return Code(f"(not {operand.value})", operand.null)
+        return Code(f"(-{operand.value})", operand.null)
+
+    def visit_Binary(self, node: ast.Binary) -> Code:
+        op = node.op
+        if op in (ast.BinaryOp.AND, ast.BinaryOp.OR):
+            p, q = self.compile(node.left), self.compile(node.right)
+            if not p.nullable and not q.nullable:
+                return Code(f"({p.value} {op.lower()} {q.value})")
+            # AND: false when either is known false; OR: true when either is known true
+            want = "not " if op == ast.BinaryOp.AND else ""
+            decided = (f"(((not {p.null}) and {want}{p.value}) or "
+                       f"((not {q.null}) and {want}{q.value}))")
+            null = f"((not {decided}) and ({p.null} or {q.null}))"
+            return Code(f"(not {decided})" if want else decided, null)
+        if op in (ast.BinaryOp.DIV, ast.BinaryOp.MOD):
+            left, right = self.compile(node.left), self.compile(node.right)
+            null = _or(left.null, right.null, f"(({right.value}) == 0)")
+            ints = all(self.types[x] in ("int", "timestamp") for x in (node.left, node.right))
+            x, y = left.value, right.value
+            if ints:
+                name = "jdiv" if op is ast.BinaryOp.DIV else "jmod"
+                return Code(f"{name}({x}, {y})", null)
+            if op is ast.BinaryOp.DIV:
+                return Code(f"(({x}) / ({y}) if ({y}) != 0 else np.float64(0.0))", null)
+            return Code(f"(({x}) % ({y}) if ({y}) != 0 else np.float64(0.0))", null)
+        if op in ("=", "!=", "<", "<=", ">", ">="):
+            left, right = self.compile(node.left), self.compile(node.right)
+            a, b = left.value, right.value
+            if self.types[node.left] == "string" and op not in ("=", "!="):
+                a, b = f"s_rank[{a}]", f"s_rank[{b}]"
+            py = {"=": "==", "!=": "!="}.get(op, op)
+            return Code(f"({a} {py} {b})", _or(left.null, right.null))
+        return super().visit_Binary(node)
+
+    def visit_InList(self, node: ast.InList) -> Code:
+        operand = self.compile(node.operand)
+        tests = []
+        for option in node.options:
+            o = self.compile(option)
+            test = f"({operand.value} == {o.value})"
+            tests.append(test if not o.nullable else f"((not {o.null}) and {test})")
+        found = "(" + " or ".join(tests) + ")"
+        return Code(found if not node.negated else f"(not {found})", operand.null)
+
+    def visit_Call(self, node: ast.Call) -> Code:
+        name = node.name.upper()
+        if name == "PREV":
+            return self.leaves.prev(node, self)
+        if name == "MATCH_ROWTIME":
+            return self.leaves.rowtime()
+        if name == "MATCH_PROCTIME":  # the machine's clock when the kernel was called
+            return Code("pt")
+        if name not in _FUNCTIONS:
+            raise RecognizeUnsupported(f"function {node.name}()")
+        if name == "IS_NULL":
+            return Code(self.compile(node.args[0]).null)
+        if name == "COALESCE":
+            codes = [self.compile(arg) for arg in node.args]
+            value = codes[-1].value
+            for c in reversed(codes[:-1]):
+                value = f"({c.value} if not {c.null} else {value})" if c.nullable else c.value
+            nulls = []
+            for c in codes:
+                if not c.nullable:
+                    return Code(value)
+                nulls.append(c.null)
+            return Code(value, "(" + " and ".join(nulls) + ")")
+        return super().visit_Call(node)
+
+
+_FUNCTIONS = ("IS_NULL", "COALESCE", "ABS", "SQRT", "FLOOR", "CEIL", "LEAST", "GREATEST",
+              "LOWER", "UPPER", "LENGTH")
+
+
+def _or(*flags: str) -> str:
+    flags = tuple(dict.fromkeys(f for f in flags if f != FALSE))
+    if not flags:
+        return FALSE
+    return flags[0] if len(flags) == 1 else "(" + " or ".join(flags) + ")"
+
+
+class _Leaves:
+    """Attributes and aggregates as code over record `r` and, in a DEFINE of `var`, the
+    current row (`t` for the time attribute, `a0`, `a1`, ... for the others)."""
+
+    def __init__(self, gen: _Generator, var: str | None):
+        self.gen, self.var = gen, var  # var None: MEASURES
+        self.in_prev: int | None = None  # inside PREV(..., offset): the offset
+
+    def attr(self, node: ast.Attr) -> Code:
+        gen = self.gen
+        back = self.in_prev
+        if back is not None:  # `back` rows before the current one (DEFINE) or the last
+            if self.var is None:
+                return self._last(None, node.name, back)
+            return Code(gen.value(node.name)) if back == 0 else \
+                self._last(None, node.name, back - 1)
+        if self.var is not None and node.var in (None, self.var):
+            return Code(gen.value(node.name))
+        return self._last(node.var, node.name, 0)
+
+    def _last(self, var: str | None, attr: str, k: int) -> Code:
+        gen = self.gen
+        if k > MAX_OFFSET:
+            raise RecognizeUnsupported(f"an offset over {MAX_OFFSET} (LAST/FIRST(..., {k}))")
+        kind = gen.kind(attr)
+        gen.track(var, attr, "last", k)
+        value = gen.rec.read(("last", var, attr, k), kind)
+        return Code(value, f"({gen.rec.count(var)} <= {k})")
+
+    def aggregate(self, node: ast.Aggregate) -> Code:
+        gen, func = self.gen, node.func
+        if self.in_prev is not None:
+            raise RecognizeUnsupported("an aggregate inside PREV")
+        var = node.arg.var if node.arg is not None else None
+        here = self.var is not None and var in (None, self.var)  # the current row counts
+        cnt = gen.rec.count(var)
+        gen.rec.col(("cnt", var))
+        if func is A.COUNT:
+            return Code(f"({cnt} + 1)" if here else cnt)
+        assert node.arg is not None  # the checker: only COUNT(*) has none
+        attr = node.arg.name
+        kind = gen.kind(attr)
+        v = gen.value(attr) if here else ""
+        k = node.offset
+        if k > MAX_OFFSET:
+            raise RecognizeUnsupported(f"an offset over {MAX_OFFSET} ({func.value.upper()}"
+                                       f"(..., {k}))")
+        if func is A.LAST:
+            if not here:
+                return self._last(var, attr, k)
+            if k == 0:
+                return Code(v)
+            gen.track(var, attr, "last", k - 1)
+            return Code(gen.rec.read(("last", var, attr, k - 1), kind), f"({cnt} < {k})")
+        if func is A.FIRST:
+            gen.track(var, attr, "first", k)
+            first = gen.rec.read(("first", var, attr, k), kind)
+            if not here:
+                return Code(first, f"({cnt} <= {k})")
+            return Code(f"({first} if {cnt} > {k} else {v})", f"({cnt} < {k})")
+        if kind not in ("int", "float") and func in (A.SUM, A.AVG):
+            raise RecognizeUnsupported(f"{func.value.upper()} of a {kind}")
+        if kind in ("string", "bool") and func in (A.MIN, A.MAX):
+            raise RecognizeUnsupported(f"{func.value.upper()} of a {kind}")
+        gen.track(var, attr, "sum" if func is A.AVG else func.value, 0)
+        stored = gen.rec.read(("sum" if func is A.AVG else func.value, var, attr), kind)
+        if func is A.SUM:
+            return Code(f"({stored} + {v})") if here else Code(stored, f"({cnt} == 0)")
+        if func in (A.MIN, A.MAX):
+            if not here:
+                return Code(stored, f"({cnt} == 0)")
+            return Code(f"({v} if {cnt} == 0 else {func.value}({stored}, {v}))")
+        if func is A.AVG:
+            total, n = (f"({stored} + {v})", f"({cnt} + 1)") if here else (stored, cnt)
+            null = FALSE if here else f"({cnt} == 0)"
+            if kind == "int":
+                return Code(f"jdiv({total}, max({n}, 1))", null)
+            return Code(f"({total} / max({n}, 1))", null)
+        raise RecognizeUnsupported(f"{func.value.upper()}(...)")
+
+    def window_aggregate(self, node) -> Code:
+        raise RecognizeUnsupported("a window aggregate")  # the grammar has none here
+
+    def prev(self, node: ast.Call, compiler: _Compiler) -> Code:
+        if self.in_prev is not None:
+            raise RecognizeUnsupported("PREV inside PREV")
+        offset = 1
+        if len(node.args) > 1:
+            arg = node.args[1]
+            if not isinstance(arg, ast.Literal) or not isinstance(arg.value, int) or \
+                    isinstance(arg.value, bool) or not 0 <= arg.value <= MAX_OFFSET + 1:
+                raise RecognizeUnsupported(f"PREV with an offset other than 0..{MAX_OFFSET + 1}")
+            offset = arg.value
+        self.in_prev = offset
+        try:
+            return compiler.compile(node.args[0])
+        finally:
+            self.in_prev = None
+
+    def rowtime(self) -> Code:
+        return Code("now" if self.var is None else "t")  # DEFINE: the current row's time
+
+
+class _Generator:
+    def __init__(self, checked: CheckedQuery, variables: list[str]):
+        self.checked = checked
+        self.schema = checked.schema
+        self.variables = variables
+        self.columns: list[str] = []
+        self.rec = _Record({})
+        self.tracked: dict[tuple, set] = {}  # (var, attr) -> {("last", k), ("first", k), ...}
+        self.constants = StringConstants()
+
+    def kind(self, attr: str) -> str:
+        kind = self.schema.attributes[attr]
+        return "int" if kind == "timestamp" else kind
+
+    def value(self, attr: str) -> str:
+        if attr == self.schema.time:
+            return "t"
+        if attr not in self.columns:
+            self.columns.append(attr)
+        return f"a{self.columns.index(attr)}"
+
+    def track(self, var: str | None, attr: str, what: str, k: int) -> None:
+        self.value(attr)  # `take` reads it from the row
+        self.tracked.setdefault((var, attr), set()).add((what, k))
+        self.rec.col(("cnt", var))
+        kind = self.kind(attr)
+        if what in ("last", "first"):
+            for j in range(k + 1):  # LAST shifts through 0..k; FIRST k needs only k
+                if what == "last" or j == k:
+                    self.rec.col((what, var, attr, j), kind)
+        else:
+            self.rec.col((what, var, attr), "float" if kind == "float" else "int")
+
+    def compiler(self, var: str | None) -> _Compiler:
+        return _Compiler(_Leaves(self, var), self.constants, self.checked.types)
+
+    def take_lines(self) -> list[str]:
+        """Record `dst` := record `src` plus the current row as variable `v`: updates of
+        what is kept over all rows, then of each variable's own."""
+        per_var: dict[str | None, list[str]] = {}
+        for var in [None, *self.variables]:
+            lines = []
+            for (tvar, attr), wants in self.tracked.items():
+                if tvar != var:
+                    continue
+                v = self.value(attr)
+                cnt = self.rec.count(var, "dst")
+                lasts = sorted(k for what, k in wants if what == "last")
+                for k in range(max(lasts) if lasts else -1, 0, -1):
+                    lines.append(f"{self.rec.read(('last', var, attr, k), 'int', 'dst')} = "
+                                 f"{self.rec.read(('last', var, attr, k - 1), 'int', 'dst')}")
+                if lasts:
+                    lines.append(f"{self.rec.read(('last', var, attr, 0), 'int', 'dst')} = {v}")
+                for what, k in sorted(wants):
+                    if what == "first":
+                        lines.append(f"if {cnt} == {k}:")
+                        lines.append(f"    {self.rec.read(('first', var, attr, k), 'int', 'dst')}"
+                                     f" = {v}")
+                    elif what == "sum":
+                        ref = self.rec.read(("sum", var, attr), "int", "dst")
+                        lines.append(f"{ref} += {v}")
+                    elif what in ("min", "max"):
+                        ref = self.rec.read((what, var, attr), "int", "dst")
+                        lines.append(f"{ref} = {v} if {cnt} == 0 else {what}({ref}, {v})")
+            for key in (("fidx", var), ("lidx", var)):
+                if key in self.rec.kind_of:
+                    ref = self.rec.read(key, "int", "dst")
+                    if key[0] == "fidx":
+                        lines.append(f"if {self.rec.count(var, 'dst')} == 0:")
+                        lines.append(f"    {ref} = idx")
+                    else:
+                        lines.append(f"{ref} = idx")
+            if var is not None and ("cnt", var) in self.rec.kind_of:
+                lines.append(f"{self.rec.count(var, 'dst')} += 1")
+            per_var[var] = lines
+        out = per_var[None]
+        for number, var in enumerate(self.variables):
+            if per_var[var]:
+                out.append(f"if v == {number}:")
+                out += ["    " + line for line in per_var[var]]
+        return out
+
+
+def _indent(lines: list[str], depth: int = 1) -> list[str]:
+    return ["    " * depth + line for line in lines]
+
+
+@once_per_query
+def compile_recognize(checked: CheckedQuery) -> RecognizeProgram:
+    """The program of a checked MATCH_RECOGNIZE query (generated and loaded once, then
+    shared); `RecognizeUnsupported` for what the jitted engine does not evaluate."""
+    body = checked.query.body
+    if not isinstance(body, ast.RecognizeQuery):
+        raise TypeError(f"query {checked.name} is not a MATCH_RECOGNIZE query")
+    if getattr(body, "then_by", None):
+        raise RecognizeUnsupported("ORDER BY with columns after the time attribute")
+    elements = recognize_elements(body.pattern)
+    variables = [e.var for e in elements]
+    if len(variables) > MAX_VARIABLES:
+        raise RecognizeUnsupported(f"more than {MAX_VARIABLES} pattern variables")
+    nfa = compile_nfa(elements)
+    tables, start, max_takes = _tables(nfa.start, variables)
+    gen = _Generator(checked, variables)
+    defines = {d.name: d.condition for d in body.defines}
+
+    dfn = []  # the body of dfn(v, ...)
+    for number, var in enumerate(variables):
+        if var in defines:
+            dfn += [f"if v == {number}:",
+                    f"    return {gen.compiler(var).condition(defines[var])}"]
+    dfn.append("return True")
+
+    measures: list[MeasureSpec] = []
+    emit = []
+    for j, item in enumerate(body.measures):
+        code = gen.compiler(None).compile(item.expr)
+        kind = checked.types[item.expr] or "int"
+        measures.append(MeasureSpec(item.name, kind, code.nullable))
+        emit.append(f"e{j}[no] = {code.value}")
+        if code.nullable:
+            emit.append(f"e{j}n[no] = {code.null}")
+    if body.skip in (ast.SkipTo.FIRST, ast.SkipTo.LAST):
+        gen.rec.col(("cnt", body.skip_var))
+        gen.rec.col(("fidx" if body.skip is ast.SkipTo.FIRST else "lidx", body.skip_var))
+    take = gen.take_lines()
+
+    outputs = [a.name for a in checked.query.partition_by] + [m.name for m in measures]
+    if body.select is not None:
+        wanted = {a.name for a in body.select}
+        outputs = [name for name in outputs if name in wanted]
+    within = checked.time_units(body.within) if body.within is not None else -1
+    source = _module_source(gen, body, tables, start, max_takes, dfn, take, emit, measures)
+    module = load_module(source)
+    uses_tables = any(f"{t}[" in source for t in STRING_TABLE_PARAMS.split(", "))
+    string_columns = [column for key, column in gen.rec.ints.items()
+                      if len(key) > 2 and key[0] in ("last", "first", "min", "max")
+                      and gen.kind(key[2]) == "string"]
+    return RecognizeProgram(
+        checked=checked, module=module,
+        columns=[(a, dtype_of(gen.kind(a))) for a in gen.columns],
+        rec_ints=len(rt.REC_FIXED) + len(gen.rec.ints) - 1,
+        rec_floats=max(1, len(gen.rec.floats)), string_columns=string_columns,
+        tables=tables, start_state=start, max_takes=max_takes, within=within,
+        measures=measures, outputs=outputs, constants=gen.constants,
+        uses_tables=uses_tables, source=source)
+
+
+def emit_args(measures: list[MeasureSpec]) -> list[str]:
+    """The output arrays of MEASURES, after out_key, out_start, out_end."""
+    args = []
+    for j, m in enumerate(measures):
+        args.append(f"e{j}")
+        if m.nullable:
+            args.append(f"e{j}n")
+    return args
+
+
+def kernel_args(program: RecognizeProgram) -> list[str]:
+    """The kernel's array parameters (after its scalars), in order; `tick` takes the
+    same minus the batch (kid, seq, ts, columns, dead)."""
+    return (["kid", "seq", "ts"] + [f"col{j}" for j in range(len(program.columns))] +
+            STATE_ARGS + ["out_key", "out_start", "out_end"] + emit_args(program.measures) +
+            ["dead"])
+
+
+STATE_ARGS = rt.STATE_ARGS
+
+
+def _module_source(gen: _Generator, body: ast.RecognizeQuery, tables, start: int,
+                   max_takes: int, dfn: list[str], take: list[str], emit: list[str],
+                   measures: list[MeasureSpec]) -> str:
+    row = ", ".join(["t"] + [f"a{j}" for j in range(len(gen.columns))])
+    tab = "sc, " + STRING_TABLE_PARAMS + ", pt"  # pt: MATCH_PROCTIME (the call's clock)
+    outs = ", ".join(["out_key", "out_start", "out_end"] + emit_args(measures))
+    nvars = len(gen.variables)
+    final = int(np.flatnonzero(tables["st_final"])[0])
+    S = rt
+    lines = [
+        "from cep_core.kernels.recognize_runtime import (alloc, heap_add, heap_poll, "
+        "jdiv, jmod, prune)", "", "",
+        "@njit(cache=True, error_model='numpy')",
+        f"def dfn(v, rec_i, rec_f, r, {row}, {tab}):",
+        *_indent(dfn), "", "",
+        "@njit(cache=True, error_model='numpy')",
+        f"def take(rec_i, rec_f, src, dst, v, st, idx, sq, {row}):",
+        "    rec_i[dst, :] = rec_i[src, :]",
+        "    rec_f[dst, :] = rec_f[src, :]",
+        f"    rec_i[dst, {S.STATE}] = st",
+        f"    if rec_i[src, {S.COUNT}] == 0:",
+        f"        rec_i[dst, {S.START}] = idx",
+        f"        rec_i[dst, {S.START_TS}] = t",
+        f"        rec_i[dst, {S.START_SEQ}] = sq",
+        *_indent(take),
+        f"    rec_i[dst, {S.LAST_IDX}] = idx",
+        f"    rec_i[dst, {S.LAST_SEQ}] = sq",
+        f"    rec_i[dst, {S.COUNT}] += 1", "", "",
+        "@njit(cache=True, error_model='numpy')",
+        f"def emit(rec_i, rec_f, r, now, no, {outs}, {tab}):",
+        *_indent(emit or ["pass"]), "", "",
+    ]
+    # release: Flink's completed matches leave while none that started earlier is alive
+    skip = body.skip
+    if skip is ast.SkipTo.PAST_LAST_ROW:
+        bound = [f"limit = rec_i[m, {S.LAST_IDX}]", "inclusive = True"]
+    elif skip is ast.SkipTo.NEXT_ROW:
+        bound = [f"limit = rec_i[m, {S.START}]", "inclusive = True"]
+    else:
+        which = "fidx" if skip is ast.SkipTo.FIRST else "lidx"
+        bound = [f"if {gen.rec.count(body.skip_var, 'm')} == 0:",
+                 f"    ctr[{S.ERR_START}] = rec_i[m, {S.START_SEQ}]",
+                 f"    ctr[{S.ERR_END}] = rec_i[m, {S.LAST_SEQ}]",
+                 f"    return {S.SKIP_MISSING}",
+                 f"limit = {gen.rec.read((which, body.skip_var), 'int', 'm')}",
+                 f"if limit == rec_i[m, {S.START}]:",
+                 f"    ctr[{S.ERR_START}] = rec_i[m, {S.START_SEQ}]",
+                 f"    ctr[{S.ERR_END}] = rec_i[m, {S.LAST_SEQ}]",
+                 f"    return {S.SKIP_FIRST}",
+                 "inclusive = False"]
+    common = f"key_i, ph, ch, pcap, ccap, rec_i, rec_f, free, ctr, {outs}, {tab}"
+    lines += [
+        "@njit(cache=True, error_model='numpy')",
+        f"def release(k, now, {common}):",
+        "    pb = k * pcap",
+        "    cb = k * ccap",
+        f"    npart = key_i[k, {S.K_NPART}]",
+        f"    nc = key_i[k, {S.K_NCOMP}]",
+        f"    while nc > 0 and rec_i[ch[cb], {S.START}] <= rec_i[ph[pb], {S.START}]:",
+        "        m = ch[cb]",
+        "        nc = heap_poll(ch, cb, nc, rec_i)",
+        *_indent(bound, 2),
+        f"        npart = prune(ph, pb, npart, rec_i, {S.START}, limit, inclusive, free, ctr)",
+        f"        nc = prune(ch, cb, nc, rec_i, {S.START}, limit, inclusive, free, ctr)",
+        f"        key_i[k, {S.K_NPART}] = npart",
+        f"        key_i[k, {S.K_NCOMP}] = nc",
+        f"        no = ctr[{S.OUT_N}]",
+        "        out_key[no] = k",
+        f"        out_start[no] = rec_i[m, {S.START_SEQ}]",
+        f"        out_end[no] = rec_i[m, {S.LAST_SEQ}]",
+        f"        emit(rec_i, rec_f, m, now, no, {outs}, {tab})",
+        f"        ctr[{S.OUT_N}] = no + 1",
+        f"        free[ctr[{S.FREE_TOP}]] = m",
+        f"        ctr[{S.FREE_TOP}] += 1",
+        f"    key_i[k, {S.K_NPART}] = npart",
+        f"    key_i[k, {S.K_NCOMP}] = nc",
+        f"    return {S.DONE}", "", "",
+        # WITHIN: partial matches whose interval ends by `ts` end, in order of their end
+        "@njit(cache=True, error_model='numpy')",
+        f"def advance(k, ts, within, {common}):",
+        "    pb = k * pcap",
+        "    while True:",
+        f"        npart = key_i[k, {S.K_NPART}]",
+        "        found = False",
+        "        end = 0",
+        "        for j in range(npart):",
+        "            h = ph[pb + j]",
+        "            if h != 0:",
+        f"                e = rec_i[h, {S.START_TS}] + within",
+        "                if not found or e < end:",
+        "                    end = e",
+        "                    found = True",
+        "        if not found or end > ts:",
+        f"            return {S.DONE}",
+        f"        key_i[k, {S.K_NPART}] = prune(ph, pb, npart, rec_i, {S.START_TS}, "
+        "end - within, True, free, ctr)",
+        f"        status = release(k, end, {common})",
+        f"        if status != {S.DONE}:",
+        "            return status", "", "",
+        "@njit(cache=True, error_model='numpy')",
+        f"def tick(k0, nkeys, ts, within, pcap, ccap, out_cap, pt, {', '.join(STATE_ARGS)}, "
+        f"{outs}):",
+        "    for k in range(k0, nkeys):",
+        f"        if ctr[{S.OUT_N}] + key_i[k, {S.K_NCOMP}] > out_cap:",
+        f"            return {S.FULL_OUTPUT}, k",
+        f"        status = advance(k, ts, within, {common})",
+        f"        if status != {S.DONE}:",
+        "            return status, k",
+        f"    return {S.DONE}, nkeys", "", "",
+    ]
+    cols = ", ".join(f"col{j}" for j in range(len(gen.columns)))
+    loads = [f"a{j} = col{j}[i]" for j in range(len(gen.columns))]
+
+    def holds(var: str, result: str) -> list[str]:
+        """`result` = the DEFINE of variable number `var` (memoized in evald/res)."""
+        return [f"if (evald >> {var}) & 1 == 0:",
+                f"    evald |= 1 << {var}",
+                f"    if dfn({var}, rec_i, rec_f, c, {row}, {tab}):",
+                f"        res |= 1 << {var}",
+                f"{result} = (res >> {var}) & 1 != 0"]
+
+    def edge_ok(e: str) -> list[str]:
+        return ["ok = True", f"v = tr_var[{e}]", "if v >= 0:", *_indent(holds("v", "ok")),
+                f"u = tr_unl[{e}]", "if ok and u != 0:",
+                f"    for w in range({nvars}):",
+                "        if (u >> w) & 1 != 0:",
+                *_indent(holds("w", "bad"), 3),
+                "            if bad:", "                ok = False", "                break"]
+
+    step = [
+        "c = ph[pb + j]", "evald = 0", "res = 0", "sp = 1",
+        f"stack[0] = rec_i[c, {S.STATE}]",
+        "while sp > 0:",
+        "    sp -= 1",
+        "    s = stack[sp]",
+        "    for e in range(tr_off[s], tr_off[s] + tr_n[s]):",
+        *_indent(edge_ok("e"), 2),
+        "        if not ok:", "            continue",
+        "        if tr_act[e] == 1:",
+        "            stack[sp] = tr_tgt[e]",
+        "            sp += 1",
+        "            continue",
+        "        tg = tr_tgt[e]",
+        "        d = alloc(free, ctr)",
+        f"        take(rec_i, rec_f, c, d, st_var[s], tg, idx, sq, {row})",
+        "        if st_final[tg] != 0:",  # a TAKE into the final state: completed now
+        "            nlc = heap_add(lc, 0, nlc, d, rec_i)",
+        "            continue",
+        "        nlp = heap_add(lp, 0, nlp, d, rec_i)",
+        # does the target PROCEED to the final state (conditions on the old rows)?
+        "        q = tg", "        reaches = False",
+        "        while not reaches and q >= 0:",
+        "            nq = -1",
+        "            for ee in range(tr_off[q], tr_off[q] + tr_n[q]):",
+        "                if tr_act[ee] != 1:", "                    continue",
+        *_indent(edge_ok("ee"), 4),
+        "                if ok:",
+        "                    if st_final[tr_tgt[ee]] != 0:",
+        "                        reaches = True",
+        "                    else:",
+        "                        nq = tr_tgt[ee]",
+        "            q = nq",
+        "        if reaches:",
+        "            m = alloc(free, ctr)",
+        "            rec_i[m, :] = rec_i[d, :]",
+        "            rec_f[m, :] = rec_f[d, :]",
+        f"            rec_i[m, {S.STATE}] = {final}",
+        "            nlc = heap_add(lc, 0, nlc, m, rec_i)",
+        "if c == 0:",
+        "    nlp = heap_add(lp, 0, nlp, 0, rec_i)",
+        "else:",
+        f"    free[ctr[{S.FREE_TOP}]] = c",
+        f"    ctr[{S.FREE_TOP}] += 1",
+    ]
+    kernel = [
+        "@njit(cache=True, error_model='numpy')",
+        f"def kernel(i0, n, within, pcap, ccap, out_cap, pt, kid, seq, ts, {cols}"
+        f"{', ' if cols else ''}"
+        f"{', '.join(STATE_ARGS)}, {outs}, dead):",
+        f"    status = {S.DONE}",
+        "    pool = rec_i.shape[0]",
+        "    i = i0",
+        "    while i < n:",
+        "        k = kid[i]",
+        "        t = ts[i]",
+        "        sq = seq[i]",
+        f"        if t < key_i[k, {S.K_LAST_TS}]:",
+        f"            dead[ctr[{S.DEAD_N}]] = i",
+        f"            ctr[{S.DEAD_N}] += 1",
+        "            i += 1",
+        "            continue",
+        f"        npart = key_i[k, {S.K_NPART}]",
+        f"        ncomp = key_i[k, {S.K_NCOMP}]",
+        f"        need = npart * {max_takes}",
+        "        if need + 1 > pcap or ncomp + need > ccap:",
+        f"            status = {S.FULL_QUEUE}",
+        "            break",
+        f"        if ctr[{S.FREE_TOP}] + pool - ctr[{S.HIGH}] < 2 * need:",
+        f"            status = {S.FULL_POOL}",
+        "            break",
+        f"        if ctr[{S.OUT_N}] + ncomp + need > out_cap:",
+        f"            status = {S.FULL_OUTPUT}",
+        "            break",
+        *_indent(loads, 2),
+        f"        key_i[k, {S.K_LAST_TS}] = t",
+        "        if within >= 0:",
+        f"            status = advance(k, t, within, {common})",
+        f"            if status != {S.DONE}:",
+        "                break",
+        f"        idx = key_i[k, {S.K_ROWS}]",
+        f"        npart = key_i[k, {S.K_NPART}]",
+        "        pb = k * pcap",
+        "        nlp = 0",
+        "        nlc = 0",
+        "        for j in range(npart):",
+        *_indent(step, 3),
+        "        cb = k * ccap",
+        f"        nc = key_i[k, {S.K_NCOMP}]",
+        "        for j in range(nlc):",
+        "            nc = heap_add(ch, cb, nc, lc[j], rec_i)",
+        "        for j in range(nlp):",
+        "            ph[pb + j] = lp[j]",
+        f"        key_i[k, {S.K_NPART}] = nlp",
+        f"        key_i[k, {S.K_NCOMP}] = nc",
+        f"        key_i[k, {S.K_ROWS}] = idx + 1",
+        f"        status = release(k, t, {common})",
+        f"        if status != {S.DONE}:",
+        "            break",
+        "        i += 1",
+        "    return status, i", "",
+    ]
+    del start
+    return "\n".join(lines + kernel)

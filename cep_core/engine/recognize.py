@@ -1,0 +1,333 @@
+"""The jitted MATCH_RECOGNIZE engine: one query's state, run by the kernels of its compiled
+program (`cep_core.compiler.recognize.RecognizeProgram`), giving the reference
+interpreter's (Flink 2.3's) answers.
+
+State, all numpy arrays (a snapshot is arrays plus a little JSON):
+
+- per key id (`key_i`): its last accepted event time, how many partial and completed
+  matches its queues hold, how many rows it has seen;
+- per key, its queue of partial matches (`ph`, a row of `pcap` handles) and of completed
+  matches waiting for release (`ch`, `ccap`), each a binary heap in Java's
+  `PriorityQueue` layout (`cep_core.kernels.recognize_runtime`); both widen (doubling)
+  when a key needs more;
+- the records the handles point to (`rec_i`/`rec_f`, one row per computation; row 0 is
+  Flink's start computation) with a free list; the pool doubles when an event could need
+  more than is free.
+
+The kernel stops before an event that could need more room than there is (outputs,
+queue slots, records) and resumes there once Python has grown the arrays. Partial matches
+end by WITHIN on the key's next event, at `punctuate(ts)` (every key) and at `flush()`;
+without WITHIN, completed matches held back by an unfinished earlier one never leave
+(as in Flink, and the reference).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import orjson
+
+from cep_core import ast
+from cep_core.batch import Batch, StringDictionary
+from cep_core.composite_batch import ColumnBatch, CompositeBatch, Decoder, Field, Keys, to_dicts
+from cep_core.engine.base import Engine
+from cep_core.engine.match import _Keys
+from cep_core.kernels import recognize_runtime as rt
+from cep_core.kernels.match_runtime import dtype_of
+from cep_core.kernels.string_tables import StringTables
+from cep_core.reference.recognize import RecognizeRuntimeError
+
+INT64_MIN = np.iinfo(np.int64).min
+_EMPTY = np.zeros(1, np.int64)
+
+
+class RecognizeEngine(Engine):
+    """A MATCH_RECOGNIZE query over columnar batches (see the module docstring). Options
+    of other engines (`idle_timeout`, ...) are ignored: a key's state here ends by WITHIN."""
+
+    def __init__(self, program, strings: StringDictionary, **options):
+        super().__init__(program.checked, strings)
+        self.program = program
+        self.key_attrs = [a.name for a in self.query.partition_by]
+        self.keys = _Keys(self.key_attrs, self.schema)
+        self._tables: StringTables | None = None
+        self._allocate(nkeys=16, pcap=4, ccap=4, pool=64, out_cap=256)
+
+    # ------------------------------------------------------------ arrays
+
+    def _allocate(self, nkeys: int, pcap: int, ccap: int, pool: int, out_cap: int) -> None:
+        p = self.program
+        self.pcap, self.ccap, self.out_cap = pcap, ccap, out_cap
+        a: dict[str, np.ndarray] = dict(p.tables)
+        a["ctr"] = np.zeros(len(rt.CTR), np.int64)
+        a["ctr"][rt.HIGH] = 1  # record 0: the start computation
+        a["key_i"] = np.zeros((nkeys, len(rt.KEY_FIELDS)), np.int64)
+        a["ph"] = np.zeros((nkeys, pcap), np.int64)
+        a["ch"] = np.zeros((nkeys, ccap), np.int64)
+        a["lp"] = np.zeros(pcap, np.int64)
+        a["lc"] = np.zeros(ccap, np.int64)
+        a["rec_i"] = np.zeros((pool, p.rec_ints), np.int64)
+        a["rec_f"] = np.zeros((pool, p.rec_floats), np.float64)
+        a["rec_i"][0, rt.STATE] = p.start_state
+        a["rec_i"][0, rt.START] = rt.NEVER
+        a["free"] = np.zeros(pool, np.int64)
+        a["stack"] = np.zeros(len(p.tables["st_var"]) + 2, np.int64)
+        a["dead"] = np.zeros(1, np.int64)
+        self.arrays = a
+        self._keys_ready = 0
+        self._out_arrays(out_cap)
+
+    def _out_arrays(self, size: int, keep: int = 0) -> None:
+        a = self.arrays
+
+        def make(name, dtype):
+            new = np.zeros(size, dtype)
+            if keep:
+                new[:keep] = a[name][:keep]
+            a[name] = new
+        for name in ("out_key", "out_start", "out_end"):
+            make(name, np.int64)
+        for j, m in enumerate(self.program.measures):
+            make(f"e{j}", dtype_of(m.kind))
+            if m.nullable:
+                make(f"e{j}n", np.bool_)
+        self.out_cap = size
+
+    def _ensure_keys(self, nkeys: int) -> None:
+        a = self.arrays
+        size = len(a["key_i"])
+        if nkeys > size:
+            while size < nkeys:
+                size *= 2
+            for name in ("key_i", "ph", "ch"):
+                grown = np.zeros((size, a[name].shape[1]), np.int64)
+                grown[:self._keys_ready] = a[name][:self._keys_ready]
+                a[name] = grown
+        if nkeys > self._keys_ready:  # a new key: no event yet, only the start computation
+            new = slice(self._keys_ready, nkeys)
+            a["key_i"][new] = 0
+            a["key_i"][new, rt.K_LAST_TS] = INT64_MIN
+            a["key_i"][new, rt.K_NPART] = 1
+            a["ph"][new, 0] = 0
+            self._keys_ready = nkeys
+
+    def _grow(self, status: int) -> None:
+        a, ctr = self.arrays, self.arrays["ctr"]
+        if status == rt.FULL_OUTPUT:
+            self._out_arrays(2 * self.out_cap, keep=int(ctr[rt.OUT_N]))
+        elif status == rt.FULL_QUEUE:
+            for name, cap in (("ph", "pcap"), ("ch", "ccap")):
+                old = getattr(self, cap)
+                grown = np.zeros((len(a[name]), 2 * old), np.int64)
+                grown[:, :old] = a[name]
+                a[name] = grown
+                setattr(self, cap, 2 * old)
+            a["lp"] = np.zeros(self.pcap, np.int64)
+            a["lc"] = np.zeros(self.ccap, np.int64)
+        elif status == rt.FULL_POOL:
+            rows = 2 * len(a["rec_i"])
+            for name in ("rec_i", "rec_f", "free"):
+                grown = np.zeros((rows,) + a[name].shape[1:], a[name].dtype)
+                grown[:len(a[name])] = a[name]
+                a[name] = grown
+        elif status in (rt.SKIP_MISSING, rt.SKIP_FIRST):
+            body, name = self.query.body, self.checked.name
+            assert isinstance(body, ast.RecognizeQuery)
+            start, end = int(ctr[rt.ERR_START]), int(ctr[rt.ERR_END])
+            how = f"AFTER MATCH SKIP {body.skip.value.upper()} {body.skip_var}"
+            if status == rt.SKIP_MISSING:
+                raise RecognizeRuntimeError(
+                    f"query {name!r}: {how}: a match without {body.skip_var} (rows "
+                    f"{start}-{end}); Flink stops the query here")
+            raise RecognizeRuntimeError(
+                f"query {name!r}: {how} lands on the match's first row (seq {start}), which "
+                "would find the same match again; Flink stops the query here")
+        else:
+            raise RuntimeError(f"MATCH_RECOGNIZE kernel returned unknown status {status}")
+
+    # ------------------------------------------------------------ processing
+
+    def _strings(self) -> None:
+        a, p = self.arrays, self.program
+        a["sc"] = p.constants.codes(self.strings)
+        if p.uses_tables:
+            if self._tables is None:
+                self._tables = StringTables(self.strings)
+            self._tables.refresh()
+            tables = self._tables.arrays()
+        else:
+            tables = (_EMPTY,) * 4
+        for name, array in zip(("s_rank", "s_lower", "s_upper", "s_length"), tables):
+            a[name] = array
+
+    def _state_args(self) -> list[np.ndarray]:
+        a = self.arrays
+        flat = {"ph", "ch"}
+        return [a[name].reshape(-1) if name in flat else a[name] for name in rt.STATE_ARGS]
+
+    def _out_args(self) -> list[np.ndarray]:
+        a = self.arrays
+        return [a[name] for name in self._out_names]
+
+    @property
+    def _out_names(self) -> list[str]:
+        names = ["out_key", "out_start", "out_end"]
+        for j, m in enumerate(self.program.measures):
+            names.append(f"e{j}")
+            if m.nullable:
+                names.append(f"e{j}n")
+        return names
+
+    def process_columns(self, batch: Batch) -> list[CompositeBatch]:
+        n = len(batch)
+        if n == 0:
+            return []
+        self._strings()
+        p, a = self.program, self.arrays
+        kid = self.keys.assign(batch)
+        self._ensure_keys(len(self.keys))
+        seq = np.ascontiguousarray(batch.seq, dtype=np.int64)
+        ts = np.ascontiguousarray(batch.ts, dtype=np.int64)
+        cols = [np.ascontiguousarray(batch.columns[name], dtype=dtype)
+                for name, dtype in p.columns]
+        dead = np.zeros(n, np.int64)
+        ctr = a["ctr"]
+        ctr[rt.OUT_N] = ctr[rt.DEAD_N] = 0
+        i = 0
+        while True:
+            status, i = p.module.kernel(i, n, p.within, self.pcap, self.ccap, self.out_cap,
+                                        time.time_ns() // 1_000_000, kid, seq, ts, *cols,
+                                        *self._state_args(), *self._out_args(), dead)
+            if status == rt.DONE:
+                break
+            self._grow(status)
+        for row in dead[:int(ctr[rt.DEAD_N])].tolist():
+            key = orjson.dumps(self._key(int(kid[row]))).decode()
+            self.dead_letters.append((int(seq[row]),
+                                      "event time goes backwards in partition " + key))
+        out = self._results(int(ctr[rt.OUT_N]))
+        return [out] if len(out) else []
+
+    def _tick(self, ts: int) -> list[CompositeBatch]:
+        p, a = self.program, self.arrays
+        if p.within < 0 or not len(self.keys):
+            return []
+        self._strings()
+        ctr = a["ctr"]
+        ctr[rt.OUT_N] = 0
+        k = 0
+        while True:
+            status, k = p.module.tick(k, len(self.keys), ts, p.within, self.pcap, self.ccap,
+                                      self.out_cap, time.time_ns() // 1_000_000,
+                                      *self._state_args(), *self._out_args())
+            if status == rt.DONE:
+                break
+            self._grow(status)
+        out = self._results(int(ctr[rt.OUT_N]))
+        return [out] if len(out) else []
+
+    def punctuate_columns(self, ts: int) -> list[CompositeBatch]:
+        return self._tick(ts)
+
+    def flush_columns(self) -> list[CompositeBatch]:
+        return self._tick(rt.NEVER)
+
+    def punctuate(self, ts: int) -> list[dict]:
+        return to_dicts(self.punctuate_columns(ts))
+
+    def flush(self) -> list[dict]:
+        return to_dicts(self.flush_columns())
+
+    def held_seq(self) -> int | None:
+        """The smallest last seq of a completed match waiting behind an earlier partial
+        one (None: none waits): every other composite still to come ends after the rows
+        given (`StreamEngines.held`)."""
+        a = self.arrays
+        nkeys = len(self.keys)
+        ncomp = a["key_i"][:nkeys, rt.K_NCOMP]
+        if not ncomp.any():
+            return None
+        waiting = a["ch"][:nkeys][np.arange(a["ch"].shape[1]) < ncomp[:, None]]
+        return int(a["rec_i"][waiting, rt.LAST_SEQ].min())
+
+    # ------------------------------------------------------------ results
+
+    def _key(self, k: int):
+        return self.decode_key(self.key_attrs, self.keys.value(k))
+
+    def _results(self, no: int) -> ColumnBatch:
+        a, p = self.arrays, self.program
+        ids = a["out_key"][:no].copy()
+        fields = {}
+        for j, attr in enumerate(self.key_attrs):
+            if self.keys.fast:
+                values = self.keys.codes[ids]
+            else:
+                values = np.array([self.keys.value(k)[j] for k in ids.tolist()],
+                                  dtype_of(self.schema.attributes[attr]))
+            fields[attr] = Field(attr, self.schema.attributes[attr], values)
+        for j, m in enumerate(p.measures):
+            fields[m.name] = Field(m.name, m.kind, a[f"e{j}"][:no].copy(),
+                                   a[f"e{j}n"][:no].copy() if m.nullable else None)
+        if not self.key_attrs:
+            keys = Keys(np.zeros(no, np.int64), lambda distinct: [None] * len(distinct))
+        else:
+            decoded = {k: self._key(k) for k in np.unique(ids).tolist()}
+            keys = Keys(ids, lambda distinct: [decoded[k] for k in distinct.tolist()])
+        return ColumnBatch(self.checked.name, Decoder(self.strings.strings), keys,
+                           a["out_end"][:no].copy(), a["out_start"][:no].copy(),
+                           [fields[name] for name in p.outputs])
+
+    # ------------------------------------------------------------ snapshots and strings
+
+    def state(self) -> tuple[dict, dict[str, np.ndarray]]:
+        a = self.arrays
+        nkeys, high = len(self.keys), int(a["ctr"][rt.HIGH])
+        keys, codes = self.keys.to_state()
+        meta = {"keys": keys, "pcap": self.pcap, "ccap": self.ccap,
+                "ctr": a["ctr"].tolist(), "pool": len(a["rec_i"])}
+        arrays = {"key_i": a["key_i"][:nkeys], "ph": a["ph"][:nkeys], "ch": a["ch"][:nkeys],
+                  "rec_i": a["rec_i"][:high], "rec_f": a["rec_f"][:high],
+                  "free": a["free"][:int(a["ctr"][rt.FREE_TOP])]}
+        if codes is not None:
+            arrays["key_codes"] = codes
+            arrays["key_free"] = self.keys.free_ids()
+        return meta, arrays
+
+    def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        self.keys = _Keys.from_state(self.key_attrs, self.schema, meta["keys"],
+                                     arrays.get("key_codes"), arrays.get("key_free"))
+        nkeys = len(self.keys)
+        self._allocate(nkeys=max(16, nkeys), pcap=meta["pcap"], ccap=meta["ccap"],
+                       pool=meta["pool"], out_cap=256)
+        a = self.arrays
+        a["ctr"][:] = meta["ctr"]
+        for name in ("key_i", "ph", "ch", "rec_i", "rec_f", "free"):
+            a[name][:len(arrays[name])] = arrays[name]
+        self._keys_ready = nkeys
+
+    def _string_cells(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        a, p = self.arrays, self.program
+        if not p.string_columns:
+            return []
+        live = rt.live_handles(a["ph"], a["ch"], a["key_i"], len(self.keys))
+        width = a["rec_i"].shape[1]
+        at = (live[:, None] * width + np.array(p.string_columns, np.int64)).ravel()
+        return [(a["rec_i"].reshape(-1), at)]
+
+    def string_codes(self) -> np.ndarray:
+        cells = [flat[at] for flat, at in self._string_cells()]
+        return np.concatenate([np.asarray(self.keys.string_codes(), np.int64)] + cells)
+
+    def remap_strings(self, new_code: np.ndarray) -> None:
+        new_code = np.asarray(new_code, np.int64)
+        cells = self._string_cells()
+        new = [new_code[flat[at]] for flat, at in cells]
+        if any(len(codes) and codes.min() < 0 for codes in new):
+            raise ValueError("the string dictionary dropped a string MATCH_RECOGNIZE "
+                             "state holds")
+        self.keys.remap_strings(new_code)
+        for (flat, at), codes in zip(cells, new):
+            flat[at] = codes
+

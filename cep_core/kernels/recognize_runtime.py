@@ -1,0 +1,141 @@
+"""What the generated MATCH_RECOGNIZE kernel (`cep_core.compiler.recognize`) and its engine
+(`cep_core.engine.recognize`) share: the status codes, the counters, the fixed columns of a
+computation's record and of a key's row, and the numba helpers that replay
+`java.util.PriorityQueue` (`cep_core.reference.priority_queue`) over arrays of record
+handles ordered by the row each computation started on.
+
+A record is one row of `rec_i`/`rec_f`; handle 0 is Flink's start computation (no rows,
+start NEVER: behind every partial match), shared by every key and never written after the
+engine makes it. Records never change once made (a TAKE makes a new one), so a heap holds
+handles only and a pruned or released handle goes back to the free list.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+NEVER = 1 << 62  # the start computation's place in a queue (after every partial match)
+
+# Status codes the kernels return with where they stopped (event index or key id).
+DONE, FULL_OUTPUT, FULL_QUEUE, FULL_POOL, SKIP_MISSING, SKIP_FIRST = range(6)
+# Counters (`ctr`): free list top, pool high-water mark, outputs, dead letters, and the
+# start and end seq of a match that made AFTER MATCH SKIP fail.
+CTR = ("free_top", "high", "out_n", "dead_n", "err_start", "err_end")
+FREE_TOP, HIGH, OUT_N, DEAD_N, ERR_START, ERR_END = range(len(CTR))
+# Fixed int columns of a record: its automaton state, the partition-local index, time and
+# seq of its first row, index and seq of its last row, how many rows it has.
+REC_FIXED = ("state", "start", "start_ts", "start_seq", "last_idx", "last_seq", "count")
+STATE, START, START_TS, START_SEQ, LAST_IDX, LAST_SEQ, COUNT = range(len(REC_FIXED))
+# A key's row (`key_i`): its last accepted event time, partial and completed matches in its
+# queues, rows seen (the next row's index).
+KEY_FIELDS = ("last_ts", "npart", "ncomp", "rows")
+K_LAST_TS, K_NPART, K_NCOMP, K_ROWS = range(len(KEY_FIELDS))
+# The state arrays every kernel takes, in order (after its scalars and the batch).
+STATE_ARGS = ["sc", "s_rank", "s_lower", "s_upper", "s_length", "ctr", "free", "key_i", "ph",
+              "ch", "lp", "lc", "rec_i", "rec_f", "stack", "st_var", "st_final", "tr_off",
+              "tr_n", "tr_act", "tr_tgt", "tr_var", "tr_unl"]
+
+
+@njit(cache=True)
+def heap_add(heap, base, n, item, rec_i):
+    """PriorityQueue.add (siftUp) into heap[base:base + n]; returns the new size."""
+    key = rec_i[item, START]
+    k = n
+    while k > 0:
+        parent = (k - 1) >> 1
+        p = heap[base + parent]
+        if key >= rec_i[p, START]:
+            break
+        heap[base + k] = p
+        k = parent
+    heap[base + k] = item
+    return n + 1
+
+
+@njit(cache=True)
+def sift_down(heap, base, n, k, item, rec_i):
+    key = rec_i[item, START]
+    half = n >> 1
+    while k < half:
+        child = 2 * k + 1
+        c = heap[base + child]
+        if child + 1 < n and rec_i[c, START] > rec_i[heap[base + child + 1], START]:
+            child += 1
+            c = heap[base + child]
+        if key <= rec_i[c, START]:
+            break
+        heap[base + k] = c
+        k = child
+    heap[base + k] = item
+
+
+@njit(cache=True)
+def heap_poll(heap, base, n, rec_i):
+    """PriorityQueue.poll: removes the head (the caller read it); returns the new size."""
+    n -= 1
+    last = heap[base + n]
+    if n > 0:
+        sift_down(heap, base, n, 0, last, rec_i)
+    return n
+
+
+@njit(cache=True)
+def heapify(heap, base, n, rec_i):
+    for k in range((n >> 1) - 1, -1, -1):
+        sift_down(heap, base, n, k, heap[base + k], rec_i)
+
+
+@njit(cache=True)
+def prune(heap, base, n, rec_i, column, limit, inclusive, free, ctr):
+    """PriorityQueue.removeIf (JDK 17's bulkRemove) of the records (not the start
+    computation) whose `column` is below `limit` (or equal, when `inclusive`): survivors
+    keep their order, then the array is heapified; nothing removed, nothing moves. The
+    removed records go to the free list. Returns the new size."""
+    w = 0
+    for j in range(n):
+        h = heap[base + j]
+        v = rec_i[h, column]
+        if h != 0 and (v < limit or (inclusive and v == limit)):
+            free[ctr[FREE_TOP]] = h
+            ctr[FREE_TOP] += 1
+        else:
+            heap[base + w] = h
+            w += 1
+    if w != n:
+        heapify(heap, base, w, rec_i)
+    return w
+
+
+@njit(cache=True)
+def alloc(free, ctr):
+    """A free record handle (the pool has room: the kernel checks before each event)."""
+    if ctr[FREE_TOP] > 0:
+        ctr[FREE_TOP] -= 1
+        return free[ctr[FREE_TOP]]
+    h = ctr[HIGH]
+    ctr[HIGH] += 1
+    return h
+
+
+@njit(cache=True)
+def jdiv(a, b):
+    """Java's integer division (truncates toward zero); the caller guards b == 0."""
+    if b == 0:
+        return a - a
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+@njit(cache=True)
+def jmod(a, b):
+    """Java's integer remainder (the sign of the dividend)."""
+    return a - b * jdiv(a, b)
+
+
+def live_handles(ph: np.ndarray, ch: np.ndarray, key_i: np.ndarray, nkeys: int) -> np.ndarray:
+    """The record handles the keys' queues hold (not the start computation)."""
+    npart, ncomp = key_i[:nkeys, K_NPART], key_i[:nkeys, K_NCOMP]
+    parts = [ph[k, :npart[k]] for k in range(nkeys)] + [ch[k, :ncomp[k]] for k in range(nkeys)]
+    handles = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    return np.unique(handles[handles != 0])
