@@ -171,7 +171,7 @@ def _whole_floats_as_ints(table: pa.Table, schema: StreamSchema) -> pa.Table:
     import pyarrow.compute as pc
 
     for name, kind in schema.attributes.items():
-        if kind not in ("int", "timestamp") or name not in table.column_names:
+        if kind not in (AttrType.INT, AttrType.TIMESTAMP) or name not in table.column_names:
             continue
         column = table.column(name)
         if not pa.types.is_floating(column.type):

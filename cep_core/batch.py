@@ -77,7 +77,7 @@ def decode_value(kind: str, value, strings: StringDictionary):
         return float(value)
     if kind == AttrType.BOOL:
         return bool(value)
-    if kind in ("int", "timestamp"):
+    if kind in (AttrType.INT, AttrType.TIMESTAMP):
         return int(value)
     raise TypeError(f"cannot decode a {kind}")
 

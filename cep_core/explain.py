@@ -233,7 +233,7 @@ def _match(checked: CheckedQuery, body: ast.MatchQuery) -> Explanation:
 
 
 def _seq(checked: CheckedQuery, body: ast.SeqQuery) -> Explanation:
-    from cep_core.compiler.seq_plan import SeqPlan
+    from cep_core.compiler.seq_plan import NegationAt, SeqPlan
     from cep_core.engine_factory import _seq_uses_aip
 
     plan = SeqPlan(checked)
@@ -261,9 +261,9 @@ def _seq(checked: CheckedQuery, body: ast.SeqQuery) -> Explanation:
     for neg in plan.negations:
         key = f"n{neg.index}"
         out.nodes[key] = (f"NOT {_step(neg.step)}", "octagon")
-        if neg.where == "start":
+        if neg.where is NegationAt.START:
             where, anchor = f"before item {neg.after + 1}", f"i{neg.after}"
-        elif neg.where == "end":
+        elif neg.where is NegationAt.END:
             where, anchor = f"after item {neg.before + 1} (within the window)", \
                 f"i{neg.before}"
         else:

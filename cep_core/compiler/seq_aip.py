@@ -85,7 +85,7 @@ from cep_core.compiler.seq_codegen import (
 )
 from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
 from cep_core.compiler.seq_codegen_matches import MatchCodeGenerator
-from cep_core.compiler.seq_plan import Conjunct, ItemKind, SeqPlan, VarKind
+from cep_core.compiler.seq_plan import Conjunct, ItemKind, NegationAt, SeqPlan, VarKind
 from cep_core.kernels.seq_aip_runtime import (
     AIP_RUNTIME_VERSION,
     R_DL,
@@ -208,7 +208,8 @@ class AipGenerator(MatchCodeGenerator):
             return set()
         out = set()
         for neg in self.plan.negations:
-            if neg.where != "between" or self.items[neg.before].kind == ItemKind.KLEENE:
+            if neg.where is not NegationAt.BETWEEN or \
+                    self.items[neg.before].kind == ItemKind.KLEENE:
                 continue
             earlier = {s.var for item in self.items[:neg.before + 1] for s in item.steps}
             if not all(c.vars - {neg.step.var} <= earlier for c in neg.conjuncts):
@@ -360,9 +361,9 @@ class AipGenerator(MatchCodeGenerator):
         times = []
         lines = []
         for neg in self.plan.negations:
-            if neg.where == "end":
+            if neg.where is NegationAt.END:
                 times.append(f"dft + {self.W}")
-            elif self.by_ts and neg.where == "start":
+            elif self.by_ts and neg.where is NegationAt.START:
                 times.append("dft")
             elif self.by_ts:
                 i = neg.after

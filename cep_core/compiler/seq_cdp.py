@@ -38,7 +38,7 @@ from cep_core.compiler.seq_codegen import (
 )
 from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
 from cep_core.compiler.seq_codegen_matches import MatchCodeGenerator
-from cep_core.compiler.seq_plan import Conjunct, SeqPlan, VarKind
+from cep_core.compiler.seq_plan import Conjunct, NegationAt, SeqPlan, VarKind
 from cep_core.kernels.seq_layout import ERR, INT64_MIN, OVF, P_NEXT, PALIVE, PEL, PKN, PN
 from cep_core.kernels.seq_runtime import RUNTIME_VERSION
 
@@ -542,9 +542,9 @@ class CdpGenerator(MatchCodeGenerator):
                                     bool(plan.negations))
         times = []
         for neg in plan.negations:
-            if neg.where == "end":
+            if neg.where is NegationAt.END:
                 times.append(f"{st['mt']} + {self.W}")
-            elif self.by_ts and neg.where == "start":
+            elif self.by_ts and neg.where is NegationAt.START:
                 times.append(st["mt"])
             elif self.by_ts:
                 times.append(f"it{neg.after}")

@@ -20,7 +20,7 @@ from cep_core.compiler.seq_codegen import (
     indent,
 )
 from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
-from cep_core.compiler.seq_plan import Conjunct, ItemKind, SeqPlan, VarKind
+from cep_core.compiler.seq_plan import Conjunct, ItemKind, NegationAt, SeqPlan, VarKind
 from cep_core.kernels.seq_layout import (
     INT64_MAX,
     P_CNT,
@@ -52,7 +52,7 @@ class MatchCodeGenerator(ChannelCodeGenerator, ABC):
             self.pending_slot[var.name] = width
             width += 2 if var.kind == VarKind.KLEENE else 1
         self.record_width = width
-        self.pending_possible = any(n.where == "end" or self.by_ts for n in plan.negations)
+        self.pending_possible = any(n.where is NegationAt.END or self.by_ts for n in plan.negations)
 
     @abstractmethod
     def param_conjunct_lines(self, c: Conjunct, rows: dict, flag: str) -> list[str]:
@@ -146,14 +146,14 @@ class MatchCodeGenerator(ChannelCodeGenerator, ABC):
         """The rows of channel c where an event of negation `neg` cancels the match."""
         W = self.W
         if self.by_ts:
-            if neg.where == "start":
+            if neg.where is NegationAt.START:
                 return f"_lb_ts(I{c}, {last_ts} - {W})", f"_ub_ts(I{c}, first_ts)"
-            if neg.where == "end":
+            if neg.where is NegationAt.END:
                 return f"_lb_ts(I{c}, {last_ts})", f"_ub_ts(I{c}, first_ts + {W})"
             return f"_lb_ts(I{c}, t_hi{neg.before})", f"_ub_ts(I{c}, t_lo{neg.after})"
-        if neg.where == "start":
+        if neg.where is NegationAt.START:
             return f"_lb_ts(I{c}, {last_ts} - {W})", f"_lb_seq(I{c}, first_seq)"
-        if neg.where == "end":
+        if neg.where is NegationAt.END:
             return f"_ub_seq(I{c}, last_seq)", f"_ub_ts(I{c}, first_ts + {W})"
         return f"_ub_seq(I{c}, s_hi{neg.before})", f"_lb_seq(I{c}, s_lo{neg.after})"
 

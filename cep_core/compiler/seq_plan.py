@@ -74,6 +74,14 @@ class Item:
         return [s.var for s in self.steps]
 
 
+class NegationAt(StrEnum):
+    """Where a negation stands among the positive items."""
+
+    START = "start"
+    BETWEEN = "between"
+    END = "end"
+
+
 @dataclass(eq=False)
 class Negation:
     index: int
@@ -83,12 +91,12 @@ class Negation:
     conjuncts: list[Conjunct] = field(default_factory=list)  # cancel conditions
 
     @property
-    def where(self) -> str:
+    def where(self) -> NegationAt:
         if self.before is None:
-            return "start"
+            return NegationAt.START
         if self.after is None:
-            return "end"
-        return "between"
+            return NegationAt.END
+        return NegationAt.BETWEEN
 
 
 @dataclass(eq=False)
@@ -184,7 +192,7 @@ class SeqPlan:
         for neg in self.negations:
             if neg.after == len(self.items):
                 neg.after = None
-            if neg.where != "between" and self.window is None:
+            if neg.where is not NegationAt.BETWEEN and self.window is None:
                 raise ValueError(f"{neg.step.pos}: a leading or trailing NOT needs WITHIN")
 
         # ---- channels: the event types whose events are kept

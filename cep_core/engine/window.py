@@ -34,6 +34,7 @@ docs/semantics.md); sums of floats are exact (the reference uses math.fsum).
 from __future__ import annotations
 
 import itertools
+from enum import StrEnum
 
 import numpy as np
 import orjson
@@ -66,6 +67,14 @@ class _Predicate:
         self.table = np.zeros(0, dtype=np.uint8)  # dense: result per dictionary code
 
 
+class GroupKeyKind(StrEnum):
+    """How a GROUP BY attribute list gives key ids (see the class below)."""
+
+    NONE = "none"
+    DENSE = "dense"
+    GENERAL = "general"
+
+
 class _Grouping:
     """Key ids for one GROUP BY attribute list, shared by the queries that group so.
 
@@ -75,35 +84,35 @@ class _Grouping:
     def __init__(self, attrs: tuple[str, ...], schema: StreamSchema):
         self.attrs = attrs
         if not attrs:
-            self.kind = "none"
+            self.kind = GroupKeyKind.NONE
         elif len(attrs) == 1 and schema.attributes[attrs[0]] == AttrType.STRING:
-            self.kind = "dense"
+            self.kind = GroupKeyKind.DENSE
         else:
-            self.kind = "general"
-        self.index = KeyIndex(list(attrs)) if self.kind == "general" else None
+            self.kind = GroupKeyKind.GENERAL
+        self.index = KeyIndex(list(attrs)) if self.kind is GroupKeyKind.GENERAL else None
         self.users: set[str] = set()
         self.string_positions = [i for i, attr in enumerate(attrs)
                                  if schema.attributes[attr] == AttrType.STRING]
 
     def ids(self, batch: Batch, a: int, b: int, zeros: np.ndarray) -> np.ndarray:
-        if self.kind == "none":
+        if self.kind is GroupKeyKind.NONE:
             return zeros[:b - a]
-        if self.kind == "dense":
+        if self.kind is GroupKeyKind.DENSE:
             return np.ascontiguousarray(batch.columns[self.attrs[0]][a:b], dtype=np.int64)
         return self.index.assign(batch.slice(a, b))
 
     def size(self, strings: StringDictionary) -> int:
         """Bound on the ids: what a query's id -> group table must cover."""
-        if self.kind == "none":
+        if self.kind is GroupKeyKind.NONE:
             return 1
-        if self.kind == "dense":
+        if self.kind is GroupKeyKind.DENSE:
             return len(strings)
         return len(self.index)
 
     def key(self, kid: int) -> tuple:
-        if self.kind == "none":
+        if self.kind is GroupKeyKind.NONE:
             return ()
-        if self.kind == "dense":
+        if self.kind is GroupKeyKind.DENSE:
             return (kid,)
         return self.index.values[kid]
 
@@ -477,7 +486,8 @@ class WindowQuerySet:
         new_code = np.asarray(new_code, dtype=np.int64)
         for query in self.queries.values():
             grouping = self.groupings[query.group_attrs]
-            query.remap_strings(grouping.string_positions, new_code, grouping.kind == "dense")
+            query.remap_strings(grouping.string_positions, new_code,
+                                grouping.kind is GroupKeyKind.DENSE)
         for grouping in self.groupings.values():
             if grouping.index is not None:
                 grouping.index.remap_strings(grouping.string_positions, new_code)
@@ -592,7 +602,7 @@ class WindowQuerySet:
         kids = {attrs: grouping.ids(batch, a, b, zeros)
                 for attrs, grouping in self.groupings.items()}
         for grouping in self.groupings.values():
-            if grouping.kind == "general":  # the index may have grown
+            if grouping.kind is GroupKeyKind.GENERAL:  # the index may have grown
                 size = grouping.size(self.strings)
                 for name in grouping.users:
                     self.queries[name].cover(size)
