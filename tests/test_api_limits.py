@@ -26,6 +26,7 @@ from services.api.app import API, ApiConfig, make_app
 from services.api.tail import TailHub
 from services.stream.checkpoint import PIPELINE_HEADER
 from services.stream.kafka import KafkaSettings, Topics
+from tests.test_api_guard import until
 
 NOWHERE = KafkaSettings("127.0.0.1:1")
 JSON = {"Content-Type": "application/json"}
@@ -128,15 +129,6 @@ def serve(scenario, broker: FakeBroker | None = None, live=None, **options):
         async with TestClient(TestServer(app, host="127.0.0.1")) as client:
             await scenario(client, api)
     asyncio.run(main())
-
-
-async def until(condition, polls: int = 6000) -> None:
-    """Poll `condition` (each poll yields to the loop); fail after `polls` polls."""
-    for _ in range(polls):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    pytest.fail("the condition never held")
 
 
 # ---------------------------------------------------------------- reads

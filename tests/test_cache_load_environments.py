@@ -3,14 +3,9 @@ numba.np.arrayobj) load in a fresh process without importing the module that def
 (`cache_load` rebuilds their environments from a stand-in), and find what the reference
 interpreter finds."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import orjson
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.test_kernel_cache_load import run_in_home
 
 SCRIPT = """
 import sys
@@ -33,12 +28,7 @@ print(orjson.dumps([jit.to_dicts() == reference.to_dicts(), rejected == rejected
 
 
 def run_stocks(home: Path) -> list:
-    env = {**os.environ, "CEP_HOME": str(home)}
-    env.pop("CEP_KERNEL_CACHE", None)
-    result = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=900, check=False)
-    assert result.returncode == 0, result.stderr
-    return orjson.loads(result.stdout.splitlines()[-1])
+    return run_in_home(SCRIPT, home)
 
 
 def test_cached_kernels_load_without_importing_numba_array_module(tmp_path):

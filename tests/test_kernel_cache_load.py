@@ -39,13 +39,19 @@ print(orjson.dumps(found).decode())
 """
 
 
-def run_examples(home: Path) -> dict:
+def run_in_home(script: str, home: Path):
+    """What `script` prints last (JSON), run in a fresh process whose CEP_HOME is `home`
+    (its kernel cache there)."""
     env = {**os.environ, "CEP_HOME": str(home)}
     env.pop("CEP_KERNEL_CACHE", None)
-    result = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env,
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=900, check=False)
     assert result.returncode == 0, result.stderr
     return orjson.loads(result.stdout.splitlines()[-1])
+
+
+def run_examples(home: Path) -> dict:
+    return run_in_home(SCRIPT, home)
 
 
 def test_cached_kernels_load_without_the_registry_refresh(tmp_path):
