@@ -8,6 +8,8 @@ copies the whole arena to the device when a batch has terminators to evaluate.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import numpy as np
 
 from accel.gpu import device
@@ -16,10 +18,17 @@ from accel.gpu.host_kernels import append_rows, lower_bounds
 INITIAL_RING = 64
 
 
+class Residence(StrEnum):
+    """Where a channel's columns live: mirrored on the device, or on the host only."""
+
+    DEVICE = "device"
+    HOST = "host"
+
+
 class ChannelRings:
     def __init__(self, n_int: int, n_float: int, resident: str):
         self.n_int, self.n_float = n_int, n_float
-        self.resident = resident  # "device" or "host"
+        self.resident = Residence(resident)
         self.P = 0
         self.base = np.zeros(0, np.int64)
         self.cap = np.zeros(0, np.int64)
@@ -116,7 +125,7 @@ class ChannelRings:
 
     def sync(self, stream) -> None:
         """Copies what changed to the device mirror (asynchronously on `stream`)."""
-        if self.resident != "device":
+        if self.resident is not Residence.DEVICE:
             return
         cuda = device.cuda()
         if self.stale or self.DI is None:
@@ -131,7 +140,7 @@ class ChannelRings:
 
     def device_arrays(self, stream):
         """(int arena, float arena) on the device for a kernel launch."""
-        if self.resident == "device":
+        if self.resident is Residence.DEVICE:
             self.sync(stream)
             return self.DI, self.DF
         cuda = device.cuda()
@@ -139,7 +148,7 @@ class ChannelRings:
 
     def drop_device(self) -> None:
         """Switches to host-resident columns (device memory ran short)."""
-        self.resident = "host"
+        self.resident = Residence.HOST
         self.DI = self.DF = None
 
     # ------------------------------------------------------------ host reads

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from accel.gpu import device
-from accel.gpu.columns import ChannelRings
+from accel.gpu.columns import ChannelRings, Residence
 from accel.gpu.host_kernels import accept_in_time, gather
 from accel.gpu.seq_kernels import SeqKernels
 from accel.gpu.seq_support import unsupported_reason
@@ -79,14 +79,14 @@ class GpuSeqEngine(Engine):
         self._reset()
 
     def _reset(self) -> None:
-        resident = "device"
+        resident = Residence.DEVICE
         self.rings = [ChannelRings(self.layout.n_int, self.layout.n_float, resident)
                       for _ in self.plan.channels]
         self.last_ts = np.full(0, INT64_MIN, np.int64)
         self.P = 0
 
     @property
-    def resident(self) -> str:
+    def resident(self) -> Residence:
         return self.rings[0].resident
 
     def _grow_partitions(self, P: int) -> None:
@@ -99,7 +99,7 @@ class GpuSeqEngine(Engine):
         self.P = P
 
     def _check_memory(self) -> None:
-        if self.budget is None or self.resident == "host":
+        if self.budget is None or self.resident is Residence.HOST:
             return
         if sum(r.nbytes() for r in self.rings) > self.budget:
             for ring in self.rings:

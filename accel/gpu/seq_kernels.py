@@ -32,6 +32,7 @@ from cep_core.compiler.modules import load_module
 from cep_core.compiler.seq_cdp import Layout
 from cep_core.compiler.seq_codegen import emit_store_lines
 from cep_core.compiler.seq_plan import ANY, SeqPlan
+from cep_core.kernels.seq_layout import Row
 from cep_core.schema import AttrType
 from accel.gpu.seq_support import has_window_aggregate, unsupported_reason
 
@@ -105,7 +106,7 @@ class SeqKernelGenerator:
     def column(self, channel: int, row: str, name: str) -> str:
         where, col = self.layout.slots[name]
         slot = f"RB[p, {channel}] + {row} % RC[p, {channel}]"
-        if where == "f":
+        if where == Row.FLOAT:
             return f"F{channel}[{slot}, {col}]"
         if self.schema.attributes[name] == AttrType.BOOL:
             return f"(I{channel}[{slot}, {col}] != 0)"

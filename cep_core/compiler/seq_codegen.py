@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from cep_core.compiler.expressions import ExpressionCompiler, StringConstants
 from cep_core.compiler.seq_plan import ANY, SeqPlan, VarKind
+from cep_core.kernels.seq_layout import Row
 from cep_core.schema import AttrType
 
 
@@ -66,7 +67,7 @@ def seq_runtime_import(append_row: str) -> str:
 
 @dataclass(frozen=True)
 class Layout:
-    """Where each attribute lives in a channel row: ("i", col) or ("f", col)."""
+    """Where each attribute lives in a channel row: (Row.INT, col) or (Row.FLOAT, col)."""
 
     slots: dict
     n_int: int
@@ -79,10 +80,10 @@ class Layout:
         slots, ints, floats = {}, [], []
         for name, kind in schema.attributes.items():
             if kind == AttrType.FLOAT:
-                slots[name] = ("f", len(floats))
+                slots[name] = (Row.FLOAT, len(floats))
                 floats.append(name)
             else:
-                slots[name] = ("i", 2 + len(ints))
+                slots[name] = (Row.INT, 2 + len(ints))
                 ints.append(name)
         return cls(slots, 2 + len(ints), max(len(floats), 1), tuple(floats), tuple(ints))
 
@@ -126,7 +127,7 @@ class ChannelCodeGenerator:
 
     def column(self, channel: int, row: str, name: str) -> str:
         where, col = self.layout.slots[name]
-        if where == "f":
+        if where == Row.FLOAT:
             return f"F{channel}[{row}, {col}]"
         if self.schema.attributes[name] == AttrType.BOOL:
             return f"(I{channel}[{row}, {col}] != 0)"

@@ -16,7 +16,7 @@ import numpy as np
 from cep_core.arrow_numpy import segment_rows
 from cep_core.batch import Batch
 from cep_core.kernels.string_tables import StringTables
-from cep_core.kernels.seq_layout import CTR_SIZE, ERR, INT64_MAX, INT64_MIN, PALIVE, PKN, PN
+from cep_core.kernels.seq_layout import CTR_SIZE, ERR, INT64_MAX, INT64_MIN, PALIVE, PKN, PN, Row
 from cep_core.kernels.seq_runtime import compact_pending
 from cep_core.composite_batch import ColumnBatch
 from cep_core.engine.base import Engine
@@ -31,7 +31,7 @@ BACKWARDS_TIME = "event time goes backwards"
 def string_columns(layout, schema) -> list[int]:
     """The int columns of a SEQ channel row (`Layout`) that hold string codes."""
     return [col for name, (where, col) in layout.slots.items()
-            if where == "i" and schema.attributes[name] == AttrType.STRING]
+            if where == Row.INT and schema.attributes[name] == AttrType.STRING]
 
 
 class SeqEngineBase(Engine):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from cep_core.composite_batch import BoundEvents, ColumnBatch, Decoder, Field, Keys
+from cep_core.kernels.seq_layout import Row
 from cep_core.schema import AttrType
 
 
@@ -31,7 +32,7 @@ class SeqOutput:
         self.attr_plan = []
         for name, kind in engine.schema.attributes.items():
             where, col = engine.layout.slots[name]
-            self.attr_plan.append((name, where, col + 1 if where == "i" else col, kind))
+            self.attr_plan.append((name, where, col + 1 if where == Row.INT else col, kind))
         self.var_names = [v.name for v in engine.plan.positive]
         self.var_kleene = [v.kind == "kleene" for v in engine.plan.positive]
         types = engine.plan.checked.types
@@ -77,7 +78,7 @@ class SeqOutput:
             low = np.minimum.reduceat(seqs, starts)
         else:
             high = low = np.zeros(0, np.int64)
-        attrs = {name: (kind, _copy(oe_f[:, col] if where == "f"
+        attrs = {name: (kind, _copy(oe_f[:, col] if where == Row.FLOAT
                                                     else oe_i[:, col]))
                  for name, where, col, kind in self.attr_plan}
         events = BoundEvents(starts, _copy(om[:, 2]),

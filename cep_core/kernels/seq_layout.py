@@ -2,6 +2,15 @@
 (`cep_core.compiler.seq_codegen`) write into kernels and the engines
 (`cep_core.engine.seq_base`) read back."""
 
+from enum import StrEnum
+
+
+class Row(StrEnum):
+    """Which array of a channel row an attribute lives in (`Layout.slots`)."""
+
+    INT = "i"
+    FLOAT = "f"
+
 INT64_MIN = -(2 ** 63)
 INT64_MAX = 2 ** 63 - 1
 
