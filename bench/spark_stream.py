@@ -100,7 +100,7 @@ class TimedSink:
 
 
 def one_master(master: str, count: int, per_file: int, triggers: list[float], seed: int,
-               workdir: Path, max_files: int = 0) -> dict:
+               workdir: Path, max_files: int = 0, warm: int = 1000) -> dict:
     """Every figure for one Spark master, in this process."""
     from services.backfill.job import spark_session
     from services.spark_stream.job import FileSource, query_texts, start
@@ -108,7 +108,9 @@ def one_master(master: str, count: int, per_file: int, triggers: list[float], se
     chosen = [WORKLOADS[name] for name in WORKLOAD_NAMES]
     text = "\n".join(w.query_text(seed=seed) for w in chosen)
     queries, texts = load_query_text(text), query_texts(text)
-    table = chosen[0].generate(count + 1000 + per_file + (10 * count if triggers else 0), seed)
+    extra = warm if warm > 1000 else 0  # a larger first job: events after the others'
+    table = chosen[0].generate(count + 1000 + per_file + extra +
+                               (10 * count if triggers else 0), seed)
     root = workdir / master.replace("[", "_").replace("]", "")
     started = time.perf_counter()
     spark = spark_session(master, app_name="cep-bench-stream")
@@ -120,17 +122,24 @@ def one_master(master: str, count: int, per_file: int, triggers: list[float], se
         job = start(spark, queries, FileSource(str(folder), max_files), sink,
                     str(root / name / "ck"), texts, **options)
         job.processAllAvailable()
+        sink.batch_ms = [p["durationMs"]["triggerExecution"] for p in job.recentProgress]
         job.stop()
         return time.perf_counter() - t, sink
 
-    _files(table.slice(0, 1000), root / "first_in", per_file)
+    _files(table.slice(1000 + count + per_file, extra) if extra else table.slice(0, 1000),
+           root / "first_in", per_file)
     out["first_job_s"] = round(run(root / "first_in", "first")[0], 2)
 
-    _files(table.slice(1000, count), root / "in", per_file)
+    _files(table.slice(1000, count), root / "in", per_file)  # cep run's events
     cpu = tree_cpu_s()
     seconds, sink = run(root / "in", "throughput")
     cpu = tree_cpu_s() - cpu
     rate = count / seconds
+    if max_files and len(sink.batch_ms) > 2:  # full micro-batches after the first
+        steady = sorted(sink.batch_ms[1:-1] or sink.batch_ms[1:])
+        out["steady_events_per_s"] = round(per_file * max_files / (steady[len(steady) // 2]
+                                                                   / 1000))
+    out.update(batch_ms=sink.batch_ms, warm_events=extra or 1000)
     out.update(events=count, throughput_s=round(seconds, 2), throughput_cpu_s=round(cpu, 2),
                cpu_us_per_event=round(cpu / count * 1e6, 2),
                events_per_s=round(rate), micro_batches=len(sink.done),
@@ -140,7 +149,7 @@ def one_master(master: str, count: int, per_file: int, triggers: list[float], se
     restart_s, _ = run(root / "in", "throughput")
     out["restart_s"] = round(restart_s, 2)
 
-    offset = 1000 + count + per_file
+    offset = 1000 + count + per_file + extra
     for trigger in triggers:
         out[f"trigger_{trigger:g}s"] = _latency(spark, queries, texts, table, offset, rate / 2,
                                                 trigger, root / f"latency_{trigger:g}")
@@ -210,7 +219,7 @@ def cep_run_baseline(count: int, seed: int, workdir: Path) -> dict:
 def bench_spark_stream(count: int = 200_000, masters: tuple[str, ...] = ("local[1]", "local[2]"),
                        per_file: int = 10_000, triggers: tuple[float, ...] = (1.0, 2.0),
                        seed: int = 1, workdir: str | None = None, e2e: bool = True,
-                       max_files: int = 0) -> dict:
+                       max_files: int = 0, warm: int = 1000) -> dict:
     directory = Path(workdir or tempfile.mkdtemp(prefix="cep-bench-spark-stream-"))
     directory.mkdir(parents=True, exist_ok=True)
     result: dict = {"count": count, "per_file": per_file, "max_files": max_files,
@@ -220,7 +229,7 @@ def bench_spark_stream(count: int = 200_000, masters: tuple[str, ...] = ("local[
         args = [sys.executable, "-m", "bench.spark_stream", "--one", master,
                 "--count", str(count), "--per-file", str(per_file), "--seed", str(seed),
                 "--triggers", ",".join(f"{t:g}" for t in triggers), "--workdir",
-                str(directory), "--max-files", str(max_files)]
+                str(directory), "--max-files", str(max_files), "--warm", str(warm)]
         done = subprocess.run(args, capture_output=True, text=True, check=True)
         figures = json.loads(done.stdout.strip().splitlines()[-1])
         figures["load_after"] = os.getloadavg()[0]
@@ -246,6 +255,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--masters", default="local[1],local[2]")
     parser.add_argument("--triggers", default="1,2",
                         help="trigger intervals of the latency runs (\"\": none)")
+    parser.add_argument("--warm", type=int, default=1000,
+                        help="events of the first job, which starts the Python workers and "
+                        "warms the JVM (its JIT) before the throughput run")
     parser.add_argument("--max-files", type=int, default=0,
                         help="files per micro-batch of the throughput run (0: all)")
     parser.add_argument("--seed", type=int, default=1)
@@ -256,11 +268,12 @@ def main(argv: list[str] | None = None) -> None:
     triggers = tuple(float(t) for t in args.triggers.split(",") if t.strip())
     if args.one:
         print(json.dumps(one_master(args.one, args.count, args.per_file, list(triggers),
-                                    args.seed, Path(args.workdir), args.max_files)))
+                                    args.seed, Path(args.workdir), args.max_files,
+                                    args.warm)))
         return
     print(json.dumps(bench_spark_stream(args.count, tuple(args.masters.split(",")),
                                         args.per_file, triggers, args.seed, args.workdir,
-                                        not args.no_e2e, args.max_files),
+                                        not args.no_e2e, args.max_files, args.warm),
                      indent=1))
 
 
