@@ -222,9 +222,9 @@ class WindowPlan:
 
     `int_accs`/`float_accs`: (kind, column) of the int64 / float64 pane accumulators
     (kinds in window_kernels: I_*, F_*); `exact_sums`: float columns summed exactly.
-    `items`: (output name, how to read it from a result row):
-    ("count",), ("int", a, decode kind), ("float", a), ("xsum", a), ("avg_int", a),
-    ("avg_x", a), ("key", position in GROUP BY), ("end",)."""
+    `items`: (output name, how to read it from a result row: window_kernels.Output and its
+    fields): (COUNT,), (INT, a, decode kind), (FLOAT, a), (XSUM, a), (AVG_INT, a),
+    (AVG_X, a), (KEY, position in GROUP BY), (END,)."""
 
     name: str
     rows: bool
@@ -276,32 +276,33 @@ def plan(checked: CheckedQuery) -> WindowPlan:
         name, expr = select_name(item), item.expr
         if isinstance(expr, ast.Attr):
             if expr.name in group_by:
-                items.append((name, ("key", group_by.index(expr.name))))
+                items.append((name, (wk.Output.KEY, group_by.index(expr.name))))
             else:  # the window attribute: its value is the window end
-                items.append((name, ("end",)))
+                items.append((name, (wk.Output.END,)))
             continue
         func, attr = expr.func, aggregate_attr(expr)
         kind = None if attr is None else schema.attributes[attr]
         A = ast.AggFunc
         if func is A.COUNT:  # batches hold no nulls: count(attr) = count(*)
-            items.append((name, ("count",)))
+            items.append((name, (wk.Output.COUNT,)))
         elif func in (A.SUM, A.AVG):
             if kind == AttrType.FLOAT:
                 a = slot(exact_sums, attr)
-                items.append((name, ("xsum" if func is A.SUM else "avg_x", a)))
+                items.append((name, (wk.Output.XSUM if func is A.SUM else wk.Output.AVG_X, a)))
             else:
                 a = slot(int_accs, (wk.I_SUM, attr))
-                items.append((name, ("int", a, "int") if func is A.SUM else ("avg_int", a)))
+                items.append((name, (wk.Output.INT, a, AttrType.INT) if func is A.SUM
+                              else (wk.Output.AVG_INT, a)))
         elif func in (A.MIN, A.MAX):
             if kind == AttrType.FLOAT:
                 a = slot(float_accs, (wk.F_MIN if func is A.MIN else wk.F_MAX, attr))
-                items.append((name, ("float", a)))
+                items.append((name, (wk.Output.FLOAT, a)))
             elif kind == AttrType.STRING:
                 a = slot(int_accs, (wk.I_SMIN if func is A.MIN else wk.I_SMAX, attr))
-                items.append((name, ("int", a, "string")))
+                items.append((name, (wk.Output.INT, a, AttrType.STRING)))
             else:
                 a = slot(int_accs, (wk.I_MIN if func is A.MIN else wk.I_MAX, attr))
-                items.append((name, ("int", a, "int")))
+                items.append((name, (wk.Output.INT, a, AttrType.INT)))
         else:
             raise TypeError(f"{func.value} is not a WINDOW aggregate")
     return WindowPlan(name=checked.name, rows=rows, slide=slide, range=size,

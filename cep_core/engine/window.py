@@ -705,26 +705,26 @@ class WindowQuerySet:
                    (ends - plan_.range).tolist(), ends.tolist()]
         for _, how in plan_.items:
             tag = how[0]
-            if tag == "count":
+            if tag is wk.Output.COUNT:
                 column = counts.tolist()
-            elif tag == "int":
+            elif tag is wk.Output.INT:
                 column = ints[:, wk.O_SIZE + how[1]].tolist()
                 if how[2] == AttrType.STRING:
                     decode = self.strings.decode
                     column = [decode(code) for code in column]
-            elif tag == "float":
+            elif tag is wk.Output.FLOAT:
                 column = floats[:, how[1]].tolist()
-            elif tag == "xsum":
+            elif tag is wk.Output.XSUM:
                 column = floats[:, nf + how[1]].tolist()
-            elif tag == "avg_x":  # float / int count: what Python's sum / len gives
+            elif tag is wk.Output.AVG_X:  # float / int count: what Python's sum / len gives
                 column = (floats[:, nf + how[1]] / counts).tolist()
-            elif tag == "avg_int":
+            elif tag is wk.Output.AVG_INT:
                 sums = ints[:, wk.O_SIZE + how[1]]
                 if sums.size and np.abs(sums).max() > 2 ** 53:  # int / int, exactly rounded
                     column = [a / b for a, b in zip(sums.tolist(), counts.tolist())]
                 else:
                     column = (sums.astype(np.float64) / counts).tolist()
-            elif tag == "key":
+            elif tag is wk.Output.KEY:
                 column = [query.key_parts[g][how[1]] for g in group_list]
             else:  # the window attribute: the window end
                 column = ends.tolist()

@@ -40,6 +40,7 @@ one string attribute with one look-up per event and a 64 x 64 bit transpose.
 from __future__ import annotations
 
 import math
+from enum import StrEnum
 
 import numpy as np
 from numba import njit
@@ -87,6 +88,20 @@ DONE, NEED_GROUPS, NEED_ROOM = range(3)
 # out_i columns before the int accumulators
 O_GROUP, O_WINDOW, O_COUNT, O_FSEQ, O_LSEQ = range(5)
 O_SIZE = 5
+
+
+class Output(StrEnum):
+    """Where an output column of a WINDOW query comes from (the first field of each of
+    its plan's `items`, cep_core/compiler/window.py; the engine reads them)."""
+
+    COUNT = "count"  # the window's count
+    INT = "int"  # an int accumulator (and its decode kind)
+    FLOAT = "float"  # a float accumulator
+    XSUM = "xsum"  # an exact float sum
+    AVG_X = "avg_x"  # an exact float sum over the count
+    AVG_INT = "avg_int"  # an int sum over the count
+    KEY = "key"  # a GROUP BY attribute
+    END = "end"  # the window attribute: the window's end
 
 # ---------------------------------------------------------------- exact float sums
 #
