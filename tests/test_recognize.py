@@ -257,7 +257,9 @@ def test_a_damaged_statement_is_refused_with_a_located_error_or_checks(data):
         at = data.draw(st.integers(0, len(text)))
         size = data.draw(st.integers(0, 12))
         piece = data.draw(st.sampled_from(["", "(", ")", "+", "?", "{2,}", ",", " AS ", "|",
-                                           "PREV(", "LAST(B.price, 1)", "'", "*", " NULL "]))
+                                           "PREV(", "LAST(B.price, 1)", "'", "*", " NULL ",
+                                           " DISTINCT ", " DESC", ", price", "PREV(price, 2)",
+                                           "CLASSIFIER()", "COUNT(B.price)", "NEXT("]))
         text = text[:at] + piece + text[at + size:]
     try:
         queries = load_query_text(text, path="q.cep")
