@@ -19,6 +19,7 @@ import orjson
 import pytest
 
 from cep_core.control_message import ControlMessageError
+from cep_core.errors import Problem
 from services.cli.live import _in_file
 from services.stream.live_changes import query_changes
 
@@ -65,10 +66,14 @@ def test_the_checker_s_messages_on_a_query_s_text_are_located_in_its_file():
     with pytest.raises(ControlMessageError) as refused:
         query_changes("add", None, FILE, "plant.cep", None, [])
     assert "<query bad>:1:" in str(refused.value)  # the line within the query's own text
-    _assert_located(_in_file(str(refused.value), "plant.cep", FILE), "plant.cep")
-    # a message about a query the file does not hold, or no location at all: as it was
-    for other in ("<query elsewhere>:1:5: error: nope", "query 'bad' is live already"):
-        assert _in_file(other, "plant.cep", FILE) == other
+    _assert_located(_in_file(refused.value.problems, "plant.cep", FILE), "plant.cep")
+    # a problem of a query the file does not hold, or with no location at all: as the
+    # checker says it
+    for said, problem in (("<query elsewhere>:1:5: error: nope",
+                           Problem("nope", "elsewhere", 1, 5)),
+                          ("query 'bad' is live already",
+                           Problem("query 'bad' is live already"))):
+        assert _in_file([problem], "plant.cep", FILE) == said
 
 
 def test_a_file_that_cannot_be_read_is_refused_before_the_broker_is_asked(tmp_path):
@@ -128,7 +133,8 @@ def test_query_add_refusals_name_the_file_line_and_column(broker, tmp_path):
     _assert_located(local.stderr, path)
 
     # The same refusal from the splitter, over the status topic (--no-check publishes
-    # `fine` at offset 0 and `bad` at offset 1 of a new control topic).
+    # `fine` at offset 0 and `bad` at offset 1 of a new control topic): located from its
+    # problems (`errors`), as a splitter writes them.
     with pytest.raises(ControlMessageError) as refused:
         query_changes("add", None, FILE, "x", None, [])
     reason = str(refused.value)[str(refused.value).index("<query bad>"):]
@@ -140,7 +146,8 @@ def test_query_add_refusals_name_the_file_line_and_column(broker, tmp_path):
         {"event": "change", "key": "query/fine", "offset": 0, "outcome": "applied",
          "partitions": 1, "service": "coordinator@host:2", "role": "coordinator"},
         {"event": "change", "key": "query/bad", "offset": 1, "outcome": "refused",
-         "reason": reason, **splitter}])
+         "reason": reason, "errors": [p.to_json() for p in refused.value.problems],
+         **splitter}])
     remote = cep_at(broker.bootstrap, prefix, "query", "add", str(path), "--no-check",
                     "--timeout", "60")
     assert remote.returncode == 1, remote.stdout + remote.stderr

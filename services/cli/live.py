@@ -182,16 +182,21 @@ def _change(cli_error, kind, op, target, only, stream, bootstrap, control, topic
     # The file first: a missing or broken one is said without asking the broker.
     text = None if op is Op.remove else _read_file(kind, Path(target), cli_error, json_schema)
 
-    def in_file(said: str) -> str:  # a refusal of the file's queries, located in the file
-        return _in_file(said, target, text) if kind is Kind.QUERY and text else said
+    def in_file(said: str, problems: list | None = None, head: str = "") -> str:
+        """A refusal of the file's queries located in the file, from its problems."""
+        if kind is not Kind.QUERY or not text or not problems:
+            return said
+        return head + _in_file(problems, target, text)
 
     records = control_log(settings, control_topic)
     try:
         changes = query_changes(op.value, target if op is Op.remove else None, text,
                                 target or "", only, records, no_check) \
             if kind is Kind.QUERY else _stream_changes(op, target, text, records, no_check)
-    except (ControlMessageError, QueryError, QueryErrors) as e:  # QueryError: --no-check
-        raise cli_error(in_file(str(e))) from None
+    except ControlMessageError as e:
+        raise cli_error(in_file(str(e), e.problems)) from None
+    except (QueryError, QueryErrors) as e:  # --no-check: located in the file already
+        raise cli_error(str(e)) from None
     if kind is Kind.QUERY and op is not Op.remove and not changes:
         raise cli_error(f"{target}: no query {only!r}" if only else f"{target}: no queries")
     ensure_topics(settings, {control_topic: 1}, compacted=(control_topic,))
@@ -240,56 +245,55 @@ def _stream_changes(op, target, text, records, no_check) -> list:
     return stream_changes(op.value, orjson.loads(text)["stream"], text, records, no_check)
 
 
-# `<query NAME>:line:col: error: ...`: the checker's message on a query's own text, as the
-# control topic holds it (cep_core/control_message.py), line 1 being the query's first.
-_IN_QUERY = re.compile(r"<query (?P<name>[^>\s]+)>:(?P<line>\d+):(?P<column>\d+): "
-                       r"error: (?P<message>.*)")
-
-
-def _in_file(said: str, path: str, text: str) -> str:
-    """A refusal with the checker's `<query NAME>:line:col` messages located in the query
-    file instead: `path:line:col`, the line counted in the file (a query's text is the file's
-    from the query's first line, split_query_file), with the file's line and a caret under
-    it. Messages of queries the file does not hold are left as they are."""
+def _in_file(problems: list, path: str, text: str) -> str:
+    """A refusal's problems (cep_core.errors.Problem: their query, line and column are
+    fields, never read back out of a message) as lines: each on a query the file holds
+    located in the file instead, `path:line:col` with the line counted in the file (a
+    query's text is the file's from the query's first line, split_query_file) and the
+    file's line with a caret under it; each on another query located in that query's text
+    (`<query NAME>:line:col`), as the checker says it; the others as they are."""
     from cep_core import ast
     from cep_core.errors import QueryError
     from cep_core.parser import parse
 
-    if "<query " not in said:
-        return said
     try:
         starts = {q.name: q.pos for q in parse(text, path).queries}
     except QueryError:
-        return said
-    lines = said.split("\n")
+        starts = {}
     out: list[str] = []
-    i = 0
-    while i < len(lines):
-        found = _IN_QUERY.search(lines[i])
-        start = starts.get(found["name"]) if found else None
-        if start is None:
-            out.append(lines[i])
-            i += 1
+    for problem in problems:
+        if problem.query is None or problem.line is None:
+            out.append(problem.message)
             continue
-        line, column = int(found["line"]), int(found["column"])
+        line, column = problem.line, problem.column or 1
+        start = starts.get(problem.query)
+        if start is None:  # another query's: in its own text
+            where = ast.Pos(f"<query {problem.query}>", line, column)
+            source = "\n" * (line - 1) + (problem.source_line or "")
+            out.append(str(QueryError(problem.message, where, source if problem.source_line
+                                      is not None else None)))
+            continue
         if line == 1:  # the query's text starts at its QUERY keyword
             column += start.column - 1
-        where = ast.Pos(path, start.line + line - 1, column)
-        out.append(lines[i][:found.start()] + str(QueryError(found["message"], where, text)))
-        i += 1
-        if i + 1 < len(lines) and lines[i].startswith("    ") and \
-                lines[i + 1].strip() == "^":  # the query text's line and caret: replaced
-            i += 2
+        out.append(str(QueryError(problem.message,
+                                  ast.Pos(path, start.line + line - 1, column), text)))
     return "\n".join(out)
 
 
 def _wait(settings, sent: list, prefix: str, control_topic: str, timeout: float,
-          in_file=lambda said: said) -> int:
+          in_file=lambda said, problems=None, head="": said) -> int:
     """Follow each change on its stream's status topic, print its outcome (a refusal's
-    messages `in_file`); the exit code."""
+    problems `in_file`, under its first line); the exit code."""
+    from cep_core.errors import Problem
+
     found = wait_outcomes(settings, sent, prefix, control_topic, timeout)
     for outcome in found:
-        print(in_file(outcome["said"]))
+        errors = outcome.get("errors") if outcome["outcome"] == "refused" else None
+        if errors:
+            head = outcome["said"].split("\n", 1)[0] + "\n"
+            print(in_file(outcome["said"], [Problem(**e) for e in errors], head))
+        else:
+            print(outcome["said"])
     return max([EXIT[o["outcome"]] for o in found] + [0])
 
 
