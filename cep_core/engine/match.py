@@ -296,9 +296,7 @@ class MatchEngine(Engine):
         a, p = self.arrays, self.program
         a["sc"] = p.constants.codes(self.strings)
         if p.uses_tables:
-            if self._tables is None:
-                self._tables = StringTables(self.strings)
-            self._tables.refresh()
+            self._tables = StringTables.current(self._tables, self.strings)
             arrays = self._tables.arrays()
         else:
             arrays = (_EMPTY,) * 4

@@ -100,9 +100,7 @@ class SeqEngineBase(Engine):
     def _strings(self):
         sc = self.kernel.constants.codes(self.strings)
         if self.uses_tables:
-            if self._tables is None:
-                self._tables = StringTables(self.strings)
-            self._tables.refresh()
+            self._tables = StringTables.current(self._tables, self.strings)
             tables = self._tables.arrays()
         else:
             dummy = np.zeros(1, np.int64)

@@ -40,6 +40,14 @@ class StringTables:
         self.size = len(texts)
         self.generation = self.strings.generation
 
+    @classmethod
+    def current(cls, tables: StringTables | None, strings: StringDictionary) -> StringTables:
+        """`tables` (made for `strings` the first time) brought up to date with them."""
+        if tables is None:
+            return cls(strings)
+        tables.refresh()
+        return tables
+
     def arrays(self) -> tuple[np.ndarray, ...]:
         """In the order of the kernels' parameters `s_rank, s_lower, s_upper, s_length`."""
         return (self.rank, self.lower, self.upper, self.length)
