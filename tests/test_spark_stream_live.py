@@ -222,3 +222,19 @@ def test_cli_refusals_before_spark_starts(tmp_path):
                            env=env)
     assert result.exit_code == 2 and "--control needs a broker" in result.output
     assert not (tmp_path / "ck").exists()
+
+
+def test_slots_hash_as_spark_does(spark):
+    """The state keys' slots are found with Spark's hash computed in Python (no Spark job at
+    a start): the same value as Spark's `hash` for strings of every tail length, non-ASCII
+    ones, negative and large ints."""
+    from pyspark.sql import functions as F
+
+    from services.spark_stream.job import spark_hash
+
+    groups = ['["symbol"]', "[]", "", "a", "ab", "abc", "abcd", "héllo wörld!", '["a","b"]',
+              "!dead", "ÿ"]
+    rows = [(g, s, t) for g in groups for s in (0, 1, 7, -3) for t in (0, 1, 255, 70000)]
+    frame = spark.createDataFrame(rows, "g string, s int, t int")
+    for g, s, t, h in frame.select("g", "s", "t", F.hash("g", "s", "t")).collect():
+        assert spark_hash(g, s, t) == h, (g, s, t)

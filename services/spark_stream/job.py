@@ -112,25 +112,63 @@ def state_routes(queries: list[CheckedQuery], shards: int) -> list[Route]:
             for g in plan(queries)]
 
 
-def balanced_slots(spark, routes: list[Route], partitions: int, tries: int = 256) -> list[Route]:
+def balanced_slots(routes: list[Route], partitions: int, tries: int = 256) -> list[Route]:
     """`routes` with a slot for each shard such that Spark's hash partitioning (a pmod of
     `hash(group, shard, slot)`, the state's key) puts the i-th state key in partition
     i mod `partitions`: shards in tasks of their own, not two in one by chance. Spark's
-    own hash decides (one small job), so a restart with the same groups and shards finds
-    the same slots, and the same state keys."""
-    from pyspark.sql import functions as F
-
+    hash computed here (`spark_hash`, tested against Spark's own), so a start or a restart
+    for a change of queries runs no Spark job for it; the same groups and shards give the
+    same slots, and the same state keys."""
     keys = [(r.group, s) for r in routes for s in range(r.shards)]
-    candidates = spark.createDataFrame([(g, s, slot) for g, s in keys for slot in range(tries)],
-                                       f"{GROUP} string, {SHARD} int, {SLOT} int")
-    found: dict[tuple, int] = {}
-    for g, s, slot, p in candidates.select(
-            GROUP, SHARD, SLOT, F.pmod(F.hash(GROUP, SHARD, SLOT), F.lit(partitions))).collect():
-        found.setdefault((g, s, p), slot)  # the smallest slot landing in p
     target = {key: i % partitions for i, key in enumerate(keys)}
-    return [Route(r.group, r.keys, r.shards, tuple(
-        found.get((r.group, s, target[(r.group, s)]), 0) for s in range(r.shards)))
-        for r in routes]
+    found = {key: next((slot for slot in range(tries)
+                        if spark_hash(key[0], key[1], slot) % partitions == target[key]), 0)
+             for key in keys}
+    return [Route(r.group, r.keys, r.shards, tuple(found[(r.group, s)] for s in range(r.shards)))
+            for r in routes]
+
+
+_M32 = 0xFFFFFFFF
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def _mix_k1(k1: int) -> int:
+    k1 = (k1 * 0xCC9E2D51) & _M32
+    return (_rotl(k1, 15) * 0x1B873593) & _M32
+
+
+def _mix_h1(h1: int, k1: int) -> int:
+    h1 = _rotl(h1 ^ k1, 13)
+    return (h1 * 5 + 0xE6546B64) & _M32
+
+
+def _fmix(h1: int, length: int) -> int:
+    h1 ^= length
+    h1 ^= h1 >> 16
+    h1 = (h1 * 0x85EBCA6B) & _M32
+    h1 ^= h1 >> 13
+    h1 = (h1 * 0xC2B2AE35) & _M32
+    return h1 ^ (h1 >> 16)
+
+
+def spark_hash(group: str, shard: int, slot: int) -> int:
+    """Spark SQL's `hash(group, shard, slot)` (Murmur3 x86_32, seed 42, a string then two
+    ints; the string's tail bytes one by one, signed, as Spark's hashUnsafeBytes does), as
+    a signed 32-bit int."""
+    h = 42
+    data = group.encode()
+    aligned = len(data) - len(data) % 4
+    for i in range(0, aligned, 4):
+        h = _mix_h1(h, _mix_k1(int.from_bytes(data[i:i + 4], "little")))
+    for byte in data[aligned:]:
+        h = _mix_h1(h, _mix_k1((byte - 256 if byte > 127 else byte) & _M32))
+    h = _fmix(h, len(data))
+    for value in (shard, slot):
+        h = _fmix(_mix_h1(h, _mix_k1(value & _M32)), 4)
+    return h - (1 << 32) if h & 0x80000000 else h
 
 
 CHECKPOINT_FORMAT = 1  # of the job's checkpoint: the state's keys and values, the carries
@@ -237,7 +275,7 @@ def start(spark, queries: list[CheckedQuery], source, sink, checkpoint: str,
     shards = claim_checkpoint(checkpoint, streams[0], name, shards) or \
         int(spark.conf.get("spark.sql.shuffle.partitions"))
     write_manifest(checkpoint, streams[0], name, shards)
-    routes = balanced_slots(spark, state_routes(queries, shards), shards)
+    routes = balanced_slots(state_routes(queries, shards), shards)
     if reader == "spark":
         rows = _spark_kafka_rows(spark, queries, source, routes, checkpoint)
     else:
