@@ -88,6 +88,7 @@ def points(quick: bool):
         yield "rules", dict(BASE, rules=r)
 
 
+# Deliberately like bench/gpu_match.py main: each GPU benchmark checks for a real GPU first
 def main(n: int = 60_000, quick: bool = False) -> list[dict]:
     gpu = device.real_gpu()
     print(f"R5 (Cugola & Margara base scenario), {n:,} events, microseconds per event")

@@ -60,6 +60,7 @@ def _reference_rate(query, table: pa.Table) -> float:
     return part.num_rows / (time.perf_counter() - started)
 
 
+# Deliberately like bench/gpu_kernels.py main: each GPU benchmark checks for a real GPU first
 def main(n: int = 200_000, quick: bool = False) -> list[dict]:
     gpu = device.real_gpu()
     print(f"\nMATCH (batched per-key NFA), {n:,} events, events per second")

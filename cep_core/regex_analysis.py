@@ -20,6 +20,8 @@ from cep_core import ast
 Position = ast.RSym | ast.RAny
 
 
+# Deliberately like _AcceptsNonempty below: two visitors over the same regex nodes, each with its
+# own answer per node
 class _Nullable(ast.Visitor):
     def visit_RSym(self, r: Position) -> bool:
         return False
@@ -39,6 +41,8 @@ class _Nullable(ast.Visitor):
         return r.min == 0 or r.max == 0 or self.visit(r.item)
 
 
+# Deliberately like _Nullable above: two visitors over the same regex nodes, each with its own
+# answer per node
 class _AcceptsNonempty(ast.Visitor):
     def visit_RSym(self, r: Position) -> bool:
         return True

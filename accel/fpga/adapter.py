@@ -84,6 +84,8 @@ class FpgaAdapter:
         self.retain_tuples = retain_tuples
         self.sync_every = sync_every
         self.timeout = timeout
+        # Deliberately like accel/fpga/emulator.py's: the two ends of one UDP link each open their
+        # socket
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         udp.size_buffers(self.sock)
         self.sock.bind(bind)

@@ -322,6 +322,8 @@ class EmulatorServer:
     def __init__(self, circuit: Circuit, listen: tuple[str, int], peer: tuple[str, int],
                  group: int = 1024, use_mmsg: bool | None = None):
         self.circuit = circuit
+        # Deliberately like accel/fpga/adapter.py's: the two ends of one UDP link each open their
+        # socket
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         udp.size_buffers(self.sock)
         self.sock.bind(listen)

@@ -53,6 +53,8 @@ class _Leaves:
                  reduced: bool = False):
         self.gen, self.subject, self.reduced = gen, subject, reduced
 
+    # Deliberately like cep_core/compiler/seq_codegen_leaves.py's attr: the GPU's leaves read ring
+    # buffers, the CPU's arenas (the core never imports accel)
     def attr(self, node: ast.Attr) -> Code:
         if node.var is None:
             if self.subject is None:
@@ -257,6 +259,8 @@ class SeqKernels:
 
     def __init__(self, plan: SeqPlan, reduce_threads: int = 64):
         self.generator = SeqKernelGenerator(plan, reduce_threads)
+        # Deliberately like cep_core/compiler/seq_cdp.py CdpKernel: each kernel loads its own
+        # generator's module
         self.source = self.generator.source()
         self.module = load_module(self.source)
         self.layout = self.generator.layout

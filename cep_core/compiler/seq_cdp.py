@@ -577,6 +577,8 @@ class CdpKernel:
     def __init__(self, plan: SeqPlan):
         self.plan = plan
         self.generator = CdpGenerator(plan)
+        # Deliberately like accel/gpu/seq_kernels.py SeqKernels: each kernel loads its own
+        # generator's module
         self.source = self.generator.source()
         self.module = load_module(self.source)
         self.layout = self.generator.layout

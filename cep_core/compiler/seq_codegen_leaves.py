@@ -32,6 +32,8 @@ class ChannelLeaves:
         self.subject = subject
         self.pre: list[str] = []
 
+    # Deliberately like accel/gpu/seq_kernels.py's attr: the GPU's leaves read ring buffers, these
+    # arenas (the core never imports accel)
     def attr(self, node: ast.Attr) -> Code:
         if node.var is None:
             if self.subject is None:

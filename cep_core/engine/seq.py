@@ -91,6 +91,8 @@ class SeqEngine(SeqEngineBase):
             self.top, self.last_ts, self.pd, self.pk, self.phead, self.ptail, self.pdec,
             self.pfirst, self.ctr, self.punct, sc, *tables, self.max_matches,
             self.max_subsets, stop)
+        # Deliberately like cep_core/engine/seq_aip.py's: each engine calls its own kernel, then
+        # takes back what it grew
         self._take_arenas(arenas)
         self._reject_backwards(batch, dead, n_dead)
         if self.ctr[ERR] >= 0:

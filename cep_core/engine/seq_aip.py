@@ -159,6 +159,8 @@ class SeqAipEngine(SeqEngineBase):
             self.itop, self.templates, self.NR, self.NP, self.pd, self.pk, self.phead,
             self.ptail, self.pdec, self.pfirst, self.ctr, self.punct,
             sc, *tables, self.max_instances, stop)
+        # Deliberately like cep_core/engine/seq.py's: each engine calls its own kernel, then takes
+        # back what it grew
         self._take_arenas(arenas)
         self._reject_backwards(batch, dead, n_dead)
         if self.ctr[ERR] >= 0:
