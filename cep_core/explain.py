@@ -52,7 +52,7 @@ def unparse(node, parent: int = 0) -> str:
         return f"{node.var}.{node.name}" if node.var and node.name else node.var or node.name
     if isinstance(node, ast.Unary):
         inner = unparse(node.operand, 7)
-        return f"NOT {inner}" if node.op == "NOT" else f"-{inner}"
+        return f"NOT {inner}" if node.op is ast.UnaryOp.NOT else f"-{inner}"
     if isinstance(node, ast.Binary):
         mine = _PRECEDENCE.get(node.op, 3)
         text = f"{unparse(node.left, mine)} {node.op} {unparse(node.right, mine + 1)}"

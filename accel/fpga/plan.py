@@ -139,6 +139,7 @@ class Atom:
     text: str
 
 
+# Deliberately alike, Atom to Or: the formula's node types, dataclass declarations
 @dataclass(frozen=True)
 class Const:
     """A constant truth value (e.g. `x IN ()`, or an int compared with 2.5 for equality)."""
@@ -378,14 +379,14 @@ class _Decoder(ast.Visitor):
         return self.visit(expr)
 
     def visit_Unary(self, expr: ast.Unary) -> Formula:
-        if expr.op != "NOT":
+        if expr.op is not ast.UnaryOp.NOT:
             return self.generic_visit(expr)
         return _not(self.formula(expr.operand))
 
     def visit_Binary(self, expr: ast.Binary) -> Formula:
-        if expr.op in ("AND", "OR"):
+        if expr.op in (ast.BinaryOp.AND, ast.BinaryOp.OR):
             items = (self.formula(expr.left), self.formula(expr.right))
-            return _and(items) if expr.op == "AND" else _or(items)
+            return _and(items) if expr.op is ast.BinaryOp.AND else _or(items)
         if expr.op in _FLIP:
             return self.comparison(expr, expr.op, expr.left, expr.right)
         return self.generic_visit(expr)

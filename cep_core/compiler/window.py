@@ -128,6 +128,8 @@ class _TemplateCompiler(ExpressionCompiler):
         self.floats.append(float(value))
         return Code(f"kf[{len(self.floats) - 1}]")
 
+    # Deliberately like cep_core/compiler/expressions.py's condition: this one is over whole
+    # columns (numpy's &), that one over scalars (and)
     def condition(self, expr) -> str:
         if expr is None:
             return "True"
@@ -137,7 +139,7 @@ class _TemplateCompiler(ExpressionCompiler):
     def visit_Binary(self, node: ast.Binary) -> Code:
         if node.op in (ast.BinaryOp.AND, ast.BinaryOp.OR):
             left, right = self.condition(node.left), self.condition(node.right)
-            return Code(f"({left} {'&' if node.op == 'AND' else '|'} {right})")
+            return Code(f"({left} {'&' if node.op is ast.BinaryOp.AND else '|'} {right})")
         return super().visit_Binary(node)
 
     def visit_InList(self, node: ast.InList) -> Code:

@@ -67,20 +67,20 @@ _COMPARE = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operato
             ">": operator.gt, ">=": operator.ge}
 
 
-def _arith(op: str, a, b):
+_ARITH = {ast.BinaryOp.ADD: operator.add, ast.BinaryOp.SUB: operator.sub,
+          ast.BinaryOp.MUL: operator.mul, ast.BinaryOp.DIV: operator.truediv,
+          ast.BinaryOp.MOD: operator.mod}
+
+
+def _arith(op: ast.BinaryOp, a, b):
     if a is None or b is None:
         return None
-    if op == "+":
-        return a + b
-    if op == "-":
-        return a - b
-    if op == "*":
-        return a * b
-    if op == "/":
-        return None if b == 0 else a / b
-    if op == "%":
-        return None if b == 0 else a % b
-    raise ValueError(f"unknown operator {op}")
+    function = _ARITH.get(op)
+    if function is None:
+        raise ValueError(f"unknown operator {op}")
+    if op in (ast.BinaryOp.DIV, ast.BinaryOp.MOD) and b == 0:
+        return None
+    return function(a, b)
 
 
 class Evaluator(ast.Visitor):
