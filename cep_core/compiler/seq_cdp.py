@@ -38,7 +38,7 @@ from cep_core.compiler.seq_codegen import (
 )
 from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
 from cep_core.compiler.seq_codegen_matches import MatchCodeGenerator
-from cep_core.compiler.seq_plan import Conjunct, NegationAt, SeqPlan, VarKind
+from cep_core.compiler.seq_plan import Conjunct, ItemKind, NegationAt, SeqPlan, VarKind
 from cep_core.kernels.seq_layout import ERR, INT64_MIN, OVF, P_NEXT, PALIVE, PEL, PKN, PN
 from cep_core.kernels.seq_runtime import RUNTIME_VERSION
 
@@ -268,9 +268,9 @@ class CdpGenerator(MatchCodeGenerator):
         if i < 0:
             return self.gen_final(st)
         kind = self.plan.items[i].kind
-        if kind == "single":
+        if kind is ItemKind.SINGLE:
             return self.gen_single(i, st)
-        if kind == "kleene":
+        if kind is ItemKind.KLEENE:
             return self.gen_kleene(i, st)
         return self.gen_and(i, 0, st, st)
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from cep_core import ast
 from cep_core.checked import CheckedQuery
@@ -43,11 +44,27 @@ BACKWARDS_TIME = "event time goes backwards"
 # ---------------------------------------------------------------- the compiled pattern
 
 
+class _Kind(StrEnum):
+    """A positive item: one step, a Kleene step, or an AND group (the oracle's own)."""
+
+    SINGLE = "single"
+    KLEENE = "kleene"
+    AND = "and"
+
+
+class _At(StrEnum):
+    """Where a negation stands among the positive items (the oracle's own)."""
+
+    START = "start"
+    BETWEEN = "between"
+    END = "end"
+
+
 @dataclass(eq=False)
 class _Item:
     """A positive position of the pattern: one step, a Kleene step, or an AND group."""
 
-    kind: str  # "single", "kleene" or "and"
+    kind: _Kind
     steps: list[ast.Step]
 
     @property
@@ -64,12 +81,12 @@ class _Negation:
     after: int | None  # the positive item after it
 
     @property
-    def where(self) -> str:
+    def where(self) -> _At:
         if self.before is None:
-            return "start"
+            return _At.START
         if self.after is None:
-            return "end"
-        return "between"
+            return _At.END
+        return _At.BETWEEN
 
 
 @dataclass(eq=False)
@@ -257,7 +274,7 @@ class SeqInterpreter:
                         raise ValueError(f"{member.pos}: AND groups hold plain steps only")
                     if member.policy is not None:
                         raise ValueError(f"{member.pos}: no EACH/LAST/FIRST inside AND")
-                self.items.append(_Item("and", list(item.steps)))
+                self.items.append(_Item(_Kind.AND, list(item.steps)))
             elif item.kind is ast.StepKind.NEGATED:
                 before = len(self.items) - 1 if self.items else None
                 self.negations.append(_Negation(item, before, len(self.items)))
@@ -266,19 +283,19 @@ class SeqInterpreter:
                     raise ValueError(f"{item.pos}: LAST/FIRST on a Kleene step")
                 if item.min < 1 or (item.max is not None and item.max < item.min):
                     raise ValueError(f"{item.pos}: Kleene bounds must be 1 <= m <= n")
-                self.items.append(_Item("kleene", [item]))
+                self.items.append(_Item(_Kind.KLEENE, [item]))
             else:
-                self.items.append(_Item("single", [item]))
+                self.items.append(_Item(_Kind.SINGLE, [item]))
         if not self.items:
             raise ValueError("a SEQ pattern needs a positive step")
         for neg in self.negations:
             if neg.after == len(self.items):
                 neg.after = None  # trailing
-            if neg.where != "between" and self.window is None:
+            if neg.where is not _At.BETWEEN and self.window is None:
                 raise ValueError(f"{neg.step.pos}: a leading or trailing NOT needs WITHIN")
 
         self.steps = {s.var: s for item in self.items for s in item.steps}
-        self.kleene_vars = {item.step.var for item in self.items if item.kind == "kleene"}
+        self.kleene_vars = {item.step.var for item in self.items if item.kind is _Kind.KLEENE}
         self.negated = {neg.step.var: neg for neg in self.negations}
         self.item_of = {s.var: i for i, item in enumerate(self.items) for s in item.steps}
         for s in self.steps.values():
@@ -474,8 +491,8 @@ class SeqInterpreter:
                 results.append(dict(bindings))
             return
         item = self.items[i]
-        choose = {"single": self._single_choices, "kleene": self._kleene_choices,
-                  "and": self._and_choices}[item.kind]
+        choose = {_Kind.SINGLE: self._single_choices, _Kind.KLEENE: self._kleene_choices,
+                  _Kind.AND: self._and_choices}[item.kind]
         for chosen in choose(part, e, i, bindings):
             merged = {**bindings, **chosen}
             if self._e_still_possible(e, merged, i):
@@ -644,7 +661,7 @@ class SeqInterpreter:
     def _take(self, part: _Partition, run: _Run, y: Event) -> _Run | None:
         """The run after taking y, or None if it does not take y."""
         item = self.items[run.pos]
-        if item.kind != "kleene":
+        if item.kind is not _Kind.KLEENE:
             return self._enter(part, run, run.pos, y)
         x = item.step.var
         elements = run.bindings.get(x, [])
@@ -667,7 +684,7 @@ class SeqInterpreter:
         """y fills (part of) item j of the run, or None if it cannot."""
         item = self.items[j]
         bindings, closed = run.bindings, set(run.closed)
-        if item.kind == "kleene":
+        if item.kind is _Kind.KLEENE:
             step = item.step
             if not self._element_ok(part, step, y, bindings, closed):
                 return None
@@ -680,7 +697,7 @@ class SeqInterpreter:
                 if self._newly_bound_hold(part, grown, closed, done):
                     return _Run(grown, frozenset(done), j + 1, run.first_ts)
             return moved
-        if item.kind == "single":
+        if item.kind is _Kind.SINGLE:
             members = [item.step]
         else:
             # Decision: an AND group under runs is filled in arrival order; an event fills
@@ -769,9 +786,9 @@ class SeqInterpreter:
         _, _, first_ts, _ = self._span(bindings)
         times = []
         for neg in self.negations:
-            if neg.where == "end":
+            if neg.where is _At.END:
                 times.append(first_ts + self.window)
-            elif self.by_ts and neg.where == "start":
+            elif self.by_ts and neg.where is _At.START:
                 times.append(first_ts)
             elif self.by_ts:
                 times.append(min(y.ts for y in self._item_events(bindings, neg.after)))
@@ -782,16 +799,16 @@ class SeqInterpreter:
         if self.by_ts:
             if any(y.seq == x.seq for y in self._positive_events(bindings)):
                 return False
-            if neg.where == "start":
+            if neg.where is _At.START:
                 return last_ts - self.window <= x.ts <= first_ts
-            if neg.where == "end":
+            if neg.where is _At.END:
                 return last_ts <= x.ts <= first_ts + self.window
             low = max(y.ts for y in self._item_events(bindings, neg.before))
             high = min(y.ts for y in self._item_events(bindings, neg.after))
             return low <= x.ts <= high
-        if neg.where == "start":
+        if neg.where is _At.START:
             return x.seq < first_seq and x.ts >= last_ts - self.window
-        if neg.where == "end":
+        if neg.where is _At.END:
             return x.seq > last_seq and x.ts <= first_ts + self.window
         low = max(y.seq for y in self._item_events(bindings, neg.before))
         high = min(y.seq for y in self._item_events(bindings, neg.after))
@@ -854,7 +871,7 @@ class SeqInterpreter:
 
     def _chain_span(self) -> int | None:
         last = self.items[-1]
-        if last.kind != "single":
+        if last.kind is not _Kind.SINGLE:
             return None
         dist = {last.step.var: 0}
 
