@@ -129,6 +129,10 @@ def bench_spark_stream(
                                                  "directory).")] = None,
     e2e: Annotated[bool, typer.Option("--e2e/--no-e2e", help="Also run `cep bench e2e "
                                       "--mode chained` (the Kafka service).")] = True,
+    max_files: Annotated[int, typer.Option(min=0, metavar="N", help="Files per micro-batch "
+                                           "of the throughput run (0: all).")] = 0,
+    warm: Annotated[int, typer.Option(min=1, metavar="N", help="Events of the first job "
+                                      "(Python workers, the JVM warmed up).")] = 1000,
 ) -> None:
     """The Spark streaming job against `cep run --engine jit` on the same events:
     throughput, latency p50/p99 per trigger interval, state size, restart (JSON)."""
@@ -140,8 +144,8 @@ def bench_spark_stream(
         from bench.spark_stream import bench_spark_stream as run_bench
 
         print_json(run_bench(count, tuple(masters.split(",")), per_file,
-                             tuple(float(t) for t in triggers.split(",")), seed,
-                             str(workdir) if workdir else None, e2e))
+                             tuple(float(t) for t in triggers.split(",") if t.strip()), seed,
+                             str(workdir) if workdir else None, e2e, max_files, warm))
 
     guard(body)
 
