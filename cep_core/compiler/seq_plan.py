@@ -74,6 +74,8 @@ class Item:
         return [s.var for s in self.steps]
 
 
+# Deliberately like cep_core/reference/seq.py's _Kind and _At (ItemKind too): the reference
+# interpreter keeps its own vocabulary, as it keeps its own analysis
 class NegationAt(StrEnum):
     """Where a negation stands among the positive items."""
 

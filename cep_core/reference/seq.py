@@ -44,6 +44,8 @@ BACKWARDS_TIME = "event time goes backwards"
 # ---------------------------------------------------------------- the compiled pattern
 
 
+# Deliberately like cep_core/compiler/seq_plan.py's ItemKind and NegationAt (and, in shape,
+# every enum): the oracle keeps its own vocabulary, as it keeps its own analysis
 class _Kind(StrEnum):
     """A positive item: one step, a Kleene step, or an AND group (the oracle's own)."""
 
