@@ -95,7 +95,8 @@ class RecognizeProgram:
 
 
 def _tables(start: State, variables: list[str]) -> tuple[dict[str, np.ndarray], int, int]:
-    """Per state: its variable (-1: final), final flag, first edge and edge count; per edge:
+    """Per state: its variable (-1: final), final flag (1: final, 2: PROCEED edges may lead
+    there), first edge and edge count; per edge:
     action (1: PROCEED), target, variable (-1: none), `unless` mask. Returns the tables, the
     start state's number and the most TAKE edges one computation can follow on a row."""
     states: list[State] = []
@@ -125,6 +126,14 @@ def _tables(start: State, variables: list[str]) -> tuple[dict[str, np.ndarray], 
             var = -1 if t.condition.var is None else variables.index(t.condition.var)
             unless = sum(1 << variables.index(u) for u in set(t.condition.unless))
             edges.append((1 if t.action == PROCEED else 0, index[id(t.target)], var, unless))
+
+    def reaches(s: State) -> bool:  # a PROCEED path to the final state (conditions aside)
+        return any(t.action == PROCEED and (t.target.final or reaches(t.target))
+                   for t in s.transitions)
+
+    for number, s in enumerate(states):
+        if not s.final and reaches(s):
+            st_final[number] = 2
 
     def takes(s: State) -> int:
         return sum(takes(t.target) if t.action == PROCEED else 1 for t in s.transitions)
@@ -541,6 +550,16 @@ def kernel_args(program: RecognizeProgram) -> list[str]:
 STATE_ARGS = rt.STATE_ARGS
 
 
+def _copy(src: str, dst: str, gen: _Generator) -> list[str]:
+    """Record `dst` := record `src`, column by column (no slices: no array views made)."""
+    lines = [f"for c_ in range({len(rt.REC_FIXED) + len(gen.rec.ints) - 1}):",
+             f"    rec_i[{dst}, c_] = rec_i[{src}, c_]"]
+    if gen.rec.floats:
+        lines += [f"for c_ in range({len(gen.rec.floats)}):",
+                  f"    rec_f[{dst}, c_] = rec_f[{src}, c_]"]
+    return lines
+
+
 def _module_source(gen: _Generator, body: ast.RecognizeQuery, tables, start: int,
                    max_takes: int, dfn: list[str], take: list[str], emit: list[str],
                    measures: list[MeasureSpec]) -> str:
@@ -548,18 +567,17 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery, tables, start: int
     tab = "sc, " + STRING_TABLE_PARAMS + ", pt"  # pt: MATCH_PROCTIME (the call's clock)
     outs = ", ".join(["out_key", "out_start", "out_end"] + emit_args(measures))
     nvars = len(gen.variables)
-    final = int(np.flatnonzero(tables["st_final"])[0])
+    final = int(np.flatnonzero(tables["st_final"] == 1)[0])
     S = rt
     lines = [
         "from cep_core.kernels.recognize_runtime import (alloc, heap_add, heap_poll, "
         "jdiv, jmod, prune)", "", "",
-        "@njit(cache=True, error_model='numpy')",
+        "@njit(cache=True, error_model='numpy', inline='always')",
         f"def dfn(v, rec_i, rec_f, r, {row}, {tab}):",
         *_indent(dfn), "", "",
-        "@njit(cache=True, error_model='numpy')",
+        "@njit(cache=True, error_model='numpy', inline='always')",
         f"def take(rec_i, rec_f, src, dst, v, st, idx, sq, {row}):",
-        "    rec_i[dst, :] = rec_i[src, :]",
-        "    rec_f[dst, :] = rec_f[src, :]",
+        *_indent(_copy("src", "dst", gen)),
         f"    rec_i[dst, {S.STATE}] = st",
         f"    if rec_i[src, {S.COUNT}] == 0:",
         f"        rec_i[dst, {S.START}] = idx",
@@ -671,44 +689,45 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery, tables, start: int
                 "            if bad:", "                ok = False", "                break"]
 
     step = [
-        "c = ph[pb + j]", "evald = 0", "res = 0", "sp = 1",
-        f"stack[0] = rec_i[c, {S.STATE}]",
-        "while sp > 0:",
-        "    sp -= 1",
-        "    s = stack[sp]",
+        # Flink's decision graph: a state has one PROCEED edge at most, so its depth-first
+        # walk is a chain: the state's TAKE edges in order, then those of the state its
+        # open PROCEED edge leads to
+        "c = ph[pb + j]", "evald = 0", "res = 0",
+        f"s = rec_i[c, {S.STATE}]",
+        "while s >= 0:",
+        "    nxt = -1",
         "    for e in range(tr_off[s], tr_off[s] + tr_n[s]):",
         *_indent(edge_ok("e"), 2),
         "        if not ok:", "            continue",
         "        if tr_act[e] == 1:",
-        "            stack[sp] = tr_tgt[e]",
-        "            sp += 1",
+        "            nxt = tr_tgt[e]",
         "            continue",
         "        tg = tr_tgt[e]",
         "        d = alloc(free, ctr)",
         f"        take(rec_i, rec_f, c, d, st_var[s], tg, idx, sq, {row})",
-        "        if st_final[tg] != 0:",  # a TAKE into the final state: completed now
+        "        if st_final[tg] == 1:",  # a TAKE into the final state: completed now
         "            nlc = heap_add(lc, 0, nlc, d, rec_i)",
         "            continue",
         "        nlp = heap_add(lp, 0, nlp, d, rec_i)",
         # does the target PROCEED to the final state (conditions on the old rows)?
-        "        q = tg", "        reaches = False",
+        "        q = tg if st_final[tg] == 2 else -1", "        reaches = False",
         "        while not reaches and q >= 0:",
         "            nq = -1",
         "            for ee in range(tr_off[q], tr_off[q] + tr_n[q]):",
         "                if tr_act[ee] != 1:", "                    continue",
         *_indent(edge_ok("ee"), 4),
         "                if ok:",
-        "                    if st_final[tr_tgt[ee]] != 0:",
+        "                    if st_final[tr_tgt[ee]] == 1:",
         "                        reaches = True",
         "                    else:",
         "                        nq = tr_tgt[ee]",
         "            q = nq",
         "        if reaches:",
         "            m = alloc(free, ctr)",
-        "            rec_i[m, :] = rec_i[d, :]",
-        "            rec_f[m, :] = rec_f[d, :]",
+        *_indent(_copy("d", "m", gen), 3),
         f"            rec_i[m, {S.STATE}] = {final}",
         "            nlc = heap_add(lc, 0, nlc, m, rec_i)",
+        "    s = nxt",
         "if c == 0:",
         "    nlp = heap_add(lp, 0, nlp, 0, rec_i)",
         "else:",
@@ -766,9 +785,10 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery, tables, start: int
         f"        key_i[k, {S.K_NPART}] = nlp",
         f"        key_i[k, {S.K_NCOMP}] = nc",
         f"        key_i[k, {S.K_ROWS}] = idx + 1",
-        f"        status = release(k, t, {common})",
-        f"        if status != {S.DONE}:",
-        "            break",
+        "        if nc > 0:",
+        f"            status = release(k, t, {common})",
+        f"            if status != {S.DONE}:",
+        "                break",
         "        i += 1",
         "    return status, i", "",
     ]

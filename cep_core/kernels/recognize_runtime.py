@@ -37,7 +37,7 @@ STATE_ARGS = ["sc", "s_rank", "s_lower", "s_upper", "s_length", "ctr", "free", "
               "tr_n", "tr_act", "tr_tgt", "tr_var", "tr_unl"]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def heap_add(heap, base, n, item, rec_i):
     """PriorityQueue.add (siftUp) into heap[base:base + n]; returns the new size."""
     key = rec_i[item, START]
@@ -107,7 +107,7 @@ def prune(heap, base, n, rec_i, column, limit, inclusive, free, ctr):
     return w
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def alloc(free, ctr):
     """A free record handle (the pool has room: the kernel checks before each event)."""
     if ctr[FREE_TOP] > 0:

@@ -52,7 +52,7 @@ def test_auto_keeps_the_simulator_off_and_unsupported_queries_on_the_cpu():
 
 def test_match_recognize_stays_on_the_cpu_with_its_reason_and_the_references_answers():
     from cep_core.checker import load_query_text
-    from cep_core.engine.recognize_interpreter import RecognizeInterpreterEngine
+    from cep_core.engine.recognize import RecognizeEngine
     from cep_core.events import Event
 
     [checked] = load_query_text(
@@ -63,7 +63,7 @@ def test_match_recognize_stays_on_the_cpu_with_its_reason_and_the_references_ans
                                   "seqNum": i}) for i, p in enumerate([10, 8, 7, 9, 11, 6, 8])]
     for where in ("gpu", "auto"):
         engine = create_engine(checked, StringDictionary(), placement=where)
-        assert isinstance(engine, RecognizeInterpreterEngine)
+        assert isinstance(engine, RecognizeEngine)  # the jitted CPU engine takes it
         assert engine.placement.target == "cpu"
         assert "MATCH_RECOGNIZE queries run on the CPU" in engine.placement.reason
         report: list = []

@@ -1,0 +1,120 @@
+"""The M-shape (Hirzel's finance1, double top) as Flink users write it in MATCH_RECOGNIZE,
+through the jitted MATCH_RECOGNIZE engine, beside our MATCH M-shape through the jitted MATCH
+engine, on the same trades in the same run.
+
+The two queries are the same shape, not the same query: MATCH reports at the first
+accepting state and skips past it (MatchRegex), MATCH_RECOGNIZE gives Flink's answers
+(greedy quantifiers on Flink's NFA, the match that started first wins), so their match
+counts differ a little (issue 32). The MATCH_RECOGNIZE statement is bench/peers/
+flink_runner.py's, with the measures of tests/recognize_flink/differential.py's MSHAPE.
+
+`events_per_s`: fresh engines over the whole batch (best of `--repeat`, wall clock, composite
+events as columns); `cpu_events_per_s` the same over the thread's CPU time (what is left when
+other processes share the cores). The jitted MATCH_RECOGNIZE engine's output on a prefix is
+compared with the reference interpreter's (`agrees_with_reference`).
+
+Run: `.venv/bin/python -m bench.bench_recognize [--events N] [--repeat R] [--json]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from cep_core import reference
+from cep_core.batch import StringDictionary
+from cep_core.checker import load_query_text
+from cep_core.compiler.match import compile_match
+from cep_core.compiler.recognize import compile_recognize
+from cep_core.engine.match import MatchEngine
+from cep_core.engine.recognize import RecognizeEngine
+from cep_core.events import Event
+
+from bench.bench_match import MSHAPE, trades
+
+MSHAPE_RECOGNIZE = """SELECT * FROM trades MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY ts
+  MEASURES FIRST(S.seqNum) AS first_seq, LAST(E.seqNum) AS last_seq, COUNT(*) AS n,
+    MAX(price) AS max_price
+  ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW
+  PATTERN (S R1+ D1+ R2+? D2* E)
+  DEFINE
+    R1 AS R1.price > S.price AND R1.price >= COALESCE(LAST(R1.price, 1), S.price),
+    D1 AS D1.price >= S.price AND D1.price < COALESCE(LAST(D1.price, 1), LAST(R1.price)),
+    R2 AS R2.price > S.price AND R2.price >= COALESCE(LAST(R2.price, 1), LAST(D1.price)),
+    D2 AS D2.price >= S.price AND D2.price < COALESCE(LAST(D2.price, 1), LAST(R2.price)),
+    E AS E.price < S.price AND E.price < COALESCE(LAST(D2.price), LAST(R2.price))) AS T"""
+
+
+def _copy(strings: StringDictionary) -> StringDictionary:
+    return StringDictionary(list(strings.strings))
+
+
+def _timed(make, batch, repeat: int) -> tuple[float, float, int]:
+    """(best wall seconds, best CPU seconds, composite events) over fresh engines."""
+    wall, cpu, found = float("inf"), float("inf"), 0
+    for _ in range(repeat):
+        engine = make()
+        started, started_cpu = time.perf_counter(), time.thread_time()
+        out = engine.process_columns(batch)
+        cpu = min(cpu, time.thread_time() - started_cpu)
+        wall = min(wall, time.perf_counter() - started)
+        found = sum(len(b) for b in out)
+    return wall, cpu, found
+
+
+def run(events: int, repeat: int = 3, reference_events: int = 20_000) -> dict:
+    [match] = load_query_text(MSHAPE)
+    [recognize] = load_query_text(MSHAPE_RECOGNIZE)
+    batch, strings = trades(events)
+    match_program, recognize_program = compile_match(match), compile_recognize(recognize)
+    warm = batch.slice(0, min(events, 2000))  # numba compiles at the first call: not timed
+    MatchEngine(match_program, _copy(strings)).process_columns(warm)
+    RecognizeEngine(recognize_program, _copy(strings)).process_columns(warm)
+    out = {"events": events, "repeat": repeat}
+    for name, make in (("match", lambda: MatchEngine(match_program, _copy(strings))),
+                       ("recognize", lambda: RecognizeEngine(recognize_program,
+                                                             _copy(strings)))):
+        wall, cpu, found = _timed(make, batch, repeat)
+        out[name] = {"events_per_s": round(events / wall),
+                     "cpu_events_per_s": round(events / max(cpu, 1e-9)),
+                     "seconds": round(wall, 4), "composite_events": found}
+    out["recognize_over_match"] = round(out["recognize"]["events_per_s"] /
+                                        out["match"]["events_per_s"], 2)
+    n = min(events, reference_events)
+    prefix = batch.slice(0, n)
+    rows = [Event(int(s), int(t), {"symbol": strings.decode(int(c)), "price": int(p),
+                                   "volume": int(v), "ts": int(t), "seqNum": int(q)})
+            for s, t, c, p, v, q in zip(prefix.seq, prefix.ts, prefix.columns["symbol"],
+                                        prefix.columns["price"], prefix.columns["volume"],
+                                        prefix.columns["seqNum"])]
+    expected = reference.run([recognize], rows)
+    engine = RecognizeEngine(recognize_program, _copy(strings))
+    got = sorted(map(repr, engine.process(prefix) + engine.flush()))
+    out["reference_events"] = n
+    out["agrees_with_reference"] = got == sorted(map(repr, expected)) and bool(expected)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    result = run(args.events, args.repeat)
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"M-shape over {args.events:,} trades (390 symbols), best of {args.repeat}:")
+    for name in ("match", "recognize"):
+        r = result[name]
+        print(f"  {name:10s} {r['events_per_s']:>12,} events/s  ({r['cpu_events_per_s']:,} "
+              f"per CPU s)  {r['composite_events']:,} matches")
+    print(f"  MATCH_RECOGNIZE / MATCH: {result['recognize_over_match']}x; agrees with the "
+          f"reference on {result['reference_events']:,} events: "
+          f"{result['agrees_with_reference']}")
+
+
+if __name__ == "__main__":
+    main()
