@@ -46,6 +46,7 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from bench.cores import written_lines
+from bench import doc_record
 from bench.hops import hops
 from cep_core.control_message import check_query
 from services.stream.chained import STAGE_HEADER
@@ -217,15 +218,14 @@ def run_bench(events: int, workers: int, bootstrap: str | None, latency_s: float
 
 def record_result(result: dict, command: str) -> None:
     """The run's table into docs/benchmarks.md (section e2e), one row per mode."""
-    from bench.doc_record import markdown_table, provenance, record
-
     header = ["mode", "workload", "events", "JSON events/s", "of a bare consume",
               "framed events/s", "latency at (events/s)", "p50 ms", "p99 ms"]
     rows = [[mode, result["workload"], f"{result['events']:,}",
              f"{m['events_per_s']:,}", f"{m['ratio']}x", f"{m['framed_events_per_s']:,}",
              f"{m['latency_rate']:,}", str(m["p50_ms"]), str(m["p99_ms"])]
             for mode, m in result.items() if mode in MODES]
-    record("e2e", f"{provenance(command)}\n\n{markdown_table(header, rows)}")
+    doc_record.record("e2e", f"{doc_record.provenance(command)}\n\n"
+                      f"{doc_record.markdown_table(header, rows)}")
 
 
 def run_mode(bench: Bench, latency_s: float, latency_rate: float) -> dict:
