@@ -1,8 +1,11 @@
 """MATCH_RECOGNIZE wherever a query runs (issue 32, item 3), engine side: the jit default of
-`cep run` and of the Python API, and `StreamEngines` (the service's workers, the backfill)
-give the reference interpreter's composite events, which are Flink's on the committed
-fixtures; its state survives a snapshot mid-stream, and damaged or foreign state is refused.
-The service and the backfill run it in tests/test_recognize_service.py."""
+`cep run` and of the Python API give the reference interpreter's composite events, which
+are Flink's on the committed fixtures (whichever engine `recognize_engine` picks); the
+interpreter engine (`cep_core.engine.recognize_interpreter`, the one every query falls back
+to), made by hand or forced into `StreamEngines` (the service's workers, the backfill) by
+the `interpreter` fixture, gives them too, its state survives a snapshot anywhere
+mid-stream, and damaged or foreign state is refused. The service runs it in
+tests/test_recognize_service.py, the backfill in tests/test_recognize_backfill.py."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from cep_core.api import QueryFailedError
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_query_text
 from cep_core.engine.recognize_interpreter import RecognizeInterpreterEngine, RecognizeStateError
+from cep_core.ast import QueryKind
 from cep_core.engine_factory import create_engine
 from cep_core.errors import QueryErrors
 from cep_core.events import Event
@@ -61,6 +65,24 @@ def _cases():
 
 
 CASES = _cases()
+
+
+def _engine(checked) -> RecognizeInterpreterEngine:
+    return RecognizeInterpreterEngine(checked, StringDictionary())
+
+
+@pytest.fixture
+def interpreter(monkeypatch):
+    """StreamEngines make the interpreter engine for MATCH_RECOGNIZE queries (not a jitted
+    one where its compiler would take the query)."""
+    made = create_engine
+
+    def only_interpreter(checked, strings, placement="cpu", **options):
+        if checked.query.kind is QueryKind.RECOGNIZE:
+            return RecognizeInterpreterEngine(checked, strings, **options)
+        return made(checked, strings, placement, **options)
+
+    monkeypatch.setattr(jit, "create_engine", only_interpreter)
 
 
 def _columns(checked, found: list[dict]) -> list[list]:
@@ -123,7 +145,7 @@ def _stream_run(checked: list, events: list[Event], batch: int, cut: int | None 
 
 @pytest.mark.parametrize("statement, rows, flink",
                          [c for c in CASES if isinstance(c.values[2], list)][::3])
-def test_a_snapshot_anywhere_mid_stream_changes_nothing(statement, rows, flink):
+def test_a_snapshot_anywhere_mid_stream_changes_nothing(interpreter, statement, rows, flink):
     checked = load_query_text(statement)
     events = _events(rows)
     want = reference.run(checked, events)
@@ -139,11 +161,9 @@ def _v_events(n: int = 60) -> list[Event]:
             for i in range(n)]
 
 
-def test_the_jit_engine_is_the_interpreter_engine_and_punctuation_frees_matches():
+def test_punctuation_ends_partial_matches_and_frees_waiting_ones(interpreter):
     [checked] = load_query_text(V_SHAPE)
-    engine = create_engine(checked, StringDictionary())
-    assert isinstance(engine, RecognizeInterpreterEngine)
-    assert engine.placement.target == "cpu"
+    assert create_engine(checked, StringDictionary()).placement.target == "cpu"
     events = _v_events()
     # the stream with punctuations between events: the WITHIN interval ends partial
     # matches at stream time, which lets completed ones leave early
@@ -157,7 +177,7 @@ def test_the_jit_engine_is_the_interpreter_engine_and_punctuation_frees_matches(
     assert jit.run([checked], stream, batch_size=3) == want
 
 
-def test_dead_letters_are_the_references():
+def test_dead_letters_are_the_references(interpreter):
     [checked] = load_query_text(V_SHAPE)
     events = _v_events(10)
     late = Event(10, events[3].ts, dict(events[3].attrs, seqNum=10))
@@ -174,7 +194,7 @@ def _snapshot_meta(engine) -> dict:
 
 
 def _restored(checked, meta: dict, arrays: dict | None = None):
-    engine = create_engine(checked, StringDictionary())
+    engine = _engine(checked)
     engine.restore(snapshot_format.pack_arrays("engine", meta, arrays or {}))
     return engine
 
@@ -182,7 +202,7 @@ def _restored(checked, meta: dict, arrays: dict | None = None):
 def _busy_engine():
     [checked] = load_query_text(V_SHAPE.replace("SKIP TO NEXT ROW", "SKIP PAST LAST ROW")
                                 .replace("WITHIN INTERVAL '6' SECOND", ""))
-    engine = create_engine(checked, StringDictionary())
+    engine = _engine(checked)
     engine.process(BatchEncoder(checked.schema, engine.strings).from_events(_v_events(41)))
     return checked, engine
 
@@ -271,13 +291,13 @@ def test_damaged_or_foreign_state_is_refused_clearly():
     with pytest.raises(RecognizeStateError, match="another pattern's automaton"):
         _restored(other, meta)
     # a refused restore leaves the engine as it was
-    fresh = create_engine(checked, StringDictionary())
+    fresh = _engine(checked)
     with pytest.raises(RecognizeStateError):
         fresh.restore(snapshot_format.pack_arrays("engine", damages[3][1], {}))
     assert fresh.interpreter.partitions == {}
 
 
-def test_a_damaged_state_fails_only_its_query_in_stream_engines():
+def test_a_damaged_state_fails_only_its_query_in_stream_engines(interpreter):
     [checked] = load_query_text(V_SHAPE)
     [other] = load_query_text(V_SHAPE.replace("QUERY vshape INTO alerts\n", "").replace(
         ") AS T;", ") AS U;"))
@@ -322,12 +342,12 @@ SAVED = {"partitions", "keys", "pending", "dead_letters"}
 
 def test_the_state_saves_everything_the_interpreter_keeps():
     [checked] = load_query_text(V_SHAPE)
-    engine = create_engine(checked, StringDictionary())
+    engine = _engine(checked)
     unknown = set(vars(engine.interpreter)) - CONFIGURATION - SAVED
     assert not unknown, f"RecognizeInterpreter keeps {unknown}: save it in the engine's state"
 
 
-def test_rows_of_one_time_waiting_to_be_sorted_survive_a_snapshot_and_are_held():
+def test_rows_of_one_time_waiting_to_be_sorted_survive_a_snapshot_and_are_held(interpreter):
     text = V_SHAPE.replace("ORDER BY ts", "ORDER BY ts, price DESC")
     try:
         [checked] = load_query_text(text)
@@ -339,7 +359,7 @@ def test_rows_of_one_time_waiting_to_be_sorted_survive_a_snapshot_and_are_held()
     assert want
     for cut in (4, 20, 31):
         assert _stream_run([checked], events, 4, cut) == want, cut
-    engine = create_engine(checked, StringDictionary())
+    engine = _engine(checked)
     engine.process(BatchEncoder(checked.schema, engine.strings).from_events(events[:8]))
     assert engine.held_seq() is not None and engine.held_seq() <= 6  # 6 and 7 wait
     meta = _snapshot_meta(engine)

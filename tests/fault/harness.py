@@ -66,14 +66,17 @@ class Pipeline:
     def __init__(self, bootstrap: str, logs: Path, workers: int = 2, partitions: int = 4,
                  checkpoint_ms: int = 300, limit: int | None = None,
                  source_partitions: int = 1, role_env: dict[str, dict] | None = None,
-                 coordinators: int = 1, mode: str = "distributed", **env: str):
+                 coordinators: int = 1, mode: str = "distributed", extra_queries: str = "",
+                 **env: str):
         """`limit`: only the first so many events of the file; `source_partitions`: of the
         source topic (events keyed by symbol); `env`: more settings of the services
         (CEP_PULSE_MS, CEP_KAFKA_FETCH_WAIT_MAX_MS, ...); `role_env`: settings of one
         role only ({"splitter": {...}}); `coordinators`: coordinator shards (roles
         coordinator0, coordinator1, ... when more than one; the run's two INTO topics then
         go to different shards); `mode` "chained": one `cep serve chained` process (role
-        chained) instead of the distributed roles."""
+        chained) instead of the distributed roles; `extra_queries`: a query file's text
+        added after examples/finance.cep's (`{run}` in it: this run's name, for its own
+        INTO topics)."""
         self.settings = KafkaSettings(bootstrap, session_timeout_ms=2000)
         while True:
             run = uuid.uuid4().hex[:8]
@@ -101,7 +104,8 @@ class Pipeline:
                     "CEP_PULSE_MS": "100", "CEP_COORDINATORS": str(coordinators), **env}
         self.role_env = role_env or {}
         texts = []
-        for name, text in split_query_file(QUERIES.read_text()):
+        file_text = QUERIES.read_text() + extra_queries.replace("{run}", run)
+        for name, text in split_query_file(file_text):
             for output in ("double_tops", "trade_stats"):
                 text = text.replace(f"INTO {output}", f"INTO {output}_{run}")
             texts.append((name, text))
