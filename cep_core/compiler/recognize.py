@@ -313,6 +313,8 @@ class _Leaves:
         if self.in_prev is not None:
             raise RecognizeUnsupported("an aggregate inside PREV")
         var = node.arg.var if node.arg is not None else None
+        if func is A.COUNT and node.arg is not None and node.arg.name == "":
+            var = None  # COUNT(price), parsed as var "price": the rows (columns are never NULL)
         here = self.var is not None and var in (None, self.var)  # the current row counts
         cnt = gen.rec.count(var)
         gen.rec.col(("cnt", var))
