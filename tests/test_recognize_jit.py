@@ -239,3 +239,12 @@ def test_the_planner_runs_the_jit_where_it_compiles_and_the_interpreter_elsewher
         compile_recognize(far)
     assert isinstance(create_engine(far, StringDictionary()), RecognizeInterpreterEngine)
     assert compile_program(far) is not None  # the check still takes it: the interpreter runs it
+
+
+def test_the_interpreter_engines_state_is_refused_with_the_reason():
+    name, text, rows = JITTED[0]
+    checked = _checked(text)
+    other = RecognizeInterpreterEngine(checked, StringDictionary())
+    other.process(BatchEncoder(checked.schema, other.strings).from_events(_events(rows)[:30]))
+    with pytest.raises(ValueError, match="not the jitted MATCH_RECOGNIZE engine's state"):
+        jit(checked, StringDictionary()).restore(other.snapshot())

@@ -296,6 +296,9 @@ class RecognizeEngine(Engine):
         return meta, arrays
 
     def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        if "pcap" not in meta:  # e.g. the interpreter engine's (JSON) state
+            raise ValueError(f"query {self.checked.name!r}: not the jitted MATCH_RECOGNIZE "
+                             "engine's state (taken by the interpreter engine?)")
         self.keys = _Keys.from_state(self.key_attrs, self.schema, meta["keys"],
                                      arrays.get("key_codes"), arrays.get("key_free"))
         nkeys = len(self.keys)
