@@ -93,6 +93,7 @@ class TimedSink:
 
         self.sink = FileSink(output)
         self.done: dict[int, float] = {}
+        self.batch_ms: list[int] = []  # each micro-batch's triggerExecution
 
     def __call__(self, df, batch_id: int) -> None:
         self.sink(df, batch_id)
@@ -103,7 +104,7 @@ def one_master(master: str, count: int, per_file: int, triggers: list[float], se
                workdir: Path, max_files: int = 0, warm: int = 1000) -> dict:
     """Every figure for one Spark master, in this process."""
     from services.backfill.job import spark_session
-    from services.spark_stream.job import FileSource, query_texts, start
+    from services.spark_stream.job import FileSource, query_texts, session_conf, start
 
     chosen = [WORKLOADS[name] for name in WORKLOAD_NAMES]
     text = "\n".join(w.query_text(seed=seed) for w in chosen)
@@ -113,7 +114,8 @@ def one_master(master: str, count: int, per_file: int, triggers: list[float], se
                                (10 * count if triggers else 0), seed)
     root = workdir / master.replace("[", "_").replace("]", "")
     started = time.perf_counter()
-    spark = spark_session(master, app_name="cep-bench-stream")
+    spark = spark_session(master, shuffle_partitions=None, app_name="cep-bench-stream",
+                          **session_conf())
     out: dict = {"master": master, "spark_session_s": round(time.perf_counter() - started, 2)}
 
     def run(folder: Path, name: str, **options):

@@ -78,7 +78,7 @@ def stream(
 
         require("pyspark", "spark", "cep spark stream")
         from services.backfill.job import spark_session
-        from services.spark_stream.job import FileSource, KafkaSource, start
+        from services.spark_stream.job import FileSource, KafkaSource, session_conf, start
         from services.spark_stream.live import LiveJob, NoQueries, QueryWatch
         from services.spark_stream.sinks import FileSink, KafkaSink
         from services.stream.kafka import KafkaSettings
@@ -106,7 +106,8 @@ def stream(
             raise CliError(str(e)) from None
         source = KafkaSource(broker, topic, max_records) if topic else \
             FileSource(input_dir, max_files)
-        spark = spark_session(master, shuffle_partitions=shards, app_name="cep-stream")
+        spark = spark_session(master, shuffle_partitions=shards, app_name="cep-stream",
+                              **session_conf())
 
         def start_job(queries, texts):
             sink = KafkaSink(broker, {q.name: q.query.output for q in queries}) \
