@@ -31,6 +31,7 @@ from cep_core.ast import QueryKind
 from cep_core.engine_factory import create_engine
 from cep_core.errors import QueryErrors
 from cep_core.events import Event
+from tests.recognize_flink import differential
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = sorted((ROOT / "tests" / "fixtures").glob("recognize_flink_*.json"))
@@ -58,9 +59,9 @@ def _cases():
         for name in sorted(spec["statements"]):
             if name in spec.get("known_differences", {}):
                 continue
-            out.append(pytest.param(spec["statements"][name].replace(
-                "ORDER BY rowtime", "ORDER BY ts"), spec["rows"], spec["flink"][name],
-                id=f"{fixture.stem}-{name}"))
+            out.append(pytest.param(differential.our_text(spec["statements"][name]),
+                                    spec["rows"], spec["flink"][name],
+                                    id=f"{fixture.stem}-{name}"))
     return out
 
 
@@ -86,9 +87,8 @@ def interpreter(monkeypatch):
 
 
 def _columns(checked, found: list[dict]) -> list[list]:
-    """Composite events as Flink's SELECT * rows (PARTITION BY, then the measures)."""
-    names = [a.name for a in checked.query.partition_by] + \
-        [m.name for m in checked.query.body.measures]
+    """Composite events as Flink's rows (its SELECT list, or PARTITION BY and measures)."""
+    names = differential.flink_columns(checked)
     return sorted(json.dumps([c[n] for n in names]) for c in found)
 
 
