@@ -66,6 +66,7 @@ demo: venv
 bench: venv
 	$(BIN)/python bench/bench_reference.py
 	$(BIN)/python bench/bench_core.py --record
+	$(BIN)/python -m bench.bench_recognize
 	$(BIN)/python bench/bench_backfill.py
 	$(BIN)/python bench/bench_fpga.py
 	$(BIN)/python bench/bench_gpu.py
