@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from cep_core.ast import QueryKind
 from cep_core.checker import load_query_text
 from cep_core.event_io import read_events
 from services.cli.common import Engine, run_queries
@@ -126,6 +127,9 @@ def test_flink_side():
     assert flink.nested_in_earlier(only_ours, only_theirs) == 1
     for text in flink.query_texts(0).values():
         load_query_text(text)
+    for name in ("mshape", "bigrise"):  # Flink's statement, as cep runs it
+        [query] = load_query_text(flink.same_statement(name))
+        assert query.query.kind is QueryKind.RECOGNIZE
 
 
 def cep_bench_peers(home: Path, *args: str) -> subprocess.CompletedProcess:
