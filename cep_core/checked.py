@@ -7,24 +7,44 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from cep_core import ast
-from cep_core.schema import StreamSchema
+from cep_core.schema import AttrType, StreamSchema
 
 
-class Types(dict[ast.Expression, str | None]):
-    """The checker's type of each expression node of one query: "int", "float", "string",
-    "bool" or "list", or None where an error made it unknown. Keyed by the node itself
+class ExprType(StrEnum):
+    """The checker's type of an expression. Its value is how messages name it; it equals
+    the AttrType of the same name, and a schema's timestamp is an INT."""
+
+    INT = "int"
+    FLOAT = "float"
+    STRING = "string"
+    BOOL = "bool"
+    LIST = "list"
+
+    @classmethod
+    def of(cls, kind: AttrType) -> ExprType:
+        """The type of an attribute of schema type `kind`."""
+        return cls.INT if kind is AttrType.TIMESTAMP else cls(kind.value)
+
+
+NUMERIC = (ExprType.INT, ExprType.FLOAT)
+
+
+class Types(dict[ast.Expression, ExprType | None]):
+    """The checker's type of each expression node of one query (an ExprType), or None
+    where an error made it unknown. Keyed by the node itself
     (nodes hash by identity), so it holds for exactly the tree that was checked.
 
     A subtree moved from another checked query (a shared WHERE) keeps the types its own
     check gave it: a node missing here is looked up in the Types that typed it."""
 
-    def __setitem__(self, node: ast.Expression, kind: str | None) -> None:
+    def __setitem__(self, node: ast.Expression, kind: ExprType | None) -> None:
         super().__setitem__(node, kind)
         _TYPED_BY[id(node)] = self  # while this Types lives, so does the node: ids are unique
 
-    def __missing__(self, node: ast.Expression) -> str | None:
+    def __missing__(self, node: ast.Expression) -> ExprType | None:
         origin = _TYPED_BY.get(id(node))
         if origin is None or origin is self or node not in origin:
             raise KeyError(node)

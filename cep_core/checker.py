@@ -2,9 +2,8 @@
 
 The public API (CheckedQuery, check, load_queries, load_query_text) is what every engine
 uses. `check` reports every problem of a file at once, in source order, each at the node
-it is about; each CheckedQuery carries `types`, the type of every expression node ("int",
-"float", "string", "bool" or "list"; a schema "timestamp" is an "int"), kept beside the
-tree, not written into it.
+it is about; each CheckedQuery carries `types`, the type of every expression node (an
+ExprType; a schema's timestamp is an int), kept beside the tree, not written into it.
 
 How it is organised:
 
@@ -20,20 +19,21 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from enum import Enum
 from pathlib import Path
 
 from cep_core import ast
 from cep_core import regex_analysis as ra
 from cep_core.admission import admit
-from cep_core.checked import CheckedQuery, Types, select_name  # noqa: F401 (public here)
+from cep_core.checked import NUMERIC, CheckedQuery, ExprType, Types, select_name  # noqa: F401
 from cep_core.errors import QueryError, QueryErrors
 from cep_core.functions import FUNCTIONS
 from cep_core.functions import lookup as lookup_function
 from cep_core.parser import parse
 from cep_core.recognize_pattern import recognize_elements
-from cep_core.schema import NANOS_PER_UNIT, SchemaError, SchemaRegistry, StreamSchema
+from cep_core.schema import NANOS_PER_UNIT, AttrType, SchemaError, SchemaRegistry, StreamSchema
 
-NUMERIC = ("int", "float")
+T = ExprType
 LOGIC = ("AND", "OR")
 EQUALITY = ("=", "!=")
 ORDERING = ("<", "<=", ">", ">=")
@@ -139,6 +139,16 @@ class Var:
         return self.step.kind is ast.StepKind.KLEENE
 
 
+class Aggregates(Enum):
+    """Which aggregates a scope allows, and so how their argument is checked."""
+
+    MATCH = "MATCH"  # over the match so far
+    MATCH_EMIT = "MATCH's EMIT"  # as MATCH, and Collect()
+    KLEENE = "SEQ"  # over a Kleene variable's events
+    WINDOW = "WINDOW"  # over the group's events in the window
+    RECOGNIZE = "MATCH_RECOGNIZE"  # over a variable's rows or the whole match
+
+
 @dataclass(frozen=True)
 class Scope:
     """Where an expression stands, and so which leaves it may use."""
@@ -147,10 +157,11 @@ class Scope:
     bare: bool = True  # bare attributes (the current event's) allowed
     variables: Mapping[str, Var] | None = None  # var.attr allowed for these; None: no var.attr
     no_vars: str = ""  # message for var.attr where there are no variables ({var}, {name})
-    aggregates: str | None = None  # "match", "match-emit", "kleene", "window"; None: none
+    aggregates: Aggregates | None = None  # which aggregates; None: none
     window_aggregates: bool = False
     kleene_elements: bool = True  # `x.attr` of a Kleene variable outside an aggregate
     negated: bool = True  # `x.attr` of a negated variable
+    prev: bool = False  # PREV() (MATCH_RECOGNIZE's DEFINE)
 
 
 _NO_VARS_MATCH = "'{var}.{name}': a MATCH query has no variables; write '{name}'"
@@ -158,18 +169,19 @@ _NO_VARS_WINDOW = "'{var}.{name}': a WINDOW query has no variables; write '{name
 _NO_VARS_FILTER = ("'{var}.{name}': a step filter is a condition on its own event; write "
                    "'{name}' and relate variables in WHERE")
 
-MATCH_PREDICATE = Scope("a MATCH predicate", no_vars=_NO_VARS_MATCH, aggregates="match")
-MATCH_EMIT = replace(MATCH_PREDICATE, name="EMIT", aggregates="match-emit")
-SEQ_WHERE = Scope("WHERE", bare=False, variables={}, aggregates="kleene", window_aggregates=True)
+MATCH_PREDICATE = Scope("a MATCH predicate", no_vars=_NO_VARS_MATCH, aggregates=Aggregates.MATCH)
+MATCH_EMIT = replace(MATCH_PREDICATE, name="EMIT", aggregates=Aggregates.MATCH_EMIT)
+SEQ_WHERE = Scope("WHERE", bare=False, variables={}, aggregates=Aggregates.KLEENE,
+                 window_aggregates=True)
 SEQ_EMIT = replace(SEQ_WHERE, name="EMIT", kleene_elements=False, negated=False)
 STEP_FILTER = Scope("a step filter", no_vars=_NO_VARS_FILTER)
 WINDOW_AGGREGATE_FILTER = Scope("a window aggregate's filter", variables={},
                                 kleene_elements=False, negated=False)
 WINDOW_WHERE = Scope("WHERE of a WINDOW query (it filters events before aggregation)",
                      no_vars=_NO_VARS_WINDOW)
-WINDOW_SELECT = replace(WINDOW_WHERE, name="SELECT", aggregates="window")
-RECOGNIZE_DEFINE = Scope("DEFINE", variables={}, aggregates="recognize")
-RECOGNIZE_MEASURES = replace(RECOGNIZE_DEFINE, name="MEASURES")
+WINDOW_SELECT = replace(WINDOW_WHERE, name="SELECT", aggregates=Aggregates.WINDOW)
+RECOGNIZE_DEFINE = Scope("DEFINE", variables={}, aggregates=Aggregates.RECOGNIZE, prev=True)
+RECOGNIZE_MEASURES = replace(RECOGNIZE_DEFINE, name="MEASURES", prev=False)
 
 
 # ---------------------------------------------------------------- one query
@@ -196,17 +208,17 @@ class _QueryChecker(ast.Visitor):
 
     # ------------------------------------------------------------ shared pieces
 
-    def attribute_type(self, name: str, pos: ast.Pos) -> str | None:
+    def attribute_type(self, name: str, pos: ast.Pos) -> ExprType | None:
         kind = self.schema.attributes.get(name)
         if kind is None:
             self.error(pos, f"stream '{self.schema.stream}' has no attribute '{name}'"
                             f"{_suggest(name, self.schema.attributes)}")
             return None
-        return "int" if kind == "timestamp" else kind
+        return ExprType.of(kind)
 
-    def _known_type(self, name: str) -> str | None:
+    def _known_type(self, name: str) -> ExprType | None:
         kind = self.schema.attributes.get(name)
-        return "int" if kind == "timestamp" else kind
+        return None if kind is None else ExprType.of(kind)
 
     def _key_attrs(self, attrs: list[ast.Attr], clause: str) -> None:
         for attr in attrs:
@@ -247,7 +259,7 @@ class _QueryChecker(ast.Visitor):
 
     def condition(self, expr: ast.Expr, scope: Scope, what: str) -> None:
         kind = self.expr(expr, scope)
-        if kind is not None and kind != "bool":
+        if kind is not None and kind is not T.BOOL:
             self.error(_start(expr), f"{what} must be a condition (bool), not {kind}")
 
     def _output_name(self, name: str, pos: ast.Pos, seen: dict[str, ast.Pos],
@@ -515,13 +527,13 @@ class _QueryChecker(ast.Visitor):
                                  "first variable; the next match would start where this one "
                                  "did (Flink refuses it)")
 
-    def _recognize_call(self, node: ast.Call, scope: Scope) -> str | None:
+    def _recognize_call(self, node: ast.Call, scope: Scope) -> ExprType | None:
         name = node.name.upper()
         if name == "COALESCE":
             return self._coalesce(node, scope)
         if name == "IS_NULL":
             self.expr(node.args[0], scope)
-            return "bool"
+            return T.BOOL
         if name in _FLINK_LACKS:
             self.error(node.pos, f"{name}(): {_FLINK_LACKS[name]}")
             return None
@@ -532,12 +544,12 @@ class _QueryChecker(ast.Visitor):
             return None
         # MATCH_ROWTIME(), MATCH_PROCTIME(): in DEFINE too, as in Flink (there MATCH_ROWTIME()
         # is the current row's time); MATCH_PROCTIME() is the machine's clock, in milliseconds
-        return "int"
+        return T.INT
 
-    def _prev(self, node: ast.Call, name: str, scope: Scope) -> str | None:
+    def _prev(self, node: ast.Call, name: str, scope: Scope) -> ExprType | None:
         """PREV(expr [, n]) in DEFINE as Flink 2.3 takes it: the row n (default 1) before
         the current one within the match, of an expression over the current row's columns."""
-        if scope.name == "MEASURES":
+        if not scope.prev:
             self.error(node.pos, f"{name} in MEASURES: Flink refuses it (\"Cannot use "
                                  f"PREV/NEXT in MEASURE\"); use FIRST or LAST, as in "
                                  f"LAST(B.price, 1)")
@@ -579,7 +591,7 @@ class _QueryChecker(ast.Visitor):
             return None
         return self.expr(node.args[0], scope)
 
-    def _coalesce(self, node: ast.Call, scope: Scope) -> str | None:
+    def _coalesce(self, node: ast.Call, scope: Scope) -> ExprType | None:
         kinds = [self.expr(arg, scope) for arg in node.args]
         known = [k for k in kinds if k is not None]
         if not node.args:
@@ -589,7 +601,7 @@ class _QueryChecker(ast.Visitor):
             self.error(node.pos, f"COALESCE of {' and '.join(dict.fromkeys(known))}: its "
                                  "arguments must be of one kind")
             return None
-        return "float" if "float" in known else (known[0] if known else None)
+        return T.FLOAT if T.FLOAT in known else (known[0] if known else None)
 
     # ------------------------------------------------------------ WINDOW
 
@@ -614,7 +626,7 @@ class _QueryChecker(ast.Visitor):
             self.error(window.pos, f"WATTR '{name}': stream '{self.schema.stream}' has no "
                                    f"such attribute{_suggest(name, self.schema.attributes)}")
             return None
-        if kind not in ("int", "timestamp"):
+        if kind not in (AttrType.INT, AttrType.TIMESTAMP):
             self.error(window.pos, f"WATTR '{name}' must be an int or timestamp attribute, "
                                    f"not {kind}")
         return name
@@ -648,13 +660,13 @@ class _QueryChecker(ast.Visitor):
 
     # ------------------------------------------------------------ expressions
 
-    def expr(self, node: ast.Expr, scope: Scope) -> str | None:
+    def expr(self, node: ast.Expr, scope: Scope) -> ExprType | None:
         """Check an expression, record its type (and its children's) in `types` and return
         it; None when an error made it unknown."""
         kind = self.types[node] = self.visit(node, scope)
         return kind
 
-    def visit_Literal(self, node: ast.Literal, scope: Scope) -> str | None:
+    def visit_Literal(self, node: ast.Literal, scope: Scope) -> ExprType | None:
         if node.duration is not None:  # not beside Delta (`_binary` takes those)
             d = node.duration
             self.error(node.pos, f"a duration ({_show(d)}) can only be compared with "
@@ -662,7 +674,7 @@ class _QueryChecker(ast.Visitor):
                                  f"the stream's time unit ({self.schema.time_unit})"
                                  f"{_as_units(d, self.schema.time_unit)}")
             return None
-        return {bool: "bool", int: "int", float: "float", str: "string"}[type(node.value)]
+        return {bool: T.BOOL, int: T.INT, float: T.FLOAT, str: T.STRING}[type(node.value)]
 
     def _delta_duration(self, node: ast.Binary) -> ast.Literal | None:
         """The duration literal of a comparison `Delta(ts) <= 5 minutes` (either side)."""
@@ -674,7 +686,7 @@ class _QueryChecker(ast.Visitor):
                 return literal
         return None
 
-    def visit_Attr(self, node: ast.Attr, scope: Scope) -> str | None:
+    def visit_Attr(self, node: ast.Attr, scope: Scope) -> ExprType | None:
         if node.var is None:
             if not scope.bare:
                 self.error(node.pos, f"bare attribute '{node.name}' in a SEQ pattern: name the "
@@ -691,7 +703,7 @@ class _QueryChecker(ast.Visitor):
                                  f"{scope.name} cannot read it")
         elif var is not None and var.kleene and not scope.kleene_elements:
             hint = (f"{scope.name} needs an aggregate over it, as in avg({node.var}.{node.name})"
-                    if scope.aggregates == "kleene"
+                    if scope.aggregates is Aggregates.KLEENE
                     else f"{scope.name} can only read variables bound to one event")
             self.error(node.pos, f"'{node.var}' is a Kleene variable bound to several events: "
                                  f"{hint}")
@@ -704,50 +716,51 @@ class _QueryChecker(ast.Visitor):
             self.error(pos, f"unknown variable '{name}' (the pattern binds: {bound})")
         return var
 
-    def visit_Unary(self, node: ast.Unary, scope: Scope) -> str | None:
+    def visit_Unary(self, node: ast.Unary, scope: Scope) -> ExprType | None:
         kind = self.expr(node.operand, scope)
         if node.op is ast.UnaryOp.NOT:
             self._expect_bool(node.operand, kind, "NOT")
-            return "bool"
+            return T.BOOL
         if kind is not None and kind not in NUMERIC:
             self.error(_start(node.operand), f"unary '-' takes a number, not {kind}")
             return None
         return kind
 
-    def visit_Binary(self, node: ast.Binary, scope: Scope) -> str | None:
+    def visit_Binary(self, node: ast.Binary, scope: Scope) -> ExprType | None:
         duration = self._delta_duration(node)
         if duration is not None:
             # Delta is in the stream's time unit: so is the duration, as a plain int from here
             # on (recomputed from `duration` each time, so checking twice changes nothing).
             units = self.duration(duration.duration, positive=False)
-            duration.value, self.types[duration] = (units, "int") if units is not None \
+            duration.value, self.types[duration] = (units, T.INT) if units is not None \
                 else (0, None)
         left = self.types[duration] if duration is node.left else self.expr(node.left, scope)
         right = self.types[duration] if duration is node.right else self.expr(node.right, scope)
         if node.op in LOGIC:
             self._expect_bool(node.left, left, node.op)
             self._expect_bool(node.right, right, node.op)
-            return "bool"
+            return T.BOOL
         if node.op in EQUALITY or node.op in ORDERING:
             self._comparable(node, left, right)
-            return "bool"
+            return T.BOOL
         return self._arithmetic(node, left, right)
 
-    def _expect_bool(self, operand: ast.Expr, kind: str | None, op: str) -> None:
-        if kind is not None and kind != "bool":
+    def _expect_bool(self, operand: ast.Expr, kind: ExprType | None, op: str) -> None:
+        if kind is not None and kind is not T.BOOL:
             self.error(_start(operand), f"{op} takes conditions (bool), not {kind}")
 
-    def _comparable(self, node: ast.Binary, left: str | None, right: str | None) -> None:
+    def _comparable(self, node: ast.Binary, left: ExprType | None, right: ExprType | None) -> None:
         if left is None or right is None:
             return
-        if "list" in (left, right):
+        if T.LIST in (left, right):
             self.error(node.pos, f"cannot compare lists with '{node.op}'")
         elif _kind(left) != _kind(right):
             self.error(node.pos, f"cannot compare {left} with {right}")
-        elif left == "bool" and node.op in ORDERING:
+        elif left is T.BOOL and node.op in ORDERING:
             self.error(node.pos, f"cannot order bool values with '{node.op}'")
 
-    def _arithmetic(self, node: ast.Binary, left: str | None, right: str | None) -> str | None:
+    def _arithmetic(self, node: ast.Binary, left: ExprType | None,
+                    right: ExprType | None) -> ExprType | None:
         ok = True
         for operand, kind in ((node.left, left), (node.right, right)):
             if kind is not None and kind not in NUMERIC:
@@ -755,13 +768,13 @@ class _QueryChecker(ast.Visitor):
                 ok = False
         if not ok or left is None or right is None:
             return None
-        if node.op is ast.BinaryOp.DIV or "float" in (left, right):
-            return "float"
-        return "int"
+        if node.op is ast.BinaryOp.DIV or T.FLOAT in (left, right):
+            return T.FLOAT
+        return T.INT
 
     def visit_InList(self, node: ast.InList, scope: Scope) -> str:
         kind = self.expr(node.operand, scope)
-        if kind == "list":
+        if kind is T.LIST:
             self.error(_start(node.operand), "IN tests a single value, not a list")
             kind = None
         for option in node.options:
@@ -770,10 +783,10 @@ class _QueryChecker(ast.Visitor):
                     _kind(option_kind) != _kind(kind):
                 self.error(_start(option), f"IN list item is {option_kind} but the value "
                                            f"tested is {kind}")
-        return "bool"
+        return T.BOOL
 
-    def visit_Call(self, node: ast.Call, scope: Scope) -> str | None:
-        if scope.aggregates == "recognize" and node.name.upper() in RECOGNIZE_CALLS:
+    def visit_Call(self, node: ast.Call, scope: Scope) -> ExprType | None:
+        if scope.aggregates is Aggregates.RECOGNIZE and node.name.upper() in RECOGNIZE_CALLS:
             return self._recognize_call(node, scope)
         if node.name == "IS_NULL":
             self.error(node.pos, "IS NULL is for MATCH_RECOGNIZE; a value here is never NULL")
@@ -797,47 +810,47 @@ class _QueryChecker(ast.Visitor):
         for number, (arg, kind, param) in enumerate(zip(node.args, kinds, function.params), 1):
             if kind is None:
                 ok = False
-            elif not _accepts(param, kind):
+            elif not param.accepts(kind):
                 self.error(_start(arg), f"argument {number} of {node.name}() must be a "
                                         f"{param}, not {kind}")
                 ok = False
         if not ok:
-            return None if function.result == "same" else function.result
+            return function.result
         return function.result_type(kinds)
 
-    def visit_Aggregate(self, node: ast.Aggregate, scope: Scope) -> str | None:
+    def visit_Aggregate(self, node: ast.Aggregate, scope: Scope) -> ExprType | None:
         if scope.aggregates is None:
             self.error(node.pos, f"aggregates are not allowed in {scope.name}")
             return None
-        if node.offset and scope.aggregates != "recognize":
+        if node.offset and scope.aggregates is not Aggregates.RECOGNIZE:
             self.error(node.pos, f"{node.func.value}(..., {node.offset}): an offset is for "
                                  "MATCH_RECOGNIZE only")
             return None
         arg_kind = _AGGREGATE_ARGS[scope.aggregates](self, node, scope)
         if arg_kind is _INVALID:
             return None
-        if scope.aggregates == "recognize" and node.func is A.AVG:
+        if scope.aggregates is Aggregates.RECOGNIZE and node.func is A.AVG:
             return arg_kind  # Flink: AVG of an INT column is an INT
         return self._aggregate_type(node.func, arg_kind, node.arg.pos if node.arg else node.pos)
 
-    def _aggregate_type(self, func: ast.AggFunc, arg_kind: str | None,
-                        pos: ast.Pos) -> str | None:
+    def _aggregate_type(self, func: ast.AggFunc, arg_kind: ExprType | None,
+                        pos: ast.Pos) -> ExprType | None:
         """The result type of an aggregate over values of `arg_kind` (None: no attribute,
         or an unknown one)."""
         if func in (A.SUM, A.AVG) and arg_kind is not None and arg_kind not in NUMERIC:
             self.error(pos, f"{func.value} takes numbers, not {arg_kind}")
             return None
         if func in (A.MIN, A.MAX) and arg_kind is not None and \
-                arg_kind not in NUMERIC + ("string",):
+                arg_kind not in (*NUMERIC, T.STRING):
             self.error(pos, f"{func.value} takes numbers or strings, not {arg_kind}")
             return None
-        fixed = {A.COUNT: "int", A.AVG: "float", A.DELTA: "int", A.COLLECT: "list"}
+        fixed = {A.COUNT: T.INT, A.AVG: T.FLOAT, A.DELTA: T.INT, A.COLLECT: T.LIST}
         return fixed.get(func, arg_kind)
 
     def _match_aggregate_arg(self, node: ast.Aggregate, scope: Scope):
         """MATCH: over the match so far; `Count()` or an attribute of the current stream."""
         arg = node.arg
-        if node.func is A.COLLECT and scope.aggregates != "match-emit":
+        if node.func is A.COLLECT and scope.aggregates is not Aggregates.MATCH_EMIT:
             self.error(node.pos, "Collect() builds a list for EMIT; it is not allowed in "
                                  f"{scope.name}")
             return _INVALID
@@ -880,7 +893,7 @@ class _QueryChecker(ast.Visitor):
                                 "pattern are over KLEENE steps (one or more events)")
             return _INVALID
         if arg.name == "":  # count(dup)
-            self.types[arg] = "list"
+            self.types[arg] = T.LIST
             return None
         if node.func is A.COUNT:
             self.error(node.pos, f"count over a Kleene variable counts its events: write "
@@ -926,7 +939,7 @@ class _QueryChecker(ast.Visitor):
         kind = self.types[arg] = self.attribute_type(arg.name, arg.pos)
         return kind
 
-    def visit_WindowAggregate(self, node: ast.WindowAggregate, scope: Scope) -> str | None:
+    def visit_WindowAggregate(self, node: ast.WindowAggregate, scope: Scope) -> ExprType | None:
         if not scope.window_aggregates:
             self.error(node.pos, f"a window aggregate (... WITHIN w FROM x) is not allowed in "
                                  f"{scope.name}; it belongs in WHERE or EMIT of a SEQ pattern")
@@ -950,11 +963,11 @@ class _QueryChecker(ast.Visitor):
 _INVALID = object()  # an aggregate argument that was reported as wrong
 
 _AGGREGATE_ARGS = {
-    "match": _QueryChecker._match_aggregate_arg,
-    "match-emit": _QueryChecker._match_aggregate_arg,
-    "kleene": _QueryChecker._kleene_aggregate_arg,
-    "window": _QueryChecker._window_aggregate_arg,
-    "recognize": _QueryChecker._recognize_aggregate_arg,
+    Aggregates.MATCH: _QueryChecker._match_aggregate_arg,
+    Aggregates.MATCH_EMIT: _QueryChecker._match_aggregate_arg,
+    Aggregates.KLEENE: _QueryChecker._kleene_aggregate_arg,
+    Aggregates.WINDOW: _QueryChecker._window_aggregate_arg,
+    Aggregates.RECOGNIZE: _QueryChecker._recognize_aggregate_arg,
 }
 RECOGNIZE_CALLS = ("PREV", "NEXT", "MATCH_ROWTIME", "MATCH_PROCTIME", "COALESCE", "IS_NULL",
                    "CLASSIFIER", "MATCH_NUMBER")
@@ -974,15 +987,9 @@ _FLINK_LACKS = {
 # ---------------------------------------------------------------- small helpers
 
 
-def _kind(value_type: str) -> str:
-    """Types that compare with each other: numbers, strings, bools, lists."""
-    return "number" if value_type in NUMERIC else value_type
-
-
-def _accepts(param: str, kind: str) -> bool:
-    if param in ("number", "float"):
-        return kind in NUMERIC
-    return param == kind
+def _kind(value_type: ExprType) -> ExprType:
+    """Types that compare with each other: numbers (all as FLOAT), strings, bools, lists."""
+    return T.FLOAT if value_type in NUMERIC else value_type
 
 
 def _start(expr) -> ast.Pos:

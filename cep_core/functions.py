@@ -1,7 +1,7 @@
 """Functions a query may call. Only functions registered here as pure may appear in a query.
 
-Each function has a fixed signature over the value types of the language: "int", "float",
-"string", "bool" ("timestamp" counts as "int"); "number" accepts int or float.
+Each function has a fixed signature over the value types of the language (ExprType: a
+timestamp counts as an int); a NUMBER parameter accepts an int or a float.
 """
 
 from __future__ import annotations
@@ -11,19 +11,32 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
+
+from cep_core.checked import NUMERIC, ExprType
+
+
+class Param(StrEnum):
+    """What a function's parameter takes; its value names it in messages."""
+
+    NUMBER = "number"  # an int or a float
+    STRING = "string"
+
+    def accepts(self, kind: ExprType) -> bool:
+        return kind in NUMERIC if self is Param.NUMBER else kind is ExprType.STRING
 
 
 @dataclass(frozen=True)
 class Function:
     name: str
-    params: tuple[str, ...]
-    result: str  # a type, or "same" for the (first) argument's numeric type
+    params: tuple[Param, ...]
+    result: ExprType | None  # None: the arguments' numeric type (a float if any is one)
     impl: Callable
     pure: bool = True
 
-    def result_type(self, arg_types: list[str]) -> str:
-        if self.result == "same":
-            return "float" if "float" in arg_types else "int"
+    def result_type(self, arg_types: list[ExprType | None]) -> ExprType:
+        if self.result is None:
+            return ExprType.FLOAT if ExprType.FLOAT in arg_types else ExprType.INT
         return self.result
 
 
@@ -40,21 +53,22 @@ def _widen(result, *args):
     return float(result) if any(isinstance(a, float) for a in args) else result
 
 
+_N, _S, _T = Param.NUMBER, Param.STRING, ExprType
 FUNCTIONS: dict[str, Function] = {f.name: f for f in [
-    Function("abs", ("number",), "same", _nullsafe(abs)),
-    Function("sqrt", ("number",), "float", _nullsafe(lambda x: math.sqrt(x) if x >= 0 else None)),
-    Function("floor", ("number",), "int", _nullsafe(math.floor)),
-    Function("ceil", ("number",), "int", _nullsafe(math.ceil)),
-    Function("least", ("number", "number"), "same",
+    Function("abs", (_N,), None, _nullsafe(abs)),
+    Function("sqrt", (_N,), _T.FLOAT, _nullsafe(lambda x: math.sqrt(x) if x >= 0 else None)),
+    Function("floor", (_N,), _T.INT, _nullsafe(math.floor)),
+    Function("ceil", (_N,), _T.INT, _nullsafe(math.ceil)),
+    Function("least", (_N, _N), None,
              _nullsafe(lambda a, b: _widen(min(a, b), a, b))),
-    Function("greatest", ("number", "number"), "same",
+    Function("greatest", (_N, _N), None,
              _nullsafe(lambda a, b: _widen(max(a, b), a, b))),
-    Function("lower", ("string",), "string", _nullsafe(str.lower)),
-    Function("upper", ("string",), "string", _nullsafe(str.upper)),
-    Function("length", ("string",), "int", _nullsafe(len)),
+    Function("lower", (_S,), _T.STRING, _nullsafe(str.lower)),
+    Function("upper", (_S,), _T.STRING, _nullsafe(str.upper)),
+    Function("length", (_S,), _T.INT, _nullsafe(len)),
     # Registered so that the checker can name them as impure: a query may not call them.
-    Function("now", (), "int", lambda: time.time_ns() // 1_000_000, pure=False),
-    Function("random", (), "float", random.random, pure=False),
+    Function("now", (), _T.INT, lambda: time.time_ns() // 1_000_000, pure=False),
+    Function("random", (), _T.FLOAT, random.random, pure=False),
 ]}
 
 
