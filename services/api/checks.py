@@ -9,6 +9,7 @@ import orjson
 
 from cep_core.checker import load_query_text
 from cep_core.control_message import ControlMessageError, check_stream
+from cep_core.control_ops import Outcome
 from cep_core.errors import Category, QueryError, QueryErrors
 from cep_core.explain import explain
 from services.api.errors import Refused, invalid, problem, problems
@@ -44,7 +45,8 @@ def stream_name(text: str) -> str:
     except AttributeError:
         name = None
     if not isinstance(name, str):
-        raise Refused(Category.INVALID, {"outcome": "invalid", "changes": [], "errors": problem(
+        raise Refused(Category.INVALID, {
+            "outcome": Outcome.INVALID, "changes": [], "errors": problem(
             'a stream schema names its stream ("stream")')})
     return name
 
@@ -68,7 +70,8 @@ def stream_named(data: dict, name: str | None) -> tuple[str, str]:
     text = stream_text(data, name)
     given = stream_name(text)
     if name is not None and given != name:
-        raise Refused(Category.INVALID, {"outcome": "invalid", "changes": [], "errors": problem(
+        raise Refused(Category.INVALID, {
+            "outcome": Outcome.INVALID, "changes": [], "errors": problem(
             f"the schema describes stream {given!r}, not {name!r}")})
     return given, text
 

@@ -4,6 +4,7 @@ handlers, and the one map from an error's category (cep_core/errors.py) to a sta
 from __future__ import annotations
 
 from cep_core.errors import Category, Problem, Refusal
+from cep_core.control_ops import Outcome
 
 STATUS = {Category.MALFORMED: 400, Category.INVALID: 422, Category.NOT_FOUND: 404,
           Category.CONFLICT: 409, Category.ADMISSION: 429, Category.UNAVAILABLE: 503,
@@ -36,5 +37,5 @@ def problem(message: str) -> list[dict]:
 
 def invalid(error: Refusal) -> tuple[int, dict]:
     """(status, body) of a change refused before it is sent."""
-    return STATUS[error.category], {"outcome": "invalid", "errors": problems(error),
+    return STATUS[error.category], {"outcome": Outcome.INVALID, "errors": problems(error),
                                     "changes": []}

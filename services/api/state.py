@@ -26,7 +26,7 @@ from aiohttp import web
 from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 
 from cep_core.control_message import ControlMessageError, replayed
-from cep_core.control_ops import Kind, Op
+from cep_core.control_ops import Kind, Op, Outcome
 from services.api import checks
 from services.api import models as m
 from services.api.errors import invalid, problem
@@ -378,7 +378,7 @@ class Api:
         if kind is Kind.QUERY and op is not Op.REMOVE:
             errors, _ = self.checked(checks.query_problems, text, self.live().registry)
             if errors:
-                return 422, {"outcome": "invalid", "errors": errors, "changes": []}
+                return 422, {"outcome": Outcome.INVALID, "errors": errors, "changes": []}
         try:
             changes = query_changes(op, name, text or "", "<query>", only, records) \
                 if kind is Kind.QUERY else stream_changes(op, name, text, records)
@@ -394,16 +394,16 @@ class Api:
             sent.append(({"key": key.decode(), "offset": offset}, message, stream_of))
         self._records = None
         if not wait:
-            return 202, {"outcome": "sent", "errors": [], "changes": [
-                {"kind": m.kind, "name": m.name, "op": m.op, **c, "outcome": "sent"}
+            return 202, {"outcome": Outcome.SENT, "errors": [], "changes": [
+                {"kind": m.kind, "name": m.name, "op": m.op, **c, "outcome": Outcome.SENT}
                 for c, m, _ in sent]}
         found = wait_outcomes(settings, sent, self.config.prefix, self.config.control,
                               timeout_s)
         worst = max(found, key=lambda o: EXIT[o["outcome"]])["outcome"]
-        errors = [e for o in found if o["outcome"] == "refused"
+        errors = [e for o in found if o["outcome"] == Outcome.REFUSED
                   for e in o.get("errors") or problem(o["reason"])]
-        status = {"applied": 201 if op is Op.ADD else 200, "queued": 202, "refused": 409,
-                  "timed_out": 504}[worst]
+        status = {Outcome.APPLIED: 201 if op is Op.ADD else 200, Outcome.QUEUED: 202,
+                  Outcome.REFUSED: 409, Outcome.TIMED_OUT: 504}[worst]
         return status, {"outcome": worst, "errors": errors, "changes": found}
 
 

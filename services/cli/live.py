@@ -27,7 +27,7 @@ from typing import Annotated
 import orjson
 import typer
 
-from cep_core.control_ops import Kind
+from cep_core.control_ops import Kind, Outcome
 from services.cli.common import (
     Bootstrap,
     Control,
@@ -288,7 +288,7 @@ def _wait(settings, sent: list, prefix: str, control_topic: str, timeout: float,
 
     found = wait_outcomes(settings, sent, prefix, control_topic, timeout)
     for outcome in found:
-        errors = outcome.get("errors") if outcome["outcome"] == "refused" else None
+        errors = outcome.get("errors") if outcome["outcome"] == Outcome.REFUSED else None
         if errors:
             head = outcome["said"].split("\n", 1)[0] + "\n"
             print(in_file(outcome["said"], [Problem(**e) for e in errors], head))

@@ -42,6 +42,7 @@ from cep_core.control_message import ControlMessageError as ControlError  # noqa
 from cep_core.control_message import LiveSet as QuerySet  # noqa: F401
 from cep_core.control_message import check_query as check_query_text  # noqa: F401
 from cep_core.control_message import validate as parse_control  # noqa: F401
+from cep_core.control_ops import Outcome
 from cep_core.parser import parse
 from services.stream.kafka import Deliveries, flush_all, read_all
 from services.stream.status import StatusWriter, change_of  # noqa: F401  (their home was here)
@@ -152,7 +153,7 @@ def services_up(records: list[dict]) -> dict[str, dict]:
         elif record["event"] == "query_failed":
             entry.setdefault("failed", {})[record["name"]] = {
                 k: record.get(k) for k in ("stage", "reason", "seq", "partition")}
-        elif record["event"] == "change" and record.get("outcome") == "applied":
+        elif record["event"] == "change" and record.get("outcome") == Outcome.APPLIED:
             entry.get("failed", {}).pop(record.get("name"), None)  # a new text or removed
             if record.get("partition") is not None:
                 entry["partitions"][int(record["partition"])] = record.get("live")
@@ -186,12 +187,12 @@ def outcomes_of(records: list[dict], change: dict) -> dict:
             "coordinator": next((r for r in mine if r["role"] == "coordinator"), None)}
 
 
-def settled(found: dict) -> str | None:
-    """`refused`, `applied` (the splitter applied it and the coordinator saw it in every
+def settled(found: dict) -> Outcome | None:
+    """REFUSED, APPLIED (the splitter applied it and the coordinator saw it in every
     keyed partition) or None (not yet)."""
     splitter, coordinator = found["splitter"], found["coordinator"]
-    if splitter is not None and splitter["outcome"] == "refused":
-        return "refused"
+    if splitter is not None and splitter["outcome"] == Outcome.REFUSED:
+        return Outcome.REFUSED
     if splitter is not None and coordinator is not None:
-        return "applied"
+        return Outcome.APPLIED
     return None

@@ -56,6 +56,7 @@ from services.stream.checkpoint import (
     written_since,
 )
 from cep_core.control_message import STREAM
+from cep_core.control_ops import Outcome
 from services.stream.control import StatusWriter, learned_live
 from services.stream.kafka import (BOUNDED_CONSUMER, BOUNDED_PRODUCER, Deliveries, KafkaSettings,
                             Topics, consume_batch, ensure_topics, produce)
@@ -288,7 +289,7 @@ class Coordinator:
                 produce(producer, self.topics.status, orjson.dumps(
                     {"event": "query_live", **event}))
             for change in changes:
-                self.status.outcome(producer, change, "applied", at=event["at"],
+                self.status.outcome(producer, change, Outcome.APPLIED, at=event["at"],
                                     partitions=self.partitions,
                                     latency_ms=event["latency_ms"], live=self.merger.summary())
         self.merger.live_events.clear()

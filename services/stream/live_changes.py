@@ -11,7 +11,7 @@ import time
 
 import orjson
 
-from cep_core.control_ops import Kind, Op
+from cep_core.control_ops import Kind, Op, Outcome
 
 
 def _key_for(kind: Kind, name: str, records) -> bytes:
@@ -87,7 +87,7 @@ def stream_changes(op: str, name: str, text: str | None, records,
     return [(message, _key_for(Kind.STREAM, message.name, records), message.name)]
 
 
-EXIT = {"applied": 0, "queued": 0, "refused": 1, "timed_out": 2}
+EXIT = {Outcome.APPLIED: 0, Outcome.QUEUED: 0, Outcome.REFUSED: 1, Outcome.TIMED_OUT: 2}
 
 
 def wait_outcomes(settings, sent: list, prefix: str, control_topic: str,
@@ -109,7 +109,7 @@ def wait_outcomes(settings, sent: list, prefix: str, control_topic: str,
             if not any(e["role"] == "splitter"
                        for e in services_up(reader.read_existing()).values()):
                 for change, message in mine:
-                    out.append(_outcome(message, change, "queued", said=(
+                    out.append(_outcome(message, change, Outcome.QUEUED, said=(
                         f"{message.kind} {message.name}: no {stream!r} pipeline is up; "
                         f"the change waits on {control_topic} for it")))
                 continue
@@ -124,7 +124,7 @@ def wait_outcomes(settings, sent: list, prefix: str, control_topic: str,
             for change, message in waiting:
                 found = outcomes_of(reader.records, change)
                 missing = [r for r in ("splitter", "coordinator") if found[r] is None]
-                out.append(_outcome(message, change, "timed_out", missing=missing, said=(
+                out.append(_outcome(message, change, Outcome.TIMED_OUT, missing=missing, said=(
                     f"{message.kind} {message.name}: no outcome from the "
                     f"{' and the '.join(missing)} of {stream!r} after {timeout:g} s")))
         finally:
@@ -132,7 +132,7 @@ def wait_outcomes(settings, sent: list, prefix: str, control_topic: str,
     return out
 
 
-def _outcome(message, change: dict, outcome: str, **fields) -> dict:
+def _outcome(message, change: dict, outcome: Outcome, **fields) -> dict:
     return {"kind": message.kind, "name": message.name, "op": message.op, **change,
             "outcome": outcome, **fields}
 
@@ -140,8 +140,8 @@ def _outcome(message, change: dict, outcome: str, **fields) -> dict:
 def _settled(message, change: dict, found: dict) -> dict:
     splitter, coordinator = found["splitter"], found["coordinator"]
     what = f"{message.kind} {message.name}: {message.op}"
-    if splitter["outcome"] == "refused":
-        return _outcome(message, change, "refused", reason=splitter["reason"],
+    if splitter["outcome"] == Outcome.REFUSED:
+        return _outcome(message, change, Outcome.REFUSED, reason=splitter["reason"],
                         errors=splitter.get("errors"), splitter=splitter["service"],
                         said=f"{what} refused by {splitter['service']}:\n{splitter['reason']}")
     services = sorted({w["service"] for w in found["workers"]})
@@ -152,7 +152,7 @@ def _settled(message, change: dict, found: dict) -> dict:
             f"workers {workers}, coordinator {coordinator['service']} (all "
             f"{coordinator.get('partitions')} partitions"
             + (f", {latency} ms after the control message)" if latency is not None else ")"))
-    return _outcome(message, change, "applied", at=splitter["at"],
+    return _outcome(message, change, Outcome.APPLIED, at=splitter["at"],
                     splitter=splitter["service"], workers=services,
                     coordinator=coordinator["service"],
                     partitions=coordinator.get("partitions"), latency_ms=latency, said=said)

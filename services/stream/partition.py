@@ -28,6 +28,7 @@ from cep_core import snapshot_format
 from cep_core.ast import QueryKind
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.control_message import LiveSet, horizon
+from cep_core.control_ops import Outcome
 from cep_core.schema import units_per_ms
 from cep_core.stream_engines import StreamEngines
 from services.stream import frames
@@ -279,7 +280,7 @@ class PartitionState:
             self.new_schema()
         self.outputs.update(self._live_outputs())
         if isinstance(change, ChangeFrame) and change.key is not None:
-            self.status.outcome(self.sent, change.named(), "applied", at=frame.get("at"),
+            self.status.outcome(self.sent, change.named(), Outcome.APPLIED, at=frame.get("at"),
                                 partition=self.partition, live=self.queries.summary())
         self._send(Frame(frames.CONTROL, {**frame.headers, "part": self.partition},
                          frame.payload))

@@ -46,6 +46,7 @@ from cep_core.control_message import (
     validate,
 )
 from cep_core.arrow_numpy import empty_table
+from cep_core.control_ops import Outcome
 from cep_core.errors import Category, EventError
 from cep_core.event_io import DeadLetter
 from cep_core.json_batch import (
@@ -418,7 +419,7 @@ class Router:
                 return  # another pipeline's stream: not ours to report
             log("change_refused", level="warning", reason=str(e),
                 key=(key or b"").decode(errors="replace"), offset=offset)
-            self.status_writer.outcome(self.out, change_of(key, offset, change), "refused",
+            self.status_writer.outcome(self.out, change_of(key, offset, change), Outcome.REFUSED,
                                        reason=str(e), category=e.category,
                                        errors=[p.to_json() for p in e.problems],
                                        live=self.queries.summary())
@@ -428,7 +429,7 @@ class Router:
             return  # learnt for the registry; the pipeline reads another stream
         named = change_of(key, offset, change)
         log("change_applied", **named, at=self.last_seq + 1)
-        self.status_writer.outcome(self.out, named, "applied", at=self.last_seq + 1,
+        self.status_writer.outcome(self.out, named, Outcome.APPLIED, at=self.last_seq + 1,
                                    live=self.queries.summary(), starting=not announce)
         if change.kind is STREAM and self.schema is not None:
             self.setup_schema()  # decode with the new version from the next seq on

@@ -12,6 +12,7 @@ import socket
 import orjson
 
 from cep_core.control_message import ControlMessage
+from cep_core.control_ops import Outcome
 from services.stream.topics import produce
 
 _instances = itertools.count()
@@ -36,7 +37,7 @@ class StatusWriter:
     def presence(self, producer, state: str, **fields) -> None:
         self._write(producer, {"event": "service", "state": state, **fields})
 
-    def outcome(self, producer, change: dict, outcome: str, **fields) -> None:
+    def outcome(self, producer, change: dict, outcome: Outcome, **fields) -> None:
         self._write(producer, {"event": "change", **change, "outcome": outcome, **fields})
 
     def failure(self, producer, failure: dict, **fields) -> None:
