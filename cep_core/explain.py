@@ -211,20 +211,23 @@ def _match(checked: CheckedQuery, body: ast.MatchQuery) -> Explanation:
         label = name(p)
         return "any event" if label == "." else f"{label}: {defines[label]}"
 
+    transitions = []
+
+    def transition(source: int | None, q: int) -> None:  # None: from the start state
+        out.edges.append(Edge("start" if source is None else f"p{source}", f"p{q}", arrow(q)))
+        transitions.append(f"  {'start' if source is None else source + 1} -> {q + 1} on "
+                           f"{arrow(q)}")
+
     for p in range(auto.size):
         if auto.first >> p & 1:
-            out.edges.append(Edge("start", f"p{p}", arrow(p)))
+            transition(None, p)
         for q in range(auto.size):
             if auto.follow[p] >> q & 1:
-                out.edges.append(Edge(f"p{p}", f"p{q}", arrow(q)))
+                transition(p, q)
     states = ", ".join(f"{p + 1} ({name(p)})" for p in range(auto.size))
     out.lines.append(f"states: start, {states}")
     out.lines.append("accepting: " + ", ".join(str(p + 1) for p in sorted(accepting)))
-    for edge in out.edges:
-        source = "start" if edge.source == "start" else edge.source[1:]
-        target = edge.target[1:]
-        out.lines.append(f"  {source if source == 'start' else int(source) + 1} -> "
-                         f"{int(target) + 1} on {edge.label}")
+    out.lines += transitions
     out.lines.append("emit: " + (", ".join(f"{e.name} = {unparse(e.expr)}"
                                            for e in body.emit) or "(key and seqs only)"))
     out.lines.append(f"state per key: a bit set of {auto.size} positions and the running "
@@ -233,7 +236,7 @@ def _match(checked: CheckedQuery, body: ast.MatchQuery) -> Explanation:
 
 
 def _seq(checked: CheckedQuery, body: ast.SeqQuery) -> Explanation:
-    from cep_core.compiler.seq_plan import NegationAt, SeqPlan
+    from cep_core.compiler.seq_plan import ItemKind, NegationAt, SeqPlan
     from cep_core.engine_factory import _seq_uses_aip
 
     plan = SeqPlan(checked)
@@ -251,11 +254,11 @@ def _seq(checked: CheckedQuery, body: ast.SeqQuery) -> Explanation:
     previous = "start"
     for item in plan.items:
         steps = ", ".join(_step(s) for s in item.steps)
-        kind = {"single": "", "kleene": "KLEENE ", "and": "AND "}[item.kind]
+        kind = {ItemKind.SINGLE: "", ItemKind.KLEENE: "KLEENE ", ItemKind.AND: "AND "}[item.kind]
         key = f"i{item.index}"
         out.nodes[key] = (f"{item.index + 1}: {kind}{steps}",
                           "doublecircle" if item.index == len(plan.items) - 1 else "box")
-        out.edges.append(Edge(previous, key, "first" if previous == "start" else "then"))
+        out.edges.append(Edge(previous, key, "then" if item.index else "first"))
         out.lines.append(f"item {item.index + 1}: {kind}{steps}")
         previous = key
     for neg in plan.negations:

@@ -34,7 +34,7 @@ class SeqOutput:
             where, col = engine.layout.slots[name]
             self.attr_plan.append((name, where, col + 1 if where == Row.INT else col, kind))
         self.var_names = [v.name for v in engine.plan.positive]
-        self.var_kleene = [v.kind == "kleene" for v in engine.plan.positive]
+        self.var_kleene = [v.name in engine.plan.kleene_vars for v in engine.plan.positive]
         types = engine.plan.checked.types
         self.emit_plan = [(item.name, types[item.expr]) for item in engine.plan.body.emit]
         self.decoded_keys: dict[int, object] = {}
