@@ -44,7 +44,7 @@ import numpy as np
 
 from cep_core import ast
 from cep_core import regex_analysis as ra
-from cep_core.checked import CheckedQuery
+from cep_core.checked import CheckedQuery, ExprType
 from cep_core.compiler.expressions import (
     STRING_TABLE_PARAMS,
     Code,
@@ -195,9 +195,9 @@ def _padded(width: int) -> int:
 @dataclass
 class EmitSpec:
     name: str
-    kind: str  # "int", "float", "string", "bool" or "list" (Collect)
+    kind: ExprType  # LIST: Collect's
     nullable: bool = False
-    element: str | None = None  # Collect: the attribute's type
+    element: ExprType | None = None  # Collect: the attribute's type
 
 
 @dataclass(frozen=True, eq=False)
@@ -417,10 +417,11 @@ def compile_match(checked: CheckedQuery) -> Program:
                 collected.append(attr)
             gen.value(attr)
             gen.need_count()
-            emit_specs.append(EmitSpec(item.name, "list", element=gen.kind(attr)))
+            emit_specs.append(EmitSpec(item.name, ExprType.LIST,
+                                        element=ExprType(gen.kind(attr))))
             continue
         code = gen.compiler(_Leaves(gen, "wi", emit=True)).compile(expr)
-        kind = gen.checked.types[expr] or "int"
+        kind = ExprType(gen.checked.types[expr] or ExprType.INT)
         emit_specs.append(EmitSpec(item.name, kind, nullable=code.nullable))
         emit_lines.append(f"e{j}[U(no)] = {code.value}")
         if code.nullable:
@@ -452,7 +453,7 @@ def _array_args(gen: _Generator, emit: list[EmitSpec], collected: list[str]) -> 
     args += [name for name, _, _ in gen.records.arrays()]
     args += ["out_key", "out_start", "out_end"]
     for j, spec in enumerate(emit):
-        if spec.kind != "list":
+        if spec.kind is not ExprType.LIST:
             args.append(f"e{j}")
             if spec.nullable:
                 args.append(f"e{j}n")
@@ -586,7 +587,7 @@ def _kernel_source(gen: _Generator, auto: Automaton, static, dynamic, emit_specs
     out += emit_lines
     if collect:
         out += [f"c = {records.ref(COUNT, 'wi')}", "coll_off[U(no)] = cn"]
-        lists = [j for j, spec in enumerate(emit_specs) if spec.kind == "list"]
+        lists = [j for j, spec in enumerate(emit_specs) if spec.kind is ExprType.LIST]
         attrs = {j: gen.checked.query.body.emit[j].expr.arg.name for j in lists}
         for j in lists:
             out.append(f"cv{j}[U(cn + c - 1)] = {gen.value(attrs[j])}")

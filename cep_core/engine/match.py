@@ -45,6 +45,7 @@ from numba import njit
 
 from cep_core import ast
 from cep_core.batch import Batch, StringDictionary
+from cep_core.checked import ExprType
 from cep_core.kernels import match_runtime as layout
 from cep_core.kernels.string_tables import StringTables
 from cep_core.composite_batch import ColumnBatch, CompositeBatch, Decoder, Field, Keys
@@ -105,7 +106,7 @@ class MatchEngine(Engine):
             for name, dtype in p.log_fields:
                 a[name] = np.zeros(log_cap, dtype)
             for j, spec in enumerate(p.emit):
-                if spec.kind == "list":
+                if spec.kind is ExprType.LIST:
                     a[f"cv{j}"] = np.zeros(coll_cap, layout.dtype_of(spec.element))
         a["dead"] = np.zeros(1, np.int64)
         self.arrays = a
@@ -120,7 +121,7 @@ class MatchEngine(Engine):
         for name in ("out_key", "out_start", "out_end"):
             make(name, np.int64)
         for j, spec in enumerate(self.program.emit):
-            if spec.kind == "list":
+            if spec.kind is ExprType.LIST:
                 continue
             make(f"e{j}", layout.dtype_of(spec.kind))
             if spec.nullable:
@@ -155,7 +156,7 @@ class MatchEngine(Engine):
         elif status == layout.FULL_COLLECT:
             self.coll_cap *= 2
             for j, spec in enumerate(p.emit):
-                if spec.kind == "list":
+                if spec.kind is ExprType.LIST:
                     a[f"cv{j}"] = _grown(a[f"cv{j}"], self.coll_cap)
         else:
             raise RuntimeError(f"MATCH kernel returned unknown status {status}")
@@ -393,7 +394,7 @@ class MatchEngine(Engine):
         a, p = self.arrays, self.program
         fields = []
         for j, spec in enumerate(p.emit):
-            if spec.kind == "list":
+            if spec.kind is ExprType.LIST:
                 offsets = np.append(a["coll_off"][:no], a["ctr"][_CTR["coll_n"]])
                 fields.append(Field(spec.name, spec.element, a[f"cv{j}"][:offsets[-1]].copy(),
                                     offsets=offsets))
