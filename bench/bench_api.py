@@ -36,8 +36,8 @@ import pyarrow.parquet as pq
 from bench_run import generate, generated_files_parser  # bench/ is on the path when this runs
 
 import cep_core as cep
-from services.stream.broker import EmbeddedBroker, free_port, wait_for_port
-from services.stream.kafka import KafkaSettings, ensure_topics
+from cep_service.stream.broker import EmbeddedBroker, free_port, wait_for_port
+from cep_service.stream.kafka import KafkaSettings, ensure_topics
 
 ROOT = Path(__file__).resolve().parent.parent
 CEP = Path(sys.executable).with_name("cep")
@@ -58,7 +58,7 @@ def timed(command: list) -> float:
 
 
 def cep_command(*args) -> list:
-    return ([str(CEP)] if CEP.exists() else [sys.executable, "-m", "services.cli.main"]) + \
+    return ([str(CEP)] if CEP.exists() else [sys.executable, "-m", "cep_service.cli.main"]) + \
         list(args)
 
 
@@ -147,7 +147,7 @@ def http_main(args) -> None:
         port = free_port()
         profile = ["-m", "cProfile", "-o", str(args.profile)] if args.profile else []
         server = subprocess.Popen(
-            [sys.executable, *profile, "-m", "services.cli.main", "serve", "api",
+            [sys.executable, *profile, "-m", "cep_service.cli.main", "serve", "api",
              "--bootstrap",
              broker.bootstrap, "--topic-prefix", prefix, "--api-port", str(port)],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

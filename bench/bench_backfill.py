@@ -13,7 +13,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from bench.spark_backfill import bench_backfill
+from cep_service.bench.spark_backfill import bench_backfill
 
 
 def main() -> None:

@@ -3,11 +3,12 @@ against the reference interpreter measured in the same run (on a prefix of the e
 `events/s`: fresh engines, the whole table as one batch, composite events out as columns;
 `steady events/s`: engines already running, batches of 65,536 events; `dicts events/s`:
 as `events/s` with every composite event also built as a Python dict (see
-`bench.kernels`).
+`cep_service.bench.kernels`).
 
     .venv/bin/python bench/bench_core.py [--events N] [--json] [--record]
 
-`--record` writes the table into docs/benchmarks.md (bench.doc_record), as `make bench` does.
+`--record` writes the table into docs/benchmarks.md (cep_service.bench.doc_record), as
+`make bench` does.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from bench.doc_record import markdown_table, provenance, record
-from bench.kernels import core
+from cep_service.bench.doc_record import markdown_table, provenance, record
+from cep_service.bench.kernels import core
 
 RUNS = [("finance0", {}), ("finance1", {}), ("finance2", {}), ("finance3", {}),
         ("finance4", {}), ("finance5", {}), ("twitter1", {}), ("twitter2", {}),

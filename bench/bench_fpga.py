@@ -33,11 +33,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from accel.fpga import wire
-from accel.fpga.adapter import FpgaAdapter
-from accel.fpga.emulator import Circuit, EmulatorServer
-from accel.fpga.plan import CircuitConfig, compile_fpga, pack_tuples
-from accel.fpga.udp import HAVE_MMSG, DatagramReceiver, DatagramSender, size_buffers
+from cep_accel.fpga import wire
+from cep_accel.fpga.adapter import FpgaAdapter
+from cep_accel.fpga.emulator import Circuit, EmulatorServer
+from cep_accel.fpga.plan import CircuitConfig, compile_fpga, pack_tuples
+from cep_accel.fpga.udp import HAVE_MMSG, DatagramReceiver, DatagramSender, size_buffers
 from cep_core import reference
 from cep_core.batch import Batch, StringDictionary
 from cep_core.checker import load_queries

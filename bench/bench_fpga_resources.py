@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from accel.fpga import resources  # noqa: E402
+from cep_accel.fpga import resources  # noqa: E402
 
 
 def main() -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import gpu_match as match_benchmark  # noqa: E402
-from bench.gpu_kernels import main  # noqa: E402
+from cep_service.bench import gpu_match as match_benchmark  # noqa: E402
+from cep_service.bench.gpu_kernels import main  # noqa: E402
 
 if __name__ == "__main__":
     numbers = [int(a) for a in sys.argv[1:] if a.isdigit()]

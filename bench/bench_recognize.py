@@ -13,7 +13,7 @@ events as columns); `cpu_events_per_s` the same over the thread's CPU time (what
 other processes share the cores). The jitted MATCH_RECOGNIZE engine's output on a prefix is
 compared with the reference interpreter's (`agrees_with_reference`).
 
-Run: `.venv/bin/python -m bench.bench_recognize [--events N] [--repeat R] [--json]`.
+Run: `.venv/bin/python -m cep_service.bench.bench_recognize [--events N] [--repeat R] [--json]`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from cep_core.engine.match import MatchEngine
 from cep_core.engine.recognize import RecognizeEngine
 from cep_core.events import Event
 
-from bench.bench_match import MSHAPE, trades
+from cep_service.bench.bench_match import MSHAPE, trades
 
 MSHAPE_RECOGNIZE = """SELECT * FROM trades MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY ts
   MEASURES FIRST(S.seqNum) AS first_seq, LAST(E.seqNum) AS last_seq, COUNT(*) AS n,

@@ -40,7 +40,7 @@ def cep(*args) -> float:
 
 def cep_times(*args) -> tuple[float, float]:
     """Wall and CPU seconds (user + system) of one `cep` command, as a process."""
-    command = [str(CEP)] if CEP.exists() else [sys.executable, "-m", "services.cli.main"]
+    command = [str(CEP)] if CEP.exists() else [sys.executable, "-m", "cep_service.cli.main"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     subprocess.run(command + [str(a) for a in args], check=True, cwd=ROOT,

@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from bench.workloads_cli import workloads_main
+from cep_service.bench.workloads_cli import workloads_main
 from cep_core.batch import Batch, StringDictionary
 from cep_core.checker import load_query_text
 from cep_core.engine_factory import create_engine

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import time
 
-from bench.bench_seq import steady_rate
-from bench.workloads_cli import workloads_main
+from cep_service.bench.bench_seq import steady_rate
+from cep_service.bench.workloads_cli import workloads_main
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_query_text
 from cep_core.composite import sort_key

@@ -22,13 +22,13 @@ import functools
 import time
 
 from cep_core.workloads import WORKLOADS, jsonl_lines
-from services.stream import frames
-from services.stream.control import ControlMessage
-from services.stream.merge import Merger
-from services.stream.demo import STREAM, demo_queries, trade_lines
-from services.stream.kafka import Topics
-from services.stream.partition import PartitionState
-from services.stream.routing import Router, message, records
+from cep_service.stream import frames
+from cep_service.stream.control import ControlMessage
+from cep_service.stream.merge import Merger
+from cep_service.stream.demo import STREAM, demo_queries, trade_lines
+from cep_service.stream.kafka import Topics
+from cep_service.stream.partition import PartitionState
+from cep_service.stream.routing import Router, message, records
 
 PARTITIONS = 4
 

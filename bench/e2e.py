@@ -45,19 +45,20 @@ import numpy as np
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-from bench.cores import written_lines
-from bench import doc_record
-from bench.hops import hops
+from cep_service.bench.cores import written_lines
+from cep_service.bench import doc_record
+from cep_service.bench.hops import hops
 from cep_core.control_message import check_query
-from services.stream.chained import STAGE_HEADER
-from services.stream.checkpoint import PIPELINE_HEADER
+from cep_service.stream.chained import STAGE_HEADER
+from cep_service.stream.checkpoint import PIPELINE_HEADER
 from cep_core.workloads import WORKLOADS
-from services.stream.broker import EmbeddedBroker
-from services.stream.control import ControlMessage, publish, split_query_file
-from services.stream.demo import STREAM, demo_queries, start_services, stop_services, trade_lines
-from services.stream.frames import encode_table
-from services.stream.kafka import Deliveries, KafkaSettings, Topics, flush_all, produce, produce_end
-from services.stream.pipeline import create_topics
+from cep_service.stream.broker import EmbeddedBroker
+from cep_service.stream.control import ControlMessage, publish, split_query_file
+from cep_service.stream.demo import STREAM, demo_queries, start_services, stop_services, trade_lines
+from cep_service.stream.frames import encode_table
+from cep_service.stream.kafka import (Deliveries, KafkaSettings, Topics, flush_all, produce,
+                                      produce_end)
+from cep_service.stream.pipeline import create_topics
 
 
 def _frames(lines_table, size: int) -> list[bytes]:

@@ -106,7 +106,7 @@ EOF
 [ "$SIM" != 1 ] && export PYTHONPATH=$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}
 
 # The import names (services.* may become cep_service.*).
-CLI=services.cli.main
+CLI=cep_service.cli.main
 "$PY" -c "import $CLI" 2>/dev/null || CLI=cep_service.cli.main
 
 # --- (a) tests/gpu -----------------------------------------------------------------------
@@ -139,9 +139,9 @@ def module(*names):  # the import names may have changed (bench.* -> cep_service
     return importlib.import_module(names[-1])
 
 
-gpu_kernels = module("bench.gpu_kernels", "cep_service.bench.gpu_kernels")
-gpu_match = module("bench.gpu_match", "cep_service.bench.gpu_match")
-device = module("accel.gpu.device", "cep_accel.gpu.device")
+gpu_kernels = module("cep_service.bench.gpu_kernels", "cep_service.bench.gpu_kernels")
+gpu_match = module("cep_service.bench.gpu_match", "cep_service.bench.gpu_match")
+device = module("cep_accel.gpu.device", "cep_accel.gpu.device")
 real = device.real_gpu()
 print(f"real GPU: {real} ({device.name()})")
 started = time.perf_counter()

@@ -20,7 +20,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from accel.gpu import device
+from cep_accel.gpu import device
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_query_text
 from cep_core.engine_factory import create_engine
@@ -72,7 +72,7 @@ def measure(n: int, window: int, length: int, rules: int, policy: str, engine: s
 
 def _engine(q, strings, engine: str):
     if engine == "gpu":
-        from accel.gpu.seq_engine import GpuSeqEngine
+        from cep_accel.gpu.seq_engine import GpuSeqEngine
         return GpuSeqEngine(q, strings)
     return create_engine(q, strings, algorithm=engine)
 

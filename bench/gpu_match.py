@@ -17,7 +17,7 @@ import time
 
 import pyarrow as pa
 
-from accel.gpu import device
+from cep_accel.gpu import device
 from cep_core import reference
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_query_text
@@ -82,7 +82,7 @@ def main(n: int = 200_000, quick: bool = False) -> list[dict]:
         row["cpu"], row["matches"] = _engine_rate(match_engine, query, table)
         gpu_text = f"{'n/a':>11} {'n/a':>8}"
         if gpu:
-            from accel.gpu.match_engine import GpuMatchEngine
+            from cep_accel.gpu.match_engine import GpuMatchEngine
             row["gpu"], gpu_matches = _engine_rate(GpuMatchEngine, query, table)
             if gpu_matches != row["matches"]:
                 raise AssertionError(f"{name}: GPU found {gpu_matches} matches, CPU "

@@ -11,8 +11,8 @@ import numpy as np
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-from services.stream import frames
-from services.stream.checkpoint import read_partitions
+from cep_service.stream import frames
+from cep_service.stream.checkpoint import read_partitions
 
 
 def _keyed_frames(settings, topic: str, partitions: int):

@@ -29,12 +29,12 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from bench.e2e import _status
-from services.stream.broker import EmbeddedBroker
-from services.stream.control import ControlMessage, publish
-from services.stream.demo import STREAM, start_services, stop_services, trade_lines
+from cep_service.bench.e2e import _status
+from cep_service.stream.broker import EmbeddedBroker
+from cep_service.stream.control import ControlMessage, publish
+from cep_service.stream.demo import STREAM, start_services, stop_services, trade_lines
 # Deliberately like services/stream/demo.py's: an import list, not code
-from services.stream.kafka import (
+from cep_service.stream.kafka import (
     Deliveries,
     KafkaSettings,
     Topics,
@@ -43,7 +43,7 @@ from services.stream.kafka import (
     produce_end,
     read_all,
 )
-from services.stream.pipeline import create_topics
+from cep_service.stream.pipeline import create_topics
 
 AGGREGATES = ["Max(price)", "Min(price)", "Sum(volume)", "Max(volume)", "Min(volume)",
               "Avg(price)", "Avg(volume)"]

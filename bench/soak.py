@@ -48,11 +48,11 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from services.stream.broker import EmbeddedBroker, free_port  # noqa: E402
-from services.stream.control import ControlMessage, publish, split_query_file  # noqa: E402
-from services.stream.frames import encode_table  # noqa: E402
-from services.stream.kafka import KafkaSettings, Topics, produce, read_all  # noqa: E402
-from services.stream.pipeline import create_topics  # noqa: E402
+from cep_service.stream.broker import EmbeddedBroker, free_port  # noqa: E402
+from cep_service.stream.control import ControlMessage, publish, split_query_file  # noqa: E402
+from cep_service.stream.frames import encode_table  # noqa: E402
+from cep_service.stream.kafka import KafkaSettings, Topics, produce, read_all  # noqa: E402
+from cep_service.stream.pipeline import create_topics  # noqa: E402
 
 QUERIES = ROOT / "examples" / "finance.cep"
 ROLES = ("splitter", "worker", "coordinator")
@@ -115,8 +115,8 @@ class Services:
                    "CEP_WEB_PORT": str(free_port())}
             with open(logs / f"{role}.log", "ab") as log:
                 self.processes[role] = subprocess.Popen(
-                    [sys.executable, "-m", "services.cli.main", "serve", role], env=env, cwd=ROOT,
-                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                    [sys.executable, "-m", "cep_service.cli.main", "serve", role], env=env,
+                    cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def check_alive(self) -> None:
         for role, process in self.processes.items():

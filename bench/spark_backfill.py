@@ -22,8 +22,8 @@ from cep_core.checker import load_query_text
 from cep_core.event_reader import read_table
 from cep_core.runner import new_engines
 from cep_core.workloads import WORKLOADS, write_events
-from services.backfill.job import run_backfill, spark_session
-from services.cli.common import Engine, run_queries
+from cep_service.backfill.job import run_backfill, spark_session
+from cep_service.cli.common import Engine, run_queries
 
 FINANCE = ("finance0", "finance1", "finance2", "finance3", "finance4", "finance5")
 

@@ -3,7 +3,7 @@
 interval at half the sustained rate, state size, and the cost of a restart; each Spark
 master (local[1], local[2]) in a process of its own (one SparkContext per process).
 
-    .venv/bin/python -m bench.spark_stream --count 200000 --masters local[1],local[2]
+    .venv/bin/python -m cep_service.bench.spark_stream --count 200000 --masters local[1],local[2]
 
 Events: the finance workloads' `trades` stream as JSON lines files of `--file-events`
 each, read by the job's file source (`cep_files`). Throughput: every file present, the job
@@ -89,7 +89,7 @@ class TimedSink:
     """The job's FileSink, noting when each micro-batch's write ended."""
 
     def __init__(self, output: str):
-        from services.spark_stream.sinks import FileSink
+        from cep_service.spark_stream.sinks import FileSink
 
         self.sink = FileSink(output)
         self.done: dict[int, float] = {}
@@ -103,8 +103,8 @@ class TimedSink:
 def one_master(master: str, count: int, per_file: int, triggers: list[float], seed: int,
                workdir: Path, max_files: int = 0, warm: int = 1000) -> dict:
     """Every figure for one Spark master, in this process."""
-    from services.backfill.job import spark_session
-    from services.spark_stream.job import FileSource, query_texts, session_conf, start
+    from cep_service.backfill.job import spark_session
+    from cep_service.spark_stream.job import FileSource, query_texts, session_conf, start
 
     chosen = [WORKLOADS[name] for name in WORKLOAD_NAMES]
     text = "\n".join(w.query_text(seed=seed) for w in chosen)
@@ -163,7 +163,7 @@ def one_master(master: str, count: int, per_file: int, triggers: list[float], se
 def _latency(spark, queries, texts, table, offset: int, rate: float, trigger: float,
              root: Path, seconds: float = 20.0) -> dict:
     """Files at `rate` events/s, one every trigger / 2 s, for `seconds`; latency of each."""
-    from services.spark_stream.job import FileSource, start
+    from cep_service.spark_stream.job import FileSource, start
 
     folder = root / "in"
     folder.mkdir(parents=True)
@@ -204,7 +204,7 @@ def _latency(spark, queries, texts, table, offset: int, rate: float, trigger: fl
 
 def cep_run_baseline(count: int, seed: int, workdir: Path) -> dict:
     """`cep run --engine jit` over the throughput run's events as one JSON lines file."""
-    from bench.spark_backfill import _cep_run_jit, _warm_kernels
+    from cep_service.bench.spark_backfill import _cep_run_jit, _warm_kernels
 
     chosen = [WORKLOADS[name] for name in WORKLOAD_NAMES]
     queries = load_query_text("\n".join(w.query_text(seed=seed) for w in chosen))
@@ -228,7 +228,7 @@ def bench_spark_stream(count: int = 200_000, masters: tuple[str, ...] = ("local[
                     "load_before": os.getloadavg()[0]}
     result.update(cep_run_baseline(count, seed, directory))
     for master in masters:
-        args = [sys.executable, "-m", "bench.spark_stream", "--one", master,
+        args = [sys.executable, "-m", "cep_service.bench.spark_stream", "--one", master,
                 "--count", str(count), "--per-file", str(per_file), "--seed", str(seed),
                 "--triggers", ",".join(f"{t:g}" for t in triggers), "--workdir",
                 str(directory), "--max-files", str(max_files), "--warm", str(warm)]
@@ -237,7 +237,7 @@ def bench_spark_stream(count: int = 200_000, masters: tuple[str, ...] = ("local[
         figures["load_after"] = os.getloadavg()[0]
         result[master] = figures
     if e2e:  # the Kafka service (chained pipeline) on the same count, same machine
-        done = subprocess.run([sys.executable, "-m", "services.cli.main", "bench", "e2e",
+        done = subprocess.run([sys.executable, "-m", "cep_service.cli.main", "bench", "e2e",
                                "--json", "--count", str(count), "--mode", "chained"],
                               capture_output=True, text=True)
         try:

@@ -6,7 +6,7 @@ program (once per checked query, shared), the engine gets it and holds the state
 query runs and picks the engine: on the CPU the MATCH, SEQ (CDP or AIP) or WINDOW engine for
 the query's kind; with placement "gpu" or "auto", the installed placement policy decides and
 builds the GPU engine (`cep_core.placement.placement_policy`: this project's is
-`accel.gpu.policy`, registered as an entry point, so the core never imports it). The
+`cep_accel.gpu.policy`, registered as an entry point, so the core never imports it). The
 engine's `placement` attribute says where it went and why (a `Placement`). `match_engine`,
 `seq_engine` (CDP), `seq_aip_engine`, `window_engine` and `recognize_engine` make one CPU
 engine of a given kind. Options meant for other kinds or for the GPU are ignored.

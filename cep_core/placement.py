@@ -2,7 +2,7 @@
 decision (`Placement`), and the policy that decides "gpu" and "auto".
 
 The core does not import the accelerators: a package offers a placement policy under the
-entry point group `cep_service.placement_policies` (this project's `gpu`: `accel.gpu.policy`,
+entry point group `cep_service.placement_policies` (this project's `gpu`: `cep_accel.gpu.policy`,
 see pyproject.toml), a module with `place(checked, placement, cost_threshold, ...)` and
 `gpu_engine(checked, strings, **options)`, and `placement_policy()` loads it on first use."""
 

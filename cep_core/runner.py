@@ -1,6 +1,6 @@
 """Running checked queries over a finite input: the one glue between readers and engines.
 
-`run_checked` is what `cep run` (`services.cli.main.run_queries`) and the Python API
+`run_checked` is what `cep run` (`cep_service.cli.main.run_queries`) and the Python API
 (`cep_core.api.QuerySet.run`) call: the reference interpreter over Events, or the jitted
 engines (optionally placed on a GPU) over a table as `event_reader.read_table` gives.
 `new_engines` is the jitted engines' set-up, shared with `QuerySet.stream()`.

@@ -19,7 +19,7 @@ from pathlib import Path
 
 def streams_of(files: list[str], schemas: list[str]) -> dict[str, list[str]]:
     """The files of each stream (files in the order given)."""
-    command = [sys.executable, "-m", "services.cli.main", "check", "--json"]
+    command = [sys.executable, "-m", "cep_service.cli.main", "check", "--json"]
     for schema in schemas:
         command += ["--schema", schema]
     done = subprocess.run(command + files, capture_output=True, text=True)

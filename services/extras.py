@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 
-from services.errors import MissingExtra
+from cep_service.errors import MissingExtra
 
 
 def require(module: str, extra: str, feature: str):

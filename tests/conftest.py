@@ -32,7 +32,7 @@ def kafka_bootstrap():
         with KafkaContainer() as kafka:
             yield kafka.get_bootstrap_server()
         return
-    from services.stream.broker import EmbeddedBroker
+    from cep_service.stream.broker import EmbeddedBroker
     broker = EmbeddedBroker().start()
     try:
         yield broker.bootstrap
@@ -42,7 +42,7 @@ def kafka_bootstrap():
 
 @pytest.fixture(scope="session")
 def spark():
-    from services.backfill.job import spark_session
+    from cep_service.backfill.job import spark_session
     session = spark_session("local[2]", shuffle_partitions=2,
                             **{"spark.sql.files.maxPartitionBytes": "16384",
                                "spark.sql.files.openCostInBytes": "0"})

@@ -8,9 +8,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from cep_core.checker import load_queries
-from services.stream.control import ControlMessage, publish, split_query_file
-from services.stream.kafka import KafkaSettings, Topics, produce, produce_end, read_all
-from services.stream.pipeline import (
+from cep_service.stream.control import ControlMessage, publish, split_query_file
+from cep_service.stream.kafka import KafkaSettings, Topics, produce, produce_end, read_all
+from cep_service.stream.pipeline import (
     LocalPipeline,
     create_topics,
     flush_progressing,

@@ -20,7 +20,7 @@ from cep_core import admission, query_limits
 from cep_core.checker import load_query_text
 from cep_core.control_message import ControlMessage, ControlMessageError, check_query
 from cep_core.errors import QueryError, QueryErrors
-from services.stream.memory_pipeline import MemoryPipeline
+from cep_service.stream.memory_pipeline import MemoryPipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPILERS = sorted((ROOT / "cep_core" / "compiler").glob("*.py")) + [

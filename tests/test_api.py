@@ -21,10 +21,10 @@ from cep_core.checker import load_query_text
 from cep_core.event_io import read_events
 from cep_core.schema import SchemaRegistry
 from cep_core.schema_import import stream_schema_from_json_schema
-from services.api.app import ApiConfig, ApiThread, bind_host
-from services.stream.live_changes import services_view
-from services.stream.kafka import KafkaSettings, Topics, flush_all, produce, produce_end
-from services.stream.pipeline import LocalPipeline, create_topics, wait_for
+from cep_service.api.app import ApiConfig, ApiThread, bind_host
+from cep_service.stream.live_changes import services_view
+from cep_service.stream.kafka import KafkaSettings, Topics, flush_all, produce, produce_end
+from cep_service.stream.pipeline import LocalPipeline, create_topics, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 TRADES = ROOT / "examples" / "data" / "trades.jsonl"
@@ -197,12 +197,12 @@ def test_cli_stream_add_from_jsonschema(settings):
     import subprocess
     import sys
 
-    from services.stream.control import control_records
+    from cep_service.stream.control import control_records
 
     prefix = f"cli{uuid.uuid4().hex[:8]}"
     document = ROOT / "examples" / "own_stream" / "orders.jsonschema.json"
     env = {**os.environ, "KAFKA_BOOTSTRAP": settings.bootstrap, "CEP_TOPIC_PREFIX": prefix}
-    added = subprocess.run([sys.executable, "-m", "services.cli.main", "stream", "add",
+    added = subprocess.run([sys.executable, "-m", "cep_service.cli.main", "stream", "add",
                             "--from-jsonschema", str(document), "--skip-optional",
                             "--type-attribute", "kind", "--no-wait"], env=env, cwd=ROOT,
                            capture_output=True, text=True, timeout=120)
@@ -212,7 +212,7 @@ def test_cli_stream_add_from_jsonschema(settings):
                                           skip_optional=True, type_attribute="kind")
     assert key == b"stream/orders"
     assert json.loads(json.loads(value)["text"]) == made.to_dict()
-    again = subprocess.run([sys.executable, "-m", "services.cli.main", "stream", "add",
+    again = subprocess.run([sys.executable, "-m", "cep_service.cli.main", "stream", "add",
                             "--from-jsonschema", str(document), "--no-wait"], env=env,
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert again.returncode == 1 and "note: not in required" in again.stderr
@@ -224,7 +224,7 @@ def test_serve_api_without_a_token_refuses_another_address(settings):
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "CEP_API_TOKEN"}
-    refused = subprocess.run([sys.executable, "-m", "services.cli.main", "serve", "api",
+    refused = subprocess.run([sys.executable, "-m", "cep_service.cli.main", "serve", "api",
                               "--api-host", "0.0.0.0", "--bootstrap", settings.bootstrap],
                              env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2
@@ -239,7 +239,7 @@ def test_serve_all_runs_the_api(settings, tmp_path):
     import subprocess
     import sys
 
-    from services.stream.broker import free_port
+    from cep_service.stream.broker import free_port
 
     run = uuid.uuid4().hex[:8]
     topics = Topics("trades", source=f"src.all.{run}", prefix=f"all{run}")
@@ -247,7 +247,7 @@ def test_serve_all_runs_the_api(settings, tmp_path):
     env = {**os.environ, "KAFKA_BOOTSTRAP": settings.bootstrap, "CEP_API_TOKEN": TOKEN,
            "CEP_SESSION_TIMEOUT_MS": "2000"}
     log = open(tmp_path / "serve.log", "wb")
-    serve = subprocess.Popen([sys.executable, "-m", "services.cli.main", "serve", "all",
+    serve = subprocess.Popen([sys.executable, "-m", "cep_service.cli.main", "serve", "all",
                               "--partitions", "2", "--source", topics.source,
                               "--topic-prefix", topics.prefix, "--web-port", str(free_port()),
                               "--api-port", str(port), "--api-host", "127.0.0.1"],

@@ -10,7 +10,7 @@ from __future__ import annotations
 import orjson
 
 from cep_core.errors import Category, Problem
-from services.api.errors import STATUS
+from cep_service.api.errors import STATUS
 from tests.test_api_guard import JSON, QUERY, answer, serve
 
 LIVE = [(b"query/ups", orjson.dumps({"op": "add", "name": "ups", "text": QUERY["text"]}), 0)]

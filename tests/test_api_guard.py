@@ -20,12 +20,12 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-import services.api.app as app_module
-import services.api.checks as checks_module
-from services.api.app import API, CHECKS_AT_ONCE, ApiConfig, bind_host, make_app
-from services.api.guard import host_name, normal_origin
-from services.errors import BrokerUnreachable
-from services.stream.kafka import KafkaSettings
+import cep_service.api.app as app_module
+import cep_service.api.checks as checks_module
+from cep_service.api.app import API, CHECKS_AT_ONCE, ApiConfig, bind_host, make_app
+from cep_service.api.guard import host_name, normal_origin
+from cep_service.errors import BrokerUnreachable
+from cep_service.stream.kafka import KafkaSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 NOWHERE = KafkaSettings("127.0.0.1:1")
@@ -235,13 +235,13 @@ def test_the_token_on_loopback_too():
 
 def test_serve_api_refuses_to_start_without_the_token_it_requires():
     env = {k: v for k, v in os.environ.items() if not k.startswith("CEP_API_")}
-    refused = subprocess.run([sys.executable, "-m", "services.cli.main", "serve", "api",
+    refused = subprocess.run([sys.executable, "-m", "cep_service.cli.main", "serve", "api",
                               "--api-require-token", "--bootstrap", "127.0.0.1:1"],
                              env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2
     assert "CEP_API_TOKEN is not set and --api-require-token" in refused.stderr
     env["CEP_API_CORS_ORIGINS"] = "http://ok.example ftp://bad.example"
-    refused = subprocess.run([sys.executable, "-m", "services.cli.main", "serve", "api",
+    refused = subprocess.run([sys.executable, "-m", "cep_service.cli.main", "serve", "api",
                               "--bootstrap", "127.0.0.1:1"], env=env, cwd=ROOT,
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "'ftp://bad.example'" in refused.stderr

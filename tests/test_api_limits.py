@@ -21,11 +21,11 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-import services.api.state as state_module
-from services.api.app import API, ApiConfig, make_app
-from services.api.tail import TailHub
-from services.stream.checkpoint import PIPELINE_HEADER
-from services.stream.kafka import KafkaSettings, Topics
+import cep_service.api.state as state_module
+from cep_service.api.app import API, ApiConfig, make_app
+from cep_service.api.tail import TailHub
+from cep_service.stream.checkpoint import PIPELINE_HEADER
+from cep_service.stream.kafka import KafkaSettings, Topics
 from tests.test_api_guard import until
 
 NOWHERE = KafkaSettings("127.0.0.1:1")
@@ -327,7 +327,7 @@ def test_the_composite_events_of_the_query_reach_its_tail():
 def test_tails_on_the_broker_share_one_consumer_and_add_no_thread(kafka_bootstrap):
     """On the session's broker: librdkafka's threads are made for the first tail's
     shared consumer, none for the next ones."""
-    from services.stream.kafka import ensure_topics
+    from cep_service.stream.kafka import ensure_topics
 
     settings = KafkaSettings(kafka_bootstrap, session_timeout_ms=2000)
     output = f"tails_{uuid.uuid4().hex[:8]}"
@@ -356,7 +356,7 @@ def test_a_kept_value_is_served_while_one_load_renews_it():
     a failed load keeps nothing (the next read waits for a new one and sees its error)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from services.api.limits import SingleFlight
+    from cep_service.api.limits import SingleFlight
 
     release, loads = threading.Event(), []
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import uuid
 
-from services.api.app import Api, ApiConfig
-from services.stream.kafka import KafkaSettings, ensure_topics, flush_all
+from cep_service.api.app import Api, ApiConfig
+from cep_service.stream.kafka import KafkaSettings, ensure_topics, flush_all
 
 BURST = 120_000  # beyond librdkafka's default queued.min.messages (100,000)
 LOOKS = 20  # each waits for a fetch (up to 0.3 s): a true count comes at the first or second

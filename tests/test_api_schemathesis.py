@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from services.api import models
-from services.api.app import ApiConfig, ApiThread, make_app
-from services.stream.kafka import KafkaSettings
+from cep_service.api import models
+from cep_service.api.app import ApiConfig, ApiThread, make_app
+from cep_service.stream.kafka import KafkaSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "tests" / "test_api_schemathesis.toml"

@@ -13,11 +13,11 @@ import uuid
 
 import orjson
 
-from services.api.app import API, ApiConfig, ApiThread
-from services.stream.checkpoint import PIPELINE_HEADER
-from services.stream.control import ControlMessage, publish
-from services.stream.kafka import KafkaSettings, Topics, flush_all, produce
-from services.stream.pipeline import create_topics, wait_for
+from cep_service.api.app import API, ApiConfig, ApiThread
+from cep_service.stream.checkpoint import PIPELINE_HEADER
+from cep_service.stream.control import ControlMessage, publish
+from cep_service.stream.kafka import KafkaSettings, Topics, flush_all, produce
+from cep_service.stream.pipeline import create_topics, wait_for
 
 QUERY = """QUERY {name} FROM trades INTO {output} PARTITION BY symbol
 PATTERN ( . up ) DEFINE up AS price > Last(price) EMIT symbol = symbol;"""

@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from cep_core.checker import load_queries, load_query_text
 from cep_core.event_io import read_events
 from cep_core.schema import SchemaRegistry
-from services.backfill.job import run_backfill
-from services.backfill.output import first_difference, read_composites, read_dead_letters
-from services.backfill.plan import plan, split_keys
-from services.cli.common import Engine, run_queries
+from cep_service.backfill.job import run_backfill
+from cep_service.backfill.output import first_difference, read_composites, read_dead_letters
+from cep_service.backfill.plan import plan, split_keys
+from cep_service.cli.common import Engine, run_queries
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -238,7 +238,7 @@ def test_generated_streams(spark, tmp_path_factory, stream, partitions):
 def test_cli_backfill_and_a_missing_input(spark, tmp_path):
     from typer.testing import CliRunner
 
-    from services.cli.main import app
+    from cep_service.cli.main import app
 
     out = tmp_path / "cli_out"
     runner = CliRunner()
@@ -304,8 +304,8 @@ def test_backfill_equals_the_streaming_service(spark, kafka_bootstrap, tmp_path,
     the same order."""
     import uuid
 
-    from services.stream.kafka import KafkaSettings, read_all
-    from services.stream.pipeline import LocalPipeline
+    from cep_service.stream.kafka import KafkaSettings, read_all
+    from cep_service.stream.pipeline import LocalPipeline
     from stream_harness import file_records, produce_to_end, topics_with_queries
 
     path = EXAMPLES / "data" / events_file

@@ -14,7 +14,7 @@ import pytest
 from cep_core.checker import load_queries
 from cep_core.event_io import read_events, seq_not_increasing
 from cep_core.schema import SchemaRegistry
-from services.backfill.ingest import InputFile, SplitDecoder
+from cep_service.backfill.ingest import InputFile, SplitDecoder
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 ODD_LINES = ["", "[1,2]", '"x"', '{"seq": -3}', '{"price": NaN}', "\ufeff{}", '{"ts": 1e400}',

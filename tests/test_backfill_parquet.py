@@ -21,12 +21,12 @@ import pytest
 from cep_core.checker import load_queries
 from cep_core.event_io import read_events
 from cep_core.schema import SchemaRegistry
-from services.backfill.job import run_backfill
-from services.backfill.ingest import InputFile
-from services.backfill.output import first_difference, read_composites, read_dead_letters
-from services.backfill.parquet import parquet_input
-from services.backfill.scan import key_partitions, use_scan
-from services.cli.common import Engine, run_queries
+from cep_service.backfill.job import run_backfill
+from cep_service.backfill.ingest import InputFile
+from cep_service.backfill.output import first_difference, read_composites, read_dead_letters
+from cep_service.backfill.parquet import parquet_input
+from cep_service.backfill.scan import key_partitions, use_scan
+from cep_service.cli.common import Engine, run_queries
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TYPES = pa.schema([("seq", pa.int64()), ("symbol", pa.string()), ("price", pa.int64()),
@@ -156,7 +156,7 @@ def test_key_partitions_are_alike_in_every_process():
     spread = key_partitions(pa.record_batch({"symbol": pa.array(
         [f"S{i}" for i in range(400)])}), ("symbol",), 4)
     assert np.bincount(spread, minlength=4).min() > 60  # every partition gets keys
-    script = ("import pyarrow as pa, sys; from services.backfill.scan import key_partitions; "
+    script = ("import pyarrow as pa, sys; from cep_service.backfill.scan import key_partitions; "
               "b = pa.record_batch({'symbol': pa.array(['IBM', 'AAPL', None, 'IBM', '', "
               "'AAPL', None]), 'price': pa.array([0.0, -0.0, 1.5, 0.0, None, 2.0, 1.5])}); "
               "print(key_partitions(b, ('symbol', 'price'), 5).tolist())")

@@ -7,10 +7,10 @@ import uuid
 
 import orjson
 
-from services.stream import frames
-from bench.hops import hops
-from services.stream.kafka import KafkaSettings, Topics, produce
-from services.stream.pipeline import create_topics
+from cep_service.stream import frames
+from cep_service.bench.hops import hops
+from cep_service.stream.kafka import KafkaSettings, Topics, produce
+from cep_service.stream.pipeline import create_topics
 
 
 def test_each_hop_is_the_gap_between_the_records_that_carried_the_composite(

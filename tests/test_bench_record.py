@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.doc_record import BENCHMARKS_PAGE, RecordError, markdown_table, provenance, record
+from cep_service.bench.doc_record import (BENCHMARKS_PAGE, RecordError, markdown_table, provenance,
+                                          record)
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -2,7 +2,7 @@
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from services.stream.broker import EmbeddedBroker, wait_for_port
+from cep_service.stream.broker import EmbeddedBroker, wait_for_port
 
 
 def test_embedded_broker_round_trip_and_restart_on_same_port():

@@ -17,11 +17,11 @@ from cep_core import reference
 from cep_core.checker import load_queries, load_query_text
 from cep_core.control_message import check_query
 from cep_core.event_io import decode_record, read_events
-from services.stream.chained import CHAINED_KEY, part_key
-from services.stream.checkpoint import read_latest
-from services.stream.control import ControlMessage, publish, split_query_file
-from services.stream.kafka import KafkaSettings, Topics, read_all
-from services.stream.pipeline import LocalPipeline, create_topics, wait_progressing
+from cep_service.stream.chained import CHAINED_KEY, part_key
+from cep_service.stream.checkpoint import read_latest
+from cep_service.stream.control import ControlMessage, publish, split_query_file
+from cep_service.stream.kafka import KafkaSettings, Topics, read_all
+from cep_service.stream.pipeline import LocalPipeline, create_topics, wait_progressing
 from tests.stream_harness import file_records, produce_lines
 from tests.test_service_e2e import CASES, EXAMPLES
 
@@ -140,7 +140,7 @@ def test_chained_and_distributed_agree_on_one_source(broker):
     """Both modes read the same source topic (a generated trade stream, the demo's MATCH
     and WINDOW queries, INTO topics named per mode): their INTO topics hold the same
     composite events, the reference interpreter's."""
-    from services.stream.demo import demo_queries, trade_lines
+    from cep_service.stream.demo import demo_queries, trade_lines
 
     run = uuid.uuid4().hex[:8]
     lines = trade_lines(4000, seed=33)

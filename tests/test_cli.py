@@ -20,7 +20,7 @@ EMIT symbol = symbol, gain = Last(price) - First(price);
 
 
 def cep(*args, cwd=ROOT, stdin: str | bytes = ""):
-    command = [str(CEP)] if CEP.exists() else [sys.executable, "-m", "services.cli.main"]
+    command = [str(CEP)] if CEP.exists() else [sys.executable, "-m", "cep_service.cli.main"]
     env = {**os.environ, "COLUMNS": "200"}
     env.pop("CEP_DEBUG", None)
     done = subprocess.run(command + [str(a) for a in args], check=False, capture_output=True,
@@ -295,7 +295,7 @@ def test_version_comes_from_the_package_metadata():
 def _commands(group=None, prefix=()):
     import typer
 
-    from services.cli.main import app
+    from cep_service.cli.main import app
 
     command = group or typer.main.get_command(app)
     yield prefix
@@ -348,7 +348,7 @@ def _imported(*args) -> set[str]:
     """Modules a `cep` command imports (python -X importtime)."""
     env = {**os.environ, "COLUMNS": "200"}
     done = subprocess.run([sys.executable, "-X", "importtime", "-c",
-                           "from services.cli.main import main; main()", *map(str, args)],
+                           "from cep_service.cli.main import main; main()", *map(str, args)],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     return {line.split("|")[-1].strip() for line in done.stderr.splitlines()
@@ -380,8 +380,8 @@ def test_reference_run_imports_no_jit_engine(trades_file, tmp_path):
 
 
 def test_jit_rate_leaves_compiling_out():
-    from services.cli.main import _engine_summary
-    from services.cli.common import Engine
+    from cep_service.cli.main import _engine_summary
+    from cep_service.cli.common import Engine
 
     line = _engine_summary(Engine.JIT, 1200, 10, 22.0,
                            {"setup_s": 1.5, "compile_s": 20.0, "process_s": 0.5})
@@ -459,7 +459,7 @@ def test_an_unknown_stream_says_how_to_give_its_schema(tmp_path):
         result = cep("check", query, "--schema", given)
         assert result.returncode == 0, result.stderr
     env = {"CEP_SCHEMA_PATH": str(schema.parent)}
-    command = [str(CEP)] if CEP.exists() else [sys.executable, "-m", "services.cli.main"]
+    command = [str(CEP)] if CEP.exists() else [sys.executable, "-m", "cep_service.cli.main"]
     done = subprocess.run(command + ["check", str(query)], capture_output=True, text=True,
                           cwd=ROOT, env={**os.environ, **env}, timeout=120)
     assert done.returncode == 0, done.stderr

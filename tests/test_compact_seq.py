@@ -175,10 +175,10 @@ BY_KIND = """QUERY by_kind FROM sensors PARTITION BY kind PATTERN SEQ(Temp s, Te
 def test_gpu_engine_with_compaction():
     """The GPU SEQ engine's keys and column rings, on numba's CUDA simulator where there
     is no GPU (as tests/gpu)."""
-    from accel.gpu import device
+    from cep_accel.gpu import device
 
     assert device.use_simulator_if_no_gpu() != "none"
-    from accel.gpu.seq_engine import GpuSeqEngine
+    from cep_accel.gpu.seq_engine import GpuSeqEngine
 
     queries = load_query_text(BY_KIND + ";\n" + _example("fire.cep", "fire_each"))
     stream = passing_areas(5, 300)

@@ -237,7 +237,7 @@ def test_queries_service_registers_the_queries_of_cep_stream(tmp_path):
     assert set(files) >= {"rfid", "sensors", "stocks", "ticks", "bids"}
     written = sorted(str(p) for p in (tmp_path / "queries").glob("*.cep"))
     checked = subprocess.run(
-        [sys.executable, "-m", "services.cli.main", "check", "--json", "--schema",
+        [sys.executable, "-m", "cep_service.cli.main", "check", "--json", "--schema",
          "examples/own_stream/schemas", *written],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -226,7 +226,7 @@ def test_cep_run_out_suffix_chooses_the_format(tmp_path):
     events = EXAMPLES / "data" / "rfid.jsonl"
     outputs = {}
     for name in ("out.jsonl", "out.parquet", "out.arrow", "out"):
-        done = subprocess.run([sys.executable, "-m", "services.cli.main", "run", str(query),
+        done = subprocess.run([sys.executable, "-m", "cep_service.cli.main", "run", str(query),
                                "--events", str(events), "--engine", "jit",
                                "--out", str(tmp_path / name)],
                               capture_output=True, cwd=ROOT, timeout=300)

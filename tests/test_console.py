@@ -26,10 +26,10 @@ import pytest
 from cep_core import reference
 from cep_core.checker import load_query_text
 from cep_core.event_io import read_events
-from services.api.app import ApiConfig, ApiThread
-from services.stream.kafka import KafkaSettings, Topics, flush_all, produce, produce_end
-from services.stream.live_changes import services_view
-from services.stream.pipeline import LocalPipeline, create_topics, wait_for
+from cep_service.api.app import ApiConfig, ApiThread
+from cep_service.stream.kafka import KafkaSettings, Topics, flush_all, produce, produce_end
+from cep_service.stream.live_changes import services_view
+from cep_service.stream.pipeline import LocalPipeline, create_topics, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 TRADES = ROOT / "examples" / "data" / "trades.jsonl"

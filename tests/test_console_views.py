@@ -23,13 +23,13 @@ from pathlib import Path
 import orjson
 
 from cep_core import failpoints
-from services.api.app import ApiConfig, ApiThread
-from services.stream.broker import free_port
-from services.stream.checkpoint import PIPELINE_HEADER
-from services.stream.control import ControlMessage, publish, split_query_file
-from services.stream.demo import trade_lines
-from services.stream.kafka import KafkaSettings, Topics, produce
-from services.stream.pipeline import LocalPipeline, create_topics, wait_progressing
+from cep_service.api.app import ApiConfig, ApiThread
+from cep_service.stream.broker import free_port
+from cep_service.stream.checkpoint import PIPELINE_HEADER
+from cep_service.stream.control import ControlMessage, publish, split_query_file
+from cep_service.stream.demo import trade_lines
+from cep_service.stream.kafka import KafkaSettings, Topics, produce
+from cep_service.stream.pipeline import LocalPipeline, create_topics, wait_progressing
 from tests import test_console
 
 # the browser (Debian's chromium through selenium) as tests/test_console.py makes it

@@ -16,9 +16,9 @@ from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_queries, load_query_text
 from cep_core.event_io import read_events
 from cep_core.stream_engines import StreamEngines, run
-from services.stream.control import ControlMessage, services_up, split_query_file
-from services.stream.live_changes import live_items
-from services.stream.memory_pipeline import MemoryPipeline
+from cep_service.stream.control import ControlMessage, services_up, split_query_file
+from cep_service.stream.live_changes import live_items
+from cep_service.stream.memory_pipeline import MemoryPipeline
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 # (query file, events): each file has two queries or more, so one can fail beside others.
@@ -150,7 +150,7 @@ def test_pipeline_quarantines_one_query(partitions, failpoint):
     # A restart from a snapshot keeps it failed: no second failure, no engine for it.
     part = next(p for p in pipeline.parts if victim in p.failed)
     failpoint("")
-    from services.stream.partition import PartitionState
+    from cep_service.stream.partition import PartitionState
     again = PartitionState(part.partition, part.queries.stream, part.queries.registry,
                            topics=pipeline.topics)
     again.restore(part.snapshot())
@@ -193,9 +193,9 @@ def test_service_quarantines_one_query_on_a_real_broker(kafka_bootstrap, failpoi
 
     import orjson
 
-    from services.stream.control import StatusReader
-    from services.stream.kafka import KafkaSettings, Topics, produce, produce_end, read_all
-    from services.stream.pipeline import LocalPipeline, create_topics, wait_for
+    from cep_service.stream.control import StatusReader
+    from cep_service.stream.kafka import KafkaSettings, Topics, produce, produce_end, read_all
+    from cep_service.stream.pipeline import LocalPipeline, create_topics, wait_for
 
     broker = KafkaSettings(kafka_bootstrap, session_timeout_ms=2000)
     query_file, events_file, queries, events = load("finance")
@@ -205,7 +205,7 @@ def test_service_quarantines_one_query_on_a_real_broker(kafka_bootstrap, failpoi
     texts["activity"] = texts["activity"].replace("INTO trade_stats", f"INTO stats_{run_id}")
     texts["mshape"] = texts["mshape"].replace("INTO double_tops", f"INTO tops_{run_id}")
     create_topics(broker, topics, 2, [f"stats_{run_id}", f"tops_{run_id}"])
-    from services.stream.control import publish
+    from cep_service.stream.control import publish
     for name, text in texts.items():
         publish(broker, topics.control, ControlMessage("add", name, text))
     failpoint(f"mshape:process@{events[len(events) // 2].seq}")

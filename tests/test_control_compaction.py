@@ -10,9 +10,9 @@ import orjson
 
 from cep_core.control_message import (REFUSED_HEADER, VERSION_HEADER, ControlMessage,
                                       ControlRecord, LiveRegistry, compacted, replayed)
-from services.stream import frames
-from services.stream.kafka import Topics
-from services.stream.routing import Router, message
+from cep_service.stream import frames
+from cep_service.stream.kafka import Topics
+from cep_service.stream.routing import Router, message
 
 QUOTES = {"stream": "quotes2", "attributes": {"sym": "string", "bid": "float", "ask": "float",
                                                "t": "timestamp"}, "time": "t"}

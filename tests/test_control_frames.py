@@ -13,9 +13,9 @@ import orjson
 import pytest
 
 from cep_core.control_message import ControlMessage, LiveSet, validate
-from services.stream import frames
-from services.stream.frames import ChangeFrame, FrameError, LiveSetFrame
-from services.stream.status import change_of
+from cep_service.stream import frames
+from cep_service.stream.frames import ChangeFrame, FrameError, LiveSetFrame
+from cep_service.stream.status import change_of
 
 ROOT = Path(__file__).resolve().parent.parent
 QUOTES = {"stream": "quotes2", "attributes": {"sym": "string", "bid": "float", "ask": "float",

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from cep_core.home import kernel_cache_dir
-from services.stream.demo import ServiceFailed, check_services
-from services.stream.pipeline import wait_for
+from cep_service.stream.demo import ServiceFailed, check_services
+from cep_service.stream.pipeline import wait_for
 
 
 def demo_env(tmp_path: Path) -> dict[str, str]:
@@ -42,7 +42,7 @@ def processes_with(variable: str) -> list[int]:
 
 
 def test_demo_verifies_from_an_empty_home(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "services.cli.main", "demo", "--events", "3000",
+    done = subprocess.run([sys.executable, "-m", "cep_service.cli.main", "demo", "--events", "3000",
                            "--workers", "2", "--verify"], env=demo_env(tmp_path),
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -57,7 +57,7 @@ def test_demo_with_two_coordinator_shards_verifies(tmp_path):
     """`--distributed --coordinators 2`: one process per role, the demo's two INTO topics
     go to different shards (one process each), and the output is still the reference
     interpreter's."""
-    done = subprocess.run([sys.executable, "-m", "services.cli.main", "demo", "--events", "3000",
+    done = subprocess.run([sys.executable, "-m", "cep_service.cli.main", "demo", "--events", "3000",
                            "--distributed", "--workers", "2", "--coordinators", "2",
                            "--verify"],
                           env=demo_env(tmp_path), capture_output=True, text=True, timeout=600)
@@ -71,7 +71,7 @@ def test_demo_with_two_coordinator_shards_verifies(tmp_path):
 def test_a_signal_stops_the_demo_and_everything_it_started(tmp_path, signum):
     marker = f"CEP_HOME={tmp_path / 'cep-home'}"
     env = {**demo_env(tmp_path), "CEP_HOME": str(tmp_path / "cep-home")}
-    demo = subprocess.Popen([sys.executable, "-m", "services.cli.main", "demo", "--events",
+    demo = subprocess.Popen([sys.executable, "-m", "cep_service.cli.main", "demo", "--events",
                              "1000000", "--rate", "2000"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     logs = tmp_path / "cep-home/state/logs"

@@ -15,9 +15,9 @@ import uuid
 import orjson
 import pytest
 
-from services.stream.checkpoint import PIPELINE_HEADER
-from services.stream.demo import _collect_until_end, _consumer, compare_outputs
-from services.stream.kafka import KafkaSettings, ensure_topics, produce
+from cep_service.stream.checkpoint import PIPELINE_HEADER
+from cep_service.stream.demo import _collect_until_end, _consumer, compare_outputs
+from cep_service.stream.kafka import KafkaSettings, ensure_topics, produce
 
 N = 80_000
 

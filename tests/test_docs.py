@@ -252,7 +252,7 @@ def _commands(block: Block) -> tuple[list[Command], list[str]]:
 def _cli():
     from typer.main import get_command
 
-    from services.cli.main import app
+    from cep_service.cli.main import app
     return get_command(app)
 
 
@@ -301,7 +301,7 @@ def _executed(words: list[str]) -> bool:
 
 
 def cep(*args: str) -> subprocess.CompletedProcess:
-    command = [str(CEP)] if CEP.exists() else [sys.executable, "-m", "services.cli.main"]
+    command = [str(CEP)] if CEP.exists() else [sys.executable, "-m", "cep_service.cli.main"]
     env = {k: v for k, v in os.environ.items() if k != "CEP_DEBUG"}
     return subprocess.run(command + list(args), capture_output=True, text=True, cwd=ROOT,
                           env=env, timeout=120, check=False)
@@ -402,8 +402,8 @@ def test_documented_python_runs(doc, monkeypatch, capsys):
 def test_fpga_resources_table_is_what_the_command_prints(block):
     """The figures are Yosys measurements (not repeated here); the layout is the command's
     and the automaton state counts are the code's."""
-    from accel.fpga.hdl_automata import binary_automaton, powerset
-    from accel.fpga.resources import Resources, Row, format_table
+    from cep_accel.fpga.hdl_automata import binary_automaton, powerset
+    from cep_accel.fpga.resources import Resources, Row, format_table
 
     rows, part = [], None
     for line in block.text.splitlines():

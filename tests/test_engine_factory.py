@@ -94,7 +94,7 @@ def test_only_the_factory_constructs_engines():
 
 
 def test_the_gpu_placement_policy_comes_from_its_entry_point_and_a_missing_one_is_named():
-    from accel.gpu import policy
+    from cep_accel.gpu import policy
     from cep_core.placement import PlacementUnavailable, placement_policy
 
     assert placement_policy("gpu") is policy

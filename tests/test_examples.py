@@ -22,7 +22,7 @@ CEP = Path(sys.executable).with_name("cep")
 
 
 def cep(*args):
-    command = [str(CEP)] if CEP.exists() else [sys.executable, "-m", "services.cli.main"]
+    command = [str(CEP)] if CEP.exists() else [sys.executable, "-m", "cep_service.cli.main"]
     env = {k: v for k, v in os.environ.items() if k != "CEP_DEBUG"}
     return subprocess.run(command + [str(a) for a in args], check=False, capture_output=True,
                           text=True, cwd=ROOT, env=env, timeout=600)
@@ -76,7 +76,7 @@ def test_cli_runner_agrees_with_reference_run():
     from cep_core.checker import load_queries
     from cep_core.event_io import read_events
     from cep_core.reference import run
-    from services.cli.common import run_queries
+    from cep_service.cli.common import run_queries
 
     queries = load_queries(EXAMPLES / "finance.cep")
     events, _ = read_events(data_for(EXAMPLES / "finance.cep"), queries[0].schema)
@@ -89,7 +89,7 @@ def test_cli_runner_agrees_with_reference_run():
 def test_jit_engine_agrees_with_reference_on_example(path):
     from cep_core.checker import load_queries
     from cep_core.event_io import read_events
-    from services.cli.common import Engine, run_queries
+    from cep_service.cli.common import Engine, run_queries
 
     queries = load_queries(path)
     events, _ = read_events(data_for(path), queries[0].schema)

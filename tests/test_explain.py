@@ -153,7 +153,7 @@ def test_window_shows_panes_and_state_per_group():
 
 def test_cli_formats(tmp_path):
     def cep(*args):
-        return subprocess.run([sys.executable, "-m", "services.cli.main", "explain", *args],
+        return subprocess.run([sys.executable, "-m", "cep_service.cli.main", "explain", *args],
                               capture_output=True, text=True, cwd=ROOT, timeout=120)
     done = cep("examples/finance.cep", "--name", "mshape")
     assert done.returncode == 0, done.stderr

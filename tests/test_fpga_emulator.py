@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accel.fpga.emulator import Circuit
-from accel.fpga.plan import CircuitConfig, compile_fpga, pack_tuples
+from cep_accel.fpga.emulator import Circuit
+from cep_accel.fpga.plan import CircuitConfig, compile_fpga, pack_tuples
 from cep_core import reference
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_queries, load_query_text

@@ -14,13 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accel.fpga import resources
-from accel.fpga.emulator import Circuit
-from accel.fpga.hdl import circuit_verilog, tuples_hex
-from accel.fpga.hdl_automata import binary_automaton, dfa_verilog, nfa_verilog, powerset
-from accel.fpga.plan import CircuitConfig, compile_fpga, pack_tuples
-from accel.fpga.simulate import parse_reports, simulate
-from accel.fpga.verify import verify
+from cep_accel.fpga import resources
+from cep_accel.fpga.emulator import Circuit
+from cep_accel.fpga.hdl import circuit_verilog, tuples_hex
+from cep_accel.fpga.hdl_automata import binary_automaton, dfa_verilog, nfa_verilog, powerset
+from cep_accel.fpga.plan import CircuitConfig, compile_fpga, pack_tuples
+from cep_accel.fpga.simulate import parse_reports, simulate
+from cep_accel.fpga.verify import verify
 from cep_core import reference
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_query_text
@@ -212,7 +212,7 @@ def test_yosys_counts_one_flip_flop_per_nfa_state():
 
 def test_cli_hdl_writes_a_circuit_that_compiles(tmp_path):
     cep = Path(sys.executable).with_name("cep")
-    command = [str(cep)] if cep.exists() else [sys.executable, "-m", "services.cli.main"]
+    command = [str(cep)] if cep.exists() else [sys.executable, "-m", "cep_service.cli.main"]
     done = subprocess.run(command + ["fpga", "hdl",
                            "examples/marathon.cep", "--out", str(tmp_path), "--elements", "4"],
                           capture_output=True, text=True)

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accel.fpga.plan import FpgaUnsupported, compile_fpga, float_key, float_keys, pack_tuples
+from cep_accel.fpga.plan import FpgaUnsupported, compile_fpga, float_key, float_keys, pack_tuples
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_queries, load_query_text
 from cep_core.events import Event

@@ -12,16 +12,16 @@ import time
 import numpy as np
 from typer.testing import CliRunner
 
-from accel.fpga import udp, wire
-from accel.fpga.adapter import FpgaAdapter
-from accel.fpga.emulator import Circuit, EmulatorServer
-from accel.fpga.plan import CircuitConfig, compile_fpga, pack_tuples
-from accel.fpga.verify import run_udp, verify
+from cep_accel.fpga import udp, wire
+from cep_accel.fpga.adapter import FpgaAdapter
+from cep_accel.fpga.emulator import Circuit, EmulatorServer
+from cep_accel.fpga.plan import CircuitConfig, compile_fpga, pack_tuples
+from cep_accel.fpga.verify import run_udp, verify
 from cep_core import reference
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_queries
 from cep_core.events import Event
-from services.cli.main import app
+from cep_service.cli.main import app
 
 MARATHON = load_queries("examples/marathon.cep")[0]
 CHECKPOINTS = ["Staten Island", "Brooklyn", "Queens", "Bronx", "Manhattan", "Harlem"]

@@ -11,10 +11,10 @@ from cep_core.event_io import decode_record
 from cep_core.errors import EventError
 from cep_core.json_batch import decode_json_batch
 from cep_core.schema import SchemaRegistry
-from services.stream import frames
-from services.stream.control import ControlMessage, QuerySet, horizon, parse_control
-from services.stream.merge import Merger
-from services.stream.splitter import partition_ids
+from cep_service.stream import frames
+from cep_service.stream.control import ControlMessage, QuerySet, horizon, parse_control
+from cep_service.stream.merge import Merger
+from cep_service.stream.splitter import partition_ids
 
 TRADES = SchemaRegistry().get("trades")
 MSHAPE = """QUERY m FROM trades INTO tops PARTITION BY symbol
@@ -129,7 +129,7 @@ def test_merger_releases_in_seq_order_once_every_partition_passed():
 
 
 def test_topic_prefix_names_internal_topics_and_groups_only():
-    from services.stream.kafka import Topics
+    from cep_service.stream.kafka import Topics
 
     plain = Topics("trades")
     assert (plain.source, plain.control, plain.keyed) == ("trades", "cep.queries",

@@ -8,11 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from accel.gpu.placement import estimated_cost, place
+from cep_accel.gpu.placement import estimated_cost, place
 from cep_core.checker import load_queries, load_query_text
 
 ROOT = Path(__file__).resolve().parent.parent
-CEP = [sys.executable, "-c", "from services.cli.main import main; main()"]
+CEP = [sys.executable, "-c", "from cep_service.cli.main import main; main()"]
 
 
 def cep(*args, **env):

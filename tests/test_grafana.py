@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from services.stream.metrics import Metrics
+from cep_service.stream.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAFANA = ROOT / "services" / "grafana"

@@ -63,7 +63,7 @@ def test_a_service_whose_folder_cannot_be_made_says_so_at_once(tmp_path):
 
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    done = subprocess.run([sys.executable, "-m", "services.cli.main", "serve", "splitter",
+    done = subprocess.run([sys.executable, "-m", "cep_service.cli.main", "serve", "splitter",
                            "--bootstrap", "127.0.0.1:9", "--web-port", "0"],
                           env={**os.environ, "CEP_HOME": str(blocker)},
                           capture_output=True, text=True, timeout=60)

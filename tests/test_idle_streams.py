@@ -11,11 +11,11 @@ import dataclasses
 import orjson
 
 from cep_core.schema import SchemaRegistry
-from services.stream import frames
-from services.stream.control import ControlMessage
-from services.stream.merge import Merger
-from services.stream.frames import Frame
-from services.stream.memory_pipeline import MemoryPipeline
+from cep_service.stream import frames
+from cep_service.stream.control import ControlMessage
+from cep_service.stream.merge import Merger
+from cep_service.stream.frames import Frame
+from cep_service.stream.memory_pipeline import MemoryPipeline
 
 T0 = 1_704_187_800_000  # 09:30:00, on a minute
 WINDOW = ("QUERY per_minute INTO per_minute SELECT count(*) AS n, sum(volume) AS volume "

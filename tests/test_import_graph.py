@@ -11,33 +11,36 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.layout import PACKAGES, ROOT, module_name
+
 CEP_CORE = ROOT / "cep_core"
-TOP_LEVEL = ("cep_core", "services", "accel", "bench")
+OLD_NAMES = ("services", "accel", "bench")
 
 # A package may import the packages of lower layers (and its own), never a higher one or
 # another of its own layer. A package of services/ is its own unit.
 LAYERS = {
-    "cep_core": 0,                                          # the language and the engines
-    "services.errors": 1,
-    "services.extras": 2,
-    "services.stream": 3,                                   # the Kafka service
-    "services.api": 4, "services.backfill": 4,              # beside each other, on the service
-    "services.spark_stream": 5,                             # the backfill's engines, streaming
-    "accel": 6,                                             # accelerators
-    "services.cli": 7,                                      # the command line
-    "bench": 8,                                             # benchmarks run the CLI too
+    "cep_core": 0,                                     # the language and the engines
+    "cep_service.errors": 1,
+    "cep_service.extras": 2,
+    "cep_service.stream": 3,                           # the Kafka service
+    "cep_service.api": 4, "cep_service.backfill": 4,   # beside each other, on the service
+    "cep_service.spark_stream": 5,                     # the backfill's engines, streaming
+    "cep_accel": 6,                                    # accelerators
+    "cep_service.cli": 7,                              # the command line
+    "cep_service.bench": 8,                            # benchmarks run the CLI too
 }
 # Upward imports still there, each with the reason (the test fails when one is gone).
 KNOWN_UPWARD = {
-    ("services.cli", "bench"): "`cep bench ...` commands import bench's modules when they run",
+    ("cep_service.cli", "cep_service.bench"):
+        "`cep bench ...` commands import bench's modules when they run",
 }
 
 
 def imported_modules(path: Path) -> set[str]:
     """Every module an import statement of the file names (`from cep_core import engine`
     names `cep_core.engine`; relative imports are resolved)."""
-    package = ".".join(path.relative_to(CEP_CORE.parent).with_suffix("").parts[:-1])
+    parts = list(path.relative_to(ROOT).parts[:-1])
+    package = ".".join([PACKAGES.get(parts[0], parts[0]), *parts[1:]]) if parts else ""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -84,23 +87,22 @@ def test_the_check_sees_imports_in_functions_and_relative_ones(monkeypatch):
 
 def unit_of(module: str) -> str | None:
     parts = module.split(".")
-    if parts[0] not in TOP_LEVEL:
+    if parts[0] not in ("cep_core", "cep_service", "cep_accel"):
         return None
-    return ".".join(parts[:2]) if parts[0] == "services" and len(parts) > 1 else parts[0]
+    return ".".join(parts[:2]) if parts[0] == "cep_service" and len(parts) > 1 else parts[0]
 
 
 def module_of(path: str) -> str:
-    parts = Path(path).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    return module_name(ROOT / path)
 
 
 def project_imports() -> dict[str, set[str]]:
     """module file -> the project's modules it imports."""
     found = {}
-    for top in TOP_LEVEL:
+    for top in PACKAGES:
         for path in sorted((ROOT / top).rglob("*.py")):
             found[str(path.relative_to(ROOT))] = {
-                m for m in imported_modules(path) if unit_of(m) not in (None, "services")}
+                m for m in imported_modules(path) if unit_of(m) not in (None, "cep_service")}
     return found
 
 
@@ -117,7 +119,7 @@ def upward_imports() -> dict[tuple[str, str], list[str]]:
 
 def test_every_package_has_a_layer():
     units = {unit_of(module_of(path)) for path in project_imports()}
-    units.discard("services")  # services/__init__.py, empty
+    units.discard("cep_service")  # services/__init__.py, empty
     assert units - set(LAYERS) == set(), "give the new package a layer in LAYERS"
 
 
@@ -137,3 +139,14 @@ def test_the_core_imports_no_accelerator_and_no_service():
     assert not {path: sorted(m for m in modules if unit_of(m) != "cep_core")
                 for path, modules in imports.items()
                 if any(unit_of(m) != "cep_core" for m in modules)}
+
+
+def test_nothing_imports_the_folders_names():
+    """`services`, `accel` and `bench` are folders of the repository, not names the wheel
+    installs: an import of one works only in a checkout (and loads a second copy)."""
+    files = [p for top in (*PACKAGES, "tests", "docker")
+             for p in sorted((ROOT / top).rglob("*.py"))]
+    wrong = {str(p.relative_to(ROOT)): sorted(m for m in imported_modules(p)
+                                               if m.split(".")[0] in OLD_NAMES)
+             for p in files}
+    assert not {path: modules for path, modules in wrong.items() if modules}

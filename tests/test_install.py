@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,22 @@ def installed(tmp_path_factory):
     work = base / "work"
     work.mkdir()
     return venv / "bin", work
+
+
+def test_the_wheel_installs_the_projects_names_only(installed):
+    """No generic `services`, `accel` or `bench` in a user's site-packages: the folders
+    install as cep_service, cep_accel and cep_service.bench."""
+    bin_dir, work = installed
+    wheel = next((work.parent / "wheels").glob("cep_service-*.whl"))
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    assert {n.split("/")[0] for n in names if ".dist-info/" not in n} == \
+        {"cep_core", "cep_service", "cep_accel"}
+    assert "cep_service/bench/bench_core.py" in names
+    assert "cep_service/api/console/index.html" in names
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    with zipfile.ZipFile(wheel) as archive:
+        assert "cep = cep_service.cli.main:app" in archive.read(entry_points).decode()
 
 
 def test_the_wheel_holds_the_schemas(installed):
@@ -149,7 +166,7 @@ def test_the_installed_api_serves_the_console(installed):
     import time
     import urllib.request
 
-    from services.stream.broker import free_port
+    from cep_service.stream.broker import free_port
 
     bin_dir, work = installed
     port = free_port()

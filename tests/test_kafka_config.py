@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaException
 
-from services.stream.kafka import KafkaSettings
+from cep_service.stream.kafka import KafkaSettings
 
 SASL = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
         "sasl.username": "cep", "sasl.password": "secret"}
@@ -66,7 +66,7 @@ def test_tansu_gets_its_own_client_defaults(kafka_bootstrap, monkeypatch):
     """On tansu (cluster id tansu_cluster) producers linger 200 ms and fetches wait 100 ms
     (services/stream/kafka.py: a fetch lists every stored batch of its partitions); other
     brokers keep the low-latency defaults; CEP_KAFKA_* values win over both."""
-    from services.stream.kafka import TANSU_CONSUMER_DEFAULTS, TANSU_PRODUCER_DEFAULTS
+    from cep_service.stream.kafka import TANSU_CONSUMER_DEFAULTS, TANSU_PRODUCER_DEFAULTS
 
     monkeypatch.delenv("CEP_BROKER", raising=False)
     settings = KafkaSettings(kafka_bootstrap)

@@ -17,14 +17,14 @@ import pytest
 from cep_core import reference
 from cep_core.checker import load_queries
 from cep_core.event_io import read_events
-from services.stream.control import split_query_file
-from services.stream.topics import OFFSET_BEGINNING
+from cep_service.stream.control import split_query_file
+from cep_service.stream.topics import OFFSET_BEGINNING
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-CORES = ["services.stream.routing", "services.stream.partition", "services.stream.merge",
-         "services.stream.memory_pipeline", "services.stream.topics",
-         "services.stream.status", "services.stream.splitter_order"]
+CORES = ["cep_service.stream.routing", "cep_service.stream.partition", "cep_service.stream.merge",
+         "cep_service.stream.memory_pipeline", "cep_service.stream.topics",
+         "cep_service.stream.status", "cep_service.stream.splitter_order"]
 
 # Run in the child: importing a blocked package raises ImportError, as where it is missing.
 BLOCK = """
@@ -55,7 +55,7 @@ except ImportError:
 """)
     assert out.strip() == "blocked"
     with pytest.raises(AssertionError, match="blocked in this test"):
-        run_child("import services.stream.kafka")
+        run_child("import cep_service.stream.kafka")
 
 
 @pytest.mark.parametrize("module", CORES)
@@ -80,7 +80,7 @@ def test_memory_pipeline_runs_without_kafka():
 import json
 from pathlib import Path
 from cep_core.control_message import ControlMessage
-from services.stream.memory_pipeline import MemoryPipeline
+from cep_service.stream.memory_pipeline import MemoryPipeline
 given = json.loads({given!r})
 pipeline = MemoryPipeline(given["stream"], partitions=3)
 for name, text in given["queries"]:

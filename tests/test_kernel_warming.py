@@ -22,9 +22,9 @@ from cep_core.checker import load_queries, load_query_text
 from cep_core.event_io import read_events
 from cep_core.kernel_warmer import KernelWarmer, synthetic_events
 from cep_core.schema import SchemaRegistry
-from services.stream.control import split_query_file
-from services.stream.kafka import KafkaSettings, Topics, produce, produce_end, read_all
-from services.stream.pipeline import LocalPipeline, create_topics, wait_for
+from cep_service.stream.control import split_query_file
+from cep_service.stream.kafka import KafkaSettings, Topics, produce, produce_end, read_all
+from cep_service.stream.pipeline import LocalPipeline, create_topics, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -77,7 +77,7 @@ def test_after_warming_a_new_process_compiles_no_kernel(case, tmp_path, monkeypa
 def cep(broker, topics: Topics, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "KAFKA_BOOTSTRAP": broker.bootstrap, "CEP_TOPIC_PREFIX": topics.prefix,
            "CEP_STREAM": topics.stream}
-    return subprocess.run([sys.executable, "-m", "services.cli.main", *args, "--timeout", "300"],
+    return subprocess.run([sys.executable, "-m", "cep_service.cli.main", *args, "--timeout", "300"],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=400)
 
 

@@ -118,7 +118,7 @@ def test_compatible_stream_changes_are_versioned():
 
 
 def test_a_query_is_checked_once_per_process(monkeypatch):
-    from services.stream.worker import PartitionState
+    from cep_service.stream.worker import PartitionState
 
     calls = []
     check = cm._check_query
@@ -162,7 +162,7 @@ def test_one_time_unit_table():
 
 
 def test_status_records_say_what_is_live_per_service_and_when_a_change_settled():
-    from services.stream.control import outcomes_of, services_up, settled
+    from cep_service.stream.control import outcomes_of, services_up, settled
 
     change = {"key": "query/wide", "offset": 7}
     live = {"queries": {"wide": 0}, "streams": {}}

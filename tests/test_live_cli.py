@@ -20,8 +20,8 @@ import pytest
 
 from cep_core.control_message import ControlMessageError
 from cep_core.errors import Problem
-from services.cli.live import _in_file
-from services.stream.live_changes import query_changes
+from cep_service.cli.live import _in_file
+from cep_service.stream.live_changes import query_changes
 
 ROOT = Path(__file__).resolve().parent.parent
 # A file whose second query starts on line 4, column 4, and misspells two attributes.
@@ -103,19 +103,19 @@ def cep_at(bootstrap: str, prefix: str, *args: str,
     environment.update(KAFKA_BOOTSTRAP=bootstrap, COLUMNS="200", **(env or {}))
     if prefix:
         environment["CEP_TOPIC_PREFIX"] = prefix
-    return subprocess.run([sys.executable, "-m", "services.cli.main", *args], env=environment,
+    return subprocess.run([sys.executable, "-m", "cep_service.cli.main", *args], env=environment,
                           cwd=ROOT, capture_output=True, text=True, timeout=180)
 
 
 @pytest.fixture
 def broker(kafka_bootstrap):
-    from services.stream.kafka import KafkaSettings
+    from cep_service.stream.kafka import KafkaSettings
     return KafkaSettings(kafka_bootstrap, session_timeout_ms=2000)
 
 
 def _say(broker, topic: str, records: list[dict]) -> None:
     """Status records as services write them (`role@host:pid`)."""
-    from services.stream.kafka import ensure_topics, produce
+    from cep_service.stream.kafka import ensure_topics, produce
 
     ensure_topics(broker, {topic: 1})
     producer = broker.producer()

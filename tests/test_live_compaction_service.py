@@ -13,9 +13,9 @@ from pathlib import Path
 import orjson
 
 from cep_core.control_message import REFUSED_HEADER
-from services.stream.control import control_log
-from services.stream.kafka import KafkaSettings, Topics, ensure_topics, produce
-from services.stream.pipeline import LocalPipeline, create_topics, wait_for
+from cep_service.stream.control import control_log
+from cep_service.stream.kafka import KafkaSettings, Topics, ensure_topics, produce
+from cep_service.stream.pipeline import LocalPipeline, create_topics, wait_for
 from tests.test_live_service import UPS, cep, splitter_up, write
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,9 +20,9 @@ from cep_core import reference
 from cep_core.checker import load_query_text
 from cep_core.event_io import read_events
 from cep_core.schema import SchemaRegistry, StreamSchema
-from services.stream.control import StatusReader, services_up
-from services.stream.kafka import KafkaSettings, Topics, produce, produce_end, read_all
-from services.stream.pipeline import LocalPipeline, create_topics, wait_for
+from cep_service.stream.control import StatusReader, services_up
+from cep_service.stream.kafka import KafkaSettings, Topics, produce, produce_end, read_all
+from cep_service.stream.pipeline import LocalPipeline, create_topics, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 TRADES = ROOT / "examples" / "data" / "trades.jsonl"
@@ -39,7 +39,7 @@ def broker(kafka_bootstrap):
 def cep(broker, topics: Topics, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "KAFKA_BOOTSTRAP": broker.bootstrap, "CEP_TOPIC_PREFIX": topics.prefix,
            "CEP_STREAM": topics.stream}
-    return subprocess.run([sys.executable, "-m", "services.cli.main", *args, "--timeout", "120"],
+    return subprocess.run([sys.executable, "-m", "cep_service.cli.main", *args, "--timeout", "120"],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=180)
 
 
@@ -160,11 +160,11 @@ def test_no_outcome_in_time_exits_2_and_no_pipeline_exits_0(broker, tmp_path):
     assert "no 'trades' pipeline is up; the change waits on" in queued.stdout
 
     create_topics(broker, topics, 1)  # a splitter that says it is up, and never answers
-    from services.stream.control import StatusWriter
+    from cep_service.stream.control import StatusWriter
     producer = broker.producer()
     StatusWriter(topics.status, "splitter").presence(producer, "up")
     producer.flush(30)
-    update = subprocess.run([sys.executable, "-m", "services.cli.main", "query", "update", query,
+    update = subprocess.run([sys.executable, "-m", "cep_service.cli.main", "query", "update", query,
                              "--timeout", "1"], env={**os.environ,
                             "KAFKA_BOOTSTRAP": broker.bootstrap,
                             "CEP_TOPIC_PREFIX": topics.prefix}, cwd=ROOT, capture_output=True,

@@ -11,8 +11,8 @@ import pytest
 from cep_core import reference
 from cep_core.checker import load_queries
 from cep_core.event_io import read_events
-from services.stream.control import ControlMessage, split_query_file
-from services.stream.memory_pipeline import MemoryPipeline
+from cep_service.stream.control import ControlMessage, split_query_file
+from cep_service.stream.memory_pipeline import MemoryPipeline
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 CASES = {"match": ("marathon.cep", "data/checkpoints.jsonl"),

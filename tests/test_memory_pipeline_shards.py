@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.stream.kafka import Topics
+from cep_service.stream.kafka import Topics
 from tests.test_memory_pipeline import CASES, assert_outputs, case, lines_of, pipeline_of
 
 

@@ -17,8 +17,9 @@ from cep_core import reference
 from cep_core.checker import load_queries
 from cep_core.event_io import read_events
 from cep_core.schema import SchemaRegistry
-from services.stream.kafka import KafkaSettings, Topics, flush_all, produce, produce_end, read_all
-from services.stream.pipeline import LocalPipeline, create_topics, wait_for
+from cep_service.stream.kafka import (KafkaSettings, Topics, flush_all, produce, produce_end,
+                                      read_all)
+from cep_service.stream.pipeline import LocalPipeline, create_topics, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 OWN = ROOT / "examples" / "own_stream"
@@ -41,7 +42,7 @@ def test_own_stream_through_the_pipeline(kafka_bootstrap, monkeypatch):
     before = {topic: len(got) for topic, got in _outputs(settings, queries).items()}
     env = {k: v for k, v in os.environ.items() if k != "CEP_SCHEMA_PATH"}
     env.update(KAFKA_BOOTSTRAP=kafka_bootstrap, CEP_TOPIC_PREFIX=topics.prefix)
-    cep = [sys.executable, "-m", "services.cli.main", "query", "add", str(OWN / "orders.cep")]
+    cep = [sys.executable, "-m", "cep_service.cli.main", "query", "add", str(OWN / "orders.cep")]
     unknown = subprocess.run(cep, env=env, capture_output=True, text=True, timeout=60)
     assert unknown.returncode == 1 and "orders" in unknown.stderr
     added = subprocess.run(cep + ["--schema", str(OWN / "schemas")], env=env,

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import orjson
 
-from services.stream import frames
-from services.stream.control import ControlMessage, split_query_file
-from services.stream.kafka import Topics
-from services.stream.partition import PartitionState
-from services.stream.routing import message, Router, records
+from cep_service.stream import frames
+from cep_service.stream.control import ControlMessage, split_query_file
+from cep_service.stream.kafka import Topics
+from cep_service.stream.partition import PartitionState
+from cep_service.stream.routing import message, Router, records
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TRADES = [line for line in (EXAMPLES / "data" / "trades.jsonl").read_bytes().splitlines()

@@ -15,7 +15,7 @@ import pytest
 from cep_core.ast import QueryKind
 from cep_core.checker import load_query_text
 from cep_core.event_io import read_events
-from services.cli.common import Engine, run_queries
+from cep_service.cli.common import Engine, run_queries
 
 PEERS = Path(__file__).resolve().parent.parent / "bench" / "peers"
 sys.path.insert(0, str(PEERS))

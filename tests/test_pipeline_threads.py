@@ -21,9 +21,9 @@ SCRIPT = r'''
 import importlib, json, sys, threading, traceback
 from pathlib import Path
 
-from services.stream.control import split_query_file
-from services.stream.kafka import KafkaSettings, Topics
-from services.stream.pipeline import LocalPipeline
+from cep_service.stream.control import split_query_file
+from cep_service.stream.kafka import KafkaSettings, Topics
+from cep_service.stream.pipeline import LocalPipeline
 
 fresh = "numba" not in sys.modules
 # made (not started: no broker) before any thread, as every user of the pipeline does

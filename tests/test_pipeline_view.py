@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import orjson
 
-from services.api.history import History
-from services.api.pipeline import endpoint_figures, graph_dot, look, pipeline, process_figures
-from services.stream import frames
-from services.stream.merge import Merger
-from services.stream.kafka import Topics
-from services.stream.metrics import Metrics, withheld
+from cep_service.api.history import History
+from cep_service.api.pipeline import endpoint_figures, graph_dot, look, pipeline, process_figures
+from cep_service.stream import frames
+from cep_service.stream.merge import Merger
+from cep_service.stream.kafka import Topics
+from cep_service.stream.metrics import Metrics, withheld
 
 MATCH = """QUERY m FROM trades INTO tops PARTITION BY symbol
 PATTERN ( . up ) DEFINE up AS price > Last(price) EMIT symbol = symbol;"""
@@ -209,8 +209,8 @@ def test_the_endpoints_refuse_unknown_and_malformed_streams(kafka_bootstrap):
     import urllib.request
     import uuid
 
-    from services.api.app import ApiConfig, ApiThread
-    from services.stream.kafka import KafkaSettings
+    from cep_service.api.app import ApiConfig, ApiThread
+    from cep_service.stream.kafka import KafkaSettings
 
     def get(path):
         try:
@@ -240,8 +240,8 @@ def test_the_chained_pipeline_serves_its_cores_figures(kafka_bootstrap):
 
     from prometheus_client import generate_latest
 
-    from services.stream.kafka import KafkaSettings
-    from services.stream.pipeline import LocalPipeline, wait_progressing
+    from cep_service.stream.kafka import KafkaSettings
+    from cep_service.stream.pipeline import LocalPipeline, wait_progressing
     from tests.stream_harness import file_records, produce_to_end, topics_with_queries
 
     root = Path(__file__).resolve().parent.parent

@@ -24,7 +24,7 @@ def lines_of(code: str, **env) -> list[dict]:
 
 def test_the_role_comes_from_cep_role_until_the_process_names_it():
     found = lines_of("""
-from services.stream.serve import configure_logging, log
+from cep_service.stream.serve import configure_logging, log
 log("before", n=1)
 configure_logging("worker")
 log("after", level="warning", n=2)
@@ -38,7 +38,7 @@ log("hidden", level="debug")
 def test_pythons_logging_writes_the_same_lines_with_the_role():
     found = lines_of("""
 import logging
-from services.stream.serve import configure_logging
+from cep_service.stream.serve import configure_logging
 configure_logging("coordinator")
 logging.getLogger("faust.worker").warning("rebalancing %d", 3)
 try:
@@ -55,6 +55,6 @@ except ZeroDivisionError:
 
 
 def test_no_role_outside_the_process_log():
-    import services.stream.serve as serve
+    import cep_service.stream.serve as serve
 
     assert not hasattr(serve, "ROLE")

@@ -12,9 +12,9 @@ import urllib.request
 
 import pytest
 
-from services.stream.broker import free_port
-from services.stream.metrics import Metrics
-from services.stream.pipeline import wait_for
+from cep_service.stream.broker import free_port
+from cep_service.stream.metrics import Metrics
+from cep_service.stream.pipeline import wait_for
 
 PROMETHEUS = shutil.which("prometheus")
 

@@ -123,7 +123,7 @@ def test_a_table_of_events_and_bad_records():
 
 
 def cep(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "services.cli.main", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "cep_service.cli.main", *args], cwd=ROOT,
                           env={**os.environ, **(env or {})}, capture_output=True, text=True,
                           timeout=300)
 
@@ -172,9 +172,9 @@ def test_cli_errors_exit_2(tmp_path):
 
 
 def test_cli_without_old_and_no_broker_says_so(tmp_path, monkeypatch):
-    from services.cli.main import app
-    from services.errors import BrokerUnreachable
-    from services.stream import control
+    from cep_service.cli.main import app
+    from cep_service.errors import BrokerUnreachable
+    from cep_service.stream import control
 
     def unreachable(settings, topic):
         raise BrokerUnreachable(f"broker {settings.bootstrap}: Local: Broker transport failure")

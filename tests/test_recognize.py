@@ -312,7 +312,7 @@ def test_a_pattern_of_optional_variables_only_is_refused_as_flink_refuses_it():
 
 
 def test_the_backfill_splits_it_by_its_partition_by():
-    from services.backfill.plan import split_keys
+    from cep_service.backfill.plan import split_keys
 
     # tests/test_recognize_backfill.py runs it in Spark
     assert split_keys(load_query_text(V_SHAPE)[0]) == ("symbol",)

@@ -12,10 +12,10 @@ import uuid
 from cep_core import reference
 from cep_core.checker import load_query_text
 from cep_core.event_io import read_events
-from services.api.app import ApiConfig, ApiThread
-from services.stream.kafka import Topics, flush_all, produce, produce_end
-from services.stream.live_changes import services_view
-from services.stream.pipeline import LocalPipeline, create_topics, wait_for
+from cep_service.api.app import ApiConfig, ApiThread
+from cep_service.stream.kafka import Topics, flush_all, produce, produce_end
+from cep_service.stream.live_changes import services_view
+from cep_service.stream.pipeline import LocalPipeline, create_topics, wait_for
 from tests.test_api import TOKEN, TRADES, call, settings, sse_events  # noqa: F401
 
 STATEMENT = """SELECT * FROM trades MATCH_RECOGNIZE (

@@ -11,7 +11,7 @@ import pytest
 
 from cep_core.checker import load_queries, load_query_text
 from cep_core.schema import SchemaRegistry
-from services.backfill.plan import plan
+from cep_service.backfill.plan import plan
 from tests.test_backfill import assert_backfill_matches, trades_lines
 from tests.test_recognize_service import MR
 

@@ -323,7 +323,7 @@ def test_cep_run_jit_default_gives_the_references_lines(tmp_path):
     query.write_text(statement + ";\n")
     events = tmp_path / "events.jsonl"
     events.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
-    done = subprocess.run([sys.executable, "-m", "services.cli.main", "run", str(query),
+    done = subprocess.run([sys.executable, "-m", "cep_service.cli.main", "run", str(query),
                            "--events", str(events)], capture_output=True, text=True,
                           cwd=ROOT, timeout=300, check=False)
     assert done.returncode == 0, done.stderr

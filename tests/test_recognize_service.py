@@ -19,12 +19,12 @@ import pytest
 from cep_core import reference
 from cep_core.checker import load_queries, load_query_text
 from cep_core.event_io import read_events
-from services.stream.checkpoint import read_latest
-from services.stream.control import ControlMessage, publish, split_query_file
-from services.stream.kafka import KafkaSettings, Topics, read_all
-from services.stream.merge import Merger
-from services.stream.metrics import withheld
-from services.stream.pipeline import LocalPipeline, create_topics, wait_progressing
+from cep_service.stream.checkpoint import read_latest
+from cep_service.stream.control import ControlMessage, publish, split_query_file
+from cep_service.stream.kafka import KafkaSettings, Topics, read_all
+from cep_service.stream.merge import Merger
+from cep_service.stream.metrics import withheld
+from cep_service.stream.pipeline import LocalPipeline, create_topics, wait_progressing
 from tests.stream_harness import file_records, produce_lines
 from tests.test_service_e2e import EXAMPLES
 
@@ -174,7 +174,7 @@ def test_a_chained_pipeline_started_again_from_its_cut(broker):
 
 
 def _frame(part: int, upto: int, composites=(), held=None):
-    from services.stream import frames
+    from cep_service.stream import frames
 
     headers = {"part": part, "upto": upto, "ts": upto, "held": held}
     return frames.Frame(frames.MATCHES, headers,

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import orjson
 
-from services.stream import frames
-from services.stream.control import ControlMessage, split_query_file
-from services.stream.kafka import Topics
-from services.stream.routing import message, Router, partition_ids, records
-from services.stream.splitter_order import ORDER_HEADER
+from cep_service.stream import frames
+from cep_service.stream.control import ControlMessage, split_query_file
+from cep_service.stream.kafka import Topics
+from cep_service.stream.routing import message, Router, partition_ids, records
+from cep_service.stream.splitter_order import ORDER_HEADER
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TRADES = [line for line in (EXAMPLES / "data" / "trades.jsonl").read_bytes().splitlines()
@@ -128,8 +128,8 @@ def test_end_of_input_waits_for_every_source_partition():
 def test_plain_steps_log_the_runs_runs_of_gives():
     import random
 
-    from services.stream.routing import PlainMessages
-    from services.stream.splitter_order import runs_of
+    from cep_service.stream.routing import PlainMessages
+    from cep_service.stream.splitter_order import runs_of
 
     rng = random.Random(7)
     nexts = [0, 100, 200]

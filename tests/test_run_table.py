@@ -11,7 +11,7 @@ import pytest
 from cep_core.checker import load_queries
 from cep_core.event_io import read_events
 from cep_core.event_reader import read_table
-from services.cli.common import Engine, run_queries
+from cep_service.cli.common import Engine, run_queries
 from tests.test_cli import RISE, cep, trade
 from tests.test_examples import FILES, data_for
 
@@ -79,7 +79,7 @@ def test_reading_running_and_writing_json_lines_import_no_pandas(tmp_path):
 import sys
 from cep_core.checker import load_queries
 from cep_core.event_reader import read_table
-from services.cli.common import Engine, run_queries
+from cep_service.cli.common import Engine, run_queries
 queries = load_queries({str(query)!r})
 table, dead = read_table({str(events)!r}, queries[0].schema)
 composites, rejected = run_queries(queries, table, Engine.JIT)
@@ -107,7 +107,7 @@ import sys
 from cep_core.checker import load_queries
 from cep_core.composites import read as read_composites
 from cep_core.event_reader import read_table
-from services.cli.common import Engine, run_queries
+from cep_service.cli.common import Engine, run_queries
 queries = load_queries({str(query)!r})
 table, dead = read_table({str(tmp_path / "in.parquet")!r}, queries[0].schema)
 composites, rejected = run_queries(queries, table, Engine.JIT)

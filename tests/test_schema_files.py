@@ -33,8 +33,9 @@ ORDERS = {
 
 
 def _cep(*args, env=None, cwd=None):
-    return subprocess.run([sys.executable, "-m", "services.cli.main", *args], capture_output=True,
-                          text=True, env={**os.environ, **(env or {})}, cwd=cwd)
+    return subprocess.run([sys.executable, "-m", "cep_service.cli.main", *args],
+                          capture_output=True, text=True, env={**os.environ, **(env or {})},
+                          cwd=cwd)
 
 
 def test_built_in_schemas_live_in_the_package():

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import typer
 
-from services.cli.serve import PASSED_DOWN, ServeOptions, _register_serve
-from services.stream.topics import Topics
+from cep_service.cli.serve import PASSED_DOWN, ServeOptions, _register_serve
+from cep_service.stream.topics import Topics
 
 OPTIONS = ServeOptions(
     bootstrap="broker:9092", stream="trades", partitions=3, distributed=True, workers=2,

@@ -23,10 +23,10 @@ import pytest
 from cep_core import reference
 from cep_core.checker import load_queries
 from cep_core.event_io import read_events
-from services.stream.broker import free_port
-from services.stream.control import ControlMessage, publish, split_query_file
-from services.stream.kafka import KafkaSettings, Topics, read_all
-from services.stream.pipeline import LocalPipeline, create_topics, wait_for
+from cep_service.stream.broker import free_port
+from cep_service.stream.control import ControlMessage, publish, split_query_file
+from cep_service.stream.kafka import KafkaSettings, Topics, read_all
+from cep_service.stream.pipeline import LocalPipeline, create_topics, wait_for
 from tests.stream_harness import file_records, produce_lines
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -171,7 +171,7 @@ def test_serve_all_processes_and_sigterm(broker, tmp_path):
     web_port = free_port()
     env = {**os.environ, "KAFKA_BOOTSTRAP": broker.bootstrap, "CEP_SESSION_TIMEOUT_MS": "2000",
            "CEP_TOPIC_PREFIX": topics.prefix, "CEP_WEB_PORT": str(web_port)}
-    cep = [sys.executable, "-m", "services.cli.main"]
+    cep = [sys.executable, "-m", "cep_service.cli.main"]
     added = subprocess.run(cep + ["query", "add", str(EXAMPLES / "finance.cep")], env=env,
                            cwd=ROOT, capture_output=True, timeout=60)
     assert added.returncode == 0, added.stderr

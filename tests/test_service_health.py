@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from services.stream.broker import free_port
-from services.stream.control import ControlMessage, publish, split_query_file
-from services.errors import BrokerUnreachable, DeliveryFailed
-from services.stream.kafka import (
+from cep_service.stream.broker import free_port
+from cep_service.stream.control import ControlMessage, publish, split_query_file
+from cep_service.errors import BrokerUnreachable, DeliveryFailed
+from cep_service.stream.kafka import (
     Deliveries,
     KafkaSettings,
     Topics,
@@ -28,8 +28,8 @@ from services.stream.kafka import (
     produce,
     produce_end,
 )
-from services.stream.metrics import Metrics
-from services.stream.pipeline import LocalPipeline, create_topics, wait_for
+from cep_service.stream.metrics import Metrics
+from cep_service.stream.pipeline import LocalPipeline, create_topics, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -135,7 +135,7 @@ def test_replication_factor_is_a_setting(settings, monkeypatch):
 def test_query_add_to_a_stopped_broker_exits_1():
     queries = EXAMPLES / "finance.cep"
     result = subprocess.run(
-        [sys.executable, "-m", "services.cli.main", "query", "add", str(queries), "--bootstrap",
+        [sys.executable, "-m", "cep_service.cli.main", "query", "add", str(queries), "--bootstrap",
          f"127.0.0.1:{free_port()}"], capture_output=True, text=True, timeout=60,
         env={**os.environ, "CEP_BROKER": "kafka"})
     assert result.returncode == 1, result.stderr

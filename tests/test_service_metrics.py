@@ -17,10 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from cep_core import reference
 from cep_core.checker import load_queries
 from cep_core.event_io import read_events
-from services.stream.broker import free_port
-from services.stream.control import ControlMessage, publish, split_query_file
-from services.stream.kafka import KafkaSettings, Topics, produce, produce_end
-from services.stream.pipeline import LocalPipeline, create_topics, wait_for
+from cep_service.stream.broker import free_port
+from cep_service.stream.control import ControlMessage, publish, split_query_file
+from cep_service.stream.kafka import KafkaSettings, Topics, produce, produce_end
+from cep_service.stream.pipeline import LocalPipeline, create_topics, wait_for
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 BAD = [b"{not json", b'{"symbol": "MSFT"}', b"[1, 2]"]

@@ -24,28 +24,28 @@ sys.path.insert(0, str(FIXTURES))
 import make_snapshots as made  # noqa: E402
 import test_splitter_end as splitter_test  # noqa: E402
 
-import services.stream.coordinator as coordinator_module  # noqa: E402
-import services.stream.splitter as splitter_module  # noqa: E402
-import services.stream.worker as worker_module  # noqa: E402
+import cep_service.stream.coordinator as coordinator_module  # noqa: E402
+import cep_service.stream.splitter as splitter_module  # noqa: E402
+import cep_service.stream.worker as worker_module  # noqa: E402
 from cep_core import snapshot_format as fmt  # noqa: E402
 from cep_core.batch import StringDictionary  # noqa: E402
 from cep_core.engine_factory import create_engine  # noqa: E402
 from cep_core.snapshot_format import SnapshotError, UncheckedSnapshot  # noqa: E402
-from services.stream.control import ControlMessage, split_query_file  # noqa: E402
-from services.stream.checkpoint import (  # noqa: E402
-    PIPELINE_HEADER,
-    Offset,
-    check_offsets,
-    slot_key,
-)
-from services.stream.coordinator import Coordinator  # noqa: E402
-from services.stream.merge import Merger  # noqa: E402
-from services.stream.kafka import KafkaSettings, Topics  # noqa: E402
-from services.stream.memory_pipeline import MemoryPipeline  # noqa: E402
-from services.stream.metrics import Metrics  # noqa: E402
-from services.stream.partition import PartitionState  # noqa: E402
-from services.stream.splitter import SPLITTER_KEY  # noqa: E402
-from services.stream.worker import Worker  # noqa: E402
+from cep_service.stream.control import ControlMessage, split_query_file  # noqa: E402
+from cep_service.stream.checkpoint import (  # noqa: E402
+                                           PIPELINE_HEADER,
+                                           Offset,
+                                           check_offsets,
+                                           slot_key,
+                                           )
+from cep_service.stream.coordinator import Coordinator  # noqa: E402
+from cep_service.stream.merge import Merger  # noqa: E402
+from cep_service.stream.kafka import KafkaSettings, Topics  # noqa: E402
+from cep_service.stream.memory_pipeline import MemoryPipeline  # noqa: E402
+from cep_service.stream.metrics import Metrics  # noqa: E402
+from cep_service.stream.partition import PartitionState  # noqa: E402
+from cep_service.stream.splitter import SPLITTER_KEY  # noqa: E402
+from cep_service.stream.worker import Worker  # noqa: E402
 
 V1 = FIXTURES / "snapshots" / "v1"
 V2 = FIXTURES / "snapshots" / "v2"

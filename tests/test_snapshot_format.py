@@ -12,7 +12,7 @@ import pytest
 import cep_core as cep
 from cep_core import snapshot_format as fmt
 from cep_core.snapshot_format import SnapshotError
-from services.stream.partition import PartitionState
+from cep_service.stream.partition import PartitionState
 
 V0 = Path(__file__).resolve().parent / "fixtures" / "snapshots" / "v0"
 V1 = V0.parent / "v1"

@@ -20,7 +20,7 @@ sys.path.insert(0, str(FIXTURES))
 import make_snapshots as made  # noqa: E402
 import test_splitter_end as splitter_test  # noqa: E402
 
-import services.stream.splitter as splitter_module  # noqa: E402
+import cep_service.stream.splitter as splitter_module  # noqa: E402
 from cep_core import reference  # noqa: E402
 from cep_core.batch import BatchEncoder, StringDictionary  # noqa: E402
 from cep_core.composite import sort_key  # noqa: E402
@@ -28,9 +28,9 @@ from cep_core.composites import read_table as composite_dicts  # noqa: E402
 from cep_core.engine_factory import create_engine  # noqa: E402
 from cep_core.event_reader import events_from_table  # noqa: E402
 from cep_core.snapshot_format import unpack_json  # noqa: E402
-from services.stream.merge import Merger  # noqa: E402
-from services.stream.partition import PartitionState  # noqa: E402
-from services.stream.splitter import SPLITTER_KEY  # noqa: E402
+from cep_service.stream.merge import Merger  # noqa: E402
+from cep_service.stream.partition import PartitionState  # noqa: E402
+from cep_service.stream.splitter import SPLITTER_KEY  # noqa: E402
 
 VERSIONS = sorted(p.name for p in (FIXTURES / "snapshots").glob("v*"))
 QUERIES = {"mshape": "finance", "activity": "finance", "fulfilled": "rfid",

@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 
 from cep_core.schema import SchemaRegistry
-from services.stream.control import split_query_file
-from services.stream.worker import PartitionState
+from cep_service.stream.control import split_query_file
+from cep_service.stream.worker import PartitionState
 
 QUERIES = Path(__file__).resolve().parents[1] / "examples" / "finance.cep"
 ACTIVE, STRIDE, UNIVERSE = 100, 4, 500

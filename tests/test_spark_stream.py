@@ -21,9 +21,9 @@ pytest.importorskip("pyspark")
 from cep_core.checker import load_queries, load_query_text  # noqa: E402
 from cep_core.event_reader import read_table  # noqa: E402
 from cep_core.runner import run_checked  # noqa: E402
-from services.backfill.output import first_difference, read_composites  # noqa: E402
-from services.spark_stream.job import FileSource, KafkaSource, query_texts, start  # noqa: E402
-from services.spark_stream.sinks import FileSink, KafkaSink  # noqa: E402
+from cep_service.backfill.output import first_difference, read_composites  # noqa: E402
+from cep_service.spark_stream.job import FileSource, KafkaSource, query_texts, start  # noqa: E402
+from cep_service.spark_stream.sinks import FileSink, KafkaSink  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 FULL = os.environ.get("CEP_TEST_FULL") == "1"
@@ -131,7 +131,7 @@ def test_restart_from_checkpoint_and_query_changes(spark, tmp_path):
 
 
 def _produce(settings, topic: str, lines: list[bytes], keys: list[bytes] | None = None):
-    from services.stream.kafka import produce, produce_end
+    from cep_service.stream.kafka import produce, produce_end
 
     producer = settings.producer()
     for i, line in enumerate(lines):
@@ -152,7 +152,7 @@ def _written(settings, queries) -> list[dict]:
     import orjson
 
     from cep_core.composite import sort_key
-    from services.stream.kafka import read_all
+    from cep_service.stream.kafka import read_all
 
     index = {q.name: q.index for q in queries}
     out = [orjson.loads(m.value()) for q in queries for m in read_all(settings, q.query.output)]
@@ -164,7 +164,7 @@ def _written(settings, queries) -> list[dict]:
 def test_kafka_source_and_sink(spark, kafka_bootstrap, tmp_path):
     """From a source topic to the queries' INTO topics, 500 records per micro-batch: the
     composite events of `cep run`, each once."""
-    from services.stream.kafka import KafkaSettings, ensure_topics
+    from cep_service.stream.kafka import KafkaSettings, ensure_topics
 
     settings = KafkaSettings.from_env(kafka_bootstrap)
     tag = uuid.uuid4().hex[:8]
@@ -188,7 +188,7 @@ def logged_order(settings, topic: str, checkpoint: Path) -> list[bytes]:
     (Spark's offset log), source partition by partition, offset by offset."""
     import orjson
 
-    from services.stream.kafka import read_all
+    from cep_service.stream.kafka import read_all
 
     by_partition: dict[int, dict[int, bytes]] = {}
     for m in read_all(settings, topic):
@@ -210,7 +210,7 @@ def test_several_source_partitions(spark, kafka_bootstrap, tmp_path):
     composite events of `cep run` over the records in the job's logged order."""
     import orjson
 
-    from services.stream.kafka import KafkaSettings, ensure_topics
+    from cep_service.stream.kafka import KafkaSettings, ensure_topics
 
     settings = KafkaSettings.from_env(kafka_bootstrap)
     tag = uuid.uuid4().hex[:8]
@@ -244,7 +244,7 @@ def test_killed_and_restarted(tmp_path):
 
     queries, lines, _ = example("finance")
     event_files(tmp_path / "in", lines, per_file=100)
-    command = [sys.executable, "-m", "services.cli.main", "spark", "stream",
+    command = [sys.executable, "-m", "cep_service.cli.main", "spark", "stream",
                str(EXAMPLES / "finance.cep"), "--input-dir", str(tmp_path / "in"),
                "--output", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "checkpoint"),
                "--master", "local[1]", "--max-files", "1", "--once"]

@@ -21,16 +21,16 @@ pytest.importorskip("pyspark")
 from cep_core.checker import load_query_text  # noqa: E402
 from cep_core.control_message import ControlMessage  # noqa: E402
 from cep_core.schema import SchemaRegistry  # noqa: E402
-from services.backfill.output import first_difference, read_composites  # noqa: E402
-from services.spark_stream.job import (  # noqa: E402
-    CheckpointRefused,
-    FileSource,
-    claim_checkpoint,
-    start,
-    write_manifest,
-)
-from services.spark_stream.live import LiveJob, QueryWatch, read_changes  # noqa: E402
-from services.spark_stream.sinks import FileSink  # noqa: E402
+from cep_service.backfill.output import first_difference, read_composites  # noqa: E402
+from cep_service.spark_stream.job import (  # noqa: E402
+                                          CheckpointRefused,
+                                          FileSource,
+                                          claim_checkpoint,
+                                          start,
+                                          write_manifest,
+                                          )
+from cep_service.spark_stream.live import LiveJob, QueryWatch, read_changes  # noqa: E402
+from cep_service.spark_stream.sinks import FileSink  # noqa: E402
 from test_spark_stream import EXAMPLES, event_files, example, reference  # noqa: E402
 
 BIG = ("QUERY big FROM trades PARTITION BY symbol PATTERN ( . up+ ) "
@@ -38,8 +38,8 @@ BIG = ("QUERY big FROM trades PARTITION BY symbol PATTERN ( . up+ ) "
 
 
 def test_queries_change_while_the_job_runs(spark, kafka_bootstrap, tmp_path):
-    from services.stream.control import publish
-    from services.stream.kafka import KafkaSettings, ensure_topics
+    from cep_service.stream.control import publish
+    from cep_service.stream.kafka import KafkaSettings, ensure_topics
 
     queries, lines, texts = example("finance")
     names = [q.name for q in queries]
@@ -128,8 +128,8 @@ def test_foreign_and_old_checkpoints_refused(spark, tmp_path):
 def test_kafka_connector_detected_or_the_python_source(spark):
     """Spark's own Kafka source where its connector's class loads (not on this machine:
     the job falls back to its Python source), else cep_kafka; a wrong choice refused."""
-    from services.spark_stream.job import KafkaSource, kafka_reader
-    from services.spark_stream.spark_kafka import connector_available
+    from cep_service.spark_stream.job import KafkaSource, kafka_reader
+    from cep_service.spark_stream.spark_kafka import connector_available
 
     assert connector_available(spark, "org.apache.spark.sql.SparkSession")
     assert not connector_available(spark, "org.example.NoSuchConnector")
@@ -147,10 +147,10 @@ def test_path_for_sparks_kafka_source(spark, kafka_bootstrap, tmp_path, monkeypa
     in the job's logged order."""
     from test_spark_stream import _finance, _produce, _written, logged_order
 
-    from services.spark_stream import spark_kafka
-    from services.spark_stream.job import KafkaSource, register_sources
-    from services.spark_stream.sinks import KafkaSink
-    from services.stream.kafka import KafkaSettings, ensure_topics
+    from cep_service.spark_stream import spark_kafka
+    from cep_service.spark_stream.job import KafkaSource, register_sources
+    from cep_service.spark_stream.sinks import KafkaSink
+    from cep_service.stream.kafka import KafkaSettings, ensure_topics
 
     def records(spark, bootstrap, topic, max_records):
         register_sources(spark)
@@ -188,8 +188,8 @@ def test_file_larger_than_a_read_block(tmp_path):
     """A JSON lines file over `cep run`'s 4 MiB read block (50,000 events): every event
     read (pyarrow's files have no readline, which the reader needs past a block's end)."""
     from cep_core.workloads import WORKLOADS, write_events
-    from services.spark_stream.file_source import FileStep, FileStepReader
-    from services.spark_stream.sequencer import EVENT, KIND, Carry, CarryStore
+    from cep_service.spark_stream.file_source import FileStep, FileStepReader
+    from cep_service.spark_stream.sequencer import EVENT, KIND, Carry, CarryStore
 
     workload = WORKLOADS["finance0"]
     table = workload.generate(50_000, 1)
@@ -210,7 +210,7 @@ def test_cli_refusals_before_spark_starts(tmp_path):
     and exit 2, before any Spark session."""
     from typer.testing import CliRunner
 
-    from services.cli.main import app
+    from cep_service.cli.main import app
 
     runner = CliRunner()
     base = ["spark", "stream", "--input-dir", str(tmp_path), "--output", str(tmp_path / "o"),
@@ -230,7 +230,7 @@ def test_slots_hash_as_spark_does(spark):
     ones, negative and large ints."""
     from pyspark.sql import functions as F
 
-    from services.spark_stream.job import spark_hash
+    from cep_service.spark_stream.job import spark_hash
 
     groups = ['["symbol"]', "[]", "", "a", "ab", "abc", "abcd", "héllo wörld!", '["a","b"]',
               "!dead", "ÿ"]

@@ -16,9 +16,9 @@ from cep_core.checker import load_queries
 from cep_core.composite_batch import to_dicts
 from cep_core.event_reader import read_table
 from cep_core.runner import new_engines
-from services.spark_stream.keyed_state import kept_snapshot
-from services.spark_stream.sequencer import Carry, CarryStore, Sequencer
-from services.spark_stream.sinks import KafkaSink, murmur2_partition
+from cep_service.spark_stream.keyed_state import kept_snapshot
+from cep_service.spark_stream.sequencer import Carry, CarryStore, Sequencer
+from cep_service.spark_stream.sinks import KafkaSink, murmur2_partition
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -35,7 +35,7 @@ def _rows(n: int, query: str = "q") -> pa.Table:
 
 
 def test_kafka_sink_writes_each_batch_once(kafka_bootstrap):
-    from services.stream.kafka import KafkaSettings, ensure_topics, read_all
+    from cep_service.stream.kafka import KafkaSettings, ensure_topics, read_all
 
     settings = KafkaSettings.from_env(kafka_bootstrap)
     topic = f"sink_{uuid.uuid4().hex[:8]}"
@@ -56,7 +56,7 @@ def test_kafka_sink_writes_each_batch_once(kafka_bootstrap):
 
 
 def test_murmur2_as_librdkafka(kafka_bootstrap):
-    from services.stream.kafka import KafkaSettings, ensure_topics, read_all
+    from cep_service.stream.kafka import KafkaSettings, ensure_topics, read_all
 
     settings = KafkaSettings.from_env(kafka_bootstrap)
     topic = f"murmur_{uuid.uuid4().hex[:8]}"
@@ -109,7 +109,7 @@ def test_kept_snapshot_restores_the_kept_queries():
 
 
 def test_fingerprint_is_the_query_text():
-    from services.spark_stream.keyed_state import fingerprint
+    from cep_service.spark_stream.keyed_state import fingerprint
 
     text = "QUERY a FROM trades PATTERN ( . up+ )\nDEFINE up AS price > Last(price);"
     same = "-- a comment line\nQUERY a  FROM trades\n  PATTERN ( . up+ )\n" \
@@ -123,7 +123,7 @@ def test_packed_rows_route_and_come_back_in_order():
     (the same shard for the same key), an end of input to every shard, dead letters to
     their own key; a shard's packed rows read back in the sequencer's order; results
     through IPC and back."""
-    from services.spark_stream.packed import (
+    from cep_service.spark_stream.packed import (
         DEAD_GROUP, GROUP, SHARD, SLOT, Packer, Route, from_ipc, pack_results,
         unpack_results, unpack_rows)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError
 
-from services.stream.routing import PlainMessage
-from services.stream.splitter import SPLITTER_KEY
+from cep_service.stream.routing import PlainMessage
+from cep_service.stream.splitter import SPLITTER_KEY
 from tests.test_splitter_end import Source, new_splitter, source_messages
 
 

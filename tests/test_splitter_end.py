@@ -1,7 +1,7 @@
 """End of input over a source topic with several partitions, without Kafka: the splitter
 is fed consumed messages directly (`Splitter.take`) and its frames are collected.
 
-Each source partition gets its own end-of-input marker (`services.stream.kafka.produce_end`
+Each source partition gets its own end-of-input marker (`cep_service.stream.kafka.produce_end`
 writes one to every partition), and the input has ended only once every partition has
 given its marker. Records of one partition may be consumed after another partition's
 marker: the consumer returns partitions in any order, and a restarted splitter reads its
@@ -19,12 +19,12 @@ import orjson
 import pytest
 from confluent_kafka import TopicPartition
 
-import services.stream.splitter as splitter_module
-from services.stream import frames
-from services.stream.control import ControlMessage, split_query_file
-from services.stream.kafka import KafkaSettings, Topics
-from services.stream.routing import message
-from services.stream.splitter import SPLITTER_KEY, Splitter
+import cep_service.stream.splitter as splitter_module
+from cep_service.stream import frames
+from cep_service.stream.control import ControlMessage, split_query_file
+from cep_service.stream.kafka import KafkaSettings, Topics
+from cep_service.stream.routing import message
+from cep_service.stream.splitter import SPLITTER_KEY, Splitter
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SOURCE_PARTITIONS = 3

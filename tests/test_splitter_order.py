@@ -8,7 +8,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.stream.splitter_order import LoggedOrder, runs_of
+from cep_service.stream.splitter_order import LoggedOrder, runs_of
 
 
 class Message:

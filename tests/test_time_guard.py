@@ -26,8 +26,8 @@ from cep_core.event_io import read_events
 from cep_core.event_reader import read_table
 from cep_core.schema import SchemaError, SchemaRegistry, StreamSchema, time_amount
 from cep_core.time_guard import TOO_FAR_AHEAD, TimeGuard, seq_not_increasing
-from services.stream.control import ControlMessage, split_query_file
-from services.stream.memory_pipeline import MemoryPipeline
+from cep_service.stream.control import ControlMessage, split_query_file
+from cep_service.stream.memory_pipeline import MemoryPipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -37,7 +37,7 @@ BAD_TS = 10**15
 
 
 def cep_cli(*args):
-    command = [sys.executable, "-m", "services.cli.main"]
+    command = [sys.executable, "-m", "cep_service.cli.main"]
     env = {**os.environ, "COLUMNS": "200"}
     env.pop("CEP_DEBUG", None)
     return subprocess.run(command + [str(a) for a in args], capture_output=True, text=True,
@@ -375,8 +375,8 @@ def test_backfill_scan_refuses_the_same_event(spark, trades_files, tmp_path):
     """The Spark backfill's scan exchange reads with `cep run`'s reader: over the input cut
     in two files (the bad trade opening the second, so the stream's time must go on from
     the first file), the same composite events and dead letters as `cep run`."""
-    from services.backfill.job import run_backfill
-    from services.backfill.output import read_composites, read_dead_letters
+    from cep_service.backfill.job import run_backfill
+    from cep_service.backfill.output import read_composites, read_dead_letters
 
     queries = cep.compile(FINANCE.read_text())
     expected = queries.run(trades_files["bad"])

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from services.stream.pipeline import flush_progressing, wait_progressing
+from cep_service.stream.pipeline import flush_progressing, wait_progressing
 
 
 def test_waits_past_the_stall_time_while_progress_moves():

@@ -124,7 +124,7 @@ def test_jsonl_escapes_strings_it_cannot_write_column_wise(tmp_path):
 
 
 def cep(*args):
-    command = [str(CEP)] if CEP.exists() else [sys.executable, "-m", "services.cli.main"]
+    command = [str(CEP)] if CEP.exists() else [sys.executable, "-m", "cep_service.cli.main"]
     env = {**os.environ, "COLUMNS": "200"}
     env.pop("CEP_DEBUG", None)
     return subprocess.run(command + [str(a) for a in args], check=False, capture_output=True,

@@ -5,7 +5,7 @@ Per batch, on numpy columns: dense partition ids (the MATCH engine's key ids), t
 check (events whose time goes backwards in their partition are rejected on the host, as
 every engine does), wire seqs (0, 1, 2, ... over the tuples sent); then, a chunk of
 whole datagrams at a time, `pack_tuples`, one buffer of datagrams and one sendmmsg call
-per up to 1024 messages (`accel.fpga.udp`; UDP GSO where the kernel has it). The columns
+per up to 1024 messages (`cep_accel.fpga.udp`; UDP GSO where the kernel has it). The columns
 EMIT reads are retained per batch sent, at most `retain_tuples` tuples, so a match record
 (partition, seq, start seq) can be turned into the composite event: EMIT is evaluated over
 the partition's retained tuples with wire seq in [start seq, seq] by the reference
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 
-from accel.fpga import udp, wire
-from accel.fpga.plan import FpgaPlan, compile_fpga, pack_tuples
-from accel.gpu.host_kernels import accept_in_time
+from cep_accel.fpga import udp, wire
+from cep_accel.fpga.plan import FpgaPlan, compile_fpga, pack_tuples
+from cep_accel.gpu.host_kernels import accept_in_time
 from cep_core import ast
 from cep_core.batch import Batch, BatchEncoder, StringDictionary
 from cep_core.checked import CheckedQuery

@@ -5,7 +5,7 @@ NFA states, start seqs and timers, a hash from partition id to element standing 
 partitioner's parallel lookup) and runs one numba kernel over every tuple of a group of
 TUPLES datagrams. `EmulatorServer` is the UDP side: a socket connected to the peer (so the
 kernel delivers only the peer's datagrams), one recvmmsg into the slots of a preallocated
-buffer per group of datagrams (`accel.fpga.udp`), then the kernel, then the reports back
+buffer per group of datagrams (`cep_accel.fpga.udp`), then the kernel, then the reports back
 to the peer in one sendmmsg.
 """
 
@@ -19,8 +19,8 @@ import time
 import numpy as np
 from numba import njit
 
-from accel.fpga import udp, wire
-from accel.fpga.plan import CircuitConfig, FpgaPlan
+from cep_accel.fpga import udp, wire
+from cep_accel.fpga.plan import CircuitConfig, FpgaPlan
 
 SEQ_MASK = 0xFFFF_FFFF
 OPS = {"=": 0, "<": 1, "<=": 2}

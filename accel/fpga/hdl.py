@@ -24,18 +24,18 @@ from pathlib import Path
 
 import numpy as np
 
-from accel.fpga.hdl_nfa import nfa_verilog
-from accel.fpga.hdl_partitioner import PartitionerShape, partitioner_verilog
-from accel.fpga.plan import (
+from cep_accel.fpga.hdl_nfa import nfa_verilog
+from cep_accel.fpga.hdl_partitioner import PartitionerShape, partitioner_verilog
+from cep_accel.fpga.plan import (
     AtomRef,
     CircuitConfig,
     Const,
     FpgaPlan,
     Formula,
 )
-from accel.fpga.plan import And as FAnd
-from accel.fpga.plan import Not as FNot
-from accel.fpga.plan import Or as FOr
+from cep_accel.fpga.plan import And as FAnd
+from cep_accel.fpga.plan import Not as FNot
+from cep_accel.fpga.plan import Or as FOr
 
 VERILOG_OPS = {"=": "==", "<": "<", "<=": "<="}
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

@@ -5,7 +5,7 @@ vector, an earliest-start seq per state and an idle timer. A tuple walks a K-sta
 beside the elements; stage i compares the tuple's partition id with element i only (one
 comparator per stage: the clock does not slow down as K grows) and the tuple carries what it
 found (hit, element index). Behind the last stage the *write-back stage* does, for one tuple
-per clock and in tuple order, what the emulator (`accel.fpga.emulator`) does per tuple:
+per clock and in tuple order, what the emulator (`cep_accel.fpga.emulator`) does per tuple:
 
 1. timer tick: every `tick` tuples each valid element's timer counts down; at 0 it is freed;
 2. the carried hit is checked against the element (it may have been freed since); without a

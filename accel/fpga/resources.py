@@ -23,9 +23,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from accel.fpga.hdl_automata import binary_automaton, dfa_verilog, nfa_verilog, powerset
-from accel.fpga.hdl_nfa import nfa_verilog as nfa_update_verilog
-from accel.fpga.hdl_partitioner import PartitionerShape, partitioner_verilog
+from cep_accel.fpga.hdl_automata import binary_automaton, dfa_verilog, nfa_verilog, powerset
+from cep_accel.fpga.hdl_nfa import nfa_verilog as nfa_update_verilog
+from cep_accel.fpga.hdl_partitioner import PartitionerShape, partitioner_verilog
 from cep_core import ast
 from cep_core.compiler.match import glushkov
 

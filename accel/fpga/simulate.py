@@ -1,6 +1,6 @@
 """Runs the generated circuit in Icarus Verilog (iverilog + vvp) on packed tuples.
 
-`simulate(plan, rows, config)` writes the circuit and testbench (`accel.fpga.hdl`) and the
+`simulate(plan, rows, config)` writes the circuit and testbench (`cep_accel.fpga.hdl`) and the
 tuples as a hex file into a temporary directory, compiles and runs them, and parses the
 testbench's report file into the records the emulator returns (`Circuit.run`): an (n, 3)
 int64 array of (partition, seq, start seq), plus the circuit's counters.
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from accel.fpga.hdl import tuples_hex, write_hdl
-from accel.fpga.plan import CircuitConfig, FpgaPlan
-from accel.fpga.verify import DeviceInput, DeviceRun, register_device_leg
+from cep_accel.fpga.hdl import tuples_hex, write_hdl
+from cep_accel.fpga.plan import CircuitConfig, FpgaPlan
+from cep_accel.fpga.verify import DeviceInput, DeviceRun, register_device_leg
 
 SIMULATORS = ("iverilog", "vvp")
 
@@ -95,7 +95,7 @@ def parse_reports(text: str) -> SimulationResult:
 
 
 def _hdl_leg(data: DeviceInput) -> DeviceRun:
-    """The device leg of `cep fpga verify` (`accel.fpga.verify`): the HDL simulation."""
+    """The device leg of `cep fpga verify` (`cep_accel.fpga.verify`): the HDL simulation."""
     result = simulate(data.plan, data.rows, data.config)
     return DeviceRun(result.records, result.counts["discarded"])
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from accel.fpga import wire
-from accel.fpga.adapter import FpgaAdapter
-from accel.fpga.emulator import Circuit, EmulatorServer
-from accel.fpga.plan import CircuitConfig, FpgaPlan, compile_fpga
+from cep_accel.fpga import wire
+from cep_accel.fpga.adapter import FpgaAdapter
+from cep_accel.fpga.emulator import Circuit, EmulatorServer
+from cep_accel.fpga.plan import CircuitConfig, FpgaPlan, compile_fpga
 from cep_core import reference
 from cep_core.batch import StringDictionary
 from cep_core.checked import CheckedQuery
@@ -52,7 +52,7 @@ class DeviceRun:
 DeviceLeg = Callable[[DeviceInput], DeviceRun]
 DEVICE_LEGS: dict[str, DeviceLeg] = {}
 # Modules that register device legs when imported (absent ones are reported as not run).
-LEG_MODULES = ["accel.fpga.simulate"]
+LEG_MODULES = ["cep_accel.fpga.simulate"]
 
 
 def register_device_leg(name: str, leg: DeviceLeg) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from accel.fpga.plan import DATAGRAM_PAYLOAD
+from cep_accel.fpga.plan import DATAGRAM_PAYLOAD
 
 VERSION = 1
 TUPLES, BARRIER, REPORTS, STATUS = 1, 2, 3, 4

@@ -12,8 +12,8 @@ from enum import StrEnum
 
 import numpy as np
 
-from accel.gpu import device
-from accel.gpu.host_kernels import append_rows, lower_bounds
+from cep_accel.gpu import device
+from cep_accel.gpu.host_kernels import append_rows, lower_bounds
 
 INITIAL_RING = 64
 

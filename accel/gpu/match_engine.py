@@ -1,8 +1,8 @@
 """The GPU MATCH engine: batched per-key NFA advance on numba's CUDA target.
 
 `GpuMatchEngine(checked, strings, **options)` runs a MATCH query of the supported subset
-(`accel.gpu.match_kernels.unsupported_reason`: everything but `Collect()` in EMIT and
-patterns over 63 positions) with the kernel of `accel.gpu.match_kernels`; composite events,
+(`cep_accel.gpu.match_kernels.unsupported_reason`: everything but `Collect()` in EMIT and
+patterns over 63 positions) with the kernel of `cep_accel.gpu.match_kernels`; composite events,
 dead letters and `idle_timeout` eviction are the CPU `MatchEngine`'s (and so the reference
 interpreter's).
 
@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
-from accel.gpu import device
-from accel.gpu.match_kernels import DEAD_N, NEED_ROWS, OUT_N, compile_kernel
+from cep_accel.gpu import device
+from cep_accel.gpu.match_kernels import DEAD_N, NEED_ROWS, OUT_N, compile_kernel
 from cep_core.batch import Batch, StringDictionary
 from cep_core.checked import CheckedQuery
 from cep_core.compiler import match as cpu

@@ -1,4 +1,4 @@
-"""Hybrid placement as a library: the GPU policy (`accel.gpu.policy`: `place`,
+"""Hybrid placement as a library: the GPU policy (`cep_accel.gpu.policy`: `place`,
 `estimated_cost`, `gpu_engine`) that `cep_core.engine_factory.create_engine` asks for
 placement "gpu" or "auto", and `run`, `cep_core.stream_engines.run` with placement."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from accel.gpu.policy import (DEFAULT_COST_THRESHOLD, DEFAULT_MIN_KEYS, estimated_cost,
-                              gpu_engine, place)
+from cep_accel.gpu.policy import (DEFAULT_COST_THRESHOLD, DEFAULT_MIN_KEYS, estimated_cost,
+                                  gpu_engine, place)
 from cep_core import stream_engines
 from cep_core.checked import CheckedQuery
 from cep_core.events import Event, Punctuation

@@ -3,7 +3,7 @@ the GPU, simple ones on CPU cores.
 
 The GPU side of `cep_core.engine_factory.create_engine`, the one engine factory: for
 placement "gpu" or "auto" it asks `place(checked, placement)` where one query runs and why,
-and `gpu_engine` for the GPU engine when the answer is the GPU (`accel.gpu.placement` is the
+and `gpu_engine` for the GPU engine when the answer is the GPU (`cep_accel.gpu.placement` is the
 library's face: these and `run`).
 
 - `cpu`: every query on the CPU engines.
@@ -26,8 +26,8 @@ from __future__ import annotations
 # Deferred imports: the GPU kernels and engines (numba.cuda) load only when a query is
 # checked for or placed on the GPU.
 
-from accel.gpu import device
-from accel.gpu.device import CudaTarget
+from cep_accel.gpu import device
+from cep_accel.gpu.device import CudaTarget
 from cep_core.ast import QueryKind
 from cep_core.batch import StringDictionary
 from cep_core.checked import CheckedQuery
@@ -70,7 +70,7 @@ def place(checked: CheckedQuery, placement: str = "auto",
     if kind is not QueryKind.SEQ:
         return Placement(name, Target.CPU, f"{kind.upper()} queries run on the CPU engines "
                                       "(no GPU kernel for them yet)")
-    from accel.gpu.seq_support import unsupported_reason
+    from cep_accel.gpu.seq_support import unsupported_reason
     from cep_core.compiler.seq_plan import SeqPlan
     reason = unsupported_reason(SeqPlan(checked))
     cost = estimated_cost(checked)
@@ -92,8 +92,8 @@ def place(checked: CheckedQuery, placement: str = "auto",
 
 def _place_match(checked: CheckedQuery, placement: str, expected_keys: int | None,
                  gpu_min_keys: int) -> Placement:
-    """MATCH: the batched per-key kernel (`accel.gpu.match_engine`) where it applies."""
-    from accel.gpu.match_kernels import unsupported_reason
+    """MATCH: the batched per-key kernel (`cep_accel.gpu.match_engine`) where it applies."""
+    from cep_accel.gpu.match_kernels import unsupported_reason
     name = checked.name
     reason = unsupported_reason(checked)
     if reason is not None:
@@ -120,8 +120,8 @@ def _place_match(checked: CheckedQuery, placement: str, expected_keys: int | Non
 def gpu_engine(checked: CheckedQuery, strings: StringDictionary, **options) -> Engine:
     """The GPU engine for a query `place` put on the GPU."""
     if checked.query.kind is QueryKind.MATCH:
-        from accel.gpu.match_engine import GpuMatchEngine
+        from cep_accel.gpu.match_engine import GpuMatchEngine
         return GpuMatchEngine(checked, strings, **options)
-    from accel.gpu.seq_engine import GpuSeqEngine
+    from cep_accel.gpu.seq_engine import GpuSeqEngine
     return GpuSeqEngine(checked, strings, **options)
 

@@ -1,7 +1,7 @@
 """The GPU SEQ engine: column-based delayed processing on numba's CUDA target.
 
 `GpuSeqEngine(checked, strings, **options)` runs a SEQ query of the supported subset
-(`accel.gpu.seq_support`) with the kernels of `accel.gpu.seq_kernels`; composite events,
+(`cep_accel.gpu.seq_support`) with the kernels of `cep_accel.gpu.seq_kernels`; composite events,
 dead letters and snapshots are those of the CPU engines (`cep_core.engine.seq`), and equal
 to the reference interpreter's.
 
@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from accel.gpu import device
-from accel.gpu.columns import ChannelRings, Residence
-from accel.gpu.host_kernels import accept_in_time, gather
-from accel.gpu.seq_kernels import SeqKernels
-from accel.gpu.seq_support import unsupported_reason
+from cep_accel.gpu import device
+from cep_accel.gpu.columns import ChannelRings, Residence
+from cep_accel.gpu.host_kernels import accept_in_time, gather
+from cep_accel.gpu.seq_kernels import SeqKernels
+from cep_accel.gpu.seq_support import unsupported_reason
 from cep_core import ast
 from cep_core.arrow_numpy import segment_rows
 from cep_core.batch import Batch, StringDictionary

@@ -15,7 +15,7 @@ parallel reduction in shared memory; float sums and averages are added by one th
 row order so that they round as the reference's), and `final` checks the conditions that
 read window aggregates and computes the EMIT values.
 
-Rows are read through the column rings (`accel.gpu.columns`): row r of partition p in
+Rows are read through the column rings (`cep_accel.gpu.columns`): row r of partition p in
 channel c is `I{c}[RB[p, c] + r % RC[p, c]]`.
 """
 
@@ -34,7 +34,7 @@ from cep_core.compiler.seq_codegen import emit_store_lines
 from cep_core.compiler.seq_plan import ANY, SeqPlan
 from cep_core.kernels.seq_layout import Row
 from cep_core.schema import AttrType
-from accel.gpu.seq_support import has_window_aggregate, unsupported_reason
+from cep_accel.gpu.seq_support import has_window_aggregate, unsupported_reason
 
 A = ast.AggFunc
 

@@ -34,7 +34,7 @@ def cep_command() -> list[str]:
     script = Path(sys.executable).parent / "cep"
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-c", "from services.cli.main import main; main()"]
+    return [sys.executable, "-c", "from cep_service.cli.main import main; main()"]
 
 
 def run_cep(query: Path, events: Path, out: Path, n_events: int) -> dict:

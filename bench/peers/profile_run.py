@@ -18,7 +18,7 @@ import pstats
 import sys
 import time
 
-from services.cli.main import main as cep_main
+from cep_service.cli.main import main as cep_main
 
 # phase -> (file suffix, function name) whose cumulative time is that phase
 PHASES = {

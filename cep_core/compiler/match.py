@@ -493,7 +493,7 @@ def _kernel_source(gen: _Generator, auto: Automaton, static, dynamic, emit_specs
     `per_key`: no slots; a key's `cap` candidates follow its fields in its own row
     (`kb`/`kbf`: where they start), so an event with one candidate touches one cache line.
     Aggregate-free queries only (their candidates are at most the positions); `cap` grows
-    only when a new candidate could start. The GPU kernel (`accel.gpu.match_kernels.
+    only when a new candidate could start. The GPU kernel (`cep_accel.gpu.match_kernels.
     _kernel_source`) mirrors its candidate loop on purpose: change both together."""
     collect = bool(collected)
     keys, slots, records = gen.keys, gen.slots, gen.records

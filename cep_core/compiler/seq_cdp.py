@@ -572,7 +572,7 @@ HELPERS = f"""
 
 class CdpKernel:
     """The loaded kernel module of one query and what decoding its output needs (the GPU
-    engine's counterpart: `accel.gpu.seq_kernels.SeqKernels`)."""
+    engine's counterpart: `cep_accel.gpu.seq_kernels.SeqKernels`)."""
 
     def __init__(self, plan: SeqPlan):
         self.plan = plan

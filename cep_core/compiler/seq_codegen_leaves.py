@@ -23,7 +23,7 @@ class ChannelLeaves:
     element of a Kleene variable); `kleene` maps a Kleene variable to (channel, rows array,
     count); `subject` is the row bare attributes read (step filters, window aggregate
     filters). `gen` is a seq_codegen.ChannelCodeGenerator. The GPU kernels keep their own
-    (`accel.gpu.seq_kernels._Leaves`) on purpose: a change to one wants the other."""
+    (`cep_accel.gpu.seq_kernels._Leaves`) on purpose: a change to one wants the other."""
 
     def __init__(self, gen, rows: dict, kleene: dict, subject: tuple | None = None):
         self.gen = gen

@@ -30,17 +30,17 @@ from pathlib import Path
 import orjson
 from aiohttp import web
 
-from services.api import probes, queries, streams, tails
-from services.api.state import (  # noqa: F401  (their home was here)
-    API,
-    CHECK_THREADS,
-    CHECKS_AT_ONCE,
-    Api,
-    ApiConfig,
-)
-from services.api.guard import TOKEN_ENV, Guard, error_response, loopback
-from services.api.openapi import Routes
-from services.stream.serve import log
+from cep_service.api import probes, queries, streams, tails
+from cep_service.api.state import (  # noqa: F401  (their home was here)
+                                   API,
+                                   CHECK_THREADS,
+                                   CHECKS_AT_ONCE,
+                                   Api,
+                                   ApiConfig,
+                                   )
+from cep_service.api.guard import TOKEN_ENV, Guard, error_response, loopback
+from cep_service.api.openapi import Routes
+from cep_service.stream.serve import log
 
 CONSOLE = Path(__file__).resolve().parent / "console"
 MAX_BODY = 1024 * 1024

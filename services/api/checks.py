@@ -12,8 +12,8 @@ from cep_core.control_message import ControlMessageError, check_stream
 from cep_core.control_ops import Outcome
 from cep_core.errors import Category, QueryError, QueryErrors
 from cep_core.explain import explain
-from services.api.errors import Refused, invalid, problem, problems
-from services.stream.live_changes import stream_text_from_json_schema
+from cep_service.api.errors import Refused, invalid, problem, problems
+from cep_service.stream.live_changes import stream_text_from_json_schema
 
 
 def query_problems(text: str, registry) -> tuple[list[dict], list]:

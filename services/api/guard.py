@@ -31,8 +31,8 @@ import orjson
 from aiohttp import web
 
 from cep_core.errors import Category
-from services.api.errors import STATUS, Refused
-from services.errors import BrokerUnreachable
+from cep_service.api.errors import STATUS, Refused
+from cep_service.errors import BrokerUnreachable
 
 SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 PROBES = frozenset({"/healthz", "/readyz"})

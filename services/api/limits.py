@@ -21,7 +21,7 @@ from collections import Counter
 from concurrent.futures import Executor
 
 from cep_core.errors import Category
-from services.api.errors import Refused
+from cep_service.api.errors import Refused
 
 RETRY_AFTER_S = 1
 KINDS = ("read", "check", "change", "tail", "replay")

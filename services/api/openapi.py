@@ -25,8 +25,8 @@ from pydantic import BaseModel, ValidationError
 from pydantic.json_schema import GenerateJsonSchema, models_json_schema
 
 from cep_core.errors import Category
-from services.api.errors import Refused
-from services.api.models import NAME_MAX, NAME_ROUTE, NAME_SCHEMA, Error
+from cep_service.api.errors import Refused
+from cep_service.api.models import NAME_MAX, NAME_ROUTE, NAME_SCHEMA, Error
 
 # Each path parameter: its route pattern, its schema, and the pattern a value must match
 # (else 400).

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from services.api import models as m
-from services.api.state import api_of
-from services.api.openapi import Routes
+from cep_service.api import models as m
+from cep_service.api.state import api_of
+from cep_service.api.openapi import Routes
 
 ROUTES = Routes()
 

@@ -3,8 +3,8 @@ missing live query, and a change's wait options."""
 
 from __future__ import annotations
 
-from services.api import models as m
-from services.api.state import ApiConfig
+from cep_service.api import models as m
+from cep_service.api.state import ApiConfig
 
 NOT_LIVE = (m.Error, "no live query of that name")
 

@@ -27,17 +27,17 @@ from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 
 from cep_core.control_message import ControlMessageError, replayed
 from cep_core.control_ops import Kind, Op, Outcome
-from services.api import checks
-from services.api import models as m
-from services.api.errors import invalid, problem
-from services.api.guard import Guard
-from services.api.history import History
-from services.api.limits import Limits, SingleFlight
-from services.api.pipeline import Drawings, endpoint_figures, look, pipeline, process_figures
-from services.api.tail import TailHub
-from services.stream.control import control_log, publish
-from services.stream.kafka import Topics, ensure_topics
-from services.stream.live_changes import (
+from cep_service.api import checks
+from cep_service.api import models as m
+from cep_service.api.errors import invalid, problem
+from cep_service.api.guard import Guard
+from cep_service.api.history import History
+from cep_service.api.limits import Limits, SingleFlight
+from cep_service.api.pipeline import Drawings, endpoint_figures, look, pipeline, process_figures
+from cep_service.api.tail import TailHub
+from cep_service.stream.control import control_log, publish
+from cep_service.stream.kafka import Topics, ensure_topics
+from cep_service.stream.live_changes import (
     EXIT,
     live_items,
     query_changes,

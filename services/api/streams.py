@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from cep_core.control_ops import Kind, Op
-from services.api import checks
-from services.api import models as m
-from services.api.replies import outcomes, wait_args
-from services.api.state import api_of
-from services.api.openapi import Routes
+from cep_service.api import checks
+from cep_service.api import models as m
+from cep_service.api.replies import outcomes, wait_args
+from cep_service.api.state import api_of
+from cep_service.api.openapi import Routes
 
 ROUTES = Routes()
 

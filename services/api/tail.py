@@ -30,7 +30,7 @@ import orjson
 from aiohttp import web
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
-from services.stream.checkpoint import PIPELINE_HEADER
+from cep_service.stream.checkpoint import PIPELINE_HEADER
 
 HEARTBEAT_S = 15
 POLL_S = 0.1  # the shared consumer's wait for records when it is the only one

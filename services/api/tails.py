@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from services.api import models as m
-from services.api.replies import NOT_LIVE
-from services.api.state import api_of
-from services.api.openapi import Routes
-from services.api.tail import stream as tail_stream
-from services.stream.kafka import Topics
+from cep_service.api import models as m
+from cep_service.api.replies import NOT_LIVE
+from cep_service.api.state import api_of
+from cep_service.api.openapi import Routes
+from cep_service.api.tail import stream as tail_stream
+from cep_service.stream.kafka import Topics
 
 ROUTES = Routes()
 

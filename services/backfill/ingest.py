@@ -37,7 +37,7 @@ from cep_core.event_io import FORMATS, InputError, _csv_records, decode_record
 from cep_core.event_reader import _jsonl_block, _JsonParser, _Rows
 from cep_core.json_batch import ARROW_TYPES, arrow_schema
 from cep_core.schema import StreamSchema
-from services.backfill.engines import map_in_arrow
+from cep_service.backfill.engines import map_in_arrow
 
 SPARK_TYPES = {"int": "long", "timestamp": "long", "float": "double", "bool": "boolean",
                "string": "string"}

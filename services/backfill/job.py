@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from cep_core.checked import CheckedQuery
 from cep_core.home import kernel_cache_dir
-from services.backfill.engines import (
+from cep_service.backfill.engines import (
     COMPOSITE,
     RESULT_SCHEMA,
     PartitionRunner,
@@ -38,12 +38,12 @@ from services.backfill.engines import (
     map_in_arrow,
     unique_rejected,
 )
-from services.backfill.ingest import accept, list_inputs, read_decoded
-from services.backfill.output import read_composites
-from services.backfill.parquet import BAD, GOOD, SplitCounts, parquet_input
-from services.backfill.plan import describe, plan
-from services.backfill.progress import SparkProgress
-from services.backfill.scan import (
+from cep_service.backfill.ingest import accept, list_inputs, read_decoded
+from cep_service.backfill.output import read_composites
+from cep_service.backfill.parquet import BAD, GOOD, SplitCounts, parquet_input
+from cep_service.backfill.plan import describe, plan
+from cep_service.backfill.progress import SparkProgress
+from cep_service.backfill.scan import (
     AUTO,
     BAD_ROWS,
     GOOD_ROWS,
@@ -290,7 +290,7 @@ def produce_to_kafka(output: str, topic: str, bootstrap: str | None) -> int:
     bootstrap = bootstrap or os.environ.get("KAFKA_BOOTSTRAP")
     if not bootstrap:
         raise ValueError("--to-kafka needs a broker: pass --bootstrap or set KAFKA_BOOTSTRAP")
-    from services.stream.kafka import KafkaSettings  # CEP_KAFKA_* security settings too
+    from cep_service.stream.kafka import KafkaSettings  # CEP_KAFKA_* security settings too
 
     producer = KafkaSettings.from_env(bootstrap).producer(**{"enable.idempotence": True})
     errors: list[str] = []

@@ -25,8 +25,8 @@ import pyarrow.parquet as pq
 
 from cep_core.event_io import seq_not_increasing
 from cep_core.schema import StreamSchema
-from services.backfill.engines import map_in_arrow
-from services.backfill.ingest import InputFile, SplitDecoder, decoded_schema
+from cep_service.backfill.engines import map_in_arrow
+from cep_service.backfill.ingest import InputFile, SplitDecoder, decoded_schema
 
 ALL, GOOD, BAD = "all", "good", "bad"  # every decoded row, accepted events, dead letters
 

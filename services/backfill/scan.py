@@ -32,9 +32,9 @@ import pyarrow.fs  # noqa: F401 (pa.fs)
 
 from cep_core.event_reader import iter_tables
 from cep_core.time_guard import TimeGuard, wall_clock_units
-from services.backfill.engines import map_in_arrow
-from services.backfill.ingest import InputFile
-from services.backfill.parquet import _uri
+from cep_service.backfill.engines import map_in_arrow
+from cep_service.backfill.ingest import InputFile
+from cep_service.backfill.parquet import _uri
 
 AUTO, SHUFFLE, SCAN = "auto", "shuffle", "scan"
 SCAN_MAX_PARTITIONS = 16

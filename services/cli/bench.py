@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from services.cli.common import (
+from cep_service.cli.common import (
     CliError,
     count_option,
     guard,
@@ -46,7 +46,7 @@ def bench_core(
     the reference interpreter as the baseline in the same run."""
 
     def body():
-        from bench.kernels import core
+        from cep_service.bench.kernels import core
         from cep_core.workloads import WORKLOADS
 
         if workload not in WORKLOADS:
@@ -71,7 +71,7 @@ def bench_gpu(
     real GPU only, GPU CDP; varying window, sequence length and number of rules."""
 
     def body():
-        from bench.gpu_kernels import main as bench_main
+        from cep_service.bench.gpu_kernels import main as bench_main
 
         bench_main(count, quick)
 
@@ -98,10 +98,10 @@ def bench_backfill(
     `cep run --engine jit` in one process: events/s of both and their ratio."""
 
     def body():
-        from services.extras import require
+        from cep_service.extras import require
 
         require("pyspark", "spark", "cep bench backfill")
-        from bench.spark_backfill import bench_backfill as run_bench
+        from cep_service.bench.spark_backfill import bench_backfill as run_bench
 
         result = run_bench(count, master=master, seed=seed, partitions=partitions,
                            baseline_events=baseline_events,
@@ -138,10 +138,10 @@ def bench_spark_stream(
     throughput, latency p50/p99 per trigger interval, state size, restart (JSON)."""
 
     def body():
-        from services.extras import require
+        from cep_service.extras import require
 
         require("pyspark", "spark", "cep bench spark-stream")
-        from bench.spark_stream import bench_spark_stream as run_bench
+        from cep_service.bench.spark_stream import bench_spark_stream as run_bench
 
         print_json(run_bench(count, tuple(masters.split(",")), per_file,
                              tuple(float(t) for t in triggers.split(",") if t.strip()), seed,
@@ -165,7 +165,7 @@ def bench_reading(
     file, interleaved (bench/bench_realistic.py)."""
 
     def body():
-        from bench.bench_realistic import run_all
+        from cep_service.bench.bench_realistic import run_all
 
         for row in run_all(count, repeat, processes):
             if as_json:
@@ -183,12 +183,11 @@ def bench_peers(ctx: typer.Context) -> None:
     """This product against OpenCEP and Apache Flink (MATCH_RECOGNIZE), side by side, match
     sets compared: bench/peers/run.py, whose options it takes (`cep bench peers --help`;
     docs/peers.md)."""
-    script = Path(__file__).resolve().parents[2] / "bench" / "peers" / "run.py"
+    from cep_service import bench
+
+    script = Path(bench.__file__).resolve().parent / "peers" / "run.py"
 
     def body():
-        if not script.is_file():
-            raise CliError(f"{script}: not found (cep bench peers runs from a checkout of "
-                           "the repository)")
         code = subprocess.run([sys.executable, str(script), *ctx.args]).returncode
         if code:
             raise typer.Exit(code)

@@ -17,7 +17,7 @@ from rich.console import Console
 from cep_core.home import HomeError
 from cep_core.placement import Target as Placement
 from cep_core.runner import EngineName as Engine
-from services.errors import CleanError
+from cep_service.errors import CleanError
 
 if TYPE_CHECKING:
     from cep_core.composites import Composites
@@ -237,5 +237,5 @@ def export_schema_paths(paths: list[Path] | None, cli_error) -> None:
 
 
 def kafka_settings(bootstrap: str, kafka_config: Path | None):
-    from services.stream.kafka import KafkaSettings
+    from cep_service.stream.kafka import KafkaSettings
     return KafkaSettings.from_env(bootstrap, kafka_config)

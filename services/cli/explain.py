@@ -11,7 +11,7 @@ from typing import Annotated
 import orjson
 import typer
 
-from services.cli.common import (
+from cep_service.cli.common import (
     CliError,
     SchemaOption,
     guard,

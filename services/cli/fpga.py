@@ -10,8 +10,8 @@ from typing import Annotated
 
 import typer
 
-from services.cli import common as cli
-from services.cli.common import CliError
+from cep_service.cli import common as cli
+from cep_service.cli.common import CliError
 
 fpga_app = typer.Typer(help="The FPGA adapter: UDP wire protocol, circuit emulator, "
                        "verification (docs/fpga.md).", no_args_is_help=True)
@@ -38,7 +38,7 @@ def _address(text: str) -> tuple[str, int]:
 def _queries(query_file: Path, schema, name: str | None, one: bool):
     """The checked queries to run (each compiled for the FPGA, so unsupported ones fail
     here with the construct named)."""
-    from accel.fpga.plan import FpgaUnsupported, compile_fpga
+    from cep_accel.fpga.plan import FpgaUnsupported, compile_fpga
     from cep_core.batch import StringDictionary
 
     queries = cli.load_query_file(query_file, cli.schema_registry(schema))
@@ -89,7 +89,7 @@ def send(
     """Stream events to a device (or `cep fpga emulate`); print its matches as composite
     events (JSON lines)."""
     def body():
-        from accel.fpga.adapter import FpgaAdapter
+        from cep_accel.fpga.adapter import FpgaAdapter
         from cep_core.event_io import write_composites_jsonl
 
         [checked] = _queries(query_file, schema, query, one=True)
@@ -130,8 +130,8 @@ def emulate(
 ) -> None:
     """Serve the circuit of one query over UDP (a functional emulator of the FPGA)."""
     def body():
-        from accel.fpga.emulator import Circuit, EmulatorServer
-        from accel.fpga.plan import CircuitConfig, compile_fpga
+        from cep_accel.fpga.emulator import Circuit, EmulatorServer
+        from cep_accel.fpga.plan import CircuitConfig, compile_fpga
         from cep_core.batch import StringDictionary
 
         [checked] = _queries(query_file, schema, query, one=True)
@@ -165,8 +165,8 @@ def verify(
     simulation) and the reference interpreter; print whether all agree (exit 0 only if
     they do)."""
     def body():
-        from accel.fpga.plan import CircuitConfig
-        from accel.fpga.verify import verify as run_verify
+        from cep_accel.fpga.plan import CircuitConfig
+        from cep_accel.fpga.verify import verify as run_verify
 
         queries = _queries(query_file, schema, query, one=False)
         simple = _events(events, queries[0])
@@ -202,8 +202,8 @@ def hdl(
     """Write the circuit of a query as synthesizable Verilog (predicate decoder, NFA,
     pipelined stream partitioner) and a testbench that reads tuples from a hex file."""
     def body():
-        from accel.fpga.hdl import write_hdl
-        from accel.fpga.plan import CircuitConfig, compile_fpga
+        from cep_accel.fpga.hdl import write_hdl
+        from cep_accel.fpga.plan import CircuitConfig, compile_fpga
         from cep_core.batch import StringDictionary
 
         [checked] = _queries(query_file, schema, query, one=True)
@@ -232,8 +232,8 @@ def resources(
     (one-hot, binary) of (0|1)*1(0|1)^i, and the stream partitioner by depth (the paper's
     Figures 4 and 9); writes a PNG plot."""
     def body():
-        from accel.fpga import resources as res
-        from services.extras import require
+        from cep_accel.fpga import resources as res
+        from cep_service.extras import require
 
         require("matplotlib", "fpga", "cep fpga resources (its plot)")
         try:

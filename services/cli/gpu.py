@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from services.cli import common as cli
+from cep_service.cli import common as cli
 
 gpu_app = typer.Typer(help="The GPU adapter: SEQ (CDP) and MATCH (per-key NFA) kernels on "
                       "numba's CUDA target (the CUDA simulator where no GPU exists).",
@@ -33,8 +33,8 @@ def verify(
     """Run the stream through the GPU path and the reference interpreter; print whether they
     agree (exit 0 only if they do)."""
     def body():
-        from accel.gpu import device
-        from accel.gpu import placement as placed
+        from cep_accel.gpu import device
+        from cep_accel.gpu import placement as placed
         from cep_core import reference
         from cep_core.event_io import InputError, read_events
 

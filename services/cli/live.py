@@ -28,7 +28,7 @@ import orjson
 import typer
 
 from cep_core.control_ops import Kind, Outcome
-from services.cli.common import (
+from cep_service.cli.common import (
     Bootstrap,
     Control,
     KafkaConfig,
@@ -37,8 +37,8 @@ from services.cli.common import (
     export_schema_paths,
     kafka_settings,
 )
-from services.cli.query_diff import DiffEvents, DiffOld, query_diff
-from services.stream.live_changes import (
+from cep_service.cli.query_diff import DiffEvents, DiffOld, query_diff
+from cep_service.stream.live_changes import (
     EXIT,
     live_items,
     query_changes,
@@ -168,8 +168,8 @@ def _change(cli_error, kind, op, target, only, stream, bootstrap, control, topic
     export_schema_paths(schema, cli_error)
     from cep_core.control_message import ControlMessageError
     from cep_core.errors import QueryError, QueryErrors
-    from services.stream.control import control_log, publish
-    from services.stream.kafka import Topics, ensure_topics
+    from cep_service.stream.control import control_log, publish
+    from cep_service.stream.kafka import Topics, ensure_topics
 
     settings = kafka_settings(bootstrap, kafka_config)
     control_topic = Topics("", control=control, prefix=topic_prefix).control
@@ -301,7 +301,7 @@ def _list(settings, stream: str | None, prefix: str, control_topic: str, kind: K
           as_json: bool) -> None:
     """What is live: of `stream`'s pipeline, or (None) of every stream's (`_streams`);
     a note on stderr says where it looked when nothing is."""
-    from services.stream.kafka import Topics
+    from cep_service.stream.kafka import Topics
 
     streams = [stream] if stream is not None else _streams(settings, prefix, control_topic)
     views = {s: services_view(settings, Topics(s, prefix=prefix).status) for s in streams}
@@ -340,8 +340,8 @@ def _streams(settings, prefix: str, control_topic: str) -> list[str]:
     those registered on it, and those with a status topic on the broker (a pipeline that
     ran, whatever its queries)."""
     from cep_core.control_message import replayed
-    from services.stream.control import control_log
-    from services.stream.kafka import Topics
+    from cep_service.stream.control import control_log
+    from cep_service.stream.kafka import Topics
 
     view = replayed(control_log(settings, control_topic))
     found = {q.checked.schema.stream for q in view.live.values()} | set(view.registry.streams)

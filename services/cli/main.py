@@ -28,10 +28,10 @@ from typing import Annotated
 import orjson
 import typer
 
-from services.cli.fpga import fpga_app
-from services.cli.gpu import gpu_app
-from services.cli.bench import bench_app
-from services.cli.common import (
+from cep_service.cli.fpga import fpga_app
+from cep_service.cli.gpu import gpu_app
+from cep_service.cli.bench import bench_app
+from cep_service.cli.common import (
     CliError,
     Engine,
     InputFormat,
@@ -49,10 +49,10 @@ from services.cli.common import (
     stderr,
     stdout,
 )
-from services.cli.explain import explain_command
-from services.cli.help import PlainHelpGroup
-from services.cli.serve import register as register_service_commands
-from services.cli.spark import spark_app
+from cep_service.cli.explain import explain_command
+from cep_service.cli.help import PlainHelpGroup
+from cep_service.cli.serve import register as register_service_commands
+from cep_service.cli.spark import spark_app
 
 app = typer.Typer(
     name="cep",
@@ -517,7 +517,7 @@ def broker(
     SIGTERM."""
 
     def body():
-        from services.stream.broker import BrokerError, EmbeddedBroker
+        from cep_service.stream.broker import BrokerError, EmbeddedBroker
 
         embedded = EmbeddedBroker(port=port, storage=storage)
         try:
@@ -583,11 +583,11 @@ def backfill(
     """Run the queries over history with Spark; composite events as Parquet."""
 
     def body():
-        from services.extras import require
+        from cep_service.extras import require
 
         require("pyspark", "spark", "cep backfill")
         from cep_core.event_io import InputError
-        from services.backfill.job import run_backfill, spark_session
+        from cep_service.backfill.job import run_backfill, spark_session
 
         queries = load_query_file(query_file, schema_registry(schema))
         if to_kafka and not (bootstrap or os.environ.get("KAFKA_BOOTSTRAP")):

@@ -35,7 +35,7 @@ def query_diff(cli_error, target: str | None, name: str | None, events: Path | N
     def error(message: str, code: int = 2):
         return cli_error(message, 2)
 
-    from services.cli.common import export_schema_paths
+    from cep_service.cli.common import export_schema_paths
 
     export_schema_paths(schema, error)
     if not target:
@@ -85,10 +85,10 @@ def _live_version(error, new_text: str, new_source: str, name: str | None, boots
     from cep_core.checker import load_query_text
     from cep_core.control_message import replayed
     from cep_core.query_diff import pick_query
-    from services.cli.common import kafka_settings
-    from services.errors import BrokerUnreachable
-    from services.stream.control import control_log
-    from services.stream.kafka import Topics
+    from cep_service.cli.common import kafka_settings
+    from cep_service.errors import BrokerUnreachable
+    from cep_service.stream.control import control_log
+    from cep_service.stream.kafka import Topics
 
     settings = kafka_settings(bootstrap, kafka_config)
     control_topic = Topics("", control=control, prefix=topic_prefix).control

@@ -23,7 +23,7 @@ from typing import Annotated
 import orjson
 import typer
 
-from services.cli.common import (
+from cep_service.cli.common import (
     Bootstrap,
     Control,
     KafkaConfig,
@@ -130,9 +130,9 @@ class ServeOptions:
 
 def _serve(role: Role, options: ServeOptions, cli_error) -> None:
     """Run a role of the streaming pipeline (`all`: start the processes of each)."""
-    from services.stream.kafka import Topics
-    from services.stream.pipeline import create_topics
-    from services.stream.serve import configure_logging, run_all, stop_flag
+    from cep_service.stream.kafka import Topics
+    from cep_service.stream.pipeline import create_topics
+    from cep_service.stream.serve import configure_logging, run_all, stop_flag
 
     o = options
     export_schema_paths(o.schema, cli_error)
@@ -159,16 +159,16 @@ def _serve(role: Role, options: ServeOptions, cli_error) -> None:
 
 def _run_role(role: Role, o: ServeOptions, settings, topics) -> None:
     """One process of the pipeline: chained, splitter, worker or coordinator."""
-    from services.stream.metrics import Metrics
-    from services.stream.pipeline import create_topics
-    from services.stream.serve import stop_flag
+    from cep_service.stream.metrics import Metrics
+    from cep_service.stream.pipeline import create_topics
+    from cep_service.stream.serve import stop_flag
 
     metrics = Metrics(role.value, o.metrics_port)
     if role in (Role.splitter, Role.chained):  # a Faust app: it handles signals
         from cep_core.home import state_dir
-        from services.stream.chained import Chained
-        from services.stream.splitter import Splitter
-        from services.stream.splitter_app import serve_splitter
+        from cep_service.stream.chained import Chained
+        from cep_service.stream.splitter import Splitter
+        from cep_service.stream.splitter_app import serve_splitter
         datadir = state_dir("faust")  # first: a folder that cannot be made fails fast
         create_topics(settings, topics, o.partitions)
         options = dict(metrics=metrics, linger_ms=o.linger_ms,
@@ -181,11 +181,11 @@ def _run_role(role: Role, o: ServeOptions, settings, topics) -> None:
         raise typer.Exit(serve_splitter(splitter, o.web_port, datadir))
     stopping = stop_flag()
     if role is Role.worker:
-        from services.stream.worker import Worker
+        from cep_service.stream.worker import Worker
         Worker(settings, topics, metrics=metrics,
                idle_timeout_ms=o.idle_timeout_ms or None).run(stopping)
     else:
-        from services.stream.coordinator import Coordinator
+        from cep_service.stream.coordinator import Coordinator
         Coordinator(settings, topics, o.partitions, metrics=metrics,
                     shard=o.shard).run(stopping)
 
@@ -193,7 +193,7 @@ def _run_role(role: Role, o: ServeOptions, settings, topics) -> None:
 def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None:
     """Add the service commands to the `cep` app (guard: cli's error handling); `cep query`
     and `cep stream` come from services/cli/live.py."""
-    from services.cli import live as live_cli
+    from cep_service.cli import live as live_cli
 
     live_cli.register(app, guard, cli_error)
     _register_serve(app, guard, cli_error)
@@ -335,8 +335,8 @@ def _register_demo(app: typer.Typer, guard, cli_error) -> None:
         def body():
             from rich.console import Console
 
-            from services.stream.demo import ServiceFailed, run_demo
-            from services.stream.serve import exit_on_signals
+            from cep_service.stream.demo import ServiceFailed, run_demo
+            from cep_service.stream.serve import exit_on_signals
 
             exit_on_signals()  # SIGTERM/SIGHUP stop the services and broker, as Ctrl-C does
             chosen = rate if rate is not None else (0 if verify else 2000)
@@ -383,7 +383,7 @@ def _register_benches(bench_app: typer.Typer, guard, cli_error) -> None:
         workload's queries), the chained and the distributed pipeline side by side."""
 
         def body():
-            from bench.e2e import MODES, record_result, run_bench
+            from cep_service.bench.e2e import MODES, record_result, run_bench
             from cep_core.workloads import WORKLOADS
 
             wrong = [m for m in mode or () if m not in MODES]
@@ -420,7 +420,7 @@ def _register_benches(bench_app: typer.Typer, guard, cli_error) -> None:
         (CEP_WARM_KERNELS=0: without compiling off the data path)."""
 
         def body():
-            from bench.live import run_live_bench
+            from cep_service.bench.live import run_live_bench
 
             result = run_live_bench(queries, adds, rate, quiet_s, workers, bootstrap)
             print(orjson.dumps(result).decode() if as_json else result)
@@ -442,7 +442,7 @@ def _register_benches(bench_app: typer.Typer, guard, cli_error) -> None:
         and framed), worker events/s, coordinator composites/s (M-shape)."""
 
         def body():
-            from bench.cores import run_bench, run_realistic
+            from cep_service.bench.cores import run_bench, run_realistic
 
             result = run_realistic(count, batch) if realistic else run_bench(count, batch)
             print(orjson.dumps(result).decode() if as_json else result)
@@ -452,7 +452,7 @@ def _register_benches(bench_app: typer.Typer, guard, cli_error) -> None:
 
 def _serve_api(settings, topics, host, port, metrics_urls, cli_error, allowed_hosts=(),
                cors_origins=(), require_token=False) -> None:
-    from services.api.app import TOKEN_ENV, ApiConfig, bind_host, serve_api
+    from cep_service.api.app import TOKEN_ENV, ApiConfig, bind_host, serve_api
 
     token = os.environ.get(TOKEN_ENV) or None
     try:

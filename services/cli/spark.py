@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from services.cli.common import (
+from cep_service.cli.common import (
     CliError,
     SchemaOption,
     guard,
@@ -74,14 +74,14 @@ def stream(
     """Run the queries as a Spark Structured Streaming job, until Ctrl-C (or --once)."""
 
     def body():
-        from services.extras import require
+        from cep_service.extras import require
 
         require("pyspark", "spark", "cep spark stream")
-        from services.backfill.job import spark_session
-        from services.spark_stream.job import FileSource, KafkaSource, session_conf, start
-        from services.spark_stream.live import LiveJob, NoQueries, QueryWatch
-        from services.spark_stream.sinks import FileSink, KafkaSink
-        from services.stream.kafka import KafkaSettings
+        from cep_service.backfill.job import spark_session
+        from cep_service.spark_stream.job import FileSource, KafkaSource, session_conf, start
+        from cep_service.spark_stream.live import LiveJob, NoQueries, QueryWatch
+        from cep_service.spark_stream.sinks import FileSink, KafkaSink
+        from cep_service.stream.kafka import KafkaSettings
 
         if (topic is None) == (input_dir is None):
             raise CliError("give one source: --topic or --input-dir", 2)

@@ -29,8 +29,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from cep_core.event_io import FORMATS
 from cep_core.event_reader import iter_tables
-from services.spark_stream.packed import PACKED_DDL, Packer, routes_of
-from services.spark_stream.sequencer import (
+from cep_service.spark_stream.packed import PACKED_DDL, Packer, routes_of
+from cep_service.spark_stream.sequencer import (
     Carry,
     CarryStore,
     Sequencer,

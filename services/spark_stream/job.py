@@ -26,9 +26,9 @@ import orjson
 
 from cep_core.checked import CheckedQuery
 from cep_core.home import kernel_cache_dir
-from services.backfill.plan import plan
-from services.spark_stream.keyed_state import STATE_SCHEMA, ShardRunner, fingerprint
-from services.spark_stream.packed import GROUP, RESULTS_DDL, SHARD, SLOT, Route, routes_option
+from cep_service.backfill.plan import plan
+from cep_service.spark_stream.keyed_state import STATE_SCHEMA, ShardRunner, fingerprint
+from cep_service.spark_stream.packed import GROUP, RESULTS_DDL, SHARD, SLOT, Route, routes_option
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,8 @@ def group_name(keys: tuple[str, ...]) -> str:
 
 
 def register_sources(spark) -> None:
-    from services.spark_stream.file_source import FileEventSource
-    from services.spark_stream.kafka_source import KafkaEventSource, KafkaRecordsSource
+    from cep_service.spark_stream.file_source import FileEventSource
+    from cep_service.spark_stream.kafka_source import KafkaEventSource, KafkaRecordsSource
 
     spark.dataSource.register(KafkaEventSource)
     spark.dataSource.register(KafkaRecordsSource)
@@ -77,7 +77,7 @@ def register_sources(spark) -> None:
 def kafka_reader(spark, source: KafkaSource) -> str:
     """Which Kafka source the job uses: "spark" (Spark's own, its connector on the
     classpath) or "python" (`cep_kafka`, over confluent-kafka)."""
-    from services.spark_stream.spark_kafka import connector_available
+    from cep_service.spark_stream.spark_kafka import connector_available
 
     if source.reader not in ("auto", "spark", "python"):
         raise ValueError(f"unknown Kafka reader {source.reader!r} (auto, spark, python)")
@@ -88,8 +88,8 @@ def kafka_reader(spark, source: KafkaSource) -> str:
 
 def _spark_kafka_rows(spark, queries: list[CheckedQuery], source: KafkaSource,
                       routes: list[Route], checkpoint: str):
-    from services.spark_stream import spark_kafka
-    from services.stream.kafka import KafkaSettings
+    from cep_service.spark_stream import spark_kafka
+    from cep_service.stream.kafka import KafkaSettings
 
     consumer = KafkaSettings.from_env(source.bootstrap).consumer()
     try:
@@ -264,7 +264,7 @@ def write_manifest(checkpoint: str, stream: str, source: str, shards: int) -> No
 
 def query_texts(file_text: str) -> dict[str, str]:
     """Each query's text in a query file, by name (what its fingerprint is taken of)."""
-    from services.stream.control import split_query_file
+    from cep_service.stream.control import split_query_file
 
     return dict(split_query_file(file_text))
 

@@ -6,7 +6,7 @@ splitter's model: `sequencer.py`) is one Spark input partition that reads its re
 partition by partition, in ascending order, and stamps them with the `Sequencer` from the
 carry of the step before (`CarryStore`, beside the job's checkpoint). Messages are one
 JSON event each, or an end-of-input marker (header kind=end in every partition, as
-`services.stream.kafka.produce_end` writes it).
+`cep_service.stream.kafka.produce_end` writes it).
 
 Options: `bootstrap`, `topic`, `stream` (the schema's name), `schemas` (a schema
 directory, optional), `checkpoint` (the job's), `routes` (the state keys,
@@ -27,16 +27,16 @@ from confluent_kafka import TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from services.spark_stream.packed import PACKED_DDL, Packer, routes_of
-from services.spark_stream.sequencer import (
+from cep_service.spark_stream.packed import PACKED_DDL, Packer, routes_of
+from cep_service.spark_stream.sequencer import (
     Carry,
     CarryStore,
     Sequencer,
     sequence_run,
     stream_schema,
 )
-from services.stream.checkpoint import broker_watermarks
-from services.stream.kafka import KafkaSettings
+from cep_service.stream.checkpoint import broker_watermarks
+from cep_service.stream.kafka import KafkaSettings
 
 END_HEADER = ("kind", b"end")
 

@@ -13,7 +13,7 @@ Kafka service. For each key and micro-batch, `ShardRunner`:
    of input flushes, as at the end of `cep run`, and the engines start afresh after it);
 3. stores the engines' snapshot (`StreamEngines.snapshot`) as the new state, with the
    version and the queries' fingerprints, and yields composite events and rejected
-   events as rows (`services.backfill.engines.result_batches`).
+   events as rows (`cep_service.backfill.engines.result_batches`).
 
 Queries that change (the job restarted from its checkpoint with another query file): a
 query whose fingerprint is in the state gets its state back; a new or changed one starts
@@ -33,9 +33,9 @@ import pyarrow as pa
 from cep_core import snapshot_format
 from cep_core.checked import CheckedQuery
 from cep_core.runner import new_engines
-from services.backfill.engines import RESULT_NAMES, _rejected_rows, result_batches
-from services.spark_stream.packed import DEAD_GROUP, pack_results, unpack_rows
-from services.spark_stream.sequencer import DEAD, DEAD_LETTER, END, KIND
+from cep_service.backfill.engines import RESULT_NAMES, _rejected_rows, result_batches
+from cep_service.spark_stream.packed import DEAD_GROUP, pack_results, unpack_rows
+from cep_service.spark_stream.sequencer import DEAD, DEAD_LETTER, END, KIND
 
 STATE_SCHEMA = "version long, snapshot binary, fingerprints string"
 SLICE_ROWS = 65_536
@@ -53,7 +53,7 @@ _CANONICAL: dict[tuple, CheckedQuery] = {}
 
 
 def fingerprint(text: str) -> str:
-    """A query's text as the query file gives it (`services.stream.control.split_query_file`),
+    """A query's text as the query file gives it (`cep_service.stream.control.split_query_file`),
     whole-line comments and the spacing aside: equal for the same query, whatever version
     of the code (unlike its AST) reads it."""
     words = _COMMENT_LINE.sub("", text).split()

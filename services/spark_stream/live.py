@@ -49,8 +49,8 @@ from cep_core.control_message import (
 )
 from cep_core.errors import QueryError, QueryErrors
 from cep_core.schema import SchemaError, SchemaRegistry
-from services.spark_stream.sequencer import CarryStore
-from services.stream.control import split_query_file
+from cep_service.spark_stream.sequencer import CarryStore
+from cep_service.stream.control import split_query_file
 
 
 class NoQueries(ValueError):
@@ -63,7 +63,7 @@ class QuerySet:
     texts: dict[str, str]  # each query's text, by name (fingerprints)
 
     def fingerprints(self) -> dict[str, str]:
-        from services.spark_stream.keyed_state import fingerprint
+        from cep_service.spark_stream.keyed_state import fingerprint
 
         return {name: fingerprint(text) for name, text in self.texts.items()}
 
@@ -99,7 +99,7 @@ class QueryWatch:
     def _open(self, settings, topic: str) -> None:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-        from services.stream.control import control_log
+        from cep_service.stream.control import control_log
 
         records = control_log(settings, topic)
         self.live = replayed(records, self.stream, self.registry)

@@ -26,7 +26,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from services.spark_stream.sequencer import DEAD, END, EVENT, KIND
+from cep_service.spark_stream.sequencer import DEAD, END, EVENT, KIND
 
 GROUP, SHARD, SLOT = "__cep_group", "__cep_shard", "__cep_slot"  # the state's key
 PART, ROWS = "__cep_part", "__cep_rows"
@@ -36,7 +36,7 @@ PACKED_SCHEMA = pa.schema([pa.field(GROUP, pa.string()), pa.field(SHARD, pa.int3
                            pa.field(ROWS, pa.binary())])
 RESULTS = "__cep_results"
 RESULTS_DDL = f"{RESULTS} binary"
-# the engines' result rows (services.backfill.engines.RESULT_SCHEMA) in Arrow
+# the engines' result rows (cep_service.backfill.engines.RESULT_SCHEMA) in Arrow
 RESULT_ARROW = pa.schema([("kind", pa.string()), ("query", pa.string()),
                           ("query_index", pa.int32()), ("key", pa.string()),
                           ("seq", pa.int64()), ("start_seq", pa.int64()),

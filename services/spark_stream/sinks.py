@@ -3,7 +3,7 @@ micro-batch run again after a restart (Spark runs the last one again when its co
 not logged) writes nothing twice:
 
 - `FileSink`: `OUT/composites/batch-<id>.parquet` (the backfill's layout, read back by
-  `services.backfill.output.read_composites`) and `OUT/dead_letters/batch-<id>.parquet`,
+  `cep_service.backfill.output.read_composites`) and `OUT/dead_letters/batch-<id>.parquet`,
   each written under a hidden name and renamed: a batch's file is whole or absent, and a
   batch run again replaces it with the same rows.
 - `KafkaSink`: each composite event to its query's INTO topic as the service writes it
@@ -26,9 +26,9 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from services.backfill.engines import COMPOSITE, COMPOSITE_COLUMNS, COMPOSITE_SCHEMA
-from services.spark_stream.packed import unpack_results
-from services.stream.kafka import KafkaSettings, flush_all, produce
+from cep_service.backfill.engines import COMPOSITE, COMPOSITE_COLUMNS, COMPOSITE_SCHEMA
+from cep_service.spark_stream.packed import unpack_results
+from cep_service.stream.kafka import KafkaSettings, flush_all, produce
 
 DEAD_SCHEMA = pa.schema([("kind", pa.string()), ("query", pa.string()), ("seq", pa.int64()),
                          ("reason", pa.string()), ("body", pa.string())])
@@ -107,7 +107,7 @@ def delivered(settings: KafkaSettings, partitions, batch_id: int) -> dict[tuple,
     them, as a large number, when a later batch was written there)."""
     from confluent_kafka import TopicPartition
 
-    from services.stream.checkpoint import broker_watermarks
+    from cep_service.stream.checkpoint import broker_watermarks
 
     out: dict[tuple, int] = {}
     marks = broker_watermarks(settings, partitions)

@@ -33,8 +33,8 @@ import pyarrow.fs as pafs
 import numpy as np
 from pyspark.sql import functions as F
 
-from services.spark_stream.packed import PACKED_DDL, Packer, Route
-from services.spark_stream.sequencer import Carry, Sequencer, sequence_run, stream_schema
+from cep_service.spark_stream.packed import PACKED_DDL, Packer, Route
+from cep_service.spark_stream.sequencer import Carry, Sequencer, sequence_run, stream_schema
 
 CONNECTOR_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 # the columns the sequencer step takes (Spark's Kafka source has them, `end` from headers)

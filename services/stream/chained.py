@@ -38,10 +38,10 @@ from confluent_kafka import OFFSET_BEGINNING
 
 from cep_core import snapshot_format
 from cep_core.snapshot_format import SnapshotError
-from services.stream import frames
+from cep_service.stream import frames
 # Deliberately like services/stream/splitter.py's: an import list of the checkpoint helpers both
 # use, not code
-from services.stream.checkpoint import (
+from cep_service.stream.checkpoint import (
     PIPELINE_HEADER,
     AskOnce,
     Offset,
@@ -53,17 +53,17 @@ from services.stream.checkpoint import (
     saved_checkpoints,
     slot_key,
 )
-from services.stream.control import StatusWriter
-from services.stream.coordinator import Coordinator
-from services.stream.merge import Merger
-from services.stream.kafka import KafkaSettings, produce
-from services.stream.metrics import Metrics, counted, engines_by_query
-from services.stream.partition import PartitionState
-from services.stream.reorder_checkpoint import saved_state
-from services.stream.routing import message
-from services.stream.serve import log
-from services.stream.splitter import Splitter
-from services.stream.splitter_order import ORDER_HEADER, LoggedOrder
+from cep_service.stream.control import StatusWriter
+from cep_service.stream.coordinator import Coordinator
+from cep_service.stream.merge import Merger
+from cep_service.stream.kafka import KafkaSettings, produce
+from cep_service.stream.metrics import Metrics, counted, engines_by_query
+from cep_service.stream.partition import PartitionState
+from cep_service.stream.reorder_checkpoint import saved_state
+from cep_service.stream.routing import message
+from cep_service.stream.serve import log
+from cep_service.stream.splitter import Splitter
+from cep_service.stream.splitter_order import ORDER_HEADER, LoggedOrder
 
 CHAINED_KEY = b"chained"  # the cut's seq state and source offsets (a splitter checkpoint)
 STAGE_HEADER = "cep.taken_ms"  # on INTO records: when the step that released them began

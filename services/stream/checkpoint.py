@@ -29,9 +29,9 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from cep_core import snapshot_format
 from cep_core.snapshot_format import SnapshotError
-from services.stream.kafka import KafkaSettings
-from services.stream.serve import log
-from services.stream.splitter_order import ORDER_HEADER
+from cep_service.stream.kafka import KafkaSettings
+from cep_service.stream.serve import log
+from cep_service.stream.splitter_order import ORDER_HEADER
 
 T = TypeVar("T")
 ALT = b".alt"  # the key suffix of the odd generations

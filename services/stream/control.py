@@ -44,14 +44,14 @@ from cep_core.control_message import check_query as check_query_text  # noqa: F4
 from cep_core.control_message import validate as parse_control  # noqa: F401
 from cep_core.control_ops import Outcome
 from cep_core.parser import parse
-from services.stream.kafka import Deliveries, flush_all, read_all
-from services.stream.status import StatusWriter, change_of  # noqa: F401  (their home was here)
+from cep_service.stream.kafka import Deliveries, flush_all, read_all
+from cep_service.stream.status import StatusWriter, change_of  # noqa: F401  (their home was here)
 
 def publish(settings, topic: str, message: ControlMessage, key: bytes | None = None,
             timeout_s: float = 10) -> int:
     """Write a control message (key `query/<name>` or `stream/<name>` unless `key` is
-    given) and wait for the broker's ack; the record's offset. services.stream.kafka.DeliveryFailed
-    when the ack did not come."""
+    given) and wait for the broker's ack; the record's offset.
+    cep_service.stream.kafka.DeliveryFailed when the ack did not come."""
     offsets: list[int] = []
     deliveries = Deliveries(also=lambda err, m: offsets.append(m.offset()))
     producer = settings.producer(**{"message.timeout.ms": int(timeout_s * 1000)})

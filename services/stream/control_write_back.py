@@ -13,8 +13,8 @@ from cep_core.control_message import (REFUSED_HEADER, STREAM, VERSION_HEADER, Co
                                       ControlMessageError, ControlRecord, Op, parse_key, validate)
 from cep_core.errors import QueryError, QueryErrors
 from cep_core.parser import parse
-from services.stream.topics import produce
-from services.stream.serve import log
+from cep_service.stream.topics import produce
+from cep_service.stream.serve import log
 
 
 def write_back(router, record: ControlRecord) -> None:

@@ -39,10 +39,10 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from cep_core import snapshot_format
-from services.stream import frames
+from cep_service.stream import frames
 # Deliberately like services/stream/worker.py's: an import list of the checkpoint helpers both
 # shells use, not code
-from services.stream.checkpoint import (
+from cep_service.stream.checkpoint import (
     PIPELINE_HEADER,
     AskOnce,
     Offset,
@@ -57,12 +57,12 @@ from services.stream.checkpoint import (
 )
 from cep_core.control_message import STREAM
 from cep_core.control_ops import Outcome
-from services.stream.control import StatusWriter, learned_live
-from services.stream.kafka import (BOUNDED_CONSUMER, BOUNDED_PRODUCER, Deliveries, KafkaSettings,
-                            Topics, consume_batch, ensure_topics, produce)
-from services.stream.merge import Merger
-from services.stream.metrics import Metrics
-from services.stream.serve import log, profiled
+from cep_service.stream.control import StatusWriter, learned_live
+from cep_service.stream.kafka import (BOUNDED_CONSUMER, BOUNDED_PRODUCER, Deliveries, KafkaSettings,
+                                      Topics, consume_batch, ensure_topics, produce)
+from cep_service.stream.merge import Merger
+from cep_service.stream.metrics import Metrics
+from cep_service.stream.serve import log, profiled
 
 
 STATE_KEY = b"coordinator"  # the checkpoint key with one shard (Topics.coordinator_name)

@@ -31,11 +31,11 @@ from cep_core.control_message import check_query
 from cep_core.event_io import read_events
 from cep_core.home import state_dir
 from cep_core.workloads import WORKLOADS
-from services.stream.broker import EmbeddedBroker, free_port
-from services.stream.checkpoint import PIPELINE_HEADER, read_partitions
-from services.stream.control import ControlMessage, input_ended, publish
+from cep_service.stream.broker import EmbeddedBroker, free_port
+from cep_service.stream.checkpoint import PIPELINE_HEADER, read_partitions
+from cep_service.stream.control import ControlMessage, input_ended, publish
 # Deliberately like bench/live.py's: an import list, not code
-from services.stream.kafka import (
+from cep_service.stream.kafka import (
     Deliveries,
     KafkaSettings,
     Topics,
@@ -44,8 +44,8 @@ from services.stream.kafka import (
     produce_end,
     read_all,
 )
-from services.stream.pipeline import create_topics
-from services.stream.serve import die_with_parent
+from cep_service.stream.pipeline import create_topics
+from cep_service.stream.serve import die_with_parent
 
 STREAM = "trades"
 ACTIVITY = """QUERY activity FROM trades INTO trade_stats
@@ -77,7 +77,7 @@ def start_services(bootstrap: str, workers: int, log_path: Path, topics,
     metrics endpoints from a free port on, which the console reads (docs/console.md)."""
     log = open(log_path, "ab")
     return subprocess.Popen(
-        [sys.executable, "-m", "services.cli.main", "serve", "all", "--workers", str(workers),
+        [sys.executable, "-m", "cep_service.cli.main", "serve", "all", "--workers", str(workers),
          "--stream", topics.stream, "--source", topics.source, "--control", topics.control,
          "--topic-prefix", topics.prefix, "--web-port", str(free_port()),
          "--api-port", str(api_port), "--coordinators", str(topics.shards)]

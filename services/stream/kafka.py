@@ -22,8 +22,8 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from services.errors import BrokerUnreachable, DeliveryFailed
-from services.stream.topics import Topics, produce  # noqa: F401  (their home was here)
+from cep_service.errors import BrokerUnreachable, DeliveryFailed
+from cep_service.stream.topics import Topics, produce  # noqa: F401  (their home was here)
 
 # Bounds on what a client holds in memory (backpressure instead of growth): the consumer
 # prefetches at most this much per partition, the producer queues at most this much.

@@ -30,7 +30,7 @@ def query_changes(op: str, name: str | None, text: str, source: str, only: str |
     ControlMessageError (QueryError, QueryErrors with `no_check`) says why not."""
     from cep_core.control_message import ControlMessage, check_query, replayed
     from cep_core.parser import parse
-    from services.stream.control import split_query_file
+    from cep_service.stream.control import split_query_file
 
     view = replayed(records)  # every stream's queries, as the topic gives them
     if Op(op) is Op.REMOVE:
@@ -97,8 +97,8 @@ def wait_outcomes(settings, sent: list, prefix: str, control_topic: str,
     the coordinator saw it in every keyed partition), `refused` (with the splitter's
     `reason`), `queued` (no pipeline of that stream is up) or `timed_out` (with who did
     not report, `missing`); `said` is the line the CLI prints."""
-    from services.stream.control import StatusReader, outcomes_of, services_up, settled
-    from services.stream.kafka import Topics
+    from cep_service.stream.control import StatusReader, outcomes_of, services_up, settled
+    from cep_service.stream.kafka import Topics
 
     out = []
     deadline = time.monotonic() + timeout
@@ -159,8 +159,8 @@ def _settled(message, change: dict, found: dict) -> dict:
 
 
 def services_view(settings, status_topic: str) -> dict[str, dict]:
-    """The services up on a status topic and what each holds (services.stream.control)."""
-    from services.stream.control import StatusReader, services_up
+    """The services up on a status topic and what each holds (cep_service.stream.control)."""
+    from cep_service.stream.control import StatusReader, services_up
 
     reader = StatusReader(settings, status_topic)
     try:

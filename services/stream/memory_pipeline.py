@@ -22,11 +22,11 @@ from __future__ import annotations
 import orjson
 import pyarrow as pa
 
-from services.stream import frames
-from services.stream.merge import Merger
-from services.stream.partition import PartitionState
-from services.stream.routing import Outbox, Router, message, records
-from services.stream.topics import Topics
+from cep_service.stream import frames
+from cep_service.stream.merge import Merger
+from cep_service.stream.partition import PartitionState
+from cep_service.stream.routing import Outbox, Router, message, records
+from cep_service.stream.topics import Topics
 
 END = [("kind", b"end")]
 EVENTS = [("kind", b"events")]

@@ -28,8 +28,8 @@ import orjson
 from cep_core.ast import QueryKind
 from cep_core.composite import sort_key
 from cep_core.control_message import INFINITE, QUERY, LiveRegistry, check_query, horizon
-from services.stream import frames
-from services.stream.frames import Frame, LiveSetFrame
+from cep_service.stream import frames
+from cep_service.stream.frames import Frame, LiveSetFrame
 
 
 class QueryInfo:

@@ -28,7 +28,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import orjson
 
 from cep_core.control_message import INFINITE
-from services.stream.serve import log
+from cep_service.stream.serve import log
 
 READY_MAX_LAG_ENV = "CEP_READY_MAX_LAG"
 

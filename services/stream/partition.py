@@ -31,12 +31,12 @@ from cep_core.control_message import LiveSet, horizon
 from cep_core.control_ops import Outcome
 from cep_core.schema import units_per_ms
 from cep_core.stream_engines import StreamEngines
-from services.stream import frames
-from services.stream.frames import ChangeFrame, Frame, LiveSetFrame
-from services.stream.metrics import Metrics
-from services.stream.routing import Outbox
-from services.stream.status import StatusWriter
-from services.stream.topics import OFFSET_BEGINNING, Topics, produce
+from cep_service.stream import frames
+from cep_service.stream.frames import ChangeFrame, Frame, LiveSetFrame
+from cep_service.stream.metrics import Metrics
+from cep_service.stream.routing import Outbox
+from cep_service.stream.status import StatusWriter
+from cep_service.stream.topics import OFFSET_BEGINNING, Topics, produce
 
 
 class PartitionState:

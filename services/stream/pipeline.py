@@ -22,12 +22,12 @@ import pkgutil
 import threading
 import time
 
-from services.stream.chained import Chained
-from services.stream.coordinator import Coordinator
-from services.stream.kafka import KafkaSettings, Topics, ensure_topics
-from services.stream.metrics import Metrics
-from services.stream.splitter import Splitter
-from services.stream.worker import Worker
+from cep_service.stream.chained import Chained
+from cep_service.stream.coordinator import Coordinator
+from cep_service.stream.kafka import KafkaSettings, Topics, ensure_topics
+from cep_service.stream.metrics import Metrics
+from cep_service.stream.splitter import Splitter
+from cep_service.stream.worker import Worker
 
 
 def create_topics(settings: KafkaSettings, topics: Topics, partitions: int,

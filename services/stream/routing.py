@@ -58,16 +58,16 @@ from cep_core.json_batch import (
 from cep_core.reorder import ReorderBuffer
 from cep_core.schema import SchemaError, units_per_ms
 from cep_core.time_guard import TOO_FAR_AHEAD, TimeGuard
-from services.stream import frames
-from services.stream.control_write_back import came_back, write_back
-from services.stream.frames import ChangeFrame, Frame, LiveSetFrame
-from services.stream.metrics import Metrics
-from services.stream.reorder_checkpoint import Refill
-from services.stream.serve import log
-from services.stream.splitter_order import ORDER_HEADER, LoggedOrder, runs_of
-from services.stream.status import StatusWriter, change_of
-from services.stream.stream_time import StreamTime
-from services.stream.topics import Topics, produce
+from cep_service.stream import frames
+from cep_service.stream.control_write_back import came_back, write_back
+from cep_service.stream.frames import ChangeFrame, Frame, LiveSetFrame
+from cep_service.stream.metrics import Metrics
+from cep_service.stream.reorder_checkpoint import Refill
+from cep_service.stream.serve import log
+from cep_service.stream.splitter_order import ORDER_HEADER, LoggedOrder, runs_of
+from cep_service.stream.status import StatusWriter, change_of
+from cep_service.stream.stream_time import StreamTime
+from cep_service.stream.topics import Topics, produce
 
 
 class Message(Protocol):

@@ -167,7 +167,7 @@ def die_with_parent() -> None:
 
 def spawn(role: str, args: list[str], env: dict | None = None) -> subprocess.Popen:
     """One `cep serve ROLE` subprocess (its own process group; it stops when we die)."""
-    return subprocess.Popen([sys.executable, "-m", "services.cli.main", "serve", role, *args],
+    return subprocess.Popen([sys.executable, "-m", "cep_service.cli.main", "serve", role, *args],
                             env={**os.environ, **(env or {}), "CEP_ROLE": role},
                             start_new_session=True, preexec_fn=die_with_parent)
 

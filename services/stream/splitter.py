@@ -61,7 +61,7 @@ from cep_core.json_batch import DEFAULT_MAX_MESSAGE_BYTES
 from cep_core.kernel_warmer import KernelWarmer
 # Deliberately like services/stream/chained.py's: an import list of the checkpoint helpers both
 # use, not code
-from services.stream.checkpoint import (
+from cep_service.stream.checkpoint import (
     AskOnce,
     Offset,
     Saved,
@@ -73,13 +73,13 @@ from services.stream.checkpoint import (
     saved_checkpoints,
     slot_key,
 )
-from services.stream.control import StatusWriter
-from services.stream.kafka import KafkaSettings, Topics, consume_batch, produce
-from services.stream.reorder_checkpoint import Refill, saved_state
-from services.stream.splitter_order import LoggedOrder
-from services.stream.metrics import Metrics
-from services.stream.routing import Router, partition_ids, stable_hash  # noqa: F401 (their home was here)
-from services.stream.serve import log, profiled
+from cep_service.stream.control import StatusWriter
+from cep_service.stream.kafka import KafkaSettings, Topics, consume_batch, produce
+from cep_service.stream.reorder_checkpoint import Refill, saved_state
+from cep_service.stream.splitter_order import LoggedOrder
+from cep_service.stream.metrics import Metrics
+from cep_service.stream.routing import Router, partition_ids, stable_hash  # noqa: F401 (their home was here)
+from cep_service.stream.serve import log, profiled
 
 
 # the splitter's checkpoints on the state topic: the even generations (the odd ones under

@@ -25,8 +25,8 @@ from faust.worker import Worker
 from mode import Service
 
 from cep_core.home import state_dir
-from services.stream.serve import log, log_level, logging_config
-from services.stream.splitter import Splitter
+from cep_service.stream.serve import log, log_level, logging_config
+from cep_service.stream.splitter import Splitter
 
 
 class SplitterBoot(BootStrategy):
@@ -103,7 +103,7 @@ def create_app(splitter: Splitter, web_port: int = 6066, web_bind: str = "0.0.0.
 def serve_splitter(splitter: Splitter, web_port: int = 6066,
                    datadir: Path | None = None) -> int:
     """Run the app until SIGTERM/SIGINT; the exit code (1 when the loop failed). Faust's
-    own log records are JSON lines like the splitter's (services.stream.serve.logging_config)."""
+    own log records are JSON lines like the splitter's (cep_service.stream.serve.logging_config)."""
     app, service = create_app(splitter, web_port, datadir=datadir)
     worker = Worker(app, quiet=True, redirect_stdouts=False, loglevel=log_level(),
                     logging_config=logging_config())

@@ -11,7 +11,7 @@ checkpoint's offsets finds every step anyone may have seen. `LoggedOrder` then h
 consumed messages until each logged step can be taken again exactly as it was, in the
 same order and with the same cuts, which stamps the same seqs; after the last logged step
 the splitter takes batches as they come. Without Kafka: reading the logged steps back is
-`services.stream.checkpoint.logged_steps`.
+`cep_service.stream.checkpoint.logged_steps`.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import orjson
 
 from cep_core.control_message import ControlMessage
 from cep_core.control_ops import Outcome
-from services.stream.topics import produce
+from cep_service.stream.topics import produce
 
 _instances = itertools.count()
 

@@ -33,10 +33,10 @@ import time
 from confluent_kafka import TopicPartition
 
 from cep_core.schema import SchemaRegistry
-from services.stream import frames
+from cep_service.stream import frames
 # Deliberately like services/stream/coordinator.py's: an import list of the checkpoint helpers
 # both shells use, not code
-from services.stream.checkpoint import (
+from cep_service.stream.checkpoint import (
     AskOnce,
     Offset,
     Saved,
@@ -47,8 +47,8 @@ from services.stream.checkpoint import (
     saved_checkpoints,
     slot_key,
 )
-from services.stream.control import StatusWriter, learned_live
-from services.stream.kafka import (
+from cep_service.stream.control import StatusWriter, learned_live
+from cep_service.stream.kafka import (
     BOUNDED_CONSUMER,
     BOUNDED_PRODUCER,
     Deliveries,
@@ -57,9 +57,9 @@ from services.stream.kafka import (
     consume_batch,
     produce,
 )
-from services.stream.metrics import Metrics, engines_by_query
-from services.stream.partition import PartitionState
-from services.stream.serve import log, profiled
+from cep_service.stream.metrics import Metrics, engines_by_query
+from cep_service.stream.partition import PartitionState
+from cep_service.stream.serve import log, profiled
 
 
 class Worker:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from services.stream.broker import EmbeddedBroker, free_port
-from services.stream.pipeline import wait_progressing
+from cep_service.stream.broker import EmbeddedBroker, free_port
+from cep_service.stream.pipeline import wait_progressing
 from tests.fault.harness import STALL_S
 
 

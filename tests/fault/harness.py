@@ -33,20 +33,21 @@ from cep_core import reference
 from cep_core.checker import load_query_text
 from cep_core.event_io import decode_record, read_events
 from cep_core.events import Event
-from services.stream.broker import free_port
-from services.stream.chained import CHAINED_KEY
-from services.stream import frames
-from services.stream.control import ControlMessage, horizon, input_ended, publish, split_query_file
-from services.stream.checkpoint import ALT, read_latest, read_partitions
-from services.stream.kafka import KafkaSettings, Topics, produce, produce_end
-from services.stream.pipeline import (
+from cep_service.stream.broker import free_port
+from cep_service.stream.chained import CHAINED_KEY
+from cep_service.stream import frames
+from cep_service.stream.control import (ControlMessage, horizon, input_ended, publish,
+                                        split_query_file)
+from cep_service.stream.checkpoint import ALT, read_latest, read_partitions
+from cep_service.stream.kafka import KafkaSettings, Topics, produce, produce_end
+from cep_service.stream.pipeline import (
     create_topics,
     flush_progressing,
     kernel_files,
     wait_progressing,
 )
-from services.stream.splitter import SPLITTER_KEY
-from services.stream.splitter_order import ORDER_HEADER
+from cep_service.stream.splitter import SPLITTER_KEY
+from cep_service.stream.splitter_order import ORDER_HEADER
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -133,7 +134,7 @@ class Pipeline:
                "CEP_METRICS_PORT": str(self.metrics_ports[role])}
         if kind == "coordinator" and role != kind:
             env["CEP_COORDINATOR_SHARD"] = role[len(kind):]
-        process = subprocess.Popen([sys.executable, "-m", "services.cli.main", "serve", kind],
+        process = subprocess.Popen([sys.executable, "-m", "cep_service.cli.main", "serve", kind],
                                    env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
         log.close()

@@ -16,9 +16,9 @@ import pytest
 from cep_core import reference
 from cep_core.checker import load_query_text
 from cep_core.event_io import read_events
-from services.stream.control import ControlMessage, publish, split_query_file
-from services.stream.kafka import KafkaSettings, Topics, produce, read_all
-from services.stream.pipeline import (
+from cep_service.stream.control import ControlMessage, publish, split_query_file
+from cep_service.stream.kafka import KafkaSettings, Topics, produce, read_all
+from cep_service.stream.pipeline import (
     LocalPipeline,
     create_topics,
     flush_progressing,

@@ -17,8 +17,8 @@ import pytest
 
 from cep_core import reference
 from cep_core.event_io import decode_record
-from services.stream.kafka import KafkaSettings, read_all
-from services.stream.pipeline import LocalPipeline
+from cep_service.stream.kafka import KafkaSettings, read_all
+from cep_service.stream.pipeline import LocalPipeline
 from stream_harness import file_records, produce_to_end, topics_with_queries
 
 ROOT = Path(__file__).resolve().parents[2]

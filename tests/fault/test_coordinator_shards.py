@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from services.stream.control import horizon
+from cep_service.stream.control import horizon
 from tests.fault.harness import Pipeline, after_released, assert_exact, restart
 from tests.fault.test_kills import kill_point
 

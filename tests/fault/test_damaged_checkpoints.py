@@ -13,9 +13,9 @@ from __future__ import annotations
 import random
 
 from cep_core import snapshot_format as fmt
-from services.stream.checkpoint import ALT, broker_watermarks, read_latest
-from services.stream.kafka import KafkaSettings, ensure_topics, produce
-from services.stream.pipeline import wait_for
+from cep_service.stream.checkpoint import ALT, broker_watermarks, read_latest
+from cep_service.stream.kafka import KafkaSettings, ensure_topics, produce
+from cep_service.stream.pipeline import wait_for
 from tests.fault.harness import Pipeline, after_released, assert_exact
 
 PARTITIONS = 4
@@ -114,8 +114,8 @@ def test_chained_restores_the_cut_before_a_damaged_one(kafka_bootstrap, tmp_path
     changed byte in a partition's snapshot of the newest cut) refuses the whole cut, and
     the restart restores the cut before it, whole, and replays from its offsets: the INTO
     topics equal the reference exactly."""
-    from services.stream.chained import CHAINED_KEY, part_key
-    from services.stream.checkpoint import slot_key
+    from cep_service.stream.chained import CHAINED_KEY, part_key
+    from cep_service.stream.checkpoint import slot_key
 
     pipe = Pipeline(kafka_bootstrap, tmp_path, mode="chained", partitions=PARTITIONS,
                     checkpoint_ms=500)

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from services.stream.broker import free_port
+from cep_service.stream.broker import free_port
 from tests.fault.harness import ROOT, Pipeline, after_released, assert_exact, restart
 
 
@@ -94,7 +94,7 @@ def test_serve_all_restarts_a_killed_worker(kafka_bootstrap, tmp_path, mode):
     role, ready = ("worker", "partitions_assigned") if mode == "distributed" else \
         ("chained", "chained_started")
     log = open(tmp_path / "all.log", "wb")
-    serve = subprocess.Popen([sys.executable, "-m", "services.cli.main", "serve", "all",
+    serve = subprocess.Popen([sys.executable, "-m", "cep_service.cli.main", "serve", "all",
                               "--workers", "1", "--web-port", str(free_port())]
                              + (["--distributed"] if mode == "distributed" else []),
                              env=pipe.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,

@@ -2,7 +2,7 @@
 
 `numba.cuda` chooses the simulator when it is *first imported* with NUMBA_ENABLE_CUDASIM=1
 (numba reads its config at `import numba`, so the config is reloaded too). No other test
-module imports `numba.cuda` (the CPU engines use `numba.njit` only, and `accel.gpu` imports
+module imports `numba.cuda` (the CPU engines use `numba.njit` only, and `cep_accel.gpu` imports
 `numba.cuda` lazily), and this folder sorts before `tests/test_*.py`, so this conftest runs
 first in `make test` as well as alone. With CEP_GPU_DEVICE=1 the tests run on a real GPU
 instead (at full size). If `numba.cuda` was imported already and is not the target asked
@@ -22,7 +22,7 @@ if not REAL and "numba.cuda" not in sys.modules:
 
     config.reload_config()
 
-from accel.gpu import device  # noqa: E402
+from cep_accel.gpu import device  # noqa: E402
 
 TARGET = device.target()
 if TARGET is not (device.CudaTarget.DEVICE if REAL else device.CudaTarget.SIMULATOR):

@@ -11,9 +11,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from conftest import REAL, SCALE  # noqa: E402
 
-from accel.gpu import device, placement  # noqa: E402
-from accel.gpu.match_engine import GpuMatchEngine  # noqa: E402
-from accel.gpu.seq_engine import GpuSeqEngine  # noqa: E402
+from cep_accel.gpu import device, placement  # noqa: E402
+from cep_accel.gpu.match_engine import GpuMatchEngine  # noqa: E402
+from cep_accel.gpu.seq_engine import GpuSeqEngine  # noqa: E402
 from cep_core import reference  # noqa: E402
 from cep_core.batch import StringDictionary  # noqa: E402
 from cep_core.checker import load_queries  # noqa: E402

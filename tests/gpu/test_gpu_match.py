@@ -1,4 +1,4 @@
-"""The GPU MATCH engine (accel.gpu.match_engine: one thread per partition key) against the
+"""The GPU MATCH engine (cep_accel.gpu.match_engine: one thread per partition key) against the
 reference interpreter: the marathon and M-shape examples, overlapping predicates, every
 incremental aggregate, generated streams for fixed queries, snapshots in the middle, idle
 eviction, placement and `cep gpu verify`. Runs on the CUDA simulator (see conftest.py), on a
@@ -21,8 +21,8 @@ from conftest import SCALE  # noqa: E402
 from engine_harness import assert_same, jit_run, reference_run  # noqa: E402
 from test_engine_match import STRING_ORDERING, word_rows  # noqa: E402
 
-from accel.gpu import placement  # noqa: E402
-from accel.gpu.match_engine import GpuMatchEngine  # noqa: E402
+from cep_accel.gpu import placement  # noqa: E402
+from cep_accel.gpu.match_engine import GpuMatchEngine  # noqa: E402
 from cep_core import reference  # noqa: E402
 from cep_core.batch import BatchEncoder, StringDictionary  # noqa: E402
 from cep_core.checker import load_queries, load_query_text  # noqa: E402
@@ -208,7 +208,7 @@ def test_placement_routes_match_queries():
 
 
 def test_cep_gpu_verify_on_the_marathon(tmp_path):
-    from services.cli.main import app
+    from cep_service.cli.main import app
     lines = (ROOT / "examples/data/checkpoints.jsonl").read_text().splitlines()[:300]
     events = tmp_path / "checkpoints.jsonl"
     events.write_text("\n".join(lines) + "\n")

@@ -1,4 +1,4 @@
-"""GPU CDP (accel.gpu.seq_engine) against the reference interpreter: example rules, R5,
+"""GPU CDP (cep_accel.gpu.seq_engine) against the reference interpreter: example rules, R5,
 generated streams, snapshots, host-resident columns. Runs on the CUDA simulator (see
 conftest.py), on a real GPU with CEP_GPU_DEVICE=1."""
 
@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from conftest import SCALE  # noqa: E402
 from engine_harness import assert_same  # noqa: E402
 
-from accel.gpu.seq_engine import GpuSeqEngine  # noqa: E402
+from cep_accel.gpu.seq_engine import GpuSeqEngine  # noqa: E402
 from cep_core.checker import load_queries, load_query_text  # noqa: E402
 from cep_core.event_io import read_events  # noqa: E402
 from cep_core.events import Event  # noqa: E402
