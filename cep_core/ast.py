@@ -217,6 +217,8 @@ _COMPARISONS = frozenset({BinaryOp.EQ, BinaryOp.NE, BinaryOp.LT, BinaryOp.LE, Bi
                           BinaryOp.GE})
 
 
+# Deliberately like Binary below (and the other node declarations): dataclass fields, each
+# node its own
 @dataclass(eq=False)
 class Unary(Expression):
     child_fields = ("operand",)
@@ -230,6 +232,7 @@ class Unary(Expression):
         super().__post_init__()
 
 
+# Deliberately like Unary above: dataclass fields, each node its own
 @dataclass(eq=False)
 class Binary(Expression):
     """Arithmetic (+ - * / %), comparison (= != < <= > >=) or logic (AND, OR)."""
@@ -433,6 +436,8 @@ class MatchQuery(Node):
 # ---------------------------------------------------------------- SEQ
 
 
+# Deliberately like cep_core/control_ops.py's and cep_core/reference/seq.py's enums in shape
+# only: member declarations
 class Strategy(StrEnum):
     SKIP_TILL_ANY_MATCH = "skip-till-any-match"
     SKIP_TILL_NEXT_MATCH = "skip-till-next-match"

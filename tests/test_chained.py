@@ -91,6 +91,8 @@ def test_chained_queries_added_and_removed_mid_stream(broker):
               "ups live")
         produce_lines(broker, topics.source, lines[first:second], end=False)
         _wait(pipeline, lambda: min(coordinator.merger.upto) >= second - 1, "second part")
+        # Deliberately like tests/test_recognize_service.py's live add and remove: each test
+        # spells out its own timeline of changes
         publish(broker, topics.control, ControlMessage("remove", "mshape"))
         _wait(pipeline, lambda: any(e["name"] == "mshape" and e["op"] == "remove"
                                     for e in coordinator.lived), "mshape removed")

@@ -54,6 +54,8 @@ def test_check_ok(tmp_path):
     assert f"{path}: 2 queries OK (up, n)" in result.stdout
 
 
+# Deliberately like the other CLI tests (test_csv_dead_letters_count_the_header_line): each
+# writes its own files and reads its own command's output
 def test_check_bad_file_names_file_line_col(tmp_path):
     good = tmp_path / "good.cep"
     good.write_text(RISE)
@@ -228,6 +230,7 @@ def test_dead_letters_name_editor_lines_and_keep_record_positions(tmp_path):
     assert f"2 bad events: first {events}:3: attribute 'price'" in summary.stderr
 
 
+# Deliberately like test_check_bad_file_names_file_line_col: each writes its own files
 def test_csv_dead_letters_count_the_header_line(tmp_path):
     query = tmp_path / "q.cep"
     query.write_text(RISE)

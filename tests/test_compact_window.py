@@ -44,6 +44,8 @@ def streams(draw, max_events: int = 60):
     return stream if period is None else _fresh_keys(stream, period)
 
 
+# Deliberately like tests/test_engine_window.py's random test: the same draw, here with
+# compaction after every batch
 @SETTINGS
 @given(data=st.data())
 def test_random_queries_compacted_after_every_batch_equal_the_reference(data):

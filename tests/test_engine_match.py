@@ -432,6 +432,8 @@ def test_punctuation_advances_the_eviction_clock():
     assert_same(queries, stream + [Punctuation(1000)], idle_timeout=100)
 
 
+# Deliberately like tests/gpu/test_gpu_match.py's test of that name: the same case on the
+# GPU engine, which runs only where a GPU is
 def test_no_partition_and_several_partition_attributes():
     for partition in ("", "PARTITION BY symbol, volume"):
         queries = query(f"""

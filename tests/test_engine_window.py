@@ -47,6 +47,7 @@ def comparisons(draw):
     kind = draw(st.integers(0, 9))
     symbols = st.sampled_from(SYMBOLS)
     op = draw(st.sampled_from(["=", "!=", "<", "<=", ">", ">="]))
+    # Deliberately like each other, the branches below: one filter shape each, drawn by kind
     if kind == 0:
         chosen = draw(st.lists(symbols, min_size=1, max_size=3))
         negated = draw(st.booleans())
@@ -156,6 +157,8 @@ def draw_batching(data, stream: list) -> tuple[tuple[int, ...], int | None]:
 # ---------------------------------------------------------------- one query
 
 
+# Deliberately like tests/test_compact_window.py's random test: the same draw, there with
+# compaction after every batch
 @SETTINGS
 @given(data=st.data())
 def test_random_queries_equal_the_reference(data):

@@ -118,6 +118,8 @@ def test_added_beside_a_match_query_then_removed(broker, chained):
               "mr_mshape live")
         _produce_in_pieces(broker, pipeline, topics.source, lines, first, second,
                            [seq + 1 for seq in waits])
+        # Deliberately like tests/test_chained.py's live add and remove: each test spells out
+        # its own timeline of changes
         publish(broker, topics.control, ControlMessage("remove", "mr_mshape"))
         _wait(pipeline, lambda: any(e["name"] == "mr_mshape" and e["op"] == "remove"
                                     for e in coordinator.lived), "mr_mshape removed")

@@ -57,6 +57,8 @@ STOCKS = """QUERY s1 FROM stocks PATTERN SEQ(AAPL a, AMZN b, AVID c)
 WHERE a.open > b.open AND b.open > c.open WITHIN 5 minutes"""
 
 
+# Deliberately like test_rfid_negation_between below and the other worked examples: each
+# spells out its rows and why each match is expected, as the papers' examples do
 def test_hypersonic_stocks():
     rows = [stock("AAPL", 0, 10),  # 0
             stock("AMZN", 1, 9),  # 1
@@ -125,6 +127,7 @@ def test_rfid_order_receive_dispatch():
         [(2, 4, [1, 3, 4]), (1, 5, [0, 2, 5])]
 
 
+# Deliberately like test_hypersonic_stocks above: a worked example spelled out
 def test_rfid_negation_between():
     text = """QUERY s2 FROM rfid PATTERN SEQ(O o, NOT(C c), D d)
     WHERE o.item = c.item AND o.item = d.item WITHIN 1 hour"""

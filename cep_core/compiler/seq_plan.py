@@ -125,6 +125,8 @@ def split_and(expr) -> list:
     return [expr]
 
 
+# Deliberately like cep_core/reference/seq.py's _Mentions (and _Item, _Negation, _Conjunct,
+# _split_and, _analyse): the oracle shares no analysis with the engines it checks
 class Mentions(ast.Visitor):
     """The variables an expression mentions: all of them, the Kleene ones it reads per
     element, and those it reads inside an aggregate (`count(dup)`). The reference

@@ -107,6 +107,8 @@ def _split_and(expr) -> list:
     return [expr]
 
 
+# Deliberately like cep_core/compiler/seq_plan.py's Mentions (and Item, Negation, Conjunct,
+# split_and, analyse): the oracle shares no analysis with the engines it checks
 class _Mentions(ast.Visitor):
     """The variables an expression mentions: all of them, the Kleene ones it reads per
     element, and those it reads inside an aggregate (`count(dup)`). The same analysis as the

@@ -31,6 +31,8 @@ def kill_point(rng: random.Random, pipe: Pipeline, held: int, low: int = 1) -> i
     return rng.randint(min(low, high), high)
 
 
+# Deliberately like test_splitter_and_coordinator_killed below: each fault test sets up its
+# own pipeline (workers, seed) and kills its own process
 def test_worker_killed_three_times(kafka_bootstrap, tmp_path):
     rng = random.Random(20261121)
     pipe = Pipeline(kafka_bootstrap, tmp_path, workers=2, checkpoint_ms=2000)
@@ -59,6 +61,7 @@ def test_worker_killed_three_times(kafka_bootstrap, tmp_path):
         pipe.stop_all()
 
 
+# Deliberately like test_worker_killed_three_times above: its own pipeline and kills
 def test_splitter_and_coordinator_killed(kafka_bootstrap, tmp_path):
     rng = random.Random(11)
     pipe = Pipeline(kafka_bootstrap, tmp_path, workers=1, checkpoint_ms=2000)
@@ -145,6 +148,8 @@ def test_chained_killed_three_times(kafka_bootstrap, tmp_path):
             if not recoveries:  # so that the first restart has a cut to restore
                 pipe.wait_until(lambda: pipe.splitter_checkpoint() is not None, "a cut")
             low = pipe.released_by(held) + 1
+            # Deliberately like tests/fault/test_recognize_kill.py's kill loop: each test states its
+            # own cut and count of restores
             recoveries.append(restart(pipe, "chained", "chained_started",
                                       while_down=producing.release))
         assert_exact(pipe)

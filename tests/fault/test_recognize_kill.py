@@ -38,6 +38,8 @@ def test_chained_killed_twice_with_a_match_recognize_query(kafka_bootstrap, tmp_
             pipe.wait_until(lambda held=held: (pipe.splitter_checkpoint() or {}).get(
                 "position", -1) >= held, f"a cut at {held}")
             low = pipe.released_by(held) + 1
+            # Deliberately like tests/fault/test_kills.py's chained kill loop: each test states its
+            # own cut and count of restores
             recoveries.append(restart(pipe, "chained", "chained_started",
                                       while_down=producing.release))
         assert_exact(pipe)

@@ -139,6 +139,8 @@ def test_generated_streams(rows, which, sizes, restore):
                 factory=GpuMatchEngine)
 
 
+# Deliberately like tests/test_engine_match.py's test of that name: the same case on the
+# GPU engine, with the mixed stream's GPU columns
 def test_no_partition_and_several_partition_attributes():
     for partition in ("", "PARTITION BY symbol, flag"):
         queries = query(f"""
