@@ -74,21 +74,10 @@ step() {
         else
             echo "no .whl/ folder: using the machine's packages only"
         fi
-        # The GPU placement policy is an entry point of the cep-service distribution
-        # (cep_core/placement.py); the source tree is not installed here, so give it one.
-        "$PY" - <<'EOF'
-import os, pathlib, tomllib
-project = tomllib.loads(pathlib.Path("pyproject.toml").read_text())["project"]
-info = pathlib.Path(os.environ["SITE"]) / (f"cep_service-{project['version']}.dist-info")
-info.mkdir(parents=True, exist_ok=True)
-(info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\n"
-                               f"Version: {project['version']}\n")
-lines = []
-for group, points in project.get("entry-points", {}).items():
-    lines += [f"[{group}]"] + [f"{k} = {v}" for k, v in points.items()] + [""]
-(info / "entry_points.txt").write_text("\n".join(lines))
-print("entry points:", " ".join(lines))
-EOF
+        # The project itself (its packages under their installed names, and the GPU
+        # placement policy's entry point), built from this tree with the machine's setuptools.
+        "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile \
+            --no-cache-dir --target "$SITE" . && echo "installed: the project"
         export PYTHONPATH=$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}
     fi
     command -v nvidia-smi >/dev/null && nvidia-smi || echo "nvidia-smi: not found"
@@ -105,9 +94,7 @@ EOF
 } 2>&1 | tee "$OUT/env.log"
 [ "$SIM" != 1 ] && export PYTHONPATH=$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}
 
-# The import names (services.* may become cep_service.*).
 CLI=cep_service.cli.main
-"$PY" -c "import $CLI" 2>/dev/null || CLI=cep_service.cli.main
 
 # --- (a) tests/gpu -----------------------------------------------------------------------
 step "tests/gpu" 170 tests.log \
@@ -130,18 +117,9 @@ sys.path.insert(0, os.getcwd())
 which, n, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 
 
-def module(*names):  # the import names may have changed (bench.* -> cep_service.bench.*)
-    for name in names[:-1]:
-        try:
-            return importlib.import_module(name)
-        except ModuleNotFoundError:
-            pass
-    return importlib.import_module(names[-1])
-
-
-gpu_kernels = module("cep_service.bench.gpu_kernels", "cep_service.bench.gpu_kernels")
-gpu_match = module("cep_service.bench.gpu_match", "cep_service.bench.gpu_match")
-device = module("cep_accel.gpu.device", "cep_accel.gpu.device")
+gpu_kernels = importlib.import_module("cep_service.bench.gpu_kernels")
+gpu_match = importlib.import_module("cep_service.bench.gpu_match")
+device = importlib.import_module("cep_accel.gpu.device")
 real = device.real_gpu()
 print(f"real GPU: {real} ({device.name()})")
 started = time.perf_counter()
