@@ -30,6 +30,7 @@ from cep_core.compiler.recognize import compile_recognize
 from cep_core.engine.match import MatchEngine
 from cep_core.engine.recognize import RecognizeEngine
 from cep_core.events import Event
+from cep_core.workloads import MSHAPE_RECOGNIZE_DEFINE
 
 from cep_service.bench.bench_match import MSHAPE, trades
 
@@ -37,13 +38,7 @@ MSHAPE_RECOGNIZE = """SELECT * FROM trades MATCH_RECOGNIZE (PARTITION BY symbol 
   MEASURES FIRST(S.seqNum) AS first_seq, LAST(E.seqNum) AS last_seq, COUNT(*) AS n,
     MAX(price) AS max_price
   ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW
-  PATTERN (S R1+ D1+ R2+? D2* E)
-  DEFINE
-    R1 AS R1.price > S.price AND R1.price >= COALESCE(LAST(R1.price, 1), S.price),
-    D1 AS D1.price >= S.price AND D1.price < COALESCE(LAST(D1.price, 1), LAST(R1.price)),
-    R2 AS R2.price > S.price AND R2.price >= COALESCE(LAST(R2.price, 1), LAST(D1.price)),
-    D2 AS D2.price >= S.price AND D2.price < COALESCE(LAST(D2.price, 1), LAST(R2.price)),
-    E AS E.price < S.price AND E.price < COALESCE(LAST(D2.price), LAST(R2.price))) AS T"""
+  """ + MSHAPE_RECOGNIZE_DEFINE + ") AS T"
 
 
 def _copy(strings: StringDictionary) -> StringDictionary:

@@ -225,6 +225,18 @@ def _trades(rng, n, symbols=390, zipf=1.0, volatility=0.0008, mean_gap_ms=5.0):
             "seqNum": np.arange(n, dtype=np.int64)}
 
 
+# The M-shape (Hirzel's double top) as Flink users write it in MATCH_RECOGNIZE: its PATTERN
+# and DEFINE, the one text of bench/bench_recognize.py's, tests/recognize_flink's and
+# tests/test_recognize_service.py's statements (bench/peers/flink_runner.py, run beside
+# Flink, spells its own).
+MSHAPE_RECOGNIZE_DEFINE = """PATTERN (S R1+ D1+ R2+? D2* E)
+  DEFINE
+    R1 AS R1.price > S.price AND R1.price >= COALESCE(LAST(R1.price, 1), S.price),
+    D1 AS D1.price >= S.price AND D1.price < COALESCE(LAST(D1.price, 1), LAST(R1.price)),
+    R2 AS R2.price > S.price AND R2.price >= COALESCE(LAST(R2.price, 1), LAST(D1.price)),
+    D2 AS D2.price >= S.price AND D2.price < COALESCE(LAST(D2.price, 1), LAST(R2.price)),
+    E AS E.price < S.price AND E.price < COALESCE(LAST(D2.price), LAST(R2.price))"""
+
 _RISE_DROP_DEEP = """\
 DEFINE rise AS price > First(price) AND price >= Last(price),
        drop AS price >= First(price) AND price < Last(price),

@@ -19,6 +19,7 @@ import pytest
 from cep_core import reference
 from cep_core.checker import load_queries, load_query_text
 from cep_core.event_io import read_events
+from cep_core.workloads import MSHAPE_RECOGNIZE_DEFINE
 from cep_service.stream.checkpoint import read_latest
 from cep_service.stream.control import ControlMessage, publish, split_query_file
 from cep_service.stream.kafka import KafkaSettings, Topics, read_all
@@ -36,13 +37,7 @@ SELECT * FROM trades MATCH_RECOGNIZE (
            MATCH_ROWTIME() AS at
   ONE ROW PER MATCH
   AFTER MATCH SKIP TO NEXT ROW
-  PATTERN (S R1+ D1+ R2+? D2* E)
-  DEFINE
-    R1 AS R1.price > S.price AND R1.price >= COALESCE(LAST(R1.price, 1), S.price),
-    D1 AS D1.price >= S.price AND D1.price < COALESCE(LAST(D1.price, 1), LAST(R1.price)),
-    R2 AS R2.price > S.price AND R2.price >= COALESCE(LAST(R2.price, 1), LAST(D1.price)),
-    D2 AS D2.price >= S.price AND D2.price < COALESCE(LAST(D2.price, 1), LAST(R2.price)),
-    E AS E.price < S.price AND E.price < COALESCE(LAST(D2.price), LAST(R2.price))
+  """ + MSHAPE_RECOGNIZE_DEFINE + """
 ) AS T;
 """
 TRADES = EXAMPLES / "data" / "trades.jsonl"

@@ -21,6 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from cep_core.workloads import MSHAPE_RECOGNIZE_DEFINE
+
 ROOT = Path(__file__).resolve().parents[2]
 FLINK_PYTHON = ROOT / ".venv-flink" / "bin" / "python"
 COLUMNS = {"symbol": "STRING", "price": "INT", "volume": "INT", "ts": "BIGINT",
@@ -146,13 +148,7 @@ MSHAPE = """SELECT * FROM quotes MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY r
   MEASURES FIRST(S.seqNum) AS first_seq, LAST(E.seqNum) AS last_seq, COUNT(*) AS n,
     MAX(price) AS max_price
   ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW
-  PATTERN (S R1+ D1+ R2+? D2* E)
-  DEFINE
-    R1 AS R1.price > S.price AND R1.price >= COALESCE(LAST(R1.price, 1), S.price),
-    D1 AS D1.price >= S.price AND D1.price < COALESCE(LAST(D1.price, 1), LAST(R1.price)),
-    R2 AS R2.price > S.price AND R2.price >= COALESCE(LAST(R2.price, 1), LAST(D1.price)),
-    D2 AS D2.price >= S.price AND D2.price < COALESCE(LAST(D2.price, 1), LAST(R2.price)),
-    E AS E.price < S.price AND E.price < COALESCE(LAST(D2.price), LAST(R2.price))) AS T"""
+  """ + MSHAPE_RECOGNIZE_DEFINE + ") AS T"
 
 
 def run_flink(statements: dict[str, str], data: list[dict], watermark_delay_ms: int = 0) -> dict:
