@@ -62,6 +62,24 @@ def sse_events(url: str, timeout: float = 150) -> list[dict]:
     return out
 
 
+def tail_while_producing(api: ApiThread, settings: KafkaSettings, topics: Topics, query: str,
+                         limit: int) -> list[dict]:
+    """The first `limit` composite events of a query's tail from the beginning, while
+    examples/data/trades.jsonl is written to the source topic and ended."""
+    got: list[dict] = []
+    tail = threading.Thread(target=lambda: got.extend(sse_events(
+        f"{api.url}/api/queries/{query}/tail?from=beginning&limit={limit}")))
+    tail.start()
+    producer = settings.producer()
+    for line in TRADES.read_bytes().splitlines():
+        produce(producer, topics.source, line)
+    produce_end(producer, topics.source)
+    flush_all(producer, 30)
+    tail.join(150)
+    assert not tail.is_alive()
+    return got
+
+
 @pytest.fixture
 def settings(kafka_bootstrap):
     return KafkaSettings(kafka_bootstrap, session_timeout_ms=2000)
@@ -155,18 +173,7 @@ def test_stream_and_query_over_http_tail_equals_reference(settings):
         assert code == 201 and added["outcome"] == "applied", added
         assert added["changes"][0]["said"].startswith("query rises: add applied from seq")
 
-        got: list[dict] = []
-        tail = threading.Thread(target=lambda: got.extend(sse_events(
-            f"{api.url}/api/queries/rises/tail?from=beginning&limit={len(expected)}")))
-        tail.start()
-        producer = settings.producer()
-        for line in TRADES.read_bytes().splitlines():
-            produce(producer, topics.source, line)
-        produce_end(producer, topics.source)
-        flush_all(producer, 30)
-        tail.join(150)
-        assert not tail.is_alive()
-        assert got == expected
+        assert tail_while_producing(api, settings, topics, "rises", len(expected)) == expected
 
         code, query = call(api, "GET", "/api/queries/rises")
         assert code == 200 and query["output"] == output

@@ -6,17 +6,16 @@ running pipeline, its SSE tail is the reference interpreter's composite events, 
 
 from __future__ import annotations
 
-import threading
 import uuid
 
 from cep_core import reference
 from cep_core.checker import load_query_text
 from cep_core.event_io import read_events
 from cep_service.api.app import ApiConfig, ApiThread
-from cep_service.stream.kafka import Topics, flush_all, produce, produce_end
+from cep_service.stream.kafka import Topics
 from cep_service.stream.live_changes import services_view
 from cep_service.stream.pipeline import LocalPipeline, create_topics, wait_for
-from tests.test_api import TOKEN, TRADES, call, settings, sse_events  # noqa: F401
+from tests.test_api import TOKEN, TRADES, call, settings, tail_while_producing  # noqa: F401
 
 STATEMENT = """SELECT * FROM trades MATCH_RECOGNIZE (
   PARTITION BY symbol
@@ -68,18 +67,7 @@ def test_a_flink_statement_added_over_http_tails_the_references_rows(settings): 
                  "the splitter's presence record")
         code, added = call(api, "POST", "/api/queries", {"text": text})
         assert code == 201 and added["outcome"] == "applied", added
-        got: list[dict] = []
-        tail = threading.Thread(target=lambda: got.extend(sse_events(
-            f"{api.url}/api/queries/{name}/tail?from=beginning&limit={len(expected)}")))
-        tail.start()
-        producer = settings.producer()
-        for line in TRADES.read_bytes().splitlines():
-            produce(producer, topics.source, line)
-        produce_end(producer, topics.source)
-        flush_all(producer, 30)
-        tail.join(150)
-        assert not tail.is_alive()
-        assert got == expected
+        assert tail_while_producing(api, settings, topics, name, len(expected)) == expected
         code, explained = call(api, "GET", f"/api/queries/{name}/explain")
         assert code == 200 and explained["kind"] == "match_recognize", explained
         assert "--take B" in explained["text"]
