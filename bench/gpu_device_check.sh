@@ -78,6 +78,15 @@ step() {
         # placement policy's entry point), built from this tree with the machine's setuptools.
         "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile \
             --no-cache-dir --target "$SITE" . && echo "installed: the project"
+        # numba-cuda 0.30 registers an overload of np.row_stack, which numpy 2.5 removed: on
+        # a machine with both, every CUDA kernel's compile fails on import. The shim gives
+        # numpy the alias back (the machine's own packages, not ours).
+        "$PY" -c 'import numpy, sys; sys.exit(hasattr(numpy, "row_stack"))' && {
+            printf '%s\n' 'import numpy' \
+                'if not hasattr(numpy, "row_stack"): numpy.row_stack = numpy.vstack' \
+                >"$SITE/sitecustomize.py"
+            echo "numpy $("$PY" -c 'import numpy; print(numpy.__version__)') has no row_stack: shimmed for numba-cuda"
+        }
         export PYTHONPATH=$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}
     fi
     command -v nvidia-smi >/dev/null && nvidia-smi || echo "nvidia-smi: not found"
@@ -98,7 +107,7 @@ CLI=cep_service.cli.main
 
 # --- (a) tests/gpu -----------------------------------------------------------------------
 step "tests/gpu" 170 tests.log \
-    "$PY" -m pytest -p no:cacheprovider -x -q -rfE --durations=15 tests/gpu
+    "$PY" -m pytest -p no:cacheprovider -q -rfE --durations=15 tests/gpu
 
 # --- (b) cep gpu verify: the GPU path against the reference interpreter -------------------
 for pair in r4:abc: r4:abc:--memory-budget=1 marathon:checkpoints: fire:sensors: \

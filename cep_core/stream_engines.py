@@ -414,17 +414,21 @@ def compile_timer():
 
 def run(queries: list[CheckedQuery], stream: Iterable[Event | Punctuation],
         batch_size: int = 65536, flush: bool = True, rejected: list | None = None,
-        **options) -> list[dict]:
+        failures: list | None = None, **options) -> list[dict]:
     """Every composite event of `queries` over a finite stream, in deterministic order
     (the same list `cep_core.reference.run` gives). Rejected events are appended to
-    `rejected` as (query, seq, reason). `options` go to `StreamEngines` (`placement`,
+    `rejected` as (query, seq, reason), and the queries that failed (contained: the others
+    ran on) to `failures` as QueryFailure. `options` go to `StreamEngines` (`placement`,
     `report` among them)."""
     if not queries:
         return []
     strings = StringDictionary()
-    return run_engines(StreamEngines(queries, strings, **options),
-                       BatchEncoder(queries[0].schema, strings), stream, batch_size, flush,
-                       rejected).to_dicts()
+    engines = StreamEngines(queries, strings, **options)
+    found = run_engines(engines, BatchEncoder(queries[0].schema, strings), stream, batch_size,
+                        flush, rejected).to_dicts()
+    if failures is not None:
+        failures.extend(engines.take_failures())
+    return found
 
 
 def run_table(engines: StreamEngines, encoder: BatchEncoder, table, slice_rows: int = 65536,

@@ -33,6 +33,20 @@ def test_verify_agrees_on_r4_with_host_resident_columns(tmp_path):
     assert "all 1 queries agree" in done.stdout
 
 
+def test_verify_names_a_query_that_failed_instead_of_reporting_no_events(tmp_path):
+    """A GPU engine that fails (here: CEP_FAILPOINTS at its first batch; on a real device,
+    say, a kernel that does not compile) is contained by the engines, so the run gives no
+    composite events for it: verify must say why, not only that the counts differ."""
+    events = tmp_path / "abc.jsonl"
+    lines = (ROOT / "examples/data/abc.jsonl").read_text().splitlines()[:120]
+    events.write_text("\n".join(lines) + "\n")
+    done = cep("gpu", "verify", "examples/r4.cep", "--events", str(events),
+               CEP_FAILPOINTS="r4:process")
+    assert done.returncode == 1
+    assert "DISAGREE: r4: gpu" in done.stdout
+    assert "query 'r4' failed in process" in done.stdout and "injected" in done.stdout.lower()
+
+
 def test_verify_reports_cpu_placement_with_reason(tmp_path):
     events = tmp_path / "stocks.jsonl"
     lines = (ROOT / "examples/data/stocks.jsonl").read_text().splitlines()[:60]

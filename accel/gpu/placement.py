@@ -19,7 +19,8 @@ __all__ = ["DEFAULT_COST_THRESHOLD", "DEFAULT_MIN_KEYS", "PLACEMENTS", "Placemen
 
 def run(queries: list[CheckedQuery], stream: Iterable[Event | Punctuation],
         placement: str = "auto", batch_size: int = 65536, flush: bool = True,
-        rejected: list | None = None, report: list | None = None, **options) -> list[dict]:
+        rejected: list | None = None, report: list | None = None, failures: list | None = None,
+        **options) -> list[dict]:
     """`cep_core.stream_engines.run` with placement: composite events in deterministic order."""
-    return stream_engines.run(queries, stream, batch_size, flush, rejected,
+    return stream_engines.run(queries, stream, batch_size, flush, rejected, failures,
                               placement=placement, report=report, **options)

@@ -50,16 +50,19 @@ def verify(
         for q in queries:
             report: list = []
             got_dead: list = []
+            failures: list = []
             got = placed.run([q], simple, placement="gpu", batch_size=batch_size,
-                             rejected=got_dead, report=report, **options)
+                             rejected=got_dead, report=report, failures=failures, **options)
             dead_ref: list = []
             expected = reference.run([q], simple, rejected=dead_ref)
-            same = got == expected and sorted(s for _, s, _ in got_dead) == \
-                sorted(e.seq for _, e, _ in dead_ref)
+            same = not failures and got == expected and \
+                sorted(s for _, s, _ in got_dead) == sorted(e.seq for _, e, _ in dead_ref)
             disagree += not same
             verdict = "agree" if same else "DISAGREE"
             cli.stdout.print(f"{verdict}: {report[0].line()}; {len(got)} composite events "
                              f"(reference {len(expected)})", markup=False)
+            for failure in failures:
+                cli.stdout.print(f"  {failure}", markup=False)
         if disagree:
             raise cli.CliError(f"{disagree} of {len(queries)} queries disagree with the "
                                "reference interpreter")
