@@ -13,7 +13,7 @@ library's face: these and `run`).
 - `auto`: on a real GPU, SEQ queries whose estimated cost, window size (the plan's horizon,
   in time units) times columns (positive steps plus window aggregates), is at least
   `gpu_cost_threshold` (default 100,000), and MATCH queries when the caller expects at
-  least `gpu_min_keys` partition keys (default 10,000; option `expected_keys`: one GPU
+  least `gpu_min_keys` partition keys (default 1,000,000; option `expected_keys`: one GPU
   thread per key, so few keys leave the GPU idle); the rest, and everything without a real
   GPU, on the CPU. The simulator is never chosen automatically.
 
@@ -35,7 +35,9 @@ from cep_core.engine.base import Engine
 from cep_core.placement import Placement, Target, check_placement
 
 DEFAULT_COST_THRESHOLD = 100_000
-DEFAULT_MIN_KEYS = 10_000  # MATCH: keys (GPU threads) per batch worth a launch; a guess
+# MATCH: keys (GPU threads) per batch worth a launch. On an H200 the CPU jit was faster at
+# every key count measured, 10 to 205,237 (docs/gpu.md, "On a real GPU"): past those.
+DEFAULT_MIN_KEYS = 1_000_000
 
 
 def estimated_cost(checked: CheckedQuery) -> float | None:
