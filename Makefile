@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed
 venv: $(STAMP)
 	$(BIN)/python -m compileall -q cep_core services accel
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
