@@ -76,3 +76,19 @@ def test_placement_decisions():
     marathon = load_queries(ROOT / "examples/marathon.cep")[0]
     where = place(marathon, "auto")
     assert where.target == "cpu" and "MATCH" in where.reason
+
+
+def test_auto_on_a_real_device_keeps_each_steps_on_the_cpu(monkeypatch):
+    """On a real GPU, `auto` places a SEQ query by cost, except one with an EACH step: the
+    H200 run (docs/gpu.md) had GPU CDP 3-12x slower there and faster under LAST."""
+    from cep_accel.gpu import device
+    monkeypatch.setattr(device, "target", lambda: device.CudaTarget.DEVICE)
+    monkeypatch.setattr(device, "name", lambda: "a test GPU")
+    [r4] = load_queries(ROOT / "examples/r4.cep")  # EACH B b ... LAST A a
+    where = place(r4, "auto")
+    assert where.target == "cpu" and "EACH step" in where.reason
+    [last] = load_query_text("QUERY l FROM abc INTO l DETECT C c, LAST B b WITHIN 8 min FROM c, "
+                             "LAST A a WITHIN 3 min FROM b WHERE b.p = c.p EMIT p = c.p;")
+    where = place(last, "auto")
+    assert where.target == "gpu" and "cost at least" in where.reason
+    assert place(r4, "gpu").target == "gpu"  # forced, as before
