@@ -18,11 +18,14 @@ group, a dead letter to `DEAD_GROUP`.
 
 from __future__ import annotations
 
+# Deferred imports: pandas (0.3-1 s to import) only where rows are hashed or results packed,
+# not in the process Spark starts for a streaming source's planning (offsets, partitions),
+# which imports this module at every start of the query.
+
 from dataclasses import dataclass
 
 import numpy as np
 import orjson
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -89,6 +92,8 @@ def shard_of(batch: pa.RecordBatch, keys: tuple[str, ...], shards: int) -> np.nd
     """Each row's shard by its `keys` (a hash stable across processes and runs)."""
     if not keys or shards == 1:
         return np.zeros(batch.num_rows, np.int64)
+    import pandas as pd
+
     hashes = np.zeros(batch.num_rows, np.uint64)
     for key in keys:
         column = pc.dictionary_encode(batch.column(key))  # hash each distinct value once
@@ -149,9 +154,14 @@ def unpack_rows(frames) -> pa.Table:
     return pa.concat_tables([from_ipc(blob) for _, blob in parts])
 
 
-def pack_results(batch: pa.RecordBatch | pa.Table) -> pd.DataFrame:
+def pack_results(batch: pa.RecordBatch | pa.Table):
+    """One result row: the engines' rows as zstd-compressed Arrow IPC (composite JSON
+    bodies shrink about 5 times; they cross from the shard's Python worker into the JVM,
+    to the driver and into its Python as these bytes)."""
+    import pandas as pd
+
     table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
-    return pd.DataFrame({RESULTS: [to_ipc(table.cast(RESULT_ARROW))]})
+    return pd.DataFrame({RESULTS: [to_ipc(table.cast(RESULT_ARROW), ROWS_IPC)]})
 
 
 def unpack_results(table: pa.Table) -> pa.Table:
