@@ -4,7 +4,7 @@
 # unprivileged user `cep` (uid 10001), which owns the kernel cache and the state folder.
 FROM python:3.11-slim AS wheel
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY cep_core cep_core
 COPY services services
 COPY accel accel

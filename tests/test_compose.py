@@ -13,6 +13,7 @@ CEP_KERNEL_CACHE points. Compose's variable interpolation (`${VAR:-default}`, ne
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -305,3 +306,14 @@ if _compose_available():
         kafka_volumes = services["kafka"]["volumes"]
         assert [v["source"] for v in kafka_volumes if v["type"] == "volume"] == ["kafka-data"]
         assert "kafka-data" in config["volumes"]
+
+
+def test_the_image_builds_its_wheel_from_everything_the_build_reads():
+    """The wheel stage copies the build's own files (pyproject.toml, setup.py, which maps the
+    folders to the installed names) and every folder setup.py packages."""
+    text = re.sub(r"\\\n", " ", (ROOT / "Dockerfile").read_text())
+    copied = {source for line in text.splitlines() if line.startswith("COPY ")
+              and "--from" not in line for source in line.split()[1:-1]}
+    folders = re.search(r"FOLDERS = (\{.*?\})", (ROOT / "setup.py").read_text(), re.S).group(1)
+    assert {"pyproject.toml", "setup.py", "README.md"} <= copied
+    assert set(ast.literal_eval(folders).values()) <= copied
