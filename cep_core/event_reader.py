@@ -93,6 +93,18 @@ def read_table(path: str | Path, schema: StreamSchema, fmt: str | None = None, *
     letters, exactly as `event_io.read_events` reads them. `first_position`, `prev_max`
     and `guard` (the bound on events too far ahead and the stream's time so far; default:
     the schema's, from no time) continue a stream, as `iter_tables` says."""
+    parts = list(read_blocks(path, schema, fmt, block_bytes=block_bytes,
+                             first_position=first_position, prev_max=prev_max, guard=guard))
+    return (pa.concat_tables([table for table, _ in parts]),
+            sorted((letter for _, letters in parts for letter in letters), key=_position))
+
+
+def read_blocks(path: str | Path, schema: StreamSchema, fmt: str | None = None, *,
+                block_bytes: int = BLOCK_BYTES, first_position: int = 0, prev_max: int = -1,
+                guard: TimeGuard | None = None) -> Iterator[tuple[pa.Table, list[DeadLetter]]]:
+    """`read_table` a block at a time (`iter_tables` over the file or standard input):
+    for a reader that hands each block on as it is read (`cep run` runs the engines on
+    one while the next is read). An unreadable input raises at the first item."""
     fmt = event_format(path, fmt)
     if str(path) == STDIN:
         source = STDIN_SOURCE
@@ -104,10 +116,8 @@ def read_table(path: str | Path, schema: StreamSchema, fmt: str | None = None, *
             raise InputError(f"{path}: no such file")
         source, opened = str(path), path.open("rb")
     with opened as f:  # block by block: what a block's dead letters need of it goes with it
-        parts = list(iter_tables(f, schema, fmt, source, first_position=first_position,
-                                 prev_max=prev_max, block_bytes=block_bytes, guard=guard))
-    return (pa.concat_tables([table for table, _ in parts]),
-            sorted((letter for _, letters in parts for letter in letters), key=_position))
+        yield from iter_tables(f, schema, fmt, source, first_position=first_position,
+                               prev_max=prev_max, block_bytes=block_bytes, guard=guard)
 
 
 def iter_tables(f: IO[bytes], schema: StreamSchema, fmt: str, source: str, *,
@@ -256,6 +266,7 @@ class _Lines:
     ends: np.ndarray
     index: np.ndarray
     opening: np.ndarray
+    newlines: int  # in the block
 
     @classmethod
     def of(cls, block: bytes, blank: Callable[[bytes], bool]) -> _Lines:
@@ -272,7 +283,7 @@ class _Lines:
             keep[i] = not blank(line)
             opening[i] = line.lstrip()[0] if line.strip() else 32
         index = np.flatnonzero(keep)
-        return cls(starts[index], ends[index], index, opening[index])
+        return cls(starts[index], ends[index], index, opening[index], len(newlines))
 
     def __len__(self) -> int:
         return len(self.index)
@@ -661,18 +672,32 @@ def _read_csv(f: IO[bytes], rows: _Rows, block_bytes: int) -> Iterator[None]:
     header = [h.strip() for h in next(csv.reader([text]))]
     line, position = 2, rows.first_position
     times_as_text = False  # as the last block had its timestamp attributes
+    unquoted = True  # whether quoted blocks are tried unquoted (until that fails once)
     for block in _blocks(f, block_bytes):
-        if (b'"' in block and not _simply_quoted(block)) or \
-                (b"\r" in block and block.count(b"\r") != block.count(b"\r\n")):
+        lines = _Lines.of(block, _csv_blank)
+        typed = None
+        quoted = b'"' in block
+        if b"\r" in block and block.count(b"\r") != block.count(b"\r\n"):
+            simple = False
+        elif quoted:
+            if unquoted:
+                typed, times_as_text = _csv_typed(block, header, lines, rows.schema,
+                                                  times_as_text, unquoted=True)
+            simple = typed is not None or _simply_quoted(block)
+        else:
+            simple = True
+        if not simple:
             # A quoted field may span lines, a lone CR ends one: from here on, records
             # and lines are the csv module's to find.
             rows.add_records(_csv_records(_text(block + f.read()), rows.source, header, line),
                              position, text=True)
             return
-        records, times_as_text = _csv_block(block, header, line, position, rows,
-                                            times_as_text)
-        position += records
-        line += block.count(b"\n")
+        if typed is None:
+            typed, times_as_text = _csv_typed(block, header, lines, rows.schema,
+                                              times_as_text)
+            unquoted = unquoted and not (quoted and typed is not None)  # quotes that split
+        position += _csv_rows(block, lines, typed, header, line, position, rows)
+        line += lines.newlines
         yield
 
 
@@ -704,18 +729,20 @@ def _text(data: bytes) -> io.StringIO:
     return io.StringIO(data.decode("utf-8", "replace"), newline="")
 
 
-def _csv_block(block: bytes, header: list[str], first_line: int, first_position: int,
-               rows: _Rows, times_as_text: bool) -> tuple[int, bool]:
-    """One block of CSV records into `rows`: how many it held, and whether its times were
-    text (the first kind the next block tries)."""
-    lines = _Lines.of(block, lambda line: line in (b"", b"\r"))
-    typed = _parse_csv_typed(block, header, lines, rows.schema, times_as_text)
+def _csv_blank(line: bytes) -> bool:
+    return line in (b"", b"\r")
+
+
+def _csv_typed(block: bytes, header: list[str], lines: _Lines, schema: StreamSchema,
+               times_as_text: bool, unquoted: bool = False) -> tuple[pa.Table | None, bool]:
+    """`_parse_csv_typed`, with timestamp attributes read as the last block had them
+    (`times_as_text`), then the other way; and the kind that worked, for the next block."""
+    typed = _parse_csv_typed(block, header, lines, schema, times_as_text, unquoted)
     if typed is None and any(kind is AttrType.TIMESTAMP
-                             for kind in rows.schema.attributes.values()):
-        typed = _parse_csv_typed(block, header, lines, rows.schema, not times_as_text)
+                             for kind in schema.attributes.values()):
+        typed = _parse_csv_typed(block, header, lines, schema, not times_as_text, unquoted)
         times_as_text = times_as_text if typed is None else not times_as_text
-    return _csv_rows(block, lines, typed, header, first_line, first_position, rows), \
-        times_as_text
+    return typed, times_as_text
 
 
 def _csv_rows(block: bytes, lines: _Lines, typed: pa.Table | None, header: list[str],
@@ -767,7 +794,7 @@ def _csv_raw(row: list[str]) -> str:
 
 
 def _parse_csv_typed(block: bytes, header: list[str], lines: _Lines, schema: StreamSchema,
-                     times_as_text: bool = False) -> pa.Table | None:
+                     times_as_text: bool = False, unquoted: bool = False) -> pa.Table | None:
     """The block parsed by pyarrow straight into the stream's types (seq null where the
     file has none), or None where that could differ from `decode_record`'s reading of the
     texts. pyarrow refuses every text that `decode_record` reads otherwise (`+5` or `1_0`
@@ -775,7 +802,15 @@ def _parse_csv_typed(block: bytes, header: list[str], lines: _Lines, schema: Str
     ints (`0x1f`), so a block with `0x` goes the text way too; an empty field is null,
     and a null, NaN or infinity is doubtful (`_doubtful_rows`): the caller then reads the
     block as text. `times_as_text`: timestamp attributes are read as text and converted
-    by `iso_times` (a text it does not take is a null there)."""
+    by `iso_times` (a text it does not take is a null there).
+
+    `unquoted`: quotes are read as any other character (quoting costs pyarrow nothing,
+    but `_simply_quoted`, which makes a quoted parse safe, costs more than the parse), and
+    the table is kept only where every quote of the block encloses a whole field of a
+    column read as text, holding no quote (`"AMZN"`, as pyarrow writes strings): those
+    fields lose their quotes, and the block is then simply quoted, read alike by pyarrow
+    with quoting and by the csv module (a field with a comma inside quotes splits, a
+    quoted number is no number: None)."""
     import pyarrow.csv as pcsv
 
     if (not len(lines) or b"\0" in block or _hex_prefix(block)
@@ -790,7 +825,8 @@ def _parse_csv_typed(block: bytes, header: list[str], lines: _Lines, schema: Str
         table = pcsv.read_csv(
             pa.py_buffer(block),
             read_options=pcsv.ReadOptions(column_names=[f"f{i}" for i in range(len(header))]),
-            parse_options=pcsv.ParseOptions(ignore_empty_lines=True),
+            parse_options=pcsv.ParseOptions(ignore_empty_lines=True,
+                                            quote_char=False if unquoted else '"'),
             convert_options=pcsv.ConvertOptions(
                 column_types={column[name]: kind for name, kind in wanted.items()},
                 include_columns=[column[name] for name in wanted], null_values=[""],
@@ -799,12 +835,55 @@ def _parse_csv_typed(block: bytes, header: list[str], lines: _Lines, schema: Str
         return None
     if table.num_rows != len(lines):
         return None
-    columns = [iso_times(table.column(column[name]), schema.time_unit)
+    columns = [table.column(column[name]) for name in wanted]
+    if unquoted:
+        texts = [i for i, kind in enumerate(wanted.values()) if kind == pa.string()]
+        found = _unquoted(columns, texts)
+        if found is None or found != np.count_nonzero(np.frombuffer(block, np.uint8) == 34):
+            return None
+    columns = [iso_times(column_, schema.time_unit)
                if times_as_text and schema.attributes.get(name) == AttrType.TIMESTAMP
-               else table.column(column[name]) for name in wanted]
+               else column_ for name, column_ in zip(wanted, columns)]
     if "seq" not in wanted:
         columns.insert(0, pa.nulls(table.num_rows, pa.int64()))
     return pa.Table.from_arrays(columns, names=["seq", *schema.attributes])
+
+
+def _unquoted(columns: list, texts: list[int]) -> int | None:
+    """The text columns (indexes into `columns`) with the quotes around whole values
+    taken off, in place, where every quote they hold is one of those; how many quotes
+    that makes (None where a text column's quotes are not: the block then holds more
+    quotes than this count)."""
+    found = 0
+    for i in texts:
+        chunks = []
+        for chunk in columns[i].chunks:
+            if chunk.null_count:
+                return None
+            offsets = np.frombuffer(chunk.buffers()[1], np.int32,
+                                    len(chunk) + 1, chunk.offset * 4)
+            data = np.frombuffer(chunk.buffers()[2] or b"", np.uint8)
+            starts, ends = offsets[:-1], offsets[1:]
+            quoted = ends - starts >= 2
+            at = np.flatnonzero(quoted)
+            quoted[at] = (data[starts[at]] == 34) & (data[ends[at] - 1] == 34)
+            count = int(np.count_nonzero(quoted))
+            found += 2 * count
+            if not count:
+                chunks.append(chunk)
+                continue
+            text = data[offsets[0]:offsets[-1]]
+            text = text[text != 34]  # the ends of quoted values, if the count is right
+            if len(text) != offsets[-1] - offsets[0] - 2 * count:
+                return None
+            cut = np.empty(len(offsets), np.int32)
+            cut[0] = 0
+            np.cumsum(quoted, out=cut[1:])
+            chunks.append(pa.Array.from_buffers(
+                pa.string(), len(chunk),
+                [None, pa.py_buffer(offsets - offsets[0] - 2 * cut), pa.py_buffer(text)]))
+        columns[i] = pa.chunked_array(chunks, pa.string())
+    return found
 
 
 def _hex_prefix(block: bytes) -> bool:

@@ -290,6 +290,12 @@ CSV_CASES = {
     "header with a quote inside a field": 'kind,n",x,ok,ts\nA,1,1,true,1\n',
     "quoted header field with a quote": '"kind","""n""",x,ok,ts\nA,1,1,true,1\n',
     "empty": "",
+    "quoted strings and times": (  # the fast path reads them unquoted, where it can
+        '"kind","n","x","ok","ts","other"\n"A",1,1,true,"2024-01-02T09:30:00Z",z\n'
+        '"B",2,2.5,false,1704187801000,\n"\u00e9",3,1,true,"2024-01-02T09:30:02Z",p\n'
+        '"",4,1,true,5,"q"\n"A",5,1,true,6,"p\nB,7,7,false,7,q"\n"A",8,1,true,8,z\n'
+        '"A",9,"1",true,9,z\n"A,10,1,true,10,z\n"A""",11,1,true,11,z\nA",12,1,true,12,z\n'
+        '"A",13,1,true,"14",z\n"B",14,1,true,15,z\n'),
 }
 
 
@@ -298,6 +304,34 @@ def test_csv_cases(tmp_path, name):
     path = tmp_path / "e.csv"
     path.write_bytes(CSV_CASES[name].encode())
     assert_same(path, SCHEMA)
+
+
+def test_csv_as_pyarrow_writes_it_with_bad_rows(tmp_path, monkeypatch):
+    """Strings and ISO times quoted, as pyarrow (and Flink's, Spark's writers) quote them:
+    read unquoted, without the quote scan that makes a quoted parse safe; the bad rows
+    still go to the record decoder."""
+    import cep_core.event_reader as reader
+
+    n = 3000
+    table = pa.table({
+        "kind": pa.array(["A", "B", "C", "\u00e9"] * (n // 4)),
+        "n": pa.array(range(n), pa.int64()),
+        "x": pa.array([0.5 * i for i in range(n)]),
+        "ok": pa.array([i % 3 == 0 for i in range(n)]),
+        "ts": pa.array([f"2024-01-02T09:30:{i % 60:02d}.{i:06d}Z" for i in range(n)]),
+    })
+    path = tmp_path / "e.csv"
+    pcsv.write_csv(table, path)
+    scans = []
+    simply_quoted = reader._simply_quoted
+    monkeypatch.setattr(reader, "_simply_quoted",
+                        lambda block: scans.append(block) or simply_quoted(block))
+    events, dead = assert_same(path, SCHEMA, blocks=(4096, 1 << 20))
+    assert len(events) + len(dead) == n and len(dead) >= n // 2  # "C", "é": no type
+    assert scans == []  # every block of it read unquoted
+    text = path.read_text()
+    path.write_text(text + '"A, B",1,1,true,1\n' + text.split("\n", 1)[1])  # quoted comma
+    assert_same(path, SCHEMA, blocks=(4096, 1 << 20))
 
 
 def test_csv_invalid_utf8(tmp_path):
@@ -337,6 +371,19 @@ def test_parquet_timestamps_and_strings_as_dictionary(tmp_path):
     pq.write_table(pa.table({"name": pa.array(["a", "b", "a"]).dictionary_encode(),
                              "ts": pa.array([1, 2, 3], pa.timestamp("us"))}), path)
     assert_same(path, schema)
+
+
+def test_blocks_as_read(tmp_path):
+    from cep_core.event_reader import read_blocks
+
+    path = tmp_path / "e.csv"
+    path.write_text("kind,n,x,ok,ts\n" + "".join(f"A,{i},1,true,{i}\n" for i in range(100))
+                    + "A,x,1,true,100\n" + "A,7,1,true,1\n" * 2)
+    blocks = list(read_blocks(path, SCHEMA, block_bytes=200))
+    assert len(blocks) > 5
+    table, dead = read_table(path, SCHEMA)
+    assert pa.concat_tables([t for t, _ in blocks]).equals(table)
+    assert [letter for _, letters in blocks for letter in letters] == dead and len(dead) == 1
 
 
 def test_unreadable_inputs_raise_as_before(tmp_path):

@@ -81,19 +81,40 @@ def schema_error_text(error, prefix: str = "") -> str:
 
 def load_query_file(path: Path, registry):
     """Checked queries of one file; CliError with every located message otherwise."""
-    from cep_core.checker import load_queries
-    from cep_core.errors import QueryError, QueryErrors
-    from cep_core.schema import SchemaError
+    text, parsed = parse_query_file(path)
+    return check_query_file(path, text, parsed, registry)
+
+
+def parse_query_file(path: Path):
+    """The text of a query file and its queries as parsed, not yet checked (what streams
+    they read): `load_query_file`'s first half; CliError otherwise."""
+    from cep_core.errors import QueryError
+    from cep_core.parser import parse
 
     if not path.is_file():
         raise CliError(f"{path}: no such file", 2 if not path.exists() else 1)
     try:
-        return load_queries(path, registry)
+        text = path.read_text()
+        return text, parse(text, str(path))
+    except QueryError as e:
+        raise CliError(str(e)) from None
+    except UnicodeDecodeError as e:
+        raise CliError(f"{path}: {e}") from None
+
+
+def check_query_file(path: Path, text: str, parsed, registry):
+    """`load_query_file`'s second half: the queries `parse_query_file` gave, checked."""
+    from cep_core.checker import check
+    from cep_core.errors import QueryError, QueryErrors
+    from cep_core.schema import SchemaError
+
+    try:
+        return check(parsed, registry, text)
     except QueryErrors as e:
         raise CliError("\n".join(str(err) for err in e.errors)) from None
     except QueryError as e:
         raise CliError(str(e)) from None
-    except (SchemaError, UnicodeDecodeError) as e:
+    except SchemaError as e:
         raise CliError(f"{path}: {e}") from None
 
 

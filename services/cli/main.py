@@ -18,7 +18,9 @@ command at each start (~50 ms of `cep run`'s start-up).
 # reference` import only what they use.
 
 import os
+import queue
 import signal
+import threading
 import time
 from enum import StrEnum
 from importlib import import_module
@@ -40,7 +42,9 @@ from cep_service.cli.common import (
     count_option,
     guard,
     is_located,
+    check_query_file,
     load_query_file,
+    parse_query_file,
     print_error,
     print_json,
     run_queries,
@@ -183,38 +187,63 @@ def run(
         from cep_core.schema import SchemaError
         from cep_core.time_guard import TimeGuard
 
-        registry = schema_registry(schema)
-        queries = load_query_file(query_file, registry)
-        streams = sorted({q.schema.stream for q in queries})
-        if len(streams) != 1:
-            raise CliError(f"{query_file}: the queries read several streams "
-                           f"({', '.join(streams)}); cep run takes one stream per file")
-        stream_schema = queries[0].schema
-        source = STDIN_SOURCE if str(events) == STDIN else str(events)
-        if str(events) == STDIN and fmt is None:
-            raise CliError("--events -: standard input has no file suffix; name its format "
-                           "with --format jsonl, csv or parquet", 2)
-        try:  # the bound on events too far ahead, the same for both engines
-            guard = TimeGuard.of(stream_schema, max_ahead, max_ahead_of_clock)
-        except (SchemaError, ValueError) as e:
-            raise CliError(f"stream {stream_schema.stream}: {e}", 2) from None
+        def bound(stream_schema):
+            """The bound on events too far ahead, the same for both engines."""
+            return TimeGuard.of(stream_schema, max_ahead, max_ahead_of_clock)
 
-        started = time.perf_counter()
+        registry = schema_registry(schema)
+        text, parsed = parse_query_file(query_file)
+        stdin_unnamed = str(events) == STDIN and fmt is None
+        # The jit engine takes a table (no Python object per event), read in a thread from
+        # here (a file; standard input once the queries are fine) while the queries are
+        # checked (the compilers import numba) and their engines imported; the reference
+        # interpreter takes Events, read without pyarrow.
+        reading = None if engine is Engine.REFERENCE or str(events) == STDIN else \
+            _Reading.early(parsed, registry, events, fmt.value if fmt else None, bound)
         try:
-            # The jit engine takes a table (no Python object per event); the reference
-            # interpreter Events, read without pyarrow.
-            if engine is Engine.REFERENCE:
+            queries = check_query_file(query_file, text, parsed, registry)
+            streams = sorted({q.schema.stream for q in queries})
+            if len(streams) != 1:
+                raise CliError(f"{query_file}: the queries read several streams "
+                               f"({', '.join(streams)}); cep run takes one stream per file")
+            stream_schema = queries[0].schema
+            if stdin_unnamed:
+                raise CliError("--events -: standard input has no file suffix; name its "
+                               "format with --format jsonl, csv or parquet", 2)
+            if reading is not None and reading.schema != stream_schema:
+                reading.cancel()
+                reading = None
+            if reading is None:
+                try:
+                    guard = bound(stream_schema)
+                except (SchemaError, ValueError) as e:
+                    raise CliError(f"stream {stream_schema.stream}: {e}", 2) from None
+        except BaseException:
+            if reading is not None:
+                reading.cancel()
+            raise
+        source = STDIN_SOURCE if str(events) == STDIN else str(events)
+        if engine is Engine.REFERENCE:
+            started = time.perf_counter()
+            try:
                 simple, dead = read_events(events, stream_schema, fmt.value if fmt else None,
                                            guard)
-            else:
-                simple, dead = _read_table_importing_engines(
-                    events, stream_schema, fmt.value if fmt else None, queries, guard)
-            count = len(simple) if isinstance(simple, list) else simple.num_rows
-        except InputError as e:
-            raise CliError(str(e)) from None
-        except OSError as e:
-            raise CliError(f"{source}: {e.strerror or e}") from None
-        read_s = time.perf_counter() - started
+            except InputError as e:
+                raise CliError(str(e)) from None
+            except OSError as e:
+                raise CliError(f"{source}: {e.strerror or e}") from None
+            read_s = time.perf_counter() - started
+            count = len(simple)
+        else:
+            if reading is None:
+                reading = _Reading(events, stream_schema, fmt.value if fmt else None, guard)
+            try:
+                _import_engines(queries)
+                simple, dead = reading.result()
+            except BaseException:
+                reading.cancel()
+                raise
+            read_s, count = reading.seconds, simple.num_rows
 
         def write_dead_letters():
             if dead_letters is not None:
@@ -258,25 +287,96 @@ def run(
     guard(body)
 
 
-def _read_table_importing_engines(events, schema, fmt: str | None, queries, guard=None):
-    """`read_table` in a thread while this one imports numba and the queries' engines and
-    readies what kernels loaded from numba's cache link against (`cache_load.ready`):
-    pyarrow parses without the GIL, so on a machine with cores to spare this costs no
-    wall-clock time."""
-    from concurrent.futures import ThreadPoolExecutor
+class _Reading:
+    """The events read into one table in a thread: pyarrow parses without the GIL, so on
+    a machine with cores to spare reading costs little wall-clock time beside checking
+    the queries and importing their engines (numba). The engines run once every block is
+    read: their kernels hold the GIL, and a reader that needs it between its pyarrow and
+    numpy calls would wait for a kernel call each time."""
 
-    from cep_core.event_reader import read_table
+    def __init__(self, events, schema, fmt: str | None, guard):
+        from cep_core.event_io import STDIN, STDIN_SOURCE
+        from cep_core.event_reader import read_blocks
 
-    modules = {"match": ["match"], "seq": ["seq", "seq_aip"], "window": ["window"]}
-    with ThreadPoolExecutor(1) as pool:
-        reading = pool.submit(read_table, events, schema, fmt, guard=guard)
-        for kind in sorted({q.query.kind for q in queries}):
-            for module in modules.get(kind, []):
-                import_module(f"cep_core.engine.{module}")
-        from cep_core.engine import cache_load
+        self.schema = schema
+        self.seconds = 0.0
+        self._cancel = threading.Event()
+        self._done: queue.SimpleQueue = queue.SimpleQueue()
+        source = STDIN_SOURCE if str(events) == STDIN else str(events)
 
-        cache_load.ready()
-        return reading.result()
+        def read():
+            started = time.perf_counter()
+            blocks = []
+            try:
+                for block in read_blocks(events, schema, fmt, guard=guard):
+                    blocks.append(block)
+                    if self._cancel.is_set():
+                        return
+                self.seconds = time.perf_counter() - started
+                self._done.put(blocks)
+            except Exception as e:  # noqa: BLE001 - the main thread raises it
+                self._done.put(_reading_error(e, source))
+
+        # A daemon: an error elsewhere ends the run without waiting for its block (or for
+        # standard input).
+        threading.Thread(target=read, name="cep run: reading events", daemon=True).start()
+
+    @classmethod
+    def early(cls, parsed, registry, events, fmt: str | None, bound):
+        """Reading started before the queries are checked, where the parsed queries
+        already name one known stream and its bound on events too far ahead is valid;
+        else None (the checks then say what is wrong, as they would)."""
+        from cep_core.schema import SchemaError
+
+        streams = {query.stream for query in parsed.queries}
+        if len(streams) != 1:
+            return None
+        try:
+            schema = registry.get(streams.pop())
+            return None if schema is None else cls(events, schema, fmt, bound(schema))
+        except (SchemaError, ValueError):
+            return None
+
+    def result(self):
+        """The table and the dead letters in file order, as `read_table` gives them; the
+        reading's error (a CliError for the input's) where it failed."""
+        import pyarrow as pa
+
+        blocks = self._done.get()
+        if isinstance(blocks, BaseException):
+            raise blocks
+        return (pa.concat_tables([table for table, _ in blocks]),
+                sorted((letter for _, letters in blocks for letter in letters),
+                       key=lambda letter: letter.position))
+
+    def cancel(self) -> None:
+        """Stop at the next block; the result is never asked for."""
+        self._cancel.set()
+
+
+def _reading_error(error: Exception, source: str) -> Exception:
+    """An error of the reading thread as the main thread raises it: the input's own as a
+    clean message, anything else as it is."""
+    from cep_core.event_io import InputError
+
+    if isinstance(error, InputError):
+        return CliError(str(error))
+    if isinstance(error, OSError):
+        return CliError(f"{source}: {error.strerror or error}")
+    return error
+
+
+def _import_engines(queries) -> None:
+    """Import the queries' engines and ready what kernels loaded from numba's cache link
+    against (`cache_load.ready`), while the events are read."""
+    modules = {"match": ["match"], "seq": ["seq", "seq_aip"], "window": ["window"],
+               "recognize": ["recognize"]}
+    for kind in sorted({q.query.kind for q in queries}):
+        for module in modules.get(kind, []):
+            import_module(f"cep_core.engine.{module}")
+    from cep_core.engine import cache_load
+
+    cache_load.ready()
 
 
 def _where(letter) -> str:
