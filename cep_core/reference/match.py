@@ -28,6 +28,8 @@ Then, event by event, in a partition (docs/semantics.md):
 
 from __future__ import annotations
 
+from enum import Enum
+
 import orjson
 
 from cep_core import ast
@@ -38,28 +40,40 @@ from cep_core.reference.expr import Env, evaluate, fold, holds
 
 # ---------------------------------------------------------------- residual regexes
 #
-# Residuals are small immutable tuples (hashable, compared by structure), built only through
-# the smart constructors below so that they stay small and the empty language is always
-# spelled NOTHING:
+# Residuals are small immutable tuples (hashable, compared by structure) tagged by an _R,
+# built only through the smart constructors below so that they stay small and the empty
+# language is always spelled NOTHING:
 #
 #   NOTHING                 the empty language (no word at all): the candidate is dead
 #   EMPTY                   the language holding only the empty word
-#   ("sym", name)           one event satisfying DEFINE `name`
-#   ("any",)                one event, whatever it is (`.`)
-#   ("cat", left, right)    left then right
-#   ("alt", frozenset)      any one of the options (a set: order and duplicates are moot)
-#   ("rep", item, lo, hi)   item repeated lo to hi times (hi None: no upper bound)
+#   (SYM, name)             one event satisfying DEFINE `name`
+#   (ANY,)                  one event, whatever it is (`.`)
+#   (CAT, left, right)      left then right
+#   (ALT, frozenset)        any one of the options (a set: order and duplicates are moot)
+#   (REP, item, lo, hi)     item repeated lo to hi times (hi None: no upper bound)
 #
 # The constructors remove every NOTHING below the top, so a residual other than NOTHING
 # always denotes a non-empty language: "dead" is exactly "residual is NOTHING".
 
-NOTHING = ("nothing",)
-EMPTY = ("empty",)
-ANY = ("any",)
+class _R(Enum):
+    """A residual's tag (its first item)."""
+
+    NOTHING = "nothing"
+    EMPTY = "empty"
+    ANY = "any"
+    SYM = "sym"
+    CAT = "cat"
+    ALT = "alt"
+    REP = "rep"
+
+
+NOTHING = (_R.NOTHING,)
+EMPTY = (_R.EMPTY,)
+ANY = (_R.ANY,)
 
 
 def sym(name: str) -> tuple:
-    return ("sym", name)
+    return (_R.SYM, name)
 
 
 def cat(left: tuple, right: tuple) -> tuple:
@@ -69,15 +83,15 @@ def cat(left: tuple, right: tuple) -> tuple:
         return right
     if right == EMPTY:
         return left
-    if left[0] == "cat":  # keep concatenations right-nested: (a b) c -> a (b c)
+    if left[0] is _R.CAT:  # keep concatenations right-nested: (a b) c -> a (b c)
         return cat(left[1], cat(left[2], right))
-    return ("cat", left, right)
+    return (_R.CAT, left, right)
 
 
 def alt(options) -> tuple:
     flat: set[tuple] = set()
     for option in options:
-        if option[0] == "alt":
+        if option[0] is _R.ALT:
             flat.update(option[1])
         elif option != NOTHING:
             flat.add(option)
@@ -85,7 +99,7 @@ def alt(options) -> tuple:
         return NOTHING
     if len(flat) == 1:
         return next(iter(flat))
-    return ("alt", frozenset(flat))
+    return (_R.ALT, frozenset(flat))
 
 
 def rep(item: tuple, lo: int, hi: int | None) -> tuple:
@@ -95,7 +109,7 @@ def rep(item: tuple, lo: int, hi: int | None) -> tuple:
         return EMPTY if lo == 0 else NOTHING
     if lo == 1 and hi == 1:
         return item
-    return ("rep", item, lo, hi)
+    return (_R.REP, item, lo, hi)
 
 
 class _Residual(ast.Visitor):
@@ -131,15 +145,15 @@ def from_ast(regex: ast.Regex) -> tuple:
 def nullable(r: tuple) -> bool:
     """Whether the residual accepts the empty word (the candidate's events so far match)."""
     kind = r[0]
-    if kind == "empty":
+    if kind is _R.EMPTY:
         return True
-    if kind in ("nothing", "sym", "any"):
+    if kind in (_R.NOTHING, _R.SYM, _R.ANY):
         return False
-    if kind == "cat":
+    if kind is _R.CAT:
         return nullable(r[1]) and nullable(r[2])
-    if kind == "alt":
+    if kind is _R.ALT:
         return any(nullable(option) for option in r[1])
-    if kind == "rep":
+    if kind is _R.REP:
         return r[2] == 0 or nullable(r[1])
     raise TypeError(f"not a residual: {r!r}")
 
@@ -148,21 +162,21 @@ def derive(r: tuple, satisfies) -> tuple:
     """The residual after one more event. `satisfies(name)` says whether that event
     satisfies the predicate `name` (in the candidate's context)."""
     kind = r[0]
-    if kind in ("nothing", "empty"):
+    if kind in (_R.NOTHING, _R.EMPTY):
         return NOTHING
-    if kind == "any":
+    if kind is _R.ANY:
         return EMPTY
-    if kind == "sym":
+    if kind is _R.SYM:
         return EMPTY if satisfies(r[1]) else NOTHING
-    if kind == "cat":
+    if kind is _R.CAT:
         left, right = r[1], r[2]
         taken_by_left = cat(derive(left, satisfies), right)
         if nullable(left):
             return alt([taken_by_left, derive(right, satisfies)])
         return taken_by_left
-    if kind == "alt":
+    if kind is _R.ALT:
         return alt(derive(option, satisfies) for option in r[1])
-    if kind == "rep":
+    if kind is _R.REP:
         # item{lo,hi}: the event goes to a first item, then item{max(lo-1,0), hi-1} remain.
         # (Right even when item accepts the empty word: skipped items add nothing.)
         item, lo, hi = r[1], r[2], r[3]
