@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import string
 import time
+from enum import StrEnum
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +25,7 @@ from cep_accel.gpu import device
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_query_text
 from cep_core.engine_factory import create_engine
+from cep_core.placement import Algorithm
 
 BASE = {"window": 100_000, "length": 3, "rules": 1}
 WINDOWS = (10_000, 50_000, 100_000, 250_000)
@@ -49,7 +51,7 @@ def events(n: int, length: int, seed: int = 1) -> pa.Table:
                      "ts": np.arange(1, n + 1, dtype=np.int64)})
 
 
-def measure(n: int, window: int, length: int, rules: int, policy: str, engine: str,
+def measure(n: int, window: int, length: int, rules: int, policy: str, engine: Contender,
             repeat: int = 2) -> float:
     """Microseconds per event of `rules` identical-shape rules over n events."""
     text = "\n".join(rule_text(f"r{k}", length, window, policy) for k in range(rules))
@@ -70,11 +72,19 @@ def measure(n: int, window: int, length: int, rules: int, policy: str, engine: s
     return best / n * 1e6
 
 
-def _engine(q, strings, engine: str):
-    if engine == "gpu":
+class Contender(StrEnum):
+    """An engine this benchmark runs (its value names its column in the rows)."""
+
+    AIP = "aip"  # the CPU's AIP
+    CDP = "cdp"  # the CPU's CDP
+    GPU = "gpu"  # the GPU's CDP
+
+
+def _engine(q, strings, engine: Contender):
+    if engine is Contender.GPU:
         from cep_accel.gpu.seq_engine import GpuSeqEngine
         return GpuSeqEngine(q, strings)
-    return create_engine(q, strings, algorithm=engine)
+    return create_engine(q, strings, algorithm=Algorithm(engine.value))
 
 
 def points(quick: bool):
@@ -104,7 +114,7 @@ def main(n: int = 60_000, quick: bool = False) -> list[dict]:
     for varying, point in points(quick):
         for policy in ("EACH", "LAST"):
             row = dict(point, varying=varying, policy=policy)
-            for engine in ("aip", "cdp") + (("gpu",) if gpu else ()):
+            for engine in [Contender.AIP, Contender.CDP] + ([Contender.GPU] if gpu else []):
                 row[engine] = measure(n, point["window"], point["length"], point["rules"],
                                       policy, engine)
             gpu_text = f"{row['gpu']:9.3f}" if gpu else f"{'n/a':>9}"
