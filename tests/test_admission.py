@@ -74,6 +74,7 @@ CHECKER = {
 JIT_FALLBACK = ("not a refusal of the query: RecognizeUnsupported makes engine_factory."
                 "recognize_program run it on the interpreter engine "
                 "(tests/test_recognize_jit.py)")
+# Deliberately like each other, INTERNAL's entries: a table, one raise site and its reason each
 INTERNAL = {
     ("recognize.py", "f\"PREV with an offset other than"): JIT_FALLBACK,
     ("recognize.py", "\"a pattern without a final state\""): "compile_nfa always builds "
