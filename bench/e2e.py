@@ -55,6 +55,7 @@ from cep_core.workloads import WORKLOADS
 from cep_service.stream.broker import EmbeddedBroker
 from cep_service.stream.control import ControlMessage, publish, split_query_file
 from cep_service.stream.demo import STREAM, demo_queries, start_services, stop_services, trade_lines
+from cep_service.stream.status import StatusEvent
 from cep_service.stream.frames import encode_table
 from cep_service.stream.kafka import (Deliveries, KafkaSettings, Topics, flush_all, produce,
                                       produce_end)
@@ -169,7 +170,7 @@ class Bench:
             for offset, record, ts in _status(self.settings, self.topics.status,
                                               self.status_seen):
                 self.status_seen = offset + 1
-                if record.get("event") == "end_of_input":
+                if record.get("event") == StatusEvent.END_OF_INPUT:
                     ended.add(record.get("shard", 0))
                     if len(ended) == self.topics.shards:
                         return ts / 1000

@@ -44,6 +44,7 @@ from cep_service.stream.kafka import (
     read_all,
 )
 from cep_service.stream.pipeline import create_topics
+from cep_service.stream.status import Role, StatusEvent
 
 AGGREGATES = ["Max(price)", "Min(price)", "Sum(volume)", "Max(volume)", "Min(volume)",
               "Avg(price)", "Avg(volume)"]
@@ -125,7 +126,7 @@ def run_live_bench(live: int = 10, adds: int = 10, rate: float = 2000, quiet_s: 
             produce(bench.producer, bench.topics.source, line)
         produce_end(bench.producer, bench.topics.source)
         flush_all(bench.producer, 60, bench.deliveries, "warm-up events")
-        bench.wait(lambda r: r.get("event") == "end_of_input", 600)
+        bench.wait(lambda r: r.get("event") == StatusEvent.END_OF_INPUT, 600)
         # seq of the next record: the warm-up's events and its end marker
         result = _adds(bench, lines[1:], 2001, rate, quiet_s, live, adds)
         stop_services(bench.services)
@@ -158,7 +159,7 @@ def _adds(bench: LiveBench, lines: list[bytes], base: int, rate: float, quiet_s:
                              ControlMessage("add", name, text))
             key = f"query/{name}"
             _, ts = bench.wait(lambda r, key=key, offset=offset: (
-                r.get("event") == "change" and r.get("role") == "coordinator" and
+                r.get("event") == StatusEvent.CHANGE and r.get("role") == Role.COORDINATOR and
                 r.get("key") == key and r.get("offset") == offset), 600)
             waits.append(ts / 1000 - t0)
         phase.append(time.time())

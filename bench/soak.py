@@ -53,6 +53,7 @@ from cep_service.stream.control import ControlMessage, publish, split_query_file
 from cep_service.stream.frames import encode_table  # noqa: E402
 from cep_service.stream.kafka import KafkaSettings, Topics, produce, read_all  # noqa: E402
 from cep_service.stream.pipeline import create_topics  # noqa: E402
+from cep_service.stream.status import StatusEvent  # noqa: E402
 
 QUERIES = ROOT / "examples" / "finance.cep"
 ROLES = ("splitter", "worker", "coordinator")
@@ -210,7 +211,7 @@ def wait_live(settings: KafkaSettings, topics: Topics, timeout_s: float) -> None
     """Until the coordinator reports the registered queries live on every partition."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if any(orjson.loads(m.value()).get("event") == "query_live"
+        if any(orjson.loads(m.value()).get("event") == StatusEvent.QUERY_LIVE
                for m in read_all(settings, topics.status, idle_s=0.1)):
             return
         time.sleep(0.5)

@@ -45,6 +45,7 @@ from cep_core.control_message import validate as parse_control  # noqa: F401
 from cep_core.control_ops import Outcome
 from cep_core.parser import parse
 from cep_service.stream.kafka import Deliveries, flush_all, read_all
+from cep_service.stream.status import Role, StatusEvent
 from cep_service.stream.status import StatusWriter, change_of  # noqa: F401  (their home was here)
 
 def publish(settings, topic: str, message: ControlMessage, key: bytes | None = None,
@@ -143,17 +144,17 @@ def services_up(records: list[dict]) -> dict[str, dict]:
             continue
         entry = view.setdefault(service, {"service": service, "role": record.get("role"),
                                           "state": "up", "live": None, "partitions": {}})
-        if record["event"] == "service":
+        if record["event"] == StatusEvent.SERVICE:
             entry["state"] = record["state"]
             if "live" in record:
                 entry["live"] = record["live"]
             if "partitions" in record:
                 entry["partitions"] = {int(p): live for p, live in record["partitions"].items()}
                 _drop_partitions(view, service, entry["partitions"])
-        elif record["event"] == "query_failed":
+        elif record["event"] == StatusEvent.QUERY_FAILED:
             entry.setdefault("failed", {})[record["name"]] = {
                 k: record.get(k) for k in ("stage", "reason", "seq", "partition")}
-        elif record["event"] == "change" and record.get("outcome") == Outcome.APPLIED:
+        elif record["event"] == StatusEvent.CHANGE and record.get("outcome") == Outcome.APPLIED:
             entry.get("failed", {}).pop(record.get("name"), None)  # a new text or removed
             if record.get("partition") is not None:
                 entry["partitions"][int(record["partition"])] = record.get("live")
@@ -173,18 +174,18 @@ def _drop_partitions(view: dict, owner: str, partitions) -> None:
 def input_ended(records: list[dict], shards: int = 1, upto: int | None = None) -> bool:
     """Whether every coordinator shard released an end of input (at seq `upto`, if
     given): each shard announces its own, after its composite events (docs/scaling.md)."""
-    done = {r.get("shard", 0) for r in records if r.get("event") == "end_of_input"
+    done = {r.get("shard", 0) for r in records if r.get("event") == StatusEvent.END_OF_INPUT
             and (upto is None or r.get("upto") == upto)}
     return len(done) >= shards
 
 
 def outcomes_of(records: list[dict], change: dict) -> dict:
     """The status records about one change (its key and offset), by role."""
-    mine = [r for r in records if r.get("event") == "change" and
+    mine = [r for r in records if r.get("event") == StatusEvent.CHANGE and
             r.get("key") == change["key"] and r.get("offset") == change["offset"]]
-    return {"splitter": next((r for r in mine if r["role"] == "splitter"), None),
-            "workers": [r for r in mine if r["role"] == "worker"],
-            "coordinator": next((r for r in mine if r["role"] == "coordinator"), None)}
+    return {"splitter": next((r for r in mine if r["role"] == Role.SPLITTER), None),
+            "workers": [r for r in mine if r["role"] == Role.WORKER],
+            "coordinator": next((r for r in mine if r["role"] == Role.COORDINATOR), None)}
 
 
 def settled(found: dict) -> Outcome | None:

@@ -61,6 +61,7 @@ from cep_service.stream.control import StatusWriter, learned_live
 from cep_service.stream.kafka import (BOUNDED_CONSUMER, BOUNDED_PRODUCER, Deliveries, KafkaSettings,
                                       Topics, consume_batch, ensure_topics, produce)
 from cep_service.stream.merge import Merger
+from cep_service.stream.status import StatusEvent
 from cep_service.stream.metrics import Metrics
 from cep_service.stream.serve import log, profiled
 
@@ -287,7 +288,7 @@ class Coordinator:
             if event["kind"] != STREAM:
                 log("query_live", **event)
                 produce(producer, self.topics.status, orjson.dumps(
-                    {"event": "query_live", **event}))
+                    {"event": StatusEvent.QUERY_LIVE, **event}))
             for change in changes:
                 self.status.outcome(producer, change, Outcome.APPLIED, at=event["at"],
                                     partitions=self.partitions,
@@ -298,7 +299,7 @@ class Coordinator:
         for end in self.merger.ended[self.reported_ends:]:
             log("end_of_input_released", upto=end, **shard)
             produce(producer, self.topics.status, orjson.dumps(
-                {"event": "end_of_input", "upto": end, **shard}))
+                {"event": StatusEvent.END_OF_INPUT, "upto": end, **shard}))
         ended = len(self.merger.ended) != self.reported_ends
         self.reported_ends = len(self.merger.ended)
         self.metrics.events_in.inc(self.merger.received - received)

@@ -99,6 +99,7 @@ def wait_outcomes(settings, sent: list, prefix: str, control_topic: str,
     not report, `missing`); `said` is the line the CLI prints."""
     from cep_service.stream.control import StatusReader, outcomes_of, services_up, settled
     from cep_service.stream.kafka import Topics
+    from cep_service.stream.status import Role
 
     out = []
     deadline = time.monotonic() + timeout
@@ -106,7 +107,7 @@ def wait_outcomes(settings, sent: list, prefix: str, control_topic: str,
         reader = StatusReader(settings, Topics(stream, prefix=prefix).status)
         try:
             mine = [(c, m) for c, m, s in sent if s == stream]
-            if not any(e["role"] == "splitter"
+            if not any(e["role"] == Role.SPLITTER
                        for e in services_up(reader.read_existing()).values()):
                 for change, message in mine:
                     out.append(_outcome(message, change, Outcome.QUEUED, said=(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+from enum import StrEnum
 
 import orjson
 
@@ -16,6 +17,26 @@ from cep_core.control_ops import Outcome
 from cep_service.stream.topics import produce
 
 _instances = itertools.count()
+
+
+class StatusEvent(StrEnum):
+    """What a status record says (its `event`)."""
+
+    SERVICE = "service"  # a service's presence: up or down, what it holds
+    CHANGE = "change"  # what became of a change here (its `outcome`)
+    QUERY_FAILED = "query_failed"  # a query whose engine failed here
+    QUERY_LIVE = "query_live"  # the coordinator: a query live in every partition
+    END_OF_INPUT = "end_of_input"  # the coordinator: the input ended, released up to `upto`
+
+
+class Role(StrEnum):
+    """Who wrote a status record (its `role`)."""
+
+    SPLITTER = "splitter"
+    WORKER = "worker"
+    COORDINATOR = "coordinator"
+    CHAINED = "chained"
+    API = "api"
 
 
 def change_of(key: bytes | None, offset: int, message: ControlMessage | None = None) -> dict:
@@ -35,14 +56,14 @@ class StatusWriter:
         self.service = f"{role}@{socket.gethostname()}:{os.getpid()}" + (f"#{n}" if n else "")
 
     def presence(self, producer, state: str, **fields) -> None:
-        self._write(producer, {"event": "service", "state": state, **fields})
+        self._write(producer, {"event": StatusEvent.SERVICE, "state": state, **fields})
 
     def outcome(self, producer, change: dict, outcome: Outcome, **fields) -> None:
-        self._write(producer, {"event": "change", **change, "outcome": outcome, **fields})
+        self._write(producer, {"event": StatusEvent.CHANGE, **change, "outcome": outcome, **fields})
 
     def failure(self, producer, failure: dict, **fields) -> None:
         """A query whose engine failed here (`QueryFailure.to_json()`): stopped alone."""
-        self._write(producer, {"event": "query_failed", **failure, **fields})
+        self._write(producer, {"event": StatusEvent.QUERY_FAILED, **failure, **fields})
 
     def _write(self, producer, record: dict) -> None:
         produce(producer, self.topic, orjson.dumps(
