@@ -25,6 +25,7 @@ import logging
 import queue
 import threading
 from collections import Counter, deque
+from enum import Enum, StrEnum
 
 import orjson
 from aiohttp import web
@@ -41,16 +42,31 @@ SWEEP_S = 1.0  # how often the loop looks for tails whose client has gone
 logger = logging.getLogger("cep.api")
 
 
+
+class TailFrom(StrEnum):
+    """Where a tail starts (the `from` of a tail's URL)."""
+
+    BEGINNING = "beginning"  # a replay: the whole INTO topic, on a consumer of its own
+    END = "end"  # what comes from now on
+
+
+class _Command(Enum):
+    """What the hub's thread is told to do (with a tail, or None)."""
+
+    OPEN = "open"
+    CLOSE = "close"
+    STOP = "stop"
+
 class Tail:
     """One tail's end on the event loop: a bounded buffer of SSE chunks."""
 
     __slots__ = ("wanted", "start", "buffer", "chunks", "wake", "ready", "dropped",
                  "ended", "transport", "hub")
 
-    def __init__(self, hub: TailHub, wanted: dict, start: str, buffer: int, transport):
+    def __init__(self, hub: TailHub, wanted: dict, start: TailFrom, buffer: int, transport):
         """`wanted`: INTO topic -> (the pipeline's tag, the names of the queries whose
         composite events it wants there); a replay (`start` beginning) reads one topic."""
-        self.hub, self.wanted, self.start = hub, wanted, start
+        self.hub, self.wanted, self.start = hub, wanted, TailFrom(start)
         self.buffer, self.chunks = buffer, deque()
         self.wake = asyncio.Event()
         self.ready = self.dropped = self.ended = False
@@ -86,7 +102,7 @@ class TailHub:
 
     # ------------------------------------------------------------ the loop's side
 
-    def open(self, wanted: dict, start: str, transport=None) -> Tail:
+    def open(self, wanted: dict, start: TailFrom, transport=None) -> Tail:
         """A tail of the composite events `wanted` (INTO topic -> (tag, query names))."""
         if self.loop is None:
             self.loop = asyncio.get_running_loop()
@@ -98,7 +114,7 @@ class TailHub:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="api-tails", daemon=True)
             self._thread.start()
-        self._commands.put(("open", tail))
+        self._commands.put((_Command.OPEN, tail))
         if self._sweeping is None:
             self._sweeping = self.loop.call_later(SWEEP_S, self._sweep)
         return tail
@@ -119,7 +135,7 @@ class TailHub:
             self.tails.discard(tail)
             tail.ended = True
             self.counters["closed"] += 1
-            self._commands.put(("close", tail))
+            self._commands.put((_Command.CLOSE, tail))
 
     def stop(self) -> None:
         """End every tail and the thread (on the loop; `join` waits for the thread)."""
@@ -127,7 +143,7 @@ class TailHub:
         self._end_all()
         if self._sweeping is not None:
             self._sweeping.cancel()
-        self._commands.put(("stop", None))
+        self._commands.put((_Command.STOP, None))
 
     def join(self) -> None:
         """Wait for the thread to close its consumers (not on the loop)."""
@@ -160,10 +176,10 @@ class TailHub:
                 else:  # no tail: nothing to poll until one comes
                     command, tail = self._commands.get()
                 while command is not None:
-                    if command == "stop":
+                    if command is _Command.STOP:
                         return
-                    if command == "open":
-                        if tail.start == "beginning":
+                    if command is _Command.OPEN:
+                        if tail.start is TailFrom.BEGINNING:
                             consumer = self.settings.consumer()
                             self.counters["consumers"] += 1
                             consumer.assign([tp for topic in tail.wanted for tp in
@@ -181,7 +197,7 @@ class TailHub:
                                     assigned[topic] = parts
                                 by_topic.setdefault(topic, set()).add(tail)
                         unready.add(tail)
-                    elif command == "close":
+                    elif command is _Command.CLOSE:
                         unready.discard(tail)
                         consumer = replays.pop(tail, None)
                         if consumer is not None:
@@ -277,7 +293,7 @@ class TailHub:
                     batches.setdefault(tail, []).append(chunk)
 
 
-async def stream(request: web.Request, hub: TailHub, wanted: dict, start: str,
+async def stream(request: web.Request, hub: TailHub, wanted: dict, start: TailFrom,
                  limit: int | None, idle_s: float | None) -> web.StreamResponse:
     """The tail's response (`wanted`: INTO topic -> (tag, query names)), until `limit`
     events, `idle_s` without one, the client goes, it is dropped, or the API stops."""

@@ -6,6 +6,7 @@ from cep_service.api import models as m
 from cep_service.api.replies import NOT_LIVE
 from cep_service.api.state import api_of
 from cep_service.api.openapi import Routes
+from cep_service.api.tail import TailFrom
 from cep_service.api.tail import stream as tail_stream
 from cep_service.stream.kafka import Topics
 
@@ -23,12 +24,13 @@ async def tail(request, name, params):
     if live is None:
         return 404, {"error": f"no live query {name!r}"}
     tag = Topics(live.checked.schema.stream, prefix=api.config.prefix).group("coordinator")
-    replay = params.start == "beginning"
+    start = TailFrom(params.start)
+    replay = start is TailFrom.BEGINNING
     if replay:
         api.limits.enter("replay")
     try:
         return await tail_stream(request, api.hub, {live.output: (tag, {name})},
-                                 params.start, params.limit, params.idle_s)
+                                 start, params.limit, params.idle_s)
     finally:
         if replay:
             api.limits.leave("replay")
@@ -53,4 +55,4 @@ async def tail_many(request, params):
         query = live[name]
         tag = Topics(query.checked.schema.stream, prefix=api.config.prefix).group("coordinator")
         wanted.setdefault(query.output, (tag, set()))[1].add(name)
-    return await tail_stream(request, api.hub, wanted, "end", params.limit, params.idle_s)
+    return await tail_stream(request, api.hub, wanted, TailFrom.END, params.limit, params.idle_s)
