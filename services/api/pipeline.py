@@ -22,11 +22,12 @@ import time
 from prometheus_client.parser import text_string_to_metric_families
 
 from cep_core.explain import quote, svg
+from cep_service.stream.status import Role
 
-ROLES = ("broker", "splitter", "worker", "coordinator")  # then other roles, then the api
+ROLES = (Role.BROKER, Role.SPLITTER, Role.WORKER, Role.COORDINATOR)  # then others, the api
 RATE_PLACEHOLDER = "000,000.0 composites/s out"  # as wide as the rates the console writes
-WHAT_FLOWS = {"broker": "source", "splitter": "keyed", "worker": "matches",
-              "coordinator": "INTO", "chained": "INTO"}
+WHAT_FLOWS = {Role.BROKER: "source", Role.SPLITTER: "keyed", Role.WORKER: "matches",
+              Role.COORDINATOR: "INTO", Role.CHAINED: "INTO"}
 # A chained process's stages in the order data flows through them: what each takes in and
 # sends out, and what goes from it to the next (in memory)
 STAGES = {"routing": ("events/s in", "routed/s out", "keyed"),
@@ -118,15 +119,15 @@ def pipeline(stream: str, topics, view: dict, processes: dict, api: dict,
               for member in found.get("members", {}) if member != service}
     view = {service: _folded(service, entry, view, processes, folded)
             for service, entry in view.items() if service not in folded}
-    procs = [{"id": "broker", "role": "broker", "name": bootstrap, "state": "up",
+    procs = [{"id": "broker", "role": Role.BROKER, "name": bootstrap, "state": "up",
               "partitions": [], "rate": _sum(found.get("events_in_per_s")
                                              for service, found in processes.items()
                                              if service in view and view[service]["role"]
-                                             in ("splitter", "chained")),
+                                             in (Role.SPLITTER, Role.CHAINED)),
               "rate_unit": "records/s in"}]
     for service, entry in sorted(view.items(), key=lambda i: (_rank(i[1]["role"]), i[0])):
         found = processes.get(service, {})
-        out_role = entry["role"] == "coordinator"
+        out_role = entry["role"] == Role.COORDINATOR
         checkpoint = found.get("checkpoint_time")
         procs.append({
             "id": service, "role": entry["role"] or "?", "name": service, "state": "up",
@@ -139,8 +140,8 @@ def pipeline(stream: str, topics, view: dict, processes: dict, api: dict,
             "checkpoint_generation": found.get("checkpoint_generation"),
             "checkpoint_ms": found.get("checkpoint_ms"),
             "services": entry.get("services", []),
-            "stages": _stages(found) if entry["role"] == "chained" else []})
-    procs.append({"id": "api", "role": "api", "name": "API", "state": "up", "partitions": [],
+            "stages": _stages(found) if entry["role"] == Role.CHAINED else []})
+    procs.append({"id": "api", "role": Role.API, "name": "API", "state": "up", "partitions": [],
                   "rate": api.get("composites_per_s"), "rate_unit": "composites/s",
                   "tails": api.get("tails")})
     return {"stream": stream, "processes": procs, "edges": _edges(procs),
@@ -153,12 +154,12 @@ def _folded(service: str, entry: dict, view: dict, processes: dict, folded: dict
     """A status view's entry; a chained process's (its routing stage's name) with role
     `chained`, the keyed partitions its stages hold and the names they write as."""
     members = [m for m, into in folded.items() if into == service]
-    if not members and processes.get(service, {}).get("role") != "chained":
+    if not members and processes.get(service, {}).get("role") != Role.CHAINED:
         return entry
     partitions = dict(entry["partitions"])
     for member in members:
         partitions.update(view[member]["partitions"] if member in view else {})
-    return {**entry, "role": "chained", "partitions": partitions,
+    return {**entry, "role": Role.CHAINED, "partitions": partitions,
             "services": [service, *sorted(m for m in members if m in view)]}
 
 
@@ -174,7 +175,7 @@ def _stages(found: dict) -> list[dict]:
 
 
 def _rank(role: str | None) -> int:
-    if role == "api":
+    if role == Role.API:
         return len(ROLES) + 1
     return ROLES.index(role) if role in ROLES else len(ROLES)
 
@@ -203,7 +204,7 @@ def _partitions(topics, view: dict, processes: dict, now: float) -> list[dict]:
     """Each keyed partition: who holds it, its lag there, and the coordinators' view (the
     lowest seq and stream time of the shards, the newest frame)."""
     holders = {p: service for service, entry in view.items()
-               if entry["role"] in ("worker", "chained") for p in entry["partitions"]}
+               if entry["role"] in (Role.WORKER, Role.CHAINED) for p in entry["partitions"]}
     lags: dict[int, float] = {}
     merged: dict[int, dict] = {}
     for found in processes.values():

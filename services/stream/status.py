@@ -37,6 +37,7 @@ class Role(StrEnum):
     COORDINATOR = "coordinator"
     CHAINED = "chained"
     API = "api"
+    BROKER = "broker"  # writes no record: the pipeline view's (services/api/pipeline.py) node
 
 
 def change_of(key: bytes | None, offset: int, message: ControlMessage | None = None) -> dict:
