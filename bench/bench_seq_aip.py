@@ -35,7 +35,7 @@ from cep_core.composite import sort_key
 from cep_core.engine_factory import seq_aip_engine, seq_engine
 from cep_core.event_io import decode_record
 from cep_core.reference.seq import SeqInterpreter
-from cep_core.workloads import WORKLOADS
+from cep_core.workloads import WORKLOADS, HyperStep
 
 BATCH = 65536
 
@@ -51,7 +51,7 @@ def cases() -> list[tuple]:
     hyper = WORKLOADS["hyper"]
     out = [(f"r5_{v}", "r5", r5.query_text(seed=1, variant=v), 200_000, 20)
            for v in ("last", "each")]
-    for kind in ("not", "kleene"):
+    for kind in HyperStep:
         text = hyper.query_text(seed=1, length=5, kind=kind)
         out.append((f"hyper_{kind}", "hyper", text, 20_000, 3_000))
     out.append(("falling", "hyper", STOCKS_FALLING, 20_000, 3_000))

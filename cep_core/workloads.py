@@ -31,6 +31,7 @@ import textwrap
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 import numpy as np
@@ -506,6 +507,13 @@ def _stocks(rng, n, tickers=10, noise=0.002):
             "open": open_, "peak": peak, "low": low, "close": close, "volume": volume}
 
 
+class HyperStep(StrEnum):
+    """The hyper query's special step (its `kind` parameter)."""
+
+    NOT = "not"
+    KLEENE = "kleene"
+
+
 def _hyper_query(seed: int, length: int | None = None, kind: str | None = None) -> str:
     """SEQ over `length` (3-7, drawn from the seed unless given) distinct tickers with
     rising opens, one of them NOT (cancelled by an open above the next step's) or
@@ -513,31 +521,35 @@ def _hyper_query(seed: int, length: int | None = None, kind: str | None = None) 
     (about one bar per ticker and step). The NOT / KLEENE sits at an inner position."""
     pick = np.random.default_rng([seed, 3_7])
     drawn_length = int(pick.integers(3, 8))
-    drawn_kind = ("not", "kleene")[int(pick.integers(0, 2))]
+    drawn_kind = tuple(HyperStep)[int(pick.integers(0, 2))]
     length = drawn_length if length is None else length
-    kind = drawn_kind if kind is None else kind
-    if not 3 <= length <= 7 or kind not in ("not", "kleene"):
+    try:
+        special_kind = drawn_kind if kind is None else HyperStep(kind)
+    except ValueError:
+        special_kind = None
+    if not 3 <= length <= 7 or special_kind is None:
         raise ValueError("hyper: length is 3..7 and kind is not or kleene")
     tickers = [STOCK_TICKERS[j] for j in pick.choice(len(STOCK_TICKERS), length, replace=False)]
     special = int(pick.integers(1, length - 1))  # an inner position
     names = [chr(ord("a") + i) for i in range(length)]
     steps, where, emit = [], [], []
-    positive = [i for i in range(length) if not (kind == "not" and i == special)]
+    positive = [i for i in range(length) if not (special_kind is HyperStep.NOT and i == special)]
     for i in range(length):
         t, v = tickers[i], names[i]
         if i != special:
             steps.append(f"{t} {v}")
-        elif kind == "not":
+        elif special_kind is HyperStep.NOT:
             steps.append(f"NOT({t} {v})")
             where.append(f"{v}.open > {names[positive[positive.index(i - 1) + 1]]}.open")
         else:
             steps.append(f"KLEENE({t} {v}){{1,3}}")
             where.append(f"{v}.open < {names[i + 1]}.open")
             emit.append(f"n = count({v})")
-    singles = [i for i in positive if not (kind == "kleene" and i == special)]
+    singles = [i for i in positive
+               if not (special_kind is HyperStep.KLEENE and i == special)]
     where[:0] = [f"{names[x]}.open < {names[y]}.open" for x, y in zip(singles, singles[1:])]
     text = (f"-- hyper (HYPERSONIC style, seed {seed}): SEQ of {length} with one "
-            f"{kind.upper()}.\nQUERY hyper FROM stocks INTO hyper\n"
+            f"{special_kind.upper()}.\nQUERY hyper FROM stocks INTO hyper\n"
             f"PATTERN SEQ({', '.join(steps)})\n"
             f"{textwrap.fill('WHERE ' + ' AND '.join(where), 90, subsequent_indent='  ')}\n"
             f"WITHIN {length - 1} minutes")
