@@ -40,7 +40,7 @@ import numpy as np
 
 from cep_core.batch import Batch, StringDictionary
 from cep_core.composite_batch import CompositeBatch, to_dicts
-from cep_core.engine.seq_base import BACKWARDS_TIME, SeqEngineBase
+from cep_core.engine.seq_base import BACKWARDS_TIME, Overflow, SeqEngineBase
 from cep_core.engine.seq_idle import drop_events, idle_partitions
 from cep_core.kernels.seq_layout import ERR, OVF, PALIVE
 
@@ -84,7 +84,7 @@ class SeqEngine(SeqEngineBase):
         n = len(pid)
         EI, EF = self._columns(batch)
         sc, tables = self._strings()
-        stop = self.on_overflow == "error"
+        stop = self.on_overflow is Overflow.ERROR
         (n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn, n_dead, dead, self.pd, self.pk,
          arenas) = self.module.process(
             n, pid, EI, EF, *self._arenas(), self.base, self.size, self.cnt, self.evicted,

@@ -42,7 +42,7 @@ from numba.typed import Dict
 
 from cep_core.batch import Batch, StringDictionary
 from cep_core.composite_batch import ColumnBatch, CompositeBatch, to_dicts
-from cep_core.engine.seq_base import SeqEngineBase
+from cep_core.engine.seq_base import Overflow, SeqEngineBase
 from cep_core.engine.seq_idle import (
     assign_instance_keys,
     drop_events,
@@ -151,7 +151,7 @@ class SeqAipEngine(SeqEngineBase):
             self._grow_keys(self.P)
         EI, EF = self._columns(batch)
         sc, tables = self._strings()
-        stop = self.on_overflow == "error"
+        stop = self.on_overflow is Overflow.ERROR
         (n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn, n_dead, dead, self.pd, self.pk,
          self.IT, self.NR, self.NP, arenas, *timed_out) = self.module.process(
             n, pid, qid, EI, EF, *self._arenas(), self.base, self.size, self.cnt,

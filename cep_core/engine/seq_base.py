@@ -11,6 +11,8 @@ and `plan` before calling `_setup`, and names its pending-record Kleene slots in
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import numpy as np
 
 from cep_core.arrow_numpy import segment_rows
@@ -34,6 +36,13 @@ def string_columns(layout, schema) -> list[int]:
             if where == Row.INT and schema.attributes[name] == AttrType.STRING]
 
 
+class Overflow(StrEnum):
+    """What a SEQ engine does at its cap (`on_overflow`)."""
+
+    ERROR = "error"  # stop the batch at the event that would exceed it, and raise
+    COUNT = "count"  # drop the excess and count it
+
+
 class SeqEngineBase(Engine):
     _PER_PARTITION = {"last_ts": INT64_MIN, "phead": -1, "ptail": -1, "pdec": INT64_MAX,
                       "pfirst": INT64_MAX}
@@ -41,9 +50,9 @@ class SeqEngineBase(Engine):
     pending_kleene_slots: np.ndarray
 
     def _setup(self, idle_timeout: int | None, on_overflow: str) -> None:
-        if on_overflow not in ("error", "count"):
+        if on_overflow not in tuple(Overflow):
             raise ValueError("on_overflow is 'error' or 'count'")
-        self.on_overflow = on_overflow
+        self.on_overflow = Overflow(on_overflow)
         self.idle = IdleKeys(idle_timeout)
         self.module = self.kernel.module
         self.layout = self.kernel.layout
