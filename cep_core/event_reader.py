@@ -807,7 +807,8 @@ def _parse_csv_typed(block: bytes, header: list[str], lines: _Lines, schema: Str
     `unquoted`: quotes are read as any other character (quoting costs pyarrow nothing,
     but `_simply_quoted`, which makes a quoted parse safe, costs more than the parse), and
     the table is kept only where every quote of the block encloses a whole field of a
-    column read as text, holding no quote (`"AMZN"`, as pyarrow writes strings): those
+    column read as text (the stream's strings, text times, the fields it does not name),
+    holding no quote (`"AMZN"`, as pyarrow writes strings): those
     fields lose their quotes, and the block is then simply quoted, read alike by pyarrow
     with quoting and by the csv module (a field with a comma inside quotes splits, a
     quoted number is no number: None)."""
@@ -821,6 +822,10 @@ def _parse_csv_typed(block: bytes, header: list[str], lines: _Lines, schema: Str
     wanted.update({name: pa.string() if kind == AttrType.TIMESTAMP and times_as_text
                    else ARROW_TYPES[kind] for name, kind in schema.attributes.items()})
     column = {name: f"f{i}" for i, name in enumerate(header)}
+    # Unquoted, the fields the stream does not name are read too, as text: their quotes
+    # are looked at with the others'.
+    read = wanted | {name: pa.string() for name in header if name not in wanted} \
+        if unquoted else wanted
     try:
         table = pcsv.read_csv(
             pa.py_buffer(block),
@@ -828,22 +833,22 @@ def _parse_csv_typed(block: bytes, header: list[str], lines: _Lines, schema: Str
             parse_options=pcsv.ParseOptions(ignore_empty_lines=True,
                                             quote_char=False if unquoted else '"'),
             convert_options=pcsv.ConvertOptions(
-                column_types={column[name]: kind for name, kind in wanted.items()},
-                include_columns=[column[name] for name in wanted], null_values=[""],
+                column_types={column[name]: kind for name, kind in read.items()},
+                include_columns=[column[name] for name in read], null_values=[""],
                 true_values=["true"], false_values=["false"], strings_can_be_null=False))
     except (pa.ArrowException, ValueError):
         return None
     if table.num_rows != len(lines):
         return None
-    columns = [table.column(column[name]) for name in wanted]
+    columns = [table.column(column[name]) for name in read]
     if unquoted:
-        texts = [i for i, kind in enumerate(wanted.values()) if kind == pa.string()]
+        texts = [i for i, kind in enumerate(read.values()) if kind == pa.string()]
         found = _unquoted(columns, texts)
         if found is None or found != np.count_nonzero(np.frombuffer(block, np.uint8) == 34):
             return None
     columns = [iso_times(column_, schema.time_unit)
                if times_as_text and schema.attributes.get(name) == AttrType.TIMESTAMP
-               else column_ for name, column_ in zip(wanted, columns)]
+               else column_ for name, column_ in zip(wanted, columns[:len(wanted)])]
     if "seq" not in wanted:
         columns.insert(0, pa.nulls(table.num_rows, pa.int64()))
     return pa.Table.from_arrays(columns, names=["seq", *schema.attributes])

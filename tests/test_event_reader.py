@@ -319,6 +319,7 @@ def test_csv_as_pyarrow_writes_it_with_bad_rows(tmp_path, monkeypatch):
         "x": pa.array([0.5 * i for i in range(n)]),
         "ok": pa.array([i % 3 == 0 for i in range(n)]),
         "ts": pa.array([f"2024-01-02T09:30:{i % 60:02d}.{i:06d}Z" for i in range(n)]),
+        "other": pa.array(["x", "", None, "1.2.3"] * (n // 4)),  # a field not in the stream
     })
     path = tmp_path / "e.csv"
     pcsv.write_csv(table, path)
