@@ -30,6 +30,7 @@ from cep_core.engine.base import Engine
 from cep_core.events import Event
 from cep_core.reference import recognize as ref
 from cep_core.reference.priority_queue import JavaPriorityQueue
+from cep_core.schema import AttrType
 
 STATE_VERSION = 1
 _FINAL_ID = -1  # the final state the interpreter gives matches completed by a PROCEED
@@ -61,7 +62,7 @@ class RecognizeInterpreterEngine(Engine):
         columns = []
         for name, kind in zip(self._names, self._kinds):
             values = batch.columns[name].tolist()
-            columns.append([strings[c] for c in values] if kind == "string" else values)
+            columns.append([strings[c] for c in values] if kind is AttrType.STRING else values)
         names, step = self._names, self.interpreter.process
         out: list[dict] = []
         for seq, ts, *values in zip(batch.seq.tolist(), batch.ts.tolist(), *columns):
@@ -348,16 +349,16 @@ def _save(value):
 _BAD = object()
 
 
-def _load(kind: str, value):
+def _load(kind: AttrType, value):
     if value is None:
         return None
-    if kind == "string":
+    if kind is AttrType.STRING:
         return value if isinstance(value, str) else _BAD
-    if kind == "bool":
+    if kind is AttrType.BOOL:
         return value if isinstance(value, bool) else _BAD
-    if kind in ("int", "timestamp"):
+    if kind in (AttrType.INT, AttrType.TIMESTAMP):
         return value if _is_int(value) else _BAD
-    if kind == "float":
+    if kind is AttrType.FLOAT:
         if isinstance(value, str):
             return float(value) if value in ("nan", "inf", "-inf") else _BAD
         return float(value) if isinstance(value, (int, float)) and \
