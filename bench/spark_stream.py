@@ -11,9 +11,10 @@ from a new checkpoint until it has taken them all (`processAllAvailable`), after
 job on 1,000 events has started the session's Python workers. Latency: a writer adds a
 file every `trigger / 2` s at half the measured rate; a file's latency is from its rename
 into the directory to the end of the micro-batch that took it (the sink's write, found by
-batch id in the offset log). Restart: the throughput job's checkpoint, one more file, a
-new query on it: the seconds until that file is written out (state restored). Then the
-Kafka service's `cep bench e2e --mode chained` on the same count (its M-shape query).
+batch id in the offset log), the first file once the query has started. Restart: the
+throughput job's checkpoint, one more file, a new query on it: the seconds until that file
+is written out (state restored). Then the Kafka service's `cep bench e2e --mode chained`
+on the same count (its M-shape query).
 `throughput_cpu_s`: the CPU seconds the master's process tree used in the throughput run
 (the driver, the JVM, the Python workers), a measure of the job's work that a loaded
 machine stretches less than the wall clock; `--max-files N` cuts the throughput run
@@ -101,7 +102,7 @@ class TimedSink:
 
 
 def one_master(master: str, count: int, per_file: int, triggers: list[float], seed: int,
-               workdir: Path, max_files: int = 0, warm: int = 1000) -> dict:
+               workdir: Path, max_files: int = 0, warm: int = 1000, shards: int = 0) -> dict:
     """Every figure for one Spark master, in this process."""
     from cep_service.backfill.job import spark_session
     from cep_service.spark_stream.job import FileSource, query_texts, session_conf, start
@@ -116,13 +117,14 @@ def one_master(master: str, count: int, per_file: int, triggers: list[float], se
     started = time.perf_counter()
     spark = spark_session(master, shuffle_partitions=None, app_name="cep-bench-stream",
                           **session_conf())
-    out: dict = {"master": master, "spark_session_s": round(time.perf_counter() - started, 2)}
+    out: dict = {"master": master, "spark_session_s": round(time.perf_counter() - started, 2),
+                 "shards": shards or int(spark.conf.get("spark.sql.shuffle.partitions"))}
 
     def run(folder: Path, name: str, **options):
         sink = TimedSink(str(root / name / "out"))
         t = time.perf_counter()
         job = start(spark, queries, FileSource(str(folder), max_files), sink,
-                    str(root / name / "ck"), texts, **options)
+                    str(root / name / "ck"), texts, shards=shards or None, **options)
         job.processAllAvailable()
         sink.batch_ms = [p["durationMs"]["triggerExecution"] for p in job.recentProgress]
         job.stop()
@@ -154,14 +156,14 @@ def one_master(master: str, count: int, per_file: int, triggers: list[float], se
     offset = 1000 + count + per_file + extra
     for trigger in triggers:
         out[f"trigger_{trigger:g}s"] = _latency(spark, queries, texts, table, offset, rate / 2,
-                                                trigger, root / f"latency_{trigger:g}")
+                                                trigger, root / f"latency_{trigger:g}", shards)
         offset += int(rate / 2 * 20) + 1
     spark.stop()
     return out
 
 
 def _latency(spark, queries, texts, table, offset: int, rate: float, trigger: float,
-             root: Path, seconds: float = 20.0) -> dict:
+             root: Path, shards: int = 0, seconds: float = 20.0) -> dict:
     """Files at `rate` events/s, one every trigger / 2 s, for `seconds`; latency of each."""
     from cep_service.spark_stream.job import FileSource, start
 
@@ -169,7 +171,11 @@ def _latency(spark, queries, texts, table, offset: int, rate: float, trigger: fl
     folder.mkdir(parents=True)
     sink = TimedSink(str(root / "out"))
     job = start(spark, queries, FileSource(str(folder)), sink, str(root / "ck"), texts,
-                trigger_s=trigger)
+                shards=shards or None, trigger_s=trigger)
+    # the first file once the query runs: its start (a few seconds) is not a latency
+    waited = time.time()
+    while not job.status["message"].startswith("Waiting") and time.time() - waited < 120:
+        time.sleep(0.05)
     every = trigger / 2
     per_file = max(1, int(rate * every))
     written: dict[str, float] = {}
@@ -221,7 +227,7 @@ def cep_run_baseline(count: int, seed: int, workdir: Path) -> dict:
 def bench_spark_stream(count: int = 200_000, masters: tuple[str, ...] = ("local[1]", "local[2]"),
                        per_file: int = 10_000, triggers: tuple[float, ...] = (1.0, 2.0),
                        seed: int = 1, workdir: str | None = None, e2e: bool = True,
-                       max_files: int = 0, warm: int = 1000) -> dict:
+                       max_files: int = 0, warm: int = 1000, shards: int = 0) -> dict:
     directory = Path(workdir or tempfile.mkdtemp(prefix="cep-bench-spark-stream-"))
     directory.mkdir(parents=True, exist_ok=True)
     result: dict = {"count": count, "per_file": per_file, "max_files": max_files,
@@ -231,7 +237,8 @@ def bench_spark_stream(count: int = 200_000, masters: tuple[str, ...] = ("local[
         args = [sys.executable, "-m", "cep_service.bench.spark_stream", "--one", master,
                 "--count", str(count), "--per-file", str(per_file), "--seed", str(seed),
                 "--triggers", ",".join(f"{t:g}" for t in triggers), "--workdir",
-                str(directory), "--max-files", str(max_files), "--warm", str(warm)]
+                str(directory), "--max-files", str(max_files), "--warm", str(warm),
+                "--shards", str(shards)]
         done = subprocess.run(args, capture_output=True, text=True, check=True)
         figures = json.loads(done.stdout.strip().splitlines()[-1])
         figures["load_after"] = os.getloadavg()[0]
@@ -262,6 +269,9 @@ def main(argv: list[str] | None = None) -> None:
                         "warms the JVM (its JIT) before the throughput run")
     parser.add_argument("--max-files", type=int, default=0,
                         help="files per micro-batch of the throughput run (0: all)")
+    parser.add_argument("--shards", type=int, default=0,
+                        help="state keys per keyed query group (0: the job's default, "
+                        "spark.sql.shuffle.partitions: the master's cores)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workdir")
     parser.add_argument("--no-e2e", action="store_true", help="skip `cep bench e2e`")
@@ -271,11 +281,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.one:
         print(json.dumps(one_master(args.one, args.count, args.per_file, list(triggers),
                                     args.seed, Path(args.workdir), args.max_files,
-                                    args.warm)))
+                                    args.warm, args.shards)))
         return
     print(json.dumps(bench_spark_stream(args.count, tuple(args.masters.split(",")),
                                         args.per_file, triggers, args.seed, args.workdir,
-                                        not args.no_e2e, args.max_files, args.warm),
+                                        not args.no_e2e, args.max_files, args.warm,
+                                        args.shards),
                      indent=1))
 
 

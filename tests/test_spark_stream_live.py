@@ -124,6 +124,13 @@ def test_foreign_and_old_checkpoints_refused(spark, tmp_path):
     assert claim_checkpoint(str(other), "trades", f"files:{tmp_path / 'in'}", None) == 2
     assert claim_checkpoint(str(tmp_path / "new"), "trades", "files:x", None) is None
 
+    # a new checkpoint takes the shards asked for, not the shuffle partitions
+    shards = int(spark.conf.get("spark.sql.shuffle.partitions")) + 1
+    (tmp_path / "in").mkdir(exist_ok=True)
+    start(spark, queries, source, FileSink(str(tmp_path / "out")), str(tmp_path / "fresh"),
+          texts, shards=shards).stop()
+    assert orjson.loads((tmp_path / "fresh" / "cep_job.json").read_bytes())["shards"] == shards
+
 
 def test_kafka_connector_detected_or_the_python_source(spark):
     """Spark's own Kafka source where its connector's class loads (not on this machine:

@@ -285,7 +285,8 @@ def start(spark, queries: list[CheckedQuery], source, sink, checkpoint: str,
     checkpoint = checkpoint.rstrip("/")
     reader = kafka_reader(spark, source) if isinstance(source, KafkaSource) else "files"
     name = source_name(source, reader)
-    shards = claim_checkpoint(checkpoint, streams[0], name, shards) or \
+    # a new checkpoint: the shards asked for, else the shuffle partitions
+    shards = claim_checkpoint(checkpoint, streams[0], name, shards) or shards or \
         int(spark.conf.get("spark.sql.shuffle.partitions"))
     write_manifest(checkpoint, streams[0], name, shards)
     routes = balanced_slots(state_routes(queries, shards), shards)
