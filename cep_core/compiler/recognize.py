@@ -15,10 +15,13 @@ attribute (`v.a`, `LAST(v.a, k)`, `FIRST(v.a, k)`, `PREV(a)`), SUM, MIN, MAX and
 count, and for AFTER MATCH SKIP TO FIRST/LAST v the first and last row of v. A DEFINE sees
 the record plus the current row as its variable's; MEASURES see the record.
 
-Generated per query: `dfn(v, ...)` (the DEFINE of variable v on the current row), `take`
-(a record plus the row), `emit` (MEASURES of a released match), and the kernels that run
-Flink's NFA over a batch (`kernel`) or end partial matches at a time (`tick`), replaying
-`java.util.PriorityQueue`'s order (`cep_core.kernels.recognize_runtime`).
+Generated per query: `d<v>(...)` (the DEFINE of variable number v on the current row),
+`take` (a copy of a record plus the row) and `take_here` (a record plus the row, in place),
+`emit` (MEASURES of a released match), and the kernels that run Flink's NFA over a batch
+(`kernel`) or end partial matches at a time (`tick`), replaying `java.util.PriorityQueue`'s
+order (`cep_core.kernels.recognize_runtime`). The kernel's step of a computation is unrolled
+per automaton state (`_step_lines`): the tables are constants there, every condition is
+evaluated once, and the last TAKE reuses the computation's record instead of copying it.
 
 Expressions follow SQL's three-valued logic (a NULL comes from a variable without rows,
 PREV before the first row, an aggregate of no rows, a division by zero); int `/` and `%`
@@ -192,7 +195,7 @@ class _Compiler(ExpressionCompiler):
         if expr is None:
             return "True"
         code = self.compile(expr)
-        return code.value if not code.nullable else f"((not {code.null}) and {code.value})"
+        return code.value if not code.nullable else f"((not {code.null}) & ({code.value}))"
 
     def visit_Unary(self, node: ast.Unary) -> Code:
         operand = self.compile(node.operand)
@@ -204,13 +207,14 @@ class _Compiler(ExpressionCompiler):
         op = node.op
         if op in (ast.BinaryOp.AND, ast.BinaryOp.OR):
             p, q = self.compile(node.left), self.compile(node.right)
+            bit = "&" if op == ast.BinaryOp.AND else "|"  # both sides evaluated: no branch
             if not p.nullable and not q.nullable:
-                return Code(f"({p.value} {op.lower()} {q.value})")
+                return Code(f"(({p.value}) {bit} ({q.value}))")
             # AND: false when either is known false; OR: true when either is known true
             want = "not " if op == ast.BinaryOp.AND else ""
-            decided = (f"(((not {p.null}) and {want}{p.value}) or "
-                       f"((not {q.null}) and {want}{q.value}))")
-            null = f"((not {decided}) and ({p.null} or {q.null}))"
+            decided = (f"(((not {p.null}) & ({want}({p.value}))) | "
+                       f"((not {q.null}) & ({want}({q.value}))))")
+            null = f"((not {decided}) & (({p.null}) | ({q.null})))"
             return Code(f"(not {decided})" if want else decided, null)
         if op in (ast.BinaryOp.DIV, ast.BinaryOp.MOD):
             left, right = self.compile(node.left), self.compile(node.right)
@@ -238,8 +242,8 @@ class _Compiler(ExpressionCompiler):
         for option in node.options:
             o = self.compile(option)
             test = f"({operand.value} == {o.value})"
-            tests.append(test if not o.nullable else f"((not {o.null}) and {test})")
-        found = "(" + " or ".join(tests) + ")"
+            tests.append(test if not o.nullable else f"((not {o.null}) & {test})")
+        found = "(" + " | ".join(tests) + ")"
         return Code(found if not node.negated else f"(not {found})", operand.null)
 
     def visit_Call(self, node: ast.Call) -> Code:
@@ -264,7 +268,7 @@ class _Compiler(ExpressionCompiler):
                 if not c.nullable:
                     return Code(value)
                 nulls.append(c.null)
-            return Code(value, "(" + " and ".join(nulls) + ")")
+            return Code(value, "(" + " & ".join(f"({n})" for n in nulls) + ")")
         return super().visit_Call(node)
 
 
@@ -276,7 +280,7 @@ def _or(*flags: str) -> str:
     flags = tuple(dict.fromkeys(f for f in flags if f != FALSE))
     if not flags:
         return FALSE
-    return flags[0] if len(flags) == 1 else "(" + " or ".join(flags) + ")"
+    return flags[0] if len(flags) == 1 else "(" + " | ".join(f"({f})" for f in flags) + ")"
 
 
 class _Leaves:
@@ -393,6 +397,7 @@ class _Generator:
         self.rec = _Record({})
         self.tracked: dict[tuple, set] = {}  # (var, attr) -> {("last", k), ("first", k), ...}
         self.constants = StringConstants()
+        self.defined: set[int] = set()  # numbers of the variables with a DEFINE
 
     def kind(self, attr: str) -> str:
         kind = self.schema.attributes[attr]
@@ -489,12 +494,11 @@ def compile_recognize(checked: CheckedQuery) -> RecognizeProgram:
     gen = _Generator(checked, variables)
     defines = {d.name: d.condition for d in body.defines}
 
-    dfn = []  # the body of dfn(v, ...)
+    dfn = {}  # variable number -> its DEFINE (the body of d<number>)
     for number, var in enumerate(variables):
         if var in defines:
-            dfn += [f"if v == {number}:",
-                    f"    return {gen.compiler(var).condition(defines[var])}"]
-    dfn.append("return True")
+            dfn[number] = gen.compiler(var).condition(defines[var])
+    gen.defined = set(dfn)
 
     measures: list[MeasureSpec] = []
     emit = []
@@ -562,33 +566,184 @@ def _copy(src: str, dst: str, gen: _Generator) -> list[str]:
     return lines
 
 
+def _step_lines(tables, gen: _Generator, row: str, tab: str, final: int) -> list[str]:
+    """One computation `c` (partial match j of the key's queue) on the current row, its
+    code unrolled per state. Flink's decision graph: a state has one PROCEED edge at most,
+    so its depth-first walk is a chain (the state's edges in order, then those of the state
+    its open PROCEED edge leads to) known here, with every table read a constant.
+
+    First every condition is evaluated on `c` as it is (each DEFINE once, memoized in `m<v>`:
+    -1 not yet, 0 false, 1 true): which TAKE edges fire (`f<i>`) and whether each target
+    PROCEEDs to the final state (`r<i>`). Then the TAKEs are made in the walk's order, the
+    same heap adds as Flink's: each into a new record, except the last, which reuses `c`'s
+    (no copy; `c` is dropped after its step anyway) unless `c` is the start computation."""
+    S = rt
+    st_var, st_final = tables["st_var"].tolist(), tables["st_final"].tolist()
+    tr_off, tr_n = tables["tr_off"].tolist(), tables["tr_n"].tolist()
+    tr_act, tr_tgt = tables["tr_act"].tolist(), tables["tr_tgt"].tolist()
+    tr_var, tr_unl = tables["tr_var"].tolist(), tables["tr_unl"].tolist()
+    nvars = len(gen.variables)
+    defined = gen.defined
+
+    def edges(s: int) -> range:
+        return range(tr_off[s], tr_off[s] + tr_n[s])
+
+    def holds(v: int) -> list[str]:  # m<v> := the DEFINE of variable v, once
+        if v not in defined:
+            return [f"m{v} = 1"]
+        return [f"if m{v} < 0:",
+                f"    m{v} = 1 if d{v}(rec_i, rec_f, c, {row}, {tab}) else 0"]
+
+    def edge_ok(e: int, flag: str, body: list[str]) -> list[str]:
+        """`body` where edge e's condition holds (its variable's DEFINE and none of its
+        `unless` variables'); `flag` is set False where it does not."""
+        v, u = tr_var[e], tr_unl[e]
+        tests = [] if v < 0 else [(v, 1)]
+        tests += [(w, 0) for w in range(nvars) if (u >> w) & 1]
+        lines: list[str] = []
+        depth = 0
+        for w, want in tests:
+            lines += _indent(holds(w), depth)
+            lines += _indent([f"if m{w} == {want}:"], depth)
+            depth += 1
+        lines += _indent(body or ["pass"], depth)
+        return lines
+
+    def reaches(tg: int, flag: str) -> list[str]:
+        """`flag` := target tg PROCEEDs to the final state (conditions on `c` and the row)."""
+        lines: list[str] = []
+        depth, q, seen = 0, tg, set()
+        while q not in seen:
+            seen.add(q)
+            proceed = [e for e in edges(q) if tr_act[e] == 1]
+            if not proceed:
+                break
+            [e] = proceed
+            nq = tr_tgt[e]
+            if st_final[nq] == 1:
+                lines += _indent(edge_ok(e, flag, [f"{flag} = True"]), depth)
+                break
+            inner = edge_ok(e, flag, ["pass"])
+            lines += _indent(inner[:-1], depth)  # the chain goes on where the edge holds
+            depth += _depth(inner[-1])
+            q = nq
+        return lines
+
+    takes: list[tuple[int, int]] = []  # (variable of the state taking the row, target)
+
+    def walk(s: int, depth: int, seen: frozenset) -> list[str]:
+        if s in seen:
+            raise RecognizeUnsupported("a cycle of PROCEED edges")  # never from compile_nfa
+        lines: list[str] = []
+        follow = None
+        for e in edges(s):
+            if tr_act[e] == 1:
+                follow = e
+                continue
+            i = len(takes)
+            takes.append((st_var[s], tr_tgt[e]))
+            body = [f"f{i} = True"]
+            if st_final[tr_tgt[e]] == 2:
+                body += reaches(tr_tgt[e], f"r{i}")
+            lines += edge_ok(e, f"f{i}", body)
+        if follow is not None:
+            lines += edge_ok(follow, "", walk(tr_tgt[follow], 0, seen | {s}))
+        return lines
+
+    step = ["c = ph[pb + j]", f"s = rec_i[c, {S.STATE}]"]
+    step += [f"m{v} = -1" for v in range(nvars)]
+    branches: list[tuple[int, list[str], list[tuple[int, int]]]] = []
+    for s in range(len(st_var)):
+        if st_final[s] == 1 or tr_n[s] == 0:
+            continue
+        takes = []
+        evaluate = walk(s, 0, frozenset())
+        branches.append((s, evaluate, takes))
+    for number, (s, evaluate, its_takes) in enumerate(branches):
+        step.append(f"{'if' if number == 0 else 'elif'} s == {s}:")
+        n = len(its_takes)
+        block = [f"f{i} = False" for i in range(n)] + [f"r{i} = False" for i in range(n)]
+        block += evaluate
+        for i, (var, tg) in enumerate(its_takes):
+            later = " or ".join(f"f{j}" for j in range(i + 1, n))
+            block.append(f"if f{i}:")
+            act = []
+            reuse = f"c != 0 and not ({later})" if later else "c != 0"
+            act += [f"if {reuse}:",
+                    "    d = c",
+                    "    kept = True",
+                    f"    take_here(rec_i, rec_f, d, {var}, {tg}, idx, sq, {row})",
+                    "else:",
+                    *_indent(_alloc("d")),
+                    f"    take(rec_i, rec_f, c, d, {var}, {tg}, idx, sq, {row})"]
+            if st_final[tg] == 1:  # a TAKE into the final state: completed now
+                act.append("nlc = heap_add(lc, 0, nlc, d, rec_i)")
+            else:
+                act.append(f"nlp = heap_add_keyed(lp, lk, nlp, d, rec_i[d, {S.START}])")
+                if st_final[tg] == 2:
+                    act += [f"if r{i}:",
+                            *_indent(_alloc("m")),
+                            *_indent(_copy("d", "m", gen)),
+                            f"    rec_i[m, {S.STATE}] = {final}",
+                            "    nlc = heap_add(lc, 0, nlc, m, rec_i)"]
+            block += _indent(act)
+        step += _indent(["kept = False"] + block)
+    if not branches:
+        step.append("kept = False")
+    else:
+        step += ["else:", "    kept = False"]
+    step += ["if c == 0:",
+             f"    nlp = heap_add_keyed(lp, lk, nlp, 0, rec_i[0, {S.START}])",
+             "elif not kept:",
+             "    free[free_top] = c",
+             "    free_top += 1"]
+    return step
+
+
+def _alloc(handle: str) -> list[str]:
+    """`handle` := a free record, from the free list or the pool's unused rows (the kernel
+    checked before the row that the pool has room)."""
+    return ["if free_top > 0:", "    free_top -= 1", f"    {handle} = free[free_top]",
+            "else:", f"    {handle} = high", "    high += 1"]
+
+
+def _depth(line: str) -> int:
+    """The indentation depth (4 spaces) of a generated line."""
+    return (len(line) - len(line.lstrip(" "))) // 4
+
+
 def _module_source(gen: _Generator, body: ast.RecognizeQuery, tables, start: int,
-                   max_takes: int, dfn: list[str], take: list[str], emit: list[str],
+                   max_takes: int, dfn: dict[int, str], take: list[str], emit: list[str],
                    measures: list[MeasureSpec]) -> str:
     row = ", ".join(["t"] + [f"a{j}" for j in range(len(gen.columns))])
     tab = "sc, " + STRING_TABLE_PARAMS + ", pt"  # pt: MATCH_PROCTIME (the call's clock)
     outs = ", ".join(["out_key", "out_start", "out_end"] + emit_args(measures))
-    nvars = len(gen.variables)
     final = int(np.flatnonzero(tables["st_final"] == 1)[0])
     S = rt
+    take_body = [  # on `dst`, a copy of the record taking the row (or that record itself)
+        f"rec_i[dst, {S.STATE}] = st",
+        f"if rec_i[dst, {S.COUNT}] == 0:",
+        f"    rec_i[dst, {S.START}] = idx",
+        f"    rec_i[dst, {S.START_TS}] = t",
+        f"    rec_i[dst, {S.START_SEQ}] = sq",
+        *take,
+        f"rec_i[dst, {S.LAST_IDX}] = idx",
+        f"rec_i[dst, {S.LAST_SEQ}] = sq",
+        f"rec_i[dst, {S.COUNT}] += 1"]
     lines = [
-        "from cep_core.kernels.recognize_runtime import (alloc, heap_add, heap_poll, "
-        "jdiv, jmod, prune)", "", "",
-        "@njit(cache=True, error_model='numpy', inline='always')",
-        f"def dfn(v, rec_i, rec_f, r, {row}, {tab}):",
-        *_indent(dfn), "", "",
-        "@njit(cache=True, error_model='numpy', inline='always')",
+        "from cep_core.kernels.recognize_runtime import (heap_add, heap_add_keyed, "
+        "heap_poll, jdiv, jmod, prune)", "", "",
+        *[line for v, condition in dfn.items() for line in (
+            "@njit(cache=True, error_model='numpy')",
+            f"def d{v}(rec_i, rec_f, r, {row}, {tab}):",
+            f"    return {condition}", "", "")],
+        "@njit(cache=True, error_model='numpy')",
         f"def take(rec_i, rec_f, src, dst, v, st, idx, sq, {row}):",
         *_indent(_copy("src", "dst", gen)),
-        f"    rec_i[dst, {S.STATE}] = st",
-        f"    if rec_i[src, {S.COUNT}] == 0:",
-        f"        rec_i[dst, {S.START}] = idx",
-        f"        rec_i[dst, {S.START_TS}] = t",
-        f"        rec_i[dst, {S.START_SEQ}] = sq",
-        *_indent(take),
-        f"    rec_i[dst, {S.LAST_IDX}] = idx",
-        f"    rec_i[dst, {S.LAST_SEQ}] = sq",
-        f"    rec_i[dst, {S.COUNT}] += 1", "", "",
+        *_indent(take_body), "", "",
+        "@njit(cache=True, error_model='numpy')",
+        f"def take_here(rec_i, rec_f, dst, v, st, idx, sq, {row}):",
+        *_indent(take_body), "", "",
         "@njit(cache=True, error_model='numpy')",
         f"def emit(rec_i, rec_f, r, now, no, {outs}, {tab}):",
         *_indent(emit or ["pass"]), "", "",
@@ -674,68 +829,7 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery, tables, start: int
     cols = ", ".join(f"col{j}" for j in range(len(gen.columns)))
     loads = [f"a{j} = col{j}[i]" for j in range(len(gen.columns))]
 
-    def holds(var: str, result: str) -> list[str]:
-        """`result` = the DEFINE of variable number `var` (memoized in evald/res)."""
-        return [f"if (evald >> {var}) & 1 == 0:",
-                f"    evald |= 1 << {var}",
-                f"    if dfn({var}, rec_i, rec_f, c, {row}, {tab}):",
-                f"        res |= 1 << {var}",
-                f"{result} = (res >> {var}) & 1 != 0"]
-
-    def edge_ok(e: str) -> list[str]:
-        return ["ok = True", f"v = tr_var[{e}]", "if v >= 0:", *_indent(holds("v", "ok")),
-                f"u = tr_unl[{e}]", "if ok and u != 0:",
-                f"    for w in range({nvars}):",
-                "        if (u >> w) & 1 != 0:",
-                *_indent(holds("w", "bad"), 3),
-                "            if bad:", "                ok = False", "                break"]
-
-    step = [
-        # Flink's decision graph: a state has one PROCEED edge at most, so its depth-first
-        # walk is a chain: the state's TAKE edges in order, then those of the state its
-        # open PROCEED edge leads to
-        "c = ph[pb + j]", "evald = 0", "res = 0",
-        f"s = rec_i[c, {S.STATE}]",
-        "while s >= 0:",
-        "    nxt = -1",
-        "    for e in range(tr_off[s], tr_off[s] + tr_n[s]):",
-        *_indent(edge_ok("e"), 2),
-        "        if not ok:", "            continue",
-        "        if tr_act[e] == 1:",
-        "            nxt = tr_tgt[e]",
-        "            continue",
-        "        tg = tr_tgt[e]",
-        "        d = alloc(free, ctr)",
-        f"        take(rec_i, rec_f, c, d, st_var[s], tg, idx, sq, {row})",
-        "        if st_final[tg] == 1:",  # a TAKE into the final state: completed now
-        "            nlc = heap_add(lc, 0, nlc, d, rec_i)",
-        "            continue",
-        "        nlp = heap_add(lp, 0, nlp, d, rec_i)",
-        # does the target PROCEED to the final state (conditions on the old rows)?
-        "        q = tg if st_final[tg] == 2 else -1", "        reaches = False",
-        "        while not reaches and q >= 0:",
-        "            nq = -1",
-        "            for ee in range(tr_off[q], tr_off[q] + tr_n[q]):",
-        "                if tr_act[ee] != 1:", "                    continue",
-        *_indent(edge_ok("ee"), 4),
-        "                if ok:",
-        "                    if st_final[tr_tgt[ee]] == 1:",
-        "                        reaches = True",
-        "                    else:",
-        "                        nq = tr_tgt[ee]",
-        "            q = nq",
-        "        if reaches:",
-        "            m = alloc(free, ctr)",
-        *_indent(_copy("d", "m", gen), 3),
-        f"            rec_i[m, {S.STATE}] = {final}",
-        "            nlc = heap_add(lc, 0, nlc, m, rec_i)",
-        "    s = nxt",
-        "if c == 0:",
-        "    nlp = heap_add(lp, 0, nlp, 0, rec_i)",
-        "else:",
-        f"    free[ctr[{S.FREE_TOP}]] = c",
-        f"    ctr[{S.FREE_TOP}] += 1",
-    ]
+    step = _step_lines(tables, gen, row, tab, final)
     kernel = [
         "@njit(cache=True, error_model='numpy')",
         f"def kernel(i0, n, within, pcap, ccap, out_cap, pt, kid, seq, ts, {cols}"
@@ -776,8 +870,14 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery, tables, start: int
         "        pb = k * pcap",
         "        nlp = 0",
         "        nlc = 0",
+        # the free list's top and the pool's high-water mark in locals while the row's
+        # computations step (the compiler cannot tell `ctr` from the record arrays)
+        f"        free_top = ctr[{S.FREE_TOP}]",
+        f"        high = ctr[{S.HIGH}]",
         "        for j in range(npart):",
         *_indent(step, 3),
+        f"        ctr[{S.FREE_TOP}] = free_top",
+        f"        ctr[{S.HIGH}] = high",
         "        cb = k * ccap",
         f"        nc = key_i[k, {S.K_NCOMP}]",
         "        for j in range(nlc):",

@@ -66,13 +66,13 @@ class RecognizeEngine(Engine):
         a["ph"] = np.zeros((nkeys, pcap), np.int64)
         a["ch"] = np.zeros((nkeys, ccap), np.int64)
         a["lp"] = np.zeros(pcap, np.int64)
+        a["lk"] = np.zeros(pcap, np.int64)
         a["lc"] = np.zeros(ccap, np.int64)
         a["rec_i"] = np.zeros((pool, p.rec_ints), np.int64)
         a["rec_f"] = np.zeros((pool, p.rec_floats), np.float64)
         a["rec_i"][0, rt.STATE] = p.start_state
         a["rec_i"][0, rt.START] = rt.NEVER
         a["free"] = np.zeros(pool, np.int64)
-        a["stack"] = np.zeros(len(p.tables["st_var"]) + 2, np.int64)
         a["dead"] = np.zeros(1, np.int64)
         self.arrays = a
         self._keys_ready = 0
@@ -124,6 +124,7 @@ class RecognizeEngine(Engine):
                 a[name] = grown
                 setattr(self, cap, 2 * old)
             a["lp"] = np.zeros(self.pcap, np.int64)
+            a["lk"] = np.zeros(self.pcap, np.int64)
             a["lc"] = np.zeros(self.ccap, np.int64)
         elif status == rt.FULL_POOL:
             rows = 2 * len(a["rec_i"])

@@ -6,8 +6,10 @@ handles ordered by the row each computation started on.
 
 A record is one row of `rec_i`/`rec_f`; handle 0 is Flink's start computation (no rows,
 start NEVER: behind every partial match), shared by every key and never written after the
-engine makes it. Records never change once made (a TAKE makes a new one), so a heap holds
-handles only and a pruned or released handle goes back to the free list.
+engine makes it. A record is in one queue at a time and changes only while its computation
+steps: a TAKE makes a new record, but the computation's last TAKE on a row updates its own
+record in place (the computation leaves its queue on every row). A heap holds handles only;
+a pruned or released handle goes back to the free list.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ KEY_FIELDS = ("last_ts", "npart", "ncomp", "rows")
 K_LAST_TS, K_NPART, K_NCOMP, K_ROWS = range(len(KEY_FIELDS))
 # The state arrays every kernel takes, in order (after its scalars and the batch).
 STATE_ARGS = ["sc", "s_rank", "s_lower", "s_upper", "s_length", "ctr", "free", "key_i", "ph",
-              "ch", "lp", "lc", "rec_i", "rec_f", "stack", "st_var", "st_final", "tr_off",
+              "ch", "lp", "lk", "lc", "rec_i", "rec_f", "st_var", "st_final", "tr_off",
               "tr_n", "tr_act", "tr_tgt", "tr_var", "tr_unl"]
 
 
@@ -50,6 +52,23 @@ def heap_add(heap, base, n, item, rec_i):
         heap[base + k] = p
         k = parent
     heap[base + k] = item
+    return n + 1
+
+
+@njit(cache=True, inline="always")
+def heap_add_keyed(heap, keys, n, item, key):
+    """heap_add into heap[:n] whose items' keys are kept beside them in keys[:n] (the
+    kernel's new queue of a key: no record read per comparison); returns the new size."""
+    k = n
+    while k > 0:
+        parent = (k - 1) >> 1
+        if key >= keys[parent]:
+            break
+        heap[k] = heap[parent]
+        keys[k] = keys[parent]
+        k = parent
+    heap[k] = item
+    keys[k] = key
     return n + 1
 
 
@@ -105,17 +124,6 @@ def prune(heap, base, n, rec_i, column, limit, inclusive, free, ctr):
     if w != n:
         heapify(heap, base, w, rec_i)
     return w
-
-
-@njit(cache=True, inline="always")
-def alloc(free, ctr):
-    """A free record handle (the pool has room: the kernel checks before each event)."""
-    if ctr[FREE_TOP] > 0:
-        ctr[FREE_TOP] -= 1
-        return free[ctr[FREE_TOP]]
-    h = ctr[HIGH]
-    ctr[HIGH] += 1
-    return h
 
 
 @njit(cache=True)
