@@ -632,8 +632,7 @@ def _step_lines(tables, gen: _Generator, row: str, tab: str, final: int) -> list
     takes: list[tuple[int, int]] = []  # (variable of the state taking the row, target)
 
     def walk(s: int, depth: int, seen: frozenset) -> list[str]:
-        if s in seen:
-            raise RecognizeUnsupported("a cycle of PROCEED edges")  # never from compile_nfa
+        assert s not in seen, "a cycle of PROCEED edges"  # never from compile_nfa
         lines: list[str] = []
         follow = None
         for e in edges(s):
