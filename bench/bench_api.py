@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 from bench_run import generate, generated_files_parser  # bench/ is on the path when this runs
 
 import cep_core as cep
+from cep_core.event_io import EventFormat
 from cep_service.stream.broker import EmbeddedBroker, free_port, wait_for_port
 from cep_service.stream.kafka import KafkaSettings, ensure_topics
 
@@ -93,7 +94,7 @@ def main() -> None:
         rows = [("cep run --engine jit (process)", cli_s),
                 ("cep.compile(..).run(path) (process)", api_s),
                 ("QuerySet.run(path) (in process, warm)", warm_s)]
-        if fmt == "parquet":
+        if fmt is EventFormat.PARQUET:
             frame = pq.read_table(path).to_pandas()
             rows.append(("QuerySet.run(DataFrame) (in process)",
                          min(_in_process(queries, frame) for _ in range(args.repeat))))

@@ -70,6 +70,7 @@ def write_file(path: Path, n: int, iso: bool = True, extra: bool = True) -> None
 
 def _files(folder: Path, n: int) -> list[tuple[str, Path, object]]:
     """(name, file, schema) of every file measured."""
+    from cep_core.event_io import EventFormat
     from cep_core.schema import StreamSchema
     from cep_core.workloads import WORKLOADS, write_events
 
@@ -82,7 +83,7 @@ def _files(folder: Path, n: int) -> list[tuple[str, Path, object]]:
     for name in ("iot", "activity", "clicks", "finance1"):
         workload = WORKLOADS[name]
         table = workload.written(n, 1)
-        for fmt in ("jsonl", "csv"):
+        for fmt in (EventFormat.JSONL, EventFormat.CSV):
             path = write_events(table, folder / f"{name}.{fmt}", fmt)
             files.append((f"{name} {fmt}", path, workload.schema()))
     return files
@@ -103,9 +104,10 @@ def measure(name: str, path: Path, schema, repeat: int) -> dict:
     import pyarrow.csv as pcsv
     import pyarrow.json as pj
 
+    from cep_core.event_io import EventFormat, event_format
     from cep_core.event_reader import read_table
 
-    floor = pcsv.read_csv if path.suffix == ".csv" else pj.read_json
+    floor = pcsv.read_csv if event_format(path) is EventFormat.CSV else pj.read_json
     table, dead = read_table(path, schema)  # warm: imports, page cache
     floor(path)
     ours, theirs = [], []

@@ -26,7 +26,7 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
 from cep_core.checker import load_queries
-from cep_core.event_io import read_events
+from cep_core.event_io import EventFormat, read_events
 from cep_core.event_reader import read_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,17 +50,17 @@ def cep_times(*args) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def generate(directory: Path, events: int, csv: bool = True) -> dict[str, Path]:
-    files = {"jsonl": directory / "trades.jsonl", "parquet": directory / "trades.parquet",
-             "csv": directory / "trades.csv"}
-    for fmt in ("jsonl", "parquet"):
+def generate(directory: Path, events: int, csv: bool = True) -> dict[EventFormat, Path]:
+    files = {fmt: directory / f"trades.{fmt}" for fmt in
+             (EventFormat.JSONL, EventFormat.PARQUET, EventFormat.CSV)}
+    for fmt in (EventFormat.JSONL, EventFormat.PARQUET):
         if not files[fmt].exists():
             cep("gen", "finance1", "--events", events, "--seed", 7, "--format", fmt,
                 "--out", directory)
     if not csv:
-        del files["csv"]
-    elif not files["csv"].exists():
-        pcsv.write_csv(pq.read_table(files["parquet"]), files["csv"],
+        del files[EventFormat.CSV]
+    elif not files[EventFormat.CSV].exists():
+        pcsv.write_csv(pq.read_table(files[EventFormat.PARQUET]), files[EventFormat.CSV],
                        pcsv.WriteOptions(quoting_style="none"))
     return files
 
@@ -95,12 +95,12 @@ def main() -> None:
     print(f"{n:,} finance1 events, best of {args.repeat}; busy machines give noisy numbers")
     print(f"{'format':8} {'what':34} {'seconds':>8} {'events/s':>12} {'cpu s':>6}")
     tiny = directory / "first1000.jsonl"
-    with files["jsonl"].open("rb") as f:
+    with files[EventFormat.JSONL].open("rb") as f:
         tiny.write_bytes(b"".join(f.readline() for _ in range(1000)))
     processes = [("start-up", "cep run, first 1000 events", tiny, "/dev/null", 1000)]
     processes += [(fmt, "cep run --engine jit (process)", path, "/dev/null", n)
                   for fmt, path in files.items()]
-    processes.append(("parquet", "cep run, Parquet out (process)", files["parquet"],
+    processes.append(("parquet", "cep run, Parquet out (process)", files[EventFormat.PARQUET],
                       directory / "out.parquet", n))
     for fmt, what, path, out, events in processes:
         run = ("run", query, "--events", path, "--engine", "jit", "-o", out)

@@ -41,6 +41,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import IO, NamedTuple
 
@@ -51,9 +52,20 @@ from cep_core.events import Event
 from cep_core.schema import AttrType, NANOS_PER_UNIT, StreamSchema
 from cep_core.time_guard import TimeGuard, seq_not_increasing
 
+
+
+class EventFormat(StrEnum):
+    """An events file's format; its value is the name `--format` and the APIs take."""
+
+    JSONL = "jsonl"
+    CSV = "csv"
+    PARQUET = "parquet"
+
+
 JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
-FORMATS = {**{s: "jsonl" for s in JSON_SUFFIXES}, ".csv": "csv", ".parquet": "parquet"}
-FORMAT_NAMES = ("jsonl", "csv", "parquet")
+FORMATS = {**{s: EventFormat.JSONL for s in JSON_SUFFIXES}, ".csv": EventFormat.CSV,
+           ".parquet": EventFormat.PARQUET}
+FORMAT_NAMES = tuple(EventFormat)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -228,12 +240,15 @@ STDIN = "-"  # the path that names standard input
 STDIN_SOURCE = "<stdin>"  # how dead letters and messages name it
 
 
-def event_format(path: str | Path, fmt: str | None = None) -> str:
-    """"jsonl", "csv" or "parquet": `fmt` when given, else by the file's suffix."""
+def event_format(path: str | Path, fmt: str | None = None) -> EventFormat:
+    """The format named by `fmt` ("jsonl", "csv" or "parquet") when given, else by the
+    file's suffix."""
     if fmt is not None:
-        if fmt not in FORMAT_NAMES:
-            raise InputError(f"unknown event format '{fmt}' (use {', '.join(FORMAT_NAMES)})")
-        return fmt
+        try:
+            return EventFormat(fmt)
+        except ValueError:
+            raise InputError(f"unknown event format '{fmt}' "
+                             f"(use {', '.join(FORMAT_NAMES)})") from None
     if str(path) == STDIN:
         raise InputError(f"{STDIN_SOURCE}: standard input has no file suffix; name its "
                          f"format ({', '.join(FORMAT_NAMES)})")
@@ -262,14 +277,14 @@ def iter_events(path: str | Path, schema: StreamSchema, fmt: str | None = None,
         if not path.is_file():
             raise InputError(f"{path}: no such file")
         source = str(path)
-        opened = (path.open("rb") if fmt == "jsonl" else
-                  path.open(newline="", encoding="utf-8", errors="replace") if fmt == "csv"
+        opened = (path.open("rb") if fmt is EventFormat.JSONL else
+                  path.open(newline="", encoding="utf-8", errors="replace")
+                  if fmt is EventFormat.CSV
                   else contextlib.nullcontext(str(path)))  # pyarrow opens it itself
     with opened as f:
-        records = {"jsonl": _jsonl_records, "csv": _csv_records,
-                   "parquet": _parquet_records}[fmt](f, source)
+        records = _RECORD_READERS[fmt](f, source)
         last_seq = None
-        for item in decode_records(records, schema, source, text=(fmt == "csv")):
+        for item in decode_records(records, schema, source, text=fmt is EventFormat.CSV):
             if isinstance(item, DecodedEvent):
                 if last_seq is not None and item.seq <= last_seq:
                     yield DeadLetter(source, item.position, item.raw, seq_not_increasing(
@@ -325,13 +340,13 @@ def read_events(path: str | Path, schema: StreamSchema, fmt: str | None = None,
     return events, dead
 
 
-def _stdin(fmt: str):
+def _stdin(fmt: EventFormat):
     """Standard input, opened for `fmt`'s reader; leaving the `with` keeps sys.stdin open."""
     binary = sys.stdin.buffer
-    if fmt == "csv":
+    if fmt is EventFormat.CSV:
         return _Detaching(io.TextIOWrapper(binary, encoding="utf-8", errors="replace",
                                            newline=""))
-    if fmt == "parquet":  # Parquet is read from its end: standard input is read whole
+    if fmt is EventFormat.PARQUET:  # Parquet is read from its end: standard input is read whole
         return io.BytesIO(binary.read())
     return contextlib.nullcontext(binary)
 
@@ -422,6 +437,10 @@ def _parquet_records(f: str | IO[bytes], source: str) -> Iterator[tuple]:
     for batch in parquet.iter_batches():
         for record in batch.to_pylist():
             yield orjson.dumps(record, default=str), record, None, None
+
+
+_RECORD_READERS = {EventFormat.JSONL: _jsonl_records, EventFormat.CSV: _csv_records,
+                   EventFormat.PARQUET: _parquet_records}
 
 
 # ------------------------------------------------------------------ writing JSON lines

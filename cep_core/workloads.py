@@ -39,11 +39,12 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cep_core.event_io import EventFormat
 from cep_core.schema import SchemaRegistry, StreamSchema
 
 SECOND, MINUTE = 1_000, 60_000
 T0_2012 = 1_330_612_200_000  # 2012-03-01T14:30:00Z (09:30 New York), in ms
-FORMATS = ("parquet", "jsonl", "csv")
+FORMATS = (EventFormat.PARQUET, EventFormat.JSONL, EventFormat.CSV)
 
 # ------------------------------------------------------------------ the registry
 
@@ -802,24 +803,26 @@ def write_events(table: pa.Table, path: str | Path, fmt: str | None = None) -> P
     Nulls are JSON nulls (in CSV, empty fields); nested objects have no place in CSV and
     are left out there."""
     path = Path(path)
-    fmt = fmt or {".parquet": "parquet", ".jsonl": "jsonl", ".csv": "csv"}.get(
-        path.suffix.lower())
-    if fmt == "parquet":
+    name = fmt or path.suffix.lower().removeprefix(".")
+    try:
+        chosen = EventFormat(name)
+    except ValueError:
+        raise ValueError(f"unknown event format {fmt!r} (one of {', '.join(FORMATS)})") \
+            from None
+    if chosen is EventFormat.PARQUET:
         import pyarrow.parquet as pq
 
         pq.write_table(table, path)
-    elif fmt == "jsonl":
+    elif chosen is EventFormat.JSONL:
         with open(path, "wb") as f:
             for batch in table.to_batches(max_chunksize=1 << 20):
                 f.write(jsonl_lines(batch))
-    elif fmt == "csv":
+    else:
         import pyarrow.csv as pcsv
 
         flat = [name for name, column in zip(table.column_names, table.columns)
                 if not pa.types.is_nested(column.type)]
         pcsv.write_csv(table.select(flat), path, pcsv.WriteOptions(quoting_style="needed"))
-    else:
-        raise ValueError(f"unknown event format {fmt!r} (one of {', '.join(FORMATS)})")
     return path
 
 

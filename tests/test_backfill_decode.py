@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from cep_core.checker import load_queries
-from cep_core.event_io import read_events, seq_not_increasing
+from cep_core.event_io import EventFormat, read_events, seq_not_increasing
 from cep_core.schema import SchemaRegistry
 from cep_service.backfill.ingest import InputFile, SplitDecoder
 
@@ -40,7 +40,7 @@ def test_json_lines_decode_like_cep_run(tmp_path, batch_lines):
     path = tmp_path / "trades.jsonl"
     path.write_text("\n".join(lines) + "\n")
     events, dead = read_events(path, schema)
-    decoder = SplitDecoder(schema, InputFile(str(path), str(path), "jsonl"), None,
+    decoder = SplitDecoder(schema, InputFile(str(path), str(path), EventFormat.JSONL), None,
                            {0: (0, 0, 1)})
     batches = [pa.RecordBatch.from_arrays(
         [pa.array(lines[i:i + batch_lines], pa.string()),

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cep_core.checker import load_queries
-from cep_core.event_io import read_events
+from cep_core.event_io import EventFormat, read_events
 from cep_core.schema import SchemaRegistry
 from cep_service.backfill.job import run_backfill
 from cep_service.backfill.ingest import InputFile
@@ -73,7 +73,7 @@ def test_ordered_seqs_skip_the_driver_check(spark, finance, tmp_path):
     records[300]["seq"] = records[298]["seq"]
     records[500]["seq"] = 500 * 10 - 1  # still above the one before: accepted
     path = write(records, tmp_path / "trades.parquet", row_group_size=200)
-    source = parquet_input(spark, [InputFile(str(path), str(path), "parquet")])
+    source = parquet_input(spark, [InputFile(str(path), str(path), EventFormat.PARQUET)])
     assert source.splits_ordered
     assert [s.position for s in source.splits] == list(range(0, 1200, 200))
     assert assert_like_cep_run(spark, finance, path, tmp_path).exchange == "scan"  # auto
@@ -87,7 +87,7 @@ def test_a_seq_jump_across_splits_falls_back_to_the_driver_check(spark, finance,
     records = trades()
     records[250]["seq"] = 5_000  # rejects the rows after it up to seq 5000, in later splits
     path = write(records, tmp_path / "trades.parquet", row_group_size=200)
-    assert not parquet_input(spark, [InputFile(str(path), str(path), "parquet")]) \
+    assert not parquet_input(spark, [InputFile(str(path), str(path), EventFormat.PARQUET)]) \
         .splits_ordered
     for exchange, ran in (("auto", "scan"), ("shuffle", "shuffle")):
         assert assert_like_cep_run(spark, finance, path, tmp_path, exchange).exchange == ran
@@ -97,20 +97,20 @@ def test_large_row_groups_are_cut_for_every_core(spark, tmp_path):
     """One row group of 1200 rows: cut in row ranges (2 cores, 16 KiB splits); the cut
     pieces' seq ranges come from the seq column, read alone."""
     path = write(trades(), tmp_path / "one.parquet", row_group_size=10_000)
-    source = parquet_input(spark, [InputFile(str(path), str(path), "parquet")])
+    source = parquet_input(spark, [InputFile(str(path), str(path), EventFormat.PARQUET)])
     assert len(source.splits) >= 2 and source.rows == 1200
     assert sum(s.rows for s in source.splits) == 1200
     assert source.splits_ordered
     backwards = trades(seq_of=lambda i: 20_000 - i)
     path = write(backwards, tmp_path / "backwards.parquet", row_group_size=10_000)
-    assert not parquet_input(spark, [InputFile(str(path), str(path), "parquet")]) \
+    assert not parquet_input(spark, [InputFile(str(path), str(path), EventFormat.PARQUET)]) \
         .splits_ordered
 
 
 def test_json_lines_inputs_keep_spark_s_reader(spark, tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text("{}\n")
-    assert parquet_input(spark, [InputFile(str(path), str(path), "jsonl")]) is None
+    assert parquet_input(spark, [InputFile(str(path), str(path), EventFormat.JSONL)]) is None
 
 
 def test_clean_input_with_engine_rejections(spark, finance, tmp_path):

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from cep_core.arrow_numpy import from_numpy, to_numpy
 from cep_core.errors import EventError
 from cep_core.event_columns import decode_table, events_to_columns
-from cep_core.event_io import FORMATS, InputError, _csv_records, decode_record
+from cep_core.event_io import FORMATS, EventFormat, InputError, _csv_records, decode_record
 from cep_core.event_reader import _jsonl_block, _JsonParser, _Rows
 from cep_core.json_batch import ARROW_TYPES, arrow_schema
 from cep_core.schema import StreamSchema
@@ -53,7 +53,7 @@ _BLANK_JSON = "\\S"  # Java's \s is Python's bytes.strip() set: a line without \
 class InputFile:
     path: str  # as Spark reads it
     source: str  # as dead letters name it (the path as given, like `cep run`)
-    fmt: str  # "jsonl", "csv" or "parquet"
+    fmt: EventFormat
 
 
 def list_inputs(spark, paths: list[str]) -> list[InputFile]:
@@ -83,7 +83,7 @@ def _suffix(name: str) -> str:
     return PurePosixPath(name).suffix.lower()
 
 
-def _format_of(path: str) -> str:
+def _format_of(path: str) -> EventFormat:
     fmt = FORMATS.get(_suffix(path))
     if fmt is None:
         raise InputError(f"{path}: unknown event file format '{_suffix(path)}' "
@@ -121,7 +121,7 @@ def read_decoded(spark, files: list[InputFile], schema: StreamSchema):
     position = chunk = 0
     for i, (f, df) in enumerate(zip(files, raw_frames)):
         header = None
-        if f.fmt == "csv":
+        if f.fmt is EventFormat.CSV:
             first = df.where(F.col(BLOCK) == 0).head()
             header = first[0] if first is not None else None
             if counts[i]:
@@ -129,7 +129,7 @@ def read_decoded(spark, files: list[InputFile], schema: StreamSchema):
         splits = {}
         line = 1  # lines count per file, from 1
         for block in sorted(counts[i]):
-            splits[block] = (position, chunk, line if f.fmt != "parquet" else None)
+            splits[block] = (position, chunk, line if f.fmt is not EventFormat.PARQUET else None)
             position += counts[i][block]
             line += lines[i][block]
             chunk += 1
@@ -143,12 +143,12 @@ def read_decoded(spark, files: list[InputFile], schema: StreamSchema):
 def _raw_frame(spark, f: InputFile):
     from pyspark.sql import functions as F
 
-    if f.fmt == "parquet":
+    if f.fmt is EventFormat.PARQUET:
         df = spark.read.parquet(f.path)
         return df.select("*", F.col("_metadata.file_block_start").alias(BLOCK))
     df = spark.read.text(f.path).select("value", F.col("_metadata.file_block_start")
                                         .alias(BLOCK))
-    if f.fmt == "jsonl":
+    if f.fmt is EventFormat.JSONL:
         first = df.where(df.value.rlike(_BLANK_JSON)).head()
         if first is not None and first[0].lstrip().startswith("["):
             raise InputError(f"{f.source}: a JSON array file; backfill reads JSON lines "
@@ -161,9 +161,9 @@ def _is_record(df, f: InputFile):
     blank line."""
     from pyspark.sql import functions as F
 
-    if f.fmt == "jsonl":
+    if f.fmt is EventFormat.JSONL:
         return df.value.rlike(_BLANK_JSON)
-    if f.fmt == "csv":
+    if f.fmt is EventFormat.CSV:
         return (df.value != "") & (df.value != '""')
     return F.lit(True)
 
@@ -228,7 +228,7 @@ class SplitDecoder:
                     block = int(blocks[start])
                     position, chunk, line = self.splits.get(block, (0, 0, None))
                     prev_max = -1
-                    skip_header = self.file.fmt == "csv" and block == self.first_block
+                    skip_header = self.file.fmt is EventFormat.CSV and block == self.first_block
                 table = pa.Table.from_batches([batch.slice(start, stop - start)]).drop_columns(
                     [BLOCK])
                 out, skip_header, prev_max = self._decode(table, position, chunk, line,
@@ -241,13 +241,13 @@ class SplitDecoder:
 
     def _decode(self, table: pa.Table, position: int, chunk: int, line: int | None,
                 prev_max: int, skip_header: bool):
-        if self.file.fmt == "parquet":
+        if self.file.fmt is EventFormat.PARQUET:
             positions = np.arange(position, position + table.num_rows, dtype=np.int64)
             decoded = decode_table(table, self.schema, positions)
             seq, columns, errors, raw = decoded.seq, decoded.attributes, decoded.errors, \
                 decoded.raw
             numbers = None  # no lines in Parquet
-        elif self.file.fmt == "jsonl":
+        elif self.file.fmt is EventFormat.JSONL:
             seq, columns, errors, raw, numbers = self._decode_json_block(table.column(0),
                                                                          position, line)
         else:
@@ -258,7 +258,7 @@ class SplitDecoder:
         n = len(seq)
         if n == 0:
             return None, skip_header, prev_max
-        parquet = self.file.fmt == "parquet"
+        parquet = self.file.fmt is EventFormat.PARQUET
         good = ~decoded.bad if parquet else np.array([e is None for e in errors], dtype=bool)
         running = np.maximum.accumulate(np.concatenate([[prev_max], np.where(good, seq, -1)]))
         if parquet:
@@ -324,7 +324,7 @@ class SplitDecoder:
     def _decode_lines(self, lines: list[str], position: int, line: int):
         """JSON lines or CSV rows through `cep_core.event_io`'s own decoding; `line`: the
         file's line number of lines[0]."""
-        text = self.file.fmt == "csv"
+        text = self.file.fmt is EventFormat.CSV
         records = _csv_lines(self.header, lines, line) if text else _json_lines(lines, line)
         seqs, events, errors, raws, numbers = [], [], [], [], []
         for offset, (raw, record, error, number) in enumerate(records):

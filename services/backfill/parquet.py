@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.fs  # noqa: F401 (pa.fs)
 import pyarrow.parquet as pq
 
-from cep_core.event_io import seq_not_increasing
+from cep_core.event_io import EventFormat, seq_not_increasing
 from cep_core.schema import StreamSchema
 from cep_service.backfill.engines import map_in_arrow
 from cep_service.backfill.ingest import InputFile, SplitDecoder, decoded_schema
@@ -86,7 +86,7 @@ def parquet_input(spark, files: list[InputFile]) -> ParquetInput | None:
     else None (Spark's reader and the counting pass then do it). A split is at most
     `spark.sql.files.maxPartitionBytes` (compressed) and 1/defaultParallelism of the
     input, so every core gets a share."""
-    if not files or any(f.fmt != "parquet" for f in files):
+    if not files or any(f.fmt is not EventFormat.PARQUET for f in files):
         return None
     max_bytes = spark._jsparkSession.sessionState().conf().filesMaxPartitionBytes()
     try:

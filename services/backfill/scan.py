@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs  # noqa: F401 (pa.fs)
 
+from cep_core.event_io import EventFormat
 from cep_core.event_reader import iter_tables
 from cep_core.time_guard import TimeGuard, wall_clock_units
 from cep_service.backfill.engines import map_in_arrow
@@ -110,7 +111,8 @@ class KeyScan:
         for f, uri in zip(self.source.files, self.source.uris):
             fs, path = pa.fs.FileSystem.from_uri(uri)
             with fs.open_input_file(path) as opened:
-                handle = opened if f.fmt == "parquet" else io.BufferedReader(opened, 1 << 20)
+                handle = (opened if f.fmt is EventFormat.PARQUET
+                          else io.BufferedReader(opened, 1 << 20))
                 for table, dead in iter_tables(handle, self.schema, f.fmt, f.source,
                                                first_position=position, prev_max=prev_max,
                                                guard=guard):
