@@ -17,6 +17,7 @@ import os
 import ssl
 import time
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
@@ -46,7 +47,17 @@ LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
 # --kafka-config values still win.
 TANSU_PRODUCER_DEFAULTS = {"linger.ms": 200}
 TANSU_CONSUMER_DEFAULTS = {"fetch.wait.max.ms": 100}
-_BROKER_KINDS: dict[str, str] = {}  # bootstrap -> "tansu" or "kafka", once known
+
+
+class BrokerKind(StrEnum):
+    """Which client defaults a broker gets; the values are those `broker` and CEP_BROKER
+    take."""
+
+    TANSU = "tansu"
+    KAFKA = "kafka"
+
+
+_BROKER_KINDS: dict[str, BrokerKind] = {}  # bootstrap -> its kind, once known
 
 
 @dataclass
@@ -95,23 +106,23 @@ class KafkaSettings:
                          "max.partition.fetch.bytes": 16 * 1024 * 1024,
                          "fetch.wait.max.ms": 10}
 
-    def broker_kind(self) -> str:
-        """"tansu" or "kafka": `broker`, else CEP_BROKER, else the broker's cluster id
-        (asked once per bootstrap; "kafka" while the broker cannot be reached)."""
-        kind = self.broker or os.environ.get("CEP_BROKER", "").lower()
-        if kind in ("tansu", "kafka"):
-            return kind
+    def broker_kind(self) -> BrokerKind:
+        """`broker`, else CEP_BROKER, else the broker's cluster id (asked once per
+        bootstrap; KAFKA while the broker cannot be reached)."""
+        named = self.broker or os.environ.get("CEP_BROKER", "").lower()
+        if named in BrokerKind.__members__.values():
+            return BrokerKind(named)
         if self.bootstrap not in _BROKER_KINDS:
             try:
                 cluster = AdminClient(self.base()).list_topics(timeout=3).cluster_id or ""
             except KafkaException:
-                return "kafka"  # not known yet: asked again by the next client
-            _BROKER_KINDS[self.bootstrap] = "tansu" if cluster.startswith("tansu") \
-                else "kafka"
+                return BrokerKind.KAFKA  # not known yet: asked again by the next client
+            _BROKER_KINDS[self.bootstrap] = (BrokerKind.TANSU if cluster.startswith("tansu")
+                                             else BrokerKind.KAFKA)
         return _BROKER_KINDS[self.bootstrap]
 
     def producer_config(self, **overrides) -> dict:
-        tuned = TANSU_PRODUCER_DEFAULTS if self.broker_kind() == "tansu" else {}
+        tuned = TANSU_PRODUCER_DEFAULTS if self.broker_kind() is BrokerKind.TANSU else {}
         return {**self.PRODUCER_DEFAULTS, **tuned, **self.base(),
                 "partitioner": "murmur2_random", **overrides}
 
@@ -119,7 +130,7 @@ class KafkaSettings:
         return Producer(self.producer_config(**overrides))
 
     def consumer_config(self, group: str | None = None, **overrides) -> dict:
-        tuned = TANSU_CONSUMER_DEFAULTS if self.broker_kind() == "tansu" else {}
+        tuned = TANSU_CONSUMER_DEFAULTS if self.broker_kind() is BrokerKind.TANSU else {}
         return {"session.timeout.ms": self.session_timeout_ms,
                 "heartbeat.interval.ms": self.heartbeat_ms, **self.CONSUMER_DEFAULTS,
                 **tuned, **self.base(),
