@@ -39,6 +39,7 @@ from cep_service.api.state import (  # noqa: F401  (their home was here)
                                    ApiConfig,
                                    )
 from cep_service.api.guard import TOKEN_ENV, Guard, error_response, loopback
+from cep_service.api.limits import LimitKind
 from cep_service.api.openapi import Routes
 from cep_service.stream.serve import log
 
@@ -116,13 +117,14 @@ def raise_open_files_limit(wanted: int) -> int:
 def serve_api(config: ApiConfig, host: str | None, port: int) -> None:
     """Serve until SIGTERM / SIGINT."""
     bound = bind_host(host, config.token, config.require_token)
-    files = raise_open_files_limit(config.limits["tail"] + config.limits["read"] + 256)
+    files = raise_open_files_limit(config.limits[LimitKind.TAIL]
+                                   + config.limits[LimitKind.READ] + 256)
     # The checking threads hold the GIL for milliseconds at a time (a check is ~2 ms of
     # Python): hand it back to the event loop every SWITCH_INTERVAL_S, not every 5 ms.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     log("api_listening", host=bound, port=port, token=bool(config.token),
         allowed_hosts=config.allowed_hosts, cors_origins=config.cors_origins,
-        limits=config.limits, open_files=files)
+        limits={kind.value: n for kind, n in config.limits.items()}, open_files=files)
     web.run_app(make_app(config, bound), host=bound, port=port, print=None, access_log=None,
                 handle_signals=True, backlog=1024)
 

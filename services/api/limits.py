@@ -19,12 +19,26 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import Executor
+from enum import StrEnum
 
 from cep_core.errors import Category
 from cep_service.api.errors import Refused
 
 RETRY_AFTER_S = 1
-KINDS = ("read", "check", "change", "tail", "replay")
+
+
+class LimitKind(StrEnum):
+    """What a request takes a slot of; the values name the limits (CEP_API_MAX_<KIND>S, the
+    metrics' keys)."""
+
+    READ = "read"
+    CHECK = "check"
+    CHANGE = "change"
+    TAIL = "tail"
+    REPLAY = "replay"
+
+
+KINDS = tuple(LimitKind)
 
 
 class Limits:
@@ -33,14 +47,14 @@ class Limits:
     operations under the GIL, guarded where they test and set)."""
 
     def __init__(self, limits: dict[str, int]):
-        self.limits = dict(limits)
+        self.limits = {LimitKind(kind): value for kind, value in limits.items()}
         self.in_flight: Counter = Counter()
         self.peak: Counter = Counter()
         self.refused: Counter = Counter()
         self.admitted: Counter = Counter()
         self._lock = threading.Lock()
 
-    def enter(self, kind: str) -> None:
+    def enter(self, kind: LimitKind) -> None:
         """Take a slot of `kind`, or raise Refused 429."""
         with self._lock:
             limit = self.limits[kind]
@@ -53,12 +67,12 @@ class Limits:
             self.admitted[kind] += 1
             self.peak[kind] = max(self.peak[kind], self.in_flight[kind])
 
-    def leave(self, kind: str) -> None:
+    def leave(self, kind: LimitKind) -> None:
         with self._lock:
             self.in_flight[kind] -= 1
 
     def stats(self) -> dict:
-        return {kind: {"limit": self.limits[kind], "in_flight": self.in_flight[kind],
+        return {kind.value: {"limit": self.limits[kind], "in_flight": self.in_flight[kind],
                        "peak": self.peak[kind], "admitted": self.admitted[kind],
                        "refused": self.refused[kind]} for kind in self.limits}
 

@@ -26,6 +26,7 @@ from pydantic.json_schema import GenerateJsonSchema, models_json_schema
 
 from cep_core.errors import Category
 from cep_service.api.errors import Refused
+from cep_service.api.limits import LimitKind
 from cep_service.api.models import NAME_MAX, NAME_ROUTE, NAME_SCHEMA, Error
 
 # Each path parameter: its route pattern, its schema, and the pattern a value must match
@@ -60,7 +61,7 @@ class Operation:
     responses: dict[int, tuple[type[BaseModel] | None, str]]
     body: type[BaseModel] | None = None
     params: type[BaseModel] | None = None
-    kind: str | None = None
+    kind: LimitKind | None = None
     change: bool = False
     secured: bool = False
     checks: bool = False

@@ -7,6 +7,7 @@ from cep_core.control_ops import Kind, Op
 from cep_service.api import checks
 from cep_service.api import models as m
 from cep_service.api.replies import NOT_LIVE, outcomes, wait_args
+from cep_service.api.limits import LimitKind
 from cep_service.api.state import api_of
 from cep_service.api.errors import problem
 from cep_service.api.openapi import Routes
@@ -16,7 +17,7 @@ ROUTES = Routes()
 
 @ROUTES.route("GET", "/api/queries", "The live queries (the control topic's), with their "
               "state", {200: (m.QueryList, "the live queries, in order")},
-              params=m.QueriesParams, kind="read")
+              params=m.QueriesParams, kind=LimitKind.READ)
 async def queries(request, params):
     api = api_of(request)
     live = await api.snapshot()
@@ -42,7 +43,7 @@ async def validate_query(request, body):
 
 
 @ROUTES.route("GET", "/api/queries/{name}", "One live query with its state",
-              {200: (m.Query, "the query"), 404: NOT_LIVE}, kind="read")
+              {200: (m.Query, "the query"), 404: NOT_LIVE}, kind=LimitKind.READ)
 async def query(request, name):
     api = api_of(request)
     live = (await api.snapshot()).live.get(name)
@@ -62,19 +63,19 @@ async def _query_change(request, op: Op, name: str | None = None, body=None):
 # Deliberately like services/api/streams.py's add/update/remove: route declarations (path, models,
 # documented answers); the work is _query_change's
 @ROUTES.route("POST", "/api/queries", "Add the queries of a text", outcomes(created=True),
-              body=m.QueryBody, kind="change", change=True, secured=True, checks=True)
+              body=m.QueryBody, kind=LimitKind.CHANGE, change=True, secured=True, checks=True)
 async def add_query(request, body):
     return await _query_change(request, Op.ADD, body=body)
 
 
 @ROUTES.route("PUT", "/api/queries/{name}", "Replace a live query", outcomes(),
-              body=m.QueryBody, kind="change", change=True, secured=True, checks=True)
+              body=m.QueryBody, kind=LimitKind.CHANGE, change=True, secured=True, checks=True)
 async def update_query(request, name, body):
     return await _query_change(request, Op.UPDATE, name, body)
 
 
 @ROUTES.route("DELETE", "/api/queries/{name}", "Remove a live query", outcomes(),
-              kind="change", change=True, secured=True)
+              kind=LimitKind.CHANGE, change=True, secured=True)
 async def remove_query(request, name):
     return await _query_change(request, Op.REMOVE, name)
 
@@ -82,7 +83,7 @@ async def remove_query(request, name):
 @ROUTES.route("GET", "/api/queries/{name}/explain", "What the live query compiled to (cep "
               "explain): text, a graph, and its SVG drawing where Graphviz is installed",
               {200: (m.Explanation, "the explanation"), 404: NOT_LIVE},
-              kind="read", checks=True)
+              kind=LimitKind.READ, checks=True)
 async def explain_query(request, name):
     api = api_of(request)
     live = (await api.snapshot()).live.get(name)
@@ -96,7 +97,7 @@ async def explain_query(request, name):
               "the last checkpoint of each process, and the composite events withheld with "
               "what they wait for", {200: (m.PipelineList, "a pipeline per stream"),
                                      404: (m.Error, "no stream of that name")},
-              params=m.PipelineParams, kind="read")
+              params=m.PipelineParams, kind=LimitKind.READ)
 async def pipelines(request, params):
     api = api_of(request)
     live = await api.snapshot()
@@ -110,6 +111,6 @@ async def pipelines(request, params):
 @ROUTES.route("GET", "/api/history", "The live queries over time (the last 10 minutes): "
               "per query its composites/s, partial matches and state bytes, as columns",
               {200: (m.History, "the points after `since`")}, params=m.HistoryParams,
-              kind="read")
+              kind=LimitKind.READ)
 async def history(request, params):
     return {"queries": api_of(request).history.since(params.since)}

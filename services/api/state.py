@@ -32,7 +32,7 @@ from cep_service.api import models as m
 from cep_service.api.errors import invalid, problem
 from cep_service.api.guard import Guard
 from cep_service.api.history import History
-from cep_service.api.limits import Limits, SingleFlight
+from cep_service.api.limits import LimitKind, Limits, SingleFlight
 from cep_service.api.pipeline import Drawings, endpoint_figures, look, pipeline, process_figures
 from cep_service.api.tail import TailHub
 from cep_service.stream.control import control_log, publish
@@ -53,7 +53,8 @@ IO_THREADS = 4  # threads that load what reads need from the broker and the metr
 # check: checks running or waiting for a checking thread; change: changes waiting for
 # their outcome (each on a thread); tail: open tails; replay: tails from the beginning
 # (each has a consumer of its own).
-LIMITS = {"read": 512, "check": CHECKS_AT_ONCE, "change": 16, "tail": 1000, "replay": 8}
+LIMITS = {LimitKind.READ: 512, LimitKind.CHECK: CHECKS_AT_ONCE, LimitKind.CHANGE: 16,
+          LimitKind.TAIL: 1000, LimitKind.REPLAY: 8}
 LIMIT_ENV = {kind: f"CEP_API_MAX_{kind.upper()}S" for kind in LIMITS}
 # the INTO topics' end consumer: it reads records only to learn the high-watermarks
 RATES_CONSUMER = {"queued.min.messages": 1000, "queued.max.messages.kbytes": 1024}
@@ -72,6 +73,13 @@ def _positive_env(name: str, default: int) -> int:
     if value < 1:
         raise ValueError(f"{name}={raw!r}: a positive integer")
     return value
+
+
+def _limit_kind(name) -> LimitKind | None:
+    try:
+        return LimitKind(name)
+    except ValueError:
+        return None
 
 
 class ApiConfig:
@@ -94,9 +102,10 @@ class ApiConfig:
         self.require_token = require_token
         self.limits = {kind: _positive_env(LIMIT_ENV[kind], default)
                        for kind, default in LIMITS.items()}
-        for kind, value in (limits or {}).items():
-            if kind not in LIMITS or not isinstance(value, int) or value < 1:
-                raise ValueError(f"limit {kind}={value!r}: one of {', '.join(LIMITS)}, "
+        for given, value in (limits or {}).items():
+            kind = _limit_kind(given)
+            if kind is None or not isinstance(value, int) or value < 1:
+                raise ValueError(f"limit {given}={value!r}: one of {', '.join(LIMITS)}, "
                                  "a positive integer")
             self.limits[kind] = value
         self.tail_buffer = tail_buffer or _positive_env(TAIL_BUFFER_ENV, TAIL_BUFFER)
@@ -136,7 +145,7 @@ class Api:
         self._lock = threading.Lock()
         self._checks = ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="api-check")
         self._io = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="api-io")
-        self._changes = ThreadPoolExecutor(config.limits["change"],
+        self._changes = ThreadPoolExecutor(config.limits[LimitKind.CHANGE],
                                            thread_name_prefix="api-change")
         self.kept = SingleFlight(self._io, config.cache_s)
         self.hub = TailHub(config.settings, config.tail_buffer)
@@ -149,19 +158,19 @@ class Api:
     async def check(self, fn, *args):
         """fn(*args) on the checking threads, awaited from the event loop (429 when
         CHECKS_AT_ONCE checks run or wait already)."""
-        self.limits.enter("check")
+        self.limits.enter(LimitKind.CHECK)
         try:
             return await asyncio.wrap_future(self._checks.submit(fn, *args))
         finally:
-            self.limits.leave("check")
+            self.limits.leave(LimitKind.CHECK)
 
     def checked(self, fn, *args):
         """fn(*args) on the checking threads, from another thread (a change)."""
-        self.limits.enter("check")
+        self.limits.enter(LimitKind.CHECK)
         try:
             return self._checks.submit(fn, *args).result()
         finally:
-            self.limits.leave("check")
+            self.limits.leave(LimitKind.CHECK)
 
     async def changed(self, *args) -> tuple[int, dict]:
         """`change(*args)` on a change thread (as many as the changes' limit: none

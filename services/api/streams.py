@@ -6,6 +6,7 @@ from cep_core.control_ops import Kind, Op
 from cep_service.api import checks
 from cep_service.api import models as m
 from cep_service.api.replies import outcomes, wait_args
+from cep_service.api.limits import LimitKind
 from cep_service.api.state import api_of
 from cep_service.api.openapi import Routes
 
@@ -13,7 +14,7 @@ ROUTES = Routes()
 
 
 @ROUTES.route("GET", "/api/streams", "Every stream: schema files and the control topic's",
-              {200: (m.StreamList, "the streams")}, kind="read")
+              {200: (m.StreamList, "the streams")}, kind=LimitKind.READ)
 async def streams(request):
     return (await api_of(request).snapshot()).stream_list
 
@@ -29,7 +30,7 @@ async def validate_stream(request, body):
 
 @ROUTES.route("GET", "/api/streams/{name}", "One stream",
               {200: (m.Stream, "the stream"), 404: (m.Error, "no stream of that name")},
-              kind="read")
+              kind=LimitKind.READ)
 async def stream(request, name):
     found = (await api_of(request).snapshot()).streams.get(name)
     if found is None:
@@ -51,18 +52,18 @@ async def _stream_change(request, op: Op, name: str | None = None, body=None):
 # Deliberately like services/api/queries.py's add/update/remove: route declarations (path, models,
 # documented answers); the work is _stream_change's
 @ROUTES.route("POST", "/api/streams", "Register a stream", outcomes(created=True),
-              body=m.StreamBody, kind="change", change=True, secured=True, checks=True)
+              body=m.StreamBody, kind=LimitKind.CHANGE, change=True, secured=True, checks=True)
 async def add_stream(request, body):
     return await _stream_change(request, Op.ADD, body=body)
 
 
 @ROUTES.route("PUT", "/api/streams/{name}", "Change a stream", outcomes(),
-              body=m.StreamBody, kind="change", change=True, secured=True, checks=True)
+              body=m.StreamBody, kind=LimitKind.CHANGE, change=True, secured=True, checks=True)
 async def update_stream(request, name, body):
     return await _stream_change(request, Op.UPDATE, name, body)
 
 
 @ROUTES.route("DELETE", "/api/streams/{name}", "Remove a stream registered on the "
-              "control topic", outcomes(), kind="change", change=True, secured=True)
+              "control topic", outcomes(), kind=LimitKind.CHANGE, change=True, secured=True)
 async def remove_stream(request, name):
     return await _stream_change(request, Op.REMOVE, name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from cep_service.api import models as m
 from cep_service.api.replies import NOT_LIVE
+from cep_service.api.limits import LimitKind
 from cep_service.api.state import api_of
 from cep_service.api.openapi import Routes
 from cep_service.api.tail import TailFrom
@@ -17,7 +18,7 @@ ROUTES = Routes()
               "server-sent events", {200: (None, "`event: composite`, `id: "
                                            "PARTITION:OFFSET`, `data:` one composite "
                                            "event as JSON"), 404: NOT_LIVE},
-              params=m.TailParams, kind="tail", event_stream=True)
+              params=m.TailParams, kind=LimitKind.TAIL, event_stream=True)
 async def tail(request, name, params):
     api = api_of(request)
     live = (await api.snapshot()).live.get(name)
@@ -27,13 +28,13 @@ async def tail(request, name, params):
     start = TailFrom(params.start)
     replay = start is TailFrom.BEGINNING
     if replay:
-        api.limits.enter("replay")
+        api.limits.enter(LimitKind.REPLAY)
     try:
         return await tail_stream(request, api.hub, {live.output: (tag, {name})},
                                  start, params.limit, params.idle_s)
     finally:
         if replay:
-            api.limits.leave("replay")
+            api.limits.leave(LimitKind.REPLAY)
 
 
 @ROUTES.route("GET", "/api/tail", "The composite events of several live queries (default: "
@@ -41,7 +42,7 @@ async def tail(request, name, params):
                                                           "`id: PARTITION:OFFSET`, `data:` "
                                                           "one composite event as JSON"),
                                                      404: NOT_LIVE},
-              params=m.TailManyParams, kind="tail", event_stream=True)
+              params=m.TailManyParams, kind=LimitKind.TAIL, event_stream=True)
 async def tail_many(request, params):
     api = api_of(request)
     live = (await api.snapshot()).live
