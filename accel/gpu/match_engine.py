@@ -22,6 +22,8 @@ simulator, which runs every thread as a Python thread).
 
 from __future__ import annotations
 
+from enum import Enum
+
 import numpy as np
 import orjson
 
@@ -37,6 +39,14 @@ from cep_core.engine.seq import NotSupportedError
 
 INT64_MIN = np.iinfo(np.int64).min
 _plans: dict[str, object] = {}
+
+
+class _Rows(Enum):
+    """How a state array is laid out: a row per key, or `cap + 1` rows per key (candidate
+    records and the scratch row)."""
+
+    KEY = "key"
+    RECORD = "rec"
 
 
 def _plan(checked: CheckedQuery):
@@ -85,15 +95,15 @@ class GpuMatchEngine(Engine):
     def _state_layout(self):
         p = self.program
         for name, width, dtype in p.keys.arrays():
-            yield name, width, dtype, "key"
+            yield name, width, dtype, _Rows.KEY
         for name, width, dtype in p.records.arrays():
-            yield name, width, dtype, "rec"
+            yield name, width, dtype, _Rows.RECORD
 
     def _host_state(self) -> dict[str, np.ndarray]:
         """The device state copied to the host, one matrix per array."""
         out = {}
         for name, width, _, kind in self._state_layout():
-            rows = self.capacity * (self.cap + 1) if kind == "rec" else self.capacity
+            rows = self.capacity * (self.cap + 1) if kind is _Rows.RECORD else self.capacity
             out[name] = self.state_arrays[name].copy_to_host().reshape(rows, width)
         return out
 
@@ -104,7 +114,7 @@ class GpuMatchEngine(Engine):
         old_cap = self.cap
         arrays = {}
         for name, width, dtype, kind in self._state_layout():
-            if kind == "key":
+            if kind is _Rows.KEY:
                 new = np.zeros((keys, width), dtype)
                 if name == "key_i":
                     new[:, self.program.keys.ints[("last_ts",)]] = INT64_MIN
@@ -238,7 +248,7 @@ class GpuMatchEngine(Engine):
         host = self._host_state()
         arrays = {}
         for name, _, _, kind in self._state_layout():
-            arrays[name] = host[name][:nkeys * (self.cap + 1) if kind == "rec" else nkeys]
+            arrays[name] = host[name][:nkeys * (self.cap + 1) if kind is _Rows.RECORD else nkeys]
         if codes is not None:
             arrays["key_codes"] = codes
         return meta, arrays

@@ -10,7 +10,7 @@ EMIT and in WHERE conditions decided at an EACH step or at the terminator.
 from __future__ import annotations
 
 from cep_core import ast
-from cep_core.compiler.seq_plan import SeqPlan
+from cep_core.compiler.seq_plan import ItemKind, SeqPlan
 
 
 def has_window_aggregate(expr) -> bool:
@@ -30,8 +30,7 @@ def unsupported_reason(plan: SeqPlan) -> str | None:
         return f"USING {plan.strategy.value} is evaluated by incremental automata (AIP)"
     if plan.by_ts:
         return "ORDER BY ts (simultaneous events) is evaluated on the CPU"
-    kinds = {item.kind for item in plan.items}
-    if kinds - {"single"}:
+    if any(item.kind is not ItemKind.SINGLE for item in plan.items):
         return "Kleene and AND steps are evaluated on the CPU"
     if plan.negations:
         return "NOT steps are evaluated on the CPU"
