@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,14 +38,22 @@ STANDARD = ("query", "key", "seq", "start_seq", "events", "window_start", "windo
             "timed_out")
 METADATA = b"cep.queries"  # per query: its columns in JSON order and its Kleene variables
 CHUNK_ROWS = 65536  # composites turned into JSON text or Arrow columns at a time
-JSON_LINES, PARQUET, ARROW_IPC = "JSON lines", "Parquet", "Arrow IPC"
 
 
-def output_format(out) -> str:
+class OutputFormat(StrEnum):
+    """What `Composites.write` writes; the value is how `cep run` names it."""
+
+    JSON_LINES = "JSON lines"
+    PARQUET = "Parquet"
+    ARROW_IPC = "Arrow IPC"
+
+
+def output_format(out) -> OutputFormat:
     """What `Composites.write` writes to `out`: by its suffix, .parquet PARQUET, .arrow
     ARROW_IPC, anything else (None or "-": stdout) JSON_LINES."""
     suffix = Path(str(out)).suffix.lower() if out is not None else ""
-    return {".parquet": PARQUET, ".arrow": ARROW_IPC}.get(suffix, JSON_LINES)
+    return {".parquet": OutputFormat.PARQUET,
+            ".arrow": OutputFormat.ARROW_IPC}.get(suffix, OutputFormat.JSON_LINES)
 
 
 class Composites(Sequence):
@@ -209,13 +218,13 @@ class Composites(Sequence):
         file), anything else (or None / "-": stdout) JSON lines, `chunk_rows` composites at
         a time. Returns the number of composites."""
         fmt = output_format(out)
-        if fmt == JSON_LINES:
+        if fmt is OutputFormat.JSON_LINES:
             return self.write_jsonl(out, chunk_rows)
         import pyarrow as pa
 
         tables = self.arrow_chunks(chunk_rows)
         schema = next(tables)
-        if fmt == ARROW_IPC:
+        if fmt is OutputFormat.ARROW_IPC:
             with pa.ipc.new_file(str(out), schema) as writer:
                 for table in tables:
                     writer.write_table(table)
@@ -363,7 +372,7 @@ def _grouped_events(elements: list[dict], kleene: set[str]) -> dict:
 
 def read(path: str | Path) -> list[dict]:
     """The composite dicts of a .parquet or .arrow file written by `Composites.write`."""
-    if Path(path).suffix.lower() == ".parquet":
+    if output_format(path) is OutputFormat.PARQUET:
         import pyarrow.parquet as pq
 
         return read_table(pq.read_table(path))
