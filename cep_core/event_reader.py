@@ -63,6 +63,7 @@ from cep_core.event_io import (
     STDIN_SOURCE,
     DeadLetter,
     DecodedEvent,
+    EventFormat,
     InputError,
     _csv_records,
     _jsonl_records,
@@ -109,7 +110,7 @@ def read_blocks(path: str | Path, schema: StreamSchema, fmt: str | None = None, 
     if str(path) == STDIN:
         source = STDIN_SOURCE
         opened = contextlib.nullcontext(
-            io.BytesIO(sys.stdin.buffer.read()) if fmt == "parquet" else sys.stdin.buffer)
+            io.BytesIO(sys.stdin.buffer.read()) if fmt is EventFormat.PARQUET else sys.stdin.buffer)
     else:
         path = Path(path)
         if not path.is_file():
@@ -120,7 +121,7 @@ def read_blocks(path: str | Path, schema: StreamSchema, fmt: str | None = None, 
                                prev_max=prev_max, block_bytes=block_bytes, guard=guard)
 
 
-def iter_tables(f: IO[bytes], schema: StreamSchema, fmt: str, source: str, *,
+def iter_tables(f: IO[bytes], schema: StreamSchema, fmt: EventFormat, source: str, *,
                 first_position: int = 0, prev_max: int = -1,
                 block_bytes: int = BLOCK_BYTES,
                 guard: TimeGuard | None = None) -> Iterator[tuple[pa.Table, list[DeadLetter]]]:
@@ -1034,7 +1035,8 @@ def add_arrow(rows: _Rows, table: pa.Table, first_position: int) -> None:
                  table.slice(int(good[i]), 1).to_pylist()[0], default=str))
 
 
-_READERS = {"jsonl": _read_jsonl, "csv": _read_csv, "parquet": _read_parquet}
+_READERS = {EventFormat.JSONL: _read_jsonl, EventFormat.CSV: _read_csv,
+            EventFormat.PARQUET: _read_parquet}
 
 
 def read_arrow(table: pa.Table, schema: StreamSchema, source: str = "<table>",

@@ -414,17 +414,29 @@ def _rules(rng, n, att_max=50_000, types=5):
             "ts": np.arange(1, n + 1, dtype=np.int64)}
 
 
-def _r5_query(seed: int, variant: str = "both") -> str:
-    rules = {"each": "EACH", "last": "LAST"}
-    chosen = list(rules) if variant == "both" else [variant]
-    if any(v not in rules for v in chosen):
-        raise ValueError("r5: variant is each, last or both")
+class R5Variant(StrEnum):
+    """Which of r5's queries `query_text(variant=...)` writes; the value is the option's."""
+
+    EACH = "each"
+    LAST = "last"
+    BOTH = "both"
+
+
+_R5_PICKS = {R5Variant.EACH: "EACH", R5Variant.LAST: "LAST"}
+
+
+def _r5_query(seed: int, variant: str = R5Variant.BOTH) -> str:
+    try:
+        picked = R5Variant(variant)
+    except ValueError:
+        raise ValueError("r5: variant is each, last or both") from None
+    chosen = list(_R5_PICKS) if picked is R5Variant.BOTH else [picked]
     text = ["-- r5 (Cugola & Margara's base scenario): A -> B -> C with equal att, "
             "100000 ticks per step.\n-- (a.att = c.att rather than a.att = b.att: a LAST "
             "step's conditions may only read later steps; the two say the same.)"]
     for v in chosen:
-        p = rules[v]
-        text.append(f"QUERY r5_{v} FROM rules INTO r5_{v}\n"
+        p = _R5_PICKS[v]
+        text.append(f"QUERY r5_{v.value} FROM rules INTO r5_{v.value}\n"
                     f"DETECT C c, {p} B b WITHIN 100000 FROM c, {p} A a WITHIN 100000 FROM b\n"
                     f"WHERE a.att = c.att AND b.att = c.att\n"
                     f"EMIT att = c.att;")

@@ -6,7 +6,6 @@ from __future__ import annotations
 # a command needs them, so `cep --help` and `cep schemas` import none of them.
 
 import os
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -35,12 +34,6 @@ class CliError(Exception):
     def __init__(self, message: str, code: int = 1):
         super().__init__(message)
         self.code = code
-
-
-class InputFormat(StrEnum):
-    jsonl = "jsonl"
-    csv = "csv"
-    parquet = "parquet"
 
 
 SchemaOption = Annotated[

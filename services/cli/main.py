@@ -32,13 +32,13 @@ from typing import Annotated
 import orjson
 import typer
 
+from cep_core.event_io import EventFormat
 from cep_service.cli.fpga import fpga_app
 from cep_service.cli.gpu import gpu_app
 from cep_service.cli.bench import bench_app
 from cep_service.cli.common import (
     CliError,
     Engine,
-    InputFormat,
     Placement,
     SchemaOption,
     count_option,
@@ -138,7 +138,7 @@ EventsOption = Annotated[Path, typer.Option(
     "--events", "--input", "-e", "-i", metavar="FILE",
     help="Events: .jsonl/.json/.ndjson, .csv or .parquet; - reads standard input (name its "
     "format with --format).")]
-FormatOption = Annotated[InputFormat | None, typer.Option(
+FormatOption = Annotated[EventFormat | None, typer.Option(
     "--format", "-f", help="Format of the events (default: by the file's suffix; standard "
     "input needs it).")]
 
@@ -201,7 +201,7 @@ def run(
         # checked (the compilers import numba) and their engines imported; the reference
         # interpreter takes Events, read without pyarrow.
         reading = None if engine is Engine.REFERENCE or str(events) == STDIN else \
-            _Reading.early(parsed, registry, events, fmt.value if fmt else None, bound)
+            _Reading.early(parsed, registry, events, fmt, bound)
         try:
             queries = check_query_file(query_file, text, parsed, registry)
             streams = sorted({q.schema.stream for q in queries})
@@ -228,7 +228,7 @@ def run(
         if engine is Engine.REFERENCE:
             started = time.perf_counter()
             try:
-                simple, dead = read_events(events, stream_schema, fmt.value if fmt else None,
+                simple, dead = read_events(events, stream_schema, fmt,
                                            guard)
             except InputError as e:
                 raise CliError(str(e)) from None
@@ -238,7 +238,7 @@ def run(
             count = len(simple)
         else:
             if reading is None:
-                reading = _Reading(events, stream_schema, fmt.value if fmt else None, guard)
+                reading = _Reading(events, stream_schema, fmt, guard)
             try:
                 _import_engines(queries)
                 simple, dead = reading.result()
@@ -568,10 +568,10 @@ class Exchange(StrEnum):  # services/backfill/scan.py
     scan = "scan"
 
 
-class EventFormat(StrEnum):
-    parquet = "parquet"
-    jsonl = "jsonl"
-    csv = "csv"
+class GenFormat(StrEnum):  # the core's formats, with the default (Parquet) first in the help
+    parquet = EventFormat.PARQUET
+    jsonl = EventFormat.JSONL
+    csv = EventFormat.CSV
 
 
 @app.command()
@@ -584,8 +584,8 @@ def gen(
                                       help="Directory to write into (created if missing).")],
     seed: Annotated[int, typer.Option(min=0, help="Random seed; the same seed gives the same "
                                       "events and queries.")] = 0,
-    fmt: Annotated[EventFormat, typer.Option("--format", help="Format of the events file.")] =
-    EventFormat.parquet,
+    fmt: Annotated[GenFormat, typer.Option("--format", help="Format of the events file.")] =
+    GenFormat.parquet,
     queries: Annotated[int | None, typer.Option(min=1, help="q9 only: how many concurrent "
                                                 "queries (default 1).")] = None,
 ) -> None:
@@ -608,7 +608,7 @@ def gen(
         query_path = out / f"{workload}.cep"
         try:
             out.mkdir(parents=True, exist_ok=True)
-            write_events(table, events_path, fmt.value)
+            write_events(table, events_path, EventFormat(fmt))
             query_path.write_text(chosen.query_text(seed=seed, **options))
         except OSError as e:
             raise CliError(f"{e.filename or out}: {e.strerror or e}") from None
