@@ -81,8 +81,8 @@ class ExpressionCompiler(ast.Visitor):
     def compile(self, expr: ast.Expression) -> Code:
         return self.visit(expr)
 
-    # Deliberately like cep_core/compiler/window.py's condition: that one is over whole
-    # columns (numpy's &), this one over scalars (and)
+    # Deliberately like cep_core/compiler/window.py's and cep_core/compiler/recognize.py's
+    # condition: those are over whole columns (numpy's &), this one over scalars (and)
     def condition(self, expr) -> str:
         """A boolean expression that is False where the value would be null."""
         if expr is None:

@@ -53,7 +53,7 @@ from cep_core.compiler.programs import once_per_query
 from cep_core.kernels import recognize_runtime as rt
 from cep_core.kernels.match_runtime import dtype_of
 from cep_core.recognize_pattern import recognize_elements
-from cep_core.reference.recognize import PROCEED, State, compile_nfa
+from cep_core.reference.recognize import PROCEED, State, compile_nfa, number_states
 
 A = ast.AggFunc
 MAX_OFFSET = 3  # FIRST/LAST(v.a, k): the kernel keeps k + 1 values per variable
@@ -102,16 +102,7 @@ def _tables(start: State, variables: list[str]) -> tuple[dict[str, np.ndarray], 
     there), first edge and edge count; per edge:
     action (1: PROCEED), target, variable (-1: none), `unless` mask. Returns the tables, the
     start state's number and the most TAKE edges one computation can follow on a row."""
-    states: list[State] = []
-    index: dict[int, int] = {}
-    stack = [start]
-    while stack:
-        s = stack.pop()
-        if id(s) in index:
-            continue
-        index[id(s)] = len(states)
-        states.append(s)
-        stack.extend(t.target for t in reversed(s.transitions))
+    index, states = number_states(start)
     final = [i for i, s in enumerate(states) if s.final]
     if not final:
         raise RecognizeUnsupported("a pattern without a final state")  # compile_nfa makes one
@@ -191,6 +182,9 @@ class _Compiler(ExpressionCompiler):
     """Three-valued boolean logic and Java's integer arithmetic (the reference's
     `RecognizeEvaluator`); PREV, MATCH_ROWTIME, IS NULL and COALESCE."""
 
+    # Deliberately like cep_core/compiler/window.py's and cep_core/compiler/expressions.py's
+    # condition: each compiler's generated code is its own (window.py's over whole columns,
+    # expressions.py's over scalars, this one's with the value in parentheses too)
     def condition(self, expr) -> str:
         if expr is None:
             return "True"

@@ -128,8 +128,9 @@ class _TemplateCompiler(ExpressionCompiler):
         self.floats.append(float(value))
         return Code(f"kf[{len(self.floats) - 1}]")
 
-    # Deliberately like cep_core/compiler/expressions.py's condition: this one is over whole
-    # columns (numpy's &), that one over scalars (and)
+    # Deliberately like cep_core/compiler/expressions.py's and cep_core/compiler/recognize.py's
+    # condition: this one is over whole columns (numpy's &), expressions.py's over scalars
+    # (and); recognize.py's keeps its own (three-valued logic, its own parentheses)
     def condition(self, expr) -> str:
         if expr is None:
             return "True"

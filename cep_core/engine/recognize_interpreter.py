@@ -50,7 +50,7 @@ class RecognizeInterpreterEngine(Engine):
         self.interpreter = ref.RecognizeInterpreter(checked)
         self._names = list(self.schema.attributes)
         self._kinds = [self.schema.attributes[n] for n in self._names]
-        self._numbering, self._states = _number_states(self.interpreter.nfa.start)
+        self._numbering, self._states = ref.number_states(self.interpreter.nfa.start)
         self._variables = {e.var for e in self.interpreter.nfa.elements}
 
     # ------------------------------------------------------------ running
@@ -317,22 +317,6 @@ class RecognizeInterpreterEngine(Engine):
             if items[(i - 1) >> 1].start > items[i].start:
                 refuse(f"partition {at}: the {which} matches are not in heap order")
         return queue
-
-
-def _number_states(start: ref.State) -> tuple[dict[int, int], list[ref.State]]:
-    """A stable numbering of the automaton's states: depth first from the start state, the
-    edges in their order (the same query always numbers its states alike)."""
-    numbering: dict[int, int] = {}
-    states: list[ref.State] = []
-    stack = [start]
-    while stack:
-        state = stack.pop()
-        if id(state) in numbering:
-            continue
-        numbering[id(state)] = len(states)
-        states.append(state)
-        stack.extend(t.target for t in reversed(state.transitions))
-    return numbering, states
 
 
 def _is_int(value) -> bool:

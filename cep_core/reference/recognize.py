@@ -76,6 +76,22 @@ class Nfa:
     elements: tuple[RecognizeElement, ...]
 
 
+def number_states(start: State) -> tuple[dict[int, int], list[State]]:
+    """A stable numbering of the automaton's states, by `id`: depth first from the start
+    state, the edges in their order (the same query always numbers its states alike)."""
+    numbering: dict[int, int] = {}
+    states: list[State] = []
+    stack = [start]
+    while stack:
+        state = stack.pop()
+        if id(state) in numbering:
+            continue
+        numbering[id(state)] = len(states)
+        states.append(state)
+        stack.extend(t.target for t in reversed(state.transitions))
+    return numbering, states
+
+
 def compile_nfa(elements: list[RecognizeElement]) -> Nfa:
     """Flink's NFACompiler for a strictly contiguous pattern, built from the last variable
     back: each variable's states lead to the `sink` of the variables after it."""
