@@ -400,8 +400,8 @@ def interrupt(signum, _frame) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    # Deliberately like bench/bench_match.py's options: argparse declarations, each benchmark its
-    # own
+    # Deliberately like bench/bench_match.py's and bench/spark_stream.py's options: argparse
+    # declarations, each benchmark its own
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--rate", type=float, default=10_000,
                         help="events/s (the embedded broker keeps every record in memory: "

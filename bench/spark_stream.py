@@ -259,6 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # Deliberately like bench/soak.py's options: argparse declarations, each benchmark its own
     parser.add_argument("--count", type=int, default=200_000)
     parser.add_argument("--per-file", type=int, default=10_000)
     parser.add_argument("--masters", default="local[1],local[2]")

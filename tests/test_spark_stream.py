@@ -212,6 +212,9 @@ def test_several_source_partitions(spark, kafka_bootstrap, tmp_path):
 
     from cep_service.stream.kafka import KafkaSettings, ensure_topics
 
+    # Deliberately like tests/test_spark_stream_live.py's test_path_for_sparks_kafka_source: each
+    # test states its topic, records and checks in full; that one reads through Spark's own
+    # Kafka source and checks its checkpoint too.
     settings = KafkaSettings.from_env(kafka_bootstrap)
     tag = uuid.uuid4().hex[:8]
     queries, texts = _finance(tag)

@@ -166,6 +166,9 @@ def test_path_for_sparks_kafka_source(spark, kafka_bootstrap, tmp_path, monkeypa
                 .option("max_records", str(max_records)).load())
 
     monkeypatch.setattr(spark_kafka, "kafka_records", records)
+    # Deliberately like tests/test_spark_stream.py's test_several_source_partitions: each test
+    # states its topic, records and checks in full; this one reads through Spark's own Kafka
+    # source and checks its checkpoint too.
     settings = KafkaSettings.from_env(kafka_bootstrap)
     tag = uuid.uuid4().hex[:8]
     queries, texts = _finance(tag)

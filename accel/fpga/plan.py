@@ -139,7 +139,8 @@ class Atom:
     text: str
 
 
-# Deliberately alike, Atom to Or: the formula's node types, dataclass declarations
+# Deliberately like accel/fpga/plan.py's Atom to Or (each other): the formula's node types,
+# dataclass declarations
 @dataclass(frozen=True)
 class Const:
     """A constant truth value (e.g. `x IN ()`, or an int compared with 2.5 for equality)."""

@@ -35,8 +35,8 @@ def first_row(A, col, x, strict):
     return lo
 
 
-# Deliberately alike, lb_ts to ub_seq: one-line numba entry points over first_row, named for their
-# call sites
+# Deliberately like cep_core/kernels/seq_runtime.py's lb_ts to ub_seq (each other): one-line numba
+# entry points over first_row, named for their call sites
 @njit(cache=True)
 def lb_ts(A, x):
     """First row with ts >= x."""

@@ -203,6 +203,9 @@ def broker_watermarks(settings: KafkaSettings, wanted,
         if not present:
             return out
         consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in present])
+        # Deliberately like services/spark_stream/kafka_source.py's _read_runs: the same
+        # assign-and-poll-until-deadline loop, but this one only waits for each partition's high
+        # watermark and that one keeps the records of a range.
         pending = set(present)
         deadline = time.monotonic() + timeout_s
         while pending:

@@ -125,7 +125,8 @@ class Metrics:
                                      "query, summed over partitions", ["query"], **labels)
         self.engine_state = Gauge("cep_engine_state", "An engine's own count (its metrics), "
                                   "summed over partitions", ["query", "measure"], **labels)
-        # Deliberately alike: metric declarations, each its own name, help and labels
+        # Deliberately like services/stream/metrics.py's other gauges above and below: metric
+        # declarations, each its own name, help and labels
         self.failed_queries = Gauge("cep_failed_queries", "1 for a query whose engine "
                                     "failed in some partition this process holds (the query "
                                     "stopped alone; the reason is on the status topic)",

@@ -51,7 +51,8 @@ class Topics:
     def _internal(self, what: str) -> str:
         return f"{self.prefix}cep.{self.stream}.{what}"
 
-    # Deliberately alike, keyed to dead_letters: one property per topic name
+    # Deliberately like services/stream/topics.py's keyed to dead_letters (each other): one
+    # property per topic name
     @property
     def keyed(self) -> str:
         return self._internal("keyed")
