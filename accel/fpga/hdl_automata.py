@@ -16,6 +16,7 @@ The automata are built from the regex AST (`cep_core.regex_analysis`), with `.` 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from cep_core import ast
 from cep_core.compiler.match import Automaton, glushkov
@@ -116,12 +117,21 @@ def powerset(automaton: Automaton) -> Dfa:
     return Dfa(subsets, delta, accepting)
 
 
+class DfaEncoding(StrEnum):
+    """How `dfa_verilog` encodes the DFA's state: a flip-flop per state, or a state number."""
+
+    ONEHOT = "onehot"
+    BINARY = "binary"
+
+
 def dfa_verilog(dfa: Dfa, module: str, encoding: str) -> str:
-    if encoding == "onehot":
+    try:
+        chosen = DfaEncoding(encoding)
+    except ValueError:
+        raise ValueError(f"unknown DFA encoding {encoding!r} (onehot or binary)") from None
+    if chosen is DfaEncoding.ONEHOT:
         return _dfa_onehot(dfa, module)
-    if encoding == "binary":
-        return _dfa_binary(dfa, module)
-    raise ValueError(f"unknown DFA encoding {encoding!r} (onehot or binary)")
+    return _dfa_binary(dfa, module)
 
 
 def _dfa_onehot(dfa: Dfa, module: str) -> str:

@@ -23,7 +23,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cep_accel.fpga.hdl_automata import binary_automaton, dfa_verilog, nfa_verilog, powerset
+from cep_accel.fpga.hdl_automata import (
+    DfaEncoding,
+    binary_automaton,
+    dfa_verilog,
+    nfa_verilog,
+    powerset,
+)
 from cep_accel.fpga.hdl_nfa import nfa_verilog as nfa_update_verilog
 from cep_accel.fpga.hdl_partitioner import PartitionerShape, partitioner_verilog
 from cep_core import ast
@@ -116,8 +122,8 @@ def automaton_rows(values=DEFAULT_I, progress=None) -> list[Row]:
         automaton = binary_automaton(i)
         dfa = powerset(automaton)
         designs = [("nfa", automaton.size + 1, nfa_verilog(automaton, "nfa")),
-                   ("dfa-onehot", len(dfa.subsets), dfa_verilog(dfa, "dfa", "onehot")),
-                   ("dfa-binary", len(dfa.subsets), dfa_verilog(dfa, "dfa", "binary"))]
+                   ("dfa-onehot", len(dfa.subsets), dfa_verilog(dfa, "dfa", DfaEncoding.ONEHOT)),
+                   ("dfa-binary", len(dfa.subsets), dfa_verilog(dfa, "dfa", DfaEncoding.BINARY))]
         for circuit, states, text in designs:
             row = Row("automaton", circuit, i, states,
                       synthesize(text, "nfa" if circuit == "nfa" else "dfa"))
