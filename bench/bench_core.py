@@ -5,7 +5,7 @@ against the reference interpreter measured in the same run (on a prefix of the e
 as `events/s` with every composite event also built as a Python dict (see
 `cep_service.bench.kernels`).
 
-    .venv/bin/python bench/bench_core.py [--events N] [--json] [--record]
+    .venv/bin/python -m cep_service.bench.bench_core [--events N] [--json] [--record]
 
 `--record` writes the table into docs/benchmarks.md (cep_service.bench.doc_record), as
 `make bench` does.
@@ -62,7 +62,7 @@ def main() -> None:
     if not args.json:
         Console().print(table)
     if args.record:
-        command = "python bench/bench_core.py " + " ".join(sys.argv[1:])
+        command = "python -m cep_service.bench.bench_core " + " ".join(sys.argv[1:])
         record("kernels", f"{provenance(command)}\n\n{markdown_table(header, rows)}")
 
 
