@@ -10,7 +10,7 @@ Each query kind has one module; all share the `Interpreter` shape:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from cep_core.checked import CheckedQuery
@@ -33,8 +33,9 @@ class Interpreter(Protocol):
 
 
 def interpreter_for(checked: CheckedQuery) -> Interpreter:
-    kinds = {"match": MatchInterpreter, "seq": SeqInterpreter, "window": WindowInterpreter,
-             "recognize": RecognizeInterpreter}
+    kinds: dict[str, Callable[[CheckedQuery], Interpreter]] = {
+        "match": MatchInterpreter, "seq": SeqInterpreter, "window": WindowInterpreter,
+        "recognize": RecognizeInterpreter}
     return kinds[checked.query.kind](checked)
 
 

@@ -124,6 +124,8 @@ class Evaluator(ast.Visitor):
 
     def visit_Call(self, node: ast.Call, env: Env):
         function = lookup(node.name)
+        if function is None:  # the checker admits only known functions
+            raise ValueError(f"unknown function {node.name!r}")
         return function.impl(*(self.visit(arg, env) for arg in node.args))
 
 

@@ -18,7 +18,7 @@ T = TypeVar("T")
 
 
 class JavaPriorityQueue(Generic[T]):
-    def __init__(self, key: Callable[[T], object]):
+    def __init__(self, key: Callable[[T], int]):
         self.key = key
         self.items: list[T] = []
 

@@ -127,15 +127,16 @@ class WindowInterpreter:
         self.dead_letters: list[tuple[Event, str]] = []
 
         window = body.window
-        self.rows_based = isinstance(window, ast.RowWindow)
         schema = checked.schema
-        if self.rows_based:
+        if isinstance(window, ast.RowWindow):
+            self.rows_based = True
             self.n = window.rows
             self.m = window.slide
             self.window_attr = schema.time
             self.row = 0  # number of the last row seen
             self.recent: list[tuple[int, Event]] = []  # (row number, event) of selected events
         else:
+            self.rows_based = False
             self.range = checked.time_units(window.range)
             self.slide = checked.time_units(window.slide)
             self.window_attr = window.attr or schema.time
