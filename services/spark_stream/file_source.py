@@ -29,7 +29,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from cep_core.event_io import FORMATS
 from cep_core.event_reader import iter_tables
-from cep_service.spark_stream.packed import PACKED_DDL, Packer, routes_of
+from cep_service.spark_stream.packed import PACKED_DDL, pack_all, routes_of
 from cep_service.spark_stream.sequencer import (
     Carry,
     CarryStore,
@@ -46,6 +46,8 @@ class FileStep(InputPartition):
         self.start, self.end, self.names = start, end, names
 
 
+# Deliberately like services/spark_stream/kafka_source.py's KafkaEventSource: a PySpark data
+# source declares its name, schema and reader each in its own class.
 class FileEventSource(DataSource):
     @classmethod
     def name(cls) -> str:
@@ -94,11 +96,7 @@ class FileStepReader(DataSourceStreamReader):
 
     def read(self, partition: FileStep):
         """The step's rows, packed by state key (`packed.py`)."""
-        packer = Packer(routes_of(self.options))
-        for rows in self._rows(partition):
-            packed = packer.pack(rows)
-            if packed is not None:
-                yield packed
+        yield from pack_all(routes_of(self.options), self._rows(partition))
 
     def _rows(self, partition: FileStep):
         schema = stream_schema(self.options)

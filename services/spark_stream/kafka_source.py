@@ -27,7 +27,7 @@ from confluent_kafka import TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from cep_service.spark_stream.packed import PACKED_DDL, Packer, routes_of
+from cep_service.spark_stream.packed import PACKED_DDL, pack_all, routes_of
 from cep_service.spark_stream.sequencer import (
     Carry,
     CarryStore,
@@ -47,6 +47,9 @@ class KafkaStep(InputPartition):
         self.start, self.end = start, end
 
 
+# Deliberately like services/spark_stream/file_source.py's FileEventSource and
+# KafkaRecordsSource below: a PySpark data source declares its name, schema and reader each in
+# its own class.
 class KafkaEventSource(DataSource):
     @classmethod
     def name(cls) -> str:
@@ -102,11 +105,7 @@ class KafkaStepReader(DataSourceStreamReader):
 
     def read(self, partition: KafkaStep):
         """The step's rows, packed by state key (`packed.py`)."""
-        packer = Packer(routes_of(self.options))
-        for rows in self._rows(partition):
-            packed = packer.pack(rows)
-            if packed is not None:
-                yield packed
+        yield from pack_all(routes_of(self.options), self._rows(partition))
 
     def _rows(self, partition: KafkaStep):
         options = self.options
@@ -149,6 +148,9 @@ def _read_runs(settings: KafkaSettings, topic: str, start: dict, end: dict,
     got: dict[int, list] = {p: [] for p in wanted}
     try:
         consumer.assign([TopicPartition(topic, p, first) for p, (first, _) in wanted.items()])
+        # Deliberately like services/stream/checkpoint.py's broker_watermarks: the same
+        # assign-and-poll-until-deadline loop, but this one keeps the records of a range and
+        # that one only waits for each partition's high watermark.
         pending = set(wanted)
         deadline = time.monotonic() + timeout_s
         while pending:
@@ -173,6 +175,8 @@ RECORDS_DDL = "partition int, offset long, value binary, " \
     "headers array<struct<key: string, value: binary>>"
 
 
+# Deliberately like KafkaEventSource above: a PySpark data source declares its name, schema and
+# reader each in its own class.
 class KafkaRecordsSource(DataSource):
     """`cep_kafka_records`: the topic's records as Spark's own Kafka source gives them
     (`partition`, `offset`, `value`, `headers`), read over confluent-kafka: the input of

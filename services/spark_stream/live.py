@@ -138,6 +138,8 @@ class QueryWatch:
     def _poll_file(self) -> bool:
         if self.query_file is None:
             return False
+        # Deliberately like LiveJob.check's read of the queries: each logs its own failure
+        # and keeps what runs.
         try:
             text = self.query_file.read_text()
         except OSError as e:
@@ -262,6 +264,8 @@ class LiveJob:
         """Take changes; restart the streaming query on them. Whether it restarted."""
         if not self.watch.poll(timeout_s):
             return False
+        # Deliberately like QueryWatch._poll_file's read: each logs its own failure and keeps
+        # what runs.
         try:
             wanted = self.watch.current()
         except NoQueries as e:

@@ -22,6 +22,7 @@ from __future__ import annotations
 # not in the process Spark starts for a streaming source's planning (offsets, partitions),
 # which imports this module at every start of the query.
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -143,6 +144,17 @@ class Packer:
              pa.array(slots, pa.int32()), pa.array([part] * n, pa.int64()),
              pa.array(blobs, pa.binary())],
             schema=PACKED_SCHEMA)
+
+
+def pack_all(routes: list[Route],
+             batches: Iterable[pa.RecordBatch | None]) -> Iterator[pa.RecordBatch]:
+    """A step's sequencer batches, packed by state key (`Packer`): what a source's `read`
+    yields."""
+    packer = Packer(routes)
+    for batch in batches:
+        packed = packer.pack(batch)
+        if packed is not None:
+            yield packed
 
 
 def unpack_rows(frames) -> pa.Table:
