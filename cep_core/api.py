@@ -381,9 +381,9 @@ class Stream:
         """Put back a `snapshot()`; this Stream must be fresh (nothing pushed yet). Bytes
         changed since the snapshot was taken (its checksum) or a snapshot of another
         stream raise `cep_core.snapshot_format.SnapshotError`, before anything changes."""
-        data = snapshot_format.unpack("stream", data, stream=self.schema.stream)
-        self._position, self._last_seq = _HEADER.unpack_from(data)
-        self._engines.restore(data[_HEADER.size:])
+        payload = snapshot_format.unpack("stream", data, stream=self.schema.stream)
+        self._position, self._last_seq = _HEADER.unpack_from(payload)
+        self._engines.restore(payload[_HEADER.size:])
 
 
 def read_batch(data: Any, schema: StreamSchema, fmt: str | None = None, position: int = 0,

@@ -95,12 +95,13 @@ def _key_ranks(batches: list[CompositeBatch]) -> np.ndarray:
     """Each composite's key as the rank of its JSON bytes among all keys (bytes compare
     as orjson.dumps(key) values do in sort_key)."""
     distinct_per_batch, codes_per_batch = [], []
+    codes: np.ndarray | list[int]
     for batch in batches:
         if isinstance(batch, ColumnBatch):
             ids, codes = np.unique(batch.keys.ids, return_inverse=True)
             texts = [orjson.dumps(k) for k in batch.keys.decode(ids)]
         else:
-            texts, codes = _distinct([orjson.dumps(row.get("key")) for row in batch.rows])
+            texts, codes = _distinct([orjson.dumps(row.get("key")) for row in batch.to_dicts()])
         distinct_per_batch.append(texts)
         codes_per_batch.append(np.asarray(codes, np.int64).reshape(-1))
     ranks = {text: r for r, text in enumerate(sorted({t for ts in distinct_per_batch

@@ -265,11 +265,14 @@ def _seq(checked: CheckedQuery, body: ast.SeqQuery) -> Explanation:
         key = f"n{neg.index}"
         out.nodes[key] = (f"NOT {_step(neg.step)}", "octagon")
         if neg.where is NegationAt.START:
+            assert neg.after is not None  # a plan has a positive item after a leading NOT
             where, anchor = f"before item {neg.after + 1}", f"i{neg.after}"
         elif neg.where is NegationAt.END:
+            assert neg.before is not None  # NegationAt.START when neg.before is None
             where, anchor = f"after item {neg.before + 1} (within the window)", \
                 f"i{neg.before}"
         else:
+            assert neg.before is not None and neg.after is not None  # NegationAt.BETWEEN
             where, anchor = f"between items {neg.before + 1} and {neg.after + 1}", \
                 f"i{neg.before}"
         out.edges.append(Edge(anchor, key, "none " + where.split(" (")[0], "dashed"))

@@ -35,8 +35,8 @@ from cep_core.iso_times import iso_times
 from cep_core.schema import AttrType, StreamSchema
 
 # Python types a column may hold for the fast path to accept it as is.
-_FAST_TYPES = {"int": {int}, "timestamp": {int}, "float": {int, float}, "bool": {bool},
-               "string": {str}}
+_FAST_TYPES: dict[str, set[type]] = {
+    "int": {int}, "timestamp": {int}, "float": {int, float}, "bool": {bool}, "string": {str}}
 
 
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20  # Kafka's default message.max.bytes

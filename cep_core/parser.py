@@ -13,6 +13,7 @@ import sys
 import tempfile
 from functools import lru_cache
 from pathlib import Path
+from typing import cast
 
 import lark
 from lark import Token, Transformer, v_args
@@ -152,12 +153,13 @@ def _check_depth(tree: lark.Tree, path: str, text: str) -> None:
 
 def _check_ast_depth(query: ast.Query, text: str) -> None:
     """The same bound on the AST, where operator chains (`a + b + c ...`) nest."""
-    stack = [(query, 1)]
+    stack: list[tuple[ast.Node, int]] = [(query, 1)]
     while stack:
         node, depth = stack.pop()
         if depth > MAX_TREE_DEPTH:
             raise QueryError(f"the query is nested too deeply (more than {MAX_TREE_DEPTH} "
-                             "levels of parentheses and operators)", node.pos, text)
+                             "levels of parentheses and operators)",
+                             getattr(node, "pos", query.pos), text)  # ast.Node declares no pos
         stack.extend((child, depth + 1) for child in node.children())
 
 
@@ -172,17 +174,23 @@ def _syntax_error(e: lark.UnexpectedInput, text: str, path: str) -> QueryError:
     if missing is not None:
         return missing
     if isinstance(e, lark.UnexpectedCharacters):
-        return QueryError(f"unexpected character {text[e.pos_in_stream]!r}",
+        return QueryError(f"unexpected character {text[_known(e.pos_in_stream)]!r}",
                           ast.Pos(path, e.line, e.column), text)
     if isinstance(e, lark.UnexpectedToken):
         return QueryError(_unexpected_token_message(e), _token_pos(path, e.token, text), text)
     return QueryError("unexpected end of file", _end_pos(path, text), text)
 
 
+def _known(position: int | None) -> int:
+    """A position lark types as Optional but sets on every token its lexer makes and on
+    every UnexpectedCharacters."""
+    return cast(int, position)
+
+
 def _error_offset(e: lark.UnexpectedInput, text: str) -> int:
     """Where in the text lark stopped (its length at the end of the text)."""
     if isinstance(e, lark.UnexpectedCharacters):
-        return e.pos_in_stream
+        return _known(e.pos_in_stream)
     token = getattr(e, "token", None)
     if token is None or token.type == "$END" or token.start_pos is None:
         return len(text)
@@ -208,7 +216,7 @@ def _missing_paren(text: str, path: str, offset: int) -> QueryError | None:
     tokens, stopped_at = [], None  # the tokens before where lark stopped, the one there
     try:
         for token in _lark().lex(text):
-            if token.start_pos >= offset:
+            if _known(token.start_pos) >= offset:
                 stopped_at = token
                 break
             tokens.append(token)
@@ -226,7 +234,7 @@ def _missing_paren(text: str, path: str, offset: int) -> QueryError | None:
     before = [i for i in range(first + 1, len(tokens)) if tokens[i].type in _CLAUSE_STARTS]
     for i in [*before, len(tokens)][:_MAX_REPAIRS]:
         previous = tokens[i - 1]
-        at = previous.end_pos
+        at = _known(previous.end_pos)
         if not _parses_past(text[:at] + ")" + text[at:], at, offset):
             continue
         found = tokens[i] if i < len(tokens) else stopped_at
@@ -238,7 +246,8 @@ def _missing_paren(text: str, path: str, offset: int) -> QueryError | None:
             opener, "the '('")
         return QueryError(f"expected ')' before {where} to close {what} at line "
                           f"{paren.line}, column {paren.column}",
-                          ast.Pos(path, previous.end_line, previous.end_column), text)
+                          ast.Pos(path, _known(previous.end_line),
+                                  _known(previous.end_column)), text)
     return None
 
 
@@ -274,7 +283,7 @@ def _describe_terminal(name: str) -> str:
 def _token_pos(path: str, token: Token, text: str) -> ast.Pos:
     if token.type == "$END" or token.line is None:
         return _end_pos(path, text)
-    return ast.Pos(path, token.line, token.column)
+    return ast.Pos(path, token.line, _known(token.column))
 
 
 def _end_pos(path: str, text: str) -> ast.Pos:

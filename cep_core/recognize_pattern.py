@@ -46,11 +46,11 @@ def recognize_elements(pattern: ast.Regex, error=None) -> list[RecognizeElement]
                              "take it")
         elif isinstance(item, ast.RSym):
             elements.append(RecognizeElement(item.name, 1, 1, True, item.pos))
-        elif isinstance(item, ast.RRepeat) and not isinstance(item.item, ast.RSym):
-            refuse(item.pos, "a quantifier on a group: Flink 2.3's MATCH_RECOGNIZE quantifies "
-                             "single variables only (A B+, not (A B)+)")
         elif isinstance(item, ast.RRepeat):
-            if item.max is not None and (item.max < item.min or item.max == 0):
+            if not isinstance(item.item, ast.RSym):
+                refuse(item.pos, "a quantifier on a group: Flink 2.3's MATCH_RECOGNIZE "
+                                 "quantifies single variables only (A B+, not (A B)+)")
+            elif item.max is not None and (item.max < item.min or item.max == 0):
                 refuse(item.pos, f"quantifier {{{item.min},{item.max}}}: the upper bound must "
                                  "be at least 1 and at least the lower bound")
             elif item.reluctant and item.min == 0 and item.max == 1:

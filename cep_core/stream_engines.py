@@ -326,7 +326,7 @@ class StreamEngines:
                 arrays.update({f"w_{k}": v for k, v in window_arrays.items()})
         return snapshot_format.pack_arrays("engines", meta, arrays)
 
-    def restore(self, data: bytes) -> None:
+    def restore(self, data: bytes | memoryview) -> None:
         """Put back a snapshot taken from engines with the same queries."""
         meta, arrays = snapshot_format.unpack_arrays("engines", data)
         for s in meta["strings"]:
