@@ -312,9 +312,9 @@ class _QueryChecker(ast.Visitor):
             self.error(body_pos, "PATTERN matches only the empty sequence; a match needs at least "
                             "one event")
         for position in ra.first(pattern):
-            define = defines.get(getattr(position, "name", None))
-            if define is not None and _reads_aggregates(define.condition):
-                self.error(position.pos, f"predicate '{define.name}' reads aggregates but can "
+            start = defines.get(position.name) if isinstance(position, ast.RSym) else None
+            if start is not None and _reads_aggregates(start.condition):
+                self.error(position.pos, f"predicate '{start.name}' reads aggregates but can "
                                          "start a match (transition out of the start state); "
                                          "nothing has been matched yet")
 
@@ -369,7 +369,7 @@ class _QueryChecker(ast.Visitor):
         if step.within is not None:
             self.duration(step.within)
         if step.anchor is not None:
-            self._anchor(step, index, variables)
+            self._anchor(step, step.anchor, index, variables)
 
     def _kleene_bounds(self, step: ast.Step) -> None:
         if step.min < 1:
@@ -379,8 +379,9 @@ class _QueryChecker(ast.Visitor):
             self.error(step.pos, f"Kleene step '{step.var}': upper bound {step.max} is below "
                                  f"lower bound {step.min}")
 
-    def _anchor(self, step: ast.Step, index: int, variables: dict[str, Var]) -> None:
-        anchor = variables.get(step.anchor)
+    def _anchor(self, step: ast.Step, name: str, index: int,
+                variables: dict[str, Var]) -> None:
+        anchor = variables.get(name)
         if anchor is None:
             self.error(step.pos, f"unknown variable '{step.anchor}' after FROM (bound: "
                                  f"{', '.join(variables)})")
@@ -393,11 +394,12 @@ class _QueryChecker(ast.Visitor):
 
     def _seq_shape(self, body: ast.SeqQuery) -> None:
         steps = [step for item in body.steps for step in _members(item)]
-        policies = [step for step in steps if step.policy is not None]
+        policies = [(step, step.policy) for step in steps if step.policy is not None]
         if policies and body.strategy is not ast.Strategy.SKIP_TILL_ANY_MATCH:
-            self.error(policies[0].pos, f"{policies[0].policy.value.upper()} is a selection "
-                                        f"policy of its own; it cannot be combined with USING "
-                                        f"{body.strategy.value}")
+            policed, policy = policies[0]
+            self.error(policed.pos, f"{policy.value.upper()} is a selection "
+                                    f"policy of its own; it cannot be combined with USING "
+                                    f"{body.strategy.value}")
         if all(step.kind is ast.StepKind.NEGATED for step in steps):
             if len(steps) == 1:
                 self.error(steps[0].pos, "NOT cannot be the only step: a match needs a "
@@ -609,7 +611,8 @@ class _QueryChecker(ast.Visitor):
         if isinstance(body.window, ast.TimeWindow):
             window_attr = self._time_window(body.window)
         else:
-            window_attr = self._row_window(body.window)
+            self._row_window(body.window)
+            window_attr = None
         self._key_attrs(body.group_by, "GROUP BY")
         if body.where is not None:
             self.condition(body.where, WINDOW_WHERE, "WHERE")
@@ -728,7 +731,7 @@ class _QueryChecker(ast.Visitor):
 
     def visit_Binary(self, node: ast.Binary, scope: Scope) -> ExprType | None:
         duration = self._delta_duration(node)
-        if duration is not None:
+        if duration is not None and duration.duration is not None:  # (always, when found)
             # Delta is in the stream's time unit: so is the duration, as a plain int from here
             # on (recomputed from `duration` each time, so checking twice changes nothing).
             units = self.duration(duration.duration, positive=False)
@@ -880,7 +883,7 @@ class _QueryChecker(ast.Visitor):
             return _INVALID
         if arg is None or arg.var is None:
             kleene = _example_var(scope, kleene=True)
-            example = (f"count({kleene})" if node.func is A.COUNT
+            example = (f"count({kleene})" if node.func is A.COUNT or arg is None  # count(*)
                        else f"{node.func.value}({kleene}.{arg.name})")
             self.error(node.pos, f"an aggregate in a SEQ pattern is over a Kleene variable, "
                                  f"as in {example}")
@@ -913,6 +916,7 @@ class _QueryChecker(ast.Visitor):
         if arg is None:
             return None
         if node.func is A.COUNT and arg.name == "":  # count(price): Attr(name="", var="price")
+            assert arg.var is not None
             kind = self.types[arg] = self.attribute_type(arg.var, arg.pos)
             return kind
         if arg.var is not None:

@@ -191,7 +191,7 @@ def validate(value: bytes | None, key: bytes | None = None,
     a valid stream schema of that name."""
     kind, key_name = parse_key(key) if key is not None else (QUERY, None)
     if value is None:
-        if key is None:
+        if key_name is None:  # no key (parse_key names every key it returns)
             raise ControlMessageError("empty control message without a key")
         return ControlMessage(Op.REMOVE, key_name, kind=kind)
     if len(value) > MAX_MESSAGE_BYTES:
@@ -204,7 +204,7 @@ def validate(value: bytes | None, key: bytes | None = None,
     problems = violations(_validator(), data)
     if problems:
         raise ControlMessageError("control message: " + "; ".join(problems))
-    if key_name is not None and key_name != data["name"]:
+    if key is not None and key_name is not None and key_name != data["name"]:
         raise ControlMessageError(f"control message for {kind} {data['name']!r} has the key "
                                   f"{key.decode('utf-8', 'replace')!r}")
     op, name, text = Op(data["op"]), data["name"], data.get("text", "")
@@ -306,7 +306,8 @@ def _json_type(value) -> str:
         return "a boolean"
     if isinstance(value, (int, float)):
         return "a number"
-    return {dict: "an object", list: "an array", str: "a string"}[type(value)]
+    names: dict[type, str] = {dict: "an object", list: "an array", str: "a string"}
+    return names[type(value)]
 
 
 def _shown(value) -> str:
@@ -365,8 +366,8 @@ class LiveRegistry(SchemaRegistry):
             return self.streams[stream][0]
         return None if stream in self.removed else self.base.get(stream)
 
-    def add(self, schema: StreamSchema) -> None:
-        self.base.add(schema)
+    def add(self, schema: StreamSchema, origin: str = "added") -> None:
+        self.base.add(schema, origin)
 
     def names(self) -> list[str]:
         return sorted((set(self.base.names()) - self.removed) | set(self.streams))

@@ -20,7 +20,7 @@ from __future__ import annotations
 # Deferred imports: each query kind's compiler and engine (numba kernels built at import) load
 # when the first engine of that kind is made.
 
-from cep_core.ast import QueryKind, Strategy
+from cep_core.ast import QueryKind, SeqQuery, Strategy
 from cep_core.batch import StringDictionary
 from cep_core.checked import CheckedQuery
 from cep_core.engine.base import Engine
@@ -76,10 +76,11 @@ def cpu_engine(checked: CheckedQuery, strings: StringDictionary, **options) -> E
 def _seq_uses_aip(checked: CheckedQuery, algorithm: str) -> bool:
     """The planner: runs (skip-till-next-match, strict contiguity) and a forced "aip" go
     to incremental automata; the rest to column-based delayed processing."""
+    body = checked.query.body
+    assert isinstance(body, SeqQuery)  # asked for SEQ queries only
     algorithm = Algorithm.of(algorithm)
     return algorithm is Algorithm.AIP or (algorithm is Algorithm.AUTO and
-                                          checked.query.body.strategy
-                                          is not Strategy.SKIP_TILL_ANY_MATCH)
+                                          body.strategy is not Strategy.SKIP_TILL_ANY_MATCH)
 
 
 def compile_program(checked: CheckedQuery):
