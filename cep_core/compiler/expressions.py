@@ -119,8 +119,8 @@ class ExpressionCompiler(ast.Visitor):
 
     def visit_Binary(self, node: ast.Binary) -> Code:
         if node.op in (ast.BinaryOp.AND, ast.BinaryOp.OR):
-            left, right = self.condition(node.left), self.condition(node.right)
-            return Code(f"({left} {node.op.lower()} {right})")
+            tests = self.condition(node.left), self.condition(node.right)
+            return Code(f"({tests[0]} {node.op.lower()} {tests[1]})")
         left, right = self.compile(node.left), self.compile(node.right)
         if node.op in _COMPARE:
             a, b = left.value, right.value

@@ -46,6 +46,7 @@ def load_module(body: str) -> ModuleType:
         os.replace(tmp, path)
     _write_bytecode(path)
     spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None  # as for any .py file
     module = importlib.util.module_from_spec(spec)
     # Registered before running it: numba's on-disk cache re-imports a cached function's
     # module by name when it loads it in a later process.

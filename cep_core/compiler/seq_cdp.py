@@ -171,9 +171,9 @@ class CdpGenerator(MatchCodeGenerator):
         # slower: the candidate buffers are sized before it, and a terminator that fills the
         # output arrays or the pending table is redone with larger ones (`redo_lines`).
         fetch = self.fetch_lines()
-        for name, c in self.scratch.items():
-            fetch += [f"if I{c}.shape[0] > {name}.shape[0]:",
-                      f"    {name} = np.empty(2 * I{c}.shape[0], np.int64)"]
+        for name, channel in self.scratch.items():
+            fetch += [f"if I{channel}.shape[0] > {name}.shape[0]:",
+                      f"    {name} = np.empty(2 * I{channel}.shape[0], np.int64)"]
         enum = fetch + self.redo_lines(start + items)
         self.redo_when_full = False
         body += [f"{name} = np.empty(256, np.int64)" for name in self.scratch]
@@ -210,7 +210,7 @@ class CdpGenerator(MatchCodeGenerator):
             elif narrow:
                 lows.append(f"ets - {self.W}")
         within = self.plan.step_within(step)
-        if within is not None:
+        if within is not None and step.anchor is not None:  # WITHIN w FROM anchor: both
             anchor = self.plan.variables[step.anchor]
             lows.append(f"I{anchor.channel}[r{anchor.index}, 1] - {within}")
         if ts_narrow is None:
@@ -533,7 +533,7 @@ class CdpGenerator(MatchCodeGenerator):
 
     def gen_final(self, st: dict) -> list[str]:
         plan = self.plan
-        lines = []
+        lines: list[str] = []
         body = ["nm += 1",
                 "if nm > cap_m:",
                 "    stop = True",

@@ -33,7 +33,7 @@ def indent(lines: list[str], n: int = 1) -> list[str]:
     return ["    " * n + line for line in lines]
 
 
-def emit_store_lines(j: int, kind: str, code, row: str) -> list[str]:
+def emit_store_lines(j: int, kind: str | None, code, row: str) -> list[str]:
     """Kernel lines storing EMIT item j (compiled `code` of type `kind`) of match `row`
     into the output arrays: `ovi` (ints, string codes, bools as 0/1) or `ovf`, and its
     NULL flag in `ovn`."""
@@ -77,7 +77,7 @@ class Layout:
 
     @classmethod
     def of(cls, schema) -> Layout:
-        slots, ints, floats = {}, [], []
+        slots, ints, floats = {}, list[str](), list[str]()
         for name, kind in schema.attributes.items():
             if kind == AttrType.FLOAT:
                 slots[name] = (Row.FLOAT, len(floats))

@@ -44,13 +44,15 @@ class ChannelLeaves:
         return Code(self.gen.column(channel, row, node.name))
 
     def aggregate(self, node: ast.Aggregate) -> Code:
-        channel, arr, count = self.kleene[node.arg.var]
-        if node.arg.name == "" or node.func is A.COUNT:
+        arg = node.arg
+        assert arg is not None  # the checker admits SEQ aggregates over a Kleene variable only
+        channel, arr, count = self.kleene[arg.var]
+        if arg.name == "" or node.func is A.COUNT:
             return Code(count)
         t = self.gen.fresh("g")
         j = self.gen.fresh("j")
-        kind = self.gen.kind(node.arg.name)
-        value = self.gen.column(channel, f"{arr}[{j}]", node.arg.name)
+        kind = self.gen.kind(arg.name)
+        value = self.gen.column(channel, f"{arr}[{j}]", arg.name)
         self.pre.extend(self._fold(node.func, t, j, f"range({count})", value, kind))
         return self._result(node.func, t)
 

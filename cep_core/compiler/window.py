@@ -283,6 +283,7 @@ def plan(checked: CheckedQuery) -> WindowPlan:
             else:  # the window attribute: its value is the window end
                 items.append((name, (wk.Output.END,)))
             continue
+        assert isinstance(expr, ast.Aggregate)  # the checker admits attributes and aggregates
         func, attr = expr.func, aggregate_attr(expr)
         kind = None if attr is None else schema.attributes[attr]
         A = ast.AggFunc

@@ -46,7 +46,7 @@ def install() -> None:
         return None  # the guard swallowed an I/O error: numba compiles instead
 
     load_overload.__doc__ = original.__doc__
-    cache.load_overload = load_overload
+    cache.load_overload = load_overload  # type: ignore[method-assign]  # patching numba's class
     _install_light_environments()
     _installed = True
 
