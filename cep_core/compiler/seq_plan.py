@@ -171,7 +171,9 @@ class SeqPlan:
     def __init__(self, checked: CheckedQuery):
         self.checked = checked
         self.query = checked.query
-        self.body: ast.SeqQuery = checked.query.body
+        body = checked.query.body
+        assert isinstance(body, ast.SeqQuery)  # a plan is made for SEQ queries only
+        self.body = body
         self.schema = checked.schema
         self.by_ts = self.body.order_by_ts
         self.strategy = self.body.strategy
@@ -245,8 +247,9 @@ class SeqPlan:
         for step in self.all_steps():
             if step.anchor is not None:
                 anchor = self.variables.get(step.anchor)
-                if anchor is None or anchor.kind != ItemKind.SINGLE or \
-                        anchor.item <= self.variables[step.var].item:
+                step_item = self.variables[step.var].item  # None for a negated step
+                if anchor is None or anchor.kind != ItemKind.SINGLE or anchor.item is None \
+                        or step_item is None or anchor.item <= step_item:
                     raise ValueError(f"{step.pos}: WITHIN ... FROM {step.anchor}: the anchor "
                                      "must be a later positive step")
         self.uses_runs = self.strategy is not ast.Strategy.SKIP_TILL_ANY_MATCH
@@ -326,7 +329,7 @@ class SeqPlan:
             if var in dist:
                 return dist[var]
             step = steps[var]
-            if step.anchor is None or depth > len(steps):
+            if step.anchor is None or step.within is None or depth > len(steps):
                 return None
             base = distance(step.anchor, depth + 1)
             if base is None:
@@ -335,4 +338,5 @@ class SeqPlan:
             return dist[var]
 
         found = {v: distance(v) for v in steps}
-        return None if any(d is None for d in found.values()) else found
+        known = {v: d for v, d in found.items() if d is not None}
+        return known if len(known) == len(found) else None

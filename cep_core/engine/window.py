@@ -99,6 +99,7 @@ class _Grouping:
             return zeros[:b - a]
         if self.kind is GroupKeyKind.DENSE:
             return np.ascontiguousarray(batch.columns[self.attrs[0]][a:b], dtype=np.int64)
+        assert self.index is not None  # GENERAL has one
         return self.index.assign(batch.slice(a, b))
 
     def size(self, strings: StringDictionary) -> int:
@@ -107,6 +108,7 @@ class _Grouping:
             return 1
         if self.kind is GroupKeyKind.DENSE:
             return len(strings)
+        assert self.index is not None
         return len(self.index)
 
     def key(self, kid: int) -> tuple:
@@ -114,7 +116,10 @@ class _Grouping:
             return ()
         if self.kind is GroupKeyKind.DENSE:
             return (kid,)
-        return self.index.values[kid]
+        assert self.index is not None
+        key = self.index.values[kid]
+        assert key is not None  # asked for live keys only (a released one's is None)
+        return key
 
 
 class _Query:
@@ -429,7 +434,7 @@ class WindowQuerySet:
                     self._tables = StringTables(strings)
                 self._tables.refresh()
             size = len(strings)
-            tables = self._tables.arrays() if self._needs_tables else self._dummy_tables
+            tables = self._table_arrays()
             for predicate in self._order:
                 if predicate.compiled.dense is not None and predicate.table.shape[0] < size:
                     predicate.table = self._per_code(predicate, predicate.table.shape[0], size,
@@ -447,7 +452,13 @@ class WindowQuerySet:
             for query in self.queries.values():
                 query.cover(self.groupings[query.group_attrs].size(strings))
             self._seen_strings = size
-        return self._tables.arrays() if self._needs_tables else self._dummy_tables
+        return self._table_arrays()
+
+    def _table_arrays(self) -> tuple[np.ndarray, ...]:
+        if not self._needs_tables:
+            return self._dummy_tables
+        assert self._tables is not None  # made above when strings are refreshed
+        return self._tables.arrays()
 
     def _per_code(self, predicate: _Predicate, old: int, size: int, tables) -> np.ndarray:
         """A dense predicate's table extended to codes old..size-1 (the result for a code
