@@ -260,7 +260,10 @@ class SeqInterpreter:
     def __init__(self, checked: CheckedQuery):
         self.checked = checked
         self.query = checked.query
-        self.body: ast.SeqQuery = checked.query.body
+        body = checked.query.body
+        if not isinstance(body, ast.SeqQuery):
+            raise TypeError(f"query {checked.name} is not a SEQ query")
+        self.body = body
         self.schema = checked.schema
         self.by_ts = self.body.order_by_ts
         self.window = checked.time_units(self.body.within) if self.body.within else None
@@ -329,10 +332,10 @@ class SeqInterpreter:
         for c in [*self.conjuncts, *itertools.chain(*self.cancel_conjuncts.values())]:
             if not c.vars <= known:
                 raise ValueError(f"WHERE mentions unknown variables {sorted(c.vars - known)}")
-        for item in self.body.emit:
-            c = _analyse(item.expr, self.kleene_vars)
+        for emit in self.body.emit:
+            c = _analyse(emit.expr, self.kleene_vars)
             if not c.vars <= known:
-                raise ValueError(f"{item.pos}: EMIT mentions unknown variables "
+                raise ValueError(f"{emit.pos}: EMIT mentions unknown variables "
                                  f"{sorted(c.vars - known)}")
             if c.elementwise or c.vars & set(self.negated):
                 raise ValueError(f"{item.pos}: EMIT reads positive variables, Kleene ones "
@@ -471,7 +474,8 @@ class SeqInterpreter:
     def _positive_events(self, bindings: dict) -> list[Event]:
         return self._events_of(bindings, self.steps)
 
-    def _item_events(self, bindings: dict, i: int) -> list[Event]:
+    def _item_events(self, bindings: dict, i: int | None) -> list[Event]:
+        assert i is not None  # a negation's neighbour on the side its place says it has
         return self._events_of(bindings, [s.var for s in self.items[i].steps])
 
     def _within_window(self, events: list[Event]) -> bool:
@@ -754,11 +758,11 @@ class SeqInterpreter:
     def _time_out(self, part: _Partition) -> list[dict]:
         """ON TIMEOUT EMIT PARTIAL: the runs whose window the partition's event time has
         passed (now > first.ts + W) leave, each reported as a timed-out partial match."""
-        now = self._now(part)
-        if not self.body.emit_timeouts or now is None:
+        now, window = self._now(part), self.window
+        if not self.body.emit_timeouts or now is None or window is None:  # (it needs WITHIN)
             return []
-        expired = [run for run in part.runs if now > run.first_ts + self.window]
-        part.runs = [run for run in part.runs if not now > run.first_ts + self.window]
+        expired = [run for run in part.runs if now > run.first_ts + window]
+        part.runs = [run for run in part.runs if not now > run.first_ts + window]
         return [self._timed_out_composite(part, run.bindings) for run in expired]
 
     def _timed_out_composite(self, part: _Partition, bindings: dict) -> dict:
@@ -845,8 +849,8 @@ class SeqInterpreter:
         out = {"query": self.query.name, "key": part.key, "seq": last_seq,
                "start_seq": first_seq, "events": events}
         env = _SeqEnv(self, part, bindings)
-        for item in self.body.emit:
-            out[item.name] = evaluate(item.expr, env)
+        for emit in self.body.emit:
+            out[emit.name] = evaluate(emit.expr, env)
         return out
 
     # ------------------------------------------------------------ memory
@@ -883,7 +887,7 @@ class SeqInterpreter:
             if var in dist:
                 return dist[var]
             step = self.steps[var]
-            if step.anchor is None or depth > len(self.steps):
+            if step.anchor is None or step.within is None or depth > len(self.steps):
                 return None
             base = distance(step.anchor, depth + 1)
             if base is None:
@@ -892,11 +896,12 @@ class SeqInterpreter:
             return dist[var]
 
         found = [distance(v) for v in self.steps]
-        return None if any(d is None for d in found) else max(found)
+        known = [d for d in found if d is not None]
+        return max(known) if len(known) == len(found) else None
 
     def _prune(self, part: _Partition) -> None:
-        if self.horizon is None or not part.events:
-            return
+        if self.horizon is None or not part.events or part.last_ts is None:
+            return  # (last_ts is set once there are events)
         oldest = [part.last_ts, *(p.first_ts for p in part.pending),
                   *(r.first_ts for r in part.runs)]
         threshold = min(oldest) - self.horizon
