@@ -31,6 +31,9 @@ class JavaPriorityQueue(Generic[T]):
     def peek(self) -> T | None:
         return self.items[0] if self.items else None
 
+    def element(self) -> T:  # the head of a queue that is not empty (IndexError if it is)
+        return self.items[0]
+
     def add(self, item: T) -> None:
         self.items.append(item)
         self._sift_up(len(self.items) - 1, item)

@@ -141,7 +141,10 @@ def _unless(state: State, var: str) -> None:
 
 def program(checked: CheckedQuery) -> Nfa:
     """The automaton of a checked MATCH_RECOGNIZE query."""
-    return compile_nfa(recognize_elements(checked.query.body.pattern))
+    body = checked.query.body
+    if not isinstance(body, ast.RecognizeQuery):
+        raise TypeError(f"query {checked.name} is not a MATCH_RECOGNIZE query")
+    return compile_nfa(recognize_elements(body.pattern))
 
 
 # ---------------------------------------------------------------- expressions (SQL's rules)
@@ -181,7 +184,9 @@ class RecognizeEvaluator(Evaluator):
     def visit_Call(self, node: ast.Call, env):
         name = node.name.upper()
         if name == "PREV":
-            return env.prev(node.args[0], self, node.args[1].value if len(node.args) > 1 else 1)
+            offset = node.args[1] if len(node.args) > 1 else None
+            assert offset is None or isinstance(offset, ast.Literal)  # the checker's rule
+            return env.prev(node.args[0], self, 1 if offset is None else offset.value)
         if name == "MATCH_ROWTIME":  # in DEFINE: the current row's time (Flink's)
             return env.rowtime if env.rowtime is not None else env.rows[-1][1].ts
         if name == "MATCH_PROCTIME":  # the machine's clock, as Flink's
@@ -225,24 +230,25 @@ class _Rows(Env):
         if node.func is ast.AggFunc.COUNT:  # COUNT(*), or COUNT(B.price): its non-NULLs
             return len(events) if node.arg is None else \
                 sum(event.attrs.get(node.arg.name) is not None for event in events)
+        assert node.arg is not None  # only COUNT(*) has no argument
         values = [event.attrs.get(node.arg.name) for event in events]
         func = node.func
         if func in (ast.AggFunc.FIRST, ast.AggFunc.LAST):  # with Flink's logical offset
             row = node.offset if func is ast.AggFunc.FIRST else len(values) - 1 - node.offset
             return values[row] if 0 <= row < len(values) else None
-        values = [v for v in values if v is not None]  # SQL's aggregates skip NULLs
-        if not values:
+        present = [v for v in values if v is not None]  # SQL's aggregates skip NULLs
+        if not present:
             return None
         if func is ast.AggFunc.MIN:
-            return min(values)
+            return min(present)
         if func is ast.AggFunc.MAX:
-            return max(values)
-        total = sum(values)
+            return max(present)
+        total = sum(present)
         if func is ast.AggFunc.SUM:
             return total
-        if all(isinstance(v, int) for v in values):  # AVG of an INT column is an INT
-            return _truncate(total, len(values))
-        return total / len(values)
+        if all(isinstance(v, int) for v in present):  # AVG of an INT column is an INT
+            return _truncate(total, len(present))
+        return total / len(present)
 
     def prev(self, expr: ast.Expr, evaluator: RecognizeEvaluator, offset: int = 1):
         """PREV(expr, offset): expr on the row `offset` rows (1 unless given) before the one
@@ -289,7 +295,7 @@ class _Partition:
 
 
 def _queue(items: list[Computation]) -> JavaPriorityQueue[Computation]:
-    queue = JavaPriorityQueue(key=lambda c: c.start)
+    queue: JavaPriorityQueue[Computation] = JavaPriorityQueue(key=lambda c: c.start)
     queue.add_all(items)
     return queue
 
@@ -391,7 +397,7 @@ class RecognizeInterpreter:
         completed ones they held back may leave at that time."""
         if self.within is None:
             return []
-        out = []
+        out: list[dict] = []
         while True:
             ends = [c.rows[0][1].ts + self.within for c in part.partial if c.rows]
             if not ends or (ts is not None and min(ends) > ts):
@@ -456,7 +462,7 @@ class RecognizeInterpreter:
         started on the same row does not hold them back), the queue's head first; each
         prunes the partial and completed matches its skip strategy skips."""
         out = []
-        while part.completed and part.completed.peek().start <= part.partial.peek().start:
+        while part.completed and part.completed.element().start <= part.partial.element().start:
             match = part.completed.poll()
             limit, inclusive = self._skip_bound(match)
             for queue in (part.partial, part.completed):
