@@ -111,8 +111,6 @@ class Composites(Sequence):
             other = other.to_dicts()
         return isinstance(other, list) and self.to_dicts() == other
 
-    __hash__ = None
-
     def __repr__(self) -> str:
         return f"Composites({len(self)} composite events in {len(self.batches)} batches)"
 

@@ -37,7 +37,7 @@ def synthetic_events(schema, n: int = SYNTHETIC_EVENTS) -> list:
     types = list(getattr(schema, "types", None) or [])
     events = []
     for i in range(n):
-        attrs = {}
+        attrs: dict[str, object] = {}
         for name, kind in schema.attributes.items():
             if name == schema.time:
                 attrs[name] = i * second
@@ -51,7 +51,7 @@ def synthetic_events(schema, n: int = SYNTHETIC_EVENTS) -> list:
                 attrs[name] = i % 2 == 0
             else:
                 attrs[name] = i % 7
-        events.append(Event(i, attrs[schema.time], attrs))
+        events.append(Event(i, i * second, attrs))
     return events
 
 

@@ -149,7 +149,7 @@ class _FollowFiller(ast.Visitor):
     def __init__(self, table: dict[int, list[Position]]):
         self.table = table
 
-    def generic_visit(self, r: ast.Regex) -> None:
+    def generic_visit(self, node: ast.Node, *args: object) -> None:
         """A position or the empty regex: nothing follows inside it."""
 
     def visit_RCat(self, r: ast.RCat) -> None:

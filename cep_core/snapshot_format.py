@@ -345,8 +345,8 @@ def _identified(k: Kind, version: int, fields: dict, expect: dict) -> Envelope:
                 f"written for another {name} (kept under another key or file, or copied "
                 f"from another deployment?). Restore the one of {name} {wanted!r} "
                 f"{k.discard}")
-    return Envelope(k.name, version, True, *(fields.get(n) for n in IDENTITY),
-                    fields.get("generation"))
+    return Envelope(k.name, version, True, fields.get("stream"), fields.get("partition"),
+                    fields.get("shard"), fields.get("generation"))  # IDENTITY's order
 
 
 def _unchecked(k: Kind, version: int, fields: dict, warn: bool = True) -> Envelope:

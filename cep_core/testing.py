@@ -220,7 +220,7 @@ class _ReferenceStream:
         from cep_core.composite import sort_key
         from cep_core.composites import Composites
 
-        found = []
+        found: list[tuple[tuple, dict]] = []
         for q, interp in self._interpreters:
             found.extend((sort_key(c, q.index), c) for c in step(interp))
             self.dead_letters.extend(
