@@ -45,7 +45,10 @@ def estimated_cost(checked: CheckedQuery) -> float | None:
     if checked.query.kind is not QueryKind.SEQ:
         return None
     from cep_core.compiler.seq_plan import SeqPlan
-    plan = SeqPlan(checked)
+    return _cost(SeqPlan(checked))
+
+
+def _cost(plan) -> float:
     columns = len(plan.items) + len(plan.window_aggregates)
     return float("inf") if plan.horizon is None else float(plan.horizon * columns)
 
@@ -76,7 +79,7 @@ def place(checked: CheckedQuery, placement: str = "auto",
     from cep_core.compiler.seq_plan import SeqPlan
     plan = SeqPlan(checked)
     reason = unsupported_reason(plan)
-    cost = estimated_cost(checked)
+    cost = _cost(plan)
     if reason is not None:
         return Placement(name, Target.CPU, reason, cost)
     target = device.target()
