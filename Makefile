@@ -76,14 +76,12 @@ bench: venv
 # pyproject.toml). CI runs it before the tests.
 # mypy knows modules by their folders' names, and the folders are not named as the packages
 # install (setup.py maps them): it checks a tree of links that is.
-TYPED := build/typed
+TYPED ?= build/typed
 lint: $(STAMP)
 	$(BIN)/ruff check cep_core services accel bench tests
-	rm -rf $(TYPED) && mkdir -p $(TYPED)/cep_service
-	ln -s $(CURDIR)/cep_core $(TYPED)/cep_core && ln -s $(CURDIR)/accel $(TYPED)/cep_accel
-	for f in $(CURDIR)/services/*; do ln -s $$f $(TYPED)/cep_service/; done
-	ln -s $(CURDIR)/bench $(TYPED)/cep_service/bench
-	cd $(TYPED) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml
+	rm -rf $(TYPED) && $(BIN)/python -m tests.layout $(TYPED)
+	cd $(TYPED) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml \
+		--cache-dir $(CURDIR)/$(TYPED).mypy_cache
 
 clean:
 	rm -rf $(VENV) build *.egg-info
