@@ -27,12 +27,24 @@ from __future__ import annotations
 # Deferred imports: the compilers (numba's import, kernel modules) load when a query is
 # admitted, not when the checker is imported.
 
+from typing import TYPE_CHECKING, Protocol
+
 from cep_core import ast
 from cep_core import regex_analysis as ra
 from cep_core.errors import QueryError
 from cep_core.query_limits import QueryLimits, limits, pane_bytes
 
-def admit(checked, source: str | None = None,
+if TYPE_CHECKING:
+    from cep_core.checked import CheckedQuery
+    from cep_core.compiler.window import WindowPlan
+
+
+class _Located(Protocol):
+    @property
+    def pos(self) -> ast.Pos: ...
+
+
+def admit(checked: CheckedQuery, source: str | None = None,
           limit: QueryLimits | None = None) -> list[QueryError]:
     """The refusals of a checked query (`CheckedQuery`) beyond the language's checks."""
     from cep_core.compiler.match import MAX_POSITIONS
@@ -57,15 +69,16 @@ def admit(checked, source: str | None = None,
     return []
 
 
-def _at(*nodes) -> ast.Pos:
+def _at(*nodes: _Located) -> ast.Pos:
     for node in nodes:
-        pos = getattr(node, "pos", None)
+        pos: ast.Pos | None = getattr(node, "pos", None)
         if pos is not None and pos.line > 0:
             return pos
     return nodes[-1].pos
 
 
-def _window_bounds(plan_, where: ast.Pos, source, limit) -> list[QueryError]:
+def _window_bounds(plan_: WindowPlan, where: ast.Pos, source: str | None,
+                   limit: QueryLimits) -> list[QueryError]:
     from cep_core.kernels import window_kernels as wk
 
     if plan_.panes > limit.panes:

@@ -10,9 +10,11 @@ composite batches and the CSV reader share.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 if TYPE_CHECKING:
@@ -39,7 +41,7 @@ def empty_table(schema: pa.Schema) -> pa.Table:
     return pa.Table.from_batches([], schema=schema)
 
 
-def to_numpy(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+def to_numpy(column: pa.Array | pa.ChunkedArray) -> npt.NDArray[Any]:
     """The values of a numeric or bool column (read-only where memory is shared); a null
     slot holds whatever Arrow left there (a float column: NaN, as pyarrow gives)."""
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
@@ -51,7 +53,8 @@ def to_numpy(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
         return values[array.offset:].view(bool)
     dtype = _NUMPY.get(array.type)
     if dtype is None:
-        return array.to_numpy(zero_copy_only=False)
+        converted: npt.NDArray[Any] = array.to_numpy(zero_copy_only=False)
+        return converted
     if not len(array):
         return np.zeros(0, dtype=dtype)
     values = np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array),
@@ -61,11 +64,11 @@ def to_numpy(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return values
 
 
-def is_null(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+def is_null(column: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.bool_]:
     return to_numpy(column.is_null())
 
 
-def from_numpy(values: np.ndarray) -> pa.Array:
+def from_numpy(values: npt.NDArray[Any]) -> pa.Array:
     """An int64, float64 or bool numpy column as an Arrow array, sharing its memory (bools
     are packed to bits)."""
     if values.dtype == np.bool_:
@@ -85,7 +88,8 @@ def strings(values: list[str]) -> pa.Array:
                                  [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
 
 
-def array(values, arrow_type: pa.DataType, mask: np.ndarray | None = None) -> pa.Array:
+def array(values: npt.NDArray[Any] | Sequence[Any], arrow_type: pa.DataType,
+          mask: npt.NDArray[np.bool_] | None = None) -> pa.Array:
     """`pa.array(values, arrow_type, mask=mask)` without pandas, for numpy columns of a
     fixed-width type (or bool) and lists of strings (None: null); `mask` marks nulls."""
     if pa.types.is_string(arrow_type) and not isinstance(values, np.ndarray):
@@ -108,8 +112,8 @@ def array(values, arrow_type: pa.DataType, mask: np.ndarray | None = None) -> pa
     return _with_validity(arrow_type, len(values), [data], mask)
 
 
-def _with_validity(arrow_type: pa.DataType, n: int, buffers: list,
-                   nulls: np.ndarray | None) -> pa.Array:
+def _with_validity(arrow_type: pa.DataType, n: int, buffers: list[pa.Buffer],
+                   nulls: npt.NDArray[np.bool_] | None) -> pa.Array:
     if nulls is None or not nulls.any():
         return pa.Array.from_buffers(arrow_type, n, [None, *buffers])
     valid = pa.py_buffer(np.packbits(~np.asarray(nulls, dtype=bool), bitorder="little"))
@@ -117,7 +121,7 @@ def _with_validity(arrow_type: pa.DataType, n: int, buffers: list,
                                  null_count=int(np.count_nonzero(nulls)))
 
 
-def segment_rows(base: np.ndarray, count: np.ndarray) -> np.ndarray:
+def segment_rows(base: npt.ArrayLike, count: npt.ArrayLike) -> npt.NDArray[np.int64]:
     """The rows base[p] .. base[p] + count[p] - 1 of every p, concatenated."""
     count = np.asarray(count, np.int64)
     total = int(count.sum())

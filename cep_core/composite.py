@@ -7,12 +7,16 @@ and "window_end"; EMIT and SELECT items add their fields.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import orjson
 
+from cep_core.ast import Attr
 from cep_core.events import Event
 
 
-def partition_key(attrs: list, event: Event):
+def partition_key(attrs: Sequence[Attr], event: Event) -> Any:
     """The value of PARTITION BY / GROUP BY for an event: None, one value, or a list."""
     if not attrs:
         return None
@@ -21,7 +25,7 @@ def partition_key(attrs: list, event: Event):
     return [event.attrs[a.name] for a in attrs]
 
 
-def constituent_seqs(composite: dict) -> list[int]:
+def constituent_seqs(composite: dict[str, Any]) -> list[int]:
     """The seqs of the simple events a composite event is made of, in pattern order
     (SEQ: the bound events; others: the first event's seq)."""
     events = composite.get("events")
@@ -36,7 +40,7 @@ def constituent_seqs(composite: dict) -> list[int]:
     return seqs
 
 
-def sort_key(composite: dict, query_index: int) -> tuple:
+def sort_key(composite: dict[str, Any], query_index: int) -> tuple[int, int, list[int], int, bytes]:
     """Deterministic output order: seq of the last event, the query's place in its file,
     the constituent events' seqs, then window end and key for windows."""
     return (composite["seq"], query_index, constituent_seqs(composite),

@@ -7,13 +7,16 @@ part keep the order of the batches."""
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 
 from cep_core.composite import constituent_seqs, sort_key
 from cep_core.composite_batch import ColumnBatch, CompositeBatch
 
+Int64s = npt.NDArray[np.int64]
 
-def order(batches: list[CompositeBatch], query_index: dict[str, int]) -> np.ndarray:
+
+def order(batches: list[CompositeBatch], query_index: dict[str, int]) -> Int64s:
     """Indices into the composites of `batches` (concatenated) in output order."""
     batches = [b for b in batches if len(b)]
     if not batches:
@@ -35,29 +38,29 @@ def order(batches: list[CompositeBatch], query_index: dict[str, int]) -> np.ndar
     return np.lexsort(columns + [index, seq])
 
 
-def _ties(seq: np.ndarray, index: np.ndarray) -> bool:
+def _ties(seq: Int64s, index: Int64s) -> bool:
     return bool(np.any((seq[1:] == seq[:-1]) & (index[1:] == index[:-1])))
 
 
-def _seqs(batch: CompositeBatch) -> np.ndarray:
+def _seqs(batch: CompositeBatch) -> Int64s:
     if isinstance(batch, ColumnBatch):
         return np.asarray(batch.seq, np.int64)
     return np.array([row["seq"] for row in batch.to_dicts()], np.int64)
 
 
-def _query_indexes(batch: CompositeBatch, query_index: dict[str, int]) -> np.ndarray:
+def _query_indexes(batch: CompositeBatch, query_index: dict[str, int]) -> Int64s:
     if isinstance(batch, ColumnBatch):
         return np.full(len(batch), query_index[batch.query], np.int64)
     return np.array([query_index[row["query"]] for row in batch.to_dicts()], np.int64)
 
 
-def _window_ends(batch: CompositeBatch) -> np.ndarray:
+def _window_ends(batch: CompositeBatch) -> Int64s:
     if isinstance(batch, ColumnBatch):
         return np.zeros(len(batch), np.int64)
     return np.array([row.get("window_end", 0) for row in batch.to_dicts()], np.int64)
 
 
-def _constituents(batch: CompositeBatch) -> tuple[np.ndarray, np.ndarray]:
+def _constituents(batch: CompositeBatch) -> tuple[Int64s, Int64s]:
     """(matrix, lengths): row m holds the `lengths[m]` constituent seqs of composite m
     (the rest of the row is 0)."""
     if isinstance(batch, ColumnBatch):
@@ -79,11 +82,11 @@ def _constituents(batch: CompositeBatch) -> tuple[np.ndarray, np.ndarray]:
     return matrix, lengths
 
 
-def _present(matrix: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def _present(matrix: Int64s, lengths: Int64s) -> npt.NDArray[np.bool_]:
     return np.arange(matrix.shape[1]) < lengths[:, None]
 
 
-def _padded(matrix: np.ndarray, lengths: np.ndarray, width: int, pad: int) -> np.ndarray:
+def _padded(matrix: Int64s, lengths: Int64s, width: int, pad: int) -> Int64s:
     """The matrix `width` wide, every place past a row's length set to `pad`, below every
     seq: a list that is a prefix of another sorts first, as Python compares lists."""
     out = np.full((matrix.shape[0], width), pad, np.int64)
@@ -91,11 +94,11 @@ def _padded(matrix: np.ndarray, lengths: np.ndarray, width: int, pad: int) -> np
     return out
 
 
-def _key_ranks(batches: list[CompositeBatch]) -> np.ndarray:
+def _key_ranks(batches: list[CompositeBatch]) -> Int64s:
     """Each composite's key as the rank of its JSON bytes among all keys (bytes compare
     as orjson.dumps(key) values do in sort_key)."""
     distinct_per_batch, codes_per_batch = [], []
-    codes: np.ndarray | list[int]
+    codes: Int64s | list[int]
     for batch in batches:
         if isinstance(batch, ColumnBatch):
             ids, codes = np.unique(batch.keys.ids, return_inverse=True)
@@ -110,13 +113,13 @@ def _key_ranks(batches: list[CompositeBatch]) -> np.ndarray:
                            for texts, codes in zip(distinct_per_batch, codes_per_batch)])
 
 
-def _distinct(values: list) -> tuple[list, list[int]]:
-    seen: dict = {}
+def _distinct(values: list[bytes]) -> tuple[list[bytes], list[int]]:
+    seen: dict[bytes, int] = {}
     codes = [seen.setdefault(v, len(seen)) for v in values]
     return list(seen), codes
 
 
-def _python_order(batches: list[CompositeBatch], query_index: dict[str, int]) -> np.ndarray:
+def _python_order(batches: list[CompositeBatch], query_index: dict[str, int]) -> Int64s:
     rows = [row for b in batches for row in b.to_dicts()]
     keys = [sort_key(row, query_index[row["query"]]) for row in rows]
     return np.array(sorted(range(len(rows)), key=keys.__getitem__), np.int64)

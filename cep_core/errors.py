@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from enum import StrEnum
+from typing import Any
 
 from cep_core.ast import Pos
 
@@ -33,7 +34,7 @@ class Problem:
     column: int | None = None
     source_line: str | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 

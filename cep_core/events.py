@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -11,12 +12,12 @@ class Event:
 
     seq: int
     ts: int
-    attrs: dict = field(hash=False)
+    attrs: dict[str, Any] = field(hash=False)
 
-    def __getitem__(self, name: str):
+    def __getitem__(self, name: str) -> Any:
         return self.attrs[name]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The event as it appears inside a composite event: `seq` plus its attributes."""
         return {"seq": self.seq, **self.attrs}
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from dataclasses import dataclass, field
+from typing import Any
 
 from cep_core import ast
 from cep_core.checked import CheckedQuery, select_name
@@ -38,7 +39,7 @@ _PRECEDENCE = {"OR": 1, "AND": 2, "=": 4, "!=": 4, "<": 4, "<=": 4, ">": 4, ">="
                "+": 5, "-": 5, "*": 6, "/": 6, "%": 6}
 
 
-def unparse(node, parent: int = 0) -> str:
+def unparse(node: ast.Expr | ast.Regex, parent: int = 0) -> str:
     """An expression (or regex) as the query language writes it."""
     if isinstance(node, ast.Literal):
         if node.duration is not None:
@@ -72,7 +73,7 @@ def unparse(node, parent: int = 0) -> str:
     return _regex(node)
 
 
-def _regex(node) -> str:
+def _regex(node: ast.Regex) -> str:
     if isinstance(node, ast.RSym):
         return node.name
     if isinstance(node, ast.RAny):
@@ -119,7 +120,7 @@ class Explanation:
         return "\n".join([f"query {self.name} ({self.kind}): {self.headline}",
                           *(f"  {line}" for line in self.lines)])
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "headline": self.headline,
                 "lines": self.lines,
                 "nodes": [{"id": k, "label": v[0], "shape": v[1]}

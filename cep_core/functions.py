@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from cep_core.checked import NUMERIC, ExprType
 
@@ -31,7 +32,7 @@ class Function:
     name: str
     params: tuple[Param, ...]
     result: ExprType | None  # None: the arguments' numeric type (a float if any is one)
-    impl: Callable
+    impl: Callable[..., Any]
     pure: bool = True
 
     def result_type(self, arg_types: list[ExprType | None]) -> ExprType:
@@ -40,15 +41,15 @@ class Function:
         return self.result
 
 
-def _nullsafe(f: Callable) -> Callable:
-    def call(*args):
+def _nullsafe(f: Callable[..., Any]) -> Callable[..., Any]:
+    def call(*args: Any) -> Any:
         if any(a is None for a in args):
             return None
         return f(*args)
     return call
 
 
-def _widen(result, *args):
+def _widen(result: float, *args: object) -> float:
     """A float when any argument is one, as the checker types the result."""
     return float(result) if any(isinstance(a, float) for a in args) else result
 

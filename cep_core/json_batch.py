@@ -21,8 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import repeat
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -52,12 +54,12 @@ class DecodedMessages:
     each table row, the index of its message in the batch; `dead`: the bad messages."""
 
     table: pa.Table
-    rows: np.ndarray
+    rows: npt.NDArray[np.int64]
     dead: list[DeadLetter]
 
 
-def decode_messages(raws: list[bytes], schema: StreamSchema, positions: np.ndarray, *,
-                    offsets: np.ndarray | None = None, partition: int | None = None,
+def decode_messages(raws: list[bytes], schema: StreamSchema, positions: npt.NDArray[np.int64], *,
+                    offsets: npt.NDArray[np.int64] | None = None, partition: int | None = None,
                     source: str = "source",
                     max_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES) -> DecodedMessages:
     """Messages `raws` whose default seqs are `positions` and whose source offsets are
@@ -84,8 +86,8 @@ def decode_messages(raws: list[bytes], schema: StreamSchema, positions: np.ndarr
     return _slow(raws, schema, positions, offsets, partition, source, max_bytes)
 
 
-def decode_json_batch(raws: list[bytes], schema: StreamSchema, positions: np.ndarray,
-                      source: str = "source", *, offsets: np.ndarray | None = None,
+def decode_json_batch(raws: list[bytes], schema: StreamSchema, positions: npt.NDArray[np.int64],
+                      source: str = "source", *, offsets: npt.NDArray[np.int64] | None = None,
                       partition: int | None = None,
                       max_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
                       ) -> tuple[pa.Table, list[DeadLetter]]:
@@ -96,14 +98,15 @@ def decode_json_batch(raws: list[bytes], schema: StreamSchema, positions: np.nda
     return decoded.table, decoded.dead
 
 
-def _loads(raws: list[bytes]) -> list | None:
+def _loads(raws: list[bytes]) -> list[Any] | None:
     try:
         return list(map(orjson.loads, raws))
     except orjson.JSONDecodeError:
         return None
 
 
-def _fast_columns(records: list, schema: StreamSchema, positions: np.ndarray) -> pa.Table | None:
+def _fast_columns(records: list[Any], schema: StreamSchema,
+                  positions: npt.NDArray[np.int64]) -> pa.Table | None:
     if set(map(type, records)) - {dict}:
         return None
     if any(map(dict.__contains__, records, repeat("seq"))):
@@ -134,8 +137,8 @@ def _fast_columns(records: list, schema: StreamSchema, positions: np.ndarray) ->
     return pa.Table.from_arrays(arrays, schema=arrow_schema(schema))
 
 
-def _slow(raws: list[bytes], schema: StreamSchema, positions: np.ndarray,
-          offsets: np.ndarray | None, partition: int | None, source: str,
+def _slow(raws: list[bytes], schema: StreamSchema, positions: npt.NDArray[np.int64],
+          offsets: npt.NDArray[np.int64] | None, partition: int | None, source: str,
           max_bytes: int | None) -> DecodedMessages:
     good = []
     rows = []

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
 from importlib.metadata import entry_points
+from types import ModuleType
 
 from cep_core.choices import one_of
 
@@ -73,11 +74,12 @@ class PlacementUnavailable(RuntimeError):
 
 
 @cache
-def placement_policy(name: str = "gpu"):
+def placement_policy(name: str = "gpu") -> ModuleType:
     """The policy module registered as `name` in POLICY_GROUP (loaded once)."""
     found = entry_points(group=POLICY_GROUP, name=name)
     if not found:
         raise PlacementUnavailable(
             f"no placement policy {name!r} is installed (entry point group {POLICY_GROUP}); "
             "reinstall cep-service (pip install -e . in a checkout) or use placement cpu")
-    return next(iter(found)).load()
+    policy: ModuleType = next(iter(found)).load()
+    return policy

@@ -10,10 +10,16 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from cep_core import ast
 from cep_core.errors import QueryError
+
+if TYPE_CHECKING:
+    from cep_core.compiler.window import WindowPlan
 
 
 class QueryStateLimit(MemoryError):
@@ -30,9 +36,9 @@ class QueryLimits:
            "state_bytes": "CEP_MAX_QUERY_STATE_BYTES"}
 
     @classmethod
-    def from_env(cls, environ=None) -> QueryLimits:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> QueryLimits:
         environ = os.environ if environ is None else environ
-        values = {}
+        values: dict[str, int] = {}
         for field, name in cls.ENV.items():
             text = environ.get(name)
             if text is None or text == "":
@@ -63,7 +69,9 @@ def check_text_size(text: str, path: str, limit: QueryLimits | None = None) -> N
                          ast.Pos(path, 1, 1))
 
 
-def pane_bytes(plan_, wk) -> int:
-    """Bytes one pane of one group takes in the WINDOW engine's state arrays."""
-    return 8 * (wk.B_SIZE + len(plan_.int_accs) + len(plan_.float_accs)
-                + len(plan_.exact_sums) * wk.XSIZE)
+def pane_bytes(plan_: WindowPlan, wk: ModuleType) -> int:
+    """Bytes one pane of one group takes in the WINDOW engine's state arrays (`wk`: the
+    module cep_core.kernels.window_kernels)."""
+    size: int = 8 * (wk.B_SIZE + len(plan_.int_accs) + len(plan_.float_accs)
+                     + len(plan_.exact_sums) * wk.XSIZE)
+    return size

@@ -103,12 +103,14 @@ _NULLABLE, _ACCEPTS_NONEMPTY, _FIRST, _LAST = _Nullable(), _AcceptsNonempty(), _
 
 def nullable(r: ast.Regex) -> bool:
     """Whether the regex accepts the empty sequence."""
-    return _NULLABLE.visit(r)
+    found: bool = _NULLABLE.visit(r)
+    return found
 
 
 def accepts_nonempty(r: ast.Regex) -> bool:
     """Whether the regex accepts some sequence of at least one event."""
-    return _ACCEPTS_NONEMPTY.visit(r)
+    found: bool = _ACCEPTS_NONEMPTY.visit(r)
+    return found
 
 
 def matches_only_empty(r: ast.Regex) -> bool:
@@ -123,12 +125,14 @@ def positions(r: ast.Regex) -> list[Position]:
 
 def first(r: ast.Regex) -> list[Position]:
     """Positions that can begin a match: the transitions out of the start state."""
-    return _FIRST.visit(r)
+    found: list[Position] = _FIRST.visit(r)
+    return found
 
 
 def last(r: ast.Regex) -> list[Position]:
     """Positions that can end a match: the accepting states (besides a nullable start)."""
-    return _LAST.visit(r)
+    found: list[Position] = _LAST.visit(r)
+    return found
 
 
 def first_symbols(r: ast.Regex) -> set[str]:
