@@ -5,9 +5,15 @@ attribute kinds, and the `prefetch` intrinsic the kernels call."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
+from numba.core.base import BaseContext
+from numba.core.typing.context import Context
+from numba.core.typing.templates import Signature
 from numba.extending import intrinsic
 
 # Status codes the kernel returns with the index of the event it stopped before.
@@ -24,21 +30,29 @@ def dtype_of(kind: str) -> str:
     return {"float": "float64", "bool": "bool_"}.get(kind, "int64")
 
 
+# llvmlite is untyped: its IR values are Any.
+Codegen = Callable[[BaseContext, Any, Signature, Sequence[Any]], Any]
+
+
 @intrinsic
-def prefetch(typingctx, array, index):
+def prefetch(typingctx: Context, array: types.Type, index: types.Type
+             ) -> tuple[Signature, Codegen] | None:
     """Hint the CPU to fetch `array[index]` into cache (LLVM's prefetch: read, keep)."""
     if not isinstance(array, types.Array):
         return None
 
-    def codegen(context, builder, signature, args):
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+    def codegen(context: BaseContext, builder: Any, signature: Signature,
+                args: Sequence[Any]) -> Any:
+        # numba's lowering API (BaseContext, cgutils) is unannotated
+        array_of = context.make_array(signature.args[0])  # type: ignore[no-untyped-call]
+        data = array_of(context, builder, args[0]).data
         i8p = ir.IntType(8).as_pointer()
         i32 = ir.IntType(32)
-        function = cgutils.get_or_insert_function(
+        function = cgutils.get_or_insert_function(  # type: ignore[no-untyped-call]
             builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
             "llvm.prefetch.p0")
         address = builder.bitcast(builder.gep(data, [args[1]]), i8p)
         builder.call(function, [address, i32(0), i32(3), i32(1)])
-        return context.get_dummy_value()
+        return context.get_dummy_value()  # type: ignore[no-untyped-call]
 
     return types.void(array, index), codegen

@@ -14,8 +14,13 @@ the list head only. Dead nodes are reclaimed by `pool_compact` between batches.
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
+
 import numpy as np
+import numpy.typing as npt
 from numba import njit
+
+I64 = npt.NDArray[np.int64]
 
 AIP_RUNTIME_VERSION = 1  # bump when a signature or a behaviour here changes
 
@@ -27,7 +32,7 @@ R_FIXED = 5
 
 
 @njit(cache=True)
-def seg_regrow(IT, ibase, isize, icnt, itop, need):
+def seg_regrow(IT: I64, ibase: I64, isize: I64, icnt: I64, itop: I64, need: int) -> I64:
     """A larger table, every segment copied compactly (empty ones give up their room),
     with at least `need` free rows at its top."""
     live = 0
@@ -55,7 +60,8 @@ def seg_regrow(IT, ibase, isize, icnt, itop, need):
 
 
 @njit(cache=True)
-def seg_reserve(IT, ibase, isize, icnt, itop, q, need):
+def seg_reserve(IT: I64, ibase: I64, isize: I64, icnt: I64, itop: I64, q: int,
+                need: int) -> I64:
     """Room for `need` rows in key q's segment (its current rows kept); returns the
     (possibly reallocated) table."""
     if need <= isize[q]:
@@ -77,7 +83,7 @@ def seg_reserve(IT, ibase, isize, icnt, itop, q, need):
 
 
 @njit(cache=True)
-def grow_pool(NR, NP, need):
+def grow_pool(NR: I64, NP: I64, need: int) -> tuple[I64, I64]:
     size = max(2 * NR.shape[0], need, 64)
     A = np.empty(size, np.int64)
     B = np.empty(size, np.int64)
@@ -88,7 +94,8 @@ def grow_pool(NR, NP, need):
 
 
 @njit(cache=True)
-def kmat(NR, NP, head, count, off, buf, extra):
+def kmat(NR: I64, NP: I64, head: int, count: int, off: int, buf: I64, extra: int
+         ) -> tuple[I64, int]:
     """The elements of a Kleene list as rows relative to the partition's channel table
     (`off` = rows evicted), oldest first, plus `extra` (a relative row) when >= 0.
     Returns (buffer, number of elements)."""
@@ -107,7 +114,7 @@ def kmat(NR, NP, head, count, off, buf, extra):
 
 
 @njit(cache=True)
-def same_list(NR, NP, h1, h2, count):
+def same_list(NR: I64, NP: I64, h1: int, h2: int, count: int) -> bool:
     """Two Kleene lists of `count` elements hold the same rows."""
     a = h1
     b = h2
@@ -122,7 +129,7 @@ def same_list(NR, NP, h1, h2, count):
 
 
 @njit(cache=True)
-def expire(IT, ibase, icnt, qpart, last_ts):
+def expire(IT: I64, ibase: I64, icnt: I64, qpart: I64, last_ts: I64) -> int:
     """Drop every instance whose deadline its partition's event time has passed (keys no
     event visited lately keep expired instances until this sweep). Returns rows left."""
     left = 0
@@ -143,7 +150,8 @@ def expire(IT, ibase, icnt, qpart, last_ts):
 
 
 @njit(cache=True)
-def pool_compact(IT, ibase, icnt, kslots, NR, NP, top):
+def pool_compact(IT: I64, ibase: I64, icnt: I64, kslots: I64, NR: I64, NP: I64, top: int
+                 ) -> tuple[I64, I64, int]:
     """Keep only the pool nodes reachable from live instances (renumbered, order kept, so
     a node's predecessor still has a smaller index); instance heads are rewritten.
     Returns (NR, NP, new top)."""
@@ -179,7 +187,8 @@ def pool_compact(IT, ibase, icnt, kslots, NR, NP, top):
 
 
 @njit(cache=True)
-def assign_subkeys(pid, vals, table, kp, kv, n):
+def assign_subkeys(pid: I64, vals: I64, table: MutableMapping[tuple[int, int], int], kp: I64,
+                   kv: I64, n: int) -> tuple[I64, I64, I64, int]:
     """Dense ids for (partition id, class value) pairs (values as int64 bits), in order
     of first appearance: `table` maps a pair to its id, `kp`/`kv` hold the pairs by id.
     Returns (ids, kp, kv, number of ids)."""
@@ -205,6 +214,7 @@ def assign_subkeys(pid, vals, table, kp, kv, n):
 
 
 @njit(cache=True)
-def fill_subkeys(table, kp, kv, n):
+def fill_subkeys(table: MutableMapping[tuple[int, int], int], kp: I64, kv: I64, n: int
+                 ) -> None:
     for q in range(n):
         table[(kp[q], kv[q])] = q

@@ -12,7 +12,12 @@ arena's top `top[c]`; a full arena is copied, compacted, into a larger one.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 from numba import njit
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+Rows = npt.NDArray[np.generic]  # a buffer of any dtype (the grow_* helpers keep it)
 
 RUNTIME_VERSION = 3  # bump when a signature or a behaviour here changes
 
@@ -21,7 +26,7 @@ SEQ, TS = 0, 1  # the first two columns of a channel's int64 rows
 
 
 @njit(cache=True)
-def first_row(A, col, x, strict):
+def first_row(A: I64, col: int, x: int, strict: bool) -> int:
     """First row whose column `col` is > x (`strict`) or >= x; rows sorted on `col`."""
     lo = 0
     hi = A.shape[0]
@@ -38,31 +43,31 @@ def first_row(A, col, x, strict):
 # Deliberately like cep_core/kernels/seq_runtime.py's lb_ts to ub_seq (each other): one-line numba
 # entry points over first_row, named for their call sites
 @njit(cache=True)
-def lb_ts(A, x):
+def lb_ts(A: I64, x: int) -> int:
     """First row with ts >= x."""
     return first_row(A, TS, x, False)
 
 
 @njit(cache=True)
-def ub_ts(A, x):
+def ub_ts(A: I64, x: int) -> int:
     """First row with ts > x."""
     return first_row(A, TS, x, True)
 
 
 @njit(cache=True)
-def lb_seq(A, x):
+def lb_seq(A: I64, x: int) -> int:
     """First row with seq >= x."""
     return first_row(A, SEQ, x, False)
 
 
 @njit(cache=True)
-def ub_seq(A, x):
+def ub_seq(A: I64, x: int) -> int:
     """First row with seq > x."""
     return first_row(A, SEQ, x, True)
 
 
 @njit(cache=True)
-def grow_rows(a, need):
+def grow_rows(a: Rows, need: int) -> Rows:
     size = max(2 * a.shape[0], need, 16)
     b = np.empty((size, a.shape[1]), a.dtype)
     for i in range(a.shape[0]):
@@ -72,7 +77,7 @@ def grow_rows(a, need):
 
 
 @njit(cache=True)
-def grow_1d(a, need):
+def grow_1d(a: Rows, need: int) -> Rows:
     size = max(2 * a.shape[0], need, 16)
     b = np.empty(size, a.dtype)
     for i in range(a.shape[0]):
@@ -81,18 +86,20 @@ def grow_1d(a, need):
 
 
 @njit(cache=True)
-def grow_out(om, ovi, ovf, ovn, need):
+def grow_out(om: Rows, ovi: Rows, ovf: Rows, ovn: Rows, need: int
+             ) -> tuple[Rows, Rows, Rows, Rows]:
     return grow_rows(om, need), grow_rows(ovi, need), grow_rows(ovf, need), \
         grow_rows(ovn, need)
 
 
 @njit(cache=True)
-def grow_el(oe_i, oe_f, need):
+def grow_el(oe_i: Rows, oe_f: Rows, need: int) -> tuple[Rows, Rows]:
     return grow_rows(oe_i, need), grow_rows(oe_f, need)
 
 
 @njit(cache=True)
-def _regrow(AI, AF, base, size, cnt, evicted, top, c, need, keep_from):
+def _regrow(AI: I64, AF: F64, base: I64, size: I64, cnt: I64, evicted: I64, top: I64, c: int,
+            need: int, keep_from: I64) -> tuple[I64, F64]:
     """A larger arena for channel c, compacted, with room for `need` more rows at its top.
     Rows older than `keep_from[q]` (the eviction threshold of partition q) are dropped on
     the way; a partition left with no rows gives up its segment."""
@@ -129,8 +136,9 @@ def _regrow(AI, AF, base, size, cnt, evicted, top, c, need, keep_from):
 
 
 @njit(cache=True)
-def append_row(AI, AF, base, size, cnt, evicted, top, p, c, EI, EF, t, thr, evict,
-               last_ts, pfirst, horizon):
+def append_row(AI: I64, AF: F64, base: I64, size: I64, cnt: I64, evicted: I64, top: I64,
+               p: int, c: int, EI: I64, EF: F64, t: int, thr: int, evict: int,
+               last_ts: I64, pfirst: I64, horizon: int) -> tuple[I64, F64]:
     """Append event t of the batch to partition p's rows in channel c; returns the
     (possibly reallocated) arena. `thr`: rows of p older than it are no longer needed
     (when `evict`); other partitions' thresholds come from last_ts, pfirst and horizon."""
@@ -187,7 +195,8 @@ def append_row(AI, AF, base, size, cnt, evicted, top, p, c, EI, EF, t, thr, evic
 
 
 @njit(cache=True)
-def compact_pending(pd, pk, phead, ptail, ctr, kslots, n_alive, n_kleene):
+def compact_pending(pd: I64, pk: I64, phead: I64, ptail: I64, ctr: I64, kslots: I64,
+                    n_alive: int, n_kleene: int) -> tuple[I64, I64]:
     """Copy the live pending records (each partition's list in order) to new arrays;
     `kslots` are the record columns holding (offset, count) of Kleene rows in `pk`."""
     npd = np.empty((max(2 * n_alive, 16), pd.shape[1]), np.int64)

@@ -41,22 +41,36 @@ from __future__ import annotations
 
 import math
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 from numba import njit
 
-try:  # count trailing zeros as one instruction
-    from numba.cpython.unsafe.numbers import trailing_zeros as _tz
-except ImportError:  # pragma: no cover - older/newer numba without the intrinsic
-    _DEBRUIJN = np.array([0, 1, 48, 2, 57, 49, 28, 3, 61, 58, 50, 42, 38, 29, 17, 4, 62, 55,
-                          59, 36, 53, 51, 43, 22, 45, 39, 33, 30, 24, 18, 12, 5, 63, 47, 56,
-                          27, 60, 41, 37, 16, 54, 35, 52, 21, 44, 32, 23, 11, 46, 26, 40, 15,
-                          34, 20, 31, 10, 25, 14, 19, 9, 13, 8, 7, 6], dtype=np.int64)
+I64 = npt.NDArray[np.int64]
+U64 = npt.NDArray[np.uint64]
+U8 = npt.NDArray[np.uint8]
+F64 = npt.NDArray[np.float64]
 
-    @njit(cache=True)
-    def _tz(m):
-        return _DEBRUIJN[((m & (~m + np.uint64(1))) * np.uint64(0x03F79D71B4CB0A89))
-                         >> np.uint64(58)]
+if TYPE_CHECKING:
+    # What numba's intrinsic is to numba code (its stub types a call from Python: Never).
+    def _tz(m: np.uint64) -> np.uint64:
+        """The number of trailing zero bits of m."""
+        ...
+else:
+    try:  # count trailing zeros as one instruction
+        from numba.cpython.unsafe.numbers import trailing_zeros as _tz
+    except ImportError:  # pragma: no cover - older/newer numba without the intrinsic
+        _DEBRUIJN = np.array([0, 1, 48, 2, 57, 49, 28, 3, 61, 58, 50, 42, 38, 29, 17, 4, 62,
+                              55, 59, 36, 53, 51, 43, 22, 45, 39, 33, 30, 24, 18, 12, 5, 63,
+                              47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21, 44, 32, 23, 11, 46,
+                              26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9, 13, 8, 7, 6],
+                             dtype=np.int64)
+
+        @njit(cache=True)
+        def _tz(m):
+            return _DEBRUIJN[((m & (~m + np.uint64(1))) * np.uint64(0x03F79D71B4CB0A89))
+                             >> np.uint64(58)]
 
 I64_MIN = np.iinfo(np.int64).min
 I64_MAX = np.iinfo(np.int64).max
@@ -122,7 +136,7 @@ XNORM_EVERY = (1 << 28) - 1
 
 
 @njit(cache=True, inline="always")
-def x_add(xst, row, a, v):
+def x_add(xst: I64, row: int, a: int, v: float) -> None:
     """Add the float v to the exact sum xst[row, a] (indexes, not a view: the per-event
     path makes no array views)."""
     if v == 0.0:
@@ -149,7 +163,7 @@ def x_add(xst, row, a, v):
 
 
 @njit(cache=True)
-def x_normalize(x):
+def x_normalize(x: I64) -> None:
     """Carry from the lowest digit in use up: digits in [0, 2**32), the top one signed."""
     lo = x[XLO]
     if lo > x[XHI]:
@@ -172,7 +186,7 @@ def x_normalize(x):
 
 
 @njit(cache=True)
-def x_merge(acc, x):
+def x_merge(acc: I64, x: I64) -> None:
     """acc += x (acc normalised before and after)."""
     lo, hi = x[XLO], x[XHI]
     if lo > hi:
@@ -187,7 +201,7 @@ def x_merge(acc, x):
 
 
 @njit(cache=True)
-def _bits(x, pos, k):
+def _bits(x: I64, pos: int, k: int) -> np.int64:
     """k <= 53 bits of a normalised non-negative number from bit `pos` up."""
     q = pos >> 5
     r = pos & 31
@@ -200,7 +214,7 @@ def _bits(x, pos, k):
 
 
 @njit(cache=True)
-def x_round(acc):
+def x_round(acc: I64) -> float:
     """The exact sum in `acc` rounded to the nearest float, ties to even (destroys acc)."""
     lo = acc[XLO]
     if lo > acc[XHI]:
@@ -250,7 +264,7 @@ def x_round(acc):
 
 
 @njit(cache=True)
-def exact_sum(values):
+def exact_sum(values: F64) -> float:
     """math.fsum of an array (tests compare the two)."""
     x = np.zeros((1, 1, XSIZE), dtype=np.int64)
     x[0, 0, XLO] = XLIMBS
@@ -266,7 +280,7 @@ def exact_sum(values):
 
 
 @njit(cache=True)
-def prefix_max(wt, out):
+def prefix_max(wt: I64, out: I64) -> None:
     """out[i] = max(wt[:i]) (NEG_INF for i = 0), for i in 0..n."""
     cur = NEG_INF
     out[0] = cur
@@ -278,7 +292,7 @@ def prefix_max(wt, out):
 
 
 @njit(cache=True)
-def table_bits(out, table, codes):
+def table_bits(out: U64, table: U8, codes: I64) -> None:
     """Predicate bits of a predicate on one dictionary-coded attribute: table[code]."""
     n = codes.shape[0]
     nw = (n + 63) >> 6
@@ -292,7 +306,7 @@ def table_bits(out, table, codes):
 
 
 @njit(cache=True)
-def transpose64(a):
+def transpose64(a: U64) -> None:
     """In place: bit c of a[r] becomes bit r of a[c] (a 64 x 64 bit matrix)."""
     j = 32
     m = np.uint64(0x00000000FFFFFFFF)
@@ -308,7 +322,7 @@ def transpose64(a):
 
 
 @njit(cache=True)
-def mask_rows(pv, rows, masks, codes):
+def mask_rows(pv: U64, rows: I64, masks: U64, codes: I64) -> None:
     """Predicate bits of many predicates on one dictionary-coded attribute at once.
 
     masks[code, p >> 6] has bit p & 63 set when predicate p holds for the code; the bit
@@ -331,7 +345,7 @@ def mask_rows(pv, rows, masks, codes):
 
 
 @njit(cache=True)
-def unpack_bits(words, n, out):
+def unpack_bits(words: U64, n: int, out: U8) -> None:
     for i in range(n):
         out[i] = (words[i >> 6] >> np.uint64(i & 63)) & np.uint64(1)
 
@@ -340,8 +354,9 @@ def unpack_bits(words, n, out):
 
 
 @njit(cache=True)
-def _emit(g, j, cfg, st, base, ist, fst, xst, ikind, fkind, s_rank, lastpane,
-          out_i, out_f, acc):
+def _emit(g: int, j: int, cfg: I64, st: I64, base: I64, ist: I64, fst: F64, xst: I64,
+          ikind: I64, fkind: I64, s_rank: I64, lastpane: I64, out_i: I64, out_f: F64,
+          acc: I64) -> None:
     """One result row: group g, window j, its panes combined."""
     P = cfg[CF_PANES]
     ni = ist.shape[1]
@@ -410,8 +425,9 @@ def _emit(g, j, cfg, st, base, ist, fst, xst, ikind, fkind, s_rank, lastpane,
 
 
 @njit(cache=True)
-def _release(clock, cfg, st, base, ist, fst, xst, ikind, fkind, s_rank, lastpane, isact,
-             active, out_i, out_f, acc):
+def _release(clock: int, cfg: I64, st: I64, base: I64, ist: I64, fst: F64, xst: I64,
+             ikind: I64, fkind: I64, s_rank: I64, lastpane: I64, isact: U8, active: I64,
+             out_i: I64, out_f: F64, acc: I64) -> bool:
     """Release every window holding data whose end is below `clock`, in end order.
     False when the output buffer is full (call again after draining it)."""
     s = cfg[CF_SLIDE]
@@ -444,7 +460,7 @@ def _release(clock, cfg, st, base, ist, fst, xst, ikind, fkind, s_rank, lastpane
 
 
 @njit(cache=True, inline="always")
-def _fold_int(kind, cur, v, s_rank):
+def _fold_int(kind: int, cur: int, v: int, s_rank: I64) -> int:
     """An int accumulator (min, max, sum of ints; min, max of string codes) takes v."""
     if kind == I_MAX:
         return v if v > cur else cur
@@ -458,9 +474,11 @@ def _fold_int(kind, cur, v, s_rank):
 
 
 @njit(cache=True)
-def run_query(cfg, st, pv, crow, start, n, wt, pmx, seq, kid, loc, imat, fmat, s_rank,
-              ikind, icol, fkind, fcol, xcol, base, ist, fst, xst, lastpane, isact,
-              active, newk, out_i, out_f, dl):
+def run_query(cfg: I64, st: I64, pv: U64, crow: I64, start: int, n: int, wt: I64, pmx: I64,
+              seq: I64, kid: I64, loc: I64, imat: I64, fmat: F64, s_rank: I64, ikind: I64,
+              icol: I64, fkind: I64, fcol: I64, xcol: I64, base: I64, ist: I64, fst: F64,
+              xst: I64, lastpane: I64, isact: U8, active: I64, newk: I64, out_i: I64,
+              out_f: F64, dl: I64) -> int:
     """Fold events start..n-1 of a chunk into one query's panes and release its windows.
 
     `pv[crow[c]]` are the bit rows (64 events a word) of the query's WHERE conjuncts;
