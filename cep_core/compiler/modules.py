@@ -15,6 +15,7 @@ import os
 import py_compile
 import sys
 import tempfile
+from pathlib import Path
 from types import ModuleType
 
 from cep_core.home import kernel_cache_dir
@@ -56,7 +57,7 @@ def load_module(body: str) -> ModuleType:
     return module
 
 
-def _write_bytecode(path) -> None:
+def _write_bytecode(path: Path) -> None:
     """The module's .pyc in `__pycache__` beside it, if missing or stale, even where Python
     writes none itself (PYTHONDONTWRITEBYTECODE): a later process then loads the bytecode
     instead of compiling the source again (~5 ms a kernel module). A cache folder that

@@ -73,6 +73,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from cep_core import ast
 from cep_core.compiler.expressions import STRING_TABLE_PARAMS
@@ -83,9 +84,18 @@ from cep_core.compiler.seq_codegen import (
     indent,
     seq_runtime_import,
 )
-from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
+from cep_core.compiler.seq_codegen_leaves import ChannelLeaves, KleeneRows, VarRows
 from cep_core.compiler.seq_codegen_matches import MatchCodeGenerator
-from cep_core.compiler.seq_plan import Conjunct, ItemKind, NegationAt, SeqPlan, VarKind
+from cep_core.compiler.seq_plan import (
+    Conjunct,
+    Item,
+    ItemKind,
+    Negation,
+    NegationAt,
+    SeqPlan,
+    Var,
+    VarKind,
+)
 from cep_core.kernels.seq_aip_runtime import (
     AIP_RUNTIME_VERSION,
     R_DL,
@@ -208,26 +218,27 @@ class AipGenerator(MatchCodeGenerator):
             return set()
         out = set()
         for neg in self.plan.negations:
-            if neg.where is not NegationAt.BETWEEN or \
-                    self.items[neg.before].kind == ItemKind.KLEENE:
+            before = neg.before  # (None only at the start)
+            if neg.where is not NegationAt.BETWEEN or before is None or \
+                    self.items[before].kind == ItemKind.KLEENE:
                 continue
-            earlier = {s.var for item in self.items[:neg.before + 1] for s in item.steps}
+            earlier = {s.var for item in self.items[:before + 1] for s in item.steps}
             if not all(c.vars - {neg.step.var} <= earlier for c in neg.conjuncts):
                 continue
-            if self.eq is not None and not self._linked(neg):
+            if self.eq is not None and not self._linked(neg, self.eq.attr):
                 continue
             out.add(neg.index)
         return out
 
-    def _linked(self, neg) -> bool:
-        """A cancel conjunct equates the negated variable's class attribute with a positive
+    def _linked(self, neg: Negation, attr: str) -> bool:
+        """A cancel conjunct equates the negated variable's class attribute `attr` with a positive
         variable's (so a cancelling event has the instance's class value)."""
         x = neg.step.var
         for c in neg.conjuncts:
             e = c.expr
             if isinstance(e, ast.Binary) and e.op is ast.BinaryOp.EQ \
                     and isinstance(e.left, ast.Attr) and isinstance(e.right, ast.Attr) \
-                    and e.left.name == self.eq.attr and e.right.name == self.eq.attr and \
+                    and e.left.name == attr and e.right.name == attr and \
                     {e.left.var, e.right.var} - {x} and x in (e.left.var, e.right.var) and \
                     all(v == x or v in self.var for v in (e.left.var, e.right.var)):
                 return True
@@ -236,7 +247,7 @@ class AipGenerator(MatchCodeGenerator):
     def cmask(self, c: Conjunct) -> int:
         return sum(self.bit[v] for v in c.vars if v in self.bit)
 
-    def kleene_needed(self, c: Conjunct, override: dict) -> list:
+    def kleene_needed(self, c: Conjunct, override: VarRows) -> list[Var]:
         return [self.var[v] for v in sorted(c.vars) if v in self.var and
                 self.var[v].kind == VarKind.KLEENE and v not in override]
 
@@ -250,8 +261,8 @@ class AipGenerator(MatchCodeGenerator):
 
     # ------------------------------------------------------------ conjunct code
 
-    def conjunct_lines(self, c: Conjunct, rows: dict, kleene: dict, flag: str,
-                       lists: dict | None = None) -> list[str]:
+    def conjunct_lines(self, c: Conjunct, rows: VarRows, kleene: KleeneRows, flag: str,
+                       lists: dict[str, tuple[int, str]] | None = None) -> list[str]:
         """Lines that set `flag` False unless c holds; Kleene variables read element by
         element (not given a row in `rows`) must hold for every element: over their
         materialized rows (`kleene`) or, for those in `lists` (variable -> (channel, head
@@ -289,18 +300,18 @@ class AipGenerator(MatchCodeGenerator):
 
         return loops(0)
 
-    def param_conjunct_lines(self, c: Conjunct, rows: dict, flag: str) -> list[str]:
+    def param_conjunct_lines(self, c: Conjunct, rows: VarRows, flag: str) -> list[str]:
         return self.conjunct_lines(c, rows, self.param_kleene(), flag)
 
-    def instance_rows(self, override: dict | None = None) -> dict:
+    def instance_rows(self, override: VarRows | None = None) -> VarRows:
         rows = {v.name: (v.channel, f"r{v.index}") for v in self.singles}
         rows.update(override or {})
         return rows
 
-    def kleene_map(self) -> dict:
+    def kleene_map(self) -> KleeneRows:
         return {v.name: (v.channel, f"kk{v.index}", f"kn{v.index}") for v in self.kleene}
 
-    def materialize(self, var, adding: str | None) -> list[str]:
+    def materialize(self, var: Var, adding: str | None) -> list[str]:
         """kk{v}/kn{v} from the instance's list (plus the arriving event if it is the
         variable being extended)."""
         v, c = var.index, var.channel
@@ -308,7 +319,7 @@ class AipGenerator(MatchCodeGenerator):
         return [f"kk{v}, kn{v} = _kmat(NR, NP, h{v}, n{v}, evicted[p, {c}], kb{v}, {extra})",
                 f"kb{v} = kk{v}"]
 
-    def checks(self, conjs: list[Conjunct], mask: str, flag: str, override: dict,
+    def checks(self, conjs: list[Conjunct], mask: str, flag: str, override: VarRows,
                adding: str | None, minus: int = 0) -> list[str]:
         """Check each conjunct whose variables (less `minus`) are all in `mask`."""
         lines = []
@@ -351,7 +362,7 @@ class AipGenerator(MatchCodeGenerator):
 
     # ------------------------------------------------------------ negations
 
-    def cancel_negations(self) -> list:
+    def cancel_negations(self) -> list[Negation]:
         """Negations checked against the stored events (those not killed early)."""
         return [n for n in self.plan.negations if n.index not in self.killable]
 
@@ -367,6 +378,7 @@ class AipGenerator(MatchCodeGenerator):
                 times.append("dft")
             elif self.by_ts:
                 i = neg.after
+                assert i is not None  # between two items
                 item = self.items[i]
                 name = f"dnt{neg.index}"
                 if item.kind == ItemKind.KLEENE:
@@ -446,7 +458,7 @@ class AipGenerator(MatchCodeGenerator):
             flt = self.filter_code(var.step, c, f"er{c}")
             lines.append(f"fit{v} = ein{c}" + (f" and {flt}" if flt else ""))
             fits.append(f"fit{v}")
-        kills = {}
+        kills: dict[int | None, list[str]] = {}  # item after -> kill flags
         for neg in self.plan.negations:
             if neg.index in self.killable:
                 var = self.plan.variables[neg.step.var]
@@ -491,7 +503,7 @@ class AipGenerator(MatchCodeGenerator):
             lines.append(f"mt{i} = src[ri, {s}]")
         return lines
 
-    def row_lines(self, dst: str, idx: str, fields: dict) -> list[str]:
+    def row_lines(self, dst: str, idx: str, fields: dict[int, str]) -> list[str]:
         """Append a copy of the current instance, with `fields` (column -> code) changed,
         to table `dst` at row `idx` (grown as needed; idx incremented)."""
         lines = [f"if {idx} >= {dst}.shape[0]:",
@@ -502,14 +514,14 @@ class AipGenerator(MatchCodeGenerator):
         lines.append(f"{idx} += 1")
         return lines
 
-    def node_lines(self, var) -> list[str]:
+    def node_lines(self, var: Var) -> list[str]:
         v, c = var.index, var.channel
         return [f"if ctr[{POOL}] >= NR.shape[0]:",
                 f"    NR, NP = _grow_pool(NR, NP, ctr[{POOL}] + 1)",
                 f"nd = ctr[{POOL}]", f"NR[nd] = ea{c}", f"NP[nd] = h{v}",
                 f"ctr[{POOL}] = nd + 1"]
 
-    def anchor_lines(self, var, flag: str) -> list[str]:
+    def anchor_lines(self, var: Var, flag: str) -> list[str]:
         """TESLA `WITHIN w FROM y` between the variable being bound and bound ones."""
         lines = []
         plan = self.plan
@@ -532,7 +544,7 @@ class AipGenerator(MatchCodeGenerator):
                       f"ets < I{y.channel}[r{y.index}, 1] - {w}:", f"    {flag} = False"]
         return lines
 
-    def deadline_code(self, var) -> str:
+    def deadline_code(self, var: Var) -> str:
         parts = ["dl"]
         if self.W is not None:
             parts.append(f"nft + {self.W}")
@@ -540,7 +552,7 @@ class AipGenerator(MatchCodeGenerator):
             parts.append(f"ets + {self.dist[var.name]}")
         return parts[0] if len(parts) == 1 else f"min({', '.join(parts)})"
 
-    def complete_code(self, mask: str, counts: dict) -> str:
+    def complete_code(self, mask: str, counts: dict[str, str]) -> str:
         """Every item has what it needs (mask: final variables; counts: Kleene counts)."""
         parts = []
         for item in self.items:
@@ -675,12 +687,13 @@ class AipGenerator(MatchCodeGenerator):
         lines.append("viable = viable and grow")
         return lines
 
-    def trial_lines(self, var) -> list[str]:
+    def trial_lines(self, var: Var) -> list[str]:
         """Every way e can be added to `var` of the instance."""
         i = self.plan.variables[var.name].item
+        assert i is not None  # a positive variable's
         item = self.items[i]
         v = var.index
-        modes = []
+        modes: list[tuple[str, Var | None]] = []  # (gate, Kleene variable it closes)
         if self.by_ts:
             avail = f"(M & {self.bit[var.name]}) == 0" if var.kind == VarKind.SINGLE else \
                 ("True" if item.step.max is None else f"n{v} < {item.step.max}")
@@ -704,7 +717,7 @@ class AipGenerator(MatchCodeGenerator):
             out += [f"if fit{v} and {gate}:"] + indent(self.trial_body(var, item, closing))
         return out
 
-    def trial_body(self, var, item, closing) -> list[str]:
+    def trial_body(self, var: Var, item: Item, closing: Var | None) -> list[str]:
         v, c, i = var.index, var.channel, item.index
         last = i == self.n_items - 1
         bit = self.bit[var.name]
@@ -772,7 +785,7 @@ class AipGenerator(MatchCodeGenerator):
         lines += ["if tok:"] + indent(body)
         return lines
 
-    def by_ts_result(self, var, item, fields) -> list[str]:
+    def by_ts_result(self, var: Var, item: Item, fields: dict[int, str]) -> list[str]:
         """ORDER BY ts: the new instance (while it can change) and, when every item is
         filled, a completion (the conditions on Kleene variables checked on it)."""
         v = var.index
@@ -780,6 +793,7 @@ class AipGenerator(MatchCodeGenerator):
         lines = [f"full = {self.complete_code('nM', counts)}"]
         growable = []
         for k in self.kleene:
+            assert k.item is not None  # a positive variable's
             mx = self.items[k.item].step.max
             cnt = counts.get(k.name, f"n{k.index}")
             growable.append("True" if mx is None else f"{cnt} < {mx}")
@@ -805,6 +819,7 @@ class AipGenerator(MatchCodeGenerator):
             if neg.index not in self.killable:
                 continue
             i = neg.after
+            assert i is not None  # a killable negation is between two items
             item = self.items[i]
             if item.kind == ItemKind.KLEENE:
                 empty = f"n{self.var[item.step.var].index} == 0"
@@ -926,7 +941,7 @@ class AipGenerator(MatchCodeGenerator):
                 "    CMP[ncmp, z] = RUN[z]",
                 "ncmp += 1"]
 
-    def take_lines(self, item) -> list[str]:
+    def take_lines(self, item: Item) -> list[str]:
         if item.kind != ItemKind.KLEENE:
             return self.enter_lines(item, "M")
         var = self.var[item.step.var]
@@ -942,7 +957,7 @@ class AipGenerator(MatchCodeGenerator):
         lines += [f"if {cond}:"] + indent(grow)
         return lines
 
-    def enter_lines(self, item, closed: str) -> list[str]:
+    def enter_lines(self, item: Item, closed: str) -> list[str]:
         """e fills (part of) item j of the run (as the reference's _enter): sets `taken`,
         `cmpl` and the run's new fields in RUN."""
         j = item.index
@@ -1047,7 +1062,7 @@ class AipKernel:
         self.pkslots = [gen.pending_slot[v.name] for v in plan.positive if v.kind == VarKind.KLEENE]
         self.equality = gen.eq
 
-    def templates(self):
+    def templates(self) -> npt.NDArray[np.int64]:
         """The empty instances every event is offered to (hole 0, then witnesses)."""
         gen = self.generator
         tpl = np.zeros((len(self.holes), self.width), np.int64)

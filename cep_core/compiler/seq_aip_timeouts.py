@@ -20,17 +20,22 @@ Runs never use equality classes, so a run's key is its partition.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from cep_core.kernels.seq_aip_runtime import R_FIRST, R_MASK
 from cep_core.compiler.seq_codegen import indent as _indent
 from cep_core.compiler.seq_plan import VarKind
 
+if TYPE_CHECKING:
+    from cep_core.compiler.seq_aip import AipGenerator
 
-def timeout_source(gen) -> list[str]:
+
+def timeout_source(gen: AipGenerator) -> list[str]:
     """The two generated functions above, as source lines."""
     return _time_out(gen) + _time_out_all(gen)
 
 
-def _time_out(gen) -> list[str]:
+def _time_out(gen: AipGenerator) -> list[str]:
     S, W, width = gen.S, gen.W, gen.width
     nI, nF = gen.layout.n_int, gen.layout.n_float
     lines = ["@njit(cache=True)",
@@ -83,7 +88,7 @@ def _time_out(gen) -> list[str]:
     return lines + _indent(body) + [""]
 
 
-def _time_out_all(gen) -> list[str]:
+def _time_out_all(gen: AipGenerator) -> list[str]:
     lines = ["@njit(cache=True)",
              f"def time_out_all(punct, force, {gen.arena_params()}, base, cnt, evicted, last_ts, "
              "IT, ibase, icnt, NR, NP, parts):"]

@@ -28,6 +28,8 @@ a negated variable under test.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from cep_core import ast
 from cep_core.compiler.expressions import STRING_TABLE_PARAMS
 from cep_core.compiler.modules import load_module
@@ -36,7 +38,7 @@ from cep_core.compiler.seq_codegen import (
     indent,
     seq_runtime_import,
 )
-from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
+from cep_core.compiler.seq_codegen_leaves import ChannelLeaves, VarRows
 from cep_core.compiler.seq_codegen_matches import MatchCodeGenerator
 from cep_core.compiler.seq_plan import Conjunct, ItemKind, NegationAt, SeqPlan, VarKind
 from cep_core.kernels.seq_layout import ERR, INT64_MIN, OVF, P_NEXT, PALIVE, PEL, PKN, PN
@@ -44,6 +46,19 @@ from cep_core.kernels.seq_runtime import RUNTIME_VERSION
 
 # the GPU kernels import Layout from here; the kernels' constants are in kernels.seq_layout
 __all__ = ["Layout", "CdpGenerator", "CdpKernel"]
+
+
+class Bound(TypedDict):
+    """What the enumeration has bound so far, as generated names: the bound events' lowest
+    and highest ts (`mt`, `Mt`) and lowest seq (`ms`), None while nothing is bound; whether
+    the terminator is among them (`eb`: None no, "True" yes, else a flag's name); the bound
+    variables."""
+
+    mt: str | None
+    Mt: str | None
+    ms: str | None
+    eb: str | None
+    bound: list[str]
 
 
 class CdpGenerator(MatchCodeGenerator):
@@ -60,11 +75,11 @@ class CdpGenerator(MatchCodeGenerator):
 
     # ------------------------------------------------------------ small helpers
 
-    def single_rows(self, bound) -> dict:
+    def single_rows(self, bound: set[str]) -> VarRows:
         return {v.name: (v.channel, f"r{v.index}") for v in self.positive
                 if v.kind == VarKind.SINGLE and v.name in bound}
 
-    def conjunct_lines(self, c: Conjunct, rows: dict, flag: str) -> list[str]:
+    def conjunct_lines(self, c: Conjunct, rows: VarRows, flag: str) -> list[str]:
         """Lines that set `flag` False unless conjunct c holds; Kleene variables read
         element by element (and not given a row in `rows`) hold for every element."""
         kvars = sorted(self.plan.variables[v].index for v in c.elementwise if v not in rows)
@@ -91,14 +106,14 @@ class CdpGenerator(MatchCodeGenerator):
 
         return leaves.pre + loops(0)
 
-    def checks(self, conjuncts: list[Conjunct], rows: dict, flag: str) -> list[str]:
+    def checks(self, conjuncts: list[Conjunct], rows: VarRows, flag: str) -> list[str]:
         lines = [f"{flag} = True"]
         for c in conjuncts:
             block = self.conjunct_lines(c, rows, flag)
             lines += [f"if {flag}:"] + indent(block)
         return lines
 
-    def param_conjunct_lines(self, c: Conjunct, rows: dict, flag: str) -> list[str]:
+    def param_conjunct_lines(self, c: Conjunct, rows: VarRows, flag: str) -> list[str]:
         return self.conjunct_lines(c, rows, flag)
 
     FULL = ["    full = True", "    stop = True", "    break"]
@@ -193,12 +208,12 @@ class CdpGenerator(MatchCodeGenerator):
             chans = sorted({self.plan.variables[s.var].channel for s in last.steps})
         return " or ".join(f"ein{c}" for c in chans)
 
-    def initial_state(self) -> dict:
+    def initial_state(self) -> Bound:
         return {"mt": None, "Mt": None, "ms": None, "eb": None, "bound": []}
 
     # ------------------------------------------------------------ building back
 
-    def lower_ts(self, st: dict, step: ast.Step, narrow: bool,
+    def lower_ts(self, st: Bound, step: ast.Step, narrow: bool,
                  ts_narrow: bool | None = None) -> str | None:
         """Lower bound on a candidate's ts: the window over what is bound (or, when nothing
         is, over the terminator, which every match contains), `WITHIN w FROM y`, and (under
@@ -224,7 +239,7 @@ class CdpGenerator(MatchCodeGenerator):
             return None
         return lows[0] if len(lows) == 1 else f"max({', '.join(lows)})"
 
-    def upper_index(self, i: int, c: int, st: dict) -> str:
+    def upper_index(self, i: int, c: int, st: Bound) -> str:
         """End (exclusive) of the candidate range: before the next item in the query's
         order; the last item: every row (all were seen up to the terminator)."""
         if i == self.n_items - 1:
@@ -233,8 +248,8 @@ class CdpGenerator(MatchCodeGenerator):
             return f"_ub_ts(I{c}, it{i + 1})"
         return f"_lb_seq(I{c}, is{i + 1})"
 
-    def summary(self, st: dict, lo_ts: str, hi_ts: str, lo_seq: str, seq_hit: str | None,
-                suffix: str) -> tuple[list[str], dict]:
+    def summary(self, st: Bound, lo_ts: str, hi_ts: str, lo_seq: str, seq_hit: str | None,
+                suffix: str) -> tuple[list[str], Bound]:
         """Lines updating the bound-events summary with new events (their lowest/highest
         ts, lowest seq, whether the terminator is among them)."""
         lines = []
@@ -253,10 +268,10 @@ class CdpGenerator(MatchCodeGenerator):
                 lines.append(f"{name} = {seq_hit}" if eb is None else f"{name} = {eb} or "
                                                                       f"{seq_hit}")
                 eb = name
-        new = dict(st, mt=mt, Mt=Mt, ms=ms, eb=eb)
+        new: Bound = {**st, "mt": mt, "Mt": Mt, "ms": ms, "eb": eb}
         return lines, new
 
-    def still_possible(self, st: dict) -> str | None:
+    def still_possible(self, st: Bound) -> str | None:
         """Under ORDER BY ts: can the terminator still be the match's largest-seq event?"""
         if not self.by_ts or st["eb"] == "True":
             return None
@@ -264,7 +279,7 @@ class CdpGenerator(MatchCodeGenerator):
             return f"{st['mt']} == ets"
         return f"({st['eb']} or {st['mt']} == ets)"
 
-    def gen_item(self, i: int, st: dict) -> list[str]:
+    def gen_item(self, i: int, st: Bound) -> list[str]:
         if i < 0:
             return self.gen_final(st)
         kind = self.plan.items[i].kind
@@ -274,26 +289,26 @@ class CdpGenerator(MatchCodeGenerator):
             return self.gen_kleene(i, st)
         return self.gen_and(i, 0, st, st)
 
-    def exclusion_lines(self, seq: str, st: dict, extra: list[str], flag: str) -> list[str]:
+    def exclusion_lines(self, seq: str, st: Bound, extra: list[str], flag: str) -> list[str]:
         names = list(st["bound"]) if self.by_ts else []
         names += [n for n in extra if n not in names]
         if not names:
             return []
         return self.bound_seq_test(seq, names, flag) + [f"if {flag}:", "    continue"]
 
-    def window_upper(self, st: dict, ts: str) -> list[str]:
+    def window_upper(self, st: Bound, ts: str) -> list[str]:
         if self.W is None or st["mt"] is None:
             return []
         return [f"if {ts} > {st['mt']} + {self.W}:", "    continue"]
 
-    def _step(self, i: int):
+    def _step(self, i: int) -> tuple[ast.Step, int, int, bool]:
         """(the step of item i, its variable's channel and index, whether it is the last
         item)."""
         step = self.plan.items[i].step
         var = self.plan.variables[step.var]
         return step, var.channel, var.index, i == self.n_items - 1
 
-    def gen_single(self, i: int, st: dict) -> list[str]:
+    def gen_single(self, i: int, st: Bound) -> list[str]:
         plan = self.plan
         step, c, v, last = self._step(i)
         policy = step.policy if not last else None
@@ -357,7 +372,7 @@ class CdpGenerator(MatchCodeGenerator):
         lines += indent([loop] + indent(body), ind)
         return lines
 
-    def gen_kleene(self, i: int, st: dict) -> list[str]:
+    def gen_kleene(self, i: int, st: Bound) -> list[str]:
         plan = self.plan
         step, c, v, last = self._step(i)
         required = not self.by_ts and last
@@ -456,7 +471,7 @@ class CdpGenerator(MatchCodeGenerator):
         lines += indent(block, ind)
         return lines
 
-    def gen_and(self, i: int, j: int, st: dict, st_item: dict) -> list[str]:
+    def gen_and(self, i: int, j: int, st: Bound, st_item: Bound) -> list[str]:
         """Member j of AND group i; `st_item` is the state before the group."""
         plan = self.plan
         item = plan.items[i]
@@ -506,7 +521,7 @@ class CdpGenerator(MatchCodeGenerator):
         lines += [f"for {r} in range(lo{tag}, hi{tag}):"] + indent(body)
         return lines
 
-    def gen_and_end(self, i: int, st: dict, st_item: dict) -> list[str]:
+    def gen_and_end(self, i: int, st: Bound, st_item: Bound) -> list[str]:
         item = self.plan.items[i]
         last = i == self.n_items - 1
         lines = []
@@ -518,10 +533,12 @@ class CdpGenerator(MatchCodeGenerator):
             t_lo = t if t_lo is None else f"min({t_lo}, {t})"
         lines += [f"is{i} = {s_lo}", f"it{i} = {t_lo}", f"mt{i} = {st['mt']}",
                   f"Mt{i} = {st['Mt']}", f"ms{i} = {st['ms']}"]
-        new = dict(st, mt=f"mt{i}", Mt=f"Mt{i}", ms=f"ms{i}")
+        new: Bound = {**st, "mt": f"mt{i}", "Mt": f"Mt{i}", "ms": f"ms{i}"}
         conds = []
         if not self.by_ts and last:
-            conds.append(st["eb"])
+            eb = st["eb"]
+            assert eb is not None  # each member may be the terminator: gen_and's `hit`
+            conds.append(eb)
             new["eb"] = "True"
         cond = self.still_possible(new)
         if cond is not None:
@@ -531,7 +548,7 @@ class CdpGenerator(MatchCodeGenerator):
             return lines + [f"if {' and '.join(conds)}:"] + indent(nested)
         return lines + nested
 
-    def gen_final(self, st: dict) -> list[str]:
+    def gen_final(self, st: Bound) -> list[str]:
         plan = self.plan
         lines: list[str] = []
         body = ["nm += 1",
@@ -540,18 +557,20 @@ class CdpGenerator(MatchCodeGenerator):
                 "    break"]
         decided = self.output_lines(self.binding_params(), self.element_count(),
                                     bool(plan.negations))
+        mt = st["mt"]
+        assert mt is not None  # every positive item is bound
         times = []
         for neg in plan.negations:
             if neg.where is NegationAt.END:
-                times.append(f"{st['mt']} + {self.W}")
+                times.append(f"{mt} + {self.W}")
             elif self.by_ts and neg.where is NegationAt.START:
-                times.append(st["mt"])
+                times.append(mt)
             elif self.by_ts:
                 times.append(f"it{neg.after}")
         if times:
             decide = times[0] if len(times) == 1 else f"max({', '.join(times)})"
             body += [f"decide = {decide}", "if not now > decide:"]
-            body += indent(self.pending_lines(st["mt"]))
+            body += indent(self.pending_lines(mt))
             body += ["else:"] + indent(decided)
         else:
             body += decided

@@ -17,11 +17,15 @@ so absolute row numbers stay meaningful), then doubles.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from cep_core.compiler.expressions import ExpressionCompiler, StringConstants
+from cep_core.compiler.expressions import Code, ExpressionCompiler, StringConstants
 from cep_core.compiler.seq_plan import ANY, SeqPlan, VarKind
 from cep_core.kernels.seq_layout import Row
-from cep_core.schema import AttrType
+from cep_core.schema import AttrType, StreamSchema
+
+if TYPE_CHECKING:
+    from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
 
 
 # seq_runtime functions every SEQ kernel module imports as `_name`
@@ -33,7 +37,7 @@ def indent(lines: list[str], n: int = 1) -> list[str]:
     return ["    " * n + line for line in lines]
 
 
-def emit_store_lines(j: int, kind: str | None, code, row: str) -> list[str]:
+def emit_store_lines(j: int, kind: str | None, code: Code, row: str) -> list[str]:
     """Kernel lines storing EMIT item j (compiled `code` of type `kind`) of match `row`
     into the output arrays: `ovi` (ints, string codes, bools as 0/1) or `ovf`, and its
     NULL flag in `ovn`."""
@@ -69,15 +73,17 @@ def seq_runtime_import(append_row: str) -> str:
 class Layout:
     """Where each attribute lives in a channel row: (Row.INT, col) or (Row.FLOAT, col)."""
 
-    slots: dict
+    slots: dict[str, tuple[Row, int]]
     n_int: int
     n_float: int  # at least 1 (numba wants a non-empty second axis)
-    float_names: tuple
-    int_names: tuple  # attributes in int columns 2.. (0: seq, 1: ts)
+    float_names: tuple[str, ...]
+    int_names: tuple[str, ...]  # attributes in int columns 2.. (0: seq, 1: ts)
 
     @classmethod
-    def of(cls, schema) -> Layout:
-        slots, ints, floats = {}, list[str](), list[str]()
+    def of(cls, schema: StreamSchema) -> Layout:
+        slots: dict[str, tuple[Row, int]] = {}
+        ints: list[str] = []
+        floats: list[str] = []
         for name, kind in schema.attributes.items():
             if kind == AttrType.FLOAT:
                 slots[name] = (Row.FLOAT, len(floats))
@@ -99,7 +105,7 @@ class ChannelCodeGenerator:
         self.schema = plan.schema
         self.layout = Layout.of(plan.schema)
         self.constants = StringConstants()
-        self.type_consts = {}
+        self.type_consts: dict[str, int] = {}
         if plan.schema.type_attribute is not None:
             for name in plan.channels:
                 if name != ANY:
@@ -113,7 +119,7 @@ class ChannelCodeGenerator:
         self.kleene = [v for v in self.positive if v.kind == VarKind.KLEENE]
         self.channels = list(range(len(plan.channels)))
 
-    def expressions(self, leaves) -> ExpressionCompiler:
+    def expressions(self, leaves: ChannelLeaves) -> ExpressionCompiler:
         """An expression compiler over `leaves` with this query's string constants and types."""
         return ExpressionCompiler(leaves, self.constants, self.plan.checked.types)
 
@@ -159,7 +165,7 @@ class ChannelCodeGenerator:
         """Store event t in every channel it belongs to (`ein{c}`), evicting rows older
         than the query's horizon."""
         plan = self.plan
-        lines = []
+        lines: list[str] = []
         type_attr = self.schema.type_attribute
         if type_attr is not None and self.type_consts:
             lines.append(f"tc = EI[t, {self.layout.slots[type_attr][1]}]")

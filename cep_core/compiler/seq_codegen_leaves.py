@@ -5,12 +5,19 @@ placed before the expression."""
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 from cep_core import ast
 from cep_core.compiler.expressions import Code
-from cep_core.compiler.seq_codegen import indent
+from cep_core.compiler.seq_codegen import ChannelCodeGenerator, indent
 from cep_core.schema import AttrType
 
 A = ast.AggFunc
+
+# variable -> (channel, row code)
+VarRows: TypeAlias = dict[str, tuple[int, str]]
+# Kleene variable -> (channel, rows array, count)
+KleeneRows: TypeAlias = dict[str, tuple[int, str, str]]
 
 
 def zero(kind: str | None) -> str:
@@ -25,7 +32,8 @@ class ChannelLeaves:
     filters). `gen` is a seq_codegen.ChannelCodeGenerator. The GPU kernels keep their own
     (`cep_accel.gpu.seq_kernels._Leaves`) on purpose: a change to one wants the other."""
 
-    def __init__(self, gen, rows: dict, kleene: dict, subject: tuple | None = None):
+    def __init__(self, gen: ChannelCodeGenerator, rows: VarRows, kleene: KleeneRows,
+                 subject: tuple[int, str] | None = None):
         self.gen = gen
         self.rows = rows
         self.kleene = kleene
@@ -45,7 +53,8 @@ class ChannelLeaves:
 
     def aggregate(self, node: ast.Aggregate) -> Code:
         arg = node.arg
-        assert arg is not None  # the checker admits SEQ aggregates over a Kleene variable only
+        # the checker admits SEQ aggregates over a Kleene variable only
+        assert arg is not None and arg.var is not None
         channel, arr, count = self.kleene[arg.var]
         if arg.name == "" or node.func is A.COUNT:
             return Code(count)
@@ -57,7 +66,7 @@ class ChannelLeaves:
         return self._result(node.func, t)
 
     @staticmethod
-    def _fold(func, t: str, j: str, loop: str, value: str, kind: str | None,
+    def _fold(func: ast.AggFunc, t: str, j: str, loop: str, value: str, kind: str | None,
               guard: str | None = None) -> list[str]:
         """Lines computing `t` (and `t_n`, the count) over `loop` values."""
         lines = [f"{t} = {zero(kind)}", f"{t}_n = 0"]
@@ -81,7 +90,7 @@ class ChannelLeaves:
         return lines + [f"for {j} in {loop}:"] + indent(body)
 
     @staticmethod
-    def _result(func, t: str) -> Code:
+    def _result(func: ast.AggFunc, t: str) -> Code:
         if func is A.COUNT:
             return Code(f"{t}_n")
         if func is A.SUM:

@@ -11,6 +11,7 @@ process kernels call them with their own names for the bindings."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 
 from cep_core import ast
 from cep_core.compiler.expressions import STRING_TABLE_PARAMS
@@ -19,8 +20,15 @@ from cep_core.compiler.seq_codegen import (
     emit_store_lines,
     indent,
 )
-from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
-from cep_core.compiler.seq_plan import Conjunct, ItemKind, NegationAt, SeqPlan, VarKind
+from cep_core.compiler.seq_codegen_leaves import ChannelLeaves, KleeneRows, VarRows
+from cep_core.compiler.seq_plan import (
+    Conjunct,
+    ItemKind,
+    Negation,
+    NegationAt,
+    SeqPlan,
+    VarKind,
+)
 from cep_core.kernels.seq_layout import (
     INT64_MAX,
     P_CNT,
@@ -46,7 +54,7 @@ class MatchCodeGenerator(ChannelCodeGenerator, ABC):
         super().__init__(plan)
         self.n_emit = max(len(plan.body.emit), 1)
         # pending record layout: each variable's slot after the fixed columns
-        self.pending_slot = {}
+        self.pending_slot: dict[str, int] = {}
         width = P_FIXED
         for var in self.positive:
             self.pending_slot[var.name] = width
@@ -55,7 +63,7 @@ class MatchCodeGenerator(ChannelCodeGenerator, ABC):
         self.pending_possible = any(n.where is NegationAt.END or self.by_ts for n in plan.negations)
 
     @abstractmethod
-    def param_conjunct_lines(self, c: Conjunct, rows: dict, flag: str) -> list[str]:
+    def param_conjunct_lines(self, c: Conjunct, rows: VarRows, flag: str) -> list[str]:
         """Lines that set `flag` False unless c holds, Kleene variables read as parameters
         (each algorithm walks Kleene elements its own way)."""
 
@@ -67,11 +75,11 @@ class MatchCodeGenerator(ChannelCodeGenerator, ABC):
             names += [f"k{v.index}", f"n{v.index}"] if v.kind == VarKind.KLEENE else [f"r{v.index}"]
         return ", ".join(names)
 
-    def param_rows(self) -> dict:
+    def param_rows(self) -> VarRows:
         """Single variables' rows, as parameters."""
         return {v.name: (v.channel, f"r{v.index}") for v in self.singles}
 
-    def param_kleene(self) -> dict:
+    def param_kleene(self) -> KleeneRows:
         """Kleene variables' rows and counts, as parameters (see ChannelLeaves)."""
         return {v.name: (v.channel, f"k{v.index}", f"n{v.index}") for v in self.kleene}
 
@@ -126,7 +134,7 @@ class MatchCodeGenerator(ChannelCodeGenerator, ABC):
                      f"last_seq = max(last_seq, s_hi{i})"]
         return body
 
-    def bound_seq_test(self, seq: str, bound_vars, flag: str) -> list[str]:
+    def bound_seq_test(self, seq: str, bound_vars: Iterable[str], flag: str) -> list[str]:
         """Lines setting `flag` True if `seq` is the seq of a bound positive event."""
         lines = [f"{flag} = False"]
         for name in bound_vars:
@@ -142,7 +150,7 @@ class MatchCodeGenerator(ChannelCodeGenerator, ABC):
                 lines += [f"if I{c}[r{v}, 0] == {seq}:", f"    {flag} = True"]
         return lines
 
-    def negation_range(self, neg, c: int, last_ts: str) -> tuple[str, str]:
+    def negation_range(self, neg: Negation, c: int, last_ts: str) -> tuple[str, str]:
         """The rows of channel c where an event of negation `neg` cancels the match."""
         W = self.W
         if self.by_ts:
@@ -157,7 +165,7 @@ class MatchCodeGenerator(ChannelCodeGenerator, ABC):
             return f"_ub_seq(I{c}, last_seq)", f"_ub_ts(I{c}, first_ts + {W})"
         return f"_ub_seq(I{c}, s_hi{neg.before})", f"_lb_seq(I{c}, s_lo{neg.after})"
 
-    def gen_cancel(self, negations: list, last_ts: str) -> list[str]:
+    def gen_cancel(self, negations: list[Negation], last_ts: str) -> list[str]:
         """_cancel: does a stored event of one of `negations` cancel the match?"""
         L = ["@njit(cache=True)",
              f"def _cancel({self.channel_params()}, {self.binding_params()}, sc, "

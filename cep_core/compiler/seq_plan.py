@@ -119,7 +119,7 @@ class WindowAggregateUse:
     channel: int
 
 
-def split_and(expr) -> list:
+def split_and(expr: ast.Expr) -> list[ast.Expr]:
     if isinstance(expr, ast.Binary) and expr.op is ast.BinaryOp.AND:
         return split_and(expr.left) + split_and(expr.right)
     return [expr]
@@ -160,7 +160,7 @@ class Mentions(ast.Visitor):
         self.generic_visit(node)
 
 
-def analyse(expr, index: int, kleene_vars: set[str]) -> Conjunct:
+def analyse(expr: ast.Expr, index: int, kleene_vars: set[str]) -> Conjunct:
     found = Mentions(kleene_vars)
     found.visit(expr)
     return Conjunct(index, expr, frozenset(found.mentioned), frozenset(found.elementwise),
@@ -237,10 +237,10 @@ class SeqPlan:
         self.window_aggregates: dict[int, WindowAggregateUse] = {}
         exprs = [self.body.where, *(e.expr for e in self.body.emit),
                  *(s.filter for s in self.all_steps())]
-        for expr in exprs:
-            if expr is None:
+        for root in exprs:
+            if root is None:
                 continue
-            for node in expr.find_all(ast.WindowAggregate):
+            for node in root.find_all(ast.WindowAggregate):
                 self.window_aggregates[id(node)] = WindowAggregateUse(
                     node, checked.time_units(node.within), self.channel(node.event_type))
 
@@ -248,7 +248,7 @@ class SeqPlan:
             if step.anchor is not None:
                 anchor = self.variables.get(step.anchor)
                 step_item = self.variables[step.var].item  # None for a negated step
-                if anchor is None or anchor.kind != ItemKind.SINGLE or anchor.item is None \
+                if anchor is None or anchor.kind != VarKind.SINGLE or anchor.item is None \
                         or step_item is None or anchor.item <= step_item:
                     raise ValueError(f"{step.pos}: WITHIN ... FROM {step.anchor}: the anchor "
                                      "must be a later positive step")

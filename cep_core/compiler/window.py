@@ -20,8 +20,10 @@ the one pane kernel in `cep_core/engine/window_kernels.py`: `WindowPlan`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, TypeAlias, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from cep_core import ast
 from cep_core.checked import CheckedQuery, Types, select_name
@@ -34,7 +36,12 @@ from cep_core.compiler.expressions import (
 from cep_core.compiler.modules import load_module
 from cep_core.compiler.programs import once_per_query
 from cep_core.kernels import window_kernels as wk
-from cep_core.schema import AttrType
+from cep_core.schema import AttrType, StreamSchema
+
+_T = TypeVar("_T")
+
+# a conjunct's structure and constants (`canonical`): nested tuples of plain values
+Key: TypeAlias = tuple[object, ...]
 
 # ---------------------------------------------------------------- predicates
 
@@ -44,9 +51,9 @@ def conjuncts(where: ast.Expr | None) -> list[ast.Expr]:
     if where is None:
         return []
     found: list[ast.Expr] = []
-    keys: set = set()
+    keys: set[Key] = set()
 
-    def split(expr):
+    def split(expr: ast.Expr) -> None:
         if isinstance(expr, ast.Binary) and expr.op is ast.BinaryOp.AND:
             split(expr.left)
             split(expr.right)
@@ -61,26 +68,26 @@ def conjuncts(where: ast.Expr | None) -> list[ast.Expr]:
 class _Canonical(ast.Visitor):
     """The structure of an expression with its constants: equal for identical conjuncts."""
 
-    def visit_Literal(self, node: ast.Literal) -> tuple:
+    def visit_Literal(self, node: ast.Literal) -> Key:
         return ("lit", type(node.value).__name__, node.value)
 
-    def visit_Attr(self, node: ast.Attr) -> tuple:
+    def visit_Attr(self, node: ast.Attr) -> Key:
         return ("attr", node.var, node.name)
 
-    def visit_Unary(self, node: ast.Unary) -> tuple:
+    def visit_Unary(self, node: ast.Unary) -> Key:
         return ("unary", node.op, self.visit(node.operand))
 
-    def visit_Binary(self, node: ast.Binary) -> tuple:
+    def visit_Binary(self, node: ast.Binary) -> Key:
         return ("binary", node.op, self.visit(node.left), self.visit(node.right))
 
-    def visit_InList(self, node: ast.InList) -> tuple:
+    def visit_InList(self, node: ast.InList) -> Key:
         return ("in", node.negated, self.visit(node.operand),
                 tuple(self.visit(o) for o in node.options))
 
-    def visit_Call(self, node: ast.Call) -> tuple:
+    def visit_Call(self, node: ast.Call) -> Key:
         return ("call", node.name.lower(), tuple(self.visit(a) for a in node.args))
 
-    def generic_visit(self, node: ast.Node) -> tuple:
+    def generic_visit(self, node: ast.Node) -> Key:
         raise TypeError(f"{type(node).__name__} cannot appear in a WINDOW WHERE")
 
 
@@ -100,10 +107,10 @@ class _Leaves:
         self.used[node.name] = k
         return Code(f"c{k}[i]")
 
-    def aggregate(self, node) -> Code:
+    def aggregate(self, node: ast.Aggregate) -> Code:
         raise TypeError("aggregates cannot appear in a WINDOW WHERE")
 
-    def window_aggregate(self, node) -> Code:
+    def window_aggregate(self, node: ast.WindowAggregate) -> Code:
         raise TypeError("window aggregates cannot appear in a WINDOW WHERE")
 
 
@@ -113,7 +120,7 @@ class _TemplateCompiler(ExpressionCompiler):
     expressions never fail, so short-circuiting is not needed), which lets the per-event
     loop run without mispredicted jumps."""
 
-    def __init__(self, leaves, constants: StringConstants, types: Types):
+    def __init__(self, leaves: _Leaves, constants: StringConstants, types: Types):
         super().__init__(leaves, constants, types)
         self.ints: list[int] = []
         self.floats: list[float] = []
@@ -131,7 +138,7 @@ class _TemplateCompiler(ExpressionCompiler):
     # Deliberately like cep_core/compiler/expressions.py's and cep_core/compiler/recognize.py's
     # condition: this one is over whole columns (numpy's &), expressions.py's over scalars
     # (and); recognize.py's keeps its own (three-valued logic, its own parentheses)
-    def condition(self, expr) -> str:
+    def condition(self, expr: ast.Expr | None) -> str:
         if expr is None:
             return "True"
         code = self.compile(expr)
@@ -173,18 +180,18 @@ class CompiledPredicate:
     """One WHERE conjunct: its kernel, the columns it reads (in parameter order) and its
     constants. `dense`: the string attribute it alone reads (evaluated per code)."""
 
-    key: tuple
+    key: Key
     source: str
     columns: list[str]
-    ints: np.ndarray
-    floats: np.ndarray
+    ints: npt.NDArray[np.int64]
+    floats: npt.NDArray[np.float64]
     constants: StringConstants
     dense: str | None
     uses_tables: bool
-    kernel: object = field(repr=False, default=None)
+    kernel: Any = field(repr=False, default=None)  # a numba dispatcher
 
 
-def compile_predicate(expr: ast.Expr, schema, types: Types) -> CompiledPredicate:
+def compile_predicate(expr: ast.Expr, schema: StreamSchema, types: Types) -> CompiledPredicate:
     """`types`: the checked query's (`CheckedQuery.types`)."""
     attributes = list(schema.attributes)
     leaves = _Leaves(attributes)
@@ -219,6 +226,11 @@ def aggregate_attr(node: ast.Aggregate) -> str | None:
     return node.arg.name
 
 
+# how to read an output item from a result row (see WindowPlan)
+OutputHow: TypeAlias = (tuple[wk.Output] | tuple[wk.Output, int]
+                         | tuple[wk.Output, int, AttrType])
+
+
 @dataclass
 class WindowPlan:
     """What the pane kernel needs to know about one WINDOW query.
@@ -240,9 +252,9 @@ class WindowPlan:
     int_accs: list[tuple[int, str]]
     float_accs: list[tuple[int, str]]
     exact_sums: list[str]
-    items: list[tuple[str, tuple]]
+    items: list[tuple[str, OutputHow]]
 
-    def config(self, nconj: int) -> np.ndarray:
+    def config(self, nconj: int) -> npt.NDArray[np.int64]:
         cfg = np.zeros(wk.CF_SIZE, dtype=np.int64)
         cfg[wk.CF_MODE] = wk.MODE_ROWS if self.rows else wk.MODE_TIME
         cfg[wk.CF_SLIDE] = self.slide
@@ -269,12 +281,12 @@ def plan(checked: CheckedQuery) -> WindowPlan:
     float_accs: list[tuple[int, str]] = []
     exact_sums: list[str] = []
 
-    def slot(table: list, entry) -> int:
+    def slot(table: list[_T], entry: _T) -> int:
         if entry not in table:
             table.append(entry)
         return table.index(entry)
 
-    items: list[tuple[str, tuple]] = []
+    items: list[tuple[str, OutputHow]] = []
     for item in body.items:
         name, expr = select_name(item), item.expr
         if isinstance(expr, ast.Attr):
@@ -289,7 +301,9 @@ def plan(checked: CheckedQuery) -> WindowPlan:
         A = ast.AggFunc
         if func is A.COUNT:  # batches hold no nulls: count(attr) = count(*)
             items.append((name, (wk.Output.COUNT,)))
-        elif func in (A.SUM, A.AVG):
+            continue
+        assert attr is not None  # the parser takes `*` in count only
+        if func in (A.SUM, A.AVG):
             if kind == AttrType.FLOAT:
                 a = slot(exact_sums, attr)
                 items.append((name, (wk.Output.XSUM if func is A.SUM else wk.Output.AVG_X, a)))

@@ -11,7 +11,7 @@ Each query kind has one module; all share the `Interpreter` shape:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 from cep_core.checked import CheckedQuery
 from cep_core.composite import sort_key
@@ -23,13 +23,13 @@ from cep_core.reference.window import WindowInterpreter
 
 
 class Interpreter(Protocol):
-    def process(self, event: Event) -> list[dict]: ...
+    def process(self, event: Event) -> list[dict[str, Any]]: ...
 
-    def punctuate(self, ts: int) -> list[dict]: ...
+    def punctuate(self, ts: int) -> list[dict[str, Any]]: ...
 
-    def flush(self) -> list[dict]: ...
+    def flush(self) -> list[dict[str, Any]]: ...
 
-    dead_letters: list  # (event, reason) for each event the interpreter rejected
+    dead_letters: list[tuple[Event, str]]  # (event, reason) for each event the interpreter rejected
 
 
 def interpreter_for(checked: CheckedQuery) -> Interpreter:
@@ -40,7 +40,8 @@ def interpreter_for(checked: CheckedQuery) -> Interpreter:
 
 
 def run(queries: list[CheckedQuery], stream: Iterable[Event | Punctuation],
-        flush: bool = True, rejected: list | None = None) -> list[dict]:
+        flush: bool = True, rejected: list[tuple[CheckedQuery, Event, str]] | None = None,
+        ) -> list[dict[str, Any]]:
     """Every composite event of `queries` over a finite stream, in deterministic order.
 
     All queries must read the same stream. With `flush`, the end of the stream closes
@@ -48,7 +49,7 @@ def run(queries: list[CheckedQuery], stream: Iterable[Event | Punctuation],
     Events an interpreter rejected (time going backwards, late for a window) are appended
     to `rejected` as (query, event, reason)."""
     interpreters = [(q, interpreter_for(q)) for q in queries]
-    found: list[tuple[tuple, dict]] = []
+    found: list[tuple[tuple[object, ...], dict[str, Any]]] = []
     for item in stream:
         for q, interp in interpreters:
             out = interp.process(item) if isinstance(item, Event) else interp.punctuate(item.ts)

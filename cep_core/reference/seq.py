@@ -30,8 +30,10 @@ Choices the decisions file leaves open are marked "Decision:" below.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any, TypeAlias
 
 from cep_core import ast
 from cep_core.checked import CheckedQuery
@@ -40,6 +42,9 @@ from cep_core.events import Event
 from cep_core.reference.expr import Env, evaluate, fold, holds
 
 BACKWARDS_TIME = "event time goes backwards"
+
+# variable -> its event; a Kleene variable -> its elements, in order
+Bindings: TypeAlias = dict[str, Event | list[Event]]
 
 # ---------------------------------------------------------------- the compiled pattern
 
@@ -101,7 +106,7 @@ class _Conjunct:
     aggregated: frozenset[str]  # variables read inside an aggregate (`count(dup)`)
 
 
-def _split_and(expr) -> list:
+def _split_and(expr: ast.Expr) -> list[ast.Expr]:
     if isinstance(expr, ast.Binary) and expr.op is ast.BinaryOp.AND:
         return _split_and(expr.left) + _split_and(expr.right)
     return [expr]
@@ -142,7 +147,7 @@ class _Mentions(ast.Visitor):
         self.generic_visit(node)
 
 
-def _analyse(expr, kleene_vars: set[str]) -> _Conjunct:
+def _analyse(expr: ast.Expr, kleene_vars: set[str]) -> _Conjunct:
     found = _Mentions(kleene_vars)
     found.visit(expr)
     return _Conjunct(expr, frozenset(found.mentioned), frozenset(found.elementwise),
@@ -161,15 +166,15 @@ class _SeqEnv(Env):
     the element given in `elements`; a bare attribute is `subject`'s (the event a step filter
     or a window aggregate's filter is looking at)."""
 
-    def __init__(self, interp: SeqInterpreter, part: _Partition, bindings: dict,
-                 elements: dict | None = None, subject: Event | None = None):
+    def __init__(self, interp: SeqInterpreter, part: _Partition, bindings: Bindings,
+                 elements: dict[str, Event] | None = None, subject: Event | None = None):
         self.interp = interp
         self.part = part
         self.bindings = bindings
         self.elements = elements or {}
         self.subject = subject
 
-    def attr(self, node: ast.Attr):
+    def attr(self, node: ast.Attr) -> Any:
         if node.var is None:
             if self.subject is None:
                 raise TypeError(f"bare attribute '{node.name}' outside a step filter")
@@ -181,7 +186,7 @@ class _SeqEnv(Env):
             raise TypeError(f"Kleene variable '{node.var}' read outside an aggregate")
         return bound.attrs[node.name]
 
-    def aggregate(self, node: ast.Aggregate):
+    def aggregate(self, node: ast.Aggregate) -> Any:
         if node.arg is None or node.arg.var is None:
             raise TypeError("a SEQ aggregate is over a variable, as in count(dup)")
         bound = self.bindings[node.arg.var]
@@ -196,7 +201,7 @@ class _SeqEnv(Env):
             return values[-1] - values[0]
         return fold(node.func, values)
 
-    def window_aggregate(self, node: ast.WindowAggregate):
+    def window_aggregate(self, node: ast.WindowAggregate) -> Any:
         anchor = self.bindings[node.anchor]
         if isinstance(anchor, list):
             raise TypeError(f"window aggregate anchored on Kleene variable '{node.anchor}'")
@@ -226,7 +231,7 @@ class _SeqEnv(Env):
 class _Pending:
     """A match waiting for event time to pass `decide_after` (trailing NOT and the like)."""
 
-    bindings: dict
+    bindings: Bindings
     decide_after: int
     first_ts: int
 
@@ -238,7 +243,7 @@ class _Run:
     `pos` is the positive item being filled. `closed` holds the variables whose binding is
     final (a Kleene variable is closed when the run moves past it)."""
 
-    bindings: dict
+    bindings: Bindings
     closed: frozenset[str]
     pos: int
     first_ts: int
@@ -300,6 +305,8 @@ class SeqInterpreter:
                 neg.after = None  # trailing
             if neg.where is not _At.BETWEEN and self.window is None:
                 raise ValueError(f"{neg.step.pos}: a leading or trailing NOT needs WITHIN")
+        # WITHIN as the regions of leading and trailing NOTs read it (they need one)
+        self.not_window: int = self.window if self.window is not None else 0
 
         self.steps = {s.var: s for item in self.items for s in item.steps}
         self.kleene_vars = {item.step.var for item in self.items if item.kind is _Kind.KLEENE}
@@ -358,7 +365,7 @@ class SeqInterpreter:
 
     # ------------------------------------------------------------ the Interpreter shape
 
-    def process(self, event: Event) -> list[dict]:
+    def process(self, event: Event) -> list[dict[str, Any]]:
         key = partition_key(self.query.partition_by, event)
         part = self._partition(key)
         if part.last_ts is not None and event.ts < part.last_ts:
@@ -377,18 +384,18 @@ class SeqInterpreter:
         self._prune(part)
         return out
 
-    def punctuate(self, ts: int) -> list[dict]:
+    def punctuate(self, ts: int) -> list[dict[str, Any]]:
         if self._punctuation is None or ts > self._punctuation:
             self._punctuation = ts
-        out: list[dict] = []
+        out: list[dict[str, Any]] = []
         for part in self._partitions.values():
             out.extend(self._release(part))
             out.extend(self._time_out(part))
         return out
 
-    def flush(self) -> list[dict]:
+    def flush(self) -> list[dict[str, Any]]:
         """End of input: event time reaches +infinity; every pending match is decided."""
-        out: list[dict] = []
+        out: list[dict[str, Any]] = []
         for part in self._partitions.values():
             for p in part.pending:
                 if not self._cancelled(part, p.bindings):
@@ -401,7 +408,7 @@ class SeqInterpreter:
 
     # ------------------------------------------------------------ shared helpers
 
-    def _partition(self, key) -> _Partition:
+    def _partition(self, key: object) -> _Partition:
         hashable = tuple(key) if isinstance(key, list) else key
         if hashable not in self._partitions:
             self._partitions[hashable] = _Partition(key)
@@ -418,7 +425,8 @@ class SeqInterpreter:
     def has_type(self, event: Event, event_type: str) -> bool:
         if _is_any(event_type):
             return True
-        return event.attrs.get(self.schema.type_attribute) == event_type
+        # (a step of a type other than ANY needs a type attribute: __init__)
+        return event.attrs.get(self.schema.type_attribute) == event_type  # type: ignore[arg-type]
 
     def precedes(self, y: Event, x: Event) -> bool:
         """`y` comes before `x` in the query's order (window aggregates).
@@ -426,7 +434,7 @@ class SeqInterpreter:
         simultaneous, not before)."""
         return y.ts < x.ts if self.by_ts else y.seq < x.seq
 
-    def _fits_step(self, part: _Partition, step: ast.Step, y: Event, bindings: dict) -> bool:
+    def _fits_step(self, part: _Partition, step: ast.Step, y: Event, bindings: Bindings) -> bool:
         """Type and the step's own filter (bare attributes are y's)."""
         if not self.has_type(y, step.event_type):
             return False
@@ -436,22 +444,23 @@ class SeqInterpreter:
             else bindings
         return holds(step.filter, _SeqEnv(self, part, env_bindings, {step.var: y}, subject=y))
 
-    def _conjunct_holds(self, part: _Partition, c: _Conjunct, bindings: dict) -> bool:
+    def _conjunct_holds(self, part: _Partition, c: _Conjunct, bindings: Bindings) -> bool:
         """A conjunct over bound variables; Kleene variables read outside an aggregate must
         satisfy it element by element (every combination of elements)."""
         kvars = sorted(c.elementwise)
-        for combo in itertools.product(*(bindings[v] for v in kvars)):
+        # (elementwise variables are Kleene ones, bound to lists)
+        for combo in itertools.product(*(bindings[v] for v in kvars)):  # type: ignore[arg-type]
             if not holds(c.expr, _SeqEnv(self, part, bindings, dict(zip(kvars, combo)))):
                 return False
         return True
 
-    def _newly_bound_hold(self, part: _Partition, bindings: dict, before: set[str],
+    def _newly_bound_hold(self, part: _Partition, bindings: Bindings, before: set[str],
                           after: set[str]) -> bool:
         """The conjuncts whose variables are all bound in `after` but not in `before`."""
         return all(self._conjunct_holds(part, c, bindings) for c in self.conjuncts
                    if c.vars <= after and not c.vars <= before)
 
-    def _element_ok(self, part: _Partition, step: ast.Step, y: Event, bindings: dict,
+    def _element_ok(self, part: _Partition, step: ast.Step, y: Event, bindings: Bindings,
                     bound: set[str]) -> bool:
         """Can y be an element of Kleene variable step.var: type, filter, and the per-element
         conjuncts on it (no aggregate over it) whose other variables are bound."""
@@ -463,7 +472,7 @@ class SeqInterpreter:
                    if x in c.elementwise and x not in c.aggregated and c.vars - {x} <= bound)
 
     @staticmethod
-    def _events_of(bindings: dict, vars_) -> list[Event]:
+    def _events_of(bindings: Bindings, vars_: Iterable[str]) -> list[Event]:
         out: list[Event] = []
         for v in vars_:
             if v in bindings:
@@ -471,10 +480,10 @@ class SeqInterpreter:
                 out.extend(b if isinstance(b, list) else [b])
         return out
 
-    def _positive_events(self, bindings: dict) -> list[Event]:
+    def _positive_events(self, bindings: Bindings) -> list[Event]:
         return self._events_of(bindings, self.steps)
 
-    def _item_events(self, bindings: dict, i: int | None) -> list[Event]:
+    def _item_events(self, bindings: Bindings, i: int | None) -> list[Event]:
         assert i is not None  # a negation's neighbour on the side its place says it has
         return self._events_of(bindings, [s.var for s in self.items[i].steps])
 
@@ -485,14 +494,14 @@ class SeqInterpreter:
 
     # ------------------------------------------------------------ skip-till-any-match
 
-    def _matches_ending_at(self, part: _Partition, e: Event) -> list[dict]:
+    def _matches_ending_at(self, part: _Partition, e: Event) -> list[Bindings]:
         """Every binding of the positive variables whose largest-seq event is `e`."""
-        results: list[dict] = []
+        results: list[Bindings] = []
         self._bind(part, e, len(self.items) - 1, {}, results)
         return results
 
-    def _bind(self, part: _Partition, e: Event, i: int, bindings: dict,
-              results: list[dict]) -> None:
+    def _bind(self, part: _Partition, e: Event, i: int, bindings: Bindings,
+              results: list[Bindings]) -> None:
         """Bind positive items i, i-1, ..., 0 (items after i are bound in `bindings`)."""
         if i < 0:
             if any(y.seq == e.seq for y in self._positive_events(bindings)):
@@ -506,7 +515,7 @@ class SeqInterpreter:
             if self._e_still_possible(e, merged, i):
                 self._bind(part, e, i - 1, merged, results)
 
-    def _e_still_possible(self, e: Event, bindings: dict, i: int) -> bool:
+    def _e_still_possible(self, e: Event, bindings: Bindings, i: int) -> bool:
         """After binding items i..last: can `e` still be the largest-seq event?
         In stream order e must be in the last item; under ORDER BY ts every item after e's
         has e's time, so the earliest bound time must still equal e.ts."""
@@ -518,7 +527,7 @@ class SeqInterpreter:
         return min(y.ts for y in bound) == e.ts
 
     def _candidates(self, part: _Partition, e: Event, i: int, step: ast.Step,
-                    bindings: dict) -> list[Event]:
+                    bindings: Bindings) -> list[Event]:
         """Events (seen so far) that may fill `step` of item i: type, filter, not bound yet,
         order before item i+1, the step's WITHIN ... FROM, and the global window.
         Decision: LAST/FIRST choose among these, so "window" includes WITHIN W over the
@@ -527,8 +536,8 @@ class SeqInterpreter:
         bound_seqs = {y.seq for y in bound}
         later = self._item_events(bindings, i + 1) if i + 1 < len(self.items) else []
         limit = None
-        if step.within is not None:
-            anchor = bindings[step.anchor]
+        if step.within is not None:  # (then it names its anchor, a single step)
+            anchor: Event = bindings[step.anchor]  # type: ignore[index, assignment]
             limit = anchor.ts - self.checked.time_units(step.within)
         out = []
         for y in part.events:
@@ -559,7 +568,8 @@ class SeqInterpreter:
         """Variables of positive items i..last (bound once item i is)."""
         return {s.var for item in self.items[i:] for s in item.steps}
 
-    def _single_choices(self, part, e, i, bindings):
+    def _single_choices(self, part: _Partition, e: Event, i: int,
+                        bindings: Bindings) -> Iterator[Bindings]:
         step = self.items[i].step
         before = self._bound_vars(i + 1)
         after = before | {step.var}
@@ -577,7 +587,8 @@ class SeqInterpreter:
         for y in ok:
             yield {step.var: y}
 
-    def _kleene_choices(self, part, e, i, bindings):
+    def _kleene_choices(self, part: _Partition, e: Event, i: int,
+                        bindings: Bindings) -> Iterator[Bindings]:
         """Every subset of the qualifying events, in order, with m..n elements."""
         step = self.items[i].step
         before = self._bound_vars(i + 1)
@@ -607,7 +618,8 @@ class SeqInterpreter:
                 if self._newly_bound_hold(part, trial, before, after):
                     yield {step.var: elements}
 
-    def _and_choices(self, part, e, i, bindings):
+    def _and_choices(self, part: _Partition, e: Event, i: int,
+                     bindings: Bindings) -> Iterator[Bindings]:
         """Every assignment of distinct events to the members of an AND group."""
         members = self.items[i].steps
         last_item = i == len(self.items) - 1
@@ -615,7 +627,7 @@ class SeqInterpreter:
                 not any(self._fits_step(part, m, e, bindings) for m in members):
             return  # the arriving event must be one of the members
 
-        def assign(k: int, current: dict, bound_vars: set[str]):
+        def assign(k: int, current: Bindings, bound_vars: set[str]) -> Iterator[Bindings]:
             if k == len(members):
                 group = self._events_of(current, [m.var for m in members])
                 if not self.by_ts and last_item and all(y.seq != e.seq for y in group):
@@ -634,7 +646,7 @@ class SeqInterpreter:
     # ------------------------------------------------------------ skip-till-next-match and
     # ------------------------------------------------------------ strict-contiguity (runs)
 
-    def _advance_runs(self, part: _Partition, e: Event) -> list[dict]:
+    def _advance_runs(self, part: _Partition, e: Event) -> list[Bindings]:
         """Offer `e` to every run of the partition (oldest first), then let it start a run.
 
         skip-till-next-match: a run takes e if e can fill its current step, else ignores it.
@@ -643,7 +655,7 @@ class SeqInterpreter:
         Decision: runs take events in seq order also under ORDER BY ts (which then affects
         only the NOT regions and window aggregates)."""
         strict = self.body.strategy is ast.Strategy.STRICT_CONTIGUITY
-        completed: list[dict] = []
+        completed: list[Bindings] = []
         survivors: list[_Run] = []
         for run in part.runs:
             if self.window is not None and e.ts - run.first_ts > self.window:
@@ -672,7 +684,7 @@ class SeqInterpreter:
         if item.kind is not _Kind.KLEENE:
             return self._enter(part, run, run.pos, y)
         x = item.step.var
-        elements = run.bindings.get(x, [])
+        elements: list[Event] = run.bindings.get(x, [])  # type: ignore[assignment]  # Kleene
         # The next step's event ends the Kleene step (the next step wins) ...
         if len(elements) >= item.step.min and run.pos + 1 < len(self.items):
             closed = run.closed | {x}
@@ -696,11 +708,13 @@ class SeqInterpreter:
             step = item.step
             if not self._element_ok(part, step, y, bindings, closed):
                 return None
-            grown = {**bindings, step.var: bindings.get(step.var, []) + [y]}
+            grown = {**bindings,  # (a Kleene variable's binding is a list)
+                     step.var: bindings.get(step.var, []) + [y]}  # type: ignore[operator]
             moved = _Run(grown, run.closed, j, run.first_ts)
             # Decision: a Kleene step that is the last positive item completes the run as
             # soon as it has its minimum number of elements (and its conditions hold).
-            if j == len(self.items) - 1 and len(grown[step.var]) >= step.min:
+            if j == len(self.items) - 1 and \
+                    len(grown[step.var]) >= step.min:  # type: ignore[arg-type]
                 done = closed | {step.var}
                 if self._newly_bound_hold(part, grown, closed, done):
                     return _Run(grown, frozenset(done), j + 1, run.first_ts)
@@ -724,7 +738,7 @@ class SeqInterpreter:
 
     # ------------------------------------------------------------ negation and output
 
-    def _finalize(self, part: _Partition, bindings: dict) -> list[dict]:
+    def _finalize(self, part: _Partition, bindings: Bindings) -> list[dict[str, Any]]:
         """A match of the positive steps: drop it if a NOT cancels it, hold it while a
         future event could still cancel it, else release it."""
         # Every WHERE condition over positive variables holds (most were checked while
@@ -741,10 +755,10 @@ class SeqInterpreter:
             return []
         return [self._composite(part, bindings)]
 
-    def _release(self, part: _Partition) -> list[dict]:
+    def _release(self, part: _Partition) -> list[dict[str, Any]]:
         """Pending matches whose deciding time the partition's event time has passed."""
         now = self._now(part)
-        out: list[dict] = []
+        out: list[dict[str, Any]] = []
         waiting: list[_Pending] = []
         for p in part.pending:
             if now is not None and now > p.decide_after:
@@ -755,7 +769,7 @@ class SeqInterpreter:
         part.pending = waiting
         return out
 
-    def _time_out(self, part: _Partition) -> list[dict]:
+    def _time_out(self, part: _Partition) -> list[dict[str, Any]]:
         """ON TIMEOUT EMIT PARTIAL: the runs whose window the partition's event time has
         passed (now > first.ts + W) leave, each reported as a timed-out partial match."""
         now, window = self._now(part), self.window
@@ -765,7 +779,7 @@ class SeqInterpreter:
         part.runs = [run for run in part.runs if not now > run.first_ts + window]
         return [self._timed_out_composite(part, run.bindings) for run in expired]
 
-    def _timed_out_composite(self, part: _Partition, bindings: dict) -> dict:
+    def _timed_out_composite(self, part: _Partition, bindings: Bindings) -> dict[str, Any]:
         """The variables bound so far (a Kleene variable: its elements so far), in step
         order, and "timed_out": true; no EMIT fields (they may read unbound variables)."""
         first_seq, last_seq, _, _ = self._span(bindings)
@@ -780,12 +794,12 @@ class SeqInterpreter:
         return {"query": self.query.name, "key": part.key, "seq": last_seq,
                 "start_seq": first_seq, "events": events, "timed_out": True}
 
-    def _span(self, bindings: dict):
+    def _span(self, bindings: Bindings) -> tuple[int, int, int, int]:
         events = self._positive_events(bindings)
         return (min(y.seq for y in events), max(y.seq for y in events),
                 min(y.ts for y in events), max(y.ts for y in events))
 
-    def _decide_after(self, bindings: dict) -> int | None:
+    def _decide_after(self, bindings: Bindings) -> int | None:
         """The event time after which no future event can fall into a NOT's region.
         Stream order: only a trailing NOT waits (until first.ts + W).
         Decision: under ORDER BY ts a later event may share the bound events' time, so a
@@ -795,34 +809,34 @@ class SeqInterpreter:
         times = []
         for neg in self.negations:
             if neg.where is _At.END:
-                times.append(first_ts + self.window)
+                times.append(first_ts + self.not_window)
             elif self.by_ts and neg.where is _At.START:
                 times.append(first_ts)
             elif self.by_ts:
                 times.append(min(y.ts for y in self._item_events(bindings, neg.after)))
         return max(times) if times else None
 
-    def _in_region(self, neg: _Negation, x: Event, bindings: dict) -> bool:
+    def _in_region(self, neg: _Negation, x: Event, bindings: Bindings) -> bool:
         first_seq, last_seq, first_ts, last_ts = self._span(bindings)
         if self.by_ts:
             if any(y.seq == x.seq for y in self._positive_events(bindings)):
                 return False
             if neg.where is _At.START:
-                return last_ts - self.window <= x.ts <= first_ts
+                return last_ts - self.not_window <= x.ts <= first_ts
             if neg.where is _At.END:
-                return last_ts <= x.ts <= first_ts + self.window
+                return last_ts <= x.ts <= first_ts + self.not_window
             low = max(y.ts for y in self._item_events(bindings, neg.before))
             high = min(y.ts for y in self._item_events(bindings, neg.after))
             return low <= x.ts <= high
         if neg.where is _At.START:
-            return x.seq < first_seq and x.ts >= last_ts - self.window
+            return x.seq < first_seq and x.ts >= last_ts - self.not_window
         if neg.where is _At.END:
-            return x.seq > last_seq and x.ts <= first_ts + self.window
+            return x.seq > last_seq and x.ts <= first_ts + self.not_window
         low = max(y.seq for y in self._item_events(bindings, neg.before))
         high = min(y.seq for y in self._item_events(bindings, neg.after))
         return low < x.seq < high
 
-    def _cancelled(self, part: _Partition, bindings: dict) -> bool:
+    def _cancelled(self, part: _Partition, bindings: Bindings) -> bool:
         """Does an event seen so far cancel the match? It must lie in a NOT's region, have
         its type, satisfy its filter and every WHERE condition that mentions it."""
         for neg in self.negations:
@@ -838,7 +852,7 @@ class SeqInterpreter:
                     return True
         return False
 
-    def _composite(self, part: _Partition, bindings: dict) -> dict:
+    def _composite(self, part: _Partition, bindings: Bindings) -> dict[str, Any]:
         first_seq, last_seq, _, _ = self._span(bindings)
         events = {}
         for item in self.items:

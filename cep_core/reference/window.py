@@ -29,6 +29,7 @@ Rows released by one call come back in (window_end, key) order, keys ordered as
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import orjson
 
@@ -62,7 +63,7 @@ class EventEnv(Env):
     def __init__(self, event: Event):
         self.event = event
 
-    def attr(self, node: ast.Attr):
+    def attr(self, node: ast.Attr) -> Any:
         return self.event.attrs.get(node.name)
 
 
@@ -80,7 +81,7 @@ class GroupEnv(Env):
         self.window_attr = window_attr
         self.window_end = window_end
 
-    def attr(self, node: ast.Attr):
+    def attr(self, node: ast.Attr) -> Any:
         if node.name in self.group_attrs:
             return self.events[0].attrs.get(node.name)  # the same for every event of the group
         if node.name == self.window_attr:
@@ -88,7 +89,7 @@ class GroupEnv(Env):
         raise TypeError(f"SELECT attribute {node.name} is neither a GROUP BY attribute nor "
                         "the window attribute")
 
-    def aggregate(self, node: ast.Aggregate):
+    def aggregate(self, node: ast.Aggregate) -> Any:
         if node.func is ast.AggFunc.DELTA:
             raise TypeError("delta is not a window aggregate")
         name = aggregate_attr(node)
@@ -105,7 +106,7 @@ class GroupEnv(Env):
         return fold(node.func, values)
 
 
-def key_order(key) -> bytes:
+def key_order(key: object) -> bytes:
     """Group keys are ordered as the deterministic sort key orders them."""
     return orjson.dumps(key)
 
@@ -140,23 +141,23 @@ class WindowInterpreter:
             self.range = checked.time_units(window.range)
             self.slide = checked.time_units(window.slide)
             self.window_attr = window.attr or schema.time
-            self.event_time = -INFINITY  # largest window time or punctuation seen
+            self.event_time: float = -INFINITY  # largest window time or punctuation seen
             self.kept: list[tuple[int, Event]] = []  # (window time, event), selected, in order
             self.pending: set[int] = set()  # ends of open windows holding a selected event
 
     # ------------------------------------------------------------ the Interpreter shape
 
-    def process(self, event: Event) -> list[dict]:
+    def process(self, event: Event) -> list[dict[str, Any]]:
         if self.rows_based:
             return self._process_rows(event)
         return self._process_time(event)
 
-    def punctuate(self, ts: int) -> list[dict]:
+    def punctuate(self, ts: int) -> list[dict[str, Any]]:
         if self.rows_based:
             return []
         return self._advance(ts)
 
-    def flush(self) -> list[dict]:
+    def flush(self) -> list[dict[str, Any]]:
         if self.rows_based:
             return []
         return self._advance(INFINITY)
@@ -166,7 +167,8 @@ class WindowInterpreter:
     def _window_time(self, event: Event) -> int:
         if self.window_attr == self.checked.schema.time:
             return event.ts
-        return event.attrs[self.window_attr]
+        t: int = event.attrs[self.window_attr]
+        return t
 
     def _ends_of(self, t: int) -> list[int]:
         """Ends of the windows that hold time t: multiples of SLIDE with end - RANGE < t <= end."""
@@ -177,7 +179,7 @@ class WindowInterpreter:
             end += self.slide
         return ends
 
-    def _process_time(self, event: Event) -> list[dict]:
+    def _process_time(self, event: Event) -> list[dict[str, Any]]:
         t = self._window_time(event)
         if holds(self.body.where, EventEnv(event)):
             ends = self._ends_of(t)
@@ -191,12 +193,12 @@ class WindowInterpreter:
             self.pending.update(ends)
         return self._advance(t)
 
-    def _advance(self, time) -> list[dict]:
+    def _advance(self, time: float) -> list[dict[str, Any]]:
         """Event time reaches `time`: release every pending window whose end is below it."""
         if time <= self.event_time:
             return []
         self.event_time = time
-        out: list[dict] = []
+        out: list[dict[str, Any]] = []
         for end in sorted(e for e in self.pending if e < self.event_time):
             covered = [ev for t, ev in self.kept if end - self.range < t <= end]
             out.extend(self._rows(covered, end - self.range, end))
@@ -208,7 +210,7 @@ class WindowInterpreter:
 
     # ------------------------------------------------------------ count windows
 
-    def _process_rows(self, event: Event) -> list[dict]:
+    def _process_rows(self, event: Event) -> list[dict[str, Any]]:
         self.row += 1
         if holds(self.body.where, EventEnv(event)):
             self.recent.append((self.row, event))
@@ -225,7 +227,8 @@ class WindowInterpreter:
 
     # ------------------------------------------------------------ rows of one window
 
-    def _rows(self, events: list[Event], window_start: int, window_end: int) -> list[dict]:
+    def _rows(self, events: list[Event], window_start: int,
+              window_end: int) -> list[dict[str, Any]]:
         """One row per non-empty group of `events` (the window's selected events, in
         stream order), in key order."""
         groups: dict[bytes, tuple[object, list[Event]]] = {}
@@ -236,7 +239,7 @@ class WindowInterpreter:
         for order in sorted(groups):
             key, members = groups[order]
             env = GroupEnv(members, self.group_attrs, self.window_attr, window_end)
-            row = {"query": self.name, "key": key,
+            row: dict[str, Any] = {"query": self.name, "key": key,
                    "seq": members[-1].seq, "start_seq": members[0].seq,
                    "window_start": window_start, "window_end": window_end}
             for name, expr in self.items:
