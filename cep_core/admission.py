@@ -65,6 +65,9 @@ def admit(checked: CheckedQuery, source: str | None = None,
     except Exception as e:  # noqa: BLE001 - whatever the compiler refuses is a refusal
         return [QueryError(f"the compiler refuses this query: {e}", query.pos, source)]
     if isinstance(body, ast.WindowQuery):
+        from cep_core.compiler.window import WindowProgram
+
+        assert isinstance(program, WindowProgram)  # a WINDOW query's
         return _window_bounds(program.plan, _at(body.window, body, query), source, limit)
     return []
 

@@ -12,12 +12,21 @@ from __future__ import annotations
 # Deferred imports: pyarrow, for `from_arrow` only: the FPGA and GPU commands and the splitter's
 # encoders build batches without Arrow.
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from cep_core.events import Event
 from cep_core.schema import AttrType, StreamSchema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# A decoded column value, as the reference interpreter sees it.
+Value = str | float | int | bool
 
 NUMPY_TYPES = {"int": np.int64, "timestamp": np.int64, "float": np.float64, "bool": np.bool_,
                "string": np.int64}
@@ -44,22 +53,22 @@ class StringDictionary:
             self.strings.append(s)
         return code
 
-    def encode(self, values) -> np.ndarray:
+    def encode(self, values: Sequence[str]) -> npt.NDArray[np.int64]:
         return np.fromiter((self.code(v) for v in values), dtype=np.int64, count=len(values))
 
     def decode(self, code: int) -> str:
         return self.strings[code]
 
-    def compact(self, keep: np.ndarray) -> np.ndarray:
+    def compact(self, keep: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """Keep only the strings of codes `keep`, renumbered 0, 1, ... in their old order
         (so the renumbering preserves the order of codes). Returns old code -> new code
         (-1 for a dropped string), for everything holding codes to remap itself with."""
-        keep = np.unique(np.asarray(keep, dtype=np.int64))
-        if len(keep) and (keep[0] < 0 or keep[-1] >= len(self.strings)):
+        kept = np.unique(np.asarray(keep, dtype=np.int64))
+        if len(kept) and (kept[0] < 0 or kept[-1] >= len(self.strings)):
             raise ValueError(f"codes to keep outside 0..{len(self.strings) - 1}")
         new_code = np.full(len(self.strings), -1, dtype=np.int64)
-        new_code[keep] = np.arange(len(keep), dtype=np.int64)
-        self.strings = [self.strings[c] for c in keep.tolist()]
+        new_code[kept] = np.arange(len(kept), dtype=np.int64)
+        self.strings = [self.strings[c] for c in kept.tolist()]
         self.codes = {s: i for i, s in enumerate(self.strings)}
         self.generation += 1
         return new_code
@@ -68,7 +77,7 @@ class StringDictionary:
         return len(self.strings)
 
 
-def decode_value(kind: str, value, strings: StringDictionary):
+def decode_value(kind: str, value: Any, strings: StringDictionary) -> Value:
     """A column or kernel value of attribute type `kind` as the Python value the reference
     interpreter gives."""
     if kind == AttrType.STRING:
@@ -84,9 +93,9 @@ def decode_value(kind: str, value, strings: StringDictionary):
 
 @dataclass
 class Batch:
-    seq: np.ndarray
-    ts: np.ndarray
-    columns: dict[str, np.ndarray]
+    seq: npt.NDArray[np.int64]
+    ts: npt.NDArray[np.int64]
+    columns: dict[str, npt.NDArray[Any]]
 
     def __len__(self) -> int:
         return len(self.seq)
@@ -105,7 +114,7 @@ class BatchEncoder:
 
     def from_events(self, events: list[Event]) -> Batch:
         n = len(events)
-        columns = {}
+        columns: dict[str, npt.NDArray[Any]] = {}
         for name, kind in self.schema.attributes.items():
             values = [e.attrs[name] for e in events]
             if kind == AttrType.STRING:
@@ -115,7 +124,7 @@ class BatchEncoder:
         return Batch(np.fromiter((e.seq for e in events), np.int64, n),
                      np.fromiter((e.ts for e in events), np.int64, n), columns)
 
-    def from_arrow(self, table) -> Batch:
+    def from_arrow(self, table: pa.Table) -> Batch:
         """A pyarrow Table with the schema's attributes (and optionally `seq`) as a Batch,
         column by column: strings are dictionary-encoded once per distinct value."""
         import pyarrow as pa
@@ -124,7 +133,7 @@ class BatchEncoder:
         from cep_core.arrow_numpy import to_numpy
 
         n = table.num_rows
-        columns = {}
+        columns: dict[str, npt.NDArray[Any]] = {}
         for name, kind in self.schema.attributes.items():
             column = table.column(name).combine_chunks()
             if kind == AttrType.STRING:
@@ -140,6 +149,6 @@ class BatchEncoder:
             else np.arange(n, dtype=np.int64)
         return Batch(seq, columns[self.schema.time].astype(np.int64, copy=False), columns)
 
-    def decode_value(self, name: str, value):
+    def decode_value(self, name: str, value: Any) -> Value:
         """A column value back as the Python value the reference interpreter would see."""
         return decode_value(self.schema.attributes[name], value, self.strings)

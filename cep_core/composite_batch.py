@@ -14,15 +14,23 @@ from __future__ import annotations
 import gc
 import itertools
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from types import CodeType
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 import pyarrow as pa
 
 from cep_core.arrow_numpy import array, segment_rows
 from cep_core.schema import AttrType
+
+Int64s = npt.NDArray[np.int64]
+Nulls = npt.NDArray[Any]  # bool or int: nonzero is a NULL
+# Rows (tuples of field values) -> composite dicts, as `row_builder` makes it.
+RowsBuilder = Callable[[Iterable[tuple[Any, ...]]], list[dict[str, Any]]]
 
 ARROW_TYPES = {"int": pa.int64(), "timestamp": pa.int64(), "float": pa.float64(),
                "bool": pa.bool_(), "string": pa.string()}
@@ -33,17 +41,17 @@ class CompositeBatch(ABC):
     def __len__(self) -> int: ...
 
     @abstractmethod
-    def to_dicts(self) -> list[dict]: ...
+    def to_dicts(self) -> list[dict[str, Any]]: ...
 
     @abstractmethod
     def to_arrow(self) -> pa.RecordBatch: ...
 
     @abstractmethod
-    def take(self, rows: np.ndarray) -> CompositeBatch:
+    def take(self, rows: Int64s) -> CompositeBatch:
         """The composites at these row positions, in this order, as a batch of their own."""
 
 
-def to_dicts(batches: list[CompositeBatch]) -> list[dict]:
+def to_dicts(batches: list[CompositeBatch]) -> list[dict[str, Any]]:
     return [c for b in batches for c in b.to_dicts()]
 
 
@@ -57,11 +65,11 @@ class Field:
     `nulls` marks SQL NULLs; a list field (Collect) has `offsets` (n + 1) into `values`."""
     name: str
     kind: str
-    values: np.ndarray
-    nulls: np.ndarray | None = None
-    offsets: np.ndarray | None = None
+    values: npt.NDArray[Any]
+    nulls: Nulls | None = None
+    offsets: Int64s | None = None
 
-    def take(self, rows: np.ndarray) -> Field:
+    def take(self, rows: Int64s) -> Field:
         values = np.asarray(self.values)
         nulls = None if self.nulls is None else np.asarray(self.nulls)[rows]
         if self.offsets is None:
@@ -78,19 +86,22 @@ class Decoder:
     """Kernel values -> the Python values the reference gives (a string dictionary's codes
     -> strings), column at a time."""
 
-    def __init__(self, strings: list[str]):
+    def __init__(self, strings: list[str]) -> None:
         self.strings = strings  # the live list of a StringDictionary (append-only)
 
-    def values(self, kind: str, column: np.ndarray) -> list:
+    def values(self, kind: str, column: npt.NDArray[Any]) -> list[Any]:
+        out: list[Any]
         if kind == AttrType.STRING:
-            return list(map(self.strings.__getitem__, column.tolist()))
-        if kind == AttrType.BOOL:
-            return (column != 0).tolist()
-        if kind == AttrType.FLOAT:
-            return column.astype(np.float64).tolist()
-        return column.tolist()
+            out = list(map(self.strings.__getitem__, column.tolist()))
+        elif kind == AttrType.BOOL:
+            out = (column != 0).tolist()
+        elif kind == AttrType.FLOAT:
+            out = column.astype(np.float64).tolist()
+        else:
+            out = column.tolist()
+        return out
 
-    def field(self, f: Field, n: int) -> list:
+    def field(self, f: Field, n: int) -> list[Any]:
         if f.offsets is not None:
             flat = self.values(f.kind, f.values)
             bounds = f.offsets.tolist()
@@ -101,7 +112,8 @@ class Decoder:
                 values[m] = None
         return values
 
-    def arrow(self, kind: str, column: np.ndarray, nulls: np.ndarray | None = None) -> pa.Array:
+    def arrow(self, kind: str, column: npt.NDArray[Any],
+              nulls: Nulls | None = None) -> pa.Array:
         mask = None if nulls is None else np.asarray(nulls, np.bool_)
         if kind == AttrType.STRING:  # only the strings used, not the whole dictionary
             codes = np.asarray(column, np.int64)
@@ -128,10 +140,10 @@ class Keys:
     Decoding is lazy (at `to_dicts`/`to_arrow`), so `ids` must keep their meaning: engines
     that give evicted keys' ids to new keys pass key values (codes) instead, or a `decode`
     holding the keys taken when the batch was made. String codes are append-only."""
-    ids: np.ndarray
-    decode: Callable[[np.ndarray], list]  # distinct ids -> keys (None, value or list)
+    ids: Int64s
+    decode: Callable[[Int64s], list[Any]]  # distinct ids -> keys (None, value or list)
 
-    def values(self) -> list:
+    def values(self) -> list[Any]:
         distinct, inverse = np.unique(self.ids, return_inverse=True)
         keys = self.decode(distinct)
         return [keys[i] for i in inverse.reshape(-1).tolist()]
@@ -149,16 +161,16 @@ class BoundEvents:
     `var[e]` bound to the event `seq[e]` whose attributes are `attrs[name][e]`. With
     `in_variable_order`, every composite binds each variable once, in the pattern's order.
     """
-    start: np.ndarray
-    count: np.ndarray
-    var: np.ndarray
-    seq: np.ndarray
-    attrs: dict[str, tuple[str, np.ndarray]]  # name -> (kind, column)
+    start: Int64s
+    count: Int64s
+    var: Int64s
+    seq: Int64s
+    attrs: dict[str, tuple[str, npt.NDArray[Any]]]  # name -> (kind, column)
     var_names: list[str]
     var_kleene: list[bool]
     in_variable_order: bool = False
 
-    def take(self, rows: np.ndarray) -> BoundEvents:
+    def take(self, rows: Int64s) -> BoundEvents:
         count = np.asarray(self.count, np.int64)[rows]
         elements = segment_rows(np.asarray(self.start, np.int64)[rows], count)
         return BoundEvents(np.cumsum(count) - count, count, np.asarray(self.var)[elements],
@@ -167,12 +179,12 @@ class BoundEvents:
                             for name, (kind, column) in self.attrs.items()},
                            self.var_names, self.var_kleene, self.in_variable_order)
 
-    def owner(self) -> np.ndarray:
+    def owner(self) -> Int64s:
         """The composite each element belongs to (elements are stored composite after
         composite)."""
         return np.repeat(np.arange(len(self.start)), self.count)
 
-    def element_order(self) -> np.ndarray:
+    def element_order(self) -> Int64s:
         """Element indices in the order of `dicts()`' events: within each composite, the
         variables in order of first binding, each with its elements in binding order."""
         if self.in_variable_order and not any(self.var_kleene):
@@ -181,7 +193,7 @@ class BoundEvents:
         _, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
         return np.argsort(first[inverse.reshape(-1)], kind="stable")
 
-    def dicts(self, decoder: Decoder) -> list[dict]:
+    def dicts(self, decoder: Decoder) -> list[dict[str, Any]]:
         # Each distinct event once ({"seq": .., **attributes}), shared by every use.
         unique, first, inverse = np.unique(self.seq, return_index=True, return_inverse=True)
         names = ["seq"] + list(self.attrs)
@@ -197,7 +209,7 @@ class BoundEvents:
         var_of = self.var.tolist()
         grouped = []
         for start, n in zip(self.start.tolist(), self.count.tolist()):
-            events: dict = {}
+            events: dict[str, Any] = {}
             for e in range(start, start + n):
                 var = var_of[e]
                 if kleene[var]:
@@ -222,9 +234,9 @@ class ColumnBatch(CompositeBatch):
     holds fields that come right after start_seq/events as constant values (e.g.
     SEQ's "timed_out")."""
 
-    def __init__(self, query: str, decoder: Decoder, keys: Keys, seq: np.ndarray,
-                 start_seq: np.ndarray, fields: list[Field],
-                 events: BoundEvents | None = None, extra: dict | None = None):
+    def __init__(self, query: str, decoder: Decoder, keys: Keys, seq: Int64s,
+                 start_seq: Int64s, fields: list[Field],
+                 events: BoundEvents | None = None, extra: dict[str, Any] | None = None):
         self.query, self.decoder, self.keys = query, decoder, keys
         self.seq, self.start_seq, self.fields = seq, start_seq, fields
         self.events, self.extra = events, extra or {}
@@ -232,7 +244,7 @@ class ColumnBatch(CompositeBatch):
     def __len__(self) -> int:
         return len(self.seq)
 
-    def take(self, rows: np.ndarray) -> ColumnBatch:
+    def take(self, rows: Int64s) -> ColumnBatch:
         rows = np.asarray(rows, np.int64)
         keys = Keys(np.asarray(self.keys.ids)[rows], self.keys.decode)
         return ColumnBatch(self.query, self.decoder, keys, np.asarray(self.seq)[rows],
@@ -240,13 +252,13 @@ class ColumnBatch(CompositeBatch):
                            [f.take(rows) for f in self.fields],
                            None if self.events is None else self.events.take(rows), self.extra)
 
-    def to_dicts(self) -> list[dict]:
+    def to_dicts(self) -> list[dict[str, Any]]:
         n = len(self.seq)
         if n == 0:
             return []
         names = ["query", "key", "seq", "start_seq"]
-        columns = [itertools.repeat(self.query), self.keys.values(), self.seq.tolist(),
-                   self.start_seq.tolist()]
+        columns: list[Iterable[Any]] = [itertools.repeat(self.query), self.keys.values(),
+                                        self.seq.tolist(), self.start_seq.tolist()]
         if self.events is not None:
             names.append("events")
             columns.append(self.events.dicts(self.decoder))
@@ -278,16 +290,16 @@ class ColumnBatch(CompositeBatch):
 class RowBatch(CompositeBatch):
     """Composite events of one query that an engine built as dicts already (WINDOW)."""
 
-    def __init__(self, rows: list[dict]):
+    def __init__(self, rows: list[dict[str, Any]]):
         self.rows = rows
 
     def __len__(self) -> int:
         return len(self.rows)
 
-    def to_dicts(self) -> list[dict]:
+    def to_dicts(self) -> list[dict[str, Any]]:
         return self.rows
 
-    def take(self, rows: np.ndarray) -> RowBatch:
+    def take(self, rows: Int64s) -> RowBatch:
         return RowBatch([self.rows[i] for i in np.asarray(rows).tolist()])
 
     def to_arrow(self) -> pa.RecordBatch:
@@ -301,7 +313,7 @@ class RowBatch(CompositeBatch):
         return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
-def rows_of(names: list[str], columns: list) -> list[dict]:
+def rows_of(names: list[str], columns: list[Iterable[Any]]) -> list[dict[str, Any]]:
     """Dicts with the given field names from parallel columns. The cyclic collector is
     paused meanwhile: dicts of plain values make no cycles, and many new dicts in a row
     would trigger it again and again."""
@@ -317,10 +329,10 @@ def rows_of(names: list[str], columns: list) -> list[dict]:
             gc.enable()
 
 
-_BUILDERS: dict[tuple[str, ...], Callable] = {}
+_BUILDERS: dict[tuple[str, ...], RowsBuilder] = {}
 
 
-def row_builder(names: list[str]):
+def row_builder(names: list[str]) -> RowsBuilder:
     """`rows -> [dict, ...]` with the given field names, as a dict display with constant
     keys (CPython builds those in one step: about twice as fast as dict(zip(names, row)),
     an eighth faster than keys read from variables). The source holds only made-up names
@@ -331,8 +343,8 @@ def row_builder(names: list[str]):
     display = ", ".join(f"'K{i}': v{i}" for i in range(width))
     placeholders = {f"K{i}": name for i, name in enumerate(names)}
 
-    def swapped(code):
-        consts = []
+    def swapped(code: CodeType) -> CodeType:
+        consts: list[object] = []
         for c in code.co_consts:
             if isinstance(c, str):
                 c = placeholders.get(c, c)
@@ -344,4 +356,5 @@ def row_builder(names: list[str]):
         return code.replace(co_consts=tuple(consts))
 
     code = compile(f"lambda rows: [{{{display}}} for {values} in rows]", "<rows>", "eval")
-    return eval(swapped(code), {})  # noqa: S307
+    build: RowsBuilder = eval(swapped(code), {})  # noqa: S307
+    return build

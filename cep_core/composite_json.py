@@ -12,7 +12,10 @@ where it is installed (0.2-0.3 s of a `cep run`).
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 import numpy as np
+import numpy.typing as npt
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,15 +27,20 @@ from cep_core.schema import AttrType
 TEXT = pa.large_string()
 
 
+class _BinaryOut(Protocol):
+    def write(self, data: memoryview, /) -> object: ...
+
+
 def lines(batch: CompositeBatch) -> pa.Array:
     """One JSON line (ending in a newline) per composite of the batch, as large_string."""
     if not isinstance(batch, ColumnBatch):
         return _from_bytes([orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
                             for row in batch.to_dicts()])
     n = len(batch)
-    parts: list = [_const("{" + _name("query") + _json(batch.query) + "," + _name("key")),
-                   _keys(batch), _const("," + _name("seq")), _ints(batch.seq),
-                   _const("," + _name("start_seq")), _ints(batch.start_seq)]
+    parts: list[pa.Array | pa.Scalar] = [
+        _const("{" + _name("query") + _json(batch.query) + "," + _name("key")),
+        _keys(batch), _const("," + _name("seq")), _ints(batch.seq),
+        _const("," + _name("start_seq")), _ints(batch.start_seq)]
     if batch.events is not None:
         parts += [_const("," + _name("events")), _events(batch.events, batch.decoder)]
     for name, value in batch.extra.items():
@@ -48,7 +56,7 @@ def lines_of(texts: list[str]) -> pa.Array:
     return _texts(texts)
 
 
-def write(arrays: list[pa.Array], out) -> None:
+def write(arrays: list[pa.Array], out: _BinaryOut) -> None:
     """Writes the texts of large_string arrays (no nulls) to a binary stream, in bulk."""
     for array in arrays:
         if len(array) == 0:
@@ -60,7 +68,7 @@ def write(arrays: list[pa.Array], out) -> None:
 # ------------------------------------------------------------------ pieces
 
 
-def _json(value) -> str:
+def _json(value: object) -> str:
     return orjson.dumps(value).decode()
 
 
@@ -84,11 +92,11 @@ def _from_bytes(texts: list[bytes]) -> pa.Array:
                                             pa.py_buffer(b"".join(texts)))
 
 
-def _indices(values: np.ndarray) -> pa.Array:
+def _indices(values: npt.NDArray[Any]) -> pa.Array:
     return from_numpy(np.asarray(values, np.int64).reshape(-1))
 
 
-def _join(parts: list, n: int) -> pa.Array:
+def _join(parts: list[pa.Array | pa.Scalar], n: int) -> pa.Array:
     if n == 0:
         return _texts([])
     if all(isinstance(p, pa.Scalar) for p in parts):
@@ -96,11 +104,11 @@ def _join(parts: list, n: int) -> pa.Array:
     return pc.binary_join_element_wise(*parts, _const(""))
 
 
-def _ints(column: np.ndarray) -> pa.Array:
+def _ints(column: npt.NDArray[Any]) -> pa.Array:
     return pc.cast(from_numpy(np.asarray(column, np.int64)), TEXT)
 
 
-def _floats(column: np.ndarray) -> pa.Array:
+def _floats(column: npt.NDArray[Any]) -> pa.Array:
     """orjson's text of each float (its shortest round-trip form; NaN and infinities as
     null), cut out of one orjson call over the whole column."""
     column = np.ascontiguousarray(column, np.float64)
@@ -116,14 +124,14 @@ def _floats(column: np.ndarray) -> pa.Array:
                                             pa.py_buffer(body[~comma].tobytes()))
 
 
-def _strings(decoder: Decoder, codes: np.ndarray) -> pa.Array:
+def _strings(decoder: Decoder, codes: npt.NDArray[Any]) -> pa.Array:
     """Dictionary codes -> JSON string literals, each distinct string encoded once."""
     used, inverse = np.unique(np.asarray(codes, np.int64), return_inverse=True)
     texts = _texts([_json(decoder.strings[c]) for c in used.tolist()])
     return texts.take(_indices(inverse))
 
 
-def _values(decoder: Decoder, kind: str, column: np.ndarray) -> pa.Array:
+def _values(decoder: Decoder, kind: str, column: npt.NDArray[Any]) -> pa.Array:
     if kind == AttrType.STRING:
         return _strings(decoder, column)
     if kind == AttrType.FLOAT:
@@ -169,7 +177,7 @@ def _events(events: BoundEvents, decoder: Decoder) -> pa.Array:
     seqs, first, inverse = np.unique(np.asarray(events.seq)[order], return_index=True,
                                      return_inverse=True)
     rows = order[first]
-    parts: list = [_const("{" + _name("seq")), _ints(seqs)]
+    parts: list[pa.Array | pa.Scalar] = [_const("{" + _name("seq")), _ints(seqs)]
     for name, (kind, column) in events.attrs.items():
         parts += [_const("," + _name(name)), _values(decoder, kind, np.asarray(column)[rows])]
     parts.append(_const("}"))

@@ -18,12 +18,13 @@ from __future__ import annotations
 # and the Python API's import stay without pyarrow.
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any, overload
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 
 from cep_core.event_io import write_jsonl
@@ -39,6 +40,9 @@ STANDARD = ("query", "key", "seq", "start_seq", "events", "window_start", "windo
 METADATA = b"cep.queries"  # per query: its columns in JSON order and its Kleene variables
 CHUNK_ROWS = 65536  # composites turned into JSON text or Arrow columns at a time
 
+# Where composites are written: a path, a binary stream, or None / "-" for stdout.
+Out = str | Path | IO[bytes] | None
+
 
 class OutputFormat(StrEnum):
     """What `Composites.write` writes; the value is how `cep run` names it."""
@@ -48,7 +52,7 @@ class OutputFormat(StrEnum):
     ARROW_IPC = "Arrow IPC"
 
 
-def output_format(out) -> OutputFormat:
+def output_format(out: Out) -> OutputFormat:
     """What `Composites.write` writes to `out`: by its suffix, .parquet PARQUET, .arrow
     ARROW_IPC, anything else (None or "-": stdout) JSON_LINES."""
     suffix = Path(str(out)).suffix.lower() if out is not None else ""
@@ -56,18 +60,19 @@ def output_format(out) -> OutputFormat:
             ".arrow": OutputFormat.ARROW_IPC}.get(suffix, OutputFormat.JSON_LINES)
 
 
-class Composites(Sequence):
+class Composites(Sequence[dict[str, Any]]):
     def __init__(self, batches: list[CompositeBatch], query_index: dict[str, int],
-                 ordered: bool = False):
+                 ordered: bool = False) -> None:
         """`batches` in the order the engines gave them; `ordered`: they are already in
         output order (e.g. the reference interpreter's list)."""
         self.batches = [b for b in batches if len(b)]
         self.query_index = query_index
-        self._dicts: list[dict] | None = None
-        self._order = np.arange(len(self), dtype=np.int64) if ordered else None
+        self._dicts: list[dict[str, Any]] | None = None
+        self._order: npt.NDArray[np.int64] | None = \
+            np.arange(len(self), dtype=np.int64) if ordered else None
 
     @classmethod
-    def from_dicts(cls, rows: list[dict]) -> Composites:
+    def from_dicts(cls, rows: list[dict[str, Any]]) -> Composites:
         """Composite dicts already in output order (no batches, no pyarrow)."""
         composites = cls([], {}, ordered=True)
         composites._dicts = rows
@@ -86,7 +91,7 @@ class Composites(Sequence):
             return len(self._dicts)
         return sum(len(b) for b in self.batches)
 
-    def order(self) -> np.ndarray:
+    def order(self) -> npt.NDArray[np.int64]:
         """Output position -> index into the batches' composites, concatenated."""
         if self._order is None:
             from cep_core.composite_order import order as output_order
@@ -94,19 +99,25 @@ class Composites(Sequence):
             self._order = output_order(self.batches, self.query_index)
         return self._order
 
-    def to_dicts(self) -> list[dict]:
+    def to_dicts(self) -> list[dict[str, Any]]:
         if self._dicts is None:
             found = [c for b in self.batches for c in b.to_dicts()]
             self._dicts = [found[i] for i in self.order().tolist()]
         return self._dicts
 
-    def __getitem__(self, i):
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
         return self.to_dicts()[i]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(self.to_dicts())
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         if isinstance(other, Composites):
             other = other.to_dicts()
         return isinstance(other, list) and self.to_dicts() == other
@@ -125,7 +136,7 @@ class Composites(Sequence):
         chunks = list(self.json_chunks(max(len(self), 1)))
         return pa.concat_arrays(chunks) if chunks else composite_json.lines_of([])
 
-    def json_chunks(self, rows: int = CHUNK_ROWS):
+    def json_chunks(self, rows: int = CHUNK_ROWS) -> Iterator[pa.Array]:
         """The JSON lines (large_string arrays) in output order, `rows` composites at a
         time: each chunk's composites taken from their batches and turned into text, so
         memory holds one chunk's text and its intermediates, not the whole output's
@@ -140,7 +151,8 @@ class Composites(Sequence):
             texts = pa.concat_arrays([composite_json.lines(part) for part in parts])
             yield texts if back is None else texts.take(from_numpy(back))
 
-    def _chunks(self, rows: int):
+    def _chunks(self, rows: int) -> Iterator[
+            tuple[list[CompositeBatch], npt.NDArray[np.intp] | None]]:
         """Per chunk of `rows` output positions: the chunk's composites as one batch per
         batch they come from, and the permutation that puts those batches' rows, one
         after another, in output order (None where they are in it already)."""
@@ -153,13 +165,13 @@ class Composites(Sequence):
             positions = order[i:i + rows]
             which = np.searchsorted(starts, positions, side="right") - 1
             by_batch = np.argsort(which, kind="stable")
-            parts = []
+            parts: list[CompositeBatch] = []
             for at in np.split(by_batch, np.flatnonzero(np.diff(which[by_batch])) + 1):
                 b = int(which[at[0]])
                 parts.append(batches[b].take(positions[at] - starts[b]))
             yield parts, None if _is_identity(by_batch) else np.argsort(by_batch)
 
-    def write_jsonl(self, out=None, chunk_rows: int = CHUNK_ROWS) -> int:
+    def write_jsonl(self, out: Out = None, chunk_rows: int = CHUNK_ROWS) -> int:
         """JSON lines to `out` (a path, a binary stream, or None / "-" for stdout),
         byte for byte what orjson gives for each composite dict, `chunk_rows` composites
         at a time (`json_chunks`). Returns the count."""
@@ -168,7 +180,7 @@ class Composites(Sequence):
             return write_jsonl(self._dicts, out)
         from cep_core import composite_json
 
-        def write_to(stream) -> int:
+        def write_to(stream: IO[bytes]) -> int:
             written = 0
             for texts in self.json_chunks(chunk_rows):
                 composite_json.write([texts], stream)
@@ -202,8 +214,8 @@ class Composites(Sequence):
                          "start_seq": pa.array([], pa.int64())}
                         ).replace_schema_metadata({METADATA: meta})
 
-    def _query_meta(self) -> dict:
-        meta: dict[str, dict] = {}
+    def _query_meta(self) -> dict[str, dict[str, list[str]]]:
+        meta: dict[str, dict[str, list[str]]] = {}
         for b in self._batches():
             for query, names, kleene in _shapes(b):
                 entry = meta.setdefault(query, {"columns": [], "kleene": []})
@@ -211,7 +223,7 @@ class Composites(Sequence):
                 entry["kleene"] = sorted(set(entry["kleene"]) | set(kleene))
         return meta
 
-    def write(self, out=None, chunk_rows: int = CHUNK_ROWS) -> int:
+    def write(self, out: Out = None, chunk_rows: int = CHUNK_ROWS) -> int:
         """By `out`'s suffix (`output_format`): .parquet (Parquet), .arrow (Arrow IPC
         file), anything else (or None / "-": stdout) JSON lines, `chunk_rows` composites at
         a time. Returns the number of composites."""
@@ -238,7 +250,7 @@ class Composites(Sequence):
                 writer.write_table(table)
         return len(self)
 
-    def arrow_chunks(self, rows: int = CHUNK_ROWS):
+    def arrow_chunks(self, rows: int = CHUNK_ROWS) -> Iterator[pa.Schema | pa.Table]:
         """`to_arrow()`'s schema first, then its rows as tables of that schema, `rows`
         composites at a time. Composites that came as dicts (the reference interpreter's,
         WINDOW's) are one table: their columns' types come from their values."""
@@ -277,7 +289,7 @@ def _arrow_of(batches: list[CompositeBatch], meta: bytes) -> pa.Table:
     return table.select(names).replace_schema_metadata({METADATA: meta})
 
 
-def _is_identity(order: np.ndarray) -> bool:
+def _is_identity(order: npt.NDArray[np.intp]) -> bool:
     return bool(np.array_equal(order, np.arange(len(order))))
 
 
@@ -289,7 +301,7 @@ def _arrow(batch: CompositeBatch) -> pa.RecordBatch:
     return _rows_arrow(batch.to_dicts())
 
 
-def _rows_arrow(rows: list[dict]) -> pa.RecordBatch:
+def _rows_arrow(rows: list[dict[str, Any]]) -> pa.RecordBatch:
     """Dicts -> the columns ColumnBatch.to_arrow gives (key as JSON, events as a list of
     {variable, seq, attributes...})."""
     import pyarrow as pa
@@ -306,7 +318,7 @@ def _rows_arrow(rows: list[dict]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
-def _flat_events(events: dict) -> list[dict]:
+def _flat_events(events: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for variable, bound in events.items():
         for event in bound if isinstance(bound, list) else [bound]:
@@ -314,7 +326,7 @@ def _flat_events(events: dict) -> list[dict]:
     return out
 
 
-def _shapes(batch: CompositeBatch):
+def _shapes(batch: CompositeBatch) -> Iterator[tuple[str, list[str], list[str]]]:
     """(query, column names in JSON order without timed_out, Kleene variables) of the
     batch's composites."""
     from cep_core.composite_batch import ColumnBatch
@@ -334,16 +346,16 @@ def _shapes(batch: CompositeBatch):
         yield row["query"], [n for n in row if n != "timed_out"], kleene
 
 
-def read_table(table: pa.Table) -> list[dict]:
+def read_table(table: pa.Table) -> list[dict[str, Any]]:
     """The composite dicts of a table written by `Composites.to_arrow` (read back from
     Parquet or Arrow IPC), exactly as JSON lines would give them."""
     meta = orjson.loads(table.schema.metadata[METADATA])
-    out = []
+    out: list[dict[str, Any]] = []
     for row in table.to_pylist():
         query = meta[row["query"]]
         timed_out = row.get("timed_out") is True
         names = [n for n in query["columns"] if not timed_out or n in STANDARD]
-        composite = {}
+        composite: dict[str, Any] = {}
         for name in names:
             value = row[name]
             if name == "key":
@@ -357,8 +369,8 @@ def read_table(table: pa.Table) -> list[dict]:
     return out
 
 
-def _grouped_events(elements: list[dict], kleene: set[str]) -> dict:
-    events: dict = {}
+def _grouped_events(elements: list[dict[str, Any]], kleene: set[str]) -> dict[str, Any]:
+    events: dict[str, Any] = {}
     for element in elements:
         variable = element.pop("variable")
         if variable in kleene:
@@ -368,7 +380,7 @@ def _grouped_events(elements: list[dict], kleene: set[str]) -> dict:
     return events
 
 
-def read(path: str | Path) -> list[dict]:
+def read(path: str | Path) -> list[dict[str, Any]]:
     """The composite dicts of a .parquet or .arrow file written by `Composites.write`."""
     if output_format(path) is OutputFormat.PARQUET:
         import pyarrow.parquet as pq

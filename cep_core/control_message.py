@@ -23,12 +23,13 @@ the last record of each key is what is live.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache, cache
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, ValidationError
 
 from cep_core import ast
 from cep_core.checked import CheckedQuery
@@ -36,6 +37,9 @@ from cep_core.checker import load_query_text
 from cep_core.control_ops import Kind, Op
 from cep_core.errors import Category, Problem, QueryError, QueryErrors, Refusal
 from cep_core.schema import SCHEMA_DIR, SchemaError, SchemaRegistry, StreamSchema
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message
 
 MAX_MESSAGE_BYTES = 256 * 1024
 SCHEMA_PATH = SCHEMA_DIR / "control_message.json"
@@ -82,10 +86,10 @@ class ControlRecord(NamedTuple):
     key: bytes | None
     value: bytes | None
     offset: int | None = None
-    headers: dict | None = None  # header name -> bytes
+    headers: dict[str, str | bytes | None] | None = None  # header name -> bytes
 
     @classmethod
-    def of(cls, message) -> ControlRecord:
+    def of(cls, message: Message) -> ControlRecord:
         """A consumed confluent_kafka Message."""
         return cls(message.key(), message.value(), message.offset(),
                    dict(message.headers() or ()))
@@ -113,29 +117,30 @@ class ControlRecord(NamedTuple):
         return None if self.offset is None else self.offset + 1
 
 
-def compacted(records) -> list[ControlRecord]:
+def compacted(records: Iterable[ControlRecord | tuple[Any, ...]]) -> list[ControlRecord]:
     """What compaction leaves of `records` ((key, value[, offset, headers]) in topic
     order): the last record of each key, in topic order, stream records first (a stream
     record written again may now follow the queries that read it)."""
-    records = [r if isinstance(r, ControlRecord) else ControlRecord(*r) for r in records]
-    last = {r.key: i for i, r in enumerate(records)}
+    rows = [r if isinstance(r, ControlRecord) else ControlRecord(*r) for r in records]
+    last = {r.key: i for i, r in enumerate(rows)}
     since: dict[bytes | None, int] = {}  # where the key's current incarnation began
-    for i, r in enumerate(records):
+    for i, r in enumerate(rows):
         since.setdefault(r.key, i)
         if _is_removal(r.value):
             since.pop(r.key)
-    kept = [i for i, r in enumerate(records) if r.key is None or last[r.key] == i]
+    kept = [i for i, r in enumerate(rows) if r.key is None or last[r.key] == i]
     # A query keeps the place its first record since its last removal gave it (an `add`
     # then an `update` on the whole log: the add's place, as when it ran); streams first.
-    return [records[i] for i in sorted(kept, key=lambda i: (
-        not _is_stream_key(records[i].key), since.get(records[i].key, i)))]
+    return [rows[i] for i in sorted(kept, key=lambda i: (
+        not _is_stream_key(rows[i].key), since.get(rows[i].key, i)))]
 
 
 def _is_removal(value: bytes | None) -> bool:
     if value is None:
         return True
     try:
-        return orjson.loads(value).get("op") == Op.REMOVE
+        op: object = orjson.loads(value).get("op")
+        return op == Op.REMOVE
     except (orjson.JSONDecodeError, AttributeError):
         return False
 
@@ -169,8 +174,9 @@ def parse_key(key: bytes | None) -> tuple[Kind, str]:
 
 
 @lru_cache(maxsize=1)
-def control_schema() -> dict:
-    return orjson.loads(SCHEMA_PATH.read_bytes())
+def control_schema() -> dict[str, Any]:
+    schema: dict[str, Any] = orjson.loads(SCHEMA_PATH.read_bytes())
+    return schema
 
 
 @cache
@@ -267,12 +273,13 @@ def check_stream(name: str, text: str) -> StreamSchema:
         raise ControlMessageError(str(e)) from None
 
 
-def violations(validator: Draft202012Validator, value, where: str = "message") -> list[str]:
+def violations(validator: Draft202012Validator, value: object,
+               where: str = "message") -> list[str]:
     """What about `value` breaks the validator's schema, one sentence per problem."""
     return [_sentence(error, where) for error in validator.iter_errors(value)]
 
 
-def _sentence(error, where: str) -> str:
+def _sentence(error: ValidationError, where: str) -> str:
     path = list(error.absolute_path)
     if path:
         where = f"field {'.'.join(map(str, path))!r}"
@@ -299,7 +306,7 @@ def _sentence(error, where: str) -> str:
     return f"{where}: {error.message}"
 
 
-def _json_type(value) -> str:
+def _json_type(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -310,7 +317,7 @@ def _json_type(value) -> str:
     return names[type(value)]
 
 
-def _shown(value) -> str:
+def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
@@ -372,7 +379,7 @@ class LiveRegistry(SchemaRegistry):
     def names(self) -> list[str]:
         return sorted((set(self.base.names()) - self.removed) | set(self.streams))
 
-    def with_stream(self, name: str, entry: tuple | None) -> LiveRegistry:
+    def with_stream(self, name: str, entry: tuple[StreamSchema, int, str] | None) -> LiveRegistry:
         """A copy with stream `name` set to `entry` (schema, version, text), or removed."""
         trial = LiveRegistry(self.base)
         trial.streams, trial.removed = dict(self.streams), set(self.removed)
@@ -400,7 +407,7 @@ class LiveRegistry(SchemaRegistry):
     def versions(self) -> dict[str, int]:
         return {name: version for name, (_, version, _) in self.streams.items()}
 
-    def to_json(self) -> list[dict]:
+    def to_json(self) -> list[dict[str, Any]]:
         return [{"name": n, "text": t, "version": v} for n, (_, v, t) in self.streams.items()]
 
 
@@ -419,7 +426,7 @@ class LiveQuery:
     def output(self) -> str:
         return self.checked.query.output
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "text": self.text, "index": self.index}
 
 
@@ -430,7 +437,7 @@ class LiveStream:
     version: int
     schema: StreamSchema | None = None  # None once removed
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"kind": STREAM, "name": self.name, "text": self.text,
                 "version": self.version}
 
@@ -548,7 +555,7 @@ class LiveSet:
             self.live[query_name].checked = checked
         return LiveStream(name, message.text if schema else "", version, schema)
 
-    def load(self, entries: list[dict]) -> None:
+    def load(self, entries: list[dict[str, Any]]) -> None:
         """Replace the queries by a serialized set (a `set` control frame or a snapshot)."""
         self.live = {}
         for entry in entries:
@@ -557,7 +564,7 @@ class LiveSet:
                                                  checked)
         self.next_index = max([e["index"] + 1 for e in entries] + [self.next_index])
 
-    def put(self, entry: dict) -> LiveQuery:
+    def put(self, entry: dict[str, Any]) -> LiveQuery:
         """Set one query from a serialized entry (`LiveQuery.to_json`: a change another
         process checked and numbered), replacing the one of its name; it comes last."""
         self.remove(entry["name"])
@@ -572,15 +579,15 @@ class LiveSet:
         """No live queries (the streams stay, and so do the indexes given out)."""
         self.live = {}
 
-    def load_streams(self, entries: list[dict]) -> None:
+    def load_streams(self, entries: list[dict[str, Any]]) -> None:
         """Take the control topic's streams of a serialized set (`LiveRegistry.to_json`)."""
         for entry in entries:
             self.registry.learn(entry["name"], entry["text"], entry["version"])
 
-    def to_json(self) -> list[dict]:
+    def to_json(self) -> list[dict[str, Any]]:
         return [q.to_json() for q in self.live.values()]
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         """What is live: query names with their index, stream versions."""
         return {"queries": {q.name: q.index for q in self.live.values()},
                 "streams": self.registry.versions()}
@@ -593,7 +600,7 @@ class LiveSet:
         return {q.route for q in self.live.values()}
 
 
-def replayed(records, stream: str | None = None,
+def replayed(records: Iterable[ControlRecord | tuple[Any, ...]], stream: str | None = None,
              registry: SchemaRegistry | None = None) -> LiveSet:
     """The live set that the control topic's records ((key, value[, offset, headers]) in
     topic order, or ControlRecords) give, as a starting splitter applies them: the same

@@ -13,8 +13,10 @@ scalar (`fill_null(0)`) import pandas, ~0.3 s of CPU of a `cep run` from Parquet
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,6 +26,9 @@ from cep_core.errors import EventError
 from cep_core.event_io import INT64_MAX, decode_record
 from cep_core.events import Event
 from cep_core.schema import AttrType, NANOS_PER_UNIT, StreamSchema
+
+Int64s = npt.NDArray[np.int64]
+Mask = npt.NDArray[np.bool_]
 
 ARROW_TYPES = {"int": pa.int64(), "timestamp": pa.int64(), "float": pa.float64(),
                "bool": pa.bool_(), "string": pa.string()}
@@ -36,20 +41,20 @@ class DecodedColumns:
     (None on good rows, else the record as read) and `bad` (True where `errors` is not
     None: no Python loop over the rows needed to find them)."""
 
-    seq: np.ndarray
+    seq: Int64s
     attributes: dict[str, pa.Array]
-    errors: list
-    raw: list
-    bad: np.ndarray
+    errors: list[str | None]
+    raw: list[str | None]
+    bad: Mask
 
 
-def decode_table(table: pa.Table, schema: StreamSchema, positions: np.ndarray) -> DecodedColumns:
+def decode_table(table: pa.Table, schema: StreamSchema, positions: Int64s) -> DecodedColumns:
     """Every row of `table` (typed columns, field name -> value) as event columns; a row's
     default seq is its entry in `positions`."""
     n = table.num_rows
     slow = np.zeros(n, dtype=bool)
     seq = _seq_column(table, positions, slow)
-    columns = {}
+    columns: dict[str, pa.Array | None] = {}
     for name, kind in schema.attributes.items():
         columns[name] = _attribute_column(table, name, kind, schema, slow)
     if schema.type_attribute is not None and schema.types is not None \
@@ -59,8 +64,8 @@ def decode_table(table: pa.Table, schema: StreamSchema, positions: np.ndarray) -
         slow |= ~to_numpy(known) & ~is_null(known)  # a null: not for this check
     if any(c is None for c in columns.values()):
         slow[:] = True
-    errors: list = [None] * n
-    raw: list = [None] * n
+    errors: list[str | None] = [None] * n
+    raw: list[str | None] = [None] * n
     bad = np.zeros(n, dtype=bool)
     rows = np.flatnonzero(slow)
     if len(rows) == 0:
@@ -95,14 +100,15 @@ def events_to_columns(events: list[Event | None], schema: StreamSchema) -> dict[
             for name, kind in schema.attributes.items()}
 
 
-def _records(rows: pa.Table, schema: StreamSchema) -> list:
+def _records(rows: pa.Table, schema: StreamSchema) -> list[dict[str, Any] | str]:
     """The rows as dicts; a row Python cannot hold (a time beyond the years 1-9999) is
     the reason instead."""
     try:
-        return rows.to_pylist()
+        records: list[dict[str, Any] | str] = rows.to_pylist()
+        return records
     except (OverflowError, ValueError, pa.ArrowException):
         pass
-    out = []
+    out: list[dict[str, Any] | str] = []
     for i in range(rows.num_rows):
         try:
             out.extend(rows.slice(i, 1).to_pylist())
@@ -111,18 +117,19 @@ def _records(rows: pa.Table, schema: StreamSchema) -> list:
     return out
 
 
-def _row_as_read(table: pa.Table, row: int) -> dict:
+def _row_as_read(table: pa.Table, row: int) -> dict[str, Any]:
     """One row as field -> value; times Python cannot hold as their integer ticks."""
     one = table.slice(row, 1)
     try:
-        return one.to_pylist()[0]
+        found: dict[str, Any] = one.to_pylist()[0]
+        return found
     except (OverflowError, ValueError, pa.ArrowException):
         return {name: (column.cast(pa.int64()) if pa.types.is_timestamp(column.type)
                        else column)[0].as_py()
                 for name, column in zip(one.column_names, one.columns)}
 
 
-def _seq_column(table: pa.Table, positions: np.ndarray, slow: np.ndarray) -> np.ndarray:
+def _seq_column(table: pa.Table, positions: Int64s, slow: Mask) -> Int64s:
     seq = positions.astype(np.int64, copy=True)
     if "seq" not in table.column_names:
         return seq
@@ -138,7 +145,7 @@ def _seq_column(table: pa.Table, positions: np.ndarray, slow: np.ndarray) -> np.
 
 
 def _attribute_column(table: pa.Table, name: str, kind: str, schema: StreamSchema,
-                      slow: np.ndarray) -> pa.Array | None:
+                      slow: Mask) -> pa.Array | None:
     """The column as ARROW_TYPES[kind], marking rows it cannot vouch for in `slow`;
     None when the column is missing or of another type (every row goes the slow way)."""
     if name not in table.column_names:
@@ -174,7 +181,7 @@ def _attribute_column(table: pa.Table, name: str, kind: str, schema: StreamSchem
     return column
 
 
-def _timestamps_in_unit(column: pa.Array, time_unit: str, slow: np.ndarray) -> pa.Array:
+def _timestamps_in_unit(column: pa.Array, time_unit: str, slow: Mask) -> pa.Array:
     """Arrow timestamps (UTC values) in the stream's unit, truncated to microseconds first
     as `decode_record` does with Python datetimes; rows whose value overflows 64 bits on
     the way are marked slow (decode_record gives their reason)."""
@@ -187,7 +194,7 @@ def _timestamps_in_unit(column: pa.Array, time_unit: str, slow: np.ndarray) -> p
     return pa.array(np.where(overflow, 0, out), type=pa.int64(), mask=~valid)
 
 
-def _scaled(values: np.ndarray, unit_nanos: int, to_nanos: int) -> tuple[np.ndarray, np.ndarray]:
+def _scaled(values: Int64s, unit_nanos: int, to_nanos: int) -> tuple[Int64s, Mask]:
     """`values` in units of `unit_nanos` ns as units of `to_nanos` ns (floor), and where
     the result does not fit in int64."""
     if unit_nanos <= to_nanos:

@@ -38,19 +38,20 @@ import io
 import math
 import re
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import IO, NamedTuple
+from typing import IO, Any, NamedTuple
 
 import orjson
 
 from cep_core.errors import EventError
 from cep_core.events import Event
 from cep_core.schema import AttrType, NANOS_PER_UNIT, StreamSchema
-from cep_core.time_guard import TimeGuard, seq_not_increasing
+from cep_core.time_guard import TimeGuard
+from cep_core.time_guard import seq_not_increasing as seq_not_increasing  # also the backfill's
 
 
 
@@ -70,6 +71,10 @@ FORMAT_NAMES = tuple(EventFormat)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _INT_TEXT = re.compile(r"[+-]?[0-9]+")
+# A record as the readers give it: (raw, record, error, line). `record` is the value as
+# parsed (anything JSON, CSV or Parquet gives: `decode_record` checks it); `error` None or
+# why it is unreadable; `line` its first line in the file (None where lines mean nothing).
+RawRecord = tuple[bytes | str, Any, str | None, int | None]
 
 
 @dataclass(frozen=True)
@@ -84,11 +89,11 @@ class DeadLetter:
     partition: int | None = None  # that source partition
     line: int | None = None  # JSON lines and CSV: the record's line, 1-based as editors count
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """`source`, `line` when known, `position`, `reason`, `raw` (as text), then `offset`
         and `partition` when known, and `raw_base64` (the exact bytes) when `raw` is not
         valid UTF-8."""
-        out = {"source": self.source}
+        out: dict[str, Any] = {"source": self.source}
         if self.line is not None:
             out["line"] = self.line
         out.update(position=self.position, reason=self.reason)
@@ -120,7 +125,7 @@ class InputError(ValueError):
 # ------------------------------------------------------------------ decoding one record
 
 
-def decode_record(record: dict, schema: StreamSchema, seq: int, text: bool = False) -> Event:
+def decode_record(record: object, schema: StreamSchema, seq: int, text: bool = False) -> Event:
     """One record (field name -> value) as an Event, or EventError with the reason.
 
     `seq` is used when the record has no `seq` field. `text`: the values are strings
@@ -131,7 +136,7 @@ def decode_record(record: dict, schema: StreamSchema, seq: int, text: bool = Fal
         seq = _coerce_int("seq", record["seq"], text)
         if seq < 0:
             raise EventError(f"seq must not be negative, got {seq}")
-    attrs = {}
+    attrs: dict[str, Any] = {}
     for name, kind in schema.attributes.items():
         value = record.get(name)
         if value is None:
@@ -148,7 +153,8 @@ def decode_record(record: dict, schema: StreamSchema, seq: int, text: bool = Fal
     return Event(seq, attrs[schema.time], attrs)
 
 
-def _coerce(name: str, kind: str, value, text: bool, time_unit: str):
+def _coerce(name: str, kind: str, value: object, text: bool,
+            time_unit: str) -> str | float | int | bool:
     if kind == AttrType.STRING:
         if not isinstance(value, str):
             raise EventError(f"attribute '{name}': expected string, got {_describe(value)}")
@@ -179,7 +185,7 @@ def _coerce(name: str, kind: str, value, text: bool, time_unit: str):
     return _coerce_int(name, value, text)  # int, and timestamps given as numbers
 
 
-def _coerce_int(name: str, value, text: bool) -> int:
+def _coerce_int(name: str, value: object, text: bool) -> int:
     if text and isinstance(value, str) and _is_int_text(value):
         return _in_int64(name, int(value))
     if isinstance(value, float) and not math.isfinite(value):
@@ -220,7 +226,7 @@ def _datetime_to_units(name: str, when: datetime, time_unit: str) -> int:
     return _in_int64(name, micros * per_second // 1_000_000)
 
 
-def _describe(value) -> str:
+def _describe(value: object) -> str:
     if isinstance(value, str):
         shown = value if len(value) <= 40 else value[:37] + "..."
         return f"a string ({shown!r})"
@@ -271,7 +277,8 @@ def iter_events(path: str | Path, schema: StreamSchema, fmt: str | None = None,
     if guard is None:
         guard = TimeGuard.of(schema)
     if str(path) == STDIN:
-        source, opened = STDIN_SOURCE, _stdin(fmt)
+        source = STDIN_SOURCE
+        opened: contextlib.AbstractContextManager[Any] = _stdin(fmt)
     else:
         path = Path(path)
         if not path.is_file():
@@ -283,7 +290,7 @@ def iter_events(path: str | Path, schema: StreamSchema, fmt: str | None = None,
                   else contextlib.nullcontext(str(path)))  # pyarrow opens it itself
     with opened as f:
         records = _RECORD_READERS[fmt](f, source)
-        last_seq = None
+        last_seq: int | None = None
         for item in decode_records(records, schema, source, text=fmt is EventFormat.CSV):
             if isinstance(item, DecodedEvent):
                 if last_seq is not None and item.seq <= last_seq:
@@ -314,8 +321,9 @@ class DecodedEvent(NamedTuple):
         return self.event.seq
 
 
-def decode_records(records: Iterable[tuple], schema: StreamSchema, source: str,
-                   text: bool = False, first_position: int = 0) -> Iterator:
+def decode_records(records: Iterable[RawRecord], schema: StreamSchema, source: str,
+                   text: bool = False, first_position: int = 0
+                   ) -> Iterator[DecodedEvent | DeadLetter]:
     """Records as the readers give them, (raw, record, error, line), decoded one by one:
     a DeadLetter, or the event with its position, raw and line (its seq not yet checked
     against the seqs before it). Positions count from `first_position`."""
@@ -336,11 +344,14 @@ def read_events(path: str | Path, schema: StreamSchema, fmt: str | None = None,
     events: list[Event] = []
     dead: list[DeadLetter] = []
     for item in iter_events(path, schema, fmt, guard):
-        (dead if isinstance(item, DeadLetter) else events).append(item)
+        if isinstance(item, DeadLetter):
+            dead.append(item)
+        else:
+            events.append(item)
     return events, dead
 
 
-def _stdin(fmt: EventFormat):
+def _stdin(fmt: EventFormat) -> contextlib.AbstractContextManager[IO[bytes] | IO[str]]:
     """Standard input, opened for `fmt`'s reader; leaving the `with` keeps sys.stdin open."""
     binary = sys.stdin.buffer
     if fmt is EventFormat.CSV:
@@ -354,13 +365,13 @@ def _stdin(fmt: EventFormat):
 class _Detaching:
     """A text wrapper over standard input that detaches from it instead of closing it."""
 
-    def __init__(self, wrapper: io.TextIOWrapper):
+    def __init__(self, wrapper: io.TextIOWrapper) -> None:
         self.wrapper = wrapper
 
-    def __enter__(self):
+    def __enter__(self) -> io.TextIOWrapper:
         return self.wrapper
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.wrapper.detach()
 
 
@@ -371,7 +382,7 @@ class _Detaching:
 
 
 def _jsonl_records(f: IO[bytes], source: str, first_line: int = 1,
-                   array: bool = True) -> Iterator[tuple]:
+                   array: bool = True) -> Iterator[RawRecord]:
     """`first_line`: the number of f's first line in the file; `array`: f is the file's
     start, where one JSON array may stand for the whole file."""
     number, first = first_line - 1, array
@@ -390,7 +401,7 @@ def _jsonl_records(f: IO[bytes], source: str, first_line: int = 1,
             yield line, None, f"not valid JSON: {e}", number
 
 
-def _json_array(data: bytes, source: str) -> Iterator[tuple]:
+def _json_array(data: bytes, source: str) -> Iterator[RawRecord]:
     try:
         items = orjson.loads(data)
     except orjson.JSONDecodeError as e:
@@ -400,7 +411,7 @@ def _json_array(data: bytes, source: str) -> Iterator[tuple]:
 
 
 def _csv_records(f: IO[str], source: str = "", header: list[str] | None = None,
-                 first_line: int = 1) -> Iterator[tuple]:
+                 first_line: int = 1) -> Iterator[RawRecord]:
     """`header`: the (stripped) header when f is a part of the file after it, whose first
     line is the file's line `first_line`."""
     reader = csv.reader(f)
@@ -426,7 +437,7 @@ def _csv_records(f: IO[str], source: str = "", header: list[str] | None = None,
             yield raw.getvalue(), dict(zip(header, row)), None, line
 
 
-def _parquet_records(f: str | IO[bytes], source: str) -> Iterator[tuple]:
+def _parquet_records(f: str | IO[bytes], source: str) -> Iterator[RawRecord]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -439,14 +450,18 @@ def _parquet_records(f: str | IO[bytes], source: str) -> Iterator[tuple]:
             yield orjson.dumps(record, default=str), record, None, None
 
 
-_RECORD_READERS = {EventFormat.JSONL: _jsonl_records, EventFormat.CSV: _csv_records,
-                   EventFormat.PARQUET: _parquet_records}
+# The reader of each format, over what `iter_events` opens for it (binary lines, text, the
+# path: pyarrow opens a Parquet file itself).
+_RECORD_READERS: dict[EventFormat, Callable[[Any, str], Iterator[RawRecord]]] = {
+    EventFormat.JSONL: _jsonl_records, EventFormat.CSV: _csv_records,
+    EventFormat.PARQUET: _parquet_records}
 
 
 # ------------------------------------------------------------------ writing JSON lines
 
 
-def write_jsonl(objects: Iterable[dict], out: str | Path | IO[bytes] | None = None) -> int:
+def write_jsonl(objects: Iterable[dict[str, Any]],
+                out: str | Path | IO[bytes] | None = None) -> int:
     """One orjson line per object, field order kept; `out` a path, a binary stream, or
     None / "-" for stdout. Returns the number of lines."""
     if out is None or str(out) == "-":
@@ -457,7 +472,7 @@ def write_jsonl(objects: Iterable[dict], out: str | Path | IO[bytes] | None = No
     return _write_lines(objects, out)
 
 
-def _write_lines(objects: Iterable[dict], f: IO[bytes]) -> int:
+def _write_lines(objects: Iterable[dict[str, Any]], f: IO[bytes]) -> int:
     n = 0
     for obj in objects:
         f.write(orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE))
@@ -466,13 +481,14 @@ def _write_lines(objects: Iterable[dict], f: IO[bytes]) -> int:
     return n
 
 
-def write_composites_jsonl(composites: Iterable[dict],
+def write_composites_jsonl(composites: Iterable[dict[str, Any]],
                            out: str | Path | IO[bytes] | None = None) -> int:
     """Composite events as JSON lines; `cep_core.composites.Composites` are written from
     their columns (the same bytes)."""
     write_columns = getattr(composites, "write_jsonl", None)
     if write_columns is not None:
-        return write_columns(out)
+        written: int = write_columns(out)
+        return written
     return write_jsonl(composites, out)
 
 

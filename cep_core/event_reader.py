@@ -40,9 +40,10 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -75,6 +76,15 @@ from cep_core.events import Event
 from cep_core.iso_times import iso_times
 from cep_core.schema import AttrType, StreamSchema
 from cep_core.time_guard import TimeGuard
+
+if TYPE_CHECKING:
+    import pyarrow.json as pa_json
+
+    from cep_core.event_io import RawRecord
+
+Int64s = npt.NDArray[np.int64]
+# Each row's line in the file, 1-based (None: lines mean nothing for the rows).
+Lines = list[int | None] | Int64s
 
 BLOCK_BYTES = 4 << 20
 _WHITESPACE = np.zeros(256, dtype=bool)  # what bytes.strip() strips
@@ -109,7 +119,7 @@ def read_blocks(path: str | Path, schema: StreamSchema, fmt: str | None = None, 
     fmt = event_format(path, fmt)
     if str(path) == STDIN:
         source = STDIN_SOURCE
-        opened = contextlib.nullcontext(
+        opened: contextlib.AbstractContextManager[IO[bytes]] = contextlib.nullcontext(
             io.BytesIO(sys.stdin.buffer.read()) if fmt is EventFormat.PARQUET else sys.stdin.buffer)
     else:
         path = Path(path)
@@ -159,8 +169,8 @@ def row_json(table: pa.Table, row: int) -> bytes:
 @dataclass
 class _Piece:
     table: pa.Table  # good rows: seq, then the attributes
-    positions: np.ndarray  # each row's record index in the file
-    lines: list | np.ndarray | None  # each row's line (None: lines mean nothing)
+    positions: Int64s  # each row's record index in the file
+    lines: Lines | None  # each row's line (None: lines mean nothing)
     raw: Callable[[int], bytes | str]  # row -> the record as read
 
 
@@ -168,7 +178,7 @@ class _Rows:
     """Good rows in file order, piece by piece, and dead letters; `finish` checks seqs."""
 
     def __init__(self, schema: StreamSchema, source: str, first_position: int = 0,
-                 prev_max: int = -1, guard: TimeGuard | None = None):
+                 prev_max: int = -1, guard: TimeGuard | None = None) -> None:
         self.schema = schema
         self.source = source
         self.arrow_schema = arrow_schema(schema)
@@ -184,11 +194,12 @@ class _Rows:
             self._guard = TimeGuard.of(self.schema)
         return self._guard
 
-    def add(self, table: pa.Table, positions: np.ndarray, lines, raw) -> None:
+    def add(self, table: pa.Table, positions: Int64s, lines: Lines | None,
+            raw: Callable[[int], bytes | str]) -> None:
         if table.num_rows:
             self.pieces.append(_Piece(table, positions, lines, raw))
 
-    def add_records(self, records: Iterable[tuple], first_position: int,
+    def add_records(self, records: Iterable[RawRecord], first_position: int,
                     text: bool = False) -> int:
         """Records as `event_io`'s readers give them, decoded one by one; returns how many."""
         good: list[DecodedEvent] = []
@@ -247,7 +258,7 @@ def _position(letter: DeadLetter) -> int:
 # ------------------------------------------------------------------ blocks of lines
 
 
-def _blocks(f: IO[bytes], size: int):
+def _blocks(f: IO[bytes], size: int) -> Iterator[bytes]:
     """Blocks of about `size` bytes, each ending at the end of a line."""
     while True:
         block = f.read(size)
@@ -263,10 +274,10 @@ class _Lines:
     """The lines of a block that are not blank: their (start, end) in the block, their
     index among all lines of the block, and their first byte that is not whitespace."""
 
-    starts: np.ndarray
-    ends: np.ndarray
-    index: np.ndarray
-    opening: np.ndarray
+    starts: npt.NDArray[np.intp]
+    ends: npt.NDArray[np.intp]
+    index: npt.NDArray[np.intp]
+    opening: npt.NDArray[np.uint8]
     newlines: int  # in the block
 
     @classmethod
@@ -411,7 +422,7 @@ class _JsonParser:
         self.other_fields = table is not None
         return table, why
 
-    def _read(self, block: bytes, options) -> tuple[pa.Table | None, str]:
+    def _read(self, block: bytes, options: pa_json.ParseOptions) -> tuple[pa.Table | None, str]:
         """The table, or None and why: _OTHER_FIELDS (a field beyond the stream's), the
         column whose values pyarrow could not take, or ''."""
         threads = self.threads if len(block) > 1 << 20 else self.one_thread
@@ -429,7 +440,7 @@ class _JsonParser:
 _OTHER_FIELDS = "\0other fields"
 _COLUMN_IN_ERROR = re.compile(r"Column\(/([^)]*)\)")
 def json_messages_table(raws: list[bytes], schema: StreamSchema,
-                        positions: np.ndarray) -> pa.Table | None:
+                        positions: Int64s) -> pa.Table | None:
     """Messages of one JSON object each (a Kafka batch) as a table, parsed as one block of
     lines by pyarrow, or None where any message needs orjson and `decode_record` (a
     newline or blank in a message, anything the block and row checks doubt)."""
@@ -526,7 +537,7 @@ def _parsed_block(block: bytes, lines: _Lines, table: pa.Table, first_line: int,
     return len(lines)
 
 
-def _all_finite(columns: list) -> bool:
+def _all_finite(columns: list[pa.ChunkedArray]) -> bool:
     """Whether every float in the columns (nested ones too) is finite."""
     arrays = [chunk for column in columns for chunk in column.chunks]
     while arrays:
@@ -553,7 +564,8 @@ def _shallow(block: bytes, lines: _Lines) -> bool:
     data = np.frombuffer(block, dtype=np.uint8)
     opening = ((data == ord("{")) | (data == ord("["))).astype(np.int32)
     bounds = np.stack((lines.starts[long], lines.ends[long]), axis=1).ravel()
-    return np.add.reduceat(np.append(opening, 0), bounds)[::2].max() < _MAX_OPENINGS
+    deepest: int = np.add.reduceat(np.append(opening, 0), bounds)[::2].max()
+    return deepest < _MAX_OPENINGS
 
 
 def _orjson_takes_what_is_ignored(block: bytes, lines: _Lines) -> bool:
@@ -579,12 +591,12 @@ def _orjson_takes_what_is_ignored(block: bytes, lines: _Lines) -> bool:
         at = at + (padded[at] == ord("+"))
         three = (padded[at[:, None] + np.arange(3)] - np.uint8(48) < 10).all(axis=1)
         suspects.append(after_digit[three])
-    suspects = np.concatenate(suspects)
-    return not (len(suspects) and not _in_strings(data, suspects).all()) and \
+    found = np.concatenate(suspects)
+    return not (len(found) and not _in_strings(data, found).all()) and \
         _shallow(block, lines)
 
 
-def _in_strings(data: np.ndarray, at: np.ndarray) -> np.ndarray:
+def _in_strings(data: npt.NDArray[np.uint8], at: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
     """Whether each byte `at` lies inside a JSON string: after an odd number of quotes
     that no backslash escapes (counted from the block's start: every line of JSON holds
     whole strings; a line that does not is refused by pyarrow anyway)."""
@@ -598,11 +610,12 @@ def _in_strings(data: np.ndarray, at: np.ndarray) -> np.ndarray:
                 back -= 1
             real[i] = (int(quotes[i]) - 1 - back) % 2 == 0  # an even run escapes itself
         quotes = quotes[real]
-    return np.searchsorted(quotes, at) % 2 == 1
+    inside: npt.NDArray[np.bool_] = np.searchsorted(quotes, at) % 2 == 1
+    return inside
 
 
 def _doubtful_rows(table: pa.Table, schema: StreamSchema,
-                   text_checks: np.ndarray | None = None) -> np.ndarray:
+                   text_checks: npt.NDArray[np.bool_] | None = None) -> npt.NDArray[np.intp]:
     """Rows that `decode_record` must look at: a null, a non-finite float, a negative seq,
     an unknown event type. (Numpy does the comparisons: Arrow's, with a Python value,
     would import pandas.)"""
@@ -622,7 +635,7 @@ def _doubtful_rows(table: pa.Table, schema: StreamSchema,
     return np.flatnonzero(doubt)
 
 
-def _with_seq(table: pa.Table, positions: np.ndarray, schema: pa.Schema) -> pa.Table:
+def _with_seq(table: pa.Table, positions: Int64s, schema: pa.Schema) -> pa.Table:
     """`table` (seq null where the record has none) with the default seqs filled in."""
     seq = table.column("seq")
     if seq.null_count == len(seq):
@@ -633,8 +646,9 @@ def _with_seq(table: pa.Table, positions: np.ndarray, schema: pa.Schema) -> pa.T
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def _add_rows_with_doubtful(rows: _Rows, table: pa.Table, positions: np.ndarray,
-                            lines, doubtful: np.ndarray, good: list[DecodedEvent],
+def _add_rows_with_doubtful(rows: _Rows, table: pa.Table, positions: Int64s,
+                            lines: Int64s | None, doubtful: npt.NDArray[np.intp],
+                            good: list[DecodedEvent],
                             raw: Callable[[int], bytes | str]) -> None:
     """The fast rows of a block and its doubtful rows decoded one by one, in file order."""
     if not len(doubtful):
@@ -781,10 +795,10 @@ def _csv_rows(block: bytes, lines: _Lines, typed: pa.Table | None, header: list[
                 rows.dead.append(DeadLetter(rows.source, position, raw, str(e),
                                             line=int(line_numbers[i])))
 
-    def raw(i: int) -> str:
+    def raw_of(i: int) -> str:
         return _csv_raw([table.column(c)[i].as_py() for c in range(table.num_columns)])
 
-    _add_rows_with_doubtful(rows, typed, positions, line_numbers, doubtful, good, raw)
+    _add_rows_with_doubtful(rows, typed, positions, line_numbers, doubtful, good, raw_of)
     return len(lines)
 
 
@@ -855,7 +869,7 @@ def _parse_csv_typed(block: bytes, header: list[str], lines: _Lines, schema: Str
     return pa.Table.from_arrays(columns, names=["seq", *schema.attributes])
 
 
-def _unquoted(columns: list, texts: list[int]) -> int | None:
+def _unquoted(columns: list[pa.ChunkedArray], texts: list[int]) -> int | None:
     """The text columns (indexes into `columns`) with the quotes around whole values
     taken off, in place, where every quote they hold is one of those; how many quotes
     that makes (None where a text column's quotes are not: the block then holds more
@@ -950,14 +964,14 @@ def _plain(text: pa.ChunkedArray, kind: str) -> pa.ChunkedArray:
     return pc.match_substring_regex(text, _PLAIN_FLOAT if kind == AttrType.FLOAT else _PLAIN_INT)
 
 
-def _only_plain(text: pa.ChunkedArray, plain: np.ndarray) -> pa.ChunkedArray:
+def _only_plain(text: pa.ChunkedArray, plain: npt.NDArray[np.bool_]) -> pa.ChunkedArray:
     """The texts, null where not plain (no copy where every one is)."""
     if plain.all():
         return text
     return pc.if_else(from_numpy(plain), text, pa.nulls(len(text), pa.string()))
 
 
-def _coerce_text(table: pa.Table, schema: StreamSchema) -> tuple[pa.Table, np.ndarray]:
+def _coerce_text(table: pa.Table, schema: StreamSchema) -> tuple[pa.Table, npt.NDArray[np.bool_]]:
     """CSV text columns as the stream's types where the text is plain; the rows with any
     other text (or a missing column) are marked for `decode_record` (their values here
     are null)."""
@@ -998,7 +1012,7 @@ def _coerce_text(table: pa.Table, schema: StreamSchema) -> tuple[pa.Table, np.nd
 _PARQUET_BATCH_ROWS = 1 << 20  # 64Ki (pyarrow's default): 0.47 s for 10M rows; 1Mi: 0.34 s
 
 
-def _read_parquet(f, rows: _Rows, block_bytes: int) -> Iterator[None]:
+def _read_parquet(f: IO[bytes], rows: _Rows, block_bytes: int) -> Iterator[None]:
     import pyarrow.parquet as pq
 
     try:
@@ -1022,17 +1036,20 @@ def add_arrow(rows: _Rows, table: pa.Table, first_position: int) -> None:
     positions = np.arange(first_position, first_position + table.num_rows, dtype=np.int64)
     decoded = decode_table(table, rows.schema, positions)
     for i in np.flatnonzero(decoded.bad).tolist():
-        rows.dead.append(DeadLetter(rows.source, int(positions[i]),
-                                    decoded.raw[i].encode(), decoded.errors[i]))
+        raw, error = decoded.raw[i], decoded.errors[i]
+        assert raw is not None and error is not None  # a bad row has both
+        rows.dead.append(DeadLetter(rows.source, int(positions[i]), raw.encode(), error))
     good = np.flatnonzero(~decoded.bad)
     attributes = [decoded.attributes[name] for name in rows.schema.attributes]
     if len(good) < table.num_rows:
         take = from_numpy(good)
         attributes = [column.take(take) for column in attributes]
+
+    def raw_of(i: int) -> bytes:
+        return orjson.dumps(table.slice(int(good[i]), 1).to_pylist()[0], default=str)
+
     rows.add(pa.Table.from_arrays([from_numpy(decoded.seq[good]), *attributes],
-                                  schema=rows.arrow_schema), positions[good],
-             None, lambda i, table=table, good=good: orjson.dumps(
-                 table.slice(int(good[i]), 1).to_pylist()[0], default=str))
+                                  schema=rows.arrow_schema), positions[good], None, raw_of)
 
 
 _READERS = {EventFormat.JSONL: _read_jsonl, EventFormat.CSV: _read_csv,
@@ -1048,7 +1065,7 @@ def read_arrow(table: pa.Table, schema: StreamSchema, source: str = "<table>",
     return rows.finish()
 
 
-def read_records(records: Iterable[dict], schema: StreamSchema, source: str = "<records>",
+def read_records(records: Iterable[object], schema: StreamSchema, source: str = "<records>",
                  first_position: int = 0, prev_max: int = -1,
                  guard: TimeGuard | None = None) -> tuple[pa.Table, list[DeadLetter]]:
     """`read_table` for records already in memory (dicts, as JSON lines would give), each

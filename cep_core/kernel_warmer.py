@@ -22,12 +22,17 @@ import multiprocessing
 import os
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cep_core.events import Event
+    from cep_core.schema import StreamSchema
 
 SYNTHETIC_EVENTS = 512
 NICE = 10  # the compiling child yields the cores to the data path
 
 
-def synthetic_events(schema, n: int = SYNTHETIC_EVENTS) -> list:
+def synthetic_events(schema: StreamSchema, n: int = SYNTHETIC_EVENTS) -> list[Event]:
     """`n` valid events of the stream: every event type in turn, small repeating values,
     time rising by one second per event."""
     from cep_core.events import Event
@@ -55,7 +60,7 @@ def synthetic_events(schema, n: int = SYNTHETIC_EVENTS) -> list:
     return events
 
 
-def warm(text: str, schema_json: str | None = None) -> dict:
+def warm(text: str, schema_json: str | None = None) -> dict[str, Any]:
     """Compile (or load) every kernel the queries of `text` call, over a synthetic stream;
     `schema_json` is the stream's schema where this process may not know it. Returns
     what it did: seconds spent and the queries warmed."""
@@ -94,10 +99,10 @@ class KernelWarmer:
     (spawned: no fork of a process with threads and a Kafka client; `NICE`d, so the live
     queries' processes keep the cores while it compiles)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._pool: ProcessPoolExecutor | None = None
 
-    def submit(self, text: str, schema_json: str | None = None) -> Future:
+    def submit(self, text: str, schema_json: str | None = None) -> Future[dict[str, Any]]:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
                 max_workers=1, mp_context=multiprocessing.get_context("spawn"),

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -50,9 +51,9 @@ class QueryDiff:
 
     name: str  # the new version's name; the old one's composites carry it too
     old_name: str
-    only_old: list[dict]
-    only_new: list[dict]
-    same: list[dict]
+    only_old: list[dict[str, Any]]
+    only_new: list[dict[str, Any]]
+    same: list[dict[str, Any]]
     events: int  # events read
     dead_letters: list[DeadLetter] = field(default_factory=list)  # records not read
     old_rejected: list[DeadLetter] = field(default_factory=list)  # events an engine
@@ -71,7 +72,8 @@ class QueryDiff:
     def lines(self) -> list[str]:
         """The differing composite events as JSON lines, `-` (only in old) or `+` (only in
         new) in front, merged in output order (an old one first where they tie)."""
-        def keyed(rows: list[dict], sign: int):
+        def keyed(rows: list[dict[str, Any]], sign: int) -> Iterator[
+                tuple[tuple[int, int, list[int], int, bytes], int, dict[str, Any]]]:
             return ((sort_key(c, 0), sign, c) for c in rows)
 
         merged = heapq.merge(keyed(self.only_old, 0), keyed(self.only_new, 1),
@@ -134,10 +136,11 @@ def diff_query(old_text: str, new_text: str, events: Any,
                      old_rejected, new_rejected)
 
 
-def _unmatched(rows: list[dict], others: list[dict]) -> tuple[list[dict], list[dict]]:
+def _unmatched(rows: list[dict[str, Any]], others: list[dict[str, Any]]
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(the rows `others` does not hold, those it does), in order, as multisets: a row that
     comes k times is matched as often as `others` holds it."""
-    def canonical(c: dict) -> bytes:
+    def canonical(c: dict[str, Any]) -> bytes:
         return orjson.dumps(c, option=orjson.OPT_SORT_KEYS)
 
     left = Counter(canonical(c) for c in others)

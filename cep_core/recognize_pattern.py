@@ -4,6 +4,7 @@ reference interpreter (and later the compiler) builds Flink's automaton from the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cep_core import ast
@@ -23,11 +24,12 @@ class RecognizeElement:
     pos: ast.Pos
 
 
-def recognize_elements(pattern: ast.Regex, error=None) -> list[RecognizeElement]:
+def recognize_elements(pattern: ast.Regex, error: Callable[[ast.Pos, str], object] | None = None
+                       ) -> list[RecognizeElement]:
     """The variables of a MATCH_RECOGNIZE pattern in order, as Flink takes them: a
     concatenation of variables, each with at most one quantifier. What Flink refuses is
     reported through `error(pos, message)` (and left out of the list)."""
-    def refuse(pos, message):
+    def refuse(pos: ast.Pos, message: str) -> None:
         if error is not None:
             error(pos, message)
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 # imports this module before any data is read.
 
 import time
+from collections.abc import Sequence
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -23,11 +24,14 @@ from cep_core.choices import one_of
 from cep_core.event_io import DeadLetter
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from cep_core.batch import BatchEncoder
     from cep_core.checked import CheckedQuery
     from cep_core.composites import Composites
-    from cep_core.event_io import DeadLetter
-    from cep_core.stream_engines import StreamEngines
+    from cep_core.events import Event
+    from cep_core.placement import Placement
+    from cep_core.stream_engines import QueryFailure, StreamEngines
 
 
 
@@ -45,7 +49,8 @@ class EngineName(StrEnum):
 
 
 def new_engines(queries: list[CheckedQuery], placement: str | None = None,
-                report: list | None = None, **options) -> tuple[StreamEngines, BatchEncoder]:
+                report: list[Placement] | None = None,
+                **options: Any) -> tuple[StreamEngines, BatchEncoder]:
     """Fresh jitted engines for the queries (one stream) and the encoder of their batches.
     `placement` (cpu, gpu, auto; None: the CPU engines) places MATCH and SEQ queries as
     `cep_core.engine_factory.create_engine` decides; `report` gets one Placement per query;
@@ -59,11 +64,12 @@ def new_engines(queries: list[CheckedQuery], placement: str | None = None,
     return engines, BatchEncoder(queries[0].schema, strings)
 
 
-def run_checked(queries: list[CheckedQuery], events,
+def run_checked(queries: list[CheckedQuery], events: Sequence[Event] | pa.Table,
                 engine: str = EngineName.REFERENCE,
-                placement: str | None = None, timings: dict | None = None,
-                report: list | None = None,
-                failures: list | None = None) -> tuple[Composites, list[DeadLetter]]:
+                placement: str | None = None, timings: dict[str, float] | None = None,
+                report: list[Placement] | None = None,
+                failures: list[QueryFailure] | None = None,
+                ) -> tuple[Composites, list[DeadLetter]]:
     """Composite events of the queries over the events (Events, or a table as
     `event_reader.read_table` gives), in deterministic order (as
     `cep_core.composites.Composites`: columns, dicts only when asked for), with the events
@@ -74,7 +80,7 @@ def run_checked(queries: list[CheckedQuery], events,
     the events ran) and `process_s` (the rest: the events themselves); `report` the
     placement of each query when `placement` is given; `failures` the queries whose
     engine failed (`QueryFailure`s: contained, the other queries' output is whole)."""
-    rejected: list = []
+    found: list[tuple[CheckedQuery, int, bytes, str]]
     table = events if hasattr(events, "num_rows") else None
     if EngineName.of(engine) is EngineName.REFERENCE:
         from cep_core import reference
@@ -84,15 +90,18 @@ def run_checked(queries: list[CheckedQuery], events,
             from cep_core.event_reader import events_from_table
 
             events = events_from_table(table, queries[0].schema)
-        composites = Composites.from_dicts(reference.run(queries, events, rejected=rejected))
-        rejected = [(q, event.seq, orjson.dumps(event.to_json()), reason)
-                    for q, event, reason in rejected]
+        rejected_events: list[tuple[CheckedQuery, Event, str]] = []
+        composites = Composites.from_dicts(reference.run(queries, events,
+                                                         rejected=rejected_events))
+        found = [(q, event.seq, orjson.dumps(event.to_json()), reason)
+                 for q, event, reason in rejected_events]
     else:
         started = time.perf_counter()
         from cep_core import stream_engines as jit
 
         engines, encoder = new_engines(queries, placement, report)
         setup_s = time.perf_counter() - started
+        rejected: list[tuple[CheckedQuery, int, str]] = []
         with jit.compile_timer() as compiling:
             started = time.perf_counter()
             composites = jit.run_engines(engines, encoder, events, rejected=rejected) \
@@ -103,14 +112,14 @@ def run_checked(queries: list[CheckedQuery], events,
         if timings is not None:
             timings.update(setup_s=setup_s, compile_s=compiling.seconds,
                            process_s=max(run_s - compiling.seconds, 0.0))
-        rejected = [(q, seq, raw, reason) for (q, seq, reason), raw in
-                    zip(rejected, events_json(events if table is None else table,
-                                              [seq for _, seq, _ in rejected]))]
+        found = [(q, seq, raw, reason) for (q, seq, reason), raw in
+                 zip(rejected, events_json(events if table is None else table,
+                                           [seq for _, seq, _ in rejected]))]
     return composites, [DeadLetter(f"query {q.name}", seq, raw, reason)
-                        for q, seq, raw, reason in rejected]
+                        for q, seq, raw, reason in found]
 
 
-def events_json(events, seqs: list[int]) -> list[bytes]:
+def events_json(events: Sequence[Event] | pa.Table, seqs: list[int]) -> list[bytes]:
     """The JSON of the events with these seqs: Events, or rows of a table (whose seqs
     increase) found by binary search."""
     if not hasattr(events, "num_rows"):
@@ -123,5 +132,6 @@ def events_json(events, seqs: list[int]) -> list[bytes]:
     from cep_core.arrow_numpy import to_numpy
     from cep_core.event_reader import row_json
 
-    rows = np.searchsorted(to_numpy(events.column("seq")), seqs)
-    return [row_json(events, int(row)) for row in rows]
+    table: pa.Table = events
+    rows = np.searchsorted(to_numpy(table.column("seq")), seqs)
+    return [row_json(table, int(row)) for row in rows]

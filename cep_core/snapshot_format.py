@@ -42,8 +42,12 @@ import warnings
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, overload
 
 import orjson
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 MAGIC = b'{"cep_snapshot":"'
 _HEAD = re.compile(rb'\{"cep_snapshot":"([A-Za-z0-9_.-]{1,64})","format":(\d{1,9})')
@@ -51,6 +55,11 @@ _LENGTH = re.compile(rb',"length":(\d{1,19})\}\n')
 _CRC = re.compile(rb',"crc32":"')
 _HEX = re.compile(rb'([0-9a-f]{8})"')
 _ZIP = b"PK\x03\x04"
+# A snapshot's payload: bytes (or a view of them) of a binary snapshot, the state of a JSON
+# checkpoint. A migration takes one version's payload to the next version's.
+Binary = bytes | memoryview
+Payload = bytes | memoryview | dict[str, Any]
+Migration = Callable[[Payload], Payload]
 HEADER_MAX = 4096  # a binary snapshot's header line is shorter than this
 
 # the envelope's keys after the checksum, in the order they are written: what the snapshot
@@ -78,7 +87,7 @@ class Kind:
     name: str
     version: int  # the format version this release writes
     json: bool  # a JSON checkpoint (else a binary snapshot)
-    unversioned: Callable[[bytes], bool]  # do these bytes begin like a version-0 snapshot?
+    unversioned: Callable[[Binary], bool]  # do these bytes begin like a version-0 snapshot?
     discard: str  # how to go on without the state
     checked_since: int = 2  # the first format version with a checksum
 
@@ -96,11 +105,11 @@ class Envelope:
     generation: int | None = None
 
 
-def _zip_at(offset: int) -> Callable[[bytes], bool]:
+def _zip_at(offset: int) -> Callable[[Binary], bool]:
     return lambda data: bytes(data[offset:offset + 4]) == _ZIP
 
 
-def _partition_v0(data: bytes) -> bool:
+def _partition_v0(data: Binary) -> bool:
     if len(data) < 6:
         return False
     (size,) = struct.unpack(">I", data[:4])
@@ -108,7 +117,7 @@ def _partition_v0(data: bytes) -> bool:
         bytes(data[3 + size:4 + size]) == b"}"
 
 
-def _starts(prefix: bytes) -> Callable[[bytes], bool]:
+def _starts(prefix: bytes) -> Callable[[Binary], bool]:
     return lambda data: bytes(data[:len(prefix)]) == prefix
 
 
@@ -123,18 +132,18 @@ KINDS = {k.name: k for k in [
 
 # (kind, version) -> the function taking that version's payload (bytes, or the dict of a
 # JSON checkpoint) to the next version's
-MIGRATIONS: dict[tuple[str, int], Callable] = {}
+MIGRATIONS: dict[tuple[str, int], Migration] = {}
 
 
-def migration(kind: str, version: int):
+def migration(kind: str, version: int) -> Callable[[Migration], Migration]:
     """Register the step from `version` to `version + 1` of `kind`."""
-    def register(step: Callable) -> Callable:
+    def register(step: Migration) -> Migration:
         MIGRATIONS[(kind, version)] = step
         return step
     return register
 
 
-def _same_layout(payload):
+def _same_layout(payload: Payload) -> Payload:
     """Version 1 put the envelope in front of the version-0 layout, unchanged; version 2
     added the checksum and identity to the envelope, the payload unchanged."""
     return payload
@@ -147,7 +156,7 @@ for _name in KINDS:
 
 # ------------------------------------------------------------------ writing
 
-def pack(kind: str, payload: bytes, **identity) -> bytes:
+def pack(kind: str, payload: bytes, **identity: object) -> bytes:
     """A binary snapshot of `kind`: the envelope (with `identity`: stream=, partition=,
     shard=, generation=, those given), then `payload`."""
     k = _kind(kind, json=False)
@@ -156,7 +165,8 @@ def pack(kind: str, payload: bytes, **identity) -> bytes:
                    b'",' + rest[1:] + b"\n", payload)
 
 
-def pack_arrays(kind: str, meta: dict, arrays: dict, **identity) -> bytes:
+def pack_arrays(kind: str, meta: dict[str, Any], arrays: dict[str, npt.NDArray[Any]],
+                **identity: object) -> bytes:
     """A binary snapshot of `kind` whose payload is one npz: `meta` (JSON) and the named
     numpy arrays."""
     import io
@@ -164,11 +174,12 @@ def pack_arrays(kind: str, meta: dict, arrays: dict, **identity) -> bytes:
     import numpy as np
 
     buffer = io.BytesIO()
-    np.savez(buffer, __meta__=np.frombuffer(orjson.dumps(meta), dtype=np.uint8), **arrays)
+    np.savez(buffer, __meta__=np.frombuffer(orjson.dumps(meta), dtype=np.uint8),
+             **arrays)  # type: ignore[arg-type]  # numpy's stub: a name could be allow_pickle
     return pack(kind, buffer.getvalue(), **identity)
 
 
-def pack_json(kind: str, state: dict, **identity) -> bytes:
+def pack_json(kind: str, state: dict[str, Any], **identity: object) -> bytes:
     """A JSON checkpoint of `kind`: the envelope's keys first (with `identity`, as for
     `pack`), then those of `state`."""
     k = _kind(kind, json=True)
@@ -181,7 +192,7 @@ def pack_json(kind: str, state: dict, **identity) -> bytes:
                    b'"' + (b"}" if rest == b"{}" else b"," + rest[1:]), b"")
 
 
-def _identity(identity: dict) -> dict:
+def _identity(identity: dict[str, object]) -> dict[str, object]:
     unknown = set(identity) - set(IDENTITY) - {"generation"}
     if unknown:
         raise TypeError(f"not an envelope field: {', '.join(sorted(unknown))}")
@@ -197,8 +208,8 @@ def _sealed(before: bytes, after: bytes, payload: bytes) -> bytes:
 
 # ------------------------------------------------------------------ reading
 
-def read(kind: str, data: bytes, where: str | None = None,
-         **expect) -> tuple[Envelope, memoryview]:
+def read(kind: str, data: Binary, where: str | None = None,
+         **expect: object) -> tuple[Envelope, bytes | memoryview]:
     """(envelope, payload in the current version's layout) of a binary snapshot of `kind`,
     checked: its checksum, and its identity against `expect` (stream=, partition=,
     shard=). `where` (a file, a record) begins the message of a refusal."""
@@ -208,14 +219,15 @@ def read(kind: str, data: bytes, where: str | None = None,
         raise _located(e, where) from None
 
 
-def unpack(kind: str, data: bytes, where: str | None = None, **expect) -> memoryview:
+def unpack(kind: str, data: Binary, where: str | None = None,
+           **expect: object) -> bytes | memoryview:
     """The payload of a binary snapshot of `kind`, in the current version's layout (see
     `read`)."""
     return read(kind, data, where, **expect)[1]
 
 
-def unpack_arrays(kind: str, data: bytes, where: str | None = None,
-                  **expect) -> tuple[dict, dict]:
+def unpack_arrays(kind: str, data: Binary, where: str | None = None,
+                  **expect: object) -> tuple[dict[str, Any], dict[str, npt.NDArray[Any]]]:
     """(meta, arrays) of a snapshot that `pack_arrays` wrote, in the current layout."""
     import io
 
@@ -228,7 +240,7 @@ def unpack_arrays(kind: str, data: bytes, where: str | None = None,
 
 
 def read_json(kind: str, data: bytes | str, where: str | None = None,
-              **expect) -> tuple[Envelope, dict]:
+              **expect: object) -> tuple[Envelope, dict[str, Any]]:
     """(envelope, state in the current version's layout) of a JSON checkpoint of `kind`,
     checked as `read` checks a binary snapshot."""
     try:
@@ -237,12 +249,14 @@ def read_json(kind: str, data: bytes | str, where: str | None = None,
         raise _located(e, where) from None
 
 
-def unpack_json(kind: str, data: bytes | str, where: str | None = None, **expect) -> dict:
+def unpack_json(kind: str, data: bytes | str, where: str | None = None,
+                **expect: object) -> dict[str, Any]:
     """The state of a JSON checkpoint of `kind`, in the current version's layout."""
     return read_json(kind, data, where, **expect)[1]
 
 
-def check(kind: str, data: bytes | str, where: str | None = None, **expect) -> Envelope:
+def check(kind: str, data: Binary | str, where: str | None = None,
+          **expect: object) -> Envelope:
     """The envelope of a snapshot or checkpoint of `kind` whose checksum and identity
     hold (SnapshotError otherwise), without decoding its payload."""
     k = _kind(kind, json=KINDS[kind].json if kind in KINDS else False)
@@ -259,7 +273,7 @@ def check(kind: str, data: bytes | str, where: str | None = None, **expect) -> E
         raise _located(e, where) from None
 
 
-def describe(data: bytes) -> tuple[str, int] | None:
+def describe(data: Binary) -> tuple[str, int] | None:
     """(kind, format version) of an enveloped snapshot; None for bytes without one."""
     found = _HEAD.match(bytes(data[:128]))
     return None if found is None else (found.group(1).decode(), int(found.group(2)))
@@ -269,7 +283,8 @@ def _located(error: SnapshotError, where: str | None) -> SnapshotError:
     return error if where is None else SnapshotError(f"{where}: {error}")
 
 
-def _read(k: Kind, data, expect: dict) -> tuple[Envelope, memoryview]:
+def _read(k: Kind, data: Binary, expect: dict[str, object]
+          ) -> tuple[Envelope, bytes | memoryview]:
     head = _envelope(k, data)
     if head is None:
         return _unchecked(k, 0, {}), _migrate(k, 0, memoryview(data))
@@ -278,8 +293,8 @@ def _read(k: Kind, data, expect: dict) -> tuple[Envelope, memoryview]:
     return envelope, _migrate(k, version, memoryview(data)[start:])
 
 
-def _binary_envelope(k: Kind, data, version: int, end: int, checked: bool,
-                     expect: dict, warn: bool = True) -> tuple[Envelope, int]:
+def _binary_envelope(k: Kind, data: Binary, version: int, end: int, checked: bool,
+                     expect: dict[str, object], warn: bool = True) -> tuple[Envelope, int]:
     """(envelope, start of the payload) of a binary snapshot whose header's kind and
     format are read (and checksum verified when `checked`)."""
     if not checked:
@@ -303,18 +318,24 @@ def _binary_envelope(k: Kind, data, version: int, end: int, checked: bool,
     return _identified(k, version, fields, expect), start
 
 
-def _length(k: Kind, length, have: int) -> None:
+def _length(k: Kind, length: object, have: int) -> None:
+    """Refuse a payload of another length than the header's (`length`: as the header
+    says it, which may be anything)."""
+    if not isinstance(length, int) or isinstance(length, bool):
+        raise SnapshotError(f"this {k.name} snapshot is damaged: its header's length is "
+                            f"{length!r}, not a number of bytes")
     if have != length:
         what = "truncated" if have < length else "longer than its header says"
         raise SnapshotError(f"this {k.name} snapshot is {what}: its header says {length} "
                             f"bytes follow it, {have} do")
 
 
-def _read_json(k: Kind, data, expect: dict, warn: bool = True) -> tuple[Envelope, dict]:
+def _read_json(k: Kind, data: Binary | str, expect: dict[str, object],
+               warn: bool = True) -> tuple[Envelope, dict[str, Any]]:
     data = data.encode() if isinstance(data, str) else data
     head = _envelope(k, data)
-    try:
-        state = orjson.loads(data)
+    try:  # an object: the data begins as the envelope or a version-0 checkpoint does
+        state: dict[str, Any] = orjson.loads(data)
     except orjson.JSONDecodeError as e:
         raise SnapshotError(f"this {k.name} checkpoint is truncated or damaged ({len(data)} "
                             f"bytes): {e}") from None
@@ -332,7 +353,8 @@ def _read_json(k: Kind, data, expect: dict, warn: bool = True) -> tuple[Envelope
     return envelope, _migrate(k, version, state)
 
 
-def _identified(k: Kind, version: int, fields: dict, expect: dict) -> Envelope:
+def _identified(k: Kind, version: int, fields: dict[str, Any],
+                expect: dict[str, object]) -> Envelope:
     """The envelope of a checked snapshot, refused when its identity is not `expect`."""
     for name, wanted in expect.items():
         if name not in IDENTITY:
@@ -349,7 +371,7 @@ def _identified(k: Kind, version: int, fields: dict, expect: dict) -> Envelope:
                     fields.get("shard"), fields.get("generation"))  # IDENTITY's order
 
 
-def _unchecked(k: Kind, version: int, fields: dict, warn: bool = True) -> Envelope:
+def _unchecked(k: Kind, version: int, fields: dict[str, Any], warn: bool = True) -> Envelope:
     if warn:
         warnings.warn(UncheckedSnapshot(
             f"this {k.name} {_noun(k)} has format version {version}, from before "
@@ -370,7 +392,7 @@ def _kind(name: str, json: bool) -> Kind:
     return k
 
 
-def _envelope(k: Kind, data: bytes) -> tuple[int, int, bool] | None:
+def _envelope(k: Kind, data: Binary) -> tuple[int, int, bool] | None:
     """(version, end of the kind and version, whether its checksum was verified) of data
     with an envelope of kind `k`; None for recognised version-0 bytes; else
     SnapshotError."""
@@ -413,7 +435,7 @@ def _envelope(k: Kind, data: bytes) -> tuple[int, int, bool] | None:
     return version, found.end(), checksum is not None
 
 
-def _verify(k: Kind, data, at: int) -> None:
+def _verify(k: Kind, data: Binary, at: int) -> None:
     """Check the CRC-32 whose 8 hex digits begin at `at` against every other byte."""
     digits = _HEX.match(bytes(data[at:at + 9]))
     if digits is None:
@@ -431,7 +453,7 @@ def _verify(k: Kind, data, at: int) -> None:
             f"Restore an undamaged copy or an earlier snapshot, {k.discard}")
 
 
-def _truncated(k: Kind, data) -> None:
+def _truncated(k: Kind, data: Binary) -> None:
     """Refuse damaged bytes as truncated where that is what they look like: a binary
     snapshot whose header gives another length than follows it, a JSON checkpoint that
     does not parse."""
@@ -451,7 +473,15 @@ def _truncated(k: Kind, data) -> None:
         _length(k, length, len(data) - line_end - 1)
 
 
-def _migrate(k: Kind, version: int, payload):
+@overload
+def _migrate(k: Kind, version: int, payload: memoryview) -> bytes | memoryview: ...
+
+
+@overload
+def _migrate(k: Kind, version: int, payload: dict[str, Any]) -> dict[str, Any]: ...
+
+
+def _migrate(k: Kind, version: int, payload: Payload) -> Payload:
     if version < k.version and isinstance(payload, memoryview):
         payload = bytes(payload)
     for v in range(version, k.version):

@@ -21,7 +21,7 @@ from __future__ import annotations
 # Deferred imports: the reference interpreter and the reader of its Events load only for a
 # QueryDriver on the reference engine (a jit driver never imports them).
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -33,6 +33,7 @@ from cep_core.time_guard import TimeGuard, wall_clock_units
 
 if TYPE_CHECKING:
     from cep_core.composites import Composites
+    from cep_core.reference import Interpreter
 
 __all__ = ["QueryDriver", "assert_engines_agree", "assert_steps_agree", "run_query"]
 
@@ -41,8 +42,9 @@ def _queries(text: str | QuerySet, schema: Any) -> QuerySet:
     return text if isinstance(text, QuerySet) else compile(text, schema)
 
 
-def run_query(text: str | QuerySet, events: Iterable[dict], schema: Any = None, *,
-              engine: str = EngineName.JIT, dead_letters: list | None = None) -> list[dict]:
+def run_query(text: str | QuerySet, events: Iterable[dict[str, Any]], schema: Any = None, *,
+              engine: str = EngineName.JIT, dead_letters: list[DeadLetter] | None = None,
+              ) -> list[dict[str, Any]]:
     """The composite events of the queries of `text` over `events`, as dicts in output
     order (what `cep run` writes as JSON lines). `schema` as `cep.compile` takes it (None:
     the built-in streams). An event's `seq` is its index in the list unless it has one.
@@ -54,14 +56,14 @@ def run_query(text: str | QuerySet, events: Iterable[dict], schema: Any = None, 
     return result.to_dicts()
 
 
-def assert_engines_agree(text: str | QuerySet, events: Iterable[dict], schema: Any = None
-                         ) -> list[dict]:
+def assert_engines_agree(text: str | QuerySet, events: Iterable[dict[str, Any]],
+                         schema: Any = None) -> list[dict[str, Any]]:
     """Assert that the jitted engine gives exactly the composite events and dead letters of
     the reference interpreter (the oracle) over `events`; returns the composites."""
     queries = _queries(text, schema)
-    events = list(events)
-    jit = queries.run(events, engine=EngineName.JIT)
-    reference = queries.run(events, engine=EngineName.REFERENCE)
+    rows = list(events)
+    jit = queries.run(rows, engine=EngineName.JIT)
+    reference = queries.run(rows, engine=EngineName.REFERENCE)
     expected, got = reference.to_dicts(), jit.to_dicts()
     if got != expected:
         raise AssertionError(_difference("", expected, got))
@@ -73,7 +75,7 @@ def assert_engines_agree(text: str | QuerySet, events: Iterable[dict], schema: A
     return got
 
 
-def _difference(where: str, expected: list[dict], got: list[dict]) -> str:
+def _difference(where: str, expected: list[dict[str, Any]], got: list[dict[str, Any]]) -> str:
     """How the jit engines' composites differ from the reference's: counts and the first
     composite that differs."""
     first = next((k for k, (a, b) in enumerate(zip(expected, got)) if a != b),
@@ -83,7 +85,7 @@ def _difference(where: str, expected: list[dict], got: list[dict]) -> str:
             f"  jit:       {_at(got, first)}")
 
 
-def _at(rows: list[dict], i: int) -> str:
+def _at(rows: list[dict[str, Any]], i: int) -> str:
     return repr(rows[i]) if i < len(rows) else "(none)"
 
 
@@ -109,16 +111,16 @@ class QueryDriver:
     `restore` replays)."""
 
     def __init__(self, queries: str | QuerySet, schema: Any = None, *, engine: str = EngineName.JIT,
-                 placement: str | None = None):
+                 placement: str | None = None) -> None:
         self.engine = EngineName.of(engine)
         self.queries = _queries(queries, schema)
-        self._stream = Stream(self.queries, placement) if self.engine is EngineName.JIT \
-            else _ReferenceStream(self.queries)
-        self.output: list[dict] = []  # every step's composite events, step after step
+        self._stream: Stream | _ReferenceStream = Stream(self.queries, placement) \
+            if self.engine is EngineName.JIT else _ReferenceStream(self.queries)
+        self.output: list[dict[str, Any]] = []  # every step's composite events, step after step
         self.time: int | None = None  # the last advance_time
         self.ended = False
 
-    def push(self, events: Any, fmt: str | None = None) -> list[dict]:
+    def push(self, events: Any, fmt: str | None = None) -> list[dict[str, Any]]:
         """Run events (anything `QuerySet.run` takes, or one dict); the composite events
         they released."""
         self._open("push")
@@ -126,7 +128,7 @@ class QueryDriver:
             events = [events]
         return self._step(self._stream._push(events, fmt))
 
-    def advance_time(self, ts: int) -> list[dict]:
+    def advance_time(self, ts: int) -> list[dict[str, Any]]:
         """A punctuation: event time reaches `ts` (an int in the stream's time unit) with
         no event. The composite events that releases: windows that end before it, SEQ
         matches whose WITHIN it passes (negations decided, partial matches timed out)."""
@@ -134,7 +136,7 @@ class QueryDriver:
         self.time = int(ts)
         return self._step(self._stream._advance_time(self.time))
 
-    def end(self) -> list[dict]:
+    def end(self) -> list[dict[str, Any]]:
         """The end of input (`cep run` at the end of its file): what was still pending.
         The driver takes no step after it."""
         self._open("end")
@@ -166,7 +168,7 @@ class QueryDriver:
         if self.ended:
             raise ValueError(f"{step}() after end(): the input has ended")
 
-    def _step(self, composites: Composites) -> list[dict]:
+    def _step(self, composites: Composites) -> list[dict[str, Any]]:
         found = composites.to_dicts()
         self.output.extend(found)
         return found
@@ -184,7 +186,7 @@ class _ReferenceStream:
     `Stream` reads them. Its snapshot is the input so far (events and punctuations), which
     `restore` replays into fresh interpreters."""
 
-    def __init__(self, queries: QuerySet):
+    def __init__(self, queries: QuerySet) -> None:
         from cep_core.reference import interpreter_for
 
         self.queries = queries
@@ -193,7 +195,7 @@ class _ReferenceStream:
         self._position = 0
         self._last_seq = -1
         self._guard = TimeGuard.of(self.schema)  # events too far ahead (as Stream's)
-        self._log: list = []  # [seq, ts, attrs] per event, ts per punctuation
+        self._log: list[Any] = []  # [seq, ts, attrs] per event, ts per punctuation (JSON)
         self.dead_letters: list[DeadLetter] = []
 
     def _push(self, data: Any, fmt: str | None = None) -> Composites:
@@ -216,11 +218,11 @@ class _ReferenceStream:
     def _flush(self) -> Composites:
         return self._each(lambda interp: interp.flush())
 
-    def _each(self, step) -> Composites:
+    def _each(self, step: Callable[[Interpreter], list[dict[str, Any]]]) -> Composites:
         from cep_core.composite import sort_key
         from cep_core.composites import Composites
 
-        found: list[tuple[tuple, dict]] = []
+        found: list[tuple[tuple[int, int, list[int], int, bytes], dict[str, Any]]] = []
         for q, interp in self._interpreters:
             found.extend((sort_key(c, q.index), c) for c in step(interp))
             self.dead_letters.extend(
@@ -261,19 +263,19 @@ class _ReferenceStream:
         self._position, self._last_seq = state["position"], state["last_seq"]
 
 
-def assert_steps_agree(text: str | QuerySet, steps: Iterable[tuple], schema: Any = None
-                       ) -> list[list[dict]]:
+def assert_steps_agree(text: str | QuerySet, steps: Iterable[tuple[Any, ...]], schema: Any = None
+                       ) -> list[list[dict[str, Any]]]:
     """Run `steps` through a jit QueryDriver and a reference one and assert that each step
     gives the same composite events and dead letters. A step is `("push", events)`,
     `("advance_time", ts)` or `("end",)`. Returns the composite events of each step."""
     queries = _queries(text, schema)
     jit, reference = QueryDriver(queries), QueryDriver(queries, engine="reference")
-    out = []
+    out: list[list[dict[str, Any]]] = []
     for i, (name, *args) in enumerate(steps):
         if name not in ("push", "advance_time", "end"):
             raise ValueError(f"step #{i}: {name!r} is not push, advance_time nor end")
-        expected = getattr(reference, name)(*args)
-        got = getattr(jit, name)(*args)
+        expected: list[dict[str, Any]] = getattr(reference, name)(*args)
+        got: list[dict[str, Any]] = getattr(jit, name)(*args)
         if got != expected:
             raise AssertionError(_difference(f"step #{i} ({name}): ", expected, got))
         expected_dead = _letters(reference.take_dead_letters())
@@ -285,7 +287,7 @@ def assert_steps_agree(text: str | QuerySet, steps: Iterable[tuple], schema: Any
     return out
 
 
-def _letters(letters: list[DeadLetter]) -> list[dict]:
+def _letters(letters: list[DeadLetter]) -> list[dict[str, Any]]:
     """Dead letters in one order whichever engine gave them (engines report query by
     query, in their own order)."""
     return sorted((d.to_json() for d in letters),

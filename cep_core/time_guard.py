@@ -32,6 +32,7 @@ from cep_core.schema import NANOS_PER_UNIT, StreamSchema, time_amount
 
 if TYPE_CHECKING:
     import numpy as np
+    import numpy.typing as npt
 
 TOO_FAR_AHEAD = "too far ahead"
 _UNIT_WORDS = {"ms": "ms", "s": "s", "us": "us", "ns": "ns", "ticks": "ticks"}
@@ -65,7 +66,7 @@ class TimeGuard:
     now: int | None = None
 
     @classmethod
-    def of(cls, schema: StreamSchema, max_ahead=None, max_ahead_of_clock=None,
+    def of(cls, schema: StreamSchema, max_ahead: object = None, max_ahead_of_clock: object = None,
            now: int | None = None) -> TimeGuard:
         """The guard of a stream: its schema's bounds, or `max_ahead` /
         `max_ahead_of_clock` where given (an option: an int in the time unit, a duration
@@ -107,8 +108,8 @@ class TimeGuard:
             self.advance(ts)
         return why
 
-    def accept(self, ts: np.ndarray, seq: np.ndarray | None = None,
-               last_seq: int = -1) -> tuple[np.ndarray, dict[int, str], int]:
+    def accept(self, ts: npt.NDArray[np.int64], seq: npt.NDArray[np.int64] | None = None,
+               last_seq: int = -1) -> tuple[npt.NDArray[np.bool_], dict[int, str], int]:
         """A block of events in order, as `check` takes them one by one after the seq
         check: with `seq`, a row whose seq is not above `last_seq` and every seq accepted
         before it is refused first (`seq_not_increasing`). A refused row changes nothing
@@ -143,11 +144,14 @@ class TimeGuard:
             if seq is not None and int(seq[row]) <= last_seq:
                 reasons[row] = seq_not_increasing(int(seq[row]), last_seq)
             else:
-                reasons[row] = self.reason(int(ts[row]))
+                why = self.reason(int(ts[row]))
+                assert why is not None  # the row was refused for its time
+                reasons[row] = why
             start, window = row + 1, _FIRST_WINDOW
         return keep, reasons, last_seq
 
-    def _first_refusal(self, ts, seq, last_seq: int) -> int | None:
+    def _first_refusal(self, ts: npt.NDArray[np.int64], seq: npt.NDArray[np.int64] | None,
+                       last_seq: int) -> int | None:
         """The first row that the seq check or a bound refuses, every row before it
         accepted; None when there is none."""
         import numpy as np
@@ -169,7 +173,8 @@ class TimeGuard:
         found = np.flatnonzero(refused)
         return int(found[0]) if len(found) else None
 
-    def _commit(self, ts, seq, last_seq: int) -> int:
+    def _commit(self, ts: npt.NDArray[np.int64], seq: npt.NDArray[np.int64] | None,
+                last_seq: int) -> int:
         """Rows accepted: the time and the largest seq move on."""
         if len(ts):
             self.advance(int(ts.max()))

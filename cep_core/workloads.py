@@ -29,12 +29,14 @@ from __future__ import annotations
 import functools
 import textwrap
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,6 +45,8 @@ from cep_core.event_io import EventFormat
 from cep_core.schema import SchemaRegistry, StreamSchema
 
 SECOND, MINUTE = 1_000, 60_000
+# A generator's attribute columns: numpy arrays, or pyarrow arrays for strings.
+Columns = dict[str, npt.NDArray[Any] | pa.Array]
 T0_2012 = 1_330_612_200_000  # 2012-03-01T14:30:00Z (09:30 New York), in ms
 FORMATS = (EventFormat.PARQUET, EventFormat.JSONL, EventFormat.CSV)
 
@@ -61,9 +65,9 @@ class Workload:
     name: str
     stream: str
     doc: str
-    make: Callable[..., dict]
+    make: Callable[..., Columns]
     query: Callable[..., str]
-    params: dict = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
     options: tuple[str, ...] = ()
     # How users write these events (`written`): the generated table -> the table written
     # to files (times as text, fields the schema does not name); None: as generated.
@@ -75,7 +79,7 @@ class Workload:
             raise LookupError(f"no schema for stream {self.stream!r}")
         return schema
 
-    def generate(self, n_events: int, seed: int = 0, **params) -> pa.Table:
+    def generate(self, n_events: int, seed: int = 0, **params: Any) -> pa.Table:
         """`n_events` events as a table: `seq`, then the schema's attributes in order."""
         if n_events < 0:
             raise ValueError("n_events must not be negative")
@@ -88,7 +92,7 @@ class Workload:
         columns = self.make(rng, n_events, **{**self.params, **params})
         return _table(self.schema(), n_events, columns)
 
-    def written(self, n_events: int, seed: int = 0, **params) -> pa.Table:
+    def written(self, n_events: int, seed: int = 0, **params: Any) -> pa.Table:
         """The events as a file holds them (what `cep gen` writes): `generate`'s table, or
         for a realistic workload that table as users write it (no `seq`; its `spell`)."""
         table = self.generate(n_events, seed, **params)
@@ -97,7 +101,7 @@ class Workload:
         rng = np.random.default_rng([seed, zlib.crc32(self.name.encode()), 1])
         return self.spell(rng, table.drop_columns(["seq"]))
 
-    def query_text(self, seed: int = 0, **options) -> str:
+    def query_text(self, seed: int = 0, **options: Any) -> str:
         """The query file; `seed` matters only to workloads whose query is drawn (hyper)."""
         unknown = set(options) - set(self.options)
         if unknown:
@@ -124,7 +128,7 @@ def arrow_schema(schema: StreamSchema) -> pa.Schema:
                      [(name, _ARROW_TYPES[kind]) for name, kind in schema.attributes.items()])
 
 
-def _table(schema: StreamSchema, n: int, columns: dict) -> pa.Table:
+def _table(schema: StreamSchema, n: int, columns: Columns) -> pa.Table:
     layout = arrow_schema(schema)
     arrays = [pa.array(np.arange(n, dtype=np.int64))]
     for name in layout.names[1:]:
@@ -138,12 +142,12 @@ def _table(schema: StreamSchema, n: int, columns: dict) -> pa.Table:
 # ------------------------------------------------------------------ shared helpers
 
 
-def _strings(names: list[str], index: np.ndarray) -> pa.Array:
+def _strings(names: list[str], index: npt.NDArray[np.integer[Any]]) -> pa.Array:
     """names[index] as an Arrow string column (one take, no Python string per event)."""
     return pa.array(names, pa.string()).take(pa.array(index, pa.int32()))
 
 
-def _zipf(rng: np.random.Generator, k: int, s: float, n: int) -> np.ndarray:
+def _zipf(rng: np.random.Generator, k: int, s: float, n: int) -> npt.NDArray[np.integer[Any]]:
     """n draws from 0..k-1 with P(i) proportional to 1 / (i + 1) ** s (probabilities
     rounded to multiples of 2**-20: a table lookup, several times faster than choice)."""
     return _zipf_table(k, s)[rng.integers(0, _ZIPF_TABLE, n)]
@@ -153,21 +157,23 @@ _ZIPF_TABLE = 1 << 20
 
 
 @functools.lru_cache(maxsize=16)
-def _zipf_table(k: int, s: float) -> np.ndarray:
+def _zipf_table(k: int, s: float) -> npt.NDArray[np.int32]:
     p = 1.0 / np.arange(1, k + 1) ** s
     cdf = np.cumsum(p / p.sum())
-    table = np.searchsorted(cdf, (np.arange(_ZIPF_TABLE) + 0.5) / _ZIPF_TABLE)
-    table = np.minimum(table, k - 1).astype(np.int32)
+    found = np.searchsorted(cdf, (np.arange(_ZIPF_TABLE) + 0.5) / _ZIPF_TABLE)
+    table = np.minimum(found, k - 1).astype(np.int32)
     table.flags.writeable = False
     return table
 
 
-def _arrival_times(rng: np.random.Generator, n: int, mean_gap: float, t0: int) -> np.ndarray:
+def _arrival_times(rng: np.random.Generator, n: int, mean_gap: float,
+                   t0: int) -> npt.NDArray[np.int64]:
     """Poisson arrivals: non-decreasing integer times, exponential gaps of `mean_gap`."""
     return t0 + np.floor(np.cumsum(rng.exponential(mean_gap, n))).astype(np.int64)
 
 
-def _cumsum_by_group(group: np.ndarray, steps: np.ndarray) -> np.ndarray:
+def _cumsum_by_group(group: npt.NDArray[np.integer[Any]],
+                     steps: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """Running sum of `steps` within each group (dense ids 0..k-1), in stream order,
     inclusive of the current step."""
     if len(group) == 0:
@@ -205,7 +211,7 @@ def _symbols(count: int) -> list[str]:
     return names
 
 
-def _quoted(values) -> str:
+def _quoted(values: Iterable[object]) -> str:
     return ", ".join(f"'{v}'" for v in values)
 
 
@@ -214,7 +220,8 @@ def _quoted(values) -> str:
 FINANCE_SYMBOLS = _symbols(390)
 
 
-def _trades(rng, n, symbols=390, zipf=1.0, volatility=0.0008, mean_gap_ms=5.0):
+def _trades(rng: np.random.Generator, n: int, symbols: int = 390, zipf: float = 1.0,
+            volatility: float = 0.0008, mean_gap_ms: float = 5.0) -> Columns:
     """NASDAQ-like trades: Zipf-skewed symbols, a geometric random walk per symbol in whole
     cents, log-normal volumes (about 9% above 900 shares), Poisson arrivals."""
     sym = _zipf(rng, symbols, zipf, n)
@@ -299,7 +306,8 @@ HASHTAGS = ["#cep", "#kafka", "#flink", "#streaming", "#spark", "#bigdata", "#ai
 HASHTAGS += [f"#topic{i:03d}" for i in range(300 - len(HASHTAGS))]
 
 
-def _tweets(rng, n, authors=2000, author_zipf=1.1, tag_zipf=1.2, mean_gap_ms=20.0):
+def _tweets(rng: np.random.Generator, n: int, authors: int = 2000, author_zipf: float = 1.1,
+            tag_zipf: float = 1.2, mean_gap_ms: float = 20.0) -> Columns:
     """Tweets: Zipf-active authors; content is 1-3 hashtags (probabilities .5/.3/.2) drawn
     from a Zipf vocabulary whose most frequent tag is '#cep'."""
     author = _zipf(rng, authors, author_zipf, n)
@@ -353,7 +361,8 @@ CHECKPOINTS = ["Staten Island", "Brooklyn", "Queens", "Bronx", "Manhattan"]
 _CHECKPOINT_KM = np.array([2.0, 13.0, 22.0, 33.0, 40.0])
 
 
-def _checkpoints(rng, n, cheat=0.03, pace_s_per_km=360.0, waves=3):
+def _checkpoints(rng: np.random.Generator, n: int, cheat: float = 0.03,
+                 pace_s_per_km: float = 360.0, waves: int = 3) -> Columns:
     """Runners in start waves 20 minutes apart pass the five checkpoints in order at a
     log-normal pace; a fraction `cheat` skips one of Brooklyn, Queens, Bronx. The stream is
     the first n passages in time (ties by bib number)."""
@@ -405,7 +414,7 @@ _register(Workload("marathon", "checkpoints", "runners who skip a checkpoint (ag
 RULE_TYPES = ["A", "B", "C", "D", "E"]  # A, B, C and two noise types
 
 
-def _rules(rng, n, att_max=50_000, types=5):
+def _rules(rng: np.random.Generator, n: int, att_max: int = 50_000, types: int = 5) -> Columns:
     """Cugola & Margara's base scenario: one event per tick, types uniform over A, B, C and
     noise types, `att` uniform in [1, att_max]."""
     kind = rng.integers(0, types, n)
@@ -453,7 +462,8 @@ _register(Workload("r5", "rules", "3-step TESLA rule with parameters, EACH and L
 TICK_SYMBOLS = FINANCE_SYMBOLS[:30]  # the q9 queries draw from these
 
 
-def _ticks(rng, n, symbols=100, zipf=1.0, volatility=0.0008, mean_gap_ms=10.0):
+def _ticks(rng: np.random.Generator, n: int, symbols: int = 100, zipf: float = 1.0,
+           volatility: float = 0.0008, mean_gap_ms: float = 10.0) -> Columns:
     """Stock ticks: like trades (Zipf symbols, geometric walks), price in dollars."""
     sym = _zipf(rng, symbols, zipf, n)
     base = np.exp(rng.uniform(np.log(10.0), np.log(500.0), symbols))
@@ -502,7 +512,7 @@ _register(Workload("q9", "ticks", "CQPH Q9 sliding max per symbol, 1 to K concur
 STOCK_TICKERS = FINANCE_SYMBOLS[:10]  # the hyper query draws from these
 
 
-def _stocks(rng, n, tickers=10, noise=0.002):
+def _stocks(rng: np.random.Generator, n: int, tickers: int = 10, noise: float = 0.002) -> Columns:
     """Minute bars: every ticker once a minute, in a random order within the minute, all
     with the minute's time; prices are a shared market walk times independent noise."""
     minutes = -(-n // tickers)
@@ -585,7 +595,9 @@ ISO_SPELLINGS = [("Z", 0, 6, "T"), ("+02:00", 120, 3, "T"), ("", 0, 6, "T"),
                  ("-05:30", -330, 9, " "), ("+0100", 60, 3, "T")]
 
 
-def iso_texts(ms: np.ndarray, spellings=ISO_SPELLINGS, run: int = 1000) -> pa.Array:
+def iso_texts(ms: npt.NDArray[np.int64],
+              spellings: Sequence[tuple[str, int, int, str]] = ISO_SPELLINGS,
+              run: int = 1000) -> pa.Array:
     """Times in ms as ISO-8601 texts, the spelling changing every `run` events (a zone
     shifts the local time it shows; a spelling needs 3 decimals or more: no time is
     cut)."""
@@ -604,19 +616,20 @@ def iso_texts(ms: np.ndarray, spellings=ISO_SPELLINGS, run: int = 1000) -> pa.Ar
     return out
 
 
-def _mask(n: int, rows: np.ndarray) -> pa.Array:
+def _mask(n: int, rows: npt.NDArray[np.intp]) -> pa.Array:
     mask = np.zeros(n, dtype=bool)
     mask[rows] = True
     return pa.array(mask)
 
 
-def _with_nulls(rng, column: pa.Array, share: float) -> pa.Array:
+def _with_nulls(rng: np.random.Generator, column: pa.Array, share: float) -> pa.Array:
     """`column` with a `share` of its values null."""
     return pc.if_else(pa.array(rng.random(len(column)) < share),
                       pa.scalar(None, column.type), column)
 
 
-def _plant(rng, n, devices=50, zones=7, mean_gap_ms=2.0):
+def _plant(rng: np.random.Generator, n: int, devices: int = 50, zones: int = 7,
+           mean_gap_ms: float = 2.0) -> Columns:
     """IoT readings: devices in zones, each temperature a random walk from its own base
     (15-30 C), humidity 20-60 %, mostly readings with a few alarms and service visits."""
     device = rng.integers(0, devices, n)
@@ -630,7 +643,7 @@ def _plant(rng, n, devices=50, zones=7, mean_gap_ms=2.0):
             "ts": _arrival_times(rng, n, mean_gap_ms, T0_2026)}
 
 
-def _plant_spell(rng, table: pa.Table) -> pa.Table:
+def _plant_spell(rng: np.random.Generator, table: pa.Table) -> pa.Table:
     """ISO-8601 times in five spellings; a firmware version, a nested `meta` object and a
     `note` (mostly null) the schema does not name."""
     n = table.num_rows
@@ -673,7 +686,8 @@ ACTIONS = ["login", "view", "cart", "purchase", "logout"]
 ITEMS = [f"sku-{i:05d}" for i in range(1000)]
 
 
-def _activity(rng, n, users=500, items=1000, mean_gap_ms=20.0):
+def _activity(rng: np.random.Generator, n: int, users: int = 500, items: int = 1000,
+              mean_gap_ms: float = 20.0) -> Columns:
     """Shop activity: Zipf-active users; each action drawn from the one before it (a
     login, views, carts, purchases, a logout), items Zipf-popular, amounts for purchases
     (other types carry 0.0)."""
@@ -686,7 +700,7 @@ def _activity(rng, n, users=500, items=1000, mean_gap_ms=20.0):
             "amount": amount, "ts": _arrival_times(rng, n, mean_gap_ms, T0_2026)}
 
 
-def _activity_spell(rng, table: pa.Table) -> pa.Table:
+def _activity_spell(rng: np.random.Generator, table: pa.Table) -> pa.Table:
     """Times as `Z` texts with 3 decimals; per-type fields beside the schema's: `page` on
     views (else null), `coupon` on purchases (mostly null), `device` on logins (an
     object), and `referrer` null throughout."""
@@ -734,7 +748,8 @@ AGENTS = ["Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko
           "Googlebot/2.1 (+http://www.google.com/bot.html)"]
 
 
-def _clicks(rng, n, sessions=2000, mean_gap_ms=5.0):
+def _clicks(rng: np.random.Generator, n: int, sessions: int = 2000,
+            mean_gap_ms: float = 5.0) -> Columns:
     """Page views: Zipf-active sessions walking home, search, product, cart, checkout;
     long URLs (a path and a query string of 60-200 characters), referrers, 3% bots,
     latencies in ms."""
@@ -757,7 +772,7 @@ def _clicks(rng, n, sessions=2000, mean_gap_ms=5.0):
             "ts": _arrival_times(rng, n, mean_gap_ms, T0_2026)}
 
 
-def _clicks_spell(rng, table: pa.Table) -> pa.Table:
+def _clicks_spell(rng: np.random.Generator, table: pa.Table) -> pa.Table:
     """Times as epoch ms (as web servers log them), a user agent, a nested `geo` object,
     an `experiment` flag and an `ab` bucket (null for most) the schema does not name."""
     n = table.num_rows
@@ -850,14 +865,15 @@ def jsonl_lines(batch: pa.RecordBatch) -> bytes:
         return b""
     _validity, offsets, data = lines.buffers()
     bounds = np.frombuffer(offsets, dtype=np.int32)[lines.offset:lines.offset + len(lines) + 1]
-    return data.to_pybytes()[bounds[0]:bounds[-1]]
+    text: bytes = data.to_pybytes()[bounds[0]:bounds[-1]]
+    return text
 
 
 def _json_texts(column: pa.Array) -> pa.Array | None:
     """Each value of `column` as JSON text (objects for structs, `null` for nulls), or
     None where a string would need escaping."""
     if pa.types.is_struct(column.type):
-        pieces: list = []
+        pieces: list[str | pa.Array] = []
         for i, child in enumerate(column.type):
             text = _json_texts(column.field(i))
             if text is None:

@@ -116,6 +116,16 @@ def test_truncated_snapshots_are_refused():
         fmt.unpack_json("splitter", (V1 / "splitter.json").read_bytes()[:-3])
 
 
+def test_a_header_whose_length_is_no_number_is_refused():
+    # Its checksum holds (made to look so): the length is still checked, not compared.
+    before = b'%s%s","format":%d,"crc32":"' % (fmt.MAGIC, b"engine", fmt.KINDS["engine"].version)
+    for after, said in [(b'"}\n', "None"), (b'","length":"7"}\n', "'7'"),
+                        (b'","length":true}\n', "True")]:
+        with pytest.raises(SnapshotError, match=f"this engine snapshot is damaged: its "
+                           f"header's length is {said}, not a number of bytes"):
+            fmt.unpack("engine", fmt._sealed(before, after, b"payload"))
+
+
 def test_bytes_that_are_no_snapshot_are_refused():
     with pytest.raises(SnapshotError) as error:
         fmt.unpack("engine", b"GARBAGE")
