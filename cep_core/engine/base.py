@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from cep_core import snapshot_format
 from cep_core.batch import Batch, StringDictionary, decode_value
 from cep_core.checked import CheckedQuery
 from cep_core.composite_batch import CompositeBatch, RowBatch, to_dicts
+
+if TYPE_CHECKING:
+    from cep_core.placement import Placement
+
+Composite = dict[str, Any]  # a composite event as the reference interpreter gives it
+Meta = dict[str, Any]  # the JSON part of a state or snapshot
+Arrays = dict[str, npt.NDArray[Any]]  # the named arrays of a state (of several dtypes)
 
 
 class Engine(ABC):
@@ -23,6 +32,8 @@ class Engine(ABC):
     bytes; `restore(bytes)` puts it back into a new engine of the same query.
     """
 
+    placement: Placement  # where it runs and why (set by cep_core.engine_factory.create_engine)
+
     def __init__(self, checked: CheckedQuery, strings: StringDictionary):
         kind = type(self)
         if kind.process is Engine.process and kind.process_columns is Engine.process_columns:
@@ -34,17 +45,17 @@ class Engine(ABC):
         self.strings = strings
         self.dead_letters: list[tuple[int, str]] = []
 
-    def process(self, batch: Batch) -> list[dict]:
+    def process(self, batch: Batch) -> list[Composite]:
         return to_dicts(self.process_columns(batch))
 
     def process_columns(self, batch: Batch) -> list[CompositeBatch]:
         rows = self.process(batch)
         return [RowBatch(rows)] if rows else []
 
-    def punctuate(self, ts: int) -> list[dict]:
+    def punctuate(self, ts: int) -> list[Composite]:
         return []
 
-    def flush(self) -> list[dict]:
+    def flush(self) -> list[Composite]:
         return []
 
     def punctuate_columns(self, ts: int) -> list[CompositeBatch]:
@@ -57,20 +68,20 @@ class Engine(ABC):
         return [RowBatch(rows)] if rows else []
 
     @abstractmethod
-    def state(self) -> tuple[dict, dict[str, np.ndarray]]:
+    def state(self) -> tuple[Meta, Arrays]:
         """(JSON-able metadata, named numpy arrays) that make up the whole state."""
 
     @abstractmethod
-    def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None: ...
+    def load_state(self, meta: Meta, arrays: Arrays) -> None: ...
 
     # ------------------------------------------------------------ string compaction
 
-    def string_codes(self) -> np.ndarray:
+    def string_codes(self) -> npt.NDArray[np.int64]:
         """Every string code the state holds (in keys, partial matches, buffered events,
         groups, ...), duplicates allowed: the strings `StringDictionary.compact` must keep."""
         raise NotImplementedError(f"{type(self).__name__} cannot compact its strings")
 
-    def remap_strings(self, new_code: np.ndarray) -> None:
+    def remap_strings(self, new_code: npt.NDArray[np.int64]) -> None:
         """Replace every string code `c` the state holds by `new_code[c]` (the dictionary
         has just been compacted; the renumbering keeps the order of codes), and drop
         anything derived from the old codes."""
@@ -100,11 +111,11 @@ class Engine(ABC):
 
     # ------------------------------------------------------------ decoding results
 
-    def decode(self, kind: str, value):
+    def decode(self, kind: str, value: object) -> object:
         """A column or kernel value as the Python value the reference interpreter gives."""
         return decode_value(kind, value, self.strings)
 
-    def decode_key(self, attrs: list[str], key: tuple):
+    def decode_key(self, attrs: list[str], key: tuple[object, ...]) -> object:
         """A KeyIndex value as the composite event's `key` (None, a value, or a list)."""
         if not attrs:
             return None

@@ -15,6 +15,12 @@ what is compiled and what runs are unchanged.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from numba.core.base import BaseContext
+    from numba.core.typing.templates import Signature
+
 # Deferred imports: numba's caching, CPU target and runtime modules load when `install()` first runs
 # (a jit run), so importing the stream engines does not pay for them.
 
@@ -37,12 +43,14 @@ def install() -> None:
         _installed = True
         return
 
-    def load_overload(self, sig, target_context):
+    # numba's caching and environment internals are unannotated: their calls are ignored.
+    def load_overload(self: caching.Cache, sig: Signature, target_context: BaseContext
+                      ) -> object:
         if not isinstance(target_context, CPUContext):
-            return original(self, sig, target_context)
+            return original(self, sig, target_context)  # type: ignore[no-untyped-call]
         _ready_symbols(target_context)
         with self._guard_against_spurious_io_errors():
-            return self._load_overload(sig, target_context)
+            return self._load_overload(sig, target_context)  # type: ignore[no-untyped-call]
         return None  # the guard swallowed an I/O error: numba compiles instead
 
     load_overload.__doc__ = original.__doc__
@@ -64,10 +72,10 @@ def ready() -> None:
 
     install()
     _ready_symbols(cpu_target.target_context)
-    entrypoints.init_all()
+    entrypoints.init_all()  # type: ignore[no-untyped-call]
 
 
-def _ready_symbols(target_context) -> None:
+def _ready_symbols(target_context: BaseContext) -> None:
     """What `refresh` sets up that cached machine code links against (every other symbol
     numba's code calls is added when the context is made)."""
     from numba.core.runtime import rtsys
@@ -86,10 +94,10 @@ def _install_light_environments() -> None:
 
     rebuild = environment._rebuild_env
 
-    def rebuild_env(modname, consts, env_name):
-        if (environment.lookup_environment(env_name) is not None
+    def rebuild_env(modname: str, consts: list[object], env_name: str) -> object:
+        if (environment.lookup_environment(env_name) is not None  # type: ignore[no-untyped-call]
                 or modname in sys.modules or not modname.startswith("numba.")):
-            return rebuild(modname, consts, env_name)
+            return rebuild(modname, consts, env_name)  # type: ignore[no-untyped-call]
         env = environment.Environment({"__name__": modname})
         env.consts[:] = consts
         env.env_name = env_name

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
+import numpy.typing as npt
 
 from cep_core.batch import Batch
+
+Key = tuple[object, ...]  # a key's column values (string codes, ints, floats, bools)
 
 
 class KeyIndex:
@@ -18,14 +23,14 @@ class KeyIndex:
 
     def __init__(self, attrs: list[str]):
         self.attrs = attrs
-        self.ids: dict[tuple, int] = {}
-        self.values: list[tuple | None] = []
+        self.ids: dict[Key, int] = {}
+        self.values: list[Key | None] = []
         self.free: list[int] = []
 
     def __len__(self) -> int:
         return len(self.values)
 
-    def assign(self, batch: Batch) -> np.ndarray:
+    def assign(self, batch: Batch) -> npt.NDArray[np.int64]:
         """The key id of every event of the batch (int64)."""
         n = len(batch)
         if not self.attrs:
@@ -52,7 +57,7 @@ class KeyIndex:
             mapping[u] = found if found is not None else self._new(key)
         return mapping[inverse.reshape(-1)]
 
-    def _new(self, key: tuple) -> int:
+    def _new(self, key: Key) -> int:
         if self.free:
             k = self.free.pop()
             self.values[k] = key
@@ -62,17 +67,20 @@ class KeyIndex:
         self.ids[key] = k
         return k
 
-    def release(self, ids) -> None:
+    def release(self, ids: Iterable[int]) -> None:
         for k in ids:
-            del self.ids[self.values[k]]
+            key = self.values[k]
+            if key is None:
+                raise KeyError(f"key id {k} is not in use")
+            del self.ids[key]
             self.values[k] = None
             self.free.append(k)
 
-    def string_codes(self, positions: list[int]) -> list[int]:
+    def string_codes(self, positions: list[int]) -> list[object]:
         """The string codes held at `positions` (the string attributes) of live keys."""
         return [key[i] for key in self.ids for i in positions]
 
-    def remap_strings(self, positions: list[int], new_code: np.ndarray) -> None:
+    def remap_strings(self, positions: list[int], new_code: npt.NDArray[np.int64]) -> None:
         """Renumber the string codes at `positions` of every live key (see
         `StringDictionary.compact`); ids stay as they are."""
         if not positions:
@@ -80,16 +88,16 @@ class KeyIndex:
         strings = set(positions)
         table = new_code.tolist()
 
-        def remapped(key: tuple) -> tuple:
+        def remapped(key: Key) -> Key:
             return tuple(table[v] if i in strings else v for i, v in enumerate(key))
         self.values = [None if key is None else remapped(key) for key in self.values]
         self.ids = {key: k for k, key in enumerate(self.values) if key is not None}
 
-    def to_state(self) -> list[list | None]:
+    def to_state(self) -> list[list[object] | None]:
         return [None if k is None else list(k) for k in self.values]
 
     @classmethod
-    def from_state(cls, attrs: list[str], values: list[list | None]) -> KeyIndex:
+    def from_state(cls, attrs: list[str], values: list[list[object] | None]) -> KeyIndex:
         index = cls(attrs)
         for k, key in enumerate(values):
             index.values.append(None if key is None else tuple(key))

@@ -39,7 +39,10 @@ candidates in its own row instead of a slot (one cache line per event;
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 import orjson
 from numba import njit
 
@@ -49,9 +52,13 @@ from cep_core.checked import ExprType
 from cep_core.kernels import match_runtime as layout
 from cep_core.kernels.string_tables import StringTables
 from cep_core.composite_batch import ColumnBatch, CompositeBatch, Decoder, Field, Keys
-from cep_core.engine.base import Engine
-from cep_core.engine.keys import KeyIndex
-from cep_core.schema import AttrType
+from cep_core.engine.base import Arrays, Composite, Engine, Meta
+from cep_core.engine.keys import Key, KeyIndex
+from cep_core.schema import AttrType, StreamSchema
+
+I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
+F64 = npt.NDArray[np.float64]
 
 INT64_MIN = np.iinfo(np.int64).min
 CHUNK = 1 << 22  # a bigger batch is processed in chunks (bounds the per-event buffers)
@@ -62,9 +69,10 @@ class MatchEngine(Engine):
     """A MATCH query over columnar batches (see the module docstring). Options:
     `idle_timeout` (event-time units, None: never evict)."""
 
-    def __init__(self, program, strings: StringDictionary, idle_timeout: int | None = None,
-                 **options):
-        # `program`: `cep_core.compiler.match.Program`, shared by every engine of its query.
+    def __init__(self, program: Any, strings: StringDictionary, idle_timeout: int | None = None,
+                 **options: object):
+        # `program`: `cep_core.compiler.match.Program`, shared by every engine of its query
+        # (Any: cep_core.engine does not import the compiler).
         # Other options belong to the engines of other query kinds (create_engine passes
         # the same options to every engine of a file).
         super().__init__(program.checked, strings)
@@ -85,11 +93,12 @@ class MatchEngine(Engine):
 
     # ------------------------------------------------------------ arrays
 
-    def _allocate(self, nkeys, nslots, cap, out_cap, log_cap, coll_cap) -> None:
+    def _allocate(self, nkeys: int, nslots: int, cap: int, out_cap: int, log_cap: int,
+                  coll_cap: int) -> None:
         p = self.program
         self.cap, self.nslots = cap, nslots
         self.out_cap, self.log_cap, self.coll_cap = out_cap, log_cap, coll_cap
-        a: dict[str, np.ndarray] = {}
+        a: Arrays = {}
         a["ctr"] = np.zeros(len(layout.CTR), np.int64)
         a["ctr"][_CTR["clock"]] = INT64_MIN
         a["ctr"][_CTR["high"]] = 1  # slot 0: reserved, always empty (keys without one)
@@ -112,8 +121,8 @@ class MatchEngine(Engine):
         self.arrays = a
         self._dead = np.empty(0, np.int64)  # kept between batches: fresh memory faults
 
-    def _out_arrays(self, a: dict, size: int, keep: int = 0) -> None:
-        def make(name, dtype):
+    def _out_arrays(self, a: Arrays, size: int, keep: int = 0) -> None:
+        def make(name: str, dtype: npt.DTypeLike) -> None:
             new = np.zeros(size, dtype)
             if keep and name in a:
                 new[:keep] = a[name][:keep]
@@ -202,7 +211,7 @@ class MatchEngine(Engine):
             a[name] = grown
         ctr[_CTR["log_n"]] = kept
 
-    def _new_keys(self, a: dict, nkeys: int) -> None:
+    def _new_keys(self, a: Arrays, nkeys: int) -> None:
         """Per key id: slot (0: none), time of its last accepted event (none yet: the
         smallest int64, written by `_ensure_keys` once the id is in use: rows never used
         are never touched), candidate count, then the values Last() reads."""
@@ -283,10 +292,10 @@ class MatchEngine(Engine):
                 key = orjson.dumps(self._key(k)).decode()
                 self.dead_letters.append((seq, "event time goes backwards in partition " + key))
         for name in ["kid", "seq", "ts"] + [f"col{j}" for j in range(len(p.columns))]:
-            a[name] = None  # do not keep the batch alive
+            del a[name]  # do not keep the batch alive
         return out
 
-    def punctuate(self, ts: int) -> list[dict]:
+    def punctuate(self, ts: int) -> list[Composite]:
         ctr = self.arrays["ctr"]
         if ts > ctr[_CTR["clock"]]:
             ctr[_CTR["clock"]] = ts
@@ -328,7 +337,7 @@ class MatchEngine(Engine):
 
     # ------------------------------------------------------------ string compaction
 
-    def string_codes(self) -> np.ndarray:
+    def string_codes(self) -> I64:
         """The codes of live state only: keys in use (their values and Last() values),
         the candidates of those keys, the Collect log entries live candidates need (the
         log is compacted first). Released keys and dropped candidates hold nothing."""
@@ -337,7 +346,7 @@ class MatchEngine(Engine):
         cells = [flat[at] for flat, at in self._string_cells()]
         return np.concatenate([np.asarray(self.keys.string_codes(), np.int64)] + cells)
 
-    def remap_strings(self, new_code: np.ndarray) -> None:
+    def remap_strings(self, new_code: I64) -> None:
         """Constant codes (`sc`) and the string tables are re-derived before every batch
         (`_strings`); decoded keys (`_key_cache`) hold no codes."""
         new_code = np.asarray(new_code, np.int64)
@@ -349,7 +358,7 @@ class MatchEngine(Engine):
         for (flat, at), codes in zip(cells, new):
             flat[at] = codes
 
-    def _string_cells(self) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _string_cells(self) -> list[tuple[npt.NDArray[Any], I64]]:
         """(flattened state array, positions in it) of every live string value: the
         string columns of the rows of keys in use (an accepted event; released rows are
         reset), of their candidates and of the Collect log (`string_codes` compacts it)."""
@@ -381,7 +390,7 @@ class MatchEngine(Engine):
 
     # ------------------------------------------------------------ results
 
-    def _key(self, k: int):
+    def _key(self, k: int) -> object:
         key = self._key_cache.get(k, _MISSING)
         if key is _MISSING:
             if len(self._key_cache) > 100_000:
@@ -392,7 +401,7 @@ class MatchEngine(Engine):
     def _results(self, no: int) -> ColumnBatch:
         """The kernel's first `no` matches as columns (copies: the arrays are reused)."""
         a, p = self.arrays, self.program
-        fields = []
+        fields: list[Field] = []
         for j, spec in enumerate(p.emit):
             if spec.kind is ExprType.LIST:
                 offsets = np.append(a["coll_off"][:no], a["ctr"][_CTR["coll_n"]])
@@ -405,7 +414,7 @@ class MatchEngine(Engine):
                            self._key_column(a["out_key"][:no]),
                            a["out_end"][:no].copy(), a["out_start"][:no].copy(), fields)
 
-    def _key_column(self, ids: np.ndarray) -> Keys:
+    def _key_column(self, ids: I64) -> Keys:
         """The composites' keys, taken now: ids of evicted keys go to other keys later."""
         if not self.key_attrs:
             return Keys(np.zeros(len(ids), np.int64), lambda distinct: [None] * len(distinct))
@@ -418,14 +427,14 @@ class MatchEngine(Engine):
 
     # ------------------------------------------------------------ snapshots
 
-    def state(self) -> tuple[dict, dict[str, np.ndarray]]:
+    def state(self) -> tuple[Meta, Arrays]:
         a, p = self.arrays, self.program
         ctr = a["ctr"]
         nkeys, high = len(self.keys), int(ctr[_CTR["high"]])
         keys, codes = self.keys.to_state()
-        meta = {"keys": keys, "cap": self.cap, "nslots": self.nslots, "ctr": ctr.tolist(),
+        meta: Meta = {"keys": keys, "cap": self.cap, "nslots": self.nslots, "ctr": ctr.tolist(),
                 "metrics": dict(self.metrics), "last_sweep": self._last_sweep}
-        arrays = {"free": a["free"][:int(ctr[_CTR["free_top"]])]}
+        arrays: Arrays = {"free": a["free"][:int(ctr[_CTR["free_top"]])]}
         for name, _, _ in p.keys.arrays():
             arrays[name] = a[name][:nkeys]
         if codes is not None:
@@ -441,7 +450,7 @@ class MatchEngine(Engine):
                 arrays[name] = a[name][:used]
         return meta, arrays
 
-    def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+    def load_state(self, meta: Meta, arrays: Arrays) -> None:
         p = self.program
         ctr = meta["ctr"]
         self.keys = _Keys.from_state(self.key_attrs, self.schema, meta["keys"],
@@ -469,16 +478,17 @@ _EMPTY = np.zeros(1, np.int64)
 _EMPTY_ROWS = np.zeros((0, 1), np.float64)
 
 
-def _zeros(shape: tuple, dtype) -> np.ndarray:
+def _zeros(shape: tuple[int, ...], dtype: npt.DTypeLike) -> npt.NDArray[Any]:
     """np.zeros, 64-byte aligned (rows of state then sit in as few cache lines as can be)."""
-    dtype = np.dtype(dtype)
-    size = int(np.prod(shape)) * dtype.itemsize
+    kind = np.dtype(dtype)
+    size = int(np.prod(shape)) * kind.itemsize
     buffer = np.zeros(size + 64, np.uint8)
     offset = -buffer.ctypes.data % 64
-    return buffer[offset:offset + size].view(dtype).reshape(shape)
+    aligned: npt.NDArray[Any] = buffer[offset:offset + size].view(kind).reshape(shape)
+    return aligned
 
 
-def _grown(array: np.ndarray, rows: int) -> np.ndarray:
+def _grown(array: npt.NDArray[Any], rows: int) -> npt.NDArray[Any]:
     """A zero-filled array of `rows` rows that starts with `array`."""
     grown = _zeros((rows,) + array.shape[1:], array.dtype)
     grown[:len(array)] = array
@@ -486,16 +496,17 @@ def _grown(array: np.ndarray, rows: int) -> np.ndarray:
 
 
 _MISSING = object()
+_NO_CODES = np.zeros(0, np.int64)  # `_Keys.codes` once it uses `KeyIndex` (not read then)
 
 
-def _string_columns(table) -> np.ndarray:
+def _string_columns(table: Any) -> I64:
     """Indexes of a state table's (`Program.records`, `.keys`, `.slots`) int columns that
     hold string codes."""
     return np.array([table.ints[key] for key, kind in table.kinds.items()
                      if kind == AttrType.STRING], np.int64)
 
 
-def _rows(starts: np.ndarray, counts: np.ndarray, stride: int) -> np.ndarray:
+def _rows(starts: I64, counts: I64, stride: int) -> I64:
     """start, start + stride, ... (count of them) for every start, concatenated."""
     counts = np.asarray(counts, np.int64)
     firsts = np.cumsum(counts) - counts
@@ -503,14 +514,15 @@ def _rows(starts: np.ndarray, counts: np.ndarray, stride: int) -> np.ndarray:
     return np.repeat(np.asarray(starts, np.int64), counts) + step * stride
 
 
-def _collected(query) -> list[str]:
+def _collected(query: ast.Query) -> list[str]:
     """The attributes Collect logs, in the order of the log arrays `lv0, lv1, ...`
     (first appearance in EMIT, as `compile_match` numbers them)."""
     attrs: list[str] = []
+    assert isinstance(query.body, ast.MatchQuery)  # the MATCH engine's query
     for item in query.body.emit:
         expr = item.expr
         if isinstance(expr, ast.Aggregate) and expr.func is ast.AggFunc.COLLECT and \
-                expr.arg.name not in attrs:
+                expr.arg is not None and expr.arg.name not in attrs:
             attrs.append(expr.arg.name)
     return attrs
 
@@ -526,35 +538,41 @@ class _Keys:
     values kept in a numpy array, so a million new keys cost no Python objects. Values too
     spread out for a table switch the engine to `KeyIndex` for good."""
 
-    def __init__(self, attrs: list[str], schema):
+    def __init__(self, attrs: list[str], schema: StreamSchema):
         self.attrs = attrs
         self.fast = len(attrs) == 1 and schema.attributes[attrs[0]] in (
             "int", "timestamp", "string")
-        self.index = None if self.fast else KeyIndex(attrs)
+        self.index: KeyIndex | None = None if self.fast else KeyIndex(attrs)
         self.string_positions = [i for i, a in enumerate(attrs)
                                  if schema.attributes[a] == AttrType.STRING]
         self.codes = np.zeros(16, np.int64)  # fast path: the key of each id
         self.count = 0  # fast path: ids in use or released (the id range)
         self.free = np.zeros(16, np.int64)  # fast path: released ids, taken before new ones
         self.free_top = 0
-        self.lut: np.ndarray | None = None
+        self.lut: I32 | None = None
         self.lo = 0
         self.ids = np.empty(0, np.int64)
 
     def __len__(self) -> int:
         """The id range: ids in use or released."""
-        return self.count if self.fast else len(self.index)
+        return self.count if self.index is None else len(self.index)
 
-    def value(self, k: int) -> tuple:
-        return (int(self.codes[k]),) if self.fast else self.index.values[k]
+    def value(self, k: int) -> Key:
+        """The key of an id in use."""
+        if self.index is None:
+            return (int(self.codes[k]),)
+        key = self.index.values[k]
+        assert key is not None  # (ids in use have one)
+        return key
 
-    def release(self, ids: np.ndarray) -> None:
+    def release(self, ids: I64) -> None:
         """Forget these keys (idle-key eviction); their ids go to new keys first."""
         if len(ids) == 0:
             return
-        if not self.fast:
+        if self.index is not None:
             self.index.release(ids.tolist())
             return
+        assert self.lut is not None  # the fast path has a table once it has keys
         self.lut[self.codes[ids] - self.lo] = -1
         top = self.free_top + len(ids)
         if top > len(self.free):
@@ -562,12 +580,12 @@ class _Keys:
         self.free[self.free_top:top] = ids
         self.free_top = top
 
-    def free_ids(self) -> np.ndarray:
-        return self.free[:self.free_top].copy() if self.fast else \
+    def free_ids(self) -> I64:
+        return self.free[:self.free_top].copy() if self.index is None else \
             np.array(self.index.free, np.int64)
 
-    def assign(self, batch: Batch) -> np.ndarray:
-        if not self.fast:
+    def assign(self, batch: Batch) -> I64:
+        if self.index is not None:
             return self.index.assign(batch)
         n = len(batch)
         column = np.ascontiguousarray(batch.columns[self.attrs[0]], dtype=np.int64)
@@ -589,8 +607,7 @@ class _Keys:
                     return ids
             rest = column[position:]  # a value outside the table: widen it for the rest
             if not self._cover(int(rest.min()), int(rest.max()) + 1, n):
-                self._slow()  # known keys keep their ids
-                return self.index.assign(batch)
+                return self._slow().assign(batch)  # known keys keep their ids
 
     def _cover(self, lo: int, hi: int, batch: int) -> bool:
         """Widens the table to values lo..hi-1 (with room to spare where it grows); False
@@ -611,26 +628,26 @@ class _Keys:
         self.lut, self.lo = lut, new_lo
         return True
 
-    def _live(self) -> np.ndarray:
+    def _live(self) -> npt.NDArray[np.bool_]:
         """Fast path: which ids of the id range are in use (not released)."""
         live = np.ones(self.count, bool)
         live[self.free[:self.free_top]] = False
         return live
 
-    def string_codes(self) -> np.ndarray:
+    def string_codes(self) -> I64:
         """The string codes of the keys in use (released keys hold none)."""
         if not self.string_positions:
             return np.empty(0, np.int64)
-        if not self.fast:
+        if self.index is not None:
             return np.array(self.index.string_codes(self.string_positions), np.int64)
         return self.codes[:self.count][self._live()]
 
-    def remap_strings(self, new_code: np.ndarray) -> None:
+    def remap_strings(self, new_code: I64) -> None:
         """Renumbers string keys (ids stay); the fast path's table over the code range is
         rebuilt, or gives way to `KeyIndex` when the new codes are too spread out."""
         if not self.string_positions:
             return
-        if not self.fast:
+        if self.index is not None:
             self.index.remap_strings(self.string_positions, new_code)
             return
         live = self._live()
@@ -639,35 +656,40 @@ class _Keys:
         codes[~live] = 0  # released ids: their old codes may be gone
         self._rebuild_table(live)
 
-    def _rebuild_table(self, live: np.ndarray) -> None:
+    def _rebuild_table(self, live: npt.NDArray[np.bool_]) -> None:
         """The lookup table from the codes of the ids in use (`live`)."""
         self.lut, self.lo = None, 0
         if live.any():
             used = self.codes[:self.count][live]
             if self._cover(int(used.min()), int(used.max()) + 1, 0):
+                assert self.lut is not None  # _cover made it
                 self.lut[used - self.lo] = np.flatnonzero(live).astype(np.int32)
             else:
                 self._slow()
 
-    def _slow(self) -> None:
+    def _slow(self) -> KeyIndex:
+        """Switch to `KeyIndex` for good (returned)."""
         released = set(self.free[:self.free_top].tolist())
-        self.index = KeyIndex.from_state(self.attrs, [
+        index = self.index = KeyIndex.from_state(self.attrs, [
             None if k in released else [code]
             for k, code in enumerate(self.codes[:self.count].tolist())])
-        self.fast, self.lut, self.codes = False, None, None
+        self.fast, self.lut, self.codes = False, None, _NO_CODES
+        return index
 
-    def to_state(self) -> tuple[list | None, np.ndarray | None]:
+    def to_state(self) -> tuple[list[list[object] | None] | None, I64 | None]:
         """(JSON-able keys, or None; the fast path's key array, or None)."""
-        if self.fast:
+        if self.index is None:
             return None, self.codes[:self.count].copy()
         return self.index.to_state(), None
 
     @classmethod
-    def from_state(cls, attrs, schema, values: list | None, codes: np.ndarray | None,
-                   free: np.ndarray | None = None):
+    def from_state(cls, attrs: list[str], schema: StreamSchema,
+                   values: list[list[object] | None] | None, codes: I64 | None,
+                   free: I64 | None = None) -> _Keys:
         """`free`: the fast path's released ids (a snapshot's `key_free`)."""
         keys = cls(attrs, schema)
         if values is None:
+            assert codes is not None  # a fast path's snapshot has them
             keys.codes = np.array(codes, dtype=np.int64)
             keys.count = len(codes)
             free = np.zeros(0, np.int64) if free is None else np.asarray(free, np.int64)
@@ -684,7 +706,8 @@ class _Keys:
 
 
 @njit(cache=True)
-def _map_keys(values, start, lo, lut, ids, next_id, codes, free, free_top):
+def _map_keys(values: I64, start: int, lo: int, lut: I32, ids: I64, next_id: int, codes: I64,
+              free: I64, free_top: int) -> tuple[int, int, int]:
     """Ids of `values` from `start` on by the lookup table; a new value takes a released
     id (`free[:free_top]`, last first) or else the next new id, and is written to `codes`
     at its id. Returns how many new ids were used, the released ids left, and where it
@@ -714,7 +737,7 @@ def _map_keys(values, start, lo, lut, ids, next_id, codes, free, free_top):
 
 
 @njit(cache=True)
-def _evict(clock, timeout, ctr, slot_i, key_i, free):
+def _evict(clock: int, timeout: int, ctr: I64, slot_i: I64, key_i: I64, free: I64) -> int:
     """Drops the candidates of keys idle for `timeout` or longer and frees their slots;
     returns how many keys. (Keys with candidates but no slot hold them in their row.)"""
     evicted = 0
@@ -736,7 +759,7 @@ def _evict(clock, timeout, ctr, slot_i, key_i, free):
 
 
 @njit(cache=True)
-def _release_idle(clock, timeout, key_i, key_f, nkeys):
+def _release_idle(clock: int, timeout: int, key_i: I64, key_f: F64, nkeys: int) -> I64:
     """Ids of the keys in use (an accepted event) idle for `timeout` or longer and without
     partial matches (`_evict` ran first); their rows are reset to those of a new key."""
     out = np.empty(nkeys, np.int64)
@@ -755,7 +778,8 @@ def _release_idle(clock, timeout, key_i, key_f, nkeys):
 
 
 @njit(cache=True)
-def _log_keep(log_prev, used, slot_i, head, key_i, rec_i, count, cap, high):
+def _log_keep(log_prev: I64, used: int, slot_i: I64, head: int, key_i: I64, rec_i: I64,
+              count: int, cap: int, high: int) -> I64:
     """Compacts the Collect log to the entries live candidates need: per live slot, the
     newest `count of its oldest candidate` entries of its chain. Rewrites the `log_prev`
     links and the slots' heads for the new positions; returns the old positions kept, in

@@ -36,10 +36,13 @@ compacted. Without any window the events are kept, as the reference keeps them.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from cep_core.batch import Batch, StringDictionary
 from cep_core.composite_batch import CompositeBatch, to_dicts
+from cep_core.engine.base import Arrays, Composite, Meta
 from cep_core.engine.seq_base import BACKWARDS_TIME, Overflow, SeqEngineBase
 from cep_core.engine.seq_idle import drop_events, idle_partitions
 from cep_core.kernels.seq_layout import ERR, OVF, PALIVE
@@ -56,12 +59,12 @@ class SeqOverflowError(RuntimeError):
 
 
 class SeqEngine(SeqEngineBase):
-    def __init__(self, program, strings: StringDictionary,
+    def __init__(self, program: Any, strings: StringDictionary,
                  max_matches_per_event: int = 1_000_000,
                  max_subsets_per_event: int = 10_000_000, on_overflow: str = "error",
-                 idle_timeout: int | None = None, **_other_options):
+                 idle_timeout: int | None = None, **_other_options: object):
         # `program`: `cep_core.compiler.seq_programs.compile_cdp`'s, shared by the query's
-        # engines.
+        # engines (Any: cep_core.engine does not import the compiler).
         super().__init__(program.checked, strings)
         self.plan = program.plan
         self.kernel = program.kernel
@@ -108,7 +111,7 @@ class SeqEngine(SeqEngineBase):
         self._sweep()
         return [out] if len(out) else []
 
-    def punctuate(self, ts: int) -> list[dict]:
+    def punctuate(self, ts: int) -> list[Composite]:
         return to_dicts(self.punctuate_columns(ts))
 
     def punctuate_columns(self, ts: int) -> list[CompositeBatch]:
@@ -120,20 +123,21 @@ class SeqEngine(SeqEngineBase):
         return out
 
     def _sweep(self) -> None:
-        if not self.idle.due():
+        timeout = self.idle.timeout
+        if timeout is None or not self.idle.due():
             return
         P = self.P
         none_live = np.zeros(P, np.int64)
-        parts = idle_partitions(self.idle.clock, self.idle.timeout, self.last_ts, self.cnt,
+        parts = idle_partitions(self.idle.clock, timeout, self.last_ts, self.cnt,
                                 self.phead, none_live, P, True)
         drop_events(parts, self.cnt, self.evicted)
         self.idle.evicted += len(parts)
         # then the partitions themselves: memory is bounded by those live within the
         # timeout (sound under eviction's own assumption, as for MATCH keys)
-        self._release(idle_partitions(self.idle.clock, self.idle.timeout, self.last_ts,
+        self._release(idle_partitions(self.idle.clock, timeout, self.last_ts,
                                       self.cnt, self.phead, none_live, P, False))
 
-    def flush(self) -> list[dict]:
+    def flush(self) -> list[Composite]:
         return to_dicts(self.flush_columns())
 
     def flush_columns(self) -> list[CompositeBatch]:
@@ -151,7 +155,7 @@ class SeqEngine(SeqEngineBase):
         self._maybe_compact_pending()
         return [out] if len(out) else []
 
-    def metrics(self) -> dict:
+    def metrics(self) -> dict[str, int]:
         return {"partitions": self.P, "overflows": int(self.ctr[OVF]),
                 "pending": int(self.ctr[PALIVE]),
                 "stored_events": int(self.cnt[:self.P].sum()),
@@ -159,10 +163,10 @@ class SeqEngine(SeqEngineBase):
 
     # ------------------------------------------------------------ snapshots
 
-    def state(self) -> tuple[dict, dict[str, np.ndarray]]:
+    def state(self) -> tuple[Meta, Arrays]:
         self._maybe_compact_pending(force=True)
         return self._channel_state()
 
-    def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+    def load_state(self, meta: Meta, arrays: Arrays) -> None:
         self._reset()
         self._load_channel_state(meta, arrays)

@@ -36,14 +36,18 @@ and equality-class value) are capped by `max_instances`:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import types
 from numba.typed import Dict
 
 from cep_core.batch import Batch, StringDictionary
 from cep_core.composite_batch import ColumnBatch, CompositeBatch, to_dicts
-from cep_core.engine.seq_base import Overflow, SeqEngineBase
+from cep_core.engine.base import Arrays, Composite, Meta
+from cep_core.engine.seq_base import F64, I64, Overflow, SeqEngineBase
 from cep_core.engine.seq_idle import (
+    Table,
     assign_instance_keys,
     drop_events,
     drop_instances,
@@ -62,11 +66,30 @@ class AipOverflowError(RuntimeError):
 
 
 class SeqAipEngine(SeqEngineBase):
-    def __init__(self, program, strings: StringDictionary,
+    # Set by `_reset`: instance keys (Q of them), their segments of the instance table IT,
+    # the Kleene node pool (NR/NP) and the free instance key ids
+    Q: int
+    ibase: I64
+    isize: I64
+    icnt: I64
+    qpart: I64
+    kv: I64
+    subkeys: Table
+    qfree: I64
+    n_qfree: int
+    released_instance_keys: int
+    itop: I64
+    IT: I64
+    NR: I64
+    NP: I64
+    _live_after_sweep: int
+    _pool_after_compact: int
+
+    def __init__(self, program: Any, strings: StringDictionary,
                  max_instances: int = 1_000_000, on_overflow: str = "error",
-                 idle_timeout: int | None = None, **_other_options):
+                 idle_timeout: int | None = None, **_other_options: object):
         # `program`: `cep_core.compiler.seq_programs.compile_aip`'s, shared by the query's
-        # engines.
+        # engines (Any: cep_core.engine does not import the compiler).
         super().__init__(program.checked, strings)
         if max_instances < 1:
             raise ValueError("max_instances must be at least 1")
@@ -80,7 +103,7 @@ class SeqAipEngine(SeqEngineBase):
         self._setup(idle_timeout, on_overflow)
         eq = self.kernel.equality
         # instances keyed by (partition, value of the equality class's attribute)
-        self.class_attr = eq.attr if eq is not None and eq.attr not in self.keys.attrs \
+        self.class_attr: str | None = eq.attr if eq is not None and eq.attr not in self.keys.attrs \
             else None
         self.pending_kleene_slots = np.array(self.kernel.pkslots, np.int64)
         self.kslots = np.array(self.kernel.kslots, np.int64)
@@ -122,12 +145,15 @@ class SeqAipEngine(SeqEngineBase):
         self.Q = Q
 
     @staticmethod
-    def _new_subkeys():
-        return Dict.empty(key_type=types.UniTuple(types.int64, 2), value_type=types.int64)
+    def _new_subkeys() -> Table:
+        key = types.UniTuple(types.int64, 2)  # type: ignore[no-untyped-call]  # numba's types
+        table: Table = Dict.empty(key_type=key, value_type=types.int64)
+        return table
 
-    def _class_values(self, batch: Batch) -> np.ndarray:
+    @staticmethod
+    def _class_values(batch: Batch, attr: str) -> I64:
         """The class attribute as int64 (floats by their bits, -0.0 as 0.0)."""
-        column = batch.columns[self.class_attr]
+        column = batch.columns[attr]
         if column.dtype == np.float64:
             return np.ascontiguousarray(column + 0.0).view(np.int64)
         return np.ascontiguousarray(column, dtype=np.int64)
@@ -141,8 +167,8 @@ class SeqAipEngine(SeqEngineBase):
         n = len(pid)
         if self.class_attr is not None:
             qid, self.qpart, self.kv, Q, self.n_qfree = assign_instance_keys(
-                pid, self._class_values(batch), self.subkeys, self.qpart, self.kv, self.Q,
-                self.qfree, self.n_qfree)
+                pid, self._class_values(batch, self.class_attr), self.subkeys, self.qpart,
+                self.kv, self.Q, self.qfree, self.n_qfree)
             self._grow_keys(Q)
         else:
             qid = pid
@@ -170,7 +196,7 @@ class SeqAipEngine(SeqEngineBase):
                 f"make more than {self.max_instances} live automaton instances in its "
                 "partition (option max_instances; on_overflow='count' drops the excess and "
                 "counts it)")
-        out = [self._decode(n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn)]
+        out: list[CompositeBatch] = [self._decode(n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn)]
         if timed_out:
             out.append(self._decode_timed_out(*timed_out))
         self.idle.advance(batch.ts.max())
@@ -178,7 +204,7 @@ class SeqAipEngine(SeqEngineBase):
         self._maintain()
         return [b for b in out if len(b)]
 
-    def punctuate(self, ts: int) -> list[dict]:
+    def punctuate(self, ts: int) -> list[Composite]:
         return to_dicts(self.punctuate_columns(ts))
 
     def punctuate_columns(self, ts: int) -> list[CompositeBatch]:
@@ -188,14 +214,14 @@ class SeqAipEngine(SeqEngineBase):
         self.idle.advance(ts)
         return [b for b in out + self._sweep() if len(b)]
 
-    def flush(self) -> list[dict]:
+    def flush(self) -> list[Composite]:
         return to_dicts(self.flush_columns())
 
     def flush_columns(self) -> list[CompositeBatch]:
         return [b for b in self._release_all(True) + self._time_out_all(True) if len(b)]
 
     def _time_out_all(self, force: bool,
-                      parts: np.ndarray | None = None) -> list[CompositeBatch]:
+                      parts: I64 | None = None) -> list[CompositeBatch]:
         """ON TIMEOUT EMIT PARTIAL: the runs of `parts` (default: every partition) whose
         window event time (or, with force, the end of input) has passed, as timed-out
         partial matches."""
@@ -213,14 +239,15 @@ class SeqAipEngine(SeqEngineBase):
         are reported as timed out first when the query asks for them. Then idle partitions
         that hold nothing, and instance keys without instances, give their ids to new
         ones."""
-        if not self.idle.due():
+        timeout = self.idle.timeout
+        if timeout is None or not self.idle.due():
             return []
         self._expire()
         P, Q = self.P, self.Q
         live = live_instances(self.qpart, self.icnt, self.S, Q, P)
-        parts = idle_partitions(self.idle.clock, self.idle.timeout, self.last_ts, self.cnt,
+        parts = idle_partitions(self.idle.clock, timeout, self.last_ts, self.cnt,
                                 self.phead, live, P, True)
-        out = []
+        out: list[CompositeBatch] = []
         if len(parts):
             out = self._time_out_all(True, parts)
             drop_instances(parts, self.qpart, self.icnt, self.S, Q, P)
@@ -229,7 +256,7 @@ class SeqAipEngine(SeqEngineBase):
             live = live_instances(self.qpart, self.icnt, self.S, Q, P)
         if self.class_attr is not None:
             self._release_instance_keys()
-        self._release(idle_partitions(self.idle.clock, self.idle.timeout, self.last_ts,
+        self._release(idle_partitions(self.idle.clock, timeout, self.last_ts,
                                       self.cnt, self.phead, live, P, False))
         return out
 
@@ -279,7 +306,7 @@ class SeqAipEngine(SeqEngineBase):
         self._live_after_sweep = int(expire(self.IT, self.ibase[:G], self.icnt[:G], segpart,
                                             self.last_ts))
 
-    def metrics(self) -> dict:
+    def metrics(self) -> dict[str, int]:
         return {"partitions": self.P, "keys": self.Q, "overflows": int(self.ctr[OVF]),
                 "instances": int(self.icnt[:self.Q * self.S].sum()),
                 "pending": int(self.ctr[PALIVE]),
@@ -294,13 +321,13 @@ class SeqAipEngine(SeqEngineBase):
         return self.class_attr is not None and \
             self.schema.attributes[self.class_attr] == AttrType.STRING
 
-    def _more_string_codes(self) -> list[np.ndarray]:
+    def _more_string_codes(self) -> list[I64]:
         """The class values of live instance keys, when they are strings."""
         if not self._class_holds_strings():
             return []
         return [self.kv[:self.Q][self.qpart[:self.Q] >= 0]]
 
-    def _remap_more_strings(self, new_code: np.ndarray) -> None:
+    def _remap_more_strings(self, new_code: I64) -> None:
         if not self._class_holds_strings():
             return
         live = np.flatnonzero(self.qpart[:self.Q] >= 0)
@@ -310,15 +337,16 @@ class SeqAipEngine(SeqEngineBase):
 
     # ------------------------------------------------------------ decoding
 
-    def _decode_timed_out(self, n_out, n_el, om, oe_i, oe_f) -> ColumnBatch:
+    def _decode_timed_out(self, n_out: int, n_el: int, om: I64, oe_i: I64, oe_f: F64
+                          ) -> ColumnBatch:
         """Partial matches: the variables bound so far, no EMIT fields, "timed_out"."""
-        none = np.zeros((n_out, 0), np.int64)
-        return self.output.columns(n_out, n_el, om, oe_i, oe_f, none, none, none,
+        none, nonef = np.zeros((n_out, 0), np.int64), np.zeros((n_out, 0), np.float64)
+        return self.output.columns(n_out, n_el, om, oe_i, oe_f, none, nonef, none,
                                    timed_out=True)
 
     # ------------------------------------------------------------ snapshots
 
-    def state(self) -> tuple[dict, dict[str, np.ndarray]]:
+    def state(self) -> tuple[Meta, Arrays]:
         self._maintain(force=True)
         meta, arrays = self._channel_state()
         Q = self.Q
@@ -332,7 +360,7 @@ class SeqAipEngine(SeqEngineBase):
         arrays["IT"] = np.concatenate(rows) if rows else np.zeros((0, self.width), np.int64)
         return meta, arrays
 
-    def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+    def load_state(self, meta: Meta, arrays: Arrays) -> None:
         self._reset()
         self._load_channel_state(meta, arrays)
         Q = int(meta["instance_keys"])

@@ -11,9 +11,12 @@ and `plan` before calling `_setup`, and names its pending-record Kleene slots in
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from cep_core.arrow_numpy import segment_rows
 from cep_core.batch import Batch
@@ -21,16 +24,19 @@ from cep_core.kernels.string_tables import StringTables
 from cep_core.kernels.seq_layout import CTR_SIZE, ERR, INT64_MAX, INT64_MIN, PALIVE, PKN, PN, Row
 from cep_core.kernels.seq_runtime import compact_pending
 from cep_core.composite_batch import ColumnBatch
-from cep_core.engine.base import Engine
+from cep_core.engine.base import Arrays, Engine, Meta
 from cep_core.engine.keys import KeyIndex
 from cep_core.engine.seq_idle import IdleKeys
 from cep_core.engine.seq_output import SeqOutput
-from cep_core.schema import AttrType
+from cep_core.schema import AttrType, StreamSchema
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
 
 BACKWARDS_TIME = "event time goes backwards"
 
 
-def string_columns(layout, schema) -> list[int]:
+def string_columns(layout: Any, schema: StreamSchema) -> list[int]:
     """The int columns of a SEQ channel row (`Layout`) that hold string codes."""
     return [col for name, (where, col) in layout.slots.items()
             if where == Row.INT and schema.attributes[name] == AttrType.STRING]
@@ -47,7 +53,41 @@ class SeqEngineBase(Engine):
     _PER_PARTITION = {"last_ts": INT64_MIN, "phead": -1, "ptail": -1, "pdec": INT64_MAX,
                       "pfirst": INT64_MAX}
     _PER_CHANNEL = ("base", "size", "cnt", "evicted")
-    pending_kleene_slots: np.ndarray
+    # Set by the subclass before `_setup`: the compiler's plan and kernel (the generated
+    # module, its layout and string constants; cep_core.engine does not import the compiler).
+    plan: Any
+    kernel: Any
+    algorithm: str
+    pending_kleene_slots: I64
+    # Set by `_setup`
+    on_overflow: Overflow
+    idle: IdleKeys
+    module: Any  # the generated kernel module
+    layout: Any  # the compiler's Layout of a channel row
+    n_channels: int
+    keys: KeyIndex
+    uses_tables: bool
+    _tables: StringTables | None
+    output: SeqOutput
+    # Set by `_reset_channels`: per partition (_PER_PARTITION, by name), per partition and
+    # channel (_PER_CHANNEL, by name), per channel, and the kernels' shared arrays
+    P: int
+    last_ts: I64
+    phead: I64
+    ptail: I64
+    pdec: I64
+    pfirst: I64
+    base: I64
+    size: I64
+    cnt: I64
+    evicted: I64
+    top: I64
+    pd: I64
+    pk: I64
+    ctr: I64
+    punct: int
+    AI: list[I64]
+    AF: list[F64]
 
     def _setup(self, idle_timeout: int | None, on_overflow: str) -> None:
         if on_overflow not in tuple(Overflow):
@@ -97,7 +137,7 @@ class SeqEngineBase(Engine):
                     getattr(self, name), np.zeros((extra, self.n_channels), np.int64)]))
         self.P = P
 
-    def _keyed(self, batch: Batch) -> np.ndarray | None:
+    def _keyed(self, batch: Batch) -> I64 | None:
         """The partition of each event of a batch, the partitions grown to hold its new
         keys; None for an empty batch (what every SEQ engine, the GPU's too, does first)."""
         if len(batch) == 0:
@@ -106,7 +146,7 @@ class SeqEngineBase(Engine):
         self._grow_partitions(len(self.keys))
         return pid
 
-    def _strings(self):
+    def _strings(self) -> tuple[I64, tuple[I64, ...]]:
         sc = self.kernel.constants.codes(self.strings)
         if self.uses_tables:
             self._tables = StringTables.current(self._tables, self.strings)
@@ -116,13 +156,13 @@ class SeqEngineBase(Engine):
             tables = (dummy, dummy, dummy, dummy)
         return sc, tables
 
-    def _arenas(self) -> list:
-        out = []
+    def _arenas(self) -> list[I64 | F64]:
+        out: list[I64 | F64] = []
         for c in range(self.n_channels):
             out += [self.AI[c], self.AF[c]]
         return out
 
-    def _columns(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+    def _columns(self, batch: Batch) -> tuple[I64, F64]:
         """The batch as the kernels' event rows: ints (seq, ts, int attributes) and
         floats."""
         n = len(batch)
@@ -136,11 +176,11 @@ class SeqEngineBase(Engine):
             EF[:, k] = batch.columns[name]
         return EI, EF
 
-    def _take_arenas(self, arenas) -> None:
+    def _take_arenas(self, arenas: Sequence[Any]) -> None:
         self.AI = list(arenas[0::2])
         self.AF = list(arenas[1::2])
 
-    def _release(self, parts: np.ndarray) -> None:
+    def _release(self, parts: I64) -> None:
         """Give the ids of these partitions (empty and idle) to new keys, their rows reset
         to a new partition's; their arena segments are kept for them."""
         if len(parts):
@@ -150,7 +190,7 @@ class SeqEngineBase(Engine):
             self.output.forget_keys(parts)
             self.idle.released += len(parts)
 
-    def _reject_backwards(self, batch: Batch, dead: np.ndarray, n_dead: int) -> None:
+    def _reject_backwards(self, batch: Batch, dead: I64, n_dead: int) -> None:
         for t in dead[:n_dead].tolist():
             self.dead_letters.append((int(batch.seq[t]), BACKWARDS_TIME))
 
@@ -172,11 +212,11 @@ class SeqEngineBase(Engine):
         return [i for i, a in enumerate(self.keys.attrs)
                 if self.schema.attributes[a] == AttrType.STRING]
 
-    def _stored_rows(self, c: int) -> np.ndarray:
+    def _stored_rows(self, c: int) -> I64:
         """Arena rows of channel c that hold stored events (every partition's)."""
         return segment_rows(self.base[:self.P, c], self.cnt[:self.P, c])
 
-    def string_codes(self) -> np.ndarray:
+    def string_codes(self) -> I64:
         """Partition keys and the string attributes of stored events (pending matches and
         instances refer to stored rows; released partitions store none)."""
         out = [np.asarray(self.keys.string_codes(self._key_string_positions()), np.int64)]
@@ -186,7 +226,7 @@ class SeqEngineBase(Engine):
                 out.append(self.AI[c][self._stored_rows(c)][:, columns].ravel())
         return np.concatenate(out + self._more_string_codes())
 
-    def remap_strings(self, new_code: np.ndarray) -> None:
+    def remap_strings(self, new_code: I64) -> None:
         self.keys.remap_strings(self._key_string_positions(), new_code)
         columns = self._string_columns()
         if columns:
@@ -195,28 +235,29 @@ class SeqEngineBase(Engine):
                 self.AI[c][rows, columns] = new_code[self.AI[c][rows, columns]]
         self._remap_more_strings(new_code)
 
-    def _more_string_codes(self) -> list[np.ndarray]:
+    def _more_string_codes(self) -> list[I64]:
         """A subclass's own string codes (beyond keys and stored events)."""
         return []
 
-    def _remap_more_strings(self, new_code: np.ndarray) -> None:
+    def _remap_more_strings(self, new_code: I64) -> None:
         pass
 
     # ------------------------------------------------------------ decoding
 
-    def _decode(self, n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn) -> ColumnBatch:
+    def _decode(self, n_out: int, n_el: int, om: I64, oe_i: I64, oe_f: F64, ovi: I64, ovf: F64,
+                ovn: I64) -> ColumnBatch:
         return self.output.columns(n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn)
 
     # ------------------------------------------------------------ snapshots
 
-    def _channel_state(self) -> tuple[dict, dict[str, np.ndarray]]:
+    def _channel_state(self) -> tuple[Meta, Arrays]:
         """(meta, arrays) of what both engines keep: keys, clock, idle bookkeeping,
         per-partition arrays, ctr, pending matches and each partition's stored events."""
         P = self.P
-        meta = {"keys": self.keys.to_state(), "punct": int(self.punct), "partitions": P,
+        meta: Meta = {"keys": self.keys.to_state(), "punct": int(self.punct), "partitions": P,
                 "algorithm": self.algorithm,
                 "idle": self.idle.state()}
-        arrays = {name: getattr(self, name)[:P] for name in self._PER_PARTITION}
+        arrays: Arrays = {name: getattr(self, name)[:P] for name in self._PER_PARTITION}
         arrays.update({"cnt": self.cnt[:P], "evicted": self.evicted[:P], "ctr": self.ctr,
                        "pd": self.pd[:int(self.ctr[PN])], "pk": self.pk[:int(self.ctr[PKN])]})
         nI, nF = self.layout.n_int, self.layout.n_float
@@ -229,7 +270,7 @@ class SeqEngineBase(Engine):
                 else np.zeros((0, nF))
         return meta, arrays
 
-    def _load_channel_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+    def _load_channel_state(self, meta: Meta, arrays: Arrays) -> None:
         """Puts back `_channel_state` (after `_reset`); arenas get room to grow."""
         self.keys = KeyIndex.from_state(self.keys.attrs, meta["keys"])
         self.output.forget_keys()

@@ -24,8 +24,14 @@ table is compacted.
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
+
 import numpy as np
+import numpy.typing as npt
 from numba import njit
+
+I64 = npt.NDArray[np.int64]
+Table = MutableMapping[tuple[int, int], int]  # numba's typed Dict: instance key -> id
 
 INT64_MIN = np.iinfo(np.int64).min
 
@@ -49,7 +55,7 @@ class IdleKeys:
         self.clock, self.last_sweep, self.evicted = state[:3]
         self.released = state[3] if len(state) > 3 else 0
 
-    def advance(self, ts) -> None:
+    def advance(self, ts: int | np.int64) -> None:
         if ts > self.clock:
             self.clock = int(ts)
 
@@ -64,7 +70,8 @@ class IdleKeys:
 
 
 @njit(cache=True)
-def idle_partitions(clock, timeout, last_ts, cnt, phead, live, P, holding):
+def idle_partitions(clock: int, timeout: int, last_ts: I64, cnt: I64, phead: I64, live: I64,
+                    P: int, holding: bool) -> I64:
     """Partitions < P in use (an accepted event), idle for `timeout` or longer, with no
     pending match, that hold something (stored events or live instances, `live[p]` > 0)
     when `holding` is true (to evict), or hold nothing when it is false (the caller resets
@@ -85,7 +92,7 @@ def idle_partitions(clock, timeout, last_ts, cnt, phead, live, P, holding):
 
 
 @njit(cache=True)
-def drop_events(parts, cnt, evicted):
+def drop_events(parts: I64, cnt: I64, evicted: I64) -> None:
     """Forget the stored events of `parts` (absolute row numbers stay valid)."""
     for p in parts:
         for c in range(cnt.shape[1]):
@@ -94,7 +101,7 @@ def drop_events(parts, cnt, evicted):
 
 
 @njit(cache=True)
-def drop_instances(parts, qpart, icnt, S, Q, P):
+def drop_instances(parts: I64, qpart: I64, icnt: I64, S: int, Q: int, P: int) -> None:
     """Forget the automaton instances of every key (< Q) of `parts` (partitions < P)."""
     gone = np.zeros(P, np.bool_)
     for p in parts:
@@ -106,7 +113,7 @@ def drop_instances(parts, qpart, icnt, S, Q, P):
 
 
 @njit(cache=True)
-def live_instances(qpart, icnt, S, Q, P):
+def live_instances(qpart: I64, icnt: I64, S: int, Q: int, P: int) -> I64:
     """Live instances per partition."""
     live = np.zeros(P, np.int64)
     for q in range(Q):
@@ -122,7 +129,8 @@ def live_instances(qpart, icnt, S, Q, P):
 
 
 @njit(cache=True)
-def assign_instance_keys(pid, vals, table, kp, kv, n, free, n_free):
+def assign_instance_keys(pid: I64, vals: I64, table: Table, kp: I64, kv: I64, n: int,
+                         free: I64, n_free: int) -> tuple[I64, I64, I64, int, int]:
     """The instance key of every event (pid[i], vals[i]); a new key takes a released id
     before a fresh one. Returns (ids, kp, kv, id range, n_free)."""
     out = np.empty(pid.shape[0], np.int64)
@@ -151,7 +159,8 @@ def assign_instance_keys(pid, vals, table, kp, kv, n, free, n_free):
 
 
 @njit(cache=True)
-def release_empty_instance_keys(table, kp, kv, icnt, S, Q, free, n_free):
+def release_empty_instance_keys(table: Table, kp: I64, kv: I64, icnt: I64, S: int, Q: int,
+                                free: I64, n_free: int) -> int:
     """Release every live instance key (< Q) without instances: it holds nothing a new
     key would not (`free` has room for Q ids). Returns n_free."""
     for q in range(Q):
@@ -171,7 +180,7 @@ def release_empty_instance_keys(table, kp, kv, icnt, S, Q, free, n_free):
 
 
 @njit(cache=True)
-def fill_instance_keys(table, kp, kv, Q):
+def fill_instance_keys(table: Table, kp: I64, kv: I64, Q: int) -> None:
     """`table` of the live instance keys < Q."""
     for q in range(Q):
         if kp[q] >= 0:

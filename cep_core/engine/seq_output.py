@@ -10,14 +10,46 @@ A SEQ kernel reports `n_out` matches and `n_el` bound elements:
 
 from __future__ import annotations
 
+from typing import Any, Protocol, TypeVar
+
 import numpy as np
+import numpy.typing as npt
 
+from cep_core import ast
+from cep_core.batch import StringDictionary
 from cep_core.composite_batch import BoundEvents, ColumnBatch, Decoder, Field, Keys
+from cep_core.engine.keys import Key, KeyIndex
 from cep_core.kernels.seq_layout import Row
-from cep_core.schema import AttrType
+from cep_core.schema import AttrType, StreamSchema
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+_S = TypeVar("_S", bound=np.generic)
 
 
-def _copy(column: np.ndarray) -> np.ndarray:
+class SeqEngineView(Protocol):
+    """What `SeqOutput` reads of its engine (`SeqEngineBase`, the GPU's SEQ engine)."""
+
+    # The compiler's SeqPlan and Layout (cep_core.engine does not import cep_core.compiler).
+    plan: Any
+    layout: Any
+
+    @property
+    def schema(self) -> StreamSchema: ...
+
+    @property
+    def query(self) -> ast.Query: ...
+
+    @property
+    def strings(self) -> StringDictionary: ...
+
+    @property
+    def keys(self) -> KeyIndex: ...
+
+    def decode_key(self, attrs: list[str], key: Key) -> object: ...
+
+
+def _copy(column: npt.NDArray[_S]) -> npt.NDArray[_S]:
     """A contiguous copy (a one-column slice would otherwise stay a view of the kernel's
     output, which composite batches must not share)."""
     return np.array(column, copy=True, order="C")
@@ -27,9 +59,9 @@ class SeqOutput:
     """Decoding plan of one SEQ engine: `engine` has `plan`, `layout`, `schema`, `query`,
     `strings`, `keys` (a KeyIndex) and `decode_key`."""
 
-    def __init__(self, engine):
+    def __init__(self, engine: SeqEngineView):
         self.engine = engine
-        self.attr_plan = []
+        self.attr_plan: list[tuple[str, Row, int, str]] = []
         for name, kind in engine.schema.attributes.items():
             where, col = engine.layout.slots[name]
             self.attr_plan.append((name, where, col + 1 if where == Row.INT else col, kind))
@@ -39,7 +71,7 @@ class SeqOutput:
         self.emit_plan = [(item.name, types[item.expr]) for item in engine.plan.body.emit]
         self.decoded_keys: dict[int, object] = {}
 
-    def forget_keys(self, ids=None) -> None:
+    def forget_keys(self, ids: I64 | None = None) -> None:
         """Drop decoded keys: all, or those of released partition ids."""
         if ids is None:
             self.decoded_keys = {}
@@ -47,26 +79,26 @@ class SeqOutput:
             for p in ids.tolist():
                 self.decoded_keys.pop(p, None)
 
-    def _keys(self, ids: np.ndarray) -> list:
+    def _keys(self, ids: I64) -> list[object]:
         engine = self.engine
         if not engine.keys.attrs:
             return [None] * len(ids)
         cache = self.decoded_keys
-        out = []
+        out: list[object] = []
         for p in ids.tolist():
             if p not in cache:
                 cache[p] = engine.decode_key(engine.keys.attrs, engine.keys.values[p])
             out.append(cache[p])
         return out
 
-    def _key_column(self, ids: np.ndarray) -> Keys:
+    def _key_column(self, ids: I64) -> Keys:
         """The composites' keys, taken now: released partition ids go to other keys."""
         distinct = np.unique(ids)
         keys = dict(zip(distinct.tolist(), self._keys(distinct)))
         return Keys(ids, lambda d: [keys[p] for p in d.tolist()])
 
-    def columns(self, n_out, n_el, om, oe_i, oe_f, ovi, ovf, ovn,
-                timed_out: bool = False) -> ColumnBatch:
+    def columns(self, n_out: int, n_el: int, om: I64, oe_i: I64, oe_f: F64, ovi: I64, ovf: F64,
+                ovn: I64, timed_out: bool = False) -> ColumnBatch:
         """The matches as columns (copies: kernels reuse their output arrays). Timed-out
         partial matches (`timed_out`) carry the variables bound so far, no EMIT fields,
         and "timed_out": true."""
@@ -84,7 +116,7 @@ class SeqOutput:
         events = BoundEvents(starts, _copy(om[:, 2]),
                              _copy(oe_i[:, 0]), seqs, attrs, self.var_names,
                              self.var_kleene, in_variable_order=not timed_out)
-        fields = []
+        fields: list[Field] = []
         if not timed_out:
             for j, (name, kind) in enumerate(self.emit_plan):
                 source = ovf[:n_out, j] if kind == AttrType.FLOAT else ovi[:n_out, j]

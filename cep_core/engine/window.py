@@ -34,9 +34,13 @@ docs/semantics.md); sums of floats are exact (the reference uses math.fsum).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Iterable
 from enum import StrEnum
+from functools import partial
+from typing import Any, TypeVar, cast
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 
 from cep_core import failpoints
@@ -44,8 +48,8 @@ from cep_core.query_limits import QueryStateLimit, limits, pane_bytes
 from cep_core.batch import Batch, StringDictionary, decode_value
 from cep_core.kernels.string_tables import StringTables
 from cep_core.kernels import window_kernels as wk
-from cep_core.engine.base import Engine
-from cep_core.engine.keys import KeyIndex
+from cep_core.engine.base import Arrays, Composite, Engine, Meta
+from cep_core.engine.keys import Key, KeyIndex
 from cep_core.composite_batch import row_builder
 from cep_core.schema import AttrType, StreamSchema
 
@@ -56,11 +60,21 @@ MASKED_AT = 4  # this many predicates on one string attribute are evaluated toge
 RELEASE_AT = 64  # idle groups (or idle key ids) forgotten once this many and as many as live
 _EMPTY_I = np.zeros(0, dtype=np.int64)
 
+I64 = npt.NDArray[np.int64]
+U64 = npt.NDArray[np.uint64]
+U8 = npt.NDArray[np.uint8]
+F64 = npt.NDArray[np.float64]
+Block = tuple[I64, F64]  # result rows of one kernel call: out_i, out_f
+PredicateKey = tuple[object, ...]
+_S = TypeVar("_S", bound=np.generic)  # a WHERE conjunct's canonical form (the compiler's Key)
+
 
 class _Predicate:
     """A shared WHERE conjunct and the queries that use it."""
 
-    def __init__(self, compiled):  # cep_core.compiler.window.CompiledPredicate
+    # `compiled`: cep_core.compiler.window.CompiledPredicate (Any: cep_core.engine does not
+    # import the compiler)
+    def __init__(self, compiled: Any):
         self.compiled = compiled
         self.users: set[str] = set()
         self.codes = np.zeros(1, dtype=np.int64)  # string constants' dictionary codes
@@ -94,7 +108,7 @@ class _Grouping:
         self.string_positions = [i for i, attr in enumerate(attrs)
                                  if schema.attributes[attr] == AttrType.STRING]
 
-    def ids(self, batch: Batch, a: int, b: int, zeros: np.ndarray) -> np.ndarray:
+    def ids(self, batch: Batch, a: int, b: int, zeros: I64) -> I64:
         if self.kind is GroupKeyKind.NONE:
             return zeros[:b - a]
         if self.kind is GroupKeyKind.DENSE:
@@ -111,7 +125,7 @@ class _Grouping:
         assert self.index is not None
         return len(self.index)
 
-    def key(self, kid: int) -> tuple:
+    def key(self, kid: int) -> Key:
         if self.kind is GroupKeyKind.NONE:
             return ()
         if self.kind is GroupKeyKind.DENSE:
@@ -125,7 +139,9 @@ class _Grouping:
 class _Query:
     """One query's plan and state: kernel arrays, its groups' keys, its dead letters."""
 
-    def __init__(self, program, rows_capacity: int, groups: int):
+    # `program`: cep_core.compiler.window.compile_window's (Any: the engine does not import
+    # the compiler)
+    def __init__(self, program: Any, rows_capacity: int, groups: int):
         checked, plan_ = program.checked, program.plan
         self.checked = checked
         self.name = checked.name
@@ -144,9 +160,9 @@ class _Query:
         self.xcol = np.zeros(max(1, len(plan_.exact_sums)), dtype=np.int64)
         self.string_accs = [a for a, (kind, _) in enumerate(plan_.int_accs)
                             if kind in (wk.I_SMIN, wk.I_SMAX)]  # ist columns of codes
-        self.keys: list[tuple] = []  # group -> key tuple (column values)
-        self.key_values: list = []  # group -> decoded key (the composite event's "key")
-        self.key_parts: list[list] = []  # group -> decoded GROUP BY values
+        self.keys: list[Key] = []  # group -> key tuple (column values)
+        self.key_values: list[object] = []  # group -> decoded key (the composite's "key")
+        self.key_parts: list[list[object]] = []  # group -> decoded GROUP BY values
         self.key_rank = np.zeros(0, dtype=np.int64)  # group -> place in key order
         self.make_rows = row_builder(["query", "key", "seq", "start_seq", "window_start",
                                        "window_end", *(name for name, _ in plan_.items)])
@@ -161,7 +177,7 @@ class _Query:
 
     # ------------------------------------------------------------ state arrays
 
-    def _allocate(self, groups: int, old: dict | None = None) -> None:
+    def _allocate(self, groups: int, old: Arrays | None = None) -> None:
         P, plan_ = self.plan.panes, self.plan
         need = groups * P * pane_bytes(plan_, wk)
         if old is not None and need > limits().state_bytes:
@@ -203,7 +219,7 @@ class _Query:
             loc[:self.loc.shape[0]] = self.loc
             self.loc = loc
 
-    def arrays(self) -> dict[str, np.ndarray]:
+    def arrays(self) -> Arrays:
         return {"base": self.base, "ist": self.ist, "fst": self.fst, "xst": self.xst,
                 "lastpane": self.lastpane, "isact": self.isact, "active": self.active}
 
@@ -240,27 +256,28 @@ class _Query:
         else:
             self.key_values, self.key_parts = [], []
 
-    def _live_rows(self) -> np.ndarray:
+    def _live_rows(self) -> npt.NDArray[np.bool_]:
         """Which pane rows of the groups in use a window still to be released may read:
         those tagged with a pane at or after the first pane of the first such window."""
         tags = self.base[:int(self.st[wk.ST_NG]) * self.plan.panes, wk.B_TAG]
-        live = tags != wk.I64_MIN
+        live: npt.NDArray[np.bool_] = tags != wk.I64_MIN
         clock = int(self.st[wk.ST_R])
         if clock != wk.NEG_INF:  # windows ending below the clock have been released
             live &= tags >= -(-clock // self.plan.slide) - self.plan.panes + 1
         return live
 
-    def string_codes(self, positions: list[int]) -> np.ndarray:
+    def string_codes(self, positions: list[int]) -> I64:
         """Codes in the groups' keys (at `positions`) and in string min/max panes."""
-        codes = [np.array([key[i] for key in self.keys for i in positions], dtype=np.int64)]
+        codes: list[I64] = [np.array([key[i] for key in self.keys for i in positions],
+                                     dtype=np.int64)]
         if self.string_accs:
             live = self._live_rows()
             codes.append(self.ist[:live.shape[0]][live][:, self.string_accs].ravel())
         return np.concatenate(codes)
 
-    def remap_strings(self, positions: list[int], new_code: np.ndarray, dense: bool) -> None:
+    def remap_strings(self, positions: list[int], new_code: I64, dense: bool) -> None:
         if positions:
-            self.keys = [tuple(int(new_code[v]) if i in positions else v
+            self.keys = [tuple(int(new_code[cast(int, v)]) if i in positions else v
                                for i, v in enumerate(key)) for key in self.keys]
         if self.string_accs:
             live = self._live_rows()
@@ -278,17 +295,17 @@ class _Query:
 
     # ------------------------------------------------------------ snapshots
 
-    def state(self) -> tuple[dict, dict[str, np.ndarray]]:
+    def state(self) -> tuple[Meta, Arrays]:
         groups = int(self.st[wk.ST_NG])
         rows = groups * self.plan.panes
-        arrays = {"cfg": self.cfg, "st": self.st, "loc": self.loc,
+        arrays: Arrays = {"cfg": self.cfg, "st": self.st, "loc": self.loc,
                   "base": self.base[:rows], "ist": self.ist[:rows], "fst": self.fst[:rows],
                   "xst": self.xst[:rows], "lastpane": self.lastpane[:groups],
                   "isact": self.isact[:groups], "active": self.active[:groups]}
         return {"name": self.name, "keys": [list(k) for k in self.keys],
                 "dead": self.dead}, arrays
 
-    def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+    def load_state(self, meta: Meta, arrays: Arrays) -> None:
         if not np.array_equal(arrays["cfg"], self.cfg):
             raise ValueError(f"snapshot of query {self.name!r} has another window or WHERE")
         groups = int(arrays["st"][wk.ST_NG])
@@ -325,10 +342,11 @@ class WindowQuerySet:
         self.chunk = chunk
         self.rows_capacity = rows_capacity
         self.queries: dict[str, _Query] = {}
-        self.predicates: dict[tuple, _Predicate] = {}
-        self.groupings: dict[tuple, _Grouping] = {}
+        self.predicates: dict[PredicateKey, _Predicate] = {}
+        self.groupings: dict[tuple[str, ...], _Grouping] = {}
         self._tables: StringTables | None = None
-        self._dummy_tables = tuple(np.zeros(1, dtype=np.int64) for _ in range(4))
+        self._dummy_tables: tuple[I64, ...] = tuple(np.zeros(1, dtype=np.int64)
+                                                    for _ in range(4))
         self._seen_strings = -1
         self._failed: dict[str, tuple[str, str]] = {}  # query -> (stage, reason)
         self._layout()
@@ -345,7 +363,7 @@ class WindowQuerySet:
     def names(self) -> list[str]:
         return list(self.queries)
 
-    def add(self, program) -> None:
+    def add(self, program: Any) -> None:
         """Start evaluating a query (from the next batch on, with fresh state), given its
         program (`cep_core.compiler.window.compile_window`)."""
         checked = program.checked
@@ -381,7 +399,7 @@ class WindowQuerySet:
             del self.groupings[query.group_attrs]
         self._layout()
 
-    def update(self, program) -> None:
+    def update(self, program: Any) -> None:
         """Replace a query by a new version of the same name (given its program); it starts
         afresh (windows, event time and row numbers), the others keep their state."""
         if program.checked.name in self.queries:
@@ -399,7 +417,7 @@ class WindowQuerySet:
                 by_attr.setdefault(predicate.compiled.dense, []).append(r)
         self._masked = {attr: np.array(rows, dtype=np.int64)
                         for attr, rows in by_attr.items() if len(rows) >= self.masked_at}
-        self._masks: dict[str, np.ndarray] = {}
+        self._masks: dict[str, U64] = {}
         self._int_columns: list[str] = []
         self._float_columns: list[str] = []
         self._window_attrs: list[str] = []
@@ -422,7 +440,7 @@ class WindowQuerySet:
 
     # ------------------------------------------------------------ strings
 
-    def _refresh_strings(self) -> tuple[np.ndarray, ...]:
+    def _refresh_strings(self) -> tuple[I64, ...]:
         """Constants' codes, string tables and per-code predicate tables for the current
         dictionary; the string tables the kernels take."""
         strings = self.strings
@@ -454,13 +472,14 @@ class WindowQuerySet:
             self._seen_strings = size
         return self._table_arrays()
 
-    def _table_arrays(self) -> tuple[np.ndarray, ...]:
+    def _table_arrays(self) -> tuple[I64, ...]:
         if not self._needs_tables:
             return self._dummy_tables
         assert self._tables is not None  # made above when strings are refreshed
         return self._tables.arrays()
 
-    def _per_code(self, predicate: _Predicate, old: int, size: int, tables) -> np.ndarray:
+    def _per_code(self, predicate: _Predicate, old: int, size: int, tables: tuple[I64, ...]
+                  ) -> U8:
         """A dense predicate's table extended to codes old..size-1 (the result for a code
         never changes: it is a function of the string)."""
         codes = np.arange(old, size, dtype=np.int64)
@@ -475,7 +494,7 @@ class WindowQuerySet:
 
     # ------------------------------------------------------------ compaction
 
-    def string_codes(self) -> np.ndarray:
+    def string_codes(self) -> I64:
         """Every string code the state holds: keys of the groups with data in a window
         still to be released (idle groups are forgotten first), their string min/max
         panes, and the KeyIndex keys still held. Query constants are not reported: they
@@ -491,7 +510,7 @@ class WindowQuerySet:
                                       dtype=np.int64))
         return np.concatenate(codes)
 
-    def remap_strings(self, new_code: np.ndarray) -> None:
+    def remap_strings(self, new_code: I64) -> None:
         """Renumber every code held after `StringDictionary.compact`; per-code tables are
         cut down to the codes kept (a predicate's result is a function of the string)."""
         new_code = np.asarray(new_code, dtype=np.int64)
@@ -532,26 +551,27 @@ class WindowQuerySet:
 
     # ------------------------------------------------------------ streams
 
-    def process(self, batch: Batch) -> list[dict]:
+    def process(self, batch: Batch) -> list[Composite]:
         n = len(batch)
         if n == 0 or not self.queries:
             return []
-        found: dict[str, list] = {name: [] for name in self.queries}
+        found: dict[str, list[Block]] = {name: [] for name in self.queries}
         for a in range(0, n, self.chunk):
             self._chunk(batch, a, min(n, a + self.chunk), found)
         return self._done(found)
 
-    def punctuate(self, ts: int) -> list[dict]:
+    def punctuate(self, ts: int) -> list[Composite]:
         """Event time reaches ts: time windows ending below it are released."""
         return self._advance(int(ts), "punctuate")
 
-    def flush(self) -> list[dict]:
+    def flush(self) -> list[Composite]:
         """End of the stream: every time window still holding events is released."""
         return self._advance(wk.POS_INF, "flush")
 
     # ------------------------------------------------------------ containment
 
-    def _run_one(self, query: _Query, stage: str, seq: int | None, found: dict, run) -> None:
+    def _run_one(self, query: _Query, stage: str, seq: int | None,
+                 found: dict[str, list[Block]], run: Callable[[], None]) -> None:
         """`run()` for one query; if it raises, the query is failed (dropped from the set
         when the call ends, nothing of it released from this call) and the others go on."""
         if query.name in self._failed:
@@ -563,7 +583,7 @@ class WindowQuerySet:
             self._failed[query.name] = (stage, f"{type(e).__name__}: {e}")
             found[query.name] = []
 
-    def _done(self, found: dict[str, list]) -> list[dict]:
+    def _done(self, found: dict[str, list[Block]]) -> list[Composite]:
         for name in self._failed:
             found.pop(name, None)
             if name in self.queries:
@@ -581,12 +601,12 @@ class WindowQuerySet:
     def dead_letters(self, name: str) -> list[tuple[int, str]]:
         return self.queries[name].dead
 
-    def _chunk(self, batch: Batch, a: int, b: int, found: dict[str, list]) -> None:
+    def _chunk(self, batch: Batch, a: int, b: int, found: dict[str, list[Block]]) -> None:
         tables = self._refresh_strings()
         n = b - a
-        columns: dict[str, np.ndarray] = {}
+        columns: dict[str, npt.NDArray[Any]] = {}
 
-        def column(name: str) -> np.ndarray:
+        def column(name: str) -> npt.NDArray[Any]:
             if name not in columns:
                 columns[name] = np.ascontiguousarray(batch.columns[name][a:b])
             return columns[name]
@@ -602,7 +622,7 @@ class WindowQuerySet:
             else:
                 compiled.kernel(pv[r], n, *(column(c) for c in compiled.columns),
                                 compiled.ints, compiled.floats, predicate.codes, *tables)
-        times: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        times: dict[str, tuple[I64, I64]] = {}
         for attr in self._window_attrs:
             wt = (np.ascontiguousarray(batch.ts[a:b], dtype=np.int64)
                   if attr == self.schema.time else column(attr).astype(np.int64, copy=False))
@@ -623,11 +643,13 @@ class WindowQuerySet:
         dl = np.empty(n, dtype=np.int64)
         last = int(seq[-1]) if n else None
         for query in self.queries.values():
-            self._run_one(query, "process", last, found, lambda query=query: self._fold(
-                query, pv, n, times, seq, kids, zeros, imat, fmat, tables, dl, found))
+            self._run_one(query, "process", last, found, partial(
+                self._fold, query, pv, n, times, seq, kids, zeros, imat, fmat, tables, dl,
+                found))
 
-    def _fold(self, query: _Query, pv, n, times, seq, kids, zeros, imat, fmat, tables, dl,
-              found) -> None:
+    def _fold(self, query: _Query, pv: U64, n: int, times: dict[str, tuple[I64, I64]], seq: I64,
+              kids: dict[tuple[str, ...], I64], zeros: I64, imat: I64, fmat: F64,
+              tables: tuple[I64, ...], dl: I64, found: dict[str, list[Block]]) -> None:
         plan_ = query.plan
         wt, pmx = times[plan_.window_attr] if not plan_.rows else (zeros, zeros)
         kid = kids[query.group_attrs]
@@ -640,8 +662,8 @@ class WindowQuerySet:
                                             f"the end {end} of an already emitted window "
                                             f"of query {query.name}"))
 
-    def _advance(self, clock: int, stage: str = "punctuate") -> list[dict]:
-        found: dict[str, list] = {name: [] for name in self.queries}
+    def _advance(self, clock: int, stage: str = "punctuate") -> list[Composite]:
+        found: dict[str, list[Block]] = {name: [] for name in self.queries}
         tables = self._refresh_strings()
         pv = np.zeros((len(self._order), 0), dtype=np.uint64)
         pmx = np.array([clock], dtype=np.int64)
@@ -650,13 +672,13 @@ class WindowQuerySet:
         for query in self.queries.values():
             if query.plan.rows:
                 continue
-            self._run_one(query, stage, None, found, lambda query=query: self._run(
-                query, pv, 0, _EMPTY_I, pmx, _EMPTY_I, _EMPTY_I, imat, fmat, tables[0],
-                _EMPTY_I, found[query.name]))
+            self._run_one(query, stage, None, found, partial(
+                self._run, query, pv, 0, _EMPTY_I, pmx, _EMPTY_I, _EMPTY_I, imat, fmat,
+                tables[0], _EMPTY_I, found[query.name]))
         return self._done(found)
 
-    def _run(self, query: _Query, pv, n, wt, pmx, seq, kid, imat, fmat, s_rank, dl,
-             found: list) -> None:
+    def _run(self, query: _Query, pv: U64, n: int, wt: I64, pmx: I64, seq: I64, kid: I64,
+             imat: I64, fmat: F64, s_rank: I64, dl: I64, found: list[Block]) -> None:
         st = query.st
         st[wk.ST_DLN] = 0
         start = 0
@@ -683,7 +705,7 @@ class WindowQuerySet:
 
     # ------------------------------------------------------------ results
 
-    def _drain(self, query: _Query, found: list) -> None:
+    def _drain(self, query: _Query, found: list[Block]) -> None:
         """Take the result rows out of the kernel's buffer (turned into composite events
         once per call, by `_ordered`)."""
         count = int(query.st[wk.ST_OUTN])
@@ -691,15 +713,15 @@ class WindowQuerySet:
             query.st[wk.ST_OUTN] = 0
             found.append((query.out_i[:count].copy(), query.out_f[:count].copy()))
 
-    def _ordered(self, found: dict[str, list]) -> list[dict]:
+    def _ordered(self, found: dict[str, list[Block]]) -> list[Composite]:
         """Composite events of each query, in (window end, key) order, query after query."""
-        out: list[dict] = []
+        out: list[Composite] = []
         for name, blocks in found.items():
             if blocks:
                 out.extend(self._rows(self.queries[name], blocks))
         return out
 
-    def _rows(self, query: _Query, blocks: list) -> list[dict]:
+    def _rows(self, query: _Query, blocks: list[Block]) -> list[Composite]:
         ints = np.concatenate([b[0] for b in blocks]) if len(blocks) > 1 else blocks[0][0]
         floats = np.concatenate([b[1] for b in blocks]) if len(blocks) > 1 else blocks[0][1]
         plan_ = query.plan
@@ -711,9 +733,10 @@ class WindowQuerySet:
         ends = ints[:, wk.O_WINDOW] * plan_.slide
         group_list = groups.tolist()
         nf = len(plan_.float_accs)
-        columns = [itertools.repeat(query.name), [query.key_values[g] for g in group_list],
-                   ints[:, wk.O_LSEQ].tolist(), ints[:, wk.O_FSEQ].tolist(),
-                   (ends - plan_.range).tolist(), ends.tolist()]
+        columns: list[Iterable[object]] = [
+            itertools.repeat(query.name), [query.key_values[g] for g in group_list],
+            ints[:, wk.O_LSEQ].tolist(), ints[:, wk.O_FSEQ].tolist(),
+            (ends - plan_.range).tolist(), ends.tolist()]
         for _, how in plan_.items:
             tag = how[0]
             if tag is wk.Output.COUNT:
@@ -740,7 +763,8 @@ class WindowQuerySet:
             else:  # the window attribute: the window end
                 column = ends.tolist()
             columns.append(column)
-        return query.make_rows(zip(*columns))
+        rows: list[Composite] = query.make_rows(zip(*columns))
+        return rows
 
     def _decode_keys(self, query: _Query) -> None:
         """Decoded keys of the query's groups and their ranks in key order."""
@@ -748,7 +772,7 @@ class WindowQuerySet:
             return
         kinds = self.schema.attributes
         for key in query.keys[len(query.key_values):]:
-            parts = [decode_value(kinds[attr], value, self.strings)
+            parts: list[object] = [decode_value(kinds[attr], value, self.strings)
                      for attr, value in zip(query.group_attrs, key)]
             query.key_parts.append(parts)
             query.key_values.append(None if not parts else parts[0] if len(parts) == 1
@@ -760,10 +784,10 @@ class WindowQuerySet:
 
     # ------------------------------------------------------------ snapshots
 
-    def state(self) -> tuple[dict, dict[str, np.ndarray]]:
+    def state(self) -> tuple[Meta, Arrays]:
         """The whole state of every query (and the shared key indexes)."""
-        meta: dict = {"queries": [], "groupings": []}
-        arrays: dict[str, np.ndarray] = {}
+        meta: Meta = {"queries": [], "groupings": []}
+        arrays: Arrays = {}
         for number, query in enumerate(self.queries.values()):
             query_meta, query_arrays = query.state()
             meta["queries"].append(query_meta)
@@ -774,7 +798,7 @@ class WindowQuerySet:
                                           "keys": grouping.index.to_state()})
         return meta, arrays
 
-    def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+    def load_state(self, meta: Meta, arrays: Arrays) -> None:
         """Put back a state taken from a set with the same queries."""
         names = [q["name"] for q in meta["queries"]]
         if sorted(names) != sorted(self.queries):
@@ -798,7 +822,8 @@ class WindowEngine(Engine):
     are forgotten once this many and as many as live); options meant for other engines
     are ignored."""
 
-    def __init__(self, program, strings: StringDictionary, **options):
+    # `options`: the engine options of a file (JSON or CLI values, each engine takes its own)
+    def __init__(self, program: Any, strings: StringDictionary, **options: Any):
         checked = program.checked
         self.set = WindowQuerySet(checked.schema, strings,
                                   chunk=options.get("chunk", CHUNK),
@@ -814,37 +839,37 @@ class WindowEngine(Engine):
         return self.set.queries[self.checked.name].dead
 
     @dead_letters.setter
-    def dead_letters(self, value: list) -> None:
+    def dead_letters(self, value: list[tuple[int, str]]) -> None:
         self.set.queries[self.checked.name].dead = value
 
-    def process(self, batch: Batch) -> list[dict]:
+    def process(self, batch: Batch) -> list[Composite]:
         return self.set.process(batch)
 
-    def punctuate(self, ts: int) -> list[dict]:
+    def punctuate(self, ts: int) -> list[Composite]:
         return self.set.punctuate(ts)
 
-    def flush(self) -> list[dict]:
+    def flush(self) -> list[Composite]:
         return self.set.flush()
 
-    def state(self) -> tuple[dict, dict[str, np.ndarray]]:
+    def state(self) -> tuple[Meta, Arrays]:
         return self.set.state()
 
-    def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+    def load_state(self, meta: Meta, arrays: Arrays) -> None:
         dead = self.dead_letters  # Engine.restore has set them already
         self.set.load_state(meta, arrays)
         self.dead_letters = dead
 
-    def string_codes(self) -> np.ndarray:
+    def string_codes(self) -> I64:
         return self.set.string_codes()
 
-    def remap_strings(self, new_code: np.ndarray) -> None:
+    def remap_strings(self, new_code: I64) -> None:
         self.set.remap_strings(new_code)
 
 
 # ---------------------------------------------------------------- helpers
 
 
-def _remapped(new_code: np.ndarray, codes: np.ndarray) -> np.ndarray:
+def _remapped(new_code: I64, codes: I64) -> I64:
     """The new codes of codes the state holds (all kept by the compaction)."""
     out = new_code[codes]
     if (out < 0).any():
@@ -852,7 +877,7 @@ def _remapped(new_code: np.ndarray, codes: np.ndarray) -> np.ndarray:
     return out
 
 
-def _kept(new_code: np.ndarray, size: int) -> np.ndarray:
+def _kept(new_code: I64, size: int) -> I64:
     """The old codes below `size` that a compaction kept, in order (their new codes are
     0, 1, ... since the renumbering keeps the order)."""
     return np.flatnonzero(new_code[:size] >= 0)
@@ -864,7 +889,7 @@ def _slot(names: list[str], name: str) -> int:
     return names.index(name)
 
 
-def _stack(columns: list[np.ndarray], n: int, dtype) -> np.ndarray:
+def _stack(columns: list[npt.NDArray[Any]], n: int, dtype: type[_S]) -> npt.NDArray[_S]:
     if not columns:
         return np.zeros((0, n), dtype=dtype)
     out = np.empty((len(columns), n), dtype=dtype)
