@@ -14,12 +14,12 @@ node gets its `parent` when the node holding it is built.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from cep_core.schema import NANOS_PER_UNIT
+from cep_core.schema import NANOS_PER_UNIT, TimeUnit
 
 
 @dataclass(frozen=True)
@@ -79,12 +79,12 @@ class Node:
     def find(self, *types: type[N]) -> N | None:
         return next(self.find_all(*types), None)
 
-    def set(self, name: str, value) -> None:
+    def set(self, name: str, value: Node | Sequence[Node] | None) -> None:
         """Replace child field `name` (a node, a list of nodes or None), keeping parent links."""
         if name not in self.child_fields:
             raise AttributeError(f"{type(self).__name__}.{name} is not a child field")
         setattr(self, name, value)
-        for child in value if isinstance(value, list) else [value]:
+        for child in [value] if value is None or isinstance(value, Node) else value:
             if child is not None:
                 child.parent = self
 
@@ -123,7 +123,7 @@ class Visitor:
     reads it); a `visit_` method that names no node class fails when its class is defined.
     """
 
-    def __init_subclass__(cls, **kwargs) -> None:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         known = {node.__name__ for node in node_classes()}
         for name in vars(cls):
@@ -131,13 +131,13 @@ class Visitor:
                 raise TypeError(f"{cls.__name__}.{name}: no node class "
                                 f"{name[len('visit_'):]}")
 
-    def visit(self, node: Node, *args):
+    def visit(self, node: Node, *args: Any) -> Any:  # what the walker's handler gives
         handler = getattr(self, "visit_" + type(node).__name__, None)
         if handler is None:
             return self.generic_visit(node, *args)
         return handler(node, *args)
 
-    def generic_visit(self, node: Node, *args):
+    def generic_visit(self, node: Node, *args: Any) -> Any:
         """What a node without a handler gets: an error, unless a walker that only cares about
         some classes overrides it (to visit the children, say)."""
         raise TypeError(f"{type(self).__name__} has no handler for {type(node).__name__}")
@@ -149,6 +149,8 @@ class Visitor:
 
 class Expression(Node):
     """The base of expression nodes (every walker of expressions handles each subclass)."""
+
+    pos: Pos  # (each subclass's field)
 
 
 class RegexNode(Node):
@@ -259,15 +261,55 @@ class InList(Expression):
     pos: Pos = NOPOS
 
 
+class Builtin(StrEnum):
+    """A function the language knows, named in upper case (a call names it in any case):
+    the registered ones (`cep_core.functions`) and MATCH_RECOGNIZE's own."""
+
+    ABS = "ABS"
+    SQRT = "SQRT"
+    FLOOR = "FLOOR"
+    CEIL = "CEIL"
+    LEAST = "LEAST"
+    GREATEST = "GREATEST"
+    LOWER = "LOWER"
+    UPPER = "UPPER"
+    LENGTH = "LENGTH"
+    NOW = "NOW"
+    RANDOM = "RANDOM"
+    # MATCH_RECOGNIZE's (`x IS NULL` is read as IS_NULL(x))
+    PREV = "PREV"
+    NEXT = "NEXT"
+    MATCH_ROWTIME = "MATCH_ROWTIME"
+    MATCH_PROCTIME = "MATCH_PROCTIME"
+    COALESCE = "COALESCE"
+    IS_NULL = "IS_NULL"
+    CLASSIFIER = "CLASSIFIER"
+    MATCH_NUMBER = "MATCH_NUMBER"
+
+    @classmethod
+    def named(cls, name: str) -> Builtin | None:
+        """The function a call names, whatever its case (None: no such function)."""
+        try:
+            return cls(name.upper())
+        except ValueError:
+            return None
+
+
 @dataclass(eq=False)
 class Call(Expression):
-    """A call to a registered function (see `cep_core.functions`)."""
+    """A call of a function: `name` as written (messages quote it), `func` the function it
+    names (None: an unknown name, which the checker refuses)."""
 
     child_fields = ("args",)
 
     name: str
     args: list[Expr]
     pos: Pos = NOPOS
+    func: Builtin | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self.func = Builtin.named(self.name)
+        super().__post_init__()
 
 
 class AggFunc(StrEnum):
@@ -324,24 +366,41 @@ class WindowAggregate(Expression):
 Expr = Literal | Attr | Unary | Binary | InList | Call | Aggregate | WindowAggregate
 
 
+class DurationUnit(StrEnum):
+    """The unit of a duration in a query, by its canonical word (the parser reads the
+    others: `minutes` is MIN)."""
+
+    MS = "ms"
+    S = "s"
+    MIN = "min"
+    H = "h"
+    D = "d"
+    TICKS = "ticks"
+
+
 @dataclass(frozen=True)
 class Duration:
-    """A duration as written (`5 minutes`) and its value in milliseconds (None for raw ticks)."""
+    """A duration as written (`5 minutes`): its amount and unit (given as text or the enum,
+    kept as the enum)."""
 
     amount: int
-    unit: str  # "ms", "s", "min", "h", "d" or "ticks"
+    unit: DurationUnit
     pos: Pos = NOPOS
 
-    UNIT_MS: ClassVar[dict[str, int]] = {
-        "ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+    UNIT_MS: ClassVar[dict[DurationUnit, int]] = {
+        DurationUnit.MS: 1, DurationUnit.S: 1000, DurationUnit.MIN: 60_000,
+        DurationUnit.H: 3_600_000, DurationUnit.D: 86_400_000}
 
-    def in_time_units(self, time_unit: str) -> int:
-        """The duration in a stream's time unit ("ms", "s", "us", "ns" or "ticks")."""
-        if self.unit == "ticks" or time_unit == "ticks":
-            if self.unit != "ticks":
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "unit", DurationUnit(self.unit))
+
+    def in_time_units(self, time_unit: TimeUnit) -> int:
+        """The duration in a stream's time unit."""
+        if self.unit is DurationUnit.TICKS or time_unit == TimeUnit.TICKS:
+            if self.unit is not DurationUnit.TICKS:
                 raise ValueError("a stream timed in ticks takes durations in ticks")
             return self.amount
-        nanos = self.amount * self.UNIT_MS[self.unit] * NANOS_PER_UNIT["ms"]
+        nanos = self.amount * self.UNIT_MS[self.unit] * NANOS_PER_UNIT[TimeUnit.MS]
         if nanos % NANOS_PER_UNIT[time_unit]:
             raise ValueError(f"duration finer than the stream's time unit ({time_unit})")
         return nanos // NANOS_PER_UNIT[time_unit]

@@ -17,7 +17,7 @@ How it is organised:
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
@@ -31,13 +31,14 @@ from cep_core.functions import FUNCTIONS
 from cep_core.functions import lookup as lookup_function
 from cep_core.parser import parse
 from cep_core.recognize_pattern import recognize_elements
-from cep_core.schema import NANOS_PER_UNIT, AttrType, SchemaError, SchemaRegistry, StreamSchema
+from cep_core.schema import (NANOS_PER_UNIT, AttrType, SchemaError, SchemaRegistry,
+                             StreamSchema, TimeUnit)
 
 T = ExprType
-LOGIC = ("AND", "OR")
-EQUALITY = ("=", "!=")
-ORDERING = ("<", "<=", ">", ">=")
+B = ast.BinaryOp
+ORDERING = frozenset({B.LT, B.LE, B.GT, B.GE})
 A = ast.AggFunc
+F = ast.Builtin
 WINDOW_AGGREGATES = (A.COUNT, A.SUM, A.MIN, A.MAX, A.AVG)
 # Fields every composite event has (schemas/composite_event.json): no EMIT/SELECT name may
 # take them.
@@ -109,7 +110,7 @@ def _schema_of(query: ast.Query, registry: SchemaRegistry, source: str | None,
 
 
 def _in_source_order(errors: list[QueryError]) -> list[QueryError]:
-    seen: set[tuple] = set()
+    seen: set[tuple[int, int, str]] = set()
     unique = []
     for error in errors:  # a node shared by `a = b = c` may be reported twice
         key = (error.pos.line, error.pos.column, error.message)
@@ -529,17 +530,17 @@ class _QueryChecker(ast.Visitor):
                                  "first variable; the next match would start where this one "
                                  "did (Flink refuses it)")
 
-    def _recognize_call(self, node: ast.Call, scope: Scope) -> ExprType | None:
-        name = node.name.upper()
-        if name == "COALESCE":
+    def _recognize_call(self, node: ast.Call, name: ast.Builtin,
+                        scope: Scope) -> ExprType | None:
+        if name is F.COALESCE:
             return self._coalesce(node, scope)
-        if name == "IS_NULL":
+        if name is F.IS_NULL:
             self.expr(node.args[0], scope)
             return T.BOOL
         if name in _FLINK_LACKS:
             self.error(node.pos, f"{name}(): {_FLINK_LACKS[name]}")
             return None
-        if name in ("PREV", "NEXT"):
+        if name in (F.PREV, F.NEXT):
             return self._prev(node, name, scope)
         if node.args:
             self.error(node.pos, f"{name}() takes no argument")
@@ -548,7 +549,7 @@ class _QueryChecker(ast.Visitor):
         # is the current row's time); MATCH_PROCTIME() is the machine's clock, in milliseconds
         return T.INT
 
-    def _prev(self, node: ast.Call, name: str, scope: Scope) -> ExprType | None:
+    def _prev(self, node: ast.Call, name: ast.Builtin, scope: Scope) -> ExprType | None:
         """PREV(expr [, n]) in DEFINE as Flink 2.3 takes it: the row n (default 1) before
         the current one within the match, of an expression over the current row's columns."""
         if not scope.prev:
@@ -556,7 +557,7 @@ class _QueryChecker(ast.Visitor):
                                  f"PREV/NEXT in MEASURE\"); use FIRST or LAST, as in "
                                  f"LAST(B.price, 1)")
             return None
-        if name == "NEXT":
+        if name is F.NEXT:
             self.error(node.pos, "NEXT in DEFINE: Flink refuses it (\"Flink does not support "
                                  "physical offsets within partition\": a DEFINE sees the rows "
                                  "so far, not the next one)")
@@ -666,7 +667,8 @@ class _QueryChecker(ast.Visitor):
     def expr(self, node: ast.Expr, scope: Scope) -> ExprType | None:
         """Check an expression, record its type (and its children's) in `types` and return
         it; None when an error made it unknown."""
-        kind = self.types[node] = self.visit(node, scope)
+        kind: ExprType | None = self.visit(node, scope)
+        self.types[node] = kind
         return kind
 
     def visit_Literal(self, node: ast.Literal, scope: Scope) -> ExprType | None:
@@ -681,7 +683,7 @@ class _QueryChecker(ast.Visitor):
 
     def _delta_duration(self, node: ast.Binary) -> ast.Literal | None:
         """The duration literal of a comparison `Delta(ts) <= 5 minutes` (either side)."""
-        if node.op not in EQUALITY and node.op not in ORDERING:
+        if not node.op.is_comparison:
             return None
         for literal, other in ((node.left, node.right), (node.right, node.left)):
             if isinstance(literal, ast.Literal) and literal.duration is not None and \
@@ -739,11 +741,11 @@ class _QueryChecker(ast.Visitor):
                 else (0, None)
         left = self.types[duration] if duration is node.left else self.expr(node.left, scope)
         right = self.types[duration] if duration is node.right else self.expr(node.right, scope)
-        if node.op in LOGIC:
+        if node.op.is_logical:
             self._expect_bool(node.left, left, node.op)
             self._expect_bool(node.right, right, node.op)
             return T.BOOL
-        if node.op in EQUALITY or node.op in ORDERING:
+        if node.op.is_comparison:
             self._comparable(node, left, right)
             return T.BOOL
         return self._arithmetic(node, left, right)
@@ -789,9 +791,9 @@ class _QueryChecker(ast.Visitor):
         return T.BOOL
 
     def visit_Call(self, node: ast.Call, scope: Scope) -> ExprType | None:
-        if scope.aggregates is Aggregates.RECOGNIZE and node.name.upper() in RECOGNIZE_CALLS:
-            return self._recognize_call(node, scope)
-        if node.name == "IS_NULL":
+        if scope.aggregates is Aggregates.RECOGNIZE and node.func in RECOGNIZE_CALLS:
+            return self._recognize_call(node, node.func, scope)
+        if node.func is F.IS_NULL:
             self.error(node.pos, "IS NULL is for MATCH_RECOGNIZE; a value here is never NULL")
             return None
         kinds = [self.expr(arg, scope) for arg in node.args]
@@ -850,7 +852,7 @@ class _QueryChecker(ast.Visitor):
         fixed = {A.COUNT: T.INT, A.AVG: T.FLOAT, A.DELTA: T.INT, A.COLLECT: T.LIST}
         return fixed.get(func, arg_kind)
 
-    def _match_aggregate_arg(self, node: ast.Aggregate, scope: Scope):
+    def _match_aggregate_arg(self, node: ast.Aggregate, scope: Scope) -> _ArgKind:
         """MATCH: over the match so far; `Count()` or an attribute of the current stream."""
         arg = node.arg
         if node.func is A.COLLECT and scope.aggregates is not Aggregates.MATCH_EMIT:
@@ -874,7 +876,7 @@ class _QueryChecker(ast.Visitor):
             return _INVALID
         return arg_kind
 
-    def _kleene_aggregate_arg(self, node: ast.Aggregate, scope: Scope):
+    def _kleene_aggregate_arg(self, node: ast.Aggregate, scope: Scope) -> _ArgKind:
         """SEQ: over the events bound to a Kleene variable (`avg(dup.price)`, `count(dup)`)."""
         arg = node.arg
         if node.func in (A.DELTA, A.COLLECT):
@@ -905,7 +907,7 @@ class _QueryChecker(ast.Visitor):
         kind = self.types[arg] = self.attribute_type(arg.name, arg.pos)
         return kind
 
-    def _window_aggregate_arg(self, node: ast.Aggregate, scope: Scope):
+    def _window_aggregate_arg(self, node: ast.Aggregate, scope: Scope) -> _ArgKind:
         """WINDOW: over the group's events in the window; `count(*)`, `count(attr)`,
         `sum/min/max/avg(attr)`."""
         arg = node.arg
@@ -925,7 +927,7 @@ class _QueryChecker(ast.Visitor):
         kind = self.types[arg] = self.attribute_type(arg.name, arg.pos)
         return kind
 
-    def _recognize_aggregate_arg(self, node: ast.Aggregate, scope: Scope):
+    def _recognize_aggregate_arg(self, node: ast.Aggregate, scope: Scope) -> _ArgKind:
         """MATCH_RECOGNIZE: over the rows of one variable (`AVG(B.price)`) or of the whole
         match (`COUNT(*)`, `SUM(price)`)."""
         arg = node.arg
@@ -964,7 +966,12 @@ class _QueryChecker(ast.Visitor):
         return self._aggregate_type(node.func, arg_kind, node.pos)
 
 
-_INVALID = object()  # an aggregate argument that was reported as wrong
+class _Invalid(Enum):
+    INVALID = "invalid"  # an aggregate argument that was reported as wrong
+
+
+_INVALID = _Invalid.INVALID
+_ArgKind = ExprType | _Invalid | None  # an aggregate argument's type (None: no argument)
 
 _AGGREGATE_ARGS = {
     Aggregates.MATCH: _QueryChecker._match_aggregate_arg,
@@ -973,17 +980,17 @@ _AGGREGATE_ARGS = {
     Aggregates.WINDOW: _QueryChecker._window_aggregate_arg,
     Aggregates.RECOGNIZE: _QueryChecker._recognize_aggregate_arg,
 }
-RECOGNIZE_CALLS = ("PREV", "NEXT", "MATCH_ROWTIME", "MATCH_PROCTIME", "COALESCE", "IS_NULL",
-                   "CLASSIFIER", "MATCH_NUMBER")
+RECOGNIZE_CALLS = frozenset({F.PREV, F.NEXT, F.MATCH_ROWTIME, F.MATCH_PROCTIME, F.COALESCE,
+                             F.IS_NULL, F.CLASSIFIER, F.MATCH_NUMBER})
 # The fields a MATCH_RECOGNIZE's composite event has beside its PARTITION BY and MEASURES
 _COMPOSITE_NAMES = {"query": "the query's name", "key": "the partition key",
                     "seq": "the seq of the match's last row",
                     "start_seq": "the seq of its first row"}
 # What Flink 2.3's MATCH_RECOGNIZE refuses though SQL:2016 has it (its own words quoted)
 _FLINK_LACKS = {
-    "CLASSIFIER": "Flink 2.3 refuses it when it plans the query (\"Unsupported call: "
+    F.CLASSIFIER: "Flink 2.3 refuses it when it plans the query (\"Unsupported call: "
                   "CLASSIFIER()\"), in MEASURES and in DEFINE",
-    "MATCH_NUMBER": "Flink 2.3 has no such function (\"No match found for function "
+    F.MATCH_NUMBER: "Flink 2.3 has no such function (\"No match found for function "
                     "signature MATCH_NUMBER()\")",
 }
 
@@ -996,9 +1003,9 @@ def _kind(value_type: ExprType) -> ExprType:
     return T.FLOAT if value_type in NUMERIC else value_type
 
 
-def _start(expr) -> ast.Pos:
+def _start(expr: ast.Expression) -> ast.Pos:
     """Where an expression begins in the text (the leftmost position of its nodes)."""
-    located = [node.pos for node in expr.walk() if node.pos.line > 0]
+    located = [node.pos for node in expr.find_all(ast.Expression) if node.pos.line > 0]
     return min(located, key=lambda p: (p.line, p.column), default=expr.pos)
 
 
@@ -1042,7 +1049,7 @@ def _show(d: ast.Duration) -> str:
     return f"{d.amount} {d.unit}"
 
 
-def _as_units(d: ast.Duration, time_unit: str) -> str:
+def _as_units(d: ast.Duration, time_unit: TimeUnit) -> str:
     """`: 300000` — the duration as a number in the time unit, when it is a whole one."""
     try:
         return f": {d.in_time_units(time_unit)}"
@@ -1050,14 +1057,14 @@ def _as_units(d: ast.Duration, time_unit: str) -> str:
         return ""
 
 
-def _milliseconds(d: ast.Duration, time_unit: str) -> float | None:
-    if d.unit != "ticks":
+def _milliseconds(d: ast.Duration, time_unit: TimeUnit) -> float | None:
+    if d.unit is not ast.DurationUnit.TICKS:
         return d.amount * ast.Duration.UNIT_MS[d.unit]
-    if time_unit == "ticks":
+    if time_unit is TimeUnit.TICKS:
         return None
-    return d.amount * NANOS_PER_UNIT[time_unit] / NANOS_PER_UNIT["ms"]
+    return d.amount * NANOS_PER_UNIT[time_unit] / NANOS_PER_UNIT[TimeUnit.MS]
 
 
-def _suggest(name: str, candidates) -> str:
+def _suggest(name: str, candidates: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, list(candidates), n=1)
     return f"; did you mean '{close[0]}'?" if close else ""

@@ -13,10 +13,13 @@ import sys
 import tempfile
 from functools import lru_cache
 from pathlib import Path
-from typing import cast
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, cast
 
 import lark
 from lark import Token, Transformer, v_args
+from lark.tree import Meta
 
 from cep_core import ast
 from cep_core.errors import QueryError
@@ -25,13 +28,14 @@ from cep_core.query_limits import check_text_size
 
 GRAMMAR = Path(__file__).with_name("grammar.lark")
 
-DURATION_UNITS = {
-    "ms": "ms", "millisecond": "ms", "milliseconds": "ms", "msec": "ms",
-    "s": "s", "sec": "s", "secs": "s", "second": "s", "seconds": "s",
-    "min": "min", "mins": "min", "minute": "min", "minutes": "min",
-    "h": "h", "hr": "h", "hour": "h", "hours": "h",
-    "d": "d", "day": "d", "days": "d",
-    "tick": "ticks", "ticks": "ticks",
+_U = ast.DurationUnit
+DURATION_UNITS: dict[str, ast.DurationUnit] = {
+    **dict.fromkeys(("ms", "millisecond", "milliseconds", "msec"), _U.MS),
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), _U.S),
+    **dict.fromkeys(("min", "mins", "minute", "minutes"), _U.MIN),
+    **dict.fromkeys(("h", "hr", "hour", "hours"), _U.H),
+    **dict.fromkeys(("d", "day", "days"), _U.D),
+    **dict.fromkeys(("tick", "ticks"), _U.TICKS),
 }
 
 AGGREGATES = {
@@ -135,7 +139,7 @@ def parse(text: str, path: str = "<query>") -> ast.QueryFile:
 MAX_TREE_DEPTH = 100  # parse-tree levels; every later pass recurses over the tree
 
 
-def _check_depth(tree: lark.Tree, path: str, text: str) -> None:
+def _check_depth(tree: lark.Tree[Token], path: str, text: str) -> None:
     """A QueryError where the parse tree first gets deeper than MAX_TREE_DEPTH (deeply nested
     parentheses or very long operator chains), found without recursion."""
     stack = [(tree, 1)]
@@ -191,7 +195,7 @@ def _error_offset(e: lark.UnexpectedInput, text: str) -> int:
     """Where in the text lark stopped (its length at the end of the text)."""
     if isinstance(e, lark.UnexpectedCharacters):
         return _known(e.pos_in_stream)
-    token = getattr(e, "token", None)
+    token: Token | None = getattr(e, "token", None)
     if token is None or token.type == "$END" or token.start_pos is None:
         return len(text)
     return token.start_pos
@@ -292,70 +296,71 @@ def _end_pos(path: str, text: str) -> ast.Pos:
 
 
 @v_args(meta=True, inline=True)
-class _ToAst(Transformer):
+class _ToAst(Transformer[Token, list[ast.Query]]):
     def __init__(self, path: str):
         super().__init__()
         self.path = path
 
-    def _pos(self, meta_or_token) -> ast.Pos:
+    def _pos(self, meta_or_token: Meta | Token) -> ast.Pos:
         return ast.Pos(self.path, getattr(meta_or_token, "line", 0) or 0,
                        getattr(meta_or_token, "column", 0) or 0)
 
     # ------------------------------------------------------------ file and query
     @v_args(meta=True, inline=False)
-    def start(self, meta, queries):
+    def start(self, meta: Meta, queries: list[ast.Query]) -> list[ast.Query]:
         return queries
 
-    def recognize_statement(self, meta, recognize):
+    def recognize_statement(self, meta: Meta, recognize: _Recognize) -> ast.Query:
         """A MATCH_RECOGNIZE statement without QUERY: named after its alias (`... AS T`),
         else `match_recognize`."""
-        body, stream, partition = recognize
-        return ast.Query(body.alias or "match_recognize", stream, body.alias or
-                         "match_recognize", partition, body, self._pos(meta))
+        body = recognize.body
+        return ast.Query(body.alias or "match_recognize", recognize.stream, body.alias or
+                         "match_recognize", recognize.partition, body, self._pos(meta))
 
     @v_args(meta=True, inline=False)
-    def query(self, meta, children):
+    def query(self, meta: Meta, children: list[Any]) -> ast.Query:
         name, *headers, body = children
-        clauses: dict[str, tuple] = {}
+        clauses: dict[_Clause, tuple[Any, ast.Pos]] = {}
         for kind, value, pos in headers:
             if kind in clauses:
-                raise QueryError(f"{_HEADER_WORDS[kind]} given twice in query '{name}'", pos)
+                raise QueryError(f"{kind} given twice in query '{name}'", pos)
             clauses[kind] = (value, pos)
-        stream = clauses.get("from", (None, None))[0]
+        stream = clauses[_Clause.FROM][0] if _Clause.FROM in clauses else None
         if isinstance(body, _Recognize):
             return self._recognize_query(str(name), clauses, body, self._pos(meta))
         if isinstance(body, ast.WindowQuery):
             if stream is not None and stream != body.stream:
                 raise QueryError(f"query reads '{stream}' in its header but '{body.stream}' "
-                                 "in SELECT ... FROM", clauses["from"][1])
+                                 "in SELECT ... FROM", clauses[_Clause.FROM][1])
             stream = body.stream
-            if "partition" in clauses:
+            if _Clause.PARTITION in clauses:
                 raise QueryError("a WINDOW query groups with GROUP BY, not PARTITION BY",
-                                 clauses["partition"][1])
+                                 clauses[_Clause.PARTITION][1])
         elif stream is None:
             raise QueryError(f"query '{name}' names no input stream (FROM stream)",
                              self._pos(name))
-        output = clauses.get("into", (f"{name}",))[0]
-        partition = clauses.get("partition", ([],))[0]
+        output = clauses[_Clause.INTO][0] if _Clause.INTO in clauses else str(name)
+        partition = clauses[_Clause.PARTITION][0] if _Clause.PARTITION in clauses else []
         return ast.Query(str(name), stream, output, partition, body, self._pos(meta))
 
-    def _recognize_query(self, name, clauses, recognize, pos):
-        body, stream, partition = recognize
-        for kind in ("from", "partition"):
+    def _recognize_query(self, name: str, clauses: dict[_Clause, tuple[Any, ast.Pos]],
+                         recognize: _Recognize, pos: ast.Pos) -> ast.Query:
+        for kind in (_Clause.FROM, _Clause.PARTITION):
             if kind in clauses:
-                raise QueryError(f"a MATCH_RECOGNIZE query says {_HEADER_WORDS[kind]} inside "
+                raise QueryError(f"a MATCH_RECOGNIZE query says {kind} inside "
                                  "its statement, not in the QUERY header", clauses[kind][1])
-        output = clauses.get("into", (name,))[0]
-        return ast.Query(name, stream, output, partition, body, pos)
+        output = clauses[_Clause.INTO][0] if _Clause.INTO in clauses else name
+        return ast.Query(name, recognize.stream, output, recognize.partition, recognize.body,
+                         pos)
 
-    def from_stream(self, meta, name):
-        return ("from", str(name), self._pos(meta))
+    def from_stream(self, meta: Meta, name: Token) -> _ClauseItem:
+        return (_Clause.FROM, str(name), self._pos(meta))
 
-    def into_topic(self, meta, name):
-        return ("into", name, self._pos(meta))
+    def into_topic(self, meta: Meta, name: str) -> _ClauseItem:
+        return (_Clause.INTO, name, self._pos(meta))
 
     @v_args(meta=True, inline=False)
-    def topic(self, meta, parts):
+    def topic(self, meta: Meta, parts: list[Token]) -> str:
         if len(parts) == 1 and parts[0].type == "STRING":
             name = parts[0][1:-1]
             if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", name):
@@ -364,33 +369,39 @@ class _ToAst(Transformer):
             return name
         return ".".join(str(p) for p in parts)
 
-    def partition_by(self, meta, attrs):
-        return ("partition", attrs, self._pos(meta))
+    def partition_by(self, meta: Meta, attrs: list[ast.Attr]) -> _ClauseItem:
+        return (_Clause.PARTITION, attrs, self._pos(meta))
 
     @v_args(meta=True, inline=False)
-    def attr_list(self, meta, attrs):
+    def attr_list(self, meta: Meta, attrs: list[ast.Attr]) -> list[ast.Attr]:
         return attrs
 
     # ------------------------------------------------------------ MATCH
     @v_args(meta=True, inline=False)
-    def match_body(self, meta, children):
+    def match_body(self, meta: Meta, children: list[Any]) -> ast.MatchQuery:
         regex, *rest = children
         emit = rest.pop() if rest and isinstance(rest[-1], list) else []
         if rest and rest[-1] is None:
             rest.pop()
         return ast.MatchQuery(regex, rest, emit or [], self._pos(meta))
 
-    def define(self, meta, name, expr):
+    def define(self, meta: Meta, name: Token, expr: ast.Expr) -> ast.Define:
         return ast.Define(str(name), expr, self._pos(name))
 
     @v_args(meta=True, inline=False)
-    def regex_alt(self, meta, options):
+    def regex_alt(self, meta: Meta, options: list[ast.Regex]) -> ast.Regex:
+        return self._alternatives(meta, options)
+
+    @v_args(meta=True, inline=False)
+    def regex_cat(self, meta: Meta, items: list[ast.Regex]) -> ast.Regex:
+        return self._sequence(meta, items)
+
+    def _alternatives(self, meta: Meta, options: list[ast.Regex]) -> ast.Regex:
         if len(options) == 1:
             return options[0]
         return ast.RAlt(options, self._pos(meta))
 
-    @v_args(meta=True, inline=False)
-    def regex_cat(self, meta, items):
+    def _sequence(self, meta: Meta, items: list[ast.Regex]) -> ast.Regex:
         if not items:
             return ast.REmpty(self._pos(meta))
         if len(items) == 1:
@@ -398,108 +409,112 @@ class _ToAst(Transformer):
         return ast.RCat(items, self._pos(meta))
 
     @v_args(meta=True, inline=False)
-    def regex_rep(self, meta, children):
-        item, *marks = children
-        for mark in marks:
+    def regex_rep(self, meta: Meta, children: list[Any]) -> ast.Regex:
+        item: ast.Regex = children[0]
+        for mark in children[1:]:
             low, high = {"*": (0, None), "+": (1, None), "?": (0, 1)}[str(mark)]
             item = ast.RRepeat(item, low, high, self._pos(mark))
         return item
 
-    def regex_sym(self, meta, name):
+    def regex_sym(self, meta: Meta, name: Token) -> ast.RSym:
         return ast.RSym(str(name), self._pos(name))
 
-    def regex_any(self, meta):
+    def regex_any(self, meta: Meta) -> ast.RAny:
         return ast.RAny(self._pos(meta))
 
     @v_args(meta=True, inline=False)
-    def emit(self, meta, items):
+    def emit(self, meta: Meta, items: list[ast.EmitItem]) -> list[ast.EmitItem]:
         return items
 
-    def emit_item(self, meta, name, expr):
+    def emit_item(self, meta: Meta, name: Token, expr: ast.Expr) -> ast.EmitItem:
         return ast.EmitItem(str(name), expr, self._pos(name))
 
     # ------------------------------------------------------------ SEQ
     @v_args(meta=True, inline=False)
-    def seq_body(self, meta, children):
+    def seq_body(self, meta: Meta, children: list[Any]) -> ast.SeqQuery:
         items = [c for c in children if not isinstance(c, tuple)]
         clauses = [c for c in children if isinstance(c, tuple)]
         return self._seq_query(items, clauses, tesla=False, pos=self._pos(meta))
 
-    def _seq_query(self, items, clauses, tesla, pos):
-        found: dict[str, object] = {}
+    def _seq_query(self, items: list[ast.SeqItem], clauses: list[_ClauseItem], tesla: bool,
+                   pos: ast.Pos) -> ast.SeqQuery:
+        found: dict[_Clause, Any] = {}
         for kind, value, cpos in clauses:
             if kind in found:
-                raise QueryError(f"{_CLAUSE_WORDS[kind]} given twice", cpos)
+                raise QueryError(f"{kind} given twice", cpos)
             found[kind] = value
         return ast.SeqQuery(
             steps=items,
-            where=found.get("where"),
-            within=found.get("within"),
-            strategy=found.get("strategy", ast.Strategy.SKIP_TILL_ANY_MATCH),
-            order_by=found.get("order"),
-            emit=found.get("emit", []),
+            where=found.get(_Clause.WHERE),
+            within=found.get(_Clause.WITHIN),
+            strategy=found.get(_Clause.STRATEGY, ast.Strategy.SKIP_TILL_ANY_MATCH),
+            order_by=found.get(_Clause.ORDER),
+            emit=found.get(_Clause.EMIT, []),
             tesla=tesla,
             pos=pos,
-            emit_timeouts="timeouts" in found,
-            timeouts_pos=found.get("timeouts", ast.NOPOS),
+            emit_timeouts=_Clause.TIMEOUTS in found,
+            timeouts_pos=found.get(_Clause.TIMEOUTS, ast.NOPOS),
         )
 
     @v_args(meta=True, inline=False)
-    def and_group(self, meta, steps):
+    def and_group(self, meta: Meta, steps: list[ast.Step]) -> ast.AndGroup:
         return ast.AndGroup(steps, self._pos(meta))
 
-    def event_step(self, meta, policy, event_type, plus, var, flt):
+    def event_step(self, meta: Meta, policy: Token | None, event_type: Token, plus: Token | None,
+                   var: Token, flt: ast.Expr | None) -> ast.Step:
         kind = ast.StepKind.KLEENE if plus is not None else ast.StepKind.EVENT
         return ast.Step(kind, str(event_type), str(var), flt,
                         ast.Policy(str(policy).lower()) if policy else None,
                         pos=self._pos(event_type if policy is None else policy))
 
-    def negated_step(self, meta, event_type, var, flt):
+    def negated_step(self, meta: Meta, event_type: Token, var: Token,
+                     flt: ast.Expr | None) -> ast.Step:
         return ast.Step(ast.StepKind.NEGATED, str(event_type), str(var), flt,
                         pos=self._pos(meta))
 
-    def kleene_step(self, meta, event_type, var, flt, bounds):
+    def kleene_step(self, meta: Meta, event_type: Token, var: Token, flt: ast.Expr | None,
+                    bounds: _Bounds | None) -> ast.Step:
         low, high = bounds if bounds is not None else (1, None)
         return ast.Step(ast.StepKind.KLEENE, str(event_type), str(var), flt,
                         min=low, max=high, pos=self._pos(meta))
 
-    def step_filter(self, meta, expr):
+    def step_filter(self, meta: Meta, expr: ast.Expr) -> ast.Expr:
         return expr
 
-    def bounds_exact(self, meta, n):
+    def bounds_exact(self, meta: Meta, n: Token) -> _Bounds:
         return (int(n), int(n))
 
-    def bounds_range(self, meta, low, high):
+    def bounds_range(self, meta: Meta, low: Token, high: Token | None) -> _Bounds:
         return (int(low), int(high) if high is not None else None)
 
-    def bounds_upto(self, meta, high):
+    def bounds_upto(self, meta: Meta, high: Token) -> _Bounds:
         return (0, int(high))
 
-    def where_clause(self, meta, expr):
-        return ("where", expr, self._pos(meta))
+    def where_clause(self, meta: Meta, expr: ast.Expr) -> _ClauseItem:
+        return (_Clause.WHERE, expr, self._pos(meta))
 
-    def within_clause(self, meta, duration):
-        return ("within", duration, self._pos(meta))
+    def within_clause(self, meta: Meta, duration: ast.Duration) -> _ClauseItem:
+        return (_Clause.WITHIN, duration, self._pos(meta))
 
-    def strategy_clause(self, meta, token):
+    def strategy_clause(self, meta: Meta, token: Token) -> _ClauseItem:
         name = str(token).lower().replace("_", "-")
-        return ("strategy", ast.Strategy(name), self._pos(meta))
+        return (_Clause.STRATEGY, ast.Strategy(name), self._pos(meta))
 
-    def order_clause(self, meta, name):
+    def order_clause(self, meta: Meta, name: Token) -> _ClauseItem:
         # "seq" keeps stream order; any other name must be the time attribute (checker).
         if str(name).lower() == "seq":
-            return ("order", None, self._pos(meta))
-        return ("order", ast.Attr(str(name), None, self._pos(name)), self._pos(meta))
+            return (_Clause.ORDER, None, self._pos(meta))
+        return (_Clause.ORDER, ast.Attr(str(name), None, self._pos(name)), self._pos(meta))
 
-    def emit_clause(self, meta, items):
-        return ("emit", items, self._pos(meta))
+    def emit_clause(self, meta: Meta, items: list[ast.EmitItem]) -> _ClauseItem:
+        return (_Clause.EMIT, items, self._pos(meta))
 
-    def timeout_clause(self, meta):
-        return ("timeouts", self._pos(meta), self._pos(meta))
+    def timeout_clause(self, meta: Meta) -> _ClauseItem:
+        return (_Clause.TIMEOUTS, self._pos(meta), self._pos(meta))
 
     # ------------------------------------------------------------ TESLA
     @v_args(meta=True, inline=False)
-    def tesla_body(self, meta, children):
+    def tesla_body(self, meta: Meta, children: list[Any]) -> ast.SeqQuery:
         terminator, *rest = children
         steps = [c for c in rest if isinstance(c, ast.Step)]
         clauses = [c for c in rest if isinstance(c, tuple)]
@@ -507,18 +522,20 @@ class _ToAst(Transformer):
         return self._seq_query(list(reversed(steps)) + [terminator], clauses, tesla=True,
                                pos=self._pos(meta))
 
-    def tesla_terminator(self, meta, event_type, var, flt):
+    def tesla_terminator(self, meta: Meta, event_type: Token, var: Token,
+                         flt: ast.Expr | None) -> ast.Step:
         return ast.Step(ast.StepKind.EVENT, str(event_type), str(var), flt,
                         pos=self._pos(event_type))
 
-    def tesla_step(self, meta, policy, event_type, var, flt, duration, anchor):
+    def tesla_step(self, meta: Meta, policy: Token, event_type: Token, var: Token,
+                   flt: ast.Expr | None, duration: ast.Duration, anchor: Token) -> ast.Step:
         return ast.Step(ast.StepKind.EVENT, str(event_type), str(var), flt,
                         ast.Policy(str(policy).lower()), duration, str(anchor),
                         pos=self._pos(policy))
 
     # ------------------------------------------------------------ WINDOW
     @v_args(meta=True, inline=False)
-    def window_body(self, meta, children):
+    def window_body(self, meta: Meta, children: list[Any]) -> ast.WindowQuery:
         star = next((c for c in children if isinstance(c, _SelectStar)), None)
         if star is not None:
             raise QueryError("SELECT * is for MATCH_RECOGNIZE; a WINDOW query selects "
@@ -529,28 +546,29 @@ class _ToAst(Transformer):
         return ast.WindowQuery(items, str(stream), window, where, group_by or [],
                                self._pos(meta))
 
-    def select_item(self, meta, expr, alias):
+    def select_item(self, meta: Meta, expr: ast.Expr, alias: Token | None) -> ast.SelectItem:
         return ast.SelectItem(expr, str(alias) if alias is not None else None, self._pos(meta))
 
-    def select_star(self, meta):
+    def select_star(self, meta: Meta) -> _SelectStar:
         return _SelectStar(self._pos(meta))
 
-    def time_window(self, meta, rng, slide, attr):
+    def time_window(self, meta: Meta, rng: ast.Duration, slide: ast.Duration,
+                    attr: Token | None) -> ast.TimeWindow:
         return ast.TimeWindow(rng, slide, str(attr) if attr is not None else None,
                               self._pos(meta))
 
-    def row_window(self, meta, rows, slide):
+    def row_window(self, meta: Meta, rows: Token, slide: Token) -> ast.RowWindow:
         return ast.RowWindow(int(rows), int(slide), self._pos(meta))
 
-    def window_where(self, meta, expr):
+    def window_where(self, meta: Meta, expr: ast.Expr) -> ast.Expr:
         return expr
 
-    def group_by(self, meta, attrs):
+    def group_by(self, meta: Meta, attrs: list[ast.Attr]) -> list[ast.Attr]:
         return attrs
 
     # ------------------------------------------------------------ MATCH_RECOGNIZE
     @v_args(meta=True, inline=False)
-    def recognize_body(self, meta, children):
+    def recognize_body(self, meta: Meta, children: list[Any]) -> _Recognize:
         """-> _Recognize(body, stream, partition). The order of the clauses is the grammar's;
         optional ones are None here (maybe_placeholders)."""
         select = [c for c in children if isinstance(c, (ast.SelectItem, _SelectStar))]
@@ -567,7 +585,7 @@ class _ToAst(Transformer):
             order_desc_pos=order_desc)
         return _Recognize(body, str(stream), partition or [])
 
-    def _recognize_select(self, items) -> list[ast.Attr] | None:
+    def _recognize_select(self, items: list[ast.SelectItem | _SelectStar]) -> list[ast.Attr] | None:
         if len(items) == 1 and isinstance(items[0], _SelectStar):
             return None
         names = []
@@ -582,19 +600,19 @@ class _ToAst(Transformer):
             names.append(item.expr)
         return names
 
-    def mr_partition(self, meta, attrs):
+    def mr_partition(self, meta: Meta, attrs: list[ast.Attr]) -> list[ast.Attr]:
         return attrs
 
     @v_args(meta=True, inline=False)
-    def mr_order(self, meta, keys):
+    def mr_order(self, meta: Meta, keys: list[_SortKey]) -> list[_SortKey]:
         return keys
 
-    def mr_sort_key(self, meta, name, direction):
+    def mr_sort_key(self, meta: Meta, name: Token, direction: Token | None) -> _SortKey:
         """-> (Attr, the position of DESC or None)."""
-        desc = direction is not None and str(direction).lower() == "desc"
-        return ast.Attr(str(name), None, self._pos(name)), self._pos(direction) if desc else None
+        desc = direction if direction is not None and str(direction).lower() == "desc" else None
+        return ast.Attr(str(name), None, self._pos(name)), self._pos(desc) if desc else None
 
-    def set_quantifier(self, meta, word):
+    def set_quantifier(self, meta: Meta, word: Token) -> None:
         if str(word).lower() == "distinct":
             raise QueryError("DISTINCT in an aggregate: Flink 2.3 refuses it in "
                              "MATCH_RECOGNIZE (\"DISTINCT/ALL not allowed with ... "
@@ -602,62 +620,63 @@ class _ToAst(Transformer):
         return None  # ALL: SQL's default
 
     @v_args(meta=True, inline=False)
-    def mr_measures(self, meta, items):
+    def mr_measures(self, meta: Meta, items: list[ast.EmitItem]) -> list[ast.EmitItem]:
         return items
 
-    def mr_measure(self, meta, expr, name):
+    def mr_measure(self, meta: Meta, expr: ast.Expr, name: Token) -> ast.EmitItem:
         return ast.EmitItem(str(name), expr, self._pos(name))
 
-    def one_row(self, meta):
+    def one_row(self, meta: Meta) -> None:
         return None
 
-    def all_rows(self, meta):
+    def all_rows(self, meta: Meta) -> ast.Pos:
         return self._pos(meta)
 
-    def skip_past(self, meta, last):
+    def skip_past(self, meta: Meta, last: Token) -> _Skip:
         if str(last).lower() != "last":
             raise QueryError(f"expected AFTER MATCH SKIP PAST LAST ROW, not PAST {last}",
                              self._pos(last))
         return (ast.SkipTo.PAST_LAST_ROW, None)
 
-    def skip_next(self, meta):
+    def skip_next(self, meta: Meta) -> _Skip:
         return (ast.SkipTo.NEXT_ROW, None)
 
-    def skip_to(self, meta, which, var):
+    def skip_to(self, meta: Meta, which: Token, var: Token) -> _Skip:
         if str(which).lower() == "each":
             raise QueryError("expected AFTER MATCH SKIP TO FIRST var or TO LAST var",
                              self._pos(which))
         kind = ast.SkipTo.FIRST if str(which).lower() == "first" else ast.SkipTo.LAST
         return (kind, str(var))
 
-    def mr_within(self, meta, amount, unit):
+    def mr_within(self, meta: Meta, amount: Token, unit: Token) -> ast.Duration:
         """`WITHIN INTERVAL '10' SECOND` -> a Duration (Flink's units, singular or plural)."""
         text = amount[1:-1].strip()
         if not text.isdigit():
             raise QueryError(f"WITHIN INTERVAL takes a whole number in quotes, as in "
                              f"INTERVAL '10' SECOND, not {amount}", self._pos(amount))
         canonical = DURATION_UNITS.get(str(unit).lower())
-        if canonical is None or canonical == "ticks":
+        if canonical is None or canonical is ast.DurationUnit.TICKS:
             raise QueryError(f"unknown interval unit '{unit}' (use MILLISECOND, SECOND, "
                              "MINUTE, HOUR or DAY)", self._pos(unit))
         return ast.Duration(int(text), canonical, self._pos(meta))
 
-    def mr_alias(self, meta, name):
+    def mr_alias(self, meta: Meta, name: Token) -> str:
         return str(name)
 
     @v_args(meta=True, inline=False)
-    def mr_alt(self, meta, options):
-        return self.regex_alt(meta, options)
+    def mr_alt(self, meta: Meta, options: list[ast.Regex]) -> ast.Regex:
+        return self._alternatives(meta, options)
 
     @v_args(meta=True, inline=False)
-    def mr_cat(self, meta, items):
-        return self.regex_cat(meta, items)
+    def mr_cat(self, meta: Meta, items: list[ast.Regex]) -> ast.Regex:
+        return self._sequence(meta, items)
 
     @v_args(meta=True, inline=False)
-    def mr_factor(self, meta, children):
+    def mr_factor(self, meta: Meta, children: list[Any]) -> ast.Regex:
         """`B`, `B+`, `B{2,}`, `B*?` ...: one quantifier, optionally made reluctant by a
         `?` after it."""
-        item, *marks = children
+        item: ast.Regex = children[0]
+        marks = children[1:]
         if not marks:
             return item
         first, *rest = marks
@@ -676,9 +695,9 @@ class _ToAst(Transformer):
         return ast.RRepeat(item, low, high, pos, reluctant=reluctant)
 
     # ------------------------------------------------------------ shared
-    def duration(self, meta, amount, unit):
+    def duration(self, meta: Meta, amount: Token, unit: Token | None) -> ast.Duration:
         if unit is None:
-            return ast.Duration(int(amount), "ticks", self._pos(meta))
+            return ast.Duration(int(amount), ast.DurationUnit.TICKS, self._pos(meta))
         canonical = DURATION_UNITS.get(str(unit).lower())
         if canonical is None:
             raise QueryError(f"unknown time unit '{unit}' (use ms, seconds, minutes, hours, "
@@ -686,69 +705,67 @@ class _ToAst(Transformer):
         return ast.Duration(int(amount), canonical, self._pos(meta))
 
     @v_args(meta=True, inline=False)
-    def or_(self, meta, operands):
-        return self._fold("OR", operands, meta)
+    def or_(self, meta: Meta, operands: list[ast.Expr]) -> ast.Expr:
+        return self._fold(ast.BinaryOp.OR, operands)
 
     @v_args(meta=True, inline=False)
-    def and_(self, meta, operands):
-        return self._fold("AND", operands, meta)
+    def and_(self, meta: Meta, operands: list[ast.Expr]) -> ast.Expr:
+        return self._fold(ast.BinaryOp.AND, operands)
 
-    def _fold(self, op, operands, meta):
+    def _fold(self, op: ast.BinaryOp, operands: list[ast.Expr]) -> ast.Expr:
         result = operands[0]
         for operand in operands[1:]:
             result = ast.Binary(op, result, operand, _pos_of(result))
         return result
 
-    def not_(self, meta, operand):
-        return ast.Unary("NOT", operand, self._pos(meta))
+    def not_(self, meta: Meta, operand: ast.Expr) -> ast.Unary:
+        return ast.Unary(ast.UnaryOp.NOT, operand, self._pos(meta))
 
     @v_args(meta=True, inline=False)
-    def compare(self, meta, children):
-        if len(children) == 1:
-            return children[0]
+    def compare(self, meta: Meta, children: list[Any]) -> ast.Expr:
         # `a = b = c` means `a = b AND b = c` (TESLA writes `a.p = b.p = c.p`).
-        result = None
-        left = children[0]
+        result: ast.Binary | None = None
+        left: ast.Expr = children[0]
         for i in range(1, len(children), 2):
-            op, right = str(children[i]), children[i + 1]
-            op = "!=" if op == "<>" else op
+            text, right = str(children[i]), children[i + 1]
+            op = ast.BinaryOp.NE if text == "<>" else ast.BinaryOp(text)
             comparison = ast.Binary(op, left, right, self._pos(children[i]))
             result = comparison if result is None else ast.Binary(
-                "AND", result, comparison, comparison.pos)
+                ast.BinaryOp.AND, result, comparison, comparison.pos)
             left = right.copy()  # `b` of `a = b = c` in the second comparison too
-        return result
+        return result if result is not None else left  # one child: no comparison
 
     @v_args(meta=True, inline=False)
-    def in_list(self, meta, children):
+    def in_list(self, meta: Meta, children: list[ast.Expr]) -> ast.InList:
         operand, *options = children
         return ast.InList(operand, options, False, self._pos(meta))
 
-    def is_null(self, meta, operand, negated):
+    def is_null(self, meta: Meta, operand: ast.Expr, negated: Token | None) -> ast.Expr:
         """`x IS [NOT] NULL` (MATCH_RECOGNIZE): the call IS_NULL, which only its checker
         takes."""
-        test = ast.Call("IS_NULL", [operand], self._pos(meta))
+        test = ast.Call(ast.Builtin.IS_NULL, [operand], self._pos(meta))
         return ast.Unary(ast.UnaryOp.NOT, test, self._pos(meta)) if negated else test
 
     @v_args(meta=True, inline=False)
-    def not_in_list(self, meta, children):
+    def not_in_list(self, meta: Meta, children: list[Any]) -> ast.InList:
         operand, _not_in, *options = children
         return ast.InList(operand, options, True, self._pos(meta))
 
     @v_args(meta=True, inline=False)
-    def arith(self, meta, children):
-        result = children[0]
+    def arith(self, meta: Meta, children: list[Any]) -> ast.Expr:
+        result: ast.Expr = children[0]
         for i in range(1, len(children), 2):
-            result = ast.Binary(str(children[i]), result, children[i + 1],
+            result = ast.Binary(ast.BinaryOp(str(children[i])), result, children[i + 1],
                                 self._pos(children[i]))
         return result
 
-    def neg(self, meta, operand):
+    def neg(self, meta: Meta, operand: ast.Expr) -> ast.Expr:
         if isinstance(operand, ast.Literal) and not isinstance(operand.value, (str, bool)) \
                 and operand.duration is None:
             return ast.Literal(-operand.value, self._pos(meta))
-        return ast.Unary("-", operand, self._pos(meta))
+        return ast.Unary(ast.UnaryOp.NEG, operand, self._pos(meta))
 
-    def duration_lit(self, meta, amount, unit):
+    def duration_lit(self, meta: Meta, amount: Token, unit: Token) -> ast.Literal:
         # `Delta(ts) <= 5 minutes`: the checker gives it its value in the stream's time unit.
         if str(unit).lower() not in DURATION_UNITS:
             raise QueryError(f"unexpected '{unit}' after {amount} (a duration's unit is ms, "
@@ -756,39 +773,39 @@ class _ToAst(Transformer):
         return ast.Literal(int(amount), self._pos(amount),
                            duration=self.duration(meta, amount, unit))
 
-    def int_lit(self, meta, token):
+    def int_lit(self, meta: Meta, token: Token) -> ast.Literal:
         return ast.Literal(int(token), self._pos(token))
 
-    def float_lit(self, meta, token):
+    def float_lit(self, meta: Meta, token: Token) -> ast.Literal:
         return ast.Literal(float(token), self._pos(token))
 
-    def string_lit(self, meta, token):
+    def string_lit(self, meta: Meta, token: Token) -> ast.Literal:
         quote = token[0]
         return ast.Literal(token[1:-1].replace(quote * 2, quote), self._pos(token))
 
-    def true_lit(self, meta, token):
+    def true_lit(self, meta: Meta, token: Token) -> ast.Literal:
         return ast.Literal(True, self._pos(token))
 
-    def false_lit(self, meta, token):
+    def false_lit(self, meta: Meta, token: Token) -> ast.Literal:
         return ast.Literal(False, self._pos(token))
 
-    def bare_attr(self, meta, name):
+    def bare_attr(self, meta: Meta, name: Token) -> ast.Attr:
         return ast.Attr(str(name), None, self._pos(name))
 
-    def var_attr(self, meta, var, name):
+    def var_attr(self, meta: Meta, var: Token, name: Token) -> ast.Attr:
         return ast.Attr(str(name), str(var), self._pos(var))
 
-    def func_name(self, meta, token):
+    def func_name(self, meta: Meta, token: Token) -> Token:
         return token
 
-    def star(self, meta):
+    def star(self, meta: Meta) -> _Star:
         return _STAR
 
-    def call_window(self, meta, duration, anchor):
+    def call_window(self, meta: Meta, duration: ast.Duration, anchor: Token) -> _CallWindow:
         return _CallWindow(duration, str(anchor))
 
     @v_args(meta=True, inline=False)
-    def call(self, meta, children):
+    def call(self, meta: Meta, children: list[Any]) -> ast.Expr:
         name, *args = children
         window = args.pop() if args and isinstance(args[-1], (_CallWindow, type(None))) else None
         args = [a for a in args if a is not None]
@@ -802,10 +819,10 @@ class _ToAst(Transformer):
             raise QueryError(f"'*' is an argument of count only, not of {name}", pos)
         return ast.Call(str(name), args, pos)
 
-    def _aggregate(self, func, args, pos):
+    def _aggregate(self, func: ast.AggFunc, args: list[Any], pos: ast.Pos) -> ast.Aggregate:
         if func in (ast.AggFunc.FIRST, ast.AggFunc.LAST) and args and \
-                isinstance(args[0], ast.Call) and args[0].name.upper() in ("PREV", "NEXT"):
-            raise QueryError(f"{func.value.upper()}({args[0].name.upper()}(...)): Flink refuses "
+                isinstance(args[0], ast.Call) and args[0].func in _NAVIGATION:
+            raise QueryError(f"{func.value.upper()}({args[0].func}(...)): Flink refuses "
                              "it (\"Cannot nest PREV/NEXT under LAST/FIRST\"); PREV reads the "
                              "row before the current one, LAST(B.price, 1) the row before B's "
                              "last", pos)
@@ -828,7 +845,8 @@ class _ToAst(Transformer):
             raise QueryError(f"{func.value} takes one attribute, as in {func.value}(price)", pos)
         return ast.Aggregate(func, args[0], pos)
 
-    def _window_aggregate(self, lname, args, window, pos):
+    def _window_aggregate(self, lname: str, args: list[Any], window: _CallWindow,
+                          pos: ast.Pos) -> ast.WindowAggregate:
         func = AGGREGATES.get(lname)
         if func is None or func in (ast.AggFunc.DELTA, ast.AggFunc.COLLECT):
             raise QueryError(f"'{lname}' is not an aggregate over a time window "
@@ -844,7 +862,7 @@ class _ToAst(Transformer):
             event_type, attr = arg.var, arg.name
         elif isinstance(arg, _CallMember):  # avg(Temp(cond).value WITHIN ...)
             event_type, flt, attr = arg.call_name, arg.filter, arg.member
-        elif isinstance(arg, ast.Call) and len(arg.args) == 1 and arg.args[0] is not _STAR:
+        elif isinstance(arg, ast.Call) and len(arg.args) == 1:  # (`call` refused a '*')
             # count(Temp(cond) WITHIN ...)
             event_type, flt = arg.name, arg.args[0]
         if event_type is None:
@@ -857,7 +875,7 @@ class _ToAst(Transformer):
                                    window.anchor, pos)
 
     @v_args(meta=True, inline=False)
-    def call_member(self, meta, children):
+    def call_member(self, meta: Meta, children: list[Any]) -> _CallMember:
         call, member = children
         if not isinstance(call, ast.Call) or len(call.args) != 1:
             raise QueryError("'.attribute' after a call is only for window aggregates, as in "
@@ -873,27 +891,28 @@ class _Star:
 class _SelectStar:
     """`SELECT *` (MATCH_RECOGNIZE); never left in the AST."""
 
-    def __init__(self, pos):
+    def __init__(self, pos: ast.Pos):
         self.pos = pos
 
 
+@dataclass(frozen=True)
 class _Recognize:
     """A MATCH_RECOGNIZE statement on its way to its `ast.Query` (which holds its stream
     and PARTITION BY)."""
 
-    def __init__(self, body, stream, partition):
-        self.body, self.stream, self.partition = body, stream, partition
-
-    def __iter__(self):
-        return iter((self.body, self.stream, self.partition))
+    body: ast.RecognizeQuery
+    stream: str
+    partition: list[ast.Attr]
 
 
 _STAR = _Star()
+_NAVIGATION = (ast.Builtin.PREV, ast.Builtin.NEXT)  # MATCH_RECOGNIZE's physical offsets
 
 
+@dataclass(frozen=True)
 class _CallWindow:
-    def __init__(self, duration, anchor):
-        self.duration, self.anchor = duration, anchor
+    duration: ast.Duration
+    anchor: str
 
 
 class _CallMember(ast.Node):
@@ -901,15 +920,31 @@ class _CallMember(ast.Node):
 
     child_fields = ("filter",)
 
-    def __init__(self, call_name, flt, member, pos):
+    def __init__(self, call_name: str, flt: ast.Expr, member: str, pos: ast.Pos):
         self.call_name, self.filter, self.member, self.pos = call_name, flt, member, pos
         self.__post_init__()
 
 
-_HEADER_WORDS = {"from": "FROM", "into": "INTO", "partition": "PARTITION BY"}
-_CLAUSE_WORDS = {"where": "WHERE", "within": "WITHIN", "strategy": "USING", "order": "ORDER BY",
-                 "emit": "EMIT", "timeouts": "ON TIMEOUT EMIT PARTIAL"}
+class _Clause(StrEnum):
+    """A clause of a query's header or of a SEQ query, by the words that begin it."""
+
+    FROM = "FROM"
+    INTO = "INTO"
+    PARTITION = "PARTITION BY"
+    WHERE = "WHERE"
+    WITHIN = "WITHIN"
+    STRATEGY = "USING"
+    ORDER = "ORDER BY"
+    EMIT = "EMIT"
+    TIMEOUTS = "ON TIMEOUT EMIT PARTIAL"
 
 
-def _pos_of(node) -> ast.Pos:
-    return getattr(node, "pos", ast.NOPOS)
+_ClauseItem = tuple[_Clause, Any, ast.Pos]  # a clause's value: what its rule made
+_Bounds = tuple[int, int | None]  # a Kleene step's {low, high}
+_SortKey = tuple[ast.Attr, ast.Pos | None]  # an ORDER BY column and where DESC is
+_Skip = tuple[ast.SkipTo, str | None]  # AFTER MATCH SKIP's target and variable
+
+
+def _pos_of(node: object) -> ast.Pos:
+    pos: ast.Pos = getattr(node, "pos", ast.NOPOS)
+    return pos

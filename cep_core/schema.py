@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -42,10 +44,24 @@ class AttrType(StrEnum):
 
 
 ATTRIBUTE_TYPES = tuple(AttrType)
-# The one table of stream time units: nanoseconds per unit. "ticks" have no wall-clock
-# length (a duration in ms is taken as that many ticks where one must be converted).
-NANOS_PER_UNIT = {"ms": 1_000_000, "s": 1_000_000_000, "us": 1_000, "ns": 1}
-TIME_UNITS = (*NANOS_PER_UNIT, "ticks")
+
+
+class TimeUnit(StrEnum):
+    """The unit of a stream's time (its value in a schema's `time_unit`). TICKS have no
+    wall-clock length (a duration in ms is taken as that many ticks where one must be
+    converted)."""
+
+    MS = "ms"
+    S = "s"
+    US = "us"
+    NS = "ns"
+    TICKS = "ticks"
+
+
+# The one table of stream time units: nanoseconds per unit (all but ticks).
+NANOS_PER_UNIT: dict[str, int] = {TimeUnit.MS: 1_000_000, TimeUnit.S: 1_000_000_000,
+                                 TimeUnit.US: 1_000, TimeUnit.NS: 1}
+TIME_UNITS = tuple(unit.value for unit in TimeUnit)  # as schema files write them
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"  # built-in schemas (package data)
 SCHEMA_PATH_ENV = "CEP_SCHEMA_PATH"
 # Files in the schema folders that describe messages, not event streams.
@@ -56,9 +72,10 @@ class SchemaError(ValueError):
     pass
 
 
-def units_per_ms(time_unit: str) -> float:
+def units_per_ms(time_unit: TimeUnit) -> float:
     """How many of a stream's time units make a millisecond (ticks: one)."""
-    return NANOS_PER_UNIT["ms"] / NANOS_PER_UNIT.get(time_unit, NANOS_PER_UNIT["ms"])
+    ms = NANOS_PER_UNIT[TimeUnit.MS]
+    return ms / NANOS_PER_UNIT.get(time_unit, ms)
 
 
 # The bounds and timeouts of a stream's time (`max_ahead`, `max_ahead_of_clock`,
@@ -75,9 +92,10 @@ _DURATION_MS = {
     **dict.fromkeys(("h", "hr", "hour", "hours"), 3_600_000),
     **dict.fromkeys(("d", "day", "days"), 86_400_000),
 }
+_TICK_WORDS = ("tick", "ticks")
 
 
-def time_amount(value, time_unit: str, what: str = "max_ahead") -> int | None:
+def time_amount(value: object, time_unit: TimeUnit, what: str = "max_ahead") -> int | None:
     """A `max_ahead`-style value in the stream's time unit: None for "none"; an integer
     (at least 1) as it is; a duration such as "5 minutes" or "1 day" converted (on a
     stream timed in ticks: "N ticks", or for `idleness`, a wall-clock duration taken as
@@ -97,8 +115,8 @@ def time_amount(value, time_unit: str, what: str = "max_ahead") -> int | None:
     amount, unit = int(found.group(1)), found.group(2).lower()
     if amount < 1:
         raise SchemaError(f"{what} must be positive, got {value!r}")
-    if unit in ("tick", "ticks"):
-        if time_unit != "ticks":
+    if unit in _TICK_WORDS:
+        if time_unit != TimeUnit.TICKS:
             raise SchemaError(f"{what} {value!r}: ticks are the unit of streams timed in "
                               f"ticks, this one is timed in {time_unit}")
         return amount
@@ -106,53 +124,64 @@ def time_amount(value, time_unit: str, what: str = "max_ahead") -> int | None:
         raise SchemaError(f"{what} {value!r}: unknown time unit {unit!r} (use ms, seconds, "
                           "minutes, hours, days or ticks)")
     ms = amount * _DURATION_MS[unit]
-    if time_unit == "ticks":
+    if time_unit == TimeUnit.TICKS:
         if what != "idleness":
             raise SchemaError(f"{what} {value!r}: a stream timed in ticks takes durations "
                               "in ticks")
         return ms
-    nanos = ms * NANOS_PER_UNIT["ms"]
+    nanos = ms * NANOS_PER_UNIT[TimeUnit.MS]
     if nanos % NANOS_PER_UNIT[time_unit]:
         raise SchemaError(f"{what} {value!r}: finer than the stream's time unit ({time_unit})")
     return nanos // NANOS_PER_UNIT[time_unit]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class StreamSchema:
+    """A stream's schema. Built from its fields as a schema file writes them (attribute
+    types and time unit as text) or as the enums; it keeps the enums."""
+
     stream: str
-    attributes: dict[str, AttrType]  # (given as text, made AttrTypes)
+    attributes: dict[str, AttrType]
     time: str
-    time_unit: str = "ms"
-    type_attribute: str | None = None
-    types: tuple[str, ...] | None = None  # the values the type attribute may take, if known
+    time_unit: TimeUnit
+    type_attribute: str | None
+    types: tuple[str, ...] | None  # the values the type attribute may take, if known
     # The time fields as given (an int in the time unit, a duration text, "none"; None:
     # the default), see `time_amount` and the properties below.
-    max_ahead: int | str | None = None
-    max_ahead_of_clock: int | str | None = None
-    idleness: int | str | None = None
+    max_ahead: int | str | None
+    max_ahead_of_clock: int | str | None
+    idleness: int | str | None
 
-    def __post_init__(self):
-        for name, kind in self.attributes.items():
+    def __init__(self, stream: str, attributes: Mapping[str, str], time: str,
+                 time_unit: str = TimeUnit.MS, type_attribute: str | None = None,
+                 types: tuple[str, ...] | None = None, max_ahead: int | str | None = None,
+                 max_ahead_of_clock: int | str | None = None,
+                 idleness: int | str | None = None) -> None:
+        for name, kind in attributes.items():
             if kind not in ATTRIBUTE_TYPES:
-                raise SchemaError(f"stream {self.stream}: attribute {name} has unknown type "
+                raise SchemaError(f"stream {stream}: attribute {name} has unknown type "
                                   f"{kind!r} (one of {', '.join(ATTRIBUTE_TYPES)})")
-        object.__setattr__(self, "attributes", {name: AttrType(kind) for name, kind
-                                                in self.attributes.items()})
-        if self.attributes.get(self.time) not in (AttrType.TIMESTAMP, AttrType.INT):
-            raise SchemaError(f"stream {self.stream}: time attribute {self.time!r} must be "
+        typed = {name: AttrType(kind) for name, kind in attributes.items()}
+        if typed.get(time) not in (AttrType.TIMESTAMP, AttrType.INT):
+            raise SchemaError(f"stream {stream}: time attribute {time!r} must be "
                               "an attribute of type timestamp or int")
-        if self.time_unit not in TIME_UNITS:
-            raise SchemaError(f"stream {self.stream}: time_unit must be one of {TIME_UNITS}")
-        if self.type_attribute is not None and \
-                self.attributes.get(self.type_attribute) is not AttrType.STRING:
-            raise SchemaError(f"stream {self.stream}: type attribute {self.type_attribute!r} "
+        if time_unit not in TIME_UNITS:
+            raise SchemaError(f"stream {stream}: time_unit must be one of {TIME_UNITS}")
+        if type_attribute is not None and typed.get(type_attribute) is not AttrType.STRING:
+            raise SchemaError(f"stream {stream}: type attribute {type_attribute!r} "
                               "must be a string attribute")
+        fields = {"stream": stream, "attributes": typed, "time": time,
+                  "time_unit": TimeUnit(time_unit), "type_attribute": type_attribute,
+                  "types": types, "max_ahead": max_ahead,
+                  "max_ahead_of_clock": max_ahead_of_clock, "idleness": idleness}
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
         for name in TIME_FIELDS:
             try:
                 self._time_field(name)
             except SchemaError as e:
                 raise SchemaError(f"stream {self.stream}: {e}") from None
-        if self.time_unit == "ticks" and self.max_ahead_of_clock is not None and \
+        if self.time_unit is TimeUnit.TICKS and self.max_ahead_of_clock is not None and \
                 self.ahead_of_clock_bound is not None:
             raise SchemaError(f"stream {self.stream}: max_ahead_of_clock: a stream timed in "
                               "ticks has no wall-clock time")
@@ -183,7 +212,7 @@ class StreamSchema:
         return self._time_field("idleness")
 
     @classmethod
-    def from_dict(cls, data: dict) -> StreamSchema:
+    def from_dict(cls, data: dict[str, Any]) -> StreamSchema:
         try:
             types = data.get("types")
             return cls(stream=data["stream"], attributes=dict(data["attributes"]),
@@ -195,10 +224,10 @@ class StreamSchema:
         except KeyError as e:
             raise SchemaError(f"schema lacks the field {e.args[0]!r}") from None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The schema file's JSON (the time fields only where given)."""
         out = {"stream": self.stream, "attributes": self.attributes, "time": self.time,
-               "time_unit": self.time_unit, "type_attribute": self.type_attribute,
+               "time_unit": self.time_unit.value, "type_attribute": self.type_attribute,
                "types": list(self.types) if self.types is not None else None}
         out.update({name: getattr(self, name) for name in TIME_FIELDS
                     if getattr(self, name) is not None})

@@ -23,6 +23,7 @@ from __future__ import annotations
 # every command that reads stream schemas.
 
 import re
+from typing import Any
 
 from cep_core.schema import AttrType, SchemaError, StreamSchema
 
@@ -35,7 +36,7 @@ class SchemaImportError(SchemaError):
     pass
 
 
-def stream_schema_from_json_schema(document: dict, stream: str | None = None,
+def stream_schema_from_json_schema(document: dict[str, Any], stream: str | None = None,
                                    time: str | None = None, time_unit: str = "ms",
                                    type_attribute: str | None = None,
                                    skip_optional: bool = False) -> StreamSchema:
@@ -97,7 +98,7 @@ def stream_schema_from_json_schema(document: dict, stream: str | None = None,
         raise SchemaImportError(str(e)) from None
 
 
-def _attribute_type(spec) -> str:
+def _attribute_type(spec: object) -> str:
     """The attribute type of a property's schema, or `!why` when it cannot map."""
     if not isinstance(spec, dict):
         return "!a property schema must be an object"

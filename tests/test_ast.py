@@ -142,3 +142,26 @@ def test_a_subtree_moved_from_another_checked_query_keeps_its_types():
     assert q3.types[moved] == q0.types[moved] == "float"
     with pytest.raises(KeyError):
         q3.types[ast.Attr("price")]
+
+
+def test_a_call_names_its_function_whatever_the_case():
+    from cep_core.functions import FUNCTIONS
+    assert {ast.Builtin.named(name) for name in FUNCTIONS} <= set(ast.Builtin)
+    assert None not in {ast.Builtin.named(name) for name in FUNCTIONS}
+    call = ast.Call("Prev", [ast.Attr("price")])
+    assert call.func is ast.Builtin.PREV and call.name == "Prev"  # messages quote the text
+    assert ast.Call("median", []).func is None  # the checker refuses it by its name
+    assert dataclasses.replace(call, name="abs").func is ast.Builtin.ABS
+
+
+def test_durations_and_time_units_are_enums_that_read_as_their_text():
+    from cep_core.schema import TIME_UNITS, StreamSchema, TimeUnit
+    within = parse("QUERY r FROM abc DETECT C c, LAST A a WITHIN 5 minutes FROM c",
+                   "q.cep").queries[0].body.steps[0].within
+    assert within.unit is ast.DurationUnit.MIN and f"{within.amount} {within.unit}" == "5 min"
+    assert ast.Duration(3, "ticks").unit is ast.DurationUnit.TICKS
+    schema = StreamSchema("s", {"ts": "timestamp"}, "ts", "us")
+    assert schema.time_unit is TimeUnit.US and schema.to_dict()["time_unit"] == "us"
+    assert type(schema.to_dict()["time_unit"]) is str  # a schema file's text
+    assert TIME_UNITS == ("ms", "s", "us", "ns", "ticks")
+    assert ast.Duration(2, "s").in_time_units(TimeUnit.US) == 2_000_000

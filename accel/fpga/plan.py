@@ -323,8 +323,9 @@ def compile_fpga(checked: CheckedQuery, strings: StringDictionary,
         constants=tuple(decoder.constants), checked=checked)
 
 
-_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
-_NEGATED = {"!=": "=", ">": "<=", ">=": "<"}
+B = ast.BinaryOp
+_FLIP = {B.LT: B.GT, B.LE: B.GE, B.GT: B.LT, B.GE: B.LE, B.EQ: B.EQ, B.NE: B.NE}
+_NEGATED = {B.NE: B.EQ, B.GT: B.LE, B.GE: B.LT}
 
 
 class _NoAttributes(Env):
@@ -385,15 +386,15 @@ class _Decoder(ast.Visitor):
         return _not(self.formula(expr.operand))
 
     def visit_Binary(self, expr: ast.Binary) -> Formula:
-        if expr.op in (ast.BinaryOp.AND, ast.BinaryOp.OR):
+        if expr.op.is_logical:
             items = (self.formula(expr.left), self.formula(expr.right))
             return _and(items) if expr.op is ast.BinaryOp.AND else _or(items)
-        if expr.op in _FLIP:
+        if expr.op.is_comparison:
             return self.comparison(expr, expr.op, expr.left, expr.right)
         return self.generic_visit(expr)
 
     def visit_InList(self, expr: ast.InList) -> Formula:
-        terms = tuple(self.comparison(expr, "=", expr.operand, option)
+        terms = tuple(self.comparison(expr, B.EQ, expr.operand, option)
                       for option in expr.options)
         inside = _or(terms) if terms else Const(False)
         return _not(inside) if expr.negated else inside
@@ -401,7 +402,7 @@ class _Decoder(ast.Visitor):
     def visit_Attr(self, expr: ast.Attr) -> Formula:
         if self.checked.types[expr] != AttrType.BOOL:
             return self.generic_visit(expr)
-        return self.atom(expr, expr.name, "=", True)
+        return self.atom(expr, expr.name, B.EQ, True)
 
     def generic_visit(self, expr: ast.Node) -> Formula:
         described = _describe(expr, self.checked.types)
@@ -409,7 +410,7 @@ class _Decoder(ast.Visitor):
                               "comparisons of a tuple field with a constant, AND, OR, NOT "
                               "and IN lists", _pos(expr))
 
-    def comparison(self, node, op: str, left, right) -> Formula:
+    def comparison(self, node, op: ast.BinaryOp, left, right) -> Formula:
         left_const, left_value = _constant(left)
         right_const, right_value = _constant(right)
         if isinstance(left, ast.Attr) and right_const:
@@ -429,13 +430,13 @@ class _Decoder(ast.Visitor):
             return Const(False)  # a comparison with null is false
         return self.atom(node, attr.name, op, value)
 
-    def atom(self, node, attr: str, op: str, value) -> Formula:
+    def atom(self, node, attr: str, op: ast.BinaryOp, value) -> Formula:
         if op in _NEGATED:
             return _not(self.atom(node, attr, _NEGATED[op], value))
         kind = self.kind(attr)
         text = f"{attr} {op} {value!r}"
         if kind == AttrType.STRING:
-            if op != "=":
+            if op is not B.EQ:
                 raise FpgaUnsupported(
                     f"ordering comparison on the string attribute {attr}: the FPGA circuit "
                     "compares dictionary codes, so only = and != work on strings", node.pos)
@@ -443,7 +444,7 @@ class _Decoder(ast.Visitor):
                 self.constants.append(value)
             constant = self.strings.code(value)
         elif kind == AttrType.BOOL:
-            if op != "=":
+            if op is not B.EQ:
                 raise FpgaUnsupported(f"ordering comparison on the bool attribute {attr}",
                                       node.pos)
             constant = int(bool(value))
@@ -453,16 +454,16 @@ class _Decoder(ast.Visitor):
             if isinstance(value, float) and not value.is_integer():
                 # An integer field against a fractional constant: x = 2.5 never holds;
                 # x < 2.5 is x <= 2; x <= 2.5 is x <= 2.
-                if op == "=":
+                if op is B.EQ:
                     return Const(False)
-                op, value = "<=", math.floor(value)
+                op, value = B.LE, math.floor(value)
             constant = int(value)
             self.int_constants.setdefault(attr, []).append(constant)
         self.fields.setdefault(attr, kind)
         for existing in self.atoms:
-            if (existing.field, existing.op, existing.constant) == (attr, op, constant):
+            if (existing.field, existing.op, existing.constant) == (attr, op.value, constant):
                 return AtomRef(existing.index)
-        self.atoms.append(Atom(len(self.atoms), attr, op, constant, text))
+        self.atoms.append(Atom(len(self.atoms), attr, op.value, constant, text))
         return AtomRef(len(self.atoms) - 1)
 
     def layout(self, tuple_bits: int, partition_attr: str | None) -> TupleLayout:
@@ -521,7 +522,7 @@ class _Description(ast.Visitor):
     """What an unsupported expression is, for messages."""
 
     def visit_Binary(self, expr: ast.Binary, types: Types) -> str:
-        return f"arithmetic ({expr.op})" if expr.op in "+-*/%" else f"operator {expr.op}"
+        return f"arithmetic ({expr.op})" if expr.op.is_arithmetic else f"operator {expr.op}"
 
     def visit_Unary(self, expr: ast.Unary, types: Types) -> str:
         return f"unary {expr.op}"

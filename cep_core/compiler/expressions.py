@@ -13,14 +13,16 @@ null (see `cep_core/reference/expr.py` for the null rules every engine follows).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from cep_core import ast
 from cep_core.batch import StringDictionary
-from cep_core.checked import Types
-from cep_core.kernels.string_tables import STRING_TABLE_PARAMS  # noqa: F401 (the generators take it from here)
-from cep_core.schema import AttrType
+from cep_core.checked import ExprType, Types
+# the generators take STRING_TABLE_PARAMS from here
+from cep_core.kernels.string_tables import STRING_TABLE_PARAMS as STRING_TABLE_PARAMS
 
 FALSE = "False"
 
@@ -49,7 +51,7 @@ def _not_null(code: Code) -> str:
 class StringConstants:
     """The string literals of a query, in order; kernels read their codes from `sc`."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.values: list[str] = []
 
     def index(self, value: str) -> int:
@@ -57,12 +59,25 @@ class StringConstants:
             self.values.append(value)
         return self.values.index(value)
 
-    def codes(self, strings: StringDictionary) -> np.ndarray:
+    def codes(self, strings: StringDictionary) -> npt.NDArray[np.int64]:
         return np.array([strings.code(v) for v in self.values] or [0], dtype=np.int64)
 
 
 
-_COMPARE = {"=": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+B = ast.BinaryOp
+F = ast.Builtin
+_COMPARE = {B.EQ: "==", B.NE: "!=", B.LT: "<", B.LE: "<=", B.GT: ">", B.GE: ">="}
+
+
+class Leaves(Protocol):
+    """What attributes and aggregates are in the kernel being generated: code over names
+    the kernel defines."""
+
+    def attr(self, node: ast.Attr) -> Code: ...
+
+    def aggregate(self, node: ast.Aggregate) -> Code: ...
+
+    def window_aggregate(self, node: ast.WindowAggregate) -> Code: ...
 
 
 class ExpressionCompiler(ast.Visitor):
@@ -73,17 +88,19 @@ class ExpressionCompiler(ast.Visitor):
     `types` is the checked query's (`CheckedQuery.types`).
     """
 
-    def __init__(self, leaves, constants: StringConstants, types: Types):
-        self.leaves = leaves
+    def __init__(self, leaves: Leaves, constants: StringConstants, types: Types):
+        # Any: a subclass calls more of its own leaves' methods (MATCH_RECOGNIZE's prev)
+        self.leaves: Any = leaves
         self.constants = constants
         self.types = types
 
     def compile(self, expr: ast.Expression) -> Code:
-        return self.visit(expr)
+        code: Code = self.visit(expr)
+        return code
 
     # Deliberately like cep_core/compiler/window.py's and cep_core/compiler/recognize.py's
     # condition: those are over whole columns (numpy's &), this one over scalars (and)
-    def condition(self, expr) -> str:
+    def condition(self, expr: ast.Expr | None) -> str:
         """A boolean expression that is False where the value would be null."""
         if expr is None:
             return "True"
@@ -101,13 +118,16 @@ class ExpressionCompiler(ast.Visitor):
         return Code(repr(value))  # an int or float the parser built: never query text
 
     def visit_Attr(self, node: ast.Attr) -> Code:
-        return self.leaves.attr(node)
+        code: Code = self.leaves.attr(node)
+        return code
 
     def visit_Aggregate(self, node: ast.Aggregate) -> Code:
-        return self.leaves.aggregate(node)
+        code: Code = self.leaves.aggregate(node)
+        return code
 
     def visit_WindowAggregate(self, node: ast.WindowAggregate) -> Code:
-        return self.leaves.window_aggregate(node)
+        code: Code = self.leaves.window_aggregate(node)
+        return code
 
     # ------------------------------------------------------------ operators
 
@@ -118,26 +138,26 @@ class ExpressionCompiler(ast.Visitor):
         return Code(f"(-{operand.value})", operand.null)
 
     def visit_Binary(self, node: ast.Binary) -> Code:
-        if node.op in (ast.BinaryOp.AND, ast.BinaryOp.OR):
+        if node.op.is_logical:
             tests = self.condition(node.left), self.condition(node.right)
             return Code(f"({tests[0]} {node.op.lower()} {tests[1]})")
         left, right = self.compile(node.left), self.compile(node.right)
-        if node.op in _COMPARE:
+        if node.op.is_comparison:
             a, b = left.value, right.value
-            if self.types[node.left] == AttrType.STRING and node.op not in ("=", "!="):
+            if self.types[node.left] is ExprType.STRING and node.op not in (B.EQ, B.NE):
                 a, b = f"s_rank[{a}]", f"s_rank[{b}]"
             guard = _or(left.null, right.null)
             test = f"({a} {_COMPARE[node.op]} {b})"
             return Code(test if guard == FALSE else f"((not {guard}) and {test})")
         null = _or(left.null, right.null)
         a, b = left.value, right.value
-        if node.op in (ast.BinaryOp.ADD, ast.BinaryOp.SUB, ast.BinaryOp.MUL):
+        if node.op in (B.ADD, B.SUB, B.MUL):
             return Code(f"({a} {node.op} {b})", null)
-        if node.op is ast.BinaryOp.DIV:
+        if node.op is B.DIV:
             return Code(f"(({a}) / ({b}) if ({b}) != 0 else np.float64(0.0))",
                         _or(null, f"(({b}) == 0)"))
-        if node.op is ast.BinaryOp.MOD:
-            zero = "np.float64(0.0)" if self.types[node] == AttrType.FLOAT else "np.int64(0)"
+        if node.op is B.MOD:
+            zero = "np.float64(0.0)" if self.types[node] is ExprType.FLOAT else "np.int64(0)"
             return Code(f"(({a}) % ({b}) if ({b}) != 0 else {zero})", _or(null, f"(({b}) == 0)"))
         raise ValueError(f"unknown operator {node.op}")
 
@@ -153,18 +173,24 @@ class ExpressionCompiler(ast.Visitor):
         args = [self.compile(arg) for arg in node.args]
         null = _or(*(a.null for a in args))
         v = [a.value for a in args]
-        name = node.name.lower()
-        if name == "abs":
+        func = node.func
+        if func is F.ABS:
             return Code(f"abs({v[0]})", null)
-        if name == "sqrt":
+        if func is F.SQRT:
             return Code(f"(math.sqrt({v[0]}) if {v[0]} >= 0 else np.float64(0.0))",
                         _or(null, f"({v[0]} < 0)"))
-        if name in ("floor", "ceil"):
-            return Code(f"np.int64(math.{name}({v[0]}))", null)
-        if name == "least":
+        if func is F.FLOOR:
+            return Code(f"np.int64(math.floor({v[0]}))", null)
+        if func is F.CEIL:
+            return Code(f"np.int64(math.ceil({v[0]}))", null)
+        if func is F.LEAST:
             return Code(f"min({v[0]}, {v[1]})", null)
-        if name == "greatest":
+        if func is F.GREATEST:
             return Code(f"max({v[0]}, {v[1]})", null)
-        if name in ("lower", "upper", "length"):
-            return Code(f"s_{name}[{v[0]}]", null)
+        if func in _STRING_TABLES:
+            return Code(f"{_STRING_TABLES[func]}[{v[0]}]", null)
         raise ValueError(f"function {node.name} has no compiled form")
+
+
+# The functions of a string that read a per-code table (`StringTables`)
+_STRING_TABLES = {F.LOWER: "s_lower", F.UPPER: "s_upper", F.LENGTH: "s_length"}

@@ -38,6 +38,7 @@ from `repr` of parsed values, strings are codes (`ExpressionCompiler`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -69,6 +70,7 @@ from cep_core.schema import AttrType
 
 MAX_POSITIONS = 63
 A = ast.AggFunc
+Key = tuple[str, ...]  # what a state column holds: ("cnt",), (AggFunc.FIRST, attr), ...
 
 class MatchCompileError(ValueError):
     """The query cannot be compiled to a kernel (too many positions)."""
@@ -127,7 +129,7 @@ def glushkov(pattern: ast.Regex) -> Automaton:
         else:
             labels.append(-1)
 
-    def mask(nodes) -> int:
+    def mask(nodes: Iterable[ra.Position]) -> int:
         return sum(1 << index[id(n)] for n in nodes)
 
     follow_of = ra.follow(pattern)
@@ -143,21 +145,21 @@ class Table:
     and bools) and `<name>_f` (float64), one row per record. Keys name what a column holds:
     ("mask",), ("cnt",), ("first", attr), ("last", attr), ..."""
 
-    def __init__(self, name: str, fixed: list[tuple]):
+    def __init__(self, name: str, fixed: list[Key]):
         self.name = name
-        self.ints: dict[tuple, int] = {key: i for i, key in enumerate(fixed)}
-        self.floats: dict[tuple, int] = {}
-        self.kinds: dict[tuple, str] = {key: "int" for key in fixed}
+        self.ints: dict[Key, int] = {key: i for i, key in enumerate(fixed)}
+        self.floats: dict[Key, int] = {}
+        self.kinds: dict[Key, AttrType] = {key: AttrType.INT for key in fixed}
         self.origin = {"i": "", "f": ""}  # code added to every index (rows inside other rows)
 
-    def add(self, key: tuple, kind: str) -> None:
+    def add(self, key: Key, kind: AttrType) -> None:
         if key in self.kinds:
             return
         self.kinds[key] = kind
-        columns = self.floats if kind == AttrType.FLOAT else self.ints
+        columns = self.floats if kind is AttrType.FLOAT else self.ints
         columns[key] = len(columns)
 
-    def ref(self, key: tuple, row: str) -> str:
+    def ref(self, key: Key, row: str) -> str:
         """Code reading (or assigning) a column of a row, in storage form. Kernels see the
         matrices flattened, rows `W<name>i` (`W<name>f`) wide (constants set on entry),
         indexed as unsigned (no negative-index wraparound code)."""
@@ -171,10 +173,10 @@ class Table:
         return [f"W{self.name}i = {_padded(len(self.ints))}",
                 f"W{self.name}f = {_padded(len(self.floats))}"]
 
-    def read(self, key: tuple, row: str) -> str:
+    def read(self, key: Key, row: str) -> str:
         """Code reading a column as a value of its kind (bools are stored as 0/1)."""
         code = self.ref(key, row)
-        return f"({code} != 0)" if self.kinds[key] == AttrType.BOOL else code
+        return f"({code} != 0)" if self.kinds[key] is AttrType.BOOL else code
 
     def arrays(self) -> list[tuple[str, int, str]]:
         """(array, columns, dtype) of the matrices in use (ints always)."""
@@ -270,22 +272,23 @@ class _Leaves:
         if func is A.COUNT:
             gen.need_count()
             return Code(records.read(COUNT, r))
+        assert node.arg is not None  # (only Count() has none)
         name = node.arg.name
         if func is A.DELTA:
-            return Code(f"(t - {records.read(gen.field('first', name), r)})")
+            return Code(f"(t - {records.read(gen.field(A.FIRST, name), r)})")
         if func is A.LAST:
             if self.emit:
                 return Code(gen.value(name))
             return Code(gen.last_local(name))
         if func is A.AVG:
             gen.need_count()
-            total = records.read(gen.field("sum", name), r)
+            total = records.read(gen.field(A.SUM, name), r)
             return Code(f"({total} / {records.read(COUNT, r)})")
         if func is A.COLLECT:
             raise MatchCompileError("Collect() may only be a whole EMIT item")
-        return Code(records.read(gen.field(func.value, name), r))
+        return Code(records.read(gen.field(func, name), r))
 
-    def window_aggregate(self, node) -> Code:
+    def window_aggregate(self, node: ast.WindowAggregate) -> Code:
         raise MatchCompileError("window aggregates do not exist in MATCH")
 
 
@@ -304,9 +307,9 @@ class _Generator:
     def compiler(self, leaves: _Leaves) -> _Compiler:
         return _Compiler(leaves, self.constants, self.checked.types)
 
-    def kind(self, attr: str) -> str:
+    def kind(self, attr: str) -> AttrType:
         kind = self.schema.attributes[attr]
-        return AttrType.INT if kind == AttrType.TIMESTAMP else kind
+        return AttrType.INT if kind is AttrType.TIMESTAMP else kind
 
     def value(self, attr: str) -> str:
         """The current event's value of an attribute (the time attribute is `ts`)."""
@@ -316,7 +319,7 @@ class _Generator:
             self.columns.append(attr)
         return f"a{self.columns.index(attr)}"
 
-    def field(self, agg: str, attr: str) -> tuple:
+    def field(self, agg: ast.AggFunc, attr: str) -> Key:
         self.value(attr)
         key = (agg, attr)
         self.records.add(key, self.kind(attr))
@@ -326,15 +329,15 @@ class _Generator:
         self.value(attr)
         if attr not in self.last_attrs:
             self.last_attrs.append(attr)
-            self.keys.add(("last", attr), self.kind(attr))
+            self.keys.add((A.LAST, attr), self.kind(attr))
         return f"l{self.last_attrs.index(attr)}"
 
     def need_count(self) -> None:
-        self.records.add(COUNT, "int")
+        self.records.add(COUNT, AttrType.INT)
 
     # ------------------------------------------------------------ record code
 
-    def record_keys(self) -> list[tuple]:
+    def record_keys(self) -> list[Key]:
         return [key for key in self.records.kinds if key != ("mask",)]
 
     def init_record(self, r: str, mask: str) -> list[str]:
@@ -353,18 +356,19 @@ class _Generator:
         for number, key in enumerate(self.record_keys()):
             u = f"u{number}"
             old = rec.ref(key, src)
-            agg = key[0]
-            if agg == "cnt":
+            agg = key[0]  # an AggFunc where `field` added the column
+            if key == COUNT:
                 lines.append(f"{u} = {old} + 1")
-            elif agg in ("max", "min"):
+            elif agg is A.MAX or agg is A.MIN:
                 v = self.value(key[1])
                 if self.kind(key[1]) == AttrType.STRING:
-                    op = ">" if agg == "max" else "<"
+                    op = ">" if agg is A.MAX else "<"
                     lines.append(f"{u} = {old}")
                     lines.append(f"{u} = {v} if s_rank[{v}] {op} s_rank[{u}] else {u}")
                 else:
-                    lines.append(f"{u} = {agg}({old}, {v})")
-            elif agg == "sum":
+                    pick = "max" if agg is A.MAX else "min"
+                    lines.append(f"{u} = {pick}({old}, {v})")
+            elif agg is A.SUM:
                 lines.append(f"{u} = {old} + {self.value(key[1])}")
             else:  # start, first
                 lines.append(f"{u} = {old}")
@@ -396,8 +400,8 @@ def compile_match(checked: CheckedQuery) -> Program:
     for label, name in enumerate(auto.names):
         condition = defines[name]
         reads = any(n.func is not A.LAST for n in condition.find_all(ast.Aggregate))
-        code = gen.compiler(_Leaves(gen, "ci", emit=False)).condition(condition)
-        (dynamic if reads else static).append((auto.mask_of(label), code))
+        test = gen.compiler(_Leaves(gen, "ci", emit=False)).condition(condition)
+        (dynamic if reads else static).append((auto.mask_of(label), test))
 
     per_key = not dynamic and not any(
         isinstance(item.expr, ast.Aggregate) and item.expr.func is A.COLLECT
@@ -412,7 +416,7 @@ def compile_match(checked: CheckedQuery) -> Program:
     for j, item in enumerate(body.emit):
         expr = item.expr
         if isinstance(expr, ast.Aggregate) and expr.func is A.COLLECT:
-            attr = expr.arg.name
+            attr = _collected(expr)
             if attr not in collected:
                 collected.append(attr)
             gen.value(attr)
@@ -427,10 +431,10 @@ def compile_match(checked: CheckedQuery) -> Program:
         if code.nullable:
             emit_lines.append(f"e{j}n[U(no)] = {code.null}")
     if collected:
-        gen.slots.add(HEAD, "int")
+        gen.slots.add(HEAD, AttrType.INT)
 
     if per_key and gen.records.floats and not gen.keys.floats:
-        gen.keys.add(("spare",), "float")  # key_f holds the candidates' floats
+        gen.keys.add(("spare",), AttrType.FLOAT)  # key_f holds the candidates' floats
     source = _kernel_source(gen, auto, static, dynamic, emit_specs, emit_lines, collected,
                             per_key)
     module = load_module(source)
@@ -443,6 +447,12 @@ def compile_match(checked: CheckedQuery) -> Program:
         log_fields=[(f"lv{i}", _dtype(gen.kind(a))) for i, a in enumerate(collected)],
         emit=emit_specs, array_args=_array_args(gen, emit_specs, collected),
         collect=bool(collected), per_key=per_key, source=source)
+
+
+def _collected(expr: ast.Expr) -> str:
+    """The attribute a `Collect(attr)` logs."""
+    assert isinstance(expr, ast.Aggregate) and expr.arg is not None  # (the checker's rule)
+    return expr.arg.name
 
 
 def _array_args(gen: _Generator, emit: list[EmitSpec], collected: list[str]) -> list[str]:
@@ -460,7 +470,7 @@ def _array_args(gen: _Generator, emit: list[EmitSpec], collected: list[str]) -> 
     args.append("dead")
     if collected:
         args += ["log_prev"] + [f"lv{i}" for i in range(len(collected))]
-        args += ["coll_off"] + [f"cv{j}" for j, s in enumerate(emit) if s.kind == "list"]
+        args += ["coll_off"] + [f"cv{j}" for j, s in enumerate(emit) if s.kind is ExprType.LIST]
     return args
 
 
@@ -484,8 +494,9 @@ def _mask_expr(base: str, predicates: list[tuple[int, str]], guard: str | None) 
     return " | ".join(terms)
 
 
-def _kernel_source(gen: _Generator, auto: Automaton, static, dynamic, emit_specs,
-                   emit_lines, collected, per_key: bool = False) -> str:
+def _kernel_source(gen: _Generator, auto: Automaton, static: list[tuple[int, str]],
+                   dynamic: list[tuple[int, str]], emit_specs: list[EmitSpec],
+                   emit_lines: list[str], collected: list[str], per_key: bool = False) -> str:
     """The kernel. Slot 0 is reserved and always empty: a key without partial matches
     points to it, so the common paths need no test for "has a slot"; a slot is taken when
     a candidate has to be kept and given back (branch-free) when none is left.
@@ -588,7 +599,9 @@ def _kernel_source(gen: _Generator, auto: Automaton, static, dynamic, emit_specs
     if collect:
         out += [f"c = {records.ref(COUNT, 'wi')}", "coll_off[U(no)] = cn"]
         lists = [j for j, spec in enumerate(emit_specs) if spec.kind is ExprType.LIST]
-        attrs = {j: gen.checked.query.body.emit[j].expr.arg.name for j in lists}
+        match = gen.checked.query.body
+        assert isinstance(match, ast.MatchQuery)  # (compile_match's)
+        attrs = {j: _collected(match.emit[j].expr) for j in lists}
         for j in lists:
             out.append(f"cv{j}[U(cn + c - 1)] = {gen.value(attrs[j])}")
         out += [f"e = {slots.ref(HEAD, 's')}", "q = cn + c - 2", "while q >= cn:"]

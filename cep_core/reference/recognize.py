@@ -28,7 +28,10 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+from enum import StrEnum
 
 import orjson
 
@@ -38,9 +41,20 @@ from cep_core.composite import partition_key
 from cep_core.events import Event
 from cep_core.recognize_pattern import RecognizeElement, recognize_elements
 from cep_core.reference.priority_queue import JavaPriorityQueue
-from cep_core.reference.expr import _COMPARE, Env, Evaluator, _arith
+from cep_core.reference.expr import _COMPARE, Env, Evaluator, Value, _arith
 
-TAKE, PROCEED = "take", "proceed"
+F = ast.Builtin
+
+
+class Action(StrEnum):
+    """What an edge does (its value is how a snapshot's automaton signature writes it)."""
+
+    TAKE = "take"  # consume the row, if the edge's condition holds
+    PROCEED = "proceed"  # move on without consuming it
+
+
+TAKE, PROCEED = Action.TAKE, Action.PROCEED
+Composite = dict[str, Any]  # a composite event (schemas/composite_event.json)
 
 # ---------------------------------------------------------------- the automaton (immutable)
 
@@ -56,7 +70,7 @@ class Condition:
 
 @dataclass(eq=False)
 class Transition:
-    action: str  # TAKE or PROCEED
+    action: Action
     target: State
     condition: Condition
 
@@ -153,13 +167,13 @@ def program(checked: CheckedQuery) -> Nfa:
 class RecognizeEvaluator(Evaluator):
     """SQL's three-valued logic and Java's integer arithmetic over an `_Rows` env."""
 
-    def visit_Unary(self, node: ast.Unary, env):
+    def visit_Unary(self, node: ast.Unary, env: Env) -> Value:
         value = self.visit(node.operand, env)
         if value is None:
             return None
         return (not value) if node.op == ast.UnaryOp.NOT else -value
 
-    def visit_Binary(self, node: ast.Binary, env):
+    def visit_Binary(self, node: ast.Binary, env: Env) -> Value:
         a, b = self.visit(node.left, env), self.visit(node.right, env)
         if node.op == ast.BinaryOp.AND:
             return False if a is False or b is False else None if None in (a, b) else True
@@ -175,28 +189,36 @@ class RecognizeEvaluator(Evaluator):
             return _COMPARE[node.op](a, b)
         return _arith(node.op, a, b)
 
-    def visit_InList(self, node: ast.InList, env):
+    def visit_InList(self, node: ast.InList, env: Env) -> Value:
         value = self.visit(node.operand, env)
         if value is None:
             return None
         return any(value == self.visit(option, env) for option in node.options) != node.negated
 
-    def visit_Call(self, node: ast.Call, env):
-        name = node.name.upper()
-        if name == "PREV":
+    def visit_Call(self, node: ast.Call, env: Env) -> Value:
+        func = node.func
+        if func is F.PREV:
             offset = node.args[1] if len(node.args) > 1 else None
             assert offset is None or isinstance(offset, ast.Literal)  # the checker's rule
-            return env.prev(node.args[0], self, 1 if offset is None else offset.value)
-        if name == "MATCH_ROWTIME":  # in DEFINE: the current row's time (Flink's)
-            return env.rowtime if env.rowtime is not None else env.rows[-1][1].ts
-        if name == "MATCH_PROCTIME":  # the machine's clock, as Flink's
+            return _rows(env).prev(node.args[0], self,
+                                   1 if offset is None else int(offset.value))
+        if func is F.MATCH_ROWTIME:  # in DEFINE: the current row's time (Flink's)
+            rows = _rows(env)
+            return rows.rowtime if rows.rowtime is not None else rows.rows[-1][1].ts
+        if func is F.MATCH_PROCTIME:  # the machine's clock, as Flink's
             return time.time_ns() // 1_000_000
-        if name == "IS_NULL":
+        if func is F.IS_NULL:
             return self.visit(node.args[0], env) is None
-        if name == "COALESCE":
+        if func is F.COALESCE:
             values = (self.visit(arg, env) for arg in node.args)
             return next((v for v in values if v is not None), None)
         return super().visit_Call(node, env)
+
+
+def _rows(env: Env) -> _Rows:
+    if not isinstance(env, _Rows):
+        raise TypeError("MATCH_RECOGNIZE's navigation reads the rows of a match")
+    return env
 
 
 def _truncate(a: int, b: int) -> int:
@@ -213,7 +235,7 @@ class _Rows(Env):
         self.pinned = pinned  # inside PREV: every attribute reads this row
         self.rowtime = rowtime  # MATCH_ROWTIME (MEASURES only)
 
-    def attr(self, node: ast.Attr):
+    def attr(self, node: ast.Attr) -> Value:
         if self.pinned is not None:
             return self.pinned.attrs.get(node.name)
         if node.var is None:
@@ -221,10 +243,11 @@ class _Rows(Env):
         mine = [event for var, event in self.rows if var == node.var]
         return mine[-1].attrs.get(node.name) if mine else None
 
-    def aggregate(self, node: ast.Aggregate):
+    def aggregate(self, node: ast.Aggregate) -> Value:
         if node.func is ast.AggFunc.COUNT and node.arg is not None and node.arg.name == "":
             # COUNT(price) (parsed as var "price"): the match's rows whose price is not NULL
-            return sum(event.attrs.get(node.arg.var) is not None for _, event in self.rows)
+            column = node.arg.var or ""  # (always given here)
+            return sum(event.attrs.get(column) is not None for _, event in self.rows)
         var = node.arg.var if node.arg is not None else None
         events = [event for v, event in self.rows if var is None or v == var]
         if node.func is ast.AggFunc.COUNT:  # COUNT(*), or COUNT(B.price): its non-NULLs
@@ -250,7 +273,7 @@ class _Rows(Env):
             return _truncate(total, len(present))
         return total / len(present)
 
-    def prev(self, expr: ast.Expr, evaluator: RecognizeEvaluator, offset: int = 1):
+    def prev(self, expr: ast.Expr, evaluator: RecognizeEvaluator, offset: int = 1) -> Value:
         """PREV(expr, offset): expr on the row `offset` rows (1 unless given) before the one
         expr points at (its variable's last row, else the current row), within the match;
         NULL before the match's first row."""
@@ -320,12 +343,12 @@ class RecognizeInterpreter:
         # ORDER BY ts, col...: per partition, the rows of its latest time not yet taken
         self.pending: dict[object, list[Event]] = {}
 
-    def process(self, event: Event) -> list[dict]:
+    def process(self, event: Event) -> list[Composite]:
         if self.body.then_by:
             return self._process_sorted(event)
         return self._process(event)
 
-    def _process_sorted(self, event: Event) -> list[dict]:
+    def _process_sorted(self, event: Event) -> list[Composite]:
         """`ORDER BY ts, col...`: the rows of one time wait in their partition's `pending`
         until a later row comes (or the end), then go in in the order of those columns, as
         Flink's operator sorts the rows of a time before its automaton takes them."""
@@ -340,7 +363,7 @@ class RecognizeInterpreter:
         self.pending[slot].append(event)
         return out
 
-    def _drain(self, slot, before: int | None = None) -> list[dict]:
+    def _drain(self, slot: object, before: int | None = None) -> list[Composite]:
         """The rows waiting in a partition (those before time `before`), sorted, go in."""
         pending = self.pending.get(slot, [])
         if not pending or (before is not None and pending[0].ts >= before):
@@ -348,11 +371,11 @@ class RecognizeInterpreter:
         self.pending[slot] = []
         return [c for event in sorted(pending, key=self._sort_key) for c in self._process(event)]
 
-    def _sort_key(self, event: Event):
+    def _sort_key(self, event: Event) -> tuple[_Sortable, ...]:
         return tuple(_Sortable(event.attrs.get(attr.name), desc)
                      for attr, desc in zip(self.body.then_by, self.body.then_desc))
 
-    def _process(self, event: Event) -> list[dict]:
+    def _process(self, event: Event) -> list[Composite]:
         key = partition_key(self.query.partition_by, event)
         slot = _hashable(key)
         part = self.partitions.get(slot)
@@ -377,12 +400,12 @@ class RecognizeInterpreter:
         part.partial = partial
         return out + self._release(part, key, event.ts)
 
-    def punctuate(self, ts: int) -> list[dict]:
+    def punctuate(self, ts: int) -> list[Composite]:
         waiting = [c for slot in list(self.pending) for c in self._drain(slot, before=ts)]
         return waiting + [c for slot, part in self.partitions.items()
                           for c in self._advance_time(part, self.keys[slot], ts)]
 
-    def flush(self) -> list[dict]:
+    def flush(self) -> list[Composite]:
         waiting = [c for slot in list(self.pending) for c in self._drain(slot)]
         if self.within is None:
             return waiting  # no interval ends a partial match: the waiting ones never leave
@@ -391,13 +414,13 @@ class RecognizeInterpreter:
 
     # ------------------------------------------------------------ Flink's NFA steps
 
-    def _advance_time(self, part: _Partition, key, ts: int | None) -> list[dict]:
+    def _advance_time(self, part: _Partition, key: object, ts: int | None) -> list[Composite]:
         """Partial matches whose interval has ended by `ts` (None: the end of the stream)
         end, in order of their end (start + interval: Flink's timer for them fires then);
         completed ones they held back may leave at that time."""
         if self.within is None:
             return []
-        out: list[dict] = []
+        out: list[Composite] = []
         while True:
             ends = [c.rows[0][1].ts + self.within for c in part.partial if c.rows]
             if not ends or (ts is not None and min(ends) > ts):
@@ -429,7 +452,7 @@ class RecognizeInterpreter:
             for t in state.transitions:
                 if not self._holds(t.condition, computation.rows, event):
                     continue
-                if t.action == PROCEED:
+                if t.action is PROCEED:
                     stack.append(t.target)
                 else:
                     takes.append(_Take(state.var, t.target))
@@ -440,24 +463,24 @@ class RecognizeInterpreter:
         stack = [state]
         while stack:
             for t in stack.pop().transitions:
-                if t.action == PROCEED and self._holds(t.condition, computation.rows, event):
+                if t.action is PROCEED and self._holds(t.condition, computation.rows, event):
                     if t.target.final:
                         return True
                     stack.append(t.target)
         return False
 
-    def _holds(self, condition: Condition, rows: list, event: Event) -> bool:
+    def _holds(self, condition: Condition, rows: list[tuple[str, Event]], event: Event) -> bool:
         if condition.var is not None and not self._defined(condition.var, rows, event):
             return False
         return not any(self._defined(var, rows, event) for var in condition.unless)
 
-    def _defined(self, var: str, rows: list, event: Event) -> bool:
+    def _defined(self, var: str, rows: list[tuple[str, Event]], event: Event) -> bool:
         """Whether `event`, as a row of `var` after `rows`, satisfies var's DEFINE (a
         variable without one takes any row)."""
         define = self.defines.get(var)
         return define is None or EVALUATE(define, _Rows([*rows, (var, event)])) is True
 
-    def _release(self, part: _Partition, key, now: int) -> list[dict]:
+    def _release(self, part: _Partition, key: object, now: int) -> list[Composite]:
         """Completed matches leave once no partial match started before them (one that
         started on the same row does not hold them back), the queue's head first; each
         prunes the partial and completed matches its skip strategy skips."""
@@ -492,7 +515,7 @@ class RecognizeInterpreter:
                 "stops the query here")
         return row, False
 
-    def _composite(self, key, match: Computation, now: int) -> dict:
+    def _composite(self, key: object, match: Computation, now: int) -> Composite:
         """The match's composite event, leaving at event time `now` (MATCH_ROWTIME: Flink
         stamps a match with the time it leaves, which is its last row's unless it waited)."""
         env = _Rows(match.rows, rowtime=now)
@@ -518,11 +541,11 @@ class _Take:
 _FINAL = State("", final=True)
 
 
-def _ended_by(end: int, within: int):
+def _ended_by(end: int, within: int) -> Callable[[Computation], bool]:
     return lambda c: bool(c.rows) and c.rows[0][1].ts + within <= end
 
 
-def _skipped(limit: int, inclusive: bool):
+def _skipped(limit: int, inclusive: bool) -> Callable[[Computation], bool]:
     """Flink's shouldPrune: matches (not the start computation) starting before `limit`,
     or at it when `inclusive`."""
     return lambda c: bool(c.rows) and (c.start <= limit if inclusive else c.start < limit)
@@ -534,15 +557,16 @@ class _Sortable:
     """One ORDER BY column's value for sorting: NULL lowest (first ascending, last
     descending: Flink's default null collation), DESC reversed."""
 
-    value: object
+    value: Value  # a column's (None: NULL)
     desc: bool
 
     def __lt__(self, other: _Sortable) -> bool:
         a, b = (other.value, self.value) if self.desc else (self.value, other.value)
         if a is None or b is None:
             return a is None and b is not None
-        return a < b  # type: ignore[operator]
+        less: bool = a < b
+        return less
 
 
-def _hashable(key):
+def _hashable(key: object) -> object:
     return tuple(key) if isinstance(key, list) else key
