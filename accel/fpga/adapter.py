@@ -79,6 +79,9 @@ class FpgaAdapter:
         self.checked = checked
         self.strings = StringDictionary()
         self.plan: FpgaPlan = compile_fpga(checked, self.strings)
+        body = checked.query.body
+        assert isinstance(body, ast.MatchQuery)  # compile_fpga refuses every other query
+        self.emit = body.emit
         self.encoder = BatchEncoder(checked.schema, self.strings)
         self.per_datagram = per_datagram or self.plan.layout.tuples_per_datagram
         self.retain_tuples = retain_tuples
@@ -102,7 +105,7 @@ class FpgaAdapter:
         self.last_ts = np.full(16, INT64_MIN, np.int64)
         self.wire_seq = 0
         self.chunks: list[_Chunk] = []
-        self.emit_attrs = _emit_attributes(checked)
+        self.emit_attrs = _emit_attributes(self.emit, checked.schema.time)
         self.dead_letters: list[tuple[int, str]] = []
         self.lost_spans = 0
         self.status: dict = {}
@@ -291,7 +294,7 @@ class FpgaAdapter:
         env = MatchEnv(events, events[-1], self.checked.schema.time)
         out = {"query": self.checked.name, "key": self._key(pid), "seq": events[-1].seq,
                "start_seq": events[0].seq}
-        for item in self.checked.query.body.emit:
+        for item in self.emit:
             out[item.name] = evaluate(item.expr, env)
         return out
 
@@ -324,12 +327,11 @@ class FpgaAdapter:
         self.sock.close()
 
 
-def _emit_attributes(checked: CheckedQuery) -> list[str]:
+def _emit_attributes(emit: list[ast.EmitItem], time_attr: str) -> list[str]:
     names: list[str] = []
-    for item in checked.query.body.emit:
+    for item in emit:
         for node in item.expr.find_all(ast.Attr):
-            if node.name and node.name not in names \
-                    and node.name != checked.schema.time:
+            if node.name and node.name not in names and node.name != time_attr:
                 names.append(node.name)
     return names
 

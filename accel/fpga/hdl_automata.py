@@ -28,8 +28,8 @@ def binary_pattern(i: int) -> ast.Regex:
     """`(0|1)* 1 (0|1)^i`."""
     if i < 0:
         raise ValueError("i must be at least 0")
-    return ast.RCat([ast.RRepeat(ast.RAny(), 0, None), ast.RSym("one")] +
-                    [ast.RAny() for _ in range(i)])
+    items: list[ast.Regex] = [ast.RRepeat(ast.RAny(), 0, None), ast.RSym("one")]
+    return ast.RCat(items + [ast.RAny() for _ in range(i)])
 
 
 def binary_automaton(i: int) -> Automaton:

@@ -498,8 +498,8 @@ def _not(item: Formula) -> Formula:
     return Not(item)
 
 
-def _and(items: tuple) -> Formula:
-    flat = []
+def _and(items: tuple[Formula, ...]) -> Formula:
+    flat: list[Formula] = []
     for item in items:
         if item == Const(False):
             return Const(False)
@@ -508,8 +508,8 @@ def _and(items: tuple) -> Formula:
     return Const(True) if not flat else flat[0] if len(flat) == 1 else And(tuple(flat))
 
 
-def _or(items: tuple) -> Formula:
-    flat = []
+def _or(items: tuple[Formula, ...]) -> Formula:
+    flat: list[Formula] = []
     for item in items:
         if item == Const(True):
             return Const(True)
@@ -587,6 +587,7 @@ def pack_tuples(plan: FpgaPlan, batch: Batch, partition_ids: np.ndarray | None =
         raise ValueError("partition ids must fit 32 bits unsigned (pass dense ids)")
     records["partition"] = partition_ids.astype(np.uint32)
     for f in layout.fields[2:]:
+        assert f.source is not None  # the fields after seq and partition are attributes
         column = batch.columns[f.source]
         if f.kind == AttrType.FLOAT:
             records[f.name] = float_keys(column)

@@ -83,7 +83,8 @@ def parse_reports(text: str) -> SimulationResult:
     for number, line in enumerate(text.splitlines(), 1):
         parts = line.split()
         if len(parts) == 5 and parts[0] == "match":
-            matches.append(tuple(int(p) for p in parts[1:]))
+            query, partition, seq, start = map(int, parts[1:])
+            matches.append((query, partition, seq, start))
         elif len(parts) == 4 and parts[0] == "counts":
             counts = dict(zip(("tuples", "discarded", "expired"), map(int, parts[1:])))
         else:

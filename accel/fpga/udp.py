@@ -231,7 +231,7 @@ class DatagramSender:
                     raise _error(code)
 
     def _send_each(self, buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
-        view, send = memoryview(np.ascontiguousarray(buffer, np.uint8)), self.sock.send
+        view, send = np.ascontiguousarray(buffer, np.uint8).data, self.sock.send
         for begin, end in zip(starts.tolist(), ends.tolist()):
             for wait in range(SEND_WAITS + 1):
                 try:
@@ -270,16 +270,16 @@ class DatagramReceiver:
         self.count = 0
         self.calls = 0
         if self.mmsg:
-            self._control = np.zeros(slots, GRO_CMSG_DTYPE) if self.gro else None
             self._headers = _Headers(slots)
             self._headers.iovs["base"] = self.buffer.ctypes.data + \
                 self._slot_offsets.astype(np.uint64)
             self._headers.iovs["len"] = stride
             if self.gro:
+                self._control = np.zeros(slots, GRO_CMSG_DTYPE)
                 self._headers.msgs["control"] = self._control.ctypes.data + \
                     np.arange(slots, dtype=np.uint64) * np.uint64(GRO_CMSG_DTYPE.itemsize)
         else:
-            self._view = memoryview(self.buffer)
+            self._view = self.buffer.data
 
     def receive(self) -> int:
         """The datagrams waiting on the socket (as many as fit); returns `count` (0: none
@@ -339,4 +339,4 @@ class DatagramReceiver:
 
     def datagram(self, i: int) -> memoryview:
         at = int(self.offsets[i])
-        return memoryview(self.buffer)[at:at + int(self.lengths[i])]
+        return self.buffer.data[at:at + int(self.lengths[i])]

@@ -33,9 +33,8 @@ HEADER_DTYPE = np.dtype([("version", "u1"), ("kind", "u1"), ("stream", "<u2"),
 REPORT_DTYPE = np.dtype([("query", "<u2"), ("flags", "<u2"), ("partition", "<u4"),
                          ("seq", "<u4"), ("start_seq", "<u4")])
 BARRIER_DTYPE = np.dtype([("fingerprint", "<u8")])
-STATUS_DTYPE = np.dtype([("tuples", "<u8"), ("discarded", "<u8"), ("expired", "<u8"),
-                         ("reports", "<u8"), ("lost_tuples", "<u8"),
-                         ("fingerprint", "<u8")])
+STATUS_FIELDS = ("tuples", "discarded", "expired", "reports", "lost_tuples", "fingerprint")
+STATUS_DTYPE = np.dtype([(name, "<u8") for name in STATUS_FIELDS])
 assert HEADER_DTYPE.itemsize == HEADER_BYTES and REPORT_DTYPE.itemsize == 16
 
 
@@ -108,20 +107,20 @@ def barrier(stream: int, token: int, fingerprint: int) -> bytes:
     return header(BARRIER, stream, 0, token) + body
 
 
-def status(stream: int, token: int, counts: dict) -> bytes:
+def status(stream: int, token: int, counts: dict[str, int]) -> bytes:
     body = np.zeros(1, STATUS_DTYPE)
-    for name in STATUS_DTYPE.names:
+    for name in STATUS_FIELDS:
         body[name] = counts.get(name, 0)
     return header(STATUS, stream, 0, token) + body.tobytes()
 
 
-def parse_status(data: bytes | memoryview) -> tuple[int, int, dict]:
+def parse_status(data: bytes | memoryview) -> tuple[int, int, dict[str, int]]:
     """(stream, token, counts) of a STATUS datagram."""
     h = parse_header(data)
     if h["kind"] != STATUS or len(data) < HEADER_BYTES + STATUS_DTYPE.itemsize:
         raise WireError("not a STATUS datagram")
     body = np.frombuffer(data, STATUS_DTYPE, count=1, offset=HEADER_BYTES)[0]
-    return int(h["stream"]), int(h["first_seq"]), {n: int(body[n]) for n in STATUS_DTYPE.names}
+    return int(h["stream"]), int(h["first_seq"]), {n: int(body[n]) for n in STATUS_FIELDS}
 
 
 def parse_reports(data: bytes | memoryview) -> np.ndarray:
