@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from enum import StrEnum
 
 import orjson
 
@@ -31,14 +32,24 @@ from cep_service.spark_stream.keyed_state import STATE_SCHEMA, ShardRunner, fing
 from cep_service.spark_stream.packed import GROUP, RESULTS_DDL, SHARD, SLOT, Route, routes_option
 
 
+class Reader(StrEnum):
+    """Which source reads the job's rows (its value is how a KafkaSource names it)."""
+
+    AUTO = "auto"  # Kafka: SPARK where Spark's connector loads (spark_kafka.py), else PYTHON
+    SPARK = "spark"  # Spark's own Kafka source
+    PYTHON = "python"  # the job's Python Kafka source (cep_kafka, over confluent-kafka)
+    FILES = "files"  # a FileSource's (cep_files)
+
+
+_KAFKA_READERS = (Reader.AUTO, Reader.SPARK, Reader.PYTHON)
+
+
 @dataclass(frozen=True)
 class KafkaSource:
     bootstrap: str
     topic: str
     max_records: int = 0  # per micro-batch; 0: all available
-    # "auto": Spark's own Kafka source where its connector loads (spark_kafka.py), else the
-    # job's Python source (cep_kafka); "spark" or "python" to choose
-    reader: str = "auto"
+    reader: str = Reader.AUTO  # one of _KAFKA_READERS, as text or the enum
 
 
 @dataclass(frozen=True)
@@ -74,16 +85,16 @@ def register_sources(spark) -> None:
     spark.dataSource.register(FileEventSource)
 
 
-def kafka_reader(spark, source: KafkaSource) -> str:
-    """Which Kafka source the job uses: "spark" (Spark's own, its connector on the
-    classpath) or "python" (`cep_kafka`, over confluent-kafka)."""
+def kafka_reader(spark, source: KafkaSource) -> Reader:
+    """Which Kafka source the job uses: SPARK (Spark's own, its connector on the
+    classpath) or PYTHON (`cep_kafka`, over confluent-kafka)."""
     from cep_service.spark_stream.spark_kafka import connector_available
 
-    if source.reader not in ("auto", "spark", "python"):
+    if source.reader not in _KAFKA_READERS:
         raise ValueError(f"unknown Kafka reader {source.reader!r} (auto, spark, python)")
-    if source.reader != "auto":
-        return source.reader
-    return "spark" if connector_available(spark) else "python"
+    if source.reader != Reader.AUTO:
+        return Reader(source.reader)
+    return Reader.SPARK if connector_available(spark) else Reader.PYTHON
 
 
 def _spark_kafka_rows(spark, queries: list[CheckedQuery], source: KafkaSource,
@@ -192,9 +203,9 @@ class CheckpointRefused(ValueError):
     """A checkpoint this job cannot go on from, and what to do."""
 
 
-def source_name(source, reader: str = "python") -> str:
+def source_name(source, reader: Reader = Reader.PYTHON) -> str:
     if isinstance(source, KafkaSource):
-        return f"{'spark-kafka' if reader == 'spark' else 'kafka'}:{source.topic}"
+        return f"{'spark-kafka' if reader is Reader.SPARK else 'kafka'}:{source.topic}"
     return f"files:{source.path.rstrip('/')}"
 
 
@@ -283,14 +294,14 @@ def start(spark, queries: list[CheckedQuery], source, sink, checkpoint: str,
         raise ValueError(f"the queries read several streams ({', '.join(streams)}); a "
                          "streaming job takes one stream per query file")
     checkpoint = checkpoint.rstrip("/")
-    reader = kafka_reader(spark, source) if isinstance(source, KafkaSource) else "files"
+    reader = kafka_reader(spark, source) if isinstance(source, KafkaSource) else Reader.FILES
     name = source_name(source, reader)
     # a new checkpoint: the shards asked for, else the shuffle partitions
     shards = claim_checkpoint(checkpoint, streams[0], name, shards) or shards or \
         int(spark.conf.get("spark.sql.shuffle.partitions"))
     write_manifest(checkpoint, streams[0], name, shards)
     routes = balanced_slots(state_routes(queries, shards), shards)
-    if reader == "spark":
+    if reader is Reader.SPARK:
         rows = _spark_kafka_rows(spark, queries, source, routes, checkpoint)
     else:
         rows = read_rows(spark, queries, source, checkpoint, routes)
