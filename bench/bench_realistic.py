@@ -30,9 +30,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from cep_core.schema import StreamSchema
 
 SCHEMA = {"stream": "plant", "attributes": {
     "device": "string", "zone": "string", "kind": "string", "temp": "float",
@@ -68,7 +73,7 @@ def write_file(path: Path, n: int, iso: bool = True, extra: bool = True) -> None
             f.write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
 
 
-def _files(folder: Path, n: int) -> list[tuple[str, Path, object]]:
+def _files(folder: Path, n: int) -> list[tuple[str, Path, StreamSchema]]:
     """(name, file, schema) of every file measured."""
     from cep_core.event_io import EventFormat
     from cep_core.schema import StreamSchema
@@ -89,7 +94,7 @@ def _files(folder: Path, n: int) -> list[tuple[str, Path, object]]:
     return files
 
 
-def _best(run, repeat: int) -> tuple[float, float]:
+def _best(run: Callable[[], object], repeat: int) -> tuple[float, float]:
     """The least wall-clock and CPU seconds of `repeat` runs."""
     wall, cpu = [], []
     for _ in range(repeat):
@@ -100,7 +105,7 @@ def _best(run, repeat: int) -> tuple[float, float]:
     return min(wall), min(cpu)
 
 
-def measure(name: str, path: Path, schema, repeat: int) -> dict:
+def measure(name: str, path: Path, schema: StreamSchema, repeat: int) -> dict[str, Any]:
     import pyarrow.csv as pcsv
     import pyarrow.json as pj
 
@@ -123,7 +128,7 @@ def measure(name: str, path: Path, schema, repeat: int) -> dict:
             "load_average": round(os.getloadavg()[0], 2)}
 
 
-def processes(name: str, path: Path, folder: Path, repeat: int) -> dict:
+def processes(name: str, path: Path, folder: Path, repeat: int) -> dict[str, Any]:
     """`cep run` whole on one of the issue's files (and the read time its summary gives)
     against a process reading the file with pyarrow."""
     cep = Path(sys.executable).with_name("cep")
@@ -138,7 +143,10 @@ def processes(name: str, path: Path, folder: Path, repeat: int) -> dict:
                                "--events", str(path), "-o", str(folder / "out.jsonl")],
                               check=True, capture_output=True, text=True)
         runs.append(time.perf_counter() - started)
-        reads.append(float(re.search(r"read in ([0-9.]+)s", done.stderr).group(1)))
+        read = re.search(r"read in ([0-9.]+)s", done.stderr)
+        if read is None:
+            raise RuntimeError(f"cep run's summary gives no read time:\n{done.stderr}")
+        reads.append(float(read.group(1)))
         started = time.perf_counter()
         subprocess.run([sys.executable, "-c", f"import sys, pyarrow.{reader} as r; "
                         f"r.read_{reader}(sys.argv[1])", str(path)], check=True)
@@ -149,7 +157,8 @@ def processes(name: str, path: Path, folder: Path, repeat: int) -> dict:
             "load_average": round(os.getloadavg()[0], 2)}
 
 
-def run_all(events: int = 200_000, repeat: int = 3, whole: bool = False) -> list[dict]:
+def run_all(events: int = 200_000, repeat: int = 3,
+            whole: bool = False) -> list[dict[str, Any]]:
     """A row per file (`measure`), then with `whole` a row per issue file (`processes`)."""
     folder = Path(tempfile.mkdtemp(prefix="cep-realistic-"))
     files = _files(folder, events)
