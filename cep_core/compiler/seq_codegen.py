@@ -17,15 +17,11 @@ so absolute row numbers stay meaningful), then doubles.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from cep_core.compiler.expressions import Code, ExpressionCompiler, StringConstants
+from cep_core.compiler.expressions import Code, ExpressionCompiler, Leaves, StringConstants
 from cep_core.compiler.seq_plan import ANY, SeqPlan, VarKind
 from cep_core.kernels.seq_layout import Row
 from cep_core.schema import AttrType, StreamSchema
-
-if TYPE_CHECKING:
-    from cep_core.compiler.seq_codegen_leaves import ChannelLeaves
 
 
 # seq_runtime functions every SEQ kernel module imports as `_name`
@@ -119,7 +115,7 @@ class ChannelCodeGenerator:
         self.kleene = [v for v in self.positive if v.kind == VarKind.KLEENE]
         self.channels = list(range(len(plan.channels)))
 
-    def expressions(self, leaves: ChannelLeaves) -> ExpressionCompiler:
+    def expressions(self, leaves: Leaves) -> ExpressionCompiler:
         """An expression compiler over `leaves` with this query's string constants and types."""
         return ExpressionCompiler(leaves, self.constants, self.plan.checked.types)
 
