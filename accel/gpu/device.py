@@ -14,6 +14,7 @@ import ctypes.util
 import os
 import sys
 from enum import StrEnum
+from typing import Any
 
 
 class CudaTarget(StrEnum):
@@ -24,14 +25,15 @@ class CudaTarget(StrEnum):
     NONE = "none"  # neither
 
 
-def cuda():
+def cuda() -> Any:
     from numba import cuda as module
     return module
 
 
 def simulated() -> bool:
     from numba.core import config
-    return bool(config.ENABLE_CUDASIM)
+    # numba.core.config sets its options with globals()[name] = value: mypy does not see them
+    return bool(config.ENABLE_CUDASIM)  # type: ignore[attr-defined]
 
 
 def usable() -> bool:

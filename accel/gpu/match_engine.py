@@ -22,23 +22,28 @@ simulator, which runs every thread as a Python thread).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
+from typing import Any, ClassVar
 
 import numpy as np
 import orjson
 
 from cep_accel.gpu import device
-from cep_accel.gpu.match_kernels import DEAD_N, NEED_ROWS, OUT_N, compile_kernel
+from cep_accel.gpu.match_kernels import (DEAD_N, NEED_ROWS, OUT_N, MatchKernelPlan,
+                                         compile_kernel)
 from cep_core.batch import Batch, StringDictionary
 from cep_core.checked import CheckedQuery
+from cep_core.composite_batch import ColumnBatch, Keys
 from cep_core.compiler import match as cpu
+from cep_core.kernels.match_runtime import dtype_of
 from cep_core.kernels.string_tables import StringTables
 from cep_core.engine.base import Engine
 from cep_core.engine.match import MatchEngine, _Keys
 from cep_core.engine.seq import NotSupportedError
 
 INT64_MIN = np.iinfo(np.int64).min
-_plans: dict[str, object] = {}
+_plans: dict[str, MatchKernelPlan] = {}
 
 
 class _Rows(Enum):
@@ -49,16 +54,17 @@ class _Rows(Enum):
     RECORD = "rec"
 
 
-def _plan(checked: CheckedQuery):
+def _plan(checked: CheckedQuery) -> MatchKernelPlan:
     plan = compile_kernel(checked)
     return _plans.setdefault(plan.source, plan)
 
 
 class GpuMatchEngine(Engine):
-    # Composite events are decoded as the CPU engine decodes its output arrays.
-    _results = MatchEngine._results
-    _key_column = MatchEngine._key_column
-    _key = MatchEngine._key
+    # Composite events are decoded as the CPU engine decodes its output arrays: its methods,
+    # typed for any self (they read the attributes both engines have, not a MatchEngine's).
+    _results: ClassVar[Callable[[Any, int], ColumnBatch]] = MatchEngine._results
+    _key_column: ClassVar[Callable[[Any, np.ndarray], Keys]] = MatchEngine._key_column
+    _key: ClassVar[Callable[[Any, int], object]] = MatchEngine._key
 
     def __init__(self, checked: CheckedQuery, strings: StringDictionary,
                  idle_timeout: int | None = None, threads_per_block: int | None = None,
@@ -86,7 +92,7 @@ class GpuMatchEngine(Engine):
         p = self.program
         self.cap = p.automaton.size + 1 if not p.aggregate_mode else 4
         self.capacity = 0  # keys the device arrays hold
-        self.state_arrays: dict[str, object] = {}  # device arrays, flattened
+        self.state_arrays: dict[str, Any] = {}  # numba device arrays (untyped), flattened
         self._d_ftab = self.cuda.to_device(p.ftab)
         self._resize(keys=16, cap=self.cap)
 
@@ -163,7 +169,7 @@ class GpuMatchEngine(Engine):
         for name in ("out_key", "out_start", "out_end", "out_row"):
             d[name] = cuda.device_array(n, np.int64)
         for j, spec in enumerate(p.emit):
-            d[f"e{j}"] = cuda.device_array(n, cpu._dtype(spec.kind))
+            d[f"e{j}"] = cuda.device_array(n, dtype_of(spec.kind))
             if spec.nullable:
                 d[f"e{j}n"] = cuda.device_array(n, np.bool_)
         blocks = (groups + self.tpb - 1) // self.tpb

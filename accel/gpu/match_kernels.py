@@ -26,14 +26,16 @@ Not supported here (the query stays on the CPU engine, see `unsupported_reason`)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from cep_core import ast
-from cep_core.checked import CheckedQuery
+from cep_core.checked import CheckedQuery, ExprType
 from cep_core.compiler import match as cpu
-from cep_core.compiler.expressions import STRING_TABLE_PARAMS
+from cep_core.compiler.expressions import STRING_TABLE_PARAMS, StringConstants
 from cep_core.compiler.modules import load_module
+from cep_core.kernels.match_runtime import dtype_of
 
 A = ast.AggFunc
 # ctr: matches written, events rejected, "some key needs more candidate rows".
@@ -59,10 +61,10 @@ def unsupported_reason(checked: CheckedQuery) -> str | None:
 class MatchKernelPlan:
     """What the engine needs to launch the kernel and decode its output."""
 
-    kernel: object
+    kernel: Any  # a numba CUDA kernel: `kernel[blocks, threads](*args)`
     automaton: cpu.Automaton
     ftab: np.ndarray
-    constants: object  # StringConstants
+    constants: StringConstants
     uses_tables: bool
     aggregate_mode: bool
     columns: list[tuple[str, str]]  # (attribute, dtype) of col0, col1, ...
@@ -84,6 +86,7 @@ def generate(checked: CheckedQuery) -> tuple[str, dict]:
     if reason is not None:
         raise cpu.MatchCompileError(reason)
     body = checked.query.body
+    assert isinstance(body, ast.MatchQuery)  # unsupported_reason refused the rest
     auto = cpu.glushkov(body.pattern)
     gen = cpu._Generator(checked)
     defines = {d.name: d.condition for d in body.defines}
@@ -97,12 +100,12 @@ def generate(checked: CheckedQuery) -> tuple[str, dict]:
     emit_specs: list[cpu.EmitSpec] = []
     emit_lines: list[str] = []
     for j, item in enumerate(body.emit):
-        code = gen.compiler(cpu._Leaves(gen, "wi", emit=True)).compile(item.expr)
-        emit_specs.append(cpu.EmitSpec(item.name, checked.types[item.expr] or "int",
-                                       nullable=code.nullable))
-        emit_lines.append(f"e{j}[U(no)] = {code.value}")
-        if code.nullable:
-            emit_lines.append(f"e{j}n[U(no)] = {code.null}")
+        value = gen.compiler(cpu._Leaves(gen, "wi", emit=True)).compile(item.expr)
+        emit_specs.append(cpu.EmitSpec(item.name, checked.types[item.expr] or ExprType.INT,
+                                       nullable=value.nullable))
+        emit_lines.append(f"e{j}[U(no)] = {value.value}")
+        if value.nullable:
+            emit_lines.append(f"e{j}n[U(no)] = {value.null}")
     args = _array_args(gen, emit_specs)
     source = _kernel_source(gen, auto, static, dynamic, emit_lines, args)
     return source, {"automaton": auto, "generator": gen, "emit": emit_specs,
@@ -119,7 +122,7 @@ def compile_kernel(checked: CheckedQuery) -> MatchKernelPlan:
         kernel=module.advance, automaton=auto, ftab=auto.follow_table().reshape(-1),
         constants=gen.constants, uses_tables=uses_tables,
         aggregate_mode=parts["aggregate_mode"],
-        columns=[(a, cpu._dtype(gen.kind(a))) for a in gen.columns], records=gen.records,
+        columns=[(a, dtype_of(gen.kind(a))) for a in gen.columns], records=gen.records,
         keys=gen.keys, emit=parts["emit"], array_args=parts["array_args"], source=source)
 
 

@@ -21,6 +21,9 @@ a remap the device mirror is copied again whole.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, ClassVar
+
 import numpy as np
 
 from cep_accel.gpu import device
@@ -32,12 +35,13 @@ from cep_core import ast
 from cep_core.arrow_numpy import segment_rows
 from cep_core.batch import Batch, StringDictionary
 from cep_core.checked import CheckedQuery
+from cep_core.composite_batch import ColumnBatch
 from cep_core.kernels.string_tables import StringTables
 from cep_core.compiler.seq_plan import ANY, SeqPlan
 from cep_core.engine.base import Engine
 from cep_core.engine.keys import KeyIndex
 from cep_core.engine.seq import BACKWARDS_TIME, NotSupportedError
-from cep_core.engine.seq_base import SeqEngineBase, string_columns
+from cep_core.engine.seq_base import F64, I64, SeqEngineBase, string_columns
 from cep_core.engine.seq_output import SeqOutput
 from cep_core.schema import AttrType
 
@@ -52,9 +56,15 @@ def _load(plan: SeqPlan, reduce_threads: int) -> SeqKernels:
 
 
 class GpuSeqEngine(Engine):
-    # decoding composite events, and which key attributes are strings, as the CPU engines
-    _decode = SeqEngineBase._decode
-    _key_string_positions = SeqEngineBase._key_string_positions
+    # partitions and event rows of a batch, decoding composite events, and which key
+    # attributes are strings, as the CPU engines: their methods, typed for any self (they
+    # read the attributes both engines have, not a SeqEngineBase's)
+    _keyed: ClassVar[Callable[[Any, Batch], I64 | None]] = SeqEngineBase._keyed
+    _columns: ClassVar[Callable[[Any, Batch], tuple[I64, F64]]] = SeqEngineBase._columns
+    _decode: ClassVar[Callable[[Any, int, int, I64, I64, F64, I64, F64, I64], ColumnBatch]] = \
+        SeqEngineBase._decode
+    _key_string_positions: ClassVar[Callable[[Any], list[int]]] = \
+        SeqEngineBase._key_string_positions
 
     def __init__(self, checked: CheckedQuery, strings: StringDictionary,
                  device_memory_budget: int | None = None, threads_per_block: int = 128,
@@ -110,11 +120,11 @@ class GpuSeqEngine(Engine):
     def process(self, batch: Batch) -> list[dict]:
         # The same first steps as the CPU engine's (cep_core.engine.seq.SeqEngine.
         # process_columns), then the device's launches.
-        pid = SeqEngineBase._keyed(self, batch)
+        pid = self._keyed(batch)
         if pid is None:
             return []
         n = len(pid)
-        EI, EF = SeqEngineBase._columns(self, batch)
+        EI, EF = self._columns(batch)
         threshold = None
         if self.plan.horizon is not None:
             threshold = np.maximum(self.last_ts, INT64_MIN + self.plan.horizon) - \
@@ -271,7 +281,7 @@ class GpuSeqEngine(Engine):
         ovi, ovf, ovn = ovi[keep], ovf[keep], ovn[keep]
         return self._decode(*self._elements(B, parts), ovi, ovf, ovn).to_dicts()
 
-    def _elements(self, B, parts):
+    def _elements(self, B: I64, parts: I64) -> tuple[int, int, I64, I64, F64]:
         """The CPU engine's output arrays: om (partition, first element, count) and the
         bound rows, variable by variable (oe_i: variable then int row; oe_f)."""
         M, nv = B.shape
@@ -320,7 +330,7 @@ class GpuSeqEngine(Engine):
 
     def state(self) -> tuple[dict, dict[str, np.ndarray]]:
         meta = {"keys": self.keys.to_state(), "partitions": self.P, "algorithm": "gpu-cdp"}
-        arrays = {"last_ts": self.last_ts}
+        arrays: dict[str, np.ndarray] = {"last_ts": self.last_ts}
         for c, ring in enumerate(self.rings):
             parts = [ring.kept(p) for p in range(self.P)]
             arrays[f"ch{c}_start"], arrays[f"ch{c}_count"] = ring.start, ring.count

@@ -228,6 +228,7 @@ class SeqKernelGenerator:
                                      "    half //= 2",
                                      "if tid == 0:", "    out_n[m] = sn[0]"]
         if func in (A.FIRST, A.LAST):
+            assert node.attr is not None  # first() and last() read an attribute
             read = self.column(c, "sv[0]", node.attr)
             body += ["    if sn[0] > 0:", f"        out_v[m] = {read}"]
         else:
