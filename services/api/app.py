@@ -138,6 +138,7 @@ class ApiThread:
         self.host = bind_host(host, config.token, config.require_token)
         self.loop = asyncio.new_event_loop()
         self.started = threading.Event()
+        self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="api", daemon=True)
 
     def _run(self) -> None:
@@ -148,7 +149,9 @@ class ApiThread:
             self.loop.run_until_complete(self.runner.setup())
             site = web.TCPSite(self.runner, self.host, self.port)
             self.loop.run_until_complete(site.start())
-            self.port = site._server.sockets[0].getsockname()[1]
+            server = site._server
+            assert isinstance(server, asyncio.Server)  # started just above
+            self.port = server.sockets[0].getsockname()[1]
         except BaseException as e:
             self.error = e
             raise

@@ -194,17 +194,17 @@ class Guard:
         methods = allowed_methods(request)
         if methods is None:
             return error_response(404, f"no such endpoint: {request.path}")
-        methods = sorted(methods | {"OPTIONS"})
+        allowed = ", ".join(sorted(methods | {"OPTIONS"}))
         if "Access-Control-Request-Method" not in request.headers or \
                 "Origin" not in request.headers:
-            return web.Response(status=204, headers={"Allow": ", ".join(methods)})
+            return web.Response(status=204, headers={"Allow": allowed})
         origin = self.cors_origin(request)
         if origin is None:
             return error_response(403, f"the origin {request.headers['Origin']!r} is not "
                                   "allowed (CORS: --api-cors-origin)")
         return web.Response(status=204, headers={
             "Access-Control-Allow-Origin": origin,
-            "Access-Control-Allow-Methods": ", ".join(methods),
+            "Access-Control-Allow-Methods": allowed,
             "Access-Control-Allow-Headers": ALLOW_HEADERS,
             "Access-Control-Max-Age": str(PREFLIGHT_MAX_AGE_S), "Vary": "Origin"})
 

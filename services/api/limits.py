@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from collections import Counter
@@ -46,7 +47,7 @@ class Limits:
     loop and the checking threads (the counters' updates are single bytecode-level
     operations under the GIL, guarded where they test and set)."""
 
-    def __init__(self, limits: dict[str, int]):
+    def __init__(self, limits: dict[str, int] | dict[LimitKind, int]):
         self.limits = {LimitKind(kind): value for kind, value in limits.items()}
         self.in_flight: Counter = Counter()
         self.peak: Counter = Counter()
@@ -94,8 +95,8 @@ class SingleFlight:
         load's (`load()` on the executor, one per key at a time)."""
         max_age = self.max_age_s if max_age_s is None else max_age_s
         kept = self._values.get(key)
-        age = None if kept is None else time.monotonic() - kept[0]
-        if age is not None and age <= max_age:
+        age = math.inf if kept is None else time.monotonic() - kept[0]
+        if kept is not None and age <= max_age:
             return kept[1]
         future = self._loading.get(key)
         if future is None:
@@ -104,7 +105,7 @@ class SingleFlight:
             self._loading[key] = future
             self.loads[key] += 1
             future.add_done_callback(lambda done: self._loaded(key, done))
-        if age is not None and age <= self.stale_s and max_age_s is None:
+        if kept is not None and age <= self.stale_s and max_age_s is None:
             return kept[1]
         # a client that goes away cancels its wait, not the load the others wait on
         return await asyncio.shield(future)

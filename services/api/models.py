@@ -19,14 +19,17 @@ from pydantic import (
 
 from cep_core.control_message import _validator, control_schema, violations
 
+# An optional field is `x: T = None` (or Field(None)): absent gives None, a null is refused
+# (`T | None` would accept it and say so in the document), so mypy is told to let it be
+# (type: ignore[assignment]).
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 NAME_MAX = 200
 # The path parameter {name}: any segment but the word of a sibling path (validate), so
 # that /api/queries/validate is one resource with its own methods (Allow: POST); one that
 # is not a name is 400 (services/api/openapi.py checks it against NAME_SCHEMA).
 NAME_ROUTE = r"(?!validate$)[^/]+"
-NAME_SCHEMA = {"type": "string", "pattern": r"^(?!validate$)[A-Za-z_][A-Za-z0-9_]*$",
-               "maxLength": NAME_MAX}
+NAME_SCHEMA: dict[str, Any] = {
+    "type": "string", "pattern": r"^(?!validate$)[A-Za-z_][A-Za-z0-9_]*$", "maxLength": NAME_MAX}
 
 
 class Body(BaseModel):
@@ -93,7 +96,7 @@ class Outcome(Reply):
 
 class WaitOptions(Body):
     wait: bool = Field(True, description="Wait for the services' outcome.")
-    timeout_s: float = Field(None, ge=0.1, le=300, description="How long to wait, in "
+    timeout_s: float = Field(None, ge=0.1, le=300, description="How long to wait, in "  # type: ignore[assignment]
                              "seconds (absent: the API's default, 30).")
 
 
@@ -131,13 +134,13 @@ class StreamCheck(Body):
     model_config = ConfigDict(json_schema_extra={"oneOf": [{"required": ["schema"]},
                                                            {"required": ["json_schema"]}]})
 
-    stream_schema: StreamSchemaDocument = Field(None, alias="schema")
-    json_schema: EventJsonSchema = None
-    name: str = Field(None, pattern=NAME_PATTERN, max_length=NAME_MAX)
-    time: str = Field(None, min_length=1)
-    time_unit: Literal["ms", "s", "us", "ns", "ticks"] = None
-    type_attribute: str = Field(None, min_length=1)
-    skip_optional: bool = None
+    stream_schema: StreamSchemaDocument = Field(None, alias="schema")  # type: ignore[arg-type]
+    json_schema: EventJsonSchema = None  # type: ignore[assignment]
+    name: str = Field(None, pattern=NAME_PATTERN, max_length=NAME_MAX)  # type: ignore[assignment]
+    time: str = Field(None, min_length=1)  # type: ignore[assignment]
+    time_unit: Literal["ms", "s", "us", "ns", "ticks"] = None  # type: ignore[assignment]
+    type_attribute: str = Field(None, min_length=1)  # type: ignore[assignment]
+    skip_optional: bool = None  # type: ignore[assignment]
 
     @model_validator(mode="after")
     def _one_of_the_two(self):
@@ -187,24 +190,24 @@ class Params(BaseModel):
 
 
 class QueriesParams(Params):
-    stream: str = Field(None, description="Only the queries of this stream.")
+    stream: str = Field(None, description="Only the queries of this stream.")  # type: ignore[assignment]
     state: Literal["true", "false"] = Field("true", description="false: without state.")
 
 
 class TailParams(Params):
     start: Literal["beginning", "end"] = Field("end", alias="from", description=
                                                "beginning: replay the INTO topic first.")
-    limit: int = Field(None, ge=1, le=1_000_000, description="End after N events.")
-    idle_s: float = Field(None, ge=0.1, le=3600,
+    limit: int = Field(None, ge=1, le=1_000_000, description="End after N events.")  # type: ignore[assignment]
+    idle_s: float = Field(None, ge=0.1, le=3600,  # type: ignore[assignment]
                                  description="End after S seconds without an event.")
 
 
 class TailManyParams(Params):
-    queries: str = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(,[A-Za-z_][A-Za-z0-9_]*)*$",
+    queries: str = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(,[A-Za-z_][A-Za-z0-9_]*)*$",  # type: ignore[assignment]
                          max_length=4000, description="Query names apart by commas "
                          "(absent: every live query).")
-    limit: int = Field(None, ge=1, le=1_000_000, description="End after N events.")
-    idle_s: float = Field(None, ge=0.1, le=3600,
+    limit: int = Field(None, ge=1, le=1_000_000, description="End after N events.")  # type: ignore[assignment]
+    idle_s: float = Field(None, ge=0.1, le=3600,  # type: ignore[assignment]
                           description="End after S seconds without an event.")
 
 
@@ -265,7 +268,7 @@ class Explanation(Reply):
 
 
 class PipelineParams(Params):
-    stream: str = Field(None, pattern=NAME_PATTERN, max_length=NAME_MAX,
+    stream: str = Field(None, pattern=NAME_PATTERN, max_length=NAME_MAX,  # type: ignore[assignment]
                         description="Only this stream's pipeline (default: those of the "
                         "live queries' streams).")
 

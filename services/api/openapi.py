@@ -18,11 +18,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
-from pydantic.json_schema import GenerateJsonSchema, models_json_schema
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, models_json_schema
+from pydantic_core import ErrorDetails
 
 from cep_core.errors import Category
 from cep_service.api.errors import Refused
@@ -112,8 +114,8 @@ class Routes:
     def document(self, token: bool) -> dict:
         """The OpenAPI 3.1 document; `token`: the API was started with one (the changes
         then document the bearer token as required, and 401)."""
-        models = {(m, "validation") for op in self.operations
-                  for m in (op.body,) if m is not None}
+        models: set[tuple[type[BaseModel], JsonSchemaMode]] = {
+            (m, "validation") for op in self.operations for m in (op.body,) if m is not None}
         models |= {(model, "serialization") for op in self.operations
                    for model, _ in op.responses.values() if model is not None}
         models.add((Error, "serialization"))
@@ -125,7 +127,7 @@ class Routes:
         for op in self.operations:
             paths.setdefault(op.path, {})[op.method.lower()] = \
                 self._operation(op, refs, token)
-        document = {"openapi": "3.1.0",
+        document: dict[str, Any] = {"openapi": "3.1.0",
                     "info": {"title": "cep API", "version": "1", "description": DESCRIPTION},
                     "components": {"schemas": schemas},
                     "paths": paths}
@@ -227,7 +229,8 @@ def _endpoint(op: Operation, limits_of: Callable):
         if op.kind is not None:
             limits.enter(op.kind)
         try:
-            kwargs = {p: _path_param(p, request.match_info[p]) for p in op.path_params}
+            kwargs: dict[str, Any] = {p: _path_param(p, request.match_info[p])
+                                      for p in op.path_params}
             if op.params is not None:
                 kwargs["params"] = _validated(op.params, _query_of(request))
             if op.body is not None:
@@ -281,7 +284,7 @@ def _validated(model: type[BaseModel], data) -> BaseModel:
             include_url=False))}) from None
 
 
-def _problem(problem: dict) -> str:
+def _problem(problem: ErrorDetails) -> str:
     where = ".".join(str(p) for p in problem["loc"])
     message = problem["msg"].removeprefix("Value error, ")
     return f"{where}: {message}" if where else message

@@ -55,7 +55,7 @@ def process_figures(figures: dict, before: tuple | None, now: float) -> dict:
     `before` look (`look(...)` of the last figures), lag, last checkpoint; a chained
     process's stages too (the names they write as on the status topic, and per stage its
     events in and out with their rates)."""
-    named = next((labels for labels, _ in figures.get("cep_service", ())
+    named: dict = next((labels for labels, _ in figures.get("cep_service", ())
                   if labels.get("service")), {})
     events_in = _one(figures, "cep_events_in_total") or 0.0
     events_out = _one(figures, "cep_events_out_total") or 0.0
@@ -64,9 +64,9 @@ def process_figures(figures: dict, before: tuple | None, now: float) -> dict:
         for labels, value in figures.get(name, ()):
             stages.setdefault(labels["stage"], [0.0, 0.0])[i] = value
     elapsed = None if before is None else now - before[0]
-    rates = (None, None)
+    rates: tuple = (None, None)
     stage_rates: dict[str, tuple] = {}
-    if elapsed is not None and elapsed > 0.05:
+    if before is not None and elapsed is not None and elapsed > 0.05:
         rates = tuple(round((value - old) / elapsed, 1)
                       for value, old in ((events_in, before[1]), (events_out, before[2])))
         earlier = before[3] if len(before) > 3 else {}
@@ -119,7 +119,7 @@ def pipeline(stream: str, topics, view: dict, processes: dict, api: dict,
               for member in found.get("members", {}) if member != service}
     view = {service: _folded(service, entry, view, processes, folded)
             for service, entry in view.items() if service not in folded}
-    procs = [{"id": "broker", "role": Role.BROKER, "name": bootstrap, "state": "up",
+    procs: list[dict] = [{"id": "broker", "role": Role.BROKER, "name": bootstrap, "state": "up",
               "partitions": [], "rate": _sum(found.get("events_in_per_s")
                                              for service, found in processes.items()
                                              if service in view and view[service]["role"]
@@ -285,7 +285,8 @@ class Drawings:
     """The graph's SVG per shape (roles, names, edges): dot runs once per shape."""
 
     def __init__(self, keep: int = 32):
-        self.keep, self.kept = keep, {}
+        self.keep = keep
+        self.kept: dict = {}
 
     def svg(self, view: dict) -> str | None:
         text = graph_dot(view)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
@@ -184,17 +184,23 @@ class Offset:
     name: str = "offset"  # what the checkpoint calls it (for the message)
 
 
+# (low, high) watermarks per (topic, partition) on the broker; None: no such partition
+Watermarks = dict[tuple[str, int], tuple[int, int] | None]
+# a function as `broker_watermarks` with its settings
+AskWatermarks = Callable[[list[tuple[str, int]]], Watermarks]
+
+
 def broker_watermarks(settings: KafkaSettings, wanted,
-                      timeout_s: float = 30.0) -> dict[tuple[str, int], tuple[int, int] | None]:
+                      timeout_s: float = 30.0) -> Watermarks:
     """(low, high) watermarks of the (topic, partition)s `wanted` on the broker: low from
     ListOffsets "earliest", high from a fetch's high-watermark (ListOffsets "latest" is
     wrong on tansu, docs/broker.md); None for a partition that does not exist."""
     wanted = list(dict.fromkeys(wanted))
     # small fetches, and no backing off a partition whose first records are queued: the
     # answer is the fetch's high-watermark, not the records
-    consumer = settings.consumer(**{"enable.auto.commit": False,
-                                    "max.partition.fetch.bytes": 1024,
-                                    "queued.min.messages": 1, "fetch.queue.backoff.ms": 0})
+    small: dict[str, Any] = {"enable.auto.commit": False, "max.partition.fetch.bytes": 1024,
+                             "queued.min.messages": 1, "fetch.queue.backoff.ms": 0}
+    consumer = settings.consumer(**small)
     try:
         topics = consumer.list_topics(timeout=10).topics
         out: dict = {tp: None for tp in wanted}

@@ -10,7 +10,8 @@ from __future__ import annotations
 import orjson
 
 from cep_core.control_message import (REFUSED_HEADER, STREAM, VERSION_HEADER, ControlMessage,
-                                      ControlMessageError, ControlRecord, Op, parse_key, validate)
+                                      ControlMessageError, ControlRecord, parse_key, validate)
+from cep_core.control_ops import Op
 from cep_core.errors import QueryError, QueryErrors
 from cep_core.parser import parse
 from cep_service.stream.topics import produce
@@ -21,10 +22,12 @@ def write_back(router, record: ControlRecord) -> None:
     """After a refusal, the live record under the refused key again (a tombstone where
     none is live), marked with the refused offset: on the compacted topic the last
     record of a key stays what is live. Another pipeline's query is not written over."""
+    key = record.key
     try:
-        kind, name = parse_key(record.key)
+        kind, name = parse_key(key)
     except ControlMessageError:
         return
+    assert key is not None  # parse_key refuses a missing key
     text = router.queries.live_text(kind, name)
     if kind is STREAM and name != router.topics.stream or \
             text is None and kind is not STREAM and _reads_another_stream(router, record):
@@ -36,14 +39,16 @@ def write_back(router, record: ControlRecord) -> None:
         if kind is STREAM:
             version = router.queries.registry.streams[name][1]
             headers.append((VERSION_HEADER, str(version).encode()))
-    log("change_written_back", key=record.key.decode(errors="replace"),
+    log("change_written_back", key=key.decode(errors="replace"),
         refused=record.offset, tombstone=value is None)
-    produce(router.out, router.topics.control, value, key=record.key, headers=headers)
+    produce(router.out, router.topics.control, value, key=key, headers=headers)
 
 
 def _reads_another_stream(router, record: ControlRecord) -> bool:
     """Whether a refused query record reads another pipeline's stream (as far as its
     text parses): that pipeline answers for it."""
+    if record.value is None:  # a tombstone
+        return False
     try:
         text = orjson.loads(record.value)["text"]
         return any(q.stream != router.topics.stream for q in parse(text).queries)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import os
 import time
+from typing import Any
 
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
@@ -45,6 +46,7 @@ from cep_service.stream import frames
 from cep_service.stream.checkpoint import (
     PIPELINE_HEADER,
     AskOnce,
+    AskWatermarks,
     Offset,
     Saved,
     broker_watermarks,
@@ -102,11 +104,11 @@ class Coordinator:
         self.offsets = [OFFSET_BEGINNING] * partitions  # next match-topic offset per partition
         self.delivered: dict[str, int] = {}  # output topic -> offset of its last record
         self.scanned: set[str] = set()  # outputs whose released position is known
-        self.saved = None  # offsets of the last checkpoint
+        self.saved: list[int] | None = None  # offsets of the last checkpoint
         self.generation = -1  # of the last checkpoint written or loaded (-1: none)
         # (topic, partition)s -> their watermarks on the broker, to check restored offsets
         # with (checkpoint.broker_watermarks, set by `run`; None: not checked)
-        self.watermarks = None
+        self.watermarks: AskWatermarks | None = None
         self.deliveries = Deliveries(also=self._delivered)
 
     def _delivered(self, err, message) -> None:
@@ -294,7 +296,7 @@ class Coordinator:
                                     partitions=self.partitions,
                                     latency_ms=event["latency_ms"], live=self.merger.summary())
         self.merger.live_events.clear()
-        shard = {"shard": self.shard, "shards": self.topics.shards} \
+        shard: dict[str, Any] = {"shard": self.shard, "shards": self.topics.shards} \
             if self.topics.shards > 1 else {}
         for end in self.merger.ended[self.reported_ends:]:
             log("end_of_input_released", upto=end, **shard)

@@ -28,6 +28,7 @@ from rich.table import Table
 from cep_core import reference
 from cep_core.composite import sort_key
 from cep_core.control_message import check_query
+from cep_core.control_ops import Op
 from cep_core.event_io import read_events
 from cep_core.home import state_dir
 from cep_core.workloads import WORKLOADS
@@ -157,7 +158,7 @@ def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rat
     log_path = state_dir("logs") / f"demo-{run_id}.log"
     create_topics(settings, topics, 4, ["double_tops", "trade_stats"])
     for name, text in queries:
-        publish(settings, topics.control, ControlMessage("add", name, text))
+        publish(settings, topics.control, ControlMessage(Op.ADD, name, text))
     api_port = usable_port(api_port) if api_port else 0
     services = start_services(bootstrap, workers, log_path, topics, api_port, distributed)
     try:

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 import orjson
 import pyarrow as pa
 
-from cep_core.control_message import QUERY, STREAM, Kind, Op
+from cep_core.control_message import QUERY, STREAM
+from cep_core.control_ops import Kind, Op
 
 
 
@@ -187,7 +189,7 @@ class ChangeFrame:
         return {"name": self.name, "text": self.text, "index": self.index}
 
     def to_payload(self) -> dict:
-        out = {"op": self.op, "name": self.name}
+        out: dict[str, Any] = {"op": self.op, "name": self.name}
         if self.key is not None:
             out.update(key=self.key, offset=self.offset)
         out["kind"] = self.kind

@@ -22,37 +22,43 @@ def _key_for(kind: Kind, name: str, records) -> bytes:
     return f"{kind}/{name}".encode()
 
 
-def query_changes(op: str, name: str | None, text: str, source: str, only: str | None,
-                  records, no_check: bool = False) -> list:
+def query_changes(op: str, name: str | None, text: str | None, source: str,
+                  only: str | None, records, no_check: bool = False) -> list:
     """(message, key, stream) of each change: `remove` of query `name`, or `add`/`update`
     of each query of the query text (only the one named `only`), checked as the splitter
     checks it on the live set the control `records` give (unless `no_check`).
     ControlMessageError (QueryError, QueryErrors with `no_check`) says why not."""
-    from cep_core.control_message import ControlMessage, check_query, replayed
+    from cep_core.control_message import (ControlMessage, ControlMessageError, check_query,
+                                          replayed)
     from cep_core.parser import parse
     from cep_service.stream.control import split_query_file
 
     view = replayed(records)  # every stream's queries, as the topic gives them
-    if Op(op) is Op.REMOVE:
+    change = Op(op)
+    if change is Op.REMOVE:
+        if name is None:
+            raise ControlMessageError("a query to remove needs its name")
         live = view.live.get(name)
         message = ControlMessage(Op.REMOVE, name)
         if not no_check:
             view.apply(message)
         return [(message, _key_for(Kind.QUERY, name, records),
                  live.checked.schema.stream if live is not None else None)]
+    if text is None:
+        raise ControlMessageError(f"a query {change.value} needs the query text")
     out = []
     for query_name, query_text in split_query_file(text, source):
         if only is not None and query_name != only:
             continue
-        message = ControlMessage(op, query_name, query_text)
+        message = ControlMessage(change, query_name, query_text)
         if no_check:
             stream_of = parse(query_text, source).queries[0].stream
         else:  # the splitter's refusals, on the topic's live set: a refused record would
             # replace the one it was meant to change on the compacted topic
-            message = ControlMessage(op, query_name, query_text,
-                                     check_query(query_name, query_text, view.registry))
+            checked = check_query(query_name, query_text, view.registry)
+            message = ControlMessage(change, query_name, query_text, checked)
             view.apply(message)
-            stream_of = message.checked.schema.stream
+            stream_of = checked.schema.stream
         out.append((message, _key_for(Kind.QUERY, query_name, records), stream_of))
     return out
 
@@ -78,10 +84,16 @@ def stream_changes(op: str, name: str, text: str | None, records,
     """[(message, key, stream)] of a change of stream `name` (`text`: its schema as JSON),
     refused as a splitter would refuse it on the topic's live queries (unless
     `no_check`): ControlMessageError says why."""
-    from cep_core.control_message import ControlMessage, check_stream, replayed
+    from cep_core.control_message import (ControlMessage, ControlMessageError, check_stream,
+                                          replayed)
 
-    message = ControlMessage(Op.REMOVE, name, kind=Kind.STREAM) if Op(op) is Op.REMOVE \
-        else ControlMessage(op, name, text, check_stream(name, text), Kind.STREAM)
+    change = Op(op)
+    if change is Op.REMOVE:
+        message = ControlMessage(Op.REMOVE, name, kind=Kind.STREAM)
+    elif text is None:
+        raise ControlMessageError(f"a stream {change.value} needs the schema")
+    else:
+        message = ControlMessage(change, name, text, check_stream(name, text), Kind.STREAM)
     if not no_check:  # the same refusals as a splitter's, on the topic's live queries
         replayed(records).apply(message)
     return [(message, _key_for(Kind.STREAM, message.name, records), message.name)]
@@ -188,9 +200,9 @@ def live_items(view: dict[str, dict], kind: Kind) -> list[dict]:
     if queries:
         for entry in view.values():
             for name, failure in (entry.get("failed") or {}).items():
-                item = merged.get(name)
-                if item is not None and "reason" not in item:
-                    item.update(state="failed", reason=failure["reason"],
+                known = merged.get(name)
+                if known is not None and "reason" not in known:
+                    known.update(state="failed", reason=failure["reason"],
                                 failed_in=entry["service"], partition=failure["partition"])
         for item in merged.values():
             item.setdefault("state", "live")

@@ -100,7 +100,9 @@ class MemoryPipeline:
         self._route(state.sent, shards, self._matches)
 
     def _matches(self, merger: Merger, value, partition, headers) -> None:
-        merger.feed(frames.frame_of(message(partition, 0, value, headers)))
+        frame = frames.frame_of(message(partition, 0, value, headers))
+        if frame is not None:  # as the coordinator does: a match topic holds only frames
+            merger.feed(frame)
         for output, composite in merger.release():
             self.outputs.setdefault(output, []).append(composite)
 

@@ -100,6 +100,8 @@ class Merger:
             name, kind, marked = None, QUERY, None
         else:
             if change.of_stream:
+                # a stream's change holds its text (empty once removed) and version
+                assert change.text is not None and change.version is not None
                 self.registry.learn(change.name, change.text, change.version)
             entries = [] if change.of_stream else [change.query_entry()]
             changes = [] if change.key is None else [change.named()]
@@ -175,9 +177,10 @@ class Merger:
         if any(q.held for q in self.queries.values() if q.output == output):
             low = min([low] + [h - 1 for h in self.held if h is not None])
         horizons = [q.horizon for q in self.queries.values() if q.output == output]
-        if any(h is INFINITE for h in horizons):
+        finite = [h for h in horizons if h is not INFINITE and h is not None]
+        if len(finite) < len(horizons):  # an INFINITE horizon
             return ended
-        widest = max(horizons, default=0)
+        widest = max(finite, default=0)
         if widest == 0:
             return max(low, ended)
         now = next((ts for upto, ts in reversed(self.pulses) if upto <= low), None)

@@ -29,7 +29,7 @@ from cep_core.ast import QueryKind
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.control_message import LiveSet, horizon
 from cep_core.control_ops import Outcome
-from cep_core.schema import units_per_ms
+from cep_core.schema import StreamSchema, units_per_ms
 from cep_core.stream_engines import StreamEngines
 from cep_service.stream import frames
 from cep_service.stream.frames import ChangeFrame, Frame, LiveSetFrame
@@ -52,6 +52,7 @@ class PartitionState:
         self.status = status or StatusWriter(self.topics.status, "worker")
         self.sent = out if out is not None else Outbox()  # what this partition sends
         self.idle_timeout_ms = idle_timeout_ms
+        self.stream = stream
         self.queries = LiveSet(stream, registry)
         self.routes: dict[str, tuple[StreamEngines, BatchEncoder]] = {}
         self.upto = -1
@@ -60,7 +61,7 @@ class PartitionState:
         self.out: list[dict] = []
         self.seen: dict[str, int] = {}  # route -> last event seq processed
         self.end_at = -1  # upto of the last end of input
-        self.saved_offset = None  # offset of the last snapshot written
+        self.saved_offset: int | None = None  # offset of the last snapshot written
         self.live_sets = 0  # start-up `set` frames applied: the worker reports its live set
         self.outputs: dict[str, str] = {}  # query -> INTO topic, removed queries included
         self.failed: dict[str, dict] = {}  # query -> its failure and the text that failed
@@ -71,9 +72,8 @@ class PartitionState:
         pair = self.routes.get(route)
         if pair is None:
             strings = StringDictionary()
-            schema = self.queries.registry.get(self.queries.stream)
             pair = self.routes[route] = (StreamEngines([], strings),
-                                         BatchEncoder(schema, strings))
+                                         BatchEncoder(self._schema(), strings))
         return pair
 
     def start(self, entry) -> None:
@@ -148,9 +148,15 @@ class PartitionState:
 
     def new_schema(self) -> None:
         """The stream's schema changed (a compatible update): decode frames with it."""
-        schema = self.queries.registry.get(self.queries.stream)
+        schema = self._schema()
         for _, encoder in self.routes.values():
             encoder.schema = schema
+
+    def _schema(self) -> StreamSchema:
+        schema = self.queries.registry.get(self.stream)
+        if schema is None:
+            raise LookupError(f"no schema of stream {self.stream!r} is live")
+        return schema
 
     def compact_strings(self) -> int:
         """Drop the strings no engine holds any more (see StreamEngines.compact_strings);
@@ -185,12 +191,12 @@ class PartitionState:
         """Put back a snapshot of this stream's partition; SnapshotError (naming `where`,
         the record or file) before anything changes when its bytes were changed since it
         was written or it is another partition's. Its envelope."""
-        envelope, data = snapshot_format.read("partition", data, where,
+        envelope, body = snapshot_format.read("partition", data, where,
                                               stream=self.queries.stream,
                                               partition=self.partition)
         self.generation = envelope.generation if envelope.generation is not None else 0
-        (size,) = struct.unpack(">I", data[:4])
-        meta = orjson.loads(data[4:4 + size])
+        (size,) = struct.unpack(">I", body[:4])
+        meta = orjson.loads(body[4:4 + size])
         self.offset, self.upto, self.ts = meta["offset"], meta["upto"], meta["ts"]
         self.out, self.seen = meta.get("out", []), meta.get("seen", {})
         self.end_at = meta.get("end_at", -1)
@@ -201,7 +207,7 @@ class PartitionState:
         at = 4 + size
         for route, length in meta["routes"].items():
             engines = self.engines(route)[0]
-            engines.restore(data[at:at + length])
+            engines.restore(body[at:at + length])
             self._failures(engines)
             at += length
         self._unreported = list(self.failed)  # announced again: this process holds them
@@ -261,12 +267,14 @@ class PartitionState:
         change = frames.control_of(frame)
         stream_changed = False
         if isinstance(change, LiveSetFrame):
-            before = self.queries.registry.get(self.queries.stream)
+            before = self.queries.registry.get(self.stream)
             self.queries.load_streams(list(change.streams))
-            stream_changed = self.queries.registry.get(self.queries.stream) != before
+            stream_changed = self.queries.registry.get(self.stream) != before
             self.reconcile(list(change.queries))
             self.live_sets += 1
         elif change.of_stream:
+            # a stream's change holds its text (empty once removed) and version
+            assert change.text is not None and change.version is not None
             self.queries.registry.learn(change.name, change.text, change.version)
             stream_changed = change.name == self.queries.stream
         elif change.removes:

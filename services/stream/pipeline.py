@@ -21,6 +21,7 @@ import os
 import pkgutil
 import threading
 import time
+from collections.abc import Sequence
 
 from cep_service.stream.chained import Chained
 from cep_service.stream.coordinator import Coordinator
@@ -31,7 +32,7 @@ from cep_service.stream.worker import Worker
 
 
 def create_topics(settings: KafkaSettings, topics: Topics, partitions: int,
-                  outputs: list[str] = (), source_partitions: int = 1) -> None:
+                  outputs: Sequence[str] = (), source_partitions: int = 1) -> None:
     ensure_topics(settings, {topics.source: source_partitions, topics.control: 1,
                              topics.keyed: partitions,
                              **{topics.matches_of(k): partitions for k in range(topics.shards)},
@@ -65,7 +66,7 @@ class LocalPipeline:
 
     def __init__(self, settings: KafkaSettings, topics: Topics, workers: int = 1,
                  partitions: int = 4, pulse_ms: int = 100, on_output=None, registry=None,
-                 metrics_ports: list[int] = (), splitter_options: dict | None = None,
+                 metrics_ports: Sequence[int] = (), splitter_options: dict | None = None,
                  worker_options: dict | None = None, coordinator_options: dict | None = None,
                  chained: bool = False):
         """`metrics_ports`: Prometheus ports of the splitter, each worker, the coordinator
@@ -79,14 +80,19 @@ class LocalPipeline:
                                                                           ports[-1])]
         self.settings, self.topics = settings, topics
         self.chained = chained
+        self.stops: list[threading.Event] = []
+        self.threads: list[threading.Thread] = []
+        self.errors: list[BaseException] = []
+        self.splitter: Splitter
         if chained:  # one thread: splitter, workers and coordinators chained
-            self.splitter = Chained(settings, topics, partitions, pulse_ms, registry=registry,
-                                    metrics=self.metrics[0], **(splitter_options or {}),
-                                    **(worker_options or {}))
+            chain = Chained(settings, topics, partitions, pulse_ms, registry=registry,
+                            metrics=self.metrics[0], **(splitter_options or {}),
+                            **(worker_options or {}))
+            self.splitter = chain
             self.metrics = self.metrics[:1]
-            self.workers, self.coordinators = [], self.splitter.coordinators
+            self.workers: list[Worker] = []
+            self.coordinators = chain.coordinators
             self.coordinator = self.coordinators[0]
-            self.stops, self.threads, self.errors = [], [], []
             return
         self.splitter = Splitter(settings, topics, partitions, pulse_ms, registry=registry,
                                  metrics=self.metrics[0], **(splitter_options or {}))
@@ -101,9 +107,6 @@ class LocalPipeline:
             for k in range(topics.shards)]
         self.metrics += shard_metrics[1:]
         self.coordinator = self.coordinators[0]
-        self.stops: list[threading.Event] = []
-        self.threads: list[threading.Thread] = []
-        self.errors: list[BaseException] = []
 
     def _thread(self, target, name: str) -> None:
         stop = threading.Event()

@@ -42,6 +42,7 @@ import functools
 import os
 import threading
 import time
+from typing import Any
 from concurrent.futures import Future
 
 import orjson
@@ -50,19 +51,20 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from cep_core import snapshot_format
 from cep_core.control_message import (
     QUERY,
-    Op,
     ControlMessageError,
     ControlRecord,
     OtherStream,
     compacted,
     validate,
 )
+from cep_core.control_ops import Op
 from cep_core.json_batch import DEFAULT_MAX_MESSAGE_BYTES
 from cep_core.kernel_warmer import KernelWarmer
 # Deliberately like services/stream/chained.py's: an import list of the checkpoint helpers both
 # use, not code
 from cep_service.stream.checkpoint import (
     AskOnce,
+    AskWatermarks,
     Offset,
     Saved,
     broker_watermarks,
@@ -124,11 +126,12 @@ class Splitter:
         # Held while a batch is stamped and sent: a pulse from another thread (the Faust
         # timer) must not claim an `upto` whose events are not all produced yet.
         self.lock = threading.Lock()
-        self.saved = None  # (source offsets, position) of the last checkpoint
+        # (source offsets, position) of the last checkpoint
+        self.saved: tuple[Any, int] | None = None
         self.generation = -1  # of the last checkpoint written or restored (-1: none)
         # (topic, partition)s -> their watermarks on the broker, to check restored offsets
         # with (checkpoint.broker_watermarks, set by `start`; None: not checked)
-        self.watermarks = None
+        self.watermarks: AskWatermarks | None = None
         self.keyed_next: dict[int, int] = {}  # keyed partition -> offset after the last sent
         self.undelivered: str | None = None  # the first record the broker never took
         if warm_kernels is None:
@@ -437,6 +440,7 @@ class Splitter:
             text = self._to_warm(head)
             if text is not None:
                 if self.warming is None:
+                    assert self.warmer is not None  # (_to_warm gives a text only with one)
                     schema = self.core.known_schema()
                     self.warming = (self.warmer.submit(text, orjson.dumps(
                         schema.to_dict()).decode() if schema else None), time.monotonic())

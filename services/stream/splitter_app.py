@@ -96,7 +96,9 @@ def create_app(splitter: Splitter, web_port: int = 6066, web_bind: str = "0.0.0.
         state = await asyncio.get_running_loop().run_in_executor(None, splitter.status)
         return web.json(state)
 
-    app.service(service)
+    # faust types service() as a class decorator; it keeps an instance alike (it only
+    # appends what it is given to the services it starts)
+    app.service(service)  # type: ignore[arg-type]
     return app, service
 
 

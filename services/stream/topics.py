@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 # "from the partition's first record": librdkafka's RD_KAFKA_OFFSET_BEGINNING, the value of
 # confluent_kafka.OFFSET_BEGINNING (tests/test_kafka_free_cores.py checks they agree)
@@ -18,7 +18,8 @@ class Producer(Protocol):
     """What `produce` needs of a producer: a confluent_kafka Producer, or an Outbox
     (services/stream/routing.py) that only records what is sent."""
 
-    def produce(self, topic: str, value: bytes | None, **args) -> None: ...
+    def produce(self, topic: str, value: bytes | None, *, key: bytes | None = ...,
+                partition: int = ..., headers: Any = ...) -> None: ...
 
     def poll(self, timeout: float = ...) -> int: ...
 
@@ -101,15 +102,15 @@ class Topics:
         return self._internal(role)
 
 
-def produce(producer: Producer, topic: str, value: bytes, key: bytes | None = None,
-            partition: int | None = None, headers=None) -> None:
+def produce(producer: Producer, topic: str, value: bytes | None, key: bytes | None = None,
+            partition: int | None = None, headers: Any = None) -> None:
     """Produce, waiting for room in the local queue when it is full."""
-    args = {"key": key, "headers": headers}
-    if partition is not None:
-        args["partition"] = partition
     while True:
         try:
-            producer.produce(topic, value, **args)
+            if partition is None:
+                producer.produce(topic, value, key=key, headers=headers)
+            else:
+                producer.produce(topic, value, key=key, partition=partition, headers=headers)
             return
         except BufferError:
             producer.poll(0.01)

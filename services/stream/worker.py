@@ -38,6 +38,7 @@ from cep_service.stream import frames
 # both shells use, not code
 from cep_service.stream.checkpoint import (
     AskOnce,
+    AskWatermarks,
     Offset,
     Saved,
     broker_watermarks,
@@ -91,7 +92,7 @@ class Worker:
         self.deliveries = Deliveries()
         # (topic, partition)s -> their watermarks on the broker, to check restored offsets
         # with (checkpoint.broker_watermarks, set by `run`; None: not checked)
-        self.watermarks = None
+        self.watermarks: AskWatermarks | None = None
 
     def run(self, stopping) -> None:
         # the control topic's streams, and its queries checked once for all partitions
