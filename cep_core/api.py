@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from cep_core.checked import CheckedQuery
     from cep_core.composites import Composites
     from cep_core.event_io import DeadLetter
+    from cep_core.explain import Explanation
+    from cep_core.stream_engines import QueryFailure
 
 __all__ = ["QueryError", "QuerySet", "Result", "Stream", "compile", "read_events"]
 
@@ -100,7 +102,7 @@ def _stream_schema(schema: Any, streams: list[str], time: str | None,
     import pyarrow as pa
 
     if isinstance(schema, pa.Schema):
-        attributes = {}
+        attributes: dict[str, str] = {}
         for f in schema:
             if f.name == "seq":
                 continue
@@ -115,7 +117,7 @@ def _stream_schema(schema: Any, streams: list[str], time: str | None,
     raise SchemaError(f"cannot make a stream schema of {type(schema).__name__}")
 
 
-def _from_attributes(stream: str | None, attributes: dict, time: str | None,
+def _from_attributes(stream: str | None, attributes: dict[str, str], time: str | None,
                      time_unit: str) -> StreamSchema:
     if stream is None:
         raise SchemaError("the queries read several streams: give a StreamSchema or a "
@@ -189,7 +191,7 @@ class QueryFailedError(RuntimeError):
     """`run` could not answer for every query: `failures` says which and why
     (`cep_core.stream_engines.QueryFailure`)."""
 
-    def __init__(self, message: str, failures: list):
+    def __init__(self, message: str, failures: list[QueryFailure]):
         super().__init__(message)
         self.failures = failures
 
@@ -202,18 +204,18 @@ class Result:
     composites: Composites
     dead_letters: list[DeadLetter]
     events: int  # how many events were read
-    timings: dict = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
 
     @cached_property
     def table(self) -> pa.Table:
         """The composite events as one Arrow table (columns in docs/semantics.md)."""
         return self.composites.to_arrow()
 
-    def to_dicts(self) -> list[dict]:
+    def to_dicts(self) -> list[dict[str, Any]]:
         """The composite events as dicts, as `cep run` writes them in JSON lines."""
         return self.composites.to_dicts()
 
-    def to_pandas(self):
+    def to_pandas(self) -> Any:  # a pandas.DataFrame (pandas: not a dependency)
         return self.table.to_pandas()
 
     def dead_letters_table(self) -> pa.Table:
@@ -258,7 +260,7 @@ class QuerySet:
     def __repr__(self) -> str:
         return f"QuerySet({', '.join(self.names)} over {self.schema.stream})"
 
-    def explain(self) -> list:
+    def explain(self) -> list[Explanation]:
         """What each query compiled to (`cep_core.explain.Explanation`: `.text()`,
         `.dot()`, `.svg()`), as `cep explain` shows it."""
         from cep_core.explain import explain
@@ -279,8 +281,8 @@ class QuerySet:
         schema = self.schema
         table, dead = read_events(data, schema, fmt, guard=TimeGuard.of(
             schema, max_ahead, max_ahead_of_clock))
-        timings: dict = {}
-        failures: list = []
+        timings: dict[str, float] = {}
+        failures: list[QueryFailure] = []
         composites, rejected = run_checked(self.queries, table, engine, placement, timings,
                                            failures=failures)
         if failures:  # the others' answers are whole, but a caller asked for all of them
@@ -358,7 +360,7 @@ class Stream:
         self._take_rejected(None)
         return out
 
-    def _take_rejected(self, table) -> None:
+    def _take_rejected(self, table: pa.Table | None) -> None:
         rejected = self._engines.take_dead_letters()
         if not rejected:
             return

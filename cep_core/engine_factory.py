@@ -20,6 +20,8 @@ from __future__ import annotations
 # Deferred imports: each query kind's compiler and engine (numba kernels built at import) load
 # when the first engine of that kind is made.
 
+from typing import TYPE_CHECKING, Any
+
 from cep_core.ast import QueryKind, SeqQuery, Strategy
 from cep_core.batch import StringDictionary
 from cep_core.checked import CheckedQuery
@@ -33,12 +35,23 @@ from cep_core.placement import (
     placement_policy,
 )
 
+if TYPE_CHECKING:
+    from cep_core.compiler.match import Program as MatchProgram
+    from cep_core.compiler.recognize import RecognizeProgram
+    from cep_core.compiler.seq_programs import SeqProgram
+    from cep_core.compiler.window import WindowProgram
+    from cep_core.reference.recognize import Nfa
+
+    # What compile_program gives: the program of the query's kind (Flink's automaton, `Nfa`,
+    # for a MATCH_RECOGNIZE query the jitted kernels do not evaluate).
+    Program = MatchProgram | RecognizeProgram | Nfa | SeqProgram | WindowProgram
+
 __all__ = ["PLACEMENTS", "Placement", "create_engine", "cpu_engine", "match_engine",
            "recognize_engine", "seq_engine", "seq_aip_engine", "window_engine"]
 
 
 def create_engine(checked: CheckedQuery, strings: StringDictionary, placement: str = "cpu",
-                  **options) -> Engine:
+                  **options: Any) -> Engine:
     """The engine for the query, where `placement` puts it (the placement policy);
     `engine.placement` says where and why. Options `gpu_cost_threshold`, `expected_keys`
     and `gpu_min_keys` steer "auto"; the rest go to the engine."""
@@ -51,6 +64,7 @@ def create_engine(checked: CheckedQuery, strings: StringDictionary, placement: s
         where = gpu.place(checked, placement, gpu_cost_threshold,
                           expected_keys=options.get("expected_keys"),
                           gpu_min_keys=options.get("gpu_min_keys"))
+    engine: Engine
     if where.target is Target.GPU:
         engine = gpu.gpu_engine(checked, strings, **options)
     else:
@@ -59,7 +73,7 @@ def create_engine(checked: CheckedQuery, strings: StringDictionary, placement: s
     return engine
 
 
-def cpu_engine(checked: CheckedQuery, strings: StringDictionary, **options) -> Engine:
+def cpu_engine(checked: CheckedQuery, strings: StringDictionary, **options: Any) -> Engine:
     """The CPU engine for the query's kind."""
     kind = checked.query.kind
     if kind is QueryKind.RECOGNIZE:
@@ -83,7 +97,7 @@ def _seq_uses_aip(checked: CheckedQuery, algorithm: str) -> bool:
                                           body.strategy is not Strategy.SKIP_TILL_ANY_MATCH)
 
 
-def compile_program(checked: CheckedQuery):
+def compile_program(checked: CheckedQuery) -> Program:
     """The program the CPU engine of the query's kind runs (the compilers' work, shared by
     every engine of the query; no numba compilation, which happens at a kernel's first
     call). Raises what those compilers refuse: `cep_core.admission` runs it as part of
@@ -113,14 +127,14 @@ def compile_program(checked: CheckedQuery):
             f"query {checked.name!r}: the AIP SEQ kernel does not evaluate {e}") from None
 
 
-def match_engine(checked: CheckedQuery, strings: StringDictionary, **options) -> Engine:
+def match_engine(checked: CheckedQuery, strings: StringDictionary, **options: Any) -> Engine:
     from cep_core.compiler.match import compile_match
     from cep_core.engine.match import MatchEngine
 
     return MatchEngine(compile_match(checked), strings, **options)
 
 
-def recognize_engine(checked: CheckedQuery, strings: StringDictionary, **options) -> Engine:
+def recognize_engine(checked: CheckedQuery, strings: StringDictionary, **options: Any) -> Engine:
     """A MATCH_RECOGNIZE query's engine, planned: the jitted engine
     (`cep_core.engine.recognize`) where its compiler takes the query, else the reference
     interpreter over columnar batches (`cep_core.engine.recognize_interpreter`, Flink's
@@ -135,7 +149,7 @@ def recognize_engine(checked: CheckedQuery, strings: StringDictionary, **options
     return RecognizeInterpreterEngine(checked, strings, **options)
 
 
-def recognize_program(checked: CheckedQuery):
+def recognize_program(checked: CheckedQuery) -> RecognizeProgram | None:
     """The jitted program of a MATCH_RECOGNIZE query, or None where its compiler does not
     evaluate something the query uses (`RecognizeUnsupported`: the interpreter runs it)."""
     from cep_core.compiler.recognize import RecognizeUnsupported, compile_recognize
@@ -148,7 +162,7 @@ def recognize_program(checked: CheckedQuery):
 
 def seq_engine(checked: CheckedQuery, strings: StringDictionary,
                algorithm: str = Algorithm.AUTO,
-               **options) -> Engine:
+               **options: Any) -> Engine:
     """The CDP engine; `NotSupportedError` for algorithm "aip" or a query that needs runs."""
     from cep_core.compiler.seq_programs import CdpUnsupported, compile_cdp
     from cep_core.engine.seq import NotSupportedError, SeqEngine
@@ -165,7 +179,7 @@ def seq_engine(checked: CheckedQuery, strings: StringDictionary,
     return SeqEngine(program, strings, **options)
 
 
-def seq_aip_engine(checked: CheckedQuery, strings: StringDictionary, **options) -> Engine:
+def seq_aip_engine(checked: CheckedQuery, strings: StringDictionary, **options: Any) -> Engine:
     """The AIP engine; `NotSupportedError` for what its kernel does not evaluate."""
     from cep_core.compiler.seq_programs import AipUnsupported, compile_aip
     from cep_core.engine.seq import NotSupportedError
@@ -179,7 +193,7 @@ def seq_aip_engine(checked: CheckedQuery, strings: StringDictionary, **options) 
     return SeqAipEngine(program, strings, **options)
 
 
-def window_engine(checked: CheckedQuery, strings: StringDictionary, **options) -> Engine:
+def window_engine(checked: CheckedQuery, strings: StringDictionary, **options: Any) -> Engine:
     from cep_core.compiler.window import compile_window
     from cep_core.engine.window import WindowEngine
 

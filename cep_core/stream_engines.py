@@ -12,11 +12,13 @@ from __future__ import annotations
 # starts, so `cep run` can import the engines in a second thread while pyarrow parses, and a stream
 # without WINDOW queries never imports them.
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from cep_core import failpoints, snapshot_format
 from cep_core.ast import QueryKind
@@ -28,10 +30,29 @@ from cep_core.composites import Composites
 from cep_core.engine import cache_load
 from cep_core.engine_factory import create_engine
 from cep_core.events import Event, Punctuation
-from cep_core.placement import Placement, check_placement
+from cep_core.placement import Placement, Target, check_placement
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from cep_core.batch import Batch
+    from cep_core.engine.base import Engine
+    from cep_core.engine.window import WindowQuerySet
+
+    Part = Engine | WindowQuerySet  # what holds queries' state: an engine, the WINDOW set
+
+_T = TypeVar("_T")
+# An event an engine rejected: (query, seq, reason).
+Rejected = tuple[CheckedQuery, int, str]
 
 
-def compact_strings(parts, strings: StringDictionary, slack: float = 2.0,
+class _HoldsStrings(Protocol):
+    def string_codes(self) -> npt.ArrayLike: ...
+
+    def remap_strings(self, new_code: npt.NDArray[np.int64]) -> None: ...
+
+
+def compact_strings(parts: list[_HoldsStrings], strings: StringDictionary, slack: float = 2.0,
                     minimum: int = 4096) -> int:
     """Drop the strings that no engine in `parts` holds any more (keys that were released
     and never came back), when `strings` has more than `slack` times as many as are held
@@ -50,17 +71,19 @@ def compact_strings(parts, strings: StringDictionary, slack: float = 2.0,
     return before - len(strings)
 
 
-def _columns(part, method: str, *args) -> list[CompositeBatch]:
+def _columns(part: Part, method: str, *args: object) -> list[CompositeBatch]:
     """`part.<method>_columns(*args)`, or its dicts as one RowBatch where the part (the
     WINDOW query set, GPU engines) builds dicts."""
-    columns = getattr(part, f"{method}_columns", None)
+    columns: Callable[..., list[CompositeBatch]] | None = getattr(part, f"{method}_columns",
+                                                                  None)
     if columns is not None:
         return columns(*args)
-    rows = getattr(part, method)(*args)
+    rows: list[dict[str, Any]] = getattr(part, method)(*args)
     return [RowBatch(rows)] if rows else []
 
 
-def batches(stream: Iterable[Event | Punctuation], size: int):
+def batches(stream: Iterable[Event | Punctuation], size: int
+            ) -> Iterator[list[Event] | Punctuation]:
     """Groups events into lists of at most `size`; a punctuation is yielded on its own."""
     pending: list[Event] = []
     for item in stream:
@@ -92,7 +115,7 @@ class QueryFailure:
         at = f" (batch up to seq {self.seq})" if self.seq is not None else ""
         return f"query {self.query!r} failed in {self.stage}{at}: {self.reason}"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"name": self.query, "stage": self.stage, "reason": self.reason,
                 "seq": self.seq}
 
@@ -101,7 +124,7 @@ def _reason(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def _last_seq(batch) -> int | None:
+def _last_seq(batch: object) -> int | None:
     seq = getattr(batch, "seq", None)
     return int(seq[-1]) if seq is not None and len(seq) else None
 
@@ -125,7 +148,8 @@ class StreamEngines:
     queries last (they always share the CPU query set)."""
 
     def __init__(self, queries: list[CheckedQuery], strings: StringDictionary, *,
-                 placement: str | None = None, report: list | None = None, **options):
+                 placement: str | None = None, report: list[Placement] | None = None,
+                 **options: Any) -> None:
         if placement is not None:
             check_placement(placement)
         cache_load.install()
@@ -135,7 +159,7 @@ class StreamEngines:
         self._failures: list[QueryFailure] = []  # not handed out yet
         self._strings = strings
         self._compact_at = 0.0  # dictionary size at which compact_strings looks again
-        self.engines = []
+        self.engines: list[Engine] = []
         for q in queries:
             if q.query.kind is not QueryKind.WINDOW:
                 engine = self._made(q, placement or "cpu", options)
@@ -144,9 +168,9 @@ class StreamEngines:
         windows = [q for q in queries if q.query.kind is QueryKind.WINDOW]
         if placement is not None and report is not None:
             report.extend(e.placement for e in self.engines)
-            report.extend(Placement(q.name, "cpu", "WINDOW queries run on the CPU (shared "
+            report.extend(Placement(q.name, Target.CPU, "WINDOW queries run on the CPU (shared "
                                     "panes)") for q in windows)
-        self.windows = None
+        self.windows: WindowQuerySet | None = None
         if windows:
             from cep_core.engine.window import WindowQuerySet
             known = ("chunk", "rows_capacity", "groups", "masked_at", "release_at")
@@ -155,7 +179,8 @@ class StreamEngines:
             for q in windows:
                 self._add_window(q)
 
-    def _made(self, checked: CheckedQuery, placement: str, options: dict):
+    def _made(self, checked: CheckedQuery, placement: str, options: dict[str, Any]
+              ) -> Engine | None:
         """The query's engine, or None when making it failed (the query is failed)."""
         try:
             failpoints.hit(checked.name, "compile")
@@ -166,6 +191,7 @@ class StreamEngines:
 
     def _add_window(self, checked: CheckedQuery) -> None:
         from cep_core.compiler.window import compile_window
+        assert self.windows is not None  # made before its first query is added
         try:
             failpoints.hit(checked.name, "compile")
             self.windows.add(compile_window(checked))
@@ -193,6 +219,7 @@ class StreamEngines:
     def _window_failpoints(self, stage: str) -> None:
         """CEP_FAILPOINTS for the WINDOW queries at a stage the shared set does as one
         (snapshot, restore)."""
+        assert self.windows is not None  # asked for where there is a WINDOW query set
         for name in list(self.windows.names):
             try:
                 failpoints.hit(name, stage)
@@ -204,8 +231,9 @@ class StreamEngines:
         out, self._failures = self._failures, []
         return out
 
-    def _each_engine(self, stage: str, call, seq: int | None = None) -> list:
-        out: list = []
+    def _each_engine(self, stage: str, call: Callable[[Engine], Iterable[_T]],
+                     seq: int | None = None) -> list[_T]:
+        out: list[_T] = []
         for engine in list(self.engines):
             name = engine.checked.name
             try:
@@ -215,7 +243,8 @@ class StreamEngines:
                 self._fail(name, stage, e, seq)
         return out
 
-    def _window_call(self, stage: str, call, seq: int | None = None) -> list:
+    def _window_call(self, stage: str, call: Callable[[WindowQuerySet], list[_T]],
+                     seq: int | None = None) -> list[_T]:
         """`call(windows)` with the set's own per-query failures taken in; a failure of
         the whole set fails each of its queries."""
         if self.windows is None or not len(self.windows):
@@ -231,33 +260,33 @@ class StreamEngines:
             self._fail(name, where, error, seq)
         return out
 
-    def _parts(self):
+    def _parts(self) -> Iterator[Part]:
         yield from self.engines
         if self.windows is not None:
             yield self.windows
 
-    def order(self, composites: list[dict]) -> list[dict]:
+    def order(self, composites: list[dict[str, Any]]) -> list[dict[str, Any]]:
         index = self.indexes
         return sorted(composites, key=lambda c: sort_key(c, index[c["query"]]))
 
-    def process(self, batch) -> list[dict]:
+    def process(self, batch: Batch) -> list[dict[str, Any]]:
         return to_dicts(self.process_columns(batch))
 
-    def process_columns(self, batch) -> list[CompositeBatch]:
+    def process_columns(self, batch: Batch) -> list[CompositeBatch]:
         """`process` as columns: the composite events of every query, no dict per event
         (WINDOW queries' are built as dicts still)."""
         seq = _last_seq(batch)
         out = self._each_engine("process", lambda e: e.process_columns(batch), seq)
-        by_query: dict[str, list[dict]] = {}
+        by_query: dict[str, list[dict[str, Any]]] = {}
         for row in self._window_call("process", lambda w: w.process(batch), seq):
             by_query.setdefault(row["query"], []).append(row)
         out += [RowBatch(rows) for rows in by_query.values()]
         return out
 
-    def punctuate(self, ts: int) -> list[dict]:
+    def punctuate(self, ts: int) -> list[dict[str, Any]]:
         return to_dicts(self.punctuate_columns(ts))
 
-    def flush(self) -> list[dict]:
+    def flush(self) -> list[dict[str, Any]]:
         return to_dicts(self.flush_columns())
 
     def punctuate_columns(self, ts: int) -> list[CompositeBatch]:
@@ -266,7 +295,8 @@ class StreamEngines:
     def flush_columns(self) -> list[CompositeBatch]:
         return self._ended("flush", lambda part: _columns(part, "flush"))
 
-    def _ended(self, stage: str, call) -> list[CompositeBatch]:
+    def _ended(self, stage: str, call: Callable[[Part], list[CompositeBatch]]
+               ) -> list[CompositeBatch]:
         return self._each_engine(stage, call) + self._window_call(stage, call)
 
     def composites(self, batches: list[CompositeBatch]) -> Composites:
@@ -275,7 +305,7 @@ class StreamEngines:
 
     # ------------------------------------------------------------ run-time changes
 
-    def add(self, checked: CheckedQuery, **options) -> None:
+    def add(self, checked: CheckedQuery, **options: Any) -> None:
         """Start a query (fresh state) without touching the others."""
         if checked.name in self.queries:
             raise ValueError(f"query {checked.name!r} is already running")
@@ -299,11 +329,12 @@ class StreamEngines:
             return
         checked = self.queries.pop(name)
         if checked.query.kind is QueryKind.WINDOW:
+            assert self.windows is not None  # it holds the WINDOW queries
             self.windows.remove(name)
         else:
             self.engines = [e for e in self.engines if e.checked.name != name]
 
-    def update(self, checked: CheckedQuery, **options) -> None:
+    def update(self, checked: CheckedQuery, **options: Any) -> None:
         if checked.name in self.queries or checked.name in self.failed:
             self.remove(checked.name)
         self.add(checked, **options)
@@ -315,7 +346,7 @@ class StreamEngines:
         blobs = self._each_engine("snapshot", lambda e: [(e.checked.name, np.frombuffer(
             e.snapshot(with_strings=False), dtype=np.uint8))])
         arrays = {f"e{i}": blob for i, (_, blob) in enumerate(blobs)}
-        meta = {"strings": self._strings.strings,
+        meta: dict[str, Any] = {"strings": self._strings.strings,
                 "engines": [name for name, _ in blobs], "windows": None}
         if self.windows is not None:
             self._window_failpoints("snapshot")
@@ -345,8 +376,12 @@ class StreamEngines:
                 self._fail(name, "restore", e)
         if meta["windows"] is not None and self.windows is not None:
             self._window_failpoints("restore")
-            self._window_call("restore", lambda w: [w.load_state(
-                meta["windows"], {k[2:]: v for k, v in arrays.items() if k.startswith("w_")})])
+            def load(windows: WindowQuerySet) -> list[None]:
+                windows.load_state(meta["windows"], {k[2:]: v for k, v in arrays.items()
+                                                     if k.startswith("w_")})
+                return []
+
+            self._window_call("restore", load)
 
     def compact_strings(self, slack: float = 2.0, minimum: int = 4096) -> int:
         """`compact_strings` over every query of the stream. After a look that found most
@@ -366,7 +401,7 @@ class StreamEngines:
                 for seq in [e.held_seq()] if seq is not None]
         return min(held, default=None)
 
-    def dead_letters(self) -> list[tuple[CheckedQuery, int, str]]:
+    def dead_letters(self) -> list[Rejected]:
         """(query, seq, reason) of every event an engine rejected."""
         out = [(e.checked, seq, reason) for e in self.engines for seq, reason in e.dead_letters]
         if self.windows is not None:
@@ -374,7 +409,7 @@ class StreamEngines:
                        for seq, reason in self.windows.dead_letters(name))
         return out
 
-    def take_dead_letters(self) -> list[tuple[CheckedQuery, int, str]]:
+    def take_dead_letters(self) -> list[Rejected]:
         """`dead_letters()`, then forgotten (a service that has sent them on keeps neither
         them nor a count in memory or in snapshots)."""
         out = self.dead_letters()
@@ -390,10 +425,10 @@ class CompileTimer:
     """Seconds numba spent compiling kernels, or loading them from its on-disk cache, while
     `compile_timer()` was active (numba holds its compiler lock for both)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         from numba.core import event
 
-        self._listener = event.TimingListener()
+        self._listener = event.TimingListener()  # type: ignore[no-untyped-call]  # numba's
 
     @property
     def seconds(self) -> float:
@@ -401,7 +436,7 @@ class CompileTimer:
 
 
 @contextmanager
-def compile_timer():
+def compile_timer() -> Iterator[CompileTimer]:
     """`with compile_timer() as t: ...`: `t.seconds` is the time inside the block spent in
     numba compilation (and cache loads), so callers can report processing rates without
     it. Uses numba's documented `numba:compiler_lock` event."""
@@ -413,8 +448,8 @@ def compile_timer():
 
 
 def run(queries: list[CheckedQuery], stream: Iterable[Event | Punctuation],
-        batch_size: int = 65536, flush: bool = True, rejected: list | None = None,
-        failures: list | None = None, **options) -> list[dict]:
+        batch_size: int = 65536, flush: bool = True, rejected: list[Rejected] | None = None,
+        failures: list[QueryFailure] | None = None, **options: Any) -> list[dict[str, Any]]:
     """Every composite event of `queries` over a finite stream, in deterministic order
     (the same list `cep_core.reference.run` gives). Rejected events are appended to
     `rejected` as (query, seq, reason), and the queries that failed (contained: the others
@@ -431,8 +466,9 @@ def run(queries: list[CheckedQuery], stream: Iterable[Event | Punctuation],
     return found
 
 
-def run_table(engines: StreamEngines, encoder: BatchEncoder, table, slice_rows: int = 65536,
-              flush: bool = True, rejected: list | None = None) -> Composites:
+def run_table(engines: StreamEngines, encoder: BatchEncoder, table: pa.Table,
+              slice_rows: int = 65536, flush: bool = True,
+              rejected: list[Rejected] | None = None) -> Composites:
     """`run_engines` over a table of events (`seq`, then the stream's attributes, as
     `cep_core.event_reader.read_table` gives), `slice_rows` rows per batch: no Event
     objects. The same composite events as `run_engines` over the table's events."""
@@ -449,7 +485,7 @@ def run_table(engines: StreamEngines, encoder: BatchEncoder, table, slice_rows: 
 
 def run_engines(engines: StreamEngines, encoder: BatchEncoder,
                 stream: Iterable[Event | Punctuation], batch_size: int = 65536,
-                flush: bool = True, rejected: list | None = None) -> Composites:
+                flush: bool = True, rejected: list[Rejected] | None = None) -> Composites:
     """`run` over engines already made (sharing `encoder`'s string dictionary), as
     Composites: columns in deterministic order, dicts only when asked for."""
     found: list[CompositeBatch] = []
