@@ -264,7 +264,7 @@ class FpgaAdapter:
         self.status = counts
         return []
 
-    def _datagram(self, data) -> list[dict]:
+    def _datagram(self, data: bytes | memoryview) -> list[dict]:
         head = wire.parse_header(data)
         if head["kind"] != wire.REPORTS:
             return []
@@ -281,7 +281,7 @@ class FpgaAdapter:
         last = self.wire_seq - 1
         return last - ((last - low) & SEQ_MASK)
 
-    def _composite(self, record) -> dict | None:
+    def _composite(self, record: np.void) -> dict | None:
         pid = int(record["partition"])
         end, start = self._full_seq(int(record["seq"])), self._full_seq(int(record["start_seq"]))
         if not self.chunks or start < self.chunks[0].start:
@@ -317,7 +317,7 @@ class FpgaAdapter:
                 events.append(Event(seq, ts, attrs))
         return events
 
-    def _key(self, pid: int):
+    def _key(self, pid: int) -> object:
         attr = self.plan.partition_attr
         if attr is None:
             return None

@@ -26,6 +26,7 @@ import hashlib
 import math
 import struct
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 import numpy as np
 
@@ -34,7 +35,7 @@ from cep_core.batch import Batch, StringDictionary
 from cep_core.checked import CheckedQuery, Types
 from cep_core.compiler.match import Automaton, MatchCompileError, glushkov
 from cep_core.errors import QueryError
-from cep_core.reference.expr import Env, evaluate
+from cep_core.reference.expr import Env, Value, evaluate
 from cep_core.schema import AttrType
 
 DEFAULT_TUPLE_BITS = 128
@@ -221,7 +222,7 @@ class CircuitConfig:
     timer_bits: int = 4
     tick_tuples: int = 4096
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.elements < 1 or self.timer_bits < 1 or self.tick_tuples < 1:
             raise ValueError("elements, timer_bits and tick_tuples must be positive")
 
@@ -331,10 +332,10 @@ _NEGATED = {B.NE: B.EQ, B.GT: B.LE, B.GE: B.LT}
 class _NoAttributes(Env):
     """Constant folding: any attribute or aggregate makes the expression non-constant."""
 
-    def attr(self, node):
+    def attr(self, node: ast.Attr) -> NoReturn:
         raise _NotConstant
 
-    def aggregate(self, node):
+    def aggregate(self, node: ast.Aggregate) -> NoReturn:
         raise _NotConstant
 
 
@@ -342,7 +343,7 @@ class _NotConstant(Exception):
     pass
 
 
-def _constant(expr) -> tuple[bool, object]:
+def _constant(expr: ast.Expression) -> tuple[bool, Value]:
     if expr.find(ast.Attr, ast.Aggregate, ast.WindowAggregate, ast.Call) is not None:
         return False, None
     try:
@@ -368,9 +369,9 @@ class _Decoder(ast.Visitor):
         kind = self.schema.attributes[attr]
         return AttrType.INT if kind == AttrType.TIMESTAMP else kind
 
-    def formula(self, expr) -> Formula:
+    def formula(self, expr: ast.Expression) -> Formula:
         node = expr.find(ast.Aggregate, ast.WindowAggregate)
-        if node is not None:
+        if isinstance(node, (ast.Aggregate, ast.WindowAggregate)):
             name = node.func.value.capitalize() + "()"
             raise FpgaUnsupported(
                 f"aggregate {name} in DEFINE: the FPGA circuit compares tuple fields "
@@ -410,7 +411,8 @@ class _Decoder(ast.Visitor):
                               "comparisons of a tuple field with a constant, AND, OR, NOT "
                               "and IN lists", _pos(expr))
 
-    def comparison(self, node, op: ast.BinaryOp, left, right) -> Formula:
+    def comparison(self, node: ast.Expression, op: ast.BinaryOp, left: ast.Expression,
+                   right: ast.Expression) -> Formula:
         left_const, left_value = _constant(left)
         right_const, right_value = _constant(right)
         if isinstance(left, ast.Attr) and right_const:
@@ -430,7 +432,7 @@ class _Decoder(ast.Visitor):
             return Const(False)  # a comparison with null is false
         return self.atom(node, attr.name, op, value)
 
-    def atom(self, node, attr: str, op: ast.BinaryOp, value) -> Formula:
+    def atom(self, node: ast.Expression, attr: str, op: ast.BinaryOp, value: Value) -> Formula:
         if op in _NEGATED:
             return _not(self.atom(node, attr, _NEGATED[op], value))
         kind = self.kind(attr)
@@ -540,7 +542,7 @@ class _Description(ast.Visitor):
 _describe = _Description().visit  # _describe(expr, types)
 
 
-def _pos(expr) -> ast.Pos:
+def _pos(expr: ast.Node) -> ast.Pos:
     return getattr(expr, "pos", ast.NOPOS)
 
 

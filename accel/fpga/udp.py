@@ -20,6 +20,7 @@ import os
 import select
 import socket
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -76,7 +77,7 @@ GRO_CMSG_DTYPE = np.dtype([("len", "<u8"), ("level", "<i4"), ("type", "<i4"),
 GRO_CMSG_LEN = 20  # CMSG_LEN(4)
 
 
-def _libc_mmsg():
+def _libc_mmsg() -> tuple[Any, Any] | None:  # ctypes foreign functions
     """(sendmmsg, recvmmsg) from libc, or None where there are none (or not 64-bit little
     endian, the layout the dtypes above assume)."""
     if not sys.platform.startswith("linux") or ctypes.sizeof(ctypes.c_void_p) != 8 \
@@ -206,6 +207,7 @@ class DatagramSender:
                   ends: np.ndarray) -> None:
         """Every message; `_progress` counts those sent (where an error stopped it)."""
         base = np.uint64(buffer.ctypes.data)
+        assert MMSG is not None  # self.mmsg: libc has them
         sendmmsg, fd = MMSG[0], self.sock.fileno()
         self._progress = 0
         for first in range(0, len(starts), self.batch):
@@ -289,6 +291,7 @@ class DatagramReceiver:
 
     def _receive_mmsg(self) -> int:
         headers = self._headers
+        assert MMSG is not None  # self.mmsg: libc has them
         for _ in range(8):  # EINTR retries
             if self.gro:
                 headers.msgs["controllen"] = GRO_CMSG_DTYPE.itemsize

@@ -22,7 +22,7 @@ simulator, which runs every thread as a Python thread).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from enum import Enum
 from typing import Any, ClassVar
 
@@ -68,7 +68,7 @@ class GpuMatchEngine(Engine):
 
     def __init__(self, checked: CheckedQuery, strings: StringDictionary,
                  idle_timeout: int | None = None, threads_per_block: int | None = None,
-                 **_other_options):
+                 **_other_options: Any):
         super().__init__(checked, strings)
         if not device.usable():
             raise NotSupportedError("no CUDA device (and the CUDA simulator is off)")
@@ -98,7 +98,7 @@ class GpuMatchEngine(Engine):
 
     # ------------------------------------------------------------ device state
 
-    def _state_layout(self):
+    def _state_layout(self) -> Iterator[tuple[str, int, str, _Rows]]:
         p = self.program
         for name, width, dtype in p.keys.arrays():
             yield name, width, dtype, _Rows.KEY
@@ -214,7 +214,7 @@ class GpuMatchEngine(Engine):
             key = orjson.dumps(self._key(k)).decode()
             self.dead_letters.append((seq, "event time goes backwards in partition " + key))
 
-    def _strings(self):
+    def _strings(self) -> tuple[np.ndarray, ...]:
         if not self.program.uses_tables:
             return (np.zeros(1, np.int64),) * 4
         if self._tables is None:

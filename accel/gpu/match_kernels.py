@@ -126,7 +126,7 @@ def compile_kernel(checked: CheckedQuery) -> MatchKernelPlan:
         keys=gen.keys, emit=parts["emit"], array_args=parts["array_args"], source=source)
 
 
-def _array_args(gen, emit: list[cpu.EmitSpec]) -> list[str]:
+def _array_args(gen: cpu._Generator, emit: list[cpu.EmitSpec]) -> list[str]:
     args = ["bkey", "boff", "resume", "seq", "ts"]
     args += [f"col{i}" for i in range(len(gen.columns))]
     args += ["sc", *STRING_TABLE_PARAMS.split(", "), "ftab", "ctr"]
@@ -140,7 +140,8 @@ def _array_args(gen, emit: list[cpu.EmitSpec]) -> list[str]:
     return args
 
 
-def _kernel_source(gen, auto: cpu.Automaton, static, dynamic, emit_lines,
+def _kernel_source(gen: cpu._Generator, auto: cpu.Automaton, static: list[tuple[int, str]],
+                   dynamic: list[tuple[int, str]], emit_lines: list[str],
                    args: list[str]) -> str:
     """The CUDA kernel: one thread a partition. Its candidate loop mirrors the CPU kernel's
     (`cep_core.compiler.match._kernel_source`) on purpose, in CUDA's terms (atomics, the

@@ -26,6 +26,8 @@ from __future__ import annotations
 # Deferred imports: the GPU kernels and engines (numba.cuda) load only when a query is
 # checked for or placed on the GPU.
 
+from typing import TYPE_CHECKING, Any
+
 from cep_accel.gpu import device
 from cep_accel.gpu.device import CudaTarget
 from cep_core.ast import Policy, QueryKind
@@ -33,6 +35,9 @@ from cep_core.batch import StringDictionary
 from cep_core.checked import CheckedQuery
 from cep_core.engine.base import Engine
 from cep_core.placement import Placement, Target, check_placement
+
+if TYPE_CHECKING:
+    from cep_core.compiler.seq_plan import SeqPlan
 
 DEFAULT_COST_THRESHOLD = 100_000
 # MATCH: keys (GPU threads) per batch worth a launch. On an H200 the CPU jit was faster at
@@ -48,7 +53,7 @@ def estimated_cost(checked: CheckedQuery) -> float | None:
     return _cost(SeqPlan(checked))
 
 
-def _cost(plan) -> float:
+def _cost(plan: SeqPlan) -> float:
     columns = len(plan.items) + len(plan.window_aggregates)
     return float("inf") if plan.horizon is None else float(plan.horizon * columns)
 
@@ -126,7 +131,7 @@ def _place_match(checked: CheckedQuery, placement: str, expected_keys: int | Non
                                   f"{gpu_min_keys:,} ({device.name()})")
 
 
-def gpu_engine(checked: CheckedQuery, strings: StringDictionary, **options) -> Engine:
+def gpu_engine(checked: CheckedQuery, strings: StringDictionary, **options: Any) -> Engine:
     """The GPU engine for a query `place` put on the GPU."""
     if checked.query.kind is QueryKind.MATCH:
         from cep_accel.gpu.match_engine import GpuMatchEngine

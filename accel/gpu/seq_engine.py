@@ -37,7 +37,7 @@ from cep_core.batch import Batch, StringDictionary
 from cep_core.checked import CheckedQuery
 from cep_core.composite_batch import ColumnBatch
 from cep_core.kernels.string_tables import StringTables
-from cep_core.compiler.seq_plan import ANY, SeqPlan
+from cep_core.compiler.seq_plan import ANY, SeqPlan, Var
 from cep_core.engine.base import Engine
 from cep_core.engine.keys import KeyIndex
 from cep_core.engine.seq import BACKWARDS_TIME, NotSupportedError
@@ -68,7 +68,7 @@ class GpuSeqEngine(Engine):
 
     def __init__(self, checked: CheckedQuery, strings: StringDictionary,
                  device_memory_budget: int | None = None, threads_per_block: int = 128,
-                 **_other_options):
+                 **_other_options: Any):
         super().__init__(checked, strings)
         self.plan = plan = SeqPlan(checked)
         reason = unsupported_reason(plan)
@@ -152,13 +152,13 @@ class GpuSeqEngine(Engine):
         return self._build(pid[terminators], absrows[last.channel][terminators],
                            EI[terminators, 1], sc)
 
-    def _strings(self):
+    def _strings(self) -> tuple[np.ndarray, ...]:
         if self._tables is None:
             self._tables = StringTables(self.strings)
         self._tables.refresh()
         return self._tables.arrays()
 
-    def _build(self, parts, term_rows, term_ts, sc) -> list[dict]:
+    def _build(self, parts: I64, term_rows: I64, term_ts: I64, sc: I64) -> list[dict]:
         cuda, stream = self.cuda, self.stream
         plan = self.plan
         nv = len(plan.positive)
@@ -181,7 +181,7 @@ class GpuSeqEngine(Engine):
                 return []
         return self._finish(B, parts, tail)
 
-    def _range(self, i, B, parts, term_ts):
+    def _range(self, i: int, B: I64, parts: I64, term_ts: I64) -> tuple[I64, I64]:
         """Rows of step i's column each partial sequence admits: [lo, hi)."""
         plan = self.plan
         step = plan.items[i].step
@@ -190,7 +190,7 @@ class GpuSeqEngine(Engine):
         if plan.window is not None:
             lows = np.maximum(lows, term_ts - plan.window)
         within = plan.step_within(step)
-        if within is not None:
+        if within is not None and step.anchor is not None:  # WITHIN w FROM anchor: both
             anchor = plan.variables[step.anchor]
             lows = np.maximum(lows, self._values(anchor, B, parts, 1) - within)
         lo = ring.lower_bound(1, parts, lows)
@@ -198,19 +198,20 @@ class GpuSeqEngine(Engine):
         hi = ring.lower_bound(0, parts, self._values(nxt, B, parts, 0))
         return lo, np.maximum(hi, lo)
 
-    def _values(self, var, B, parts, col: int) -> np.ndarray:
+    def _values(self, var: Var, B: I64, parts: I64, col: int) -> I64:
         """Column `col` (0: seq, 1: ts) of the rows bound to `var`."""
         ring = self.rings[var.channel]
         out = np.zeros((len(B), self.layout.n_int), np.int64)
         gather(ring.HI, ring.base, ring.cap, parts, B[:, var.index].copy(), out)
         return out[:, col]
 
-    def _launch(self, kernel, total: int, *args) -> None:
+    def _launch(self, kernel: Any, total: int, *args: Any) -> None:  # a numba CUDA kernel
         if total > 0:
             blocks = (total + self.tpb - 1) // self.tpb
             kernel[blocks, self.tpb, self.stream](*args)
 
-    def _level(self, i, B, parts, term_ts, lo, hi, tail):
+    def _level(self, i: int, B: I64, parts: I64, term_ts: I64, lo: I64, hi: I64,
+               tail: tuple[Any, ...]) -> tuple[I64, I64, I64]:
         cuda, stream = self.cuda, self.stream
         step = self.plan.items[i].step
         v = self.plan.variables[step.var].index
@@ -247,7 +248,7 @@ class GpuSeqEngine(Engine):
         B[:, v] = row
         return B, parts[par], term_ts[par]
 
-    def _finish(self, B, parts, tail) -> list[dict]:
+    def _finish(self, B: I64, parts: I64, tail: tuple[Any, ...]) -> list[dict]:
         cuda, stream, plan = self.cuda, self.stream, self.plan
         M = len(B)
         d_B, d_sp = cuda.to_device(B, stream=stream), cuda.to_device(parts, stream=stream)
@@ -299,7 +300,7 @@ class GpuSeqEngine(Engine):
 
     # ------------------------------------------------------------ string compaction
 
-    def _kept_slots(self, ring) -> np.ndarray:
+    def _kept_slots(self, ring: ChannelRings) -> np.ndarray:
         """Arena slots of every partition's kept rows (start .. count) in `ring`."""
         kept = ring.count[:self.P] - ring.start[:self.P]
         rows = segment_rows(ring.start[:self.P], kept)

@@ -21,6 +21,8 @@ channel c is `I{c}[RB[p, c] + r % RC[p, c]]`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from cep_core import ast
 from cep_core.compiler.expressions import (
     STRING_TABLE_PARAMS,
@@ -114,11 +116,12 @@ class SeqKernelGenerator:
             return f"(I{channel}[{slot}, {col}] != 0)"
         return f"I{channel}[{slot}, {col}]"
 
-    def expressions(self, leaves) -> ExpressionCompiler:
+    def expressions(self, leaves: _Leaves) -> ExpressionCompiler:
         """An expression compiler over `leaves` with this query's string constants and types."""
         return ExpressionCompiler(leaves, self.constants, self.plan.checked.types)
 
-    def condition(self, expr, subject=None, reduced=False) -> str:
+    def condition(self, expr: ast.Expr, subject: tuple[int, str] | None = None,
+                  reduced: bool = False) -> str:
         leaves = _Leaves(self, subject, reduced)
         return self.expressions(leaves).condition(expr)
 
@@ -128,7 +131,7 @@ class SeqKernelGenerator:
     def tail_params(self) -> str:
         return f"{self.arenas()}, RB, RC, sc, {STRING_TABLE_PARAMS}"
 
-    def bind_lines(self, names, seq: str) -> list[str]:
+    def bind_lines(self, names: list[str], seq: str) -> list[str]:
         return [f"r{self.plan.variables[n].index} = B[{seq}, "
                 f"{self.plan.variables[n].index}]" for n in names]
 
@@ -271,8 +274,8 @@ class SeqKernels:
         self.n_emit = self.generator.n_emit
         self.reduce_threads = reduce_threads
 
-    def level(self, i: int):
+    def level(self, i: int) -> Any:  # a numba CUDA kernel
         return getattr(self.module, f"level_{i}")
 
-    def wagg(self, k: int):
+    def wagg(self, k: int) -> Any:  # a numba CUDA kernel
         return getattr(self.module, f"wagg_{k}")
