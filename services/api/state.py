@@ -20,10 +20,11 @@ import os
 import threading
 import time
 import urllib.request
+from typing import Any
 from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
-from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
 
 from cep_core.control_message import ControlMessageError, replayed
 from cep_core.control_ops import Kind, Op, Outcome
@@ -139,7 +140,7 @@ class Api:
         self.limits = Limits(config.limits)
         self._records: tuple[float, list] | None = None
         self._rates: dict[str, tuple[float, int]] = {}
-        self._ends = None  # one consumer at the end of every INTO topic looked at
+        self._ends: Consumer | None = None  # one consumer at the end of every INTO topic
         self._end_parts: dict[str, list] = {}  # INTO topic -> its partitions, assigned
         self._into_topics: set[str] = set()  # the INTO topics to look at
         self._lock = threading.Lock()
@@ -234,32 +235,33 @@ class Api:
         status topic, INTO topic and the metrics, whatever the number of queries."""
         streams = sorted({q.checked.schema.stream for q in queries})
         topics = sorted({q.output for q in queries})
-        *found, rates, scraped = await asyncio.gather(
+        looked: list[Any] = await asyncio.gather(
             *(self.status_view(s) for s in streams), self.into(topics), self.metrics())
+        *views, rates, scraped = looked
         held = {}  # stream -> (query -> its live item, query -> its partitions)
-        for stream, view in zip(streams, found):
+        for stream, view in zip(streams, views):
             parts: dict[str, set] = {}
             for entry in view.values():
                 for p, live in entry["partitions"].items():
                     for name in (live or {}).get("queries") or {}:
                         parts.setdefault(name, set()).add(p)
             held[stream] = ({i["name"]: i for i in live_items(view, Kind.QUERY)}, parts)
-        found = {q.name: self.state(q, held[q.checked.schema.stream], rates[q.output],
-                                    scraped) for q in queries}
-        self.history.add(found)
-        return found
+        states = {q.name: self.state(q, held[q.checked.schema.stream], rates[q.output],
+                                     scraped) for q in queries}
+        self.history.add(states)
+        return states
 
     @staticmethod
     def state(query, held: tuple, rate: tuple, scraped: dict | None) -> dict:
         items, parts = held
-        held = items.get(query.name)
+        item = items.get(query.name)
         partitions = sorted(parts.get(query.name, ()))
         total, per_s = rate
-        out = {"live": held is not None, "services": held["services"] if held else [],
+        out = {"live": item is not None, "services": item["services"] if item else [],
                "partitions": partitions, "into_records": total,
                "composites_per_s": per_s,
-               "failed": held is not None and held["state"] == "failed",
-               "reason": held.get("reason") if held else None}
+               "failed": item is not None and item["state"] == "failed",
+               "reason": item.get("reason") if item else None}
         if scraped is not None:
             out.update(partial_matches=scraped["partial"].get(query.name),
                        state_bytes=scraped["state_bytes"].get(query.name),
@@ -296,11 +298,12 @@ class Api:
                         consumer.seek(TopicPartition(tp.topic, tp.partition, high))
         if self._end_parts:
             consumer.consume(1000, 0.3)
-        out, now = {}, time.monotonic()
+        out: dict[str, tuple] = {}
+        now = time.monotonic()
         for topic in topics:
-            parts = self._end_parts.get(topic)
+            assigned = self._end_parts.get(topic)
             highs = [consumer.get_watermark_offsets(tp, cached=True)[1]
-                     for tp in parts or ()]
+                     for tp in assigned or ()]
             if not highs or any(h < 0 for h in highs):
                 out[topic] = (None, None)
                 continue
@@ -389,8 +392,12 @@ class Api:
             if errors:
                 return 422, {"outcome": Outcome.INVALID, "errors": errors, "changes": []}
         try:
-            changes = query_changes(op, name, text or "", "<query>", only, records) \
-                if kind is Kind.QUERY else stream_changes(op, name, text, records)
+            if kind is Kind.QUERY:
+                changes = query_changes(op, name, text or "", "<query>", only, records)
+            elif name is None:
+                raise ControlMessageError("a stream change needs the stream's name")
+            else:
+                changes = stream_changes(op, name, text, records)
         except ControlMessageError as e:
             return invalid(e)
         if not changes:

@@ -29,7 +29,7 @@ from enum import Enum, StrEnum
 
 import orjson
 from aiohttp import web
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
 from cep_service.stream.checkpoint import PIPELINE_HEADER
 
@@ -67,7 +67,8 @@ class Tail:
         """`wanted`: INTO topic -> (the pipeline's tag, the names of the queries whose
         composite events it wants there); a replay (`start` beginning) reads one topic."""
         self.hub, self.wanted, self.start = hub, wanted, TailFrom(start)
-        self.buffer, self.chunks = buffer, deque()
+        self.buffer = buffer
+        self.chunks: deque[bytes] = deque()
         self.wake = asyncio.Event()
         self.ready = self.dropped = self.ended = False
         self.transport = transport
@@ -98,7 +99,7 @@ class TailHub:
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
-        self._sweeping = None  # the loop's timer of the next sweep
+        self._sweeping: asyncio.TimerHandle | None = None  # the loop's timer of the next sweep
 
     # ------------------------------------------------------------ the loop's side
 
@@ -127,7 +128,7 @@ class TailHub:
             if tail.transport is not None and tail.transport.is_closing():
                 tail.ended = True
                 tail.wake.set()
-        if self.tails and not self._closing.is_set():
+        if self.tails and not self._closing.is_set() and self.loop is not None:
             self._sweeping = self.loop.call_later(SWEEP_S, self._sweep)
 
     def close(self, tail: Tail) -> None:
@@ -161,10 +162,12 @@ class TailHub:
     # ------------------------------------------------------------ the thread
 
     def _run(self) -> None:
-        shared = None  # the consumer of the tails from the end
+        loop = self.loop
+        assert loop is not None  # (`open` sets it before it starts this thread)
+        shared: Consumer | None = None  # the consumer of the tails from the end
         assigned: dict[str, list[TopicPartition]] = {}  # topic -> its partitions
         by_topic: dict[str, set[Tail]] = {}
-        replays: dict[Tail, object] = {}  # tail -> its own consumer
+        replays: dict[Tail, Consumer] = {}  # tail -> its own consumer
         unready: set[Tail] = set()
         try:
             while not self._closing.is_set():
@@ -209,6 +212,7 @@ class TailHub:
                                 tails.discard(tail)
                                 if not tails:
                                     del by_topic[topic]
+                                    assert shared is not None  # (it reads by_topic's)
                                     shared.incremental_unassign(assigned.pop(topic))
                     try:
                         command, tail = self._commands.get_nowait()
@@ -218,7 +222,8 @@ class TailHub:
                     continue
                 batches: dict[Tail, list] = {}
                 polled = 0
-                sources = ([(shared, None)] if by_topic else []) + \
+                sources: list[tuple[Consumer, Tail | None]] = \
+                    ([(shared, None)] if by_topic and shared is not None else []) + \
                     [(c, t) for t, c in replays.items()]
                 wait = POLL_S if len(sources) == 1 else 0
                 for consumer, own in sources:
@@ -234,7 +239,7 @@ class TailHub:
                 out += [(t, chunks, False) for t, chunks in batches.items()]
                 if out:
                     try:
-                        self.loop.call_soon_threadsafe(self._deliver, out)
+                        loop.call_soon_threadsafe(self._deliver, out)
                     except RuntimeError:  # the loop is closed: the API stopped
                         return
                 if not polled and wait == 0:
@@ -311,7 +316,7 @@ async def stream(request: web.Request, hub: TailHub, wanted: dict, start: TailFr
                 await response.write(b"event: ready\ndata: {}\n\n")
                 announced = True
             if tail.chunks:
-                chunks = []
+                chunks: list[bytes] = []
                 while tail.chunks and (limit is None or sent + len(chunks) < limit):
                     chunks.append(tail.chunks.popleft())
                 await response.write(b"".join(chunks))

@@ -35,7 +35,7 @@ from cep_core.errors import EventError
 from cep_core.event_columns import decode_table, events_to_columns
 from cep_core.event_io import FORMATS, EventFormat, InputError, _csv_records, decode_record
 from cep_core.event_reader import _jsonl_block, _JsonParser, _Rows
-from cep_core.json_batch import ARROW_TYPES, arrow_schema
+from cep_core.arrow_numpy import ARROW_TYPES, arrow_schema
 from cep_core.schema import StreamSchema
 from cep_service.backfill.engines import map_in_arrow
 
@@ -209,14 +209,14 @@ class SplitDecoder:
     split's first line in its file: None for Parquet)."""
 
     def __init__(self, schema: StreamSchema, f: InputFile, header: str | None,
-                 splits: dict[int, tuple[int, int]], file_index: int = 0):
+                 splits: dict[int, tuple[int, int, int | None]], file_index: int = 0):
         self.schema = schema
         self.file = f
         self.file_index = file_index
         self.header = header
         self.splits = splits
         self.first_block = min(splits, default=0)
-        self._json_parser = None
+        self._json_parser: _JsonParser | None = None
 
     def __call__(self, batches):
         block, position, chunk, line, prev_max, skip_header = None, 0, 0, None, -1, False
@@ -248,9 +248,11 @@ class SplitDecoder:
                 decoded.raw
             numbers = None  # no lines in Parquet
         elif self.file.fmt is EventFormat.JSONL:
+            assert line is not None  # (every split of a text file counts its lines)
             seq, columns, errors, raw, numbers = self._decode_json_block(table.column(0),
                                                                          position, line)
         else:
+            assert line is not None
             lines = table.column(0).to_pylist()
             if skip_header and lines:
                 lines, skip_header, line = lines[1:], False, line + 1
@@ -363,4 +365,5 @@ def _csv_lines(header: str | None, lines: list[str], first: int):
         return
     text = io.StringIO("\n".join([header, *lines]) + "\n", newline="")
     for raw, record, error, line in _csv_records(text):
-        yield raw, record, error, first + line - 2
+        # (a CSV record always has its line)
+        yield raw, record, error, first + line - 2  # type: ignore[operator]

@@ -173,6 +173,7 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
             pass  # no bad input record: the driver wrote the engines' rejections
         else:
             if cached is None:  # decode again only the splits that have dead letters
+                assert direct is not None  # (cached is None only for direct input)
                 decoded = direct.frame(spark, schema, BAD, split_ids=bad_ids)
             bad_input = decoded.where(F.col("_error").isNotNull()).select(
                 F.lit(0).alias("stage"), F.lit(None).cast("int").alias("query_index"),
@@ -185,6 +186,7 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
                 .parquet(dead_letters)
         n_rejected = len(rejected_list)
         if cached is None:
+            assert direct is not None
             n_bad = sum(bad_splits.value.values())
             n_good = direct.rows - n_bad
         else:
@@ -301,11 +303,10 @@ def produce_to_kafka(output: str, topic: str, bootstrap: str | None) -> int:
 
     composites = read_composites(output)
     for composite in composites:
-        message = {"value": orjson.dumps(composite), "key": orjson.dumps(composite.get("key")),
-                   "on_delivery": delivered}
+        value, key = orjson.dumps(composite), orjson.dumps(composite.get("key"))
         while True:
             try:
-                producer.produce(topic, **message)
+                producer.produce(topic, value, key=key, on_delivery=delivered)
                 break
             except BufferError:  # the local queue is full: let deliveries drain it
                 producer.poll(0.1)

@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import orjson
 import typer
@@ -115,7 +115,8 @@ class ServeOptions:
         pipeline, or with `distributed` one per role; each with the next metrics port, and
         the API with `api_port`."""
         common = self.child_argv(bootstrap, topics)
-        roles = [("splitter", [])] + [("worker", [])] * self.workers + \
+        roles: list[tuple[str, list[str]]] = \
+            [("splitter", [])] + [("worker", [])] * self.workers + \
             [("coordinator", ["--shard", str(k)]) for k in range(self.coordinators)] \
             if self.distributed else [("chained", [])]
         plan = [(role, common + (["--metrics-port", str(self.metrics_port + i)]
@@ -171,9 +172,11 @@ def _run_role(role: Role, o: ServeOptions, settings, topics) -> None:
         from cep_service.stream.splitter_app import serve_splitter
         datadir = state_dir("faust")  # first: a folder that cannot be made fails fast
         create_topics(settings, topics, o.partitions)
-        options = dict(metrics=metrics, linger_ms=o.linger_ms,
-                       allowed_lateness_ms=o.allowed_lateness_ms, max_ahead=o.max_ahead,
-                       max_ahead_of_clock=o.max_ahead_of_clock, idleness=o.idleness)
+        options: dict[str, Any] = dict(metrics=metrics, linger_ms=o.linger_ms,
+                                       allowed_lateness_ms=o.allowed_lateness_ms,
+                                       max_ahead=o.max_ahead,
+                                       max_ahead_of_clock=o.max_ahead_of_clock,
+                                       idleness=o.idleness)
         splitter = Splitter(settings, topics, o.partitions, o.pulse_ms, **options) \
             if role is Role.splitter else \
             Chained(settings, topics, o.partitions, o.pulse_ms,

@@ -94,7 +94,8 @@ class FileStepReader(DataSourceStreamReader):
         names = [n for n in self._names(start["last"]) if n <= end["last"]]
         return [FileStep(start, end, names)]
 
-    def read(self, partition: FileStep):
+    # Spark hands back each partition `partitions` made: a FileStep
+    def read(self, partition: FileStep):  # type: ignore[override]
         """The step's rows, packed by state key (`packed.py`)."""
         yield from pack_all(routes_of(self.options), self._rows(partition))
 

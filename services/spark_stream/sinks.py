@@ -19,6 +19,7 @@ from __future__ import annotations
 # Deferred imports: the Kafka consumer and the broker's watermarks load only for the Kafka sink.
 
 import time
+from typing import Any
 
 import orjson
 import pyarrow as pa
@@ -111,7 +112,8 @@ def delivered(settings: KafkaSettings, partitions, batch_id: int) -> dict[tuple,
 
     out: dict[tuple, int] = {}
     marks = broker_watermarks(settings, partitions)
-    last = {tp: high - 1 for tp, mark in marks.items() if mark and (high := mark[1]) > mark[0]}
+    last: dict[tuple, int] = {tp: high - 1 for tp, mark in marks.items()
+                              if mark and (high := mark[1]) > mark[0]}
     if not last:
         return out
     consumer = settings.consumer()
@@ -127,7 +129,7 @@ def delivered(settings: KafkaSettings, partitions, batch_id: int) -> dict[tuple,
                 if message.error() or pending.get(tp) != message.offset():
                     continue
                 del pending[tp]
-                headers = dict(message.headers() or [])
+                headers: dict[str, Any] = dict(message.headers() or [])
                 if BATCH_HEADER in headers:
                     batch = int(headers[BATCH_HEADER])
                     if batch > batch_id:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import Any
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -95,7 +96,7 @@ class Metrics:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry()
-        labels = {"registry": self.registry}
+        labels: dict[str, Any] = {"registry": self.registry}
         self.events_in = Counter("cep_events_in", "Events taken in", **labels)
         self.events_out = Counter("cep_events_out", "Composite events (splitter: events "
                                   "routed to keyed partitions) sent", **labels)
@@ -335,7 +336,7 @@ def match_slots_in_use(engine) -> int | None:
     program = getattr(engine, "program", None)
     if not isinstance(arrays, dict) or "ctr" not in arrays or program is None:
         return None
-    from cep_core.compiler.match import CTR
+    from cep_core.kernels.match_runtime import CTR
 
     try:  # the engine's counter layout (read, never written); None if it changes
         ctr = arrays["ctr"]
