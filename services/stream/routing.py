@@ -38,25 +38,23 @@ import pyarrow.compute as pc
 from cep_core.batch import Batch
 from cep_core.control_message import (
     STREAM,
-    Op,
     ControlMessageError,
     ControlRecord,
     LiveSet,
     OtherStream,
     validate,
 )
-from cep_core.arrow_numpy import empty_table
-from cep_core.control_ops import Outcome
+from cep_core.arrow_numpy import arrow_schema, empty_table
+from cep_core.control_ops import Op, Outcome
 from cep_core.errors import Category, EventError
 from cep_core.event_io import DeadLetter
 from cep_core.json_batch import (
     DEFAULT_MAX_MESSAGE_BYTES,
-    arrow_schema,
     conform_table,
     decode_messages,
 )
 from cep_core.reorder import ReorderBuffer
-from cep_core.schema import SchemaError, units_per_ms
+from cep_core.schema import SchemaError, StreamSchema, units_per_ms
 from cep_core.time_guard import TOO_FAR_AHEAD, TimeGuard
 from cep_service.stream import frames
 from cep_service.stream.control_write_back import came_back, write_back
@@ -315,7 +313,7 @@ class Router:
         self.queries = LiveSet(topics.stream, registry)
         self.status_writer = status_writer or StatusWriter(topics.status, "splitter")
         self._initial_changes: list[dict] = []  # applied before the first `set` frame
-        self.schema = None
+        self.schema: StreamSchema | None = None  # set by setup_schema
         self.metrics = metrics or Metrics("splitter", 0)
         self.position = 0  # records consumed (the default seq of the next one)
         self.last_seq = -1
@@ -375,6 +373,13 @@ class Router:
                 self.allowed_lateness_ms * units_per_ms(self.schema.time_unit))
         self.time.setup(self.schema)
 
+    @property
+    def live_schema(self) -> StreamSchema:
+        """The schema events are decoded with (setup_schema comes before any event)."""
+        if self.schema is None:
+            raise RuntimeError(f"no schema for stream {self.topics.stream!r} yet")
+        return self.schema
+
     def _restored(self) -> int | None:
         """The time a restart takes the guard's from: the checkpoint's `max_ts` (which
         the splitter restores, not the guard's time): exact but where every event time
@@ -383,7 +388,7 @@ class Router:
         return self.max_ts if self.last_seq >= 0 else None
 
     def _time_guard(self) -> TimeGuard:
-        return self.time.guard_now(self.schema, self._restored())
+        return self.time.guard_now(self.live_schema, self._restored())
 
     def apply_control(self, message, announce: bool) -> None:
         """Check and apply one control record, a Message or a ControlRecord (once: what
@@ -461,17 +466,19 @@ class Router:
         the time at the last event plus the wall-clock time since (in the time unit,
         rounded down), for the next pulse to carry. With a reorder buffer, not past an
         event still waiting in it (its time less one)."""
-        idle = self.time.idle_time(self.schema, self._restored())
-        if idle is None:
+        schema = self.schema
+        idle = self.time.idle_time(schema, self._restored())
+        if idle is None or schema is None:  # (no idle time without a schema)
             return
         ts, elapsed_ms = idle
         if self.reorder is not None and len(self.reorder):
             waiting, _ = self.reorder.waiting()
-            ts = min(ts, int(waiting.ts.min()) - 1)
+            if waiting is not None:  # (some wait: len > 0)
+                ts = min(ts, int(waiting.ts.min()) - 1)
         if ts <= self.max_ts:
             return
         self.max_ts = ts
-        self.time.advanced(ts, self.schema, self._restored())
+        self.time.advanced(ts, schema, self._restored())
         log("idle_stream_advanced", ts=ts, idle_ms=round(elapsed_ms), upto=self.last_seq)
 
     def status(self, started: bool, pulse_ms: int) -> dict:
@@ -595,8 +602,11 @@ class Router:
         events back into the reorder buffer (services/stream/reorder_checkpoint.py); the rest
         are returned to be processed."""
         refill, position = self.refill, self.position
+        assert refill is not None  # (called while refilling)
         self._refilling = True  # accepted before the restart: they only move time
-        later, rows, run = [], [], []
+        later: list = []
+        rows: list[Rows] = []
+        run: list = []
         for message in messages:
             if message.error():
                 continue
@@ -624,22 +634,24 @@ class Router:
                 self._flush_run(run, rows, [])
                 run = []
                 for part in rows:
-                    self._refill_rows(part)
+                    self._refill_rows(refill, part)
                 rows = []
                 refill.passed(partition)
         self._flush_run(run, rows, [])
         for part in rows:
-            self._refill_rows(part)
+            self._refill_rows(refill, part)
         self.position = position  # re-read events keep their old arrival positions
         self._refilling = False
         if refill.done:
             self.refill = None
-            log("reorder_buffer_restored", waiting=len(self.reorder))
+            log("reorder_buffer_restored",
+                waiting=len(self.reorder) if self.reorder is not None else 0)
         return later
 
-    def _refill_rows(self, part: Rows) -> None:
-        names = arrow_schema(self.schema).names[1:]
-        self.refill.put_back(part.as_batch(self.schema.time, names), part.partition)
+    def _refill_rows(self, refill: Refill, part: Rows) -> None:
+        schema = self.live_schema
+        names = arrow_schema(schema).names[1:]
+        refill.put_back(part.as_batch(schema.time, names), part.partition)
 
     def _flush_run(self, run: list, rows: list, dead: list) -> None:
         """Decode a run of one-event messages of one source partition."""
@@ -653,7 +665,7 @@ class Router:
                     dead: list) -> None:
         positions = np.arange(self.position, self.position + len(raws), dtype=np.int64)
         self.position += len(raws)
-        decoded = decode_messages(raws, self.schema, positions, offsets=offsets,
+        decoded = decode_messages(raws, self.live_schema, positions, offsets=offsets,
                                   partition=partition, source=self.topics.source,
                                   max_bytes=self.max_message_bytes)
         dead.extend(decoded.dead)
@@ -667,19 +679,19 @@ class Router:
     def _framed(self, frame: Frame, message, dead: list) -> Rows:
         """A framed batch: its rows share the frame's offset; a bad frame is one letter."""
         try:
-            table = conform_table(frames.decode_table(frame.payload), self.schema)
+            table = conform_table(frames.decode_table(frame.payload), self.live_schema)
         except (EventError, frames.FrameError) as e:
             dead.append(DeadLetter(self.topics.source, self.position, message.value() or b"",
                                    str(e), message.offset(), message.partition()))
             self.position += 1
-            table = empty_table(arrow_schema(self.schema))
+            table = empty_table(arrow_schema(self.live_schema))
             return Rows(table, [], np.zeros(0, np.int64), np.zeros(0, np.int64),
                         message.partition(), np.zeros(0, np.int64))
         positions = np.arange(self.position, self.position + table.num_rows, dtype=np.int64)
         self.position += table.num_rows
         if "seq" not in table.column_names:
             table = table.add_column(0, "seq", pa.array(positions, pa.int64()))
-        table = table.select(arrow_schema(self.schema).names)
+        table = table.select(arrow_schema(self.live_schema).names)
         n = table.num_rows
         return self._in_order(Rows(table, [b"<framed batch>"] * n,
                                    np.full(n, message.offset(), np.int64), positions,
@@ -694,7 +706,7 @@ class Router:
         n = rows.table.num_rows
         if n == 0:
             return rows
-        ts = rows.table.column(self.schema.time).to_numpy()
+        ts = rows.table.column(self.live_schema.time).to_numpy()
         guard = self._time_guard()
         if self._refilling:
             guard.advance(int(ts.max()))
@@ -709,7 +721,7 @@ class Router:
             return rows
         for i, reason in refused.items():
             position = int(rows.positions[i]) if reason.startswith(TOO_FAR_AHEAD) \
-                else int(seq[i])
+                else int(seq[i])  # type: ignore[index]  # (refused seqs: seq was read)
             dead.append(DeadLetter(self.topics.source, position, rows.raws[i], reason,
                                    int(rows.offsets[i]), rows.partition))
         return rows.take(np.flatnonzero(keep))
@@ -717,18 +729,20 @@ class Router:
     def _reordered(self, rows: list[Rows], end: bool) -> pa.Table | None:
         """Push the rows through the reorder buffer (key: source partition); late ones go
         to the late-events topic; released ones get the next seqs in release order."""
-        names = arrow_schema(self.schema).names[1:]
+        stream_schema, reorder = self.live_schema, self.reorder
+        assert reorder is not None  # (called with a reorder buffer)
+        names = arrow_schema(stream_schema).names[1:]
         released: list[Batch] = []
         for part in rows:
             if not part.table.num_rows:
                 continue
-            out = self.reorder.push(part.as_batch(self.schema.time, names),
+            out = reorder.push(part.as_batch(stream_schema.time, names),
                                     np.full(part.table.num_rows, part.partition, np.int64))
             released.append(out.released)
             if len(out.late):
                 self._send_late(out.late, out.late_keys)
         if end:
-            released.append(self.reorder.flush()[0])
+            released.append(reorder.flush()[0])
         released = [b for b in released if len(b)]
         if not released:
             return None
@@ -737,7 +751,7 @@ class Router:
         n = len(columns["_offset"])
         seq = np.arange(self.last_seq + 1, self.last_seq + 1 + n, dtype=np.int64)
         self.last_seq += n
-        schema = arrow_schema(self.schema)
+        schema = arrow_schema(stream_schema)
         return pa.Table.from_arrays([pa.array(seq, pa.int64())] + [
             pa.array(columns[name], schema.field(name).type) for name in names], schema=schema)
 
@@ -762,7 +776,7 @@ class Router:
             if not tables:
                 return
             table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-        ts = table.column(self.schema.time).to_numpy()
+        ts = table.column(self.live_schema.time).to_numpy()
         self.max_ts = max(self.max_ts, int(ts.max()))
         self.metrics.events_in.inc(table.num_rows)
         by_partition: dict[int, list[Frame]] = {}

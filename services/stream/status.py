@@ -40,7 +40,7 @@ class Role(StrEnum):
     BROKER = "broker"  # writes no record: the pipeline view's (services/api/pipeline.py) node
 
 
-def change_of(key: bytes | None, offset: int, message: ControlMessage | None = None) -> dict:
+def change_of(key: bytes | None, offset: int | None, message: ControlMessage | None = None) -> dict:
     """What names a change in status records and control frames."""
     out = {"key": (key or b"").decode("utf-8", "replace"), "offset": offset}
     if message is not None:
