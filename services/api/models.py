@@ -143,7 +143,7 @@ class StreamCheck(Body):
     skip_optional: bool = None  # type: ignore[assignment]
 
     @model_validator(mode="after")
-    def _one_of_the_two(self):
+    def _one_of_the_two(self) -> StreamCheck:
         if (self.stream_schema is None) == (self.json_schema is None):
             raise ValueError("give schema (a stream schema) or json_schema (a JSON Schema "
                              "of one event), one of the two")

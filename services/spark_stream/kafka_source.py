@@ -82,7 +82,13 @@ class KafkaStepReader(DataSourceStreamReader):
         if not partitions:
             raise RuntimeError(f"source topic {self.topic!r} does not exist")
         marks = broker_watermarks(settings, [(self.topic, p) for p in partitions])
-        return {p: marks[(self.topic, p)] for p in partitions}
+        out = {}
+        for p in partitions:
+            mark = marks[(self.topic, p)]
+            if mark is None:  # listed above, gone from the broker since
+                raise RuntimeError(f"partition {p} of source topic {self.topic!r} is gone")
+            out[p] = mark
+        return out
 
     def initialOffset(self) -> dict:  # noqa: N802
         """The earliest offsets (a new checkpoint), with the empty carry stored for them."""
@@ -103,7 +109,8 @@ class KafkaStepReader(DataSourceStreamReader):
     def partitions(self, start: dict, end: dict):
         return [KafkaStep(start, end)]
 
-    def read(self, partition: KafkaStep):
+    # Spark hands back each partition `partitions` made: a KafkaStep
+    def read(self, partition: KafkaStep):  # type: ignore[override]
         """The step's rows, packed by state key (`packed.py`)."""
         yield from pack_all(routes_of(self.options), self._rows(partition))
 
@@ -195,7 +202,7 @@ class KafkaRecordsSource(DataSource):
 
 
 class KafkaRecordsReader(KafkaStepReader):
-    def read(self, partition: KafkaStep):
+    def read(self, partition: KafkaStep):  # type: ignore[override]  # as KafkaStepReader
         for p, messages in _read_runs(self._settings(), self.topic, partition.start,
                                        partition.end):
             for m in messages:

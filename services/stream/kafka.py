@@ -16,9 +16,11 @@ import logging
 import os
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -144,7 +146,7 @@ class KafkaSettings:
     def admin(self) -> AdminClient:
         return AdminClient(self.base())
 
-    def faust_credentials(self):
+    def faust_credentials(self) -> Any:
         """The security settings as Faust (aiokafka) credentials: `security.protocol`
         SSL / SASL_SSL / SASL_PLAINTEXT with `sasl.mechanism`, `sasl.username`,
         `sasl.password`, `ssl.ca.location`, `ssl.certificate.location`, `ssl.key.location`
@@ -213,11 +215,11 @@ class Deliveries:
     """A producer's `on_delivery` callback that remembers the first failed delivery (then
     calls `also`, if given, for every report)."""
 
-    def __init__(self, also=None):
+    def __init__(self, also: Callable[[Any, Any], None] | None = None) -> None:
         self.failed: str | None = None
         self.also = also
 
-    def __call__(self, err, message) -> None:
+    def __call__(self, err: Any, message: Any) -> None:
         if err is not None and self.failed is None:
             self.failed = f"{message.topic()} [{message.partition()}]: {err}"
         if self.also is not None:

@@ -28,13 +28,14 @@ import orjson
 from cep_core.ast import QueryKind
 from cep_core.composite import sort_key
 from cep_core.control_message import INFINITE, QUERY, LiveRegistry, check_query, horizon
+from cep_core.schema import SchemaRegistry
 from cep_service.stream import frames
 from cep_service.stream.frames import Frame, LiveSetFrame
 
 
 class QueryInfo:
     def __init__(self, name: str, index: int, output: str, horizon_: int | None,
-                 text: str = "", held: bool = False):
+                 text: str = "", held: bool = False) -> None:
         self.name, self.index, self.output, self.horizon = name, index, output, horizon_
         self.text = text
         self.held = held  # its composites may be held back (MATCH_RECOGNIZE)
@@ -43,7 +44,8 @@ class QueryInfo:
 class Merger:
     """The release logic, without Kafka: feed frames, take what is final."""
 
-    def __init__(self, partitions: int, stream: str, registry=None):
+    def __init__(self, partitions: int, stream: str,
+                 registry: LiveRegistry | SchemaRegistry | None = None) -> None:
         self.partitions = partitions
         self.stream = stream
         self.registry = registry if isinstance(registry, LiveRegistry) else \

@@ -27,9 +27,9 @@ import pyarrow.compute as pc
 from cep_core import snapshot_format
 from cep_core.ast import QueryKind
 from cep_core.batch import BatchEncoder, StringDictionary
-from cep_core.control_message import LiveSet, horizon
+from cep_core.control_message import LiveQuery, LiveSet, horizon
 from cep_core.control_ops import Outcome
-from cep_core.schema import StreamSchema, units_per_ms
+from cep_core.schema import SchemaRegistry, StreamSchema, units_per_ms
 from cep_core.stream_engines import StreamEngines
 from cep_service.stream import frames
 from cep_service.stream.frames import ChangeFrame, Frame, LiveSetFrame
@@ -42,10 +42,10 @@ from cep_service.stream.topics import OFFSET_BEGINNING, Topics, produce
 class PartitionState:
     """The engines of one keyed partition."""
 
-    def __init__(self, partition: int, stream: str, registry,
+    def __init__(self, partition: int, stream: str, registry: SchemaRegistry | None,
                  idle_timeout_ms: int | None = None, topics: Topics | None = None,
                  metrics: Metrics | None = None, status: StatusWriter | None = None,
-                 out: Outbox | None = None):
+                 out: Outbox | None = None) -> None:
         self.partition = partition
         self.topics = topics or Topics(stream)
         self.metrics = metrics or Metrics("worker", 0)
@@ -76,7 +76,7 @@ class PartitionState:
                                          BatchEncoder(self._schema(), strings))
         return pair
 
-    def start(self, entry) -> None:
+    def start(self, entry: LiveQuery) -> None:
         failed = self.failed.get(entry.name)
         if failed is not None:
             if failed["text"] == entry.text:
@@ -87,7 +87,7 @@ class PartitionState:
         engines.add(entry.checked, **self.engine_options(entry))
         self._failures(engines)
 
-    def engine_options(self, entry) -> dict:
+    def engine_options(self, entry: LiveQuery) -> dict:
         """Idle-key eviction: the configured timeout in the stream's time units, at least
         twice the query's horizon (its window), so eviction drops only state no match uses."""
         if self.idle_timeout_ms is None or entry.checked.query.kind is QueryKind.WINDOW:

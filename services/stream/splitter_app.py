@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -41,7 +42,7 @@ class SplitterLoop(Service):
     """The splitter's batched consume/stamp/produce loop in a thread of its own. Stopping
     the service lets the loop finish its batch, flush, commit and close."""
 
-    def __init__(self, splitter: Splitter, **kwargs):
+    def __init__(self, splitter: Splitter, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.splitter = splitter
         self.stopping = threading.Event()
@@ -91,7 +92,7 @@ def create_app(splitter: Splitter, web_port: int = 6066, web_bind: str = "0.0.0.
         splitter.pulse_if_due()
 
     @app.page("/status/")
-    async def status(web, request):
+    async def status(web: Any, request: Any) -> Any:
         # the splitter's lock is held for at most one batch: wait for it off the loop
         state = await asyncio.get_running_loop().run_in_executor(None, splitter.status)
         return web.json(state)
