@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import time
 
+from cep_core.control_ops import Op
 from cep_core.workloads import WORKLOADS, jsonl_lines
 from cep_service.stream import frames
 from cep_service.stream.control import ControlMessage
@@ -36,7 +37,7 @@ PARTITIONS = 4
 def _router(stream: str = STREAM, queries: list[tuple[str, str]] | None = None) -> Router:
     router = Router(Topics(stream, source=f"src.{stream}"), PARTITIONS)
     for name, text in queries or demo_queries()[:1]:  # M-shape, as `cep bench e2e`
-        change = ControlMessage("add", name, text)
+        change = ControlMessage(Op.ADD, name, text)
         router.apply_control(message(0, 0, change.to_json(), None, change.key), False)
     router.setup_schema()
     router.source_partitions = frozenset({0})
@@ -97,10 +98,11 @@ def _measure(lines: list[bytes], table, batch: int) -> dict:
             matches.extend(parts[p].sent.take())
 
     worker_s = _timed(work)
-    worker_events = sum(f.get("count", 0) for _, f in keyed if f.kind is frames.EVENTS)
-    match_frames = [frames.frame_of(message(p, 0, value, headers))
-                    for topic, value, _, p, headers in matches
-                    if topic == topics.matches]
+    worker_events = sum(f.get("count", 0) for _, f in keyed
+                        if f is not None and f.kind is frames.EVENTS)
+    match_frames = [frame for topic, value, _, p, headers in matches
+                    if topic == topics.matches
+                    and (frame := frames.frame_of(message(p, 0, value, headers))) is not None]
     merger = Merger(PARTITIONS, STREAM, router.queries.registry)
     released: list = []
 

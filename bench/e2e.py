@@ -49,6 +49,7 @@ from cep_service.bench.cores import written_lines
 from cep_service.bench import doc_record
 from cep_service.bench.hops import hops
 from cep_core.control_message import check_query
+from cep_core.control_ops import Op
 from cep_service.stream.chained import STAGE_HEADER
 from cep_service.stream.checkpoint import PIPELINE_HEADER
 from cep_core.workloads import WORKLOADS
@@ -146,7 +147,7 @@ class Bench:
 
     def start(self) -> None:
         for name, text in self.run.queries:
-            publish(self.settings, self.topics.control, ControlMessage("add", name, text))
+            publish(self.settings, self.topics.control, ControlMessage(Op.ADD, name, text))
         log_path = Path(tempfile.gettempdir()) / f"cep-bench-{self.mode}-{os.getpid()}.log"
         self.services = start_services(self.settings.bootstrap, self.workers, log_path,
                                        self.topics, distributed=self.mode == "distributed")
@@ -191,6 +192,7 @@ def raw_consume(settings, topic: str, n: int) -> float:
             started = time.perf_counter()
         got += len(messages)
         finished = time.perf_counter()
+    assert started is not None and finished is not None  # (n > 0 records were read)
     rate = got / (finished - started)
     consumer.close()
     return rate
@@ -284,19 +286,21 @@ def latency(bench: Bench, lines: list[bytes], rate: float, seconds: float, base:
     flush_all(producer, 30, bench.deliveries, "benchmark events")
     bench.wait_end()
     delays = []
-    released = []  # (value, create time ms, produce time ms of its last event)
+    # (value, create time ms, produce time ms of its last event)
+    released: list[tuple[bytes, float, float]] = []
     taken = []  # chained: (produce time ms of its last event, taken ms, create time ms)
     mine = (PIPELINE_HEADER, bench.topics.group("coordinator").encode())
     for m in iter(lambda: consumer.consume(10000, 0.3), []):
         for message in m:
             headers = message.headers() or []
-            if mine not in headers:
-                continue  # another mode's run
-            c = orjson.loads(message.value())
+            value = message.value()
+            if mine not in headers or value is None:
+                continue  # another mode's run (composites are never tombstones)
+            c = orjson.loads(value)
             index = c["seq"] - base
             if 0 <= index < n:
                 delays.append(message.timestamp()[1] / 1000 - sent[index])
-                released.append((message.value(), message.timestamp()[1],
+                released.append((value, message.timestamp()[1],
                                  sent[index] * 1000))
                 stage = dict(headers).get(STAGE_HEADER)
                 if stage is not None:

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from cep_core.control_ops import Op
 from cep_service.bench.e2e import _status
 from cep_service.stream.broker import EmbeddedBroker
 from cep_service.stream.control import ControlMessage, publish
@@ -87,7 +88,7 @@ class LiveBench:
 
     def start(self, live: int, kernel_cache: str) -> None:
         for name, text in self.shapes[:live]:
-            publish(self.settings, self.topics.control, ControlMessage("add", name, text))
+            publish(self.settings, self.topics.control, ControlMessage(Op.ADD, name, text))
         log_path = Path(tempfile.gettempdir()) / f"cep-bench-live-{os.getpid()}.log"
         os.environ["CEP_KERNEL_CACHE"] = kernel_cache
         self.services = start_services(self.settings.bootstrap, self.workers, log_path,
@@ -156,7 +157,7 @@ def _adds(bench: LiveBench, lines: list[bytes], base: int, rate: float, quiet_s:
         for name, text in bench.shapes[live:live + adds]:
             t0 = time.time()
             offset = publish(bench.settings, bench.topics.control,
-                             ControlMessage("add", name, text))
+                             ControlMessage(Op.ADD, name, text))
             key = f"query/{name}"
             _, ts = bench.wait(lambda r, key=key, offset=offset: (
                 r.get("event") == StatusEvent.CHANGE and r.get("role") == Role.COORDINATOR and
