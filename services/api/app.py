@@ -73,25 +73,25 @@ def make_app(config: ApiConfig, bound: str | None = None) -> web.Application:
     app[API] = api
     ROUTES.add_to(app, lambda request: request.app[API].limits)
 
-    async def openapi(request):
+    async def openapi(request: web.Request) -> web.Response:
         return web.Response(body=document, content_type="application/json")
 
-    async def console(request):
+    async def console(request: web.Request) -> web.FileResponse:
         return web.FileResponse(CONSOLE / "index.html")
 
     console_files = {p.relative_to(CONSOLE).as_posix() for p in CONSOLE.rglob("*")
                      if p.is_file()}
 
-    async def console_file(request):
+    async def console_file(request: web.Request) -> web.StreamResponse:
         name = request.match_info["file"]
         if name not in console_files:
             return error_response(404, f"no such endpoint: GET {request.path}")
         return web.FileResponse(CONSOLE / name)
 
-    async def closing(app):
+    async def closing(app: web.Application) -> None:
         api.hub.stop()
 
-    async def closed(app):
+    async def closed(app: web.Application) -> None:
         await asyncio.get_running_loop().run_in_executor(None, api.close)
 
     app.router.add_get("/openapi.json", openapi)

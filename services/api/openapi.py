@@ -81,7 +81,7 @@ class Operation:
 class Routes:
     """The API's operations, in declaration order."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.operations: list[Operation] = []
 
     @classmethod
@@ -92,7 +92,7 @@ class Routes:
         return out
 
     def route(self, method: str, path: str, summary: str, responses: dict, **options):
-        def declare(handler):
+        def declare(handler: Callable[..., Any]) -> Callable[..., Any]:
             self.operations.append(Operation(
                 method, path, handler, summary, dict(responses),
                 path_params=re.findall(r"\{(\w+)\}", path), **options))
@@ -138,7 +138,7 @@ class Routes:
         return document
 
     def _operation(self, op: Operation, refs: dict, token: bool) -> dict:
-        def ref(model, mode="serialization"):
+        def ref(model: type[BaseModel], mode: JsonSchemaMode = "serialization") -> Any:
             return _tidy(refs[(model, mode)])
 
         out: dict = {"summary": op.summary, "operationId": _operation_id(op)}
@@ -200,7 +200,7 @@ class _Schemas(GenerateJsonSchema):
         return False
 
 
-def _tidy(schema):
+def _tidy(schema: Any) -> Any:
     """Without `title` keys and `default: null` (a field that may be absent is not
     nullable unless its type says so)."""
     if isinstance(schema, dict):

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
 
-from cep_core.control_message import ControlMessageError, replayed
+from cep_core.control_message import ControlMessageError, LiveSet, replayed
 from cep_core.control_ops import Kind, Op, Outcome
 from cep_service.api import checks
 from cep_service.api import models as m
@@ -118,7 +118,7 @@ class Snapshot:
     thread: a registry looks schema files up): `live` (name -> live query), `registry`,
     `streams` (every stream's answer, as the model sends it)."""
 
-    def __init__(self, live):
+    def __init__(self, live: LiveSet) -> None:
         self.live, self.registry = live.live, live.registry
         self.streams = {n: m.Stream.model_validate(stream_entry(live.registry, n))
                         for n in live.registry.names()}

@@ -21,9 +21,11 @@ from __future__ import annotations
 # the decoding core is used and tested without it.
 
 import io
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import reduce
 from pathlib import PurePosixPath
+from typing import Any
 
 import numpy as np
 import orjson
@@ -168,7 +170,7 @@ def _is_record(df, f: InputFile):
     return F.lit(True)
 
 
-def accept(decoded):
+def accept(decoded: Any) -> Any:
     """`decoded` with `_error` filled in for rows whose seq does not increase, like
     `cep run`: a good row's seq must exceed every earlier good row's. Their `raw` is the
     record as read, except for a Parquet row rejected only because of an earlier split's
@@ -218,7 +220,7 @@ class SplitDecoder:
         self.first_block = min(splits, default=0)
         self._json_parser: _JsonParser | None = None
 
-    def __call__(self, batches):
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         block, position, chunk, line, prev_max, skip_header = None, 0, 0, None, -1, False
         for batch in batches:
             blocks = batch.column(batch.num_columns - 1).to_numpy(zero_copy_only=False)

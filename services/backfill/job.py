@@ -22,6 +22,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from functools import reduce
+from typing import Any
 
 import orjson
 import pyarrow as pa
@@ -297,7 +298,7 @@ def produce_to_kafka(output: str, topic: str, bootstrap: str | None) -> int:
     producer = KafkaSettings.from_env(bootstrap).producer(**{"enable.idempotence": True})
     errors: list[str] = []
 
-    def delivered(err, _msg):
+    def delivered(err: Any, _msg: Any) -> None:
         if err is not None:
             errors.append(str(err))
 

@@ -335,7 +335,7 @@ def _register_demo(app: typer.Typer, guard, cli_error) -> None:
     ) -> None:
         """The streaming pipeline end to end on a synthetic trade stream."""
 
-        def body():
+        def body() -> None:
             from rich.console import Console
 
             from cep_service.stream.demo import ServiceFailed, run_demo
@@ -385,7 +385,7 @@ def _register_benches(bench_app: typer.Typer, guard, cli_error) -> None:
         """Source topic to composite-event topic throughput and latency (M-shape, or a
         workload's queries), the chained and the distributed pipeline side by side."""
 
-        def body():
+        def body() -> None:
             from cep_service.bench.e2e import MODES, record_result, run_bench
             from cep_core.workloads import WORKLOADS
 
@@ -422,7 +422,7 @@ def _register_benches(bench_app: typer.Typer, guard, cli_error) -> None:
         accepted to live, and the live queries' latency before and during the adds
         (CEP_WARM_KERNELS=0: without compiling off the data path)."""
 
-        def body():
+        def body() -> None:
             from cep_service.bench.live import run_live_bench
 
             result = run_live_bench(queries, adds, rate, quiet_s, workers, bootstrap)
@@ -444,7 +444,7 @@ def _register_benches(bench_app: typer.Typer, guard, cli_error) -> None:
         """Each service's core alone, fed from memory (no broker): splitter events/s (JSON
         and framed), worker events/s, coordinator composites/s (M-shape)."""
 
-        def body():
+        def body() -> None:
             from cep_service.bench.cores import run_bench, run_realistic
 
             result = run_realistic(count, batch) if realistic else run_bench(count, batch)

@@ -22,6 +22,8 @@ from __future__ import annotations
 # `spark` extra is installed).
 
 import io
+from collections.abc import Mapping
+from typing import Any
 
 import orjson
 import pyarrow.fs as pafs
@@ -56,7 +58,7 @@ class FileEventSource(DataSource):
     def schema(self) -> str:
         return PACKED_DDL
 
-    def streamReader(self, schema):  # noqa: N802 (PySpark's name)
+    def streamReader(self, schema: Any) -> FileStepReader:  # noqa: N802 (PySpark's name)
         return FileStepReader(self.options)
 
 
@@ -66,7 +68,7 @@ def _suffix(name: str) -> str:
 
 
 class FileStepReader(DataSourceStreamReader):
-    def __init__(self, options: dict):
+    def __init__(self, options: Mapping[str, str]) -> None:
         self.options = dict(options)
         self.fs, self.root = pafs.FileSystem.from_uri(options["path"])
         self.max_files = int(options.get("max_files") or 0)

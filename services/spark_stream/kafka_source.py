@@ -20,6 +20,8 @@ from __future__ import annotations
 # `spark` extra is installed).
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import orjson
@@ -58,12 +60,12 @@ class KafkaEventSource(DataSource):
     def schema(self) -> str:
         return PACKED_DDL
 
-    def streamReader(self, schema):  # noqa: N802
+    def streamReader(self, schema: Any) -> KafkaStepReader:  # noqa: N802
         return KafkaStepReader(self.options)
 
 
 class KafkaStepReader(DataSourceStreamReader):
-    def __init__(self, options: dict):
+    def __init__(self, options: Mapping[str, str]) -> None:
         self.options = dict(options)
         self.topic = options["topic"]
         self.max_records = int(options.get("max_records") or 0)
@@ -197,7 +199,7 @@ class KafkaRecordsSource(DataSource):
     def schema(self) -> str:
         return RECORDS_DDL
 
-    def streamReader(self, schema):  # noqa: N802
+    def streamReader(self, schema: Any) -> KafkaRecordsReader:  # noqa: N802
         return KafkaRecordsReader(self.options)
 
 

@@ -20,7 +20,7 @@ the previous one is restored instead; replaying from its offsets gives the same 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -235,7 +235,8 @@ class AskOnce:
     """Watermarks (a function as `broker_watermarks` with its settings) asked once per
     partition, all of `first` with the first question."""
 
-    def __init__(self, watermarks, first=()):
+    def __init__(self, watermarks: AskWatermarks,
+                 first: Iterable[tuple[str, int]] = ()) -> None:
         self.watermarks, self.first = watermarks, list(first)
         self.known: dict = {}
 

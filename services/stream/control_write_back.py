@@ -7,6 +7,8 @@ recognised and changes nothing. `router` is the splitter's routing core
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import orjson
 
 from cep_core.control_message import (REFUSED_HEADER, STREAM, VERSION_HEADER, ControlMessage,
@@ -17,8 +19,11 @@ from cep_core.parser import parse
 from cep_service.stream.topics import produce
 from cep_service.stream.serve import log
 
+if TYPE_CHECKING:  # routing imports this module
+    from cep_service.stream.routing import Router
 
-def write_back(router, record: ControlRecord) -> None:
+
+def write_back(router: Router, record: ControlRecord) -> None:
     """After a refusal, the live record under the refused key again (a tombstone where
     none is live), marked with the refused offset: on the compacted topic the last
     record of a key stays what is live. Another pipeline's query is not written over."""
@@ -44,7 +49,7 @@ def write_back(router, record: ControlRecord) -> None:
     produce(router.out, router.topics.control, value, key=key, headers=headers)
 
 
-def _reads_another_stream(router, record: ControlRecord) -> bool:
+def _reads_another_stream(router: Router, record: ControlRecord) -> bool:
     """Whether a refused query record reads another pipeline's stream (as far as its
     text parses): that pipeline answers for it."""
     if record.value is None:  # a tombstone
@@ -56,7 +61,7 @@ def _reads_another_stream(router, record: ControlRecord) -> bool:
         return False
 
 
-def came_back(router, record: ControlRecord) -> None:
+def came_back(router: Router, record: ControlRecord) -> None:
     """A record a splitter wrote again after a refusal: nothing to do where it holds
     what is live here (no status, no frame, no engine reset). Where a change came in
     between (or another splitter wrote it), the record live here is written again;

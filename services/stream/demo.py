@@ -336,7 +336,7 @@ class _LiveView:
         self.counts[topic] = self.counts.get(topic, 0) + 1
         self.recent.setdefault(topic, deque(maxlen=self.per_topic)).append(composite)
 
-    def _render(self):
+    def _render(self) -> Table:
         table = Table(title=f"composite events (latest {self.per_topic} per topic)")
         table.add_column("topic", no_wrap=True)
         table.add_column("seq", justify="right", no_wrap=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
@@ -75,7 +76,7 @@ def serve_http(port: int, registry, readiness: Readiness, role: str):
 
     metrics_app = make_wsgi_app(registry)
 
-    def app(environ, start_response):
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
         if path not in ("/healthz", "/readyz"):
             return metrics_app(environ, start_response)
@@ -288,10 +289,10 @@ class _StageCollector:
     """cep_stage_events_{in,out}_total of a chained process, read from its stages'
     counters when scraped (exact rates whenever the API looks)."""
 
-    def __init__(self, counted):
+    def __init__(self, counted: Callable[[], dict[str, Any]]) -> None:
         self.counted = counted
 
-    def collect(self):
+    def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily
 
         found = self.counted()

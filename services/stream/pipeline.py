@@ -111,7 +111,7 @@ class LocalPipeline:
     def _thread(self, target, name: str) -> None:
         stop = threading.Event()
 
-        def body():
+        def body() -> None:
             try:
                 target(stop)
             except BaseException as e:  # surfaced by stop()

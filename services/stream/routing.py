@@ -178,7 +178,7 @@ class Outbox:
     the producer's `produce` and `poll` calls, so code that writes to a producer writes
     here as well."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.records: list[tuple] = []
 
     def produce(self, topic, value, key=None, partition=None, headers=None) -> None:
@@ -356,7 +356,7 @@ class Router:
 
     # ------------------------------------------------------------ the stream and its queries
 
-    def known_schema(self):
+    def known_schema(self) -> StreamSchema | None:
         try:
             return self.queries.registry.get(self.topics.stream)
         except SchemaError:

@@ -59,6 +59,7 @@ from cep_core.control_message import (
 )
 from cep_core.control_ops import Op
 from cep_core.json_batch import DEFAULT_MAX_MESSAGE_BYTES
+from cep_core.schema import StreamSchema
 from cep_core.kernel_warmer import KernelWarmer
 # Deliberately like services/stream/chained.py's: an import list of the checkpoint helpers both
 # use, not code
@@ -160,7 +161,7 @@ class Splitter:
 
     # ------------------------------------------------------------ setup
 
-    def _schema(self):
+    def _schema(self) -> StreamSchema | None:
         return self.core.known_schema()
 
     def setup_schema(self) -> None:
