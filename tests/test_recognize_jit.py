@@ -247,3 +247,64 @@ def test_the_interpreter_engines_state_is_refused_with_the_reason():
     other.process(BatchEncoder(checked.schema, other.strings).from_events(_events(rows)[:30]))
     with pytest.raises(ValueError, match="not the jitted MATCH_RECOGNIZE engine's state"):
         jit(checked, StringDictionary()).restore(other.snapshot())
+
+
+@pytest.mark.parametrize("chunk", [3, 64, 16384])
+def test_rows_stepped_key_by_key_leave_in_the_order_of_the_batch(monkeypatch, chunk):
+    # the kernel steps a chunk of rows key by key (cep_core/engine/recognize.py CHUNK):
+    # composite events and dead letters still come in the interpreter engine's order, with
+    # rows of five symbols interleaved, a row whose time goes back, and growing arrays
+    import cep_core.engine.recognize as engine_module
+
+    monkeypatch.setattr(engine_module, "CHUNK", chunk)
+    text = ("SELECT * FROM quotes MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY ts "
+            "MEASURES FIRST(A.price) AS fa, LAST(C.price) AS lc, COUNT(*) AS n, "
+            "MATCH_ROWTIME() AS at ONE ROW PER MATCH AFTER MATCH SKIP TO NEXT ROW "
+            "PATTERN (A B*? C) WITHIN INTERVAL '9' SECOND "
+            "DEFINE B AS B.price <= PREV(price), C AS C.price > A.price) AS T")
+    checked = _strict(text)
+    rng = random.Random(5)
+    price = dict.fromkeys("PQRST", 50)
+    events = []
+    for i in range(600):
+        symbol = rng.choice("PQRST")
+        price[symbol] = max(1, price[symbol] + rng.randint(-3, 3))
+        ts = 1000 * (i + 1) - (5000 if i == 300 else 0)  # row 300 goes back in time
+        events.append(Event(i, ts, {"symbol": symbol, "price": price[symbol],
+                                    "volume": 1, "ts": ts, "seqNum": i}))
+    strings = StringDictionary()
+    engine = jit(checked, strings)
+    other = RecognizeInterpreterEngine(checked, StringDictionary())
+    got = engine.process(BatchEncoder(checked.schema, strings).from_events(events))
+    want = other.process(BatchEncoder(checked.schema, other.strings).from_events(events))
+    assert len(want) > 100 and got == want
+    assert engine.dead_letters == other.dead_letters and engine.dead_letters
+    assert engine.flush() == other.flush()
+
+
+def test_a_keys_queue_of_partial_matches_stays_sorted_by_start():
+    # the kernel appends to a key's new queue instead of sifting a heap
+    # (compiler/recognize.py _step_lines): each queue must be sorted by start, the start
+    # computation last, after every row, for every skip mode and WITHIN
+    from cep_core.kernels import recognize_runtime as rt
+
+    rows = differential.rows(300, random.Random(11))
+    for skip, within in _SKIP_CASES:
+        checked = _strict(
+            "SELECT * FROM quotes MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY ts "
+            f"MEASURES COUNT(*) AS n ONE ROW PER MATCH {skip} PATTERN (A B+? C* D) "
+            f"{within} DEFINE B AS B.price <= PREV(price) OR B.volume > 6, "
+            "C AS C.price > LAST(B.price), D AS D.price > A.price) AS T")
+        strings = StringDictionary()
+        engine = jit(checked, strings)
+        encoder = BatchEncoder(checked.schema, strings)
+        for start in range(0, len(rows), 7):
+            try:
+                engine.process(encoder.from_events(_events(rows)[start:start + 7]))
+            except RecognizeRuntimeError:
+                break
+            a = engine.arrays
+            for k in range(len(engine.keys)):
+                queue = a["ph"][k, :a["key_i"][k, rt.K_NPART]]
+                starts = a["rec_i"][queue, rt.START]
+                assert queue[-1] == 0 and (starts[1:] >= starts[:-1]).all(), (skip, within)

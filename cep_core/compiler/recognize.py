@@ -18,8 +18,9 @@ the record plus the current row as its variable's; MEASURES see the record.
 Generated per query: `d<v>(...)` (the DEFINE of variable number v on the current row),
 `take` (a copy of a record plus the row) and `take_here` (a record plus the row, in place),
 `emit` (MEASURES of a released match), and the kernels that run Flink's NFA over a batch
-(`kernel`) or end partial matches at a time (`tick`), replaying `java.util.PriorityQueue`'s
-order (`cep_core.kernels.recognize_runtime`). The kernel's step of a computation is unrolled
+(`kernel`, a chunk of rows at a time grouped by key by `group`) or end partial matches at a
+time (`tick`), replaying `java.util.PriorityQueue`'s order
+(`cep_core.kernels.recognize_runtime`). The kernel's step of a computation is unrolled
 per automaton state (`_step_lines`): the tables are constants there, every condition is
 evaluated once, and the last TAKE reuses the computation's record instead of copying it.
 
@@ -38,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from cep_core import ast
 from cep_core.checked import CheckedQuery
@@ -146,18 +148,21 @@ def _tables(start: State, variables: list[str]) -> tuple[dict[str, np.ndarray], 
 # ---------------------------------------------------------------- what a record keeps
 
 
+RecKey = tuple[str | int | None, ...]  # what a record column keeps (`_Record`)
+
+
 class _Record:
     """The columns of a record beyond the fixed ones (`rt.REC_FIXED`), by key:
     ("cnt", var), ("last", var, attr, k), ("first", var, attr, k), ("sum"|"min"|"max", var,
     attr), ("fidx"|"lidx", var); var None means all the match's rows."""
 
-    def __init__(self, kinds: dict[str, str]):
+    def __init__(self, kinds: dict[str, str]) -> None:
         self.kinds = kinds  # attribute -> storage kind
-        self.ints: dict[tuple, int] = {("cnt", None): rt.COUNT}
-        self.floats: dict[tuple, int] = {}
-        self.kind_of: dict[tuple, str] = {("cnt", None): "int"}
+        self.ints: dict[RecKey, int] = {("cnt", None): rt.COUNT}
+        self.floats: dict[RecKey, int] = {}
+        self.kind_of: dict[RecKey, str] = {("cnt", None): "int"}
 
-    def col(self, key: tuple, kind: str = "int") -> tuple[str, int]:
+    def col(self, key: RecKey, kind: str = "int") -> tuple[str, int]:
         if key not in self.kind_of:
             self.kind_of[key] = kind
             if kind == "float":
@@ -166,7 +171,7 @@ class _Record:
                 self.ints[key] = len(rt.REC_FIXED) + len(self.ints) - 1
         return ("rec_f", self.floats[key]) if key in self.floats else ("rec_i", self.ints[key])
 
-    def read(self, key: tuple, kind: str = "int", row: str = "r") -> str:
+    def read(self, key: RecKey, kind: str = "int", row: str = "r") -> str:
         array, column = self.col(key, kind)
         code = f"{array}[{row}, {column}]"
         return f"({code} != 0)" if kind == "bool" else code
@@ -185,7 +190,7 @@ class _Compiler(ExpressionCompiler):
     # Deliberately like cep_core/compiler/window.py's and cep_core/compiler/expressions.py's
     # condition: each compiler's generated code is its own (window.py's over whole columns,
     # expressions.py's over scalars, this one's with the value in parentheses too)
-    def condition(self, expr) -> str:
+    def condition(self, expr: ast.Expr | None) -> str:
         if expr is None:
             return "True"
         code = self.compile(expr)
@@ -243,9 +248,11 @@ class _Compiler(ExpressionCompiler):
     def visit_Call(self, node: ast.Call) -> Code:
         name = node.name.upper()
         if name == "PREV":
-            return self.leaves.prev(node, self)
+            prev: Code = self.leaves.prev(node, self)
+            return prev
         if name == "MATCH_ROWTIME":
-            return self.leaves.rowtime()
+            rowtime: Code = self.leaves.rowtime()
+            return rowtime
         if name == "MATCH_PROCTIME":  # the machine's clock when the kernel was called
             return Code("pt")
         if name not in _FUNCTIONS:
@@ -359,7 +366,7 @@ class _Leaves:
             return Code(f"({total} / max({n}, 1))", null)
         raise RecognizeUnsupported(f"{func.value.upper()}(...)")
 
-    def window_aggregate(self, node) -> Code:
+    def window_aggregate(self, node: ast.WindowAggregate) -> Code:
         raise RecognizeUnsupported("a window aggregate")  # the grammar has none here
 
     def prev(self, node: ast.Call, compiler: _Compiler) -> Code:
@@ -389,7 +396,8 @@ class _Generator:
         self.variables = variables
         self.columns: list[str] = []
         self.rec = _Record({})
-        self.tracked: dict[tuple, set] = {}  # (var, attr) -> {("last", k), ("first", k), ...}
+        # (var, attr) -> {("last", k), ("first", k), ...}
+        self.tracked: dict[tuple[str | None, str], set[tuple[str, int]]] = {}
         self.constants = StringConstants()
         self.defined: set[int] = set()  # numbers of the variables with a DEFINE
 
@@ -518,7 +526,7 @@ def compile_recognize(checked: CheckedQuery) -> RecognizeProgram:
     uses_tables = any(f"{t}[" in source for t in STRING_TABLE_PARAMS.split(", "))
     string_columns = [column for key, column in gen.rec.ints.items()
                       if len(key) > 2 and key[0] in ("last", "first", "min", "max")
-                      and gen.kind(key[2]) == "string"]
+                      and isinstance(key[2], str) and gen.kind(key[2]) == "string"]
     return RecognizeProgram(
         checked=checked, module=module,
         columns=[(a, dtype_of(gen.kind(a))) for a in gen.columns],
@@ -541,10 +549,14 @@ def emit_args(measures: list[MeasureSpec]) -> list[str]:
 
 def kernel_args(program: RecognizeProgram) -> list[str]:
     """The kernel's array parameters (after its scalars), in order; `tick` takes the
-    same minus the batch (kid, seq, ts, columns, dead)."""
-    return (["kid", "seq", "ts"] + [f"col{j}" for j in range(len(program.columns))] +
-            STATE_ARGS + ["out_key", "out_start", "out_end"] + emit_args(program.measures) +
-            ["dead"])
+    same minus the batch and its scratch (kid, seq, ts, columns, order, g_*, out_row,
+    dead)."""
+    ncols = len(program.columns)
+    columns = [f"col{j}" for j in range(ncols)]
+    grouped = ["g_kid", "g_seq", "g_ts"] + [f"g{j}" for j in range(ncols)]
+    return (["kid", "seq", "ts"] + columns + ["order"] + grouped + STATE_ARGS +
+            ["out_key", "out_start", "out_end"] + emit_args(program.measures) +
+            ["out_row", "dead"])
 
 
 STATE_ARGS = rt.STATE_ARGS
@@ -560,17 +572,26 @@ def _copy(src: str, dst: str, gen: _Generator) -> list[str]:
     return lines
 
 
-def _step_lines(tables, gen: _Generator, row: str, tab: str, final: int) -> list[str]:
+def _step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: str,
+                tab: str, final: int, start: int) -> tuple[list[str], list[str]]:
     """One computation `c` (partial match j of the key's queue) on the current row, its
-    code unrolled per state. Flink's decision graph: a state has one PROCEED edge at most,
+    code unrolled per state; and the step of the start computation (always the queue's
+    last, in the start state: below), which the kernel makes after the loop over the
+    others. Flink's decision graph: a state has one PROCEED edge at most,
     so its depth-first walk is a chain (the state's edges in order, then those of the state
     its open PROCEED edge leads to) known here, with every table read a constant.
 
     First every condition is evaluated on `c` as it is (each DEFINE once, memoized in `m<v>`:
     -1 not yet, 0 false, 1 true): which TAKE edges fire (`f<i>`) and whether each target
     PROCEEDs to the final state (`r<i>`). Then the TAKEs are made in the walk's order, the
-    same heap adds as Flink's: each into a new record, except the last, which reuses `c`'s
-    (no copy; `c` is dropped after its step anyway) unless `c` is the start computation."""
+    same queue adds as Flink's: each into a new record, except the last, which reuses `c`'s
+    (no copy; `c` is dropped after its step anyway) unless `c` is the start computation.
+
+    A key's queue of partial matches is always sorted by start (its heap then needs no
+    sifting): the kernel steps it in order, each computation's new ones start where it did,
+    the start computation (start NEVER, always last) adds a match starting on this row
+    (after every other) and then itself; pruning keeps the order. So the new queue is
+    appended to (`lp`), as Java's PriorityQueue.add would place each one."""
     S = rt
     st_var, st_final = tables["st_var"].tolist(), tables["st_final"].tolist()
     tr_off, tr_n = tables["tr_off"].tolist(), tables["tr_n"].tolist()
@@ -625,7 +646,7 @@ def _step_lines(tables, gen: _Generator, row: str, tab: str, final: int) -> list
 
     takes: list[tuple[int, int]] = []  # (variable of the state taking the row, target)
 
-    def walk(s: int, depth: int, seen: frozenset) -> list[str]:
+    def walk(s: int, depth: int, seen: frozenset[int]) -> list[str]:
         assert s not in seen, "a cycle of PROCEED edges"  # never from compile_nfa
         lines: list[str] = []
         follow = None
@@ -643,8 +664,6 @@ def _step_lines(tables, gen: _Generator, row: str, tab: str, final: int) -> list
             lines += edge_ok(follow, "", walk(tr_tgt[follow], 0, seen | {s}))
         return lines
 
-    step = ["c = ph[pb + j]", f"s = rec_i[c, {S.STATE}]"]
-    step += [f"m{v} = -1" for v in range(nvars)]
     branches: list[tuple[int, list[str], list[tuple[int, int]]]] = []
     for s in range(len(st_var)):
         if st_final[s] == 1 or tr_n[s] == 0:
@@ -652,14 +671,15 @@ def _step_lines(tables, gen: _Generator, row: str, tab: str, final: int) -> list
         takes = []
         evaluate = walk(s, 0, frozenset())
         branches.append((s, evaluate, takes))
-    for number, (s, evaluate, its_takes) in enumerate(branches):
-        step.append(f"{'if' if number == 0 else 'elif'} s == {s}:")
+
+    def block(evaluate: list[str], its_takes: list[tuple[int, int]]) -> list[str]:
         n = len(its_takes)
-        block = [f"f{i} = False" for i in range(n)] + [f"r{i} = False" for i in range(n)]
-        block += evaluate
+        lines = ["kept = False"]
+        lines += [f"f{i} = False" for i in range(n)] + [f"r{i} = False" for i in range(n)]
+        lines += evaluate
         for i, (var, tg) in enumerate(its_takes):
             later = " or ".join(f"f{j}" for j in range(i + 1, n))
-            block.append(f"if f{i}:")
+            lines.append(f"if f{i}:")
             act = []
             reuse = f"c != 0 and not ({later})" if later else "c != 0"
             act += [f"if {reuse}:",
@@ -672,25 +692,36 @@ def _step_lines(tables, gen: _Generator, row: str, tab: str, final: int) -> list
             if st_final[tg] == 1:  # a TAKE into the final state: completed now
                 act.append("nlc = heap_add(lc, 0, nlc, d, rec_i)")
             else:
-                act.append(f"nlp = heap_add_keyed(lp, lk, nlp, d, rec_i[d, {S.START}])")
+                act += ["lp[nlp] = d", "nlp += 1"]
                 if st_final[tg] == 2:
                     act += [f"if r{i}:",
                             *_indent(_alloc("m")),
                             *_indent(_copy("d", "m", gen)),
                             f"    rec_i[m, {S.STATE}] = {final}",
                             "    nlc = heap_add(lc, 0, nlc, m, rec_i)"]
-            block += _indent(act)
-        step += _indent(["kept = False"] + block)
+            lines += _indent(act)
+        return lines
+
+    memo = [f"m{v} = -1" for v in range(nvars)]
+    # the partial matches (the queue but its last entry, the start computation)
+    step = ["c = ph[pb + j]", f"s = rec_i[c, {S.STATE}]", *memo]
+    for number, (s, evaluate, its_takes) in enumerate(branches):
+        step.append(f"{'if' if number == 0 else 'elif'} s == {s}:")
+        step += _indent(block(evaluate, its_takes))
     if not branches:
         step.append("kept = False")
     else:
         step += ["else:", "    kept = False"]
-    step += ["if c == 0:",
-             f"    nlp = heap_add_keyed(lp, lk, nlp, 0, rec_i[0, {S.START}])",
-             "elif not kept:",
+    step += ["if not kept:",
              "    free[free_top] = c",
              "    free_top += 1"]
-    return step
+    # the start computation: its state is the start state, its record 0 (never written)
+    first = ["c = 0", *memo]
+    for s, evaluate, its_takes in branches:
+        if s == start:
+            first += block(evaluate, its_takes)
+    first += ["lp[nlp] = 0", "nlp += 1"]
+    return step, first
 
 
 def _alloc(handle: str) -> list[str]:
@@ -705,8 +736,9 @@ def _depth(line: str) -> int:
     return (len(line) - len(line.lstrip(" "))) // 4
 
 
-def _module_source(gen: _Generator, body: ast.RecognizeQuery, tables, start: int,
-                   max_takes: int, dfn: dict[int, str], take: list[str], emit: list[str],
+def _module_source(gen: _Generator, body: ast.RecognizeQuery,
+                   tables: dict[str, npt.NDArray[np.int64]], start: int, max_takes: int,
+                   dfn: dict[int, str], take: list[str], emit: list[str],
                    measures: list[MeasureSpec]) -> str:
     row = ", ".join(["t"] + [f"a{j}" for j in range(len(gen.columns))])
     tab = "sc, " + STRING_TABLE_PARAMS + ", pt"  # pt: MATCH_PROCTIME (the call's clock)
@@ -724,8 +756,8 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery, tables, start: int
         f"rec_i[dst, {S.LAST_SEQ}] = sq",
         f"rec_i[dst, {S.COUNT}] += 1"]
     lines = [
-        "from cep_core.kernels.recognize_runtime import (heap_add, heap_add_keyed, "
-        "heap_poll, jdiv, jmod, prune)", "", "",
+        "from cep_core.kernels.recognize_runtime import heap_add, heap_poll, jdiv, jmod, prune",
+        "", "",
         *[line for v, condition in dfn.items() for line in (
             "@njit(cache=True, error_model='numpy')",
             f"def d{v}(rec_i, rec_f, r, {row}, {tab}):",
@@ -822,70 +854,108 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery, tables, start: int
     cols = ", ".join(f"col{j}" for j in range(len(gen.columns)))
     loads = [f"a{j} = col{j}[i]" for j in range(len(gen.columns))]
 
-    step = _step_lines(tables, gen, row, tab, final)
+    step, first_step = _step_lines(tables, gen, row, tab, final, start)
+    ncols = len(gen.columns)
+    grouped = ", ".join(["g_kid", "g_seq", "g_ts"] + [f"g{j}" for j in range(ncols)])
+    lines += [  # rows first..last - 1 of a batch, key by key (a stable counting sort)
+        "@njit(cache=True, error_model='numpy')",
+        f"def group(first, last, kid, seq, ts, {cols}{', ' if cols else ''}order, {grouped}):",
+        "    nkeys = 0",
+        "    for i in range(first, last):",
+        "        nkeys = max(nkeys, kid[i] + 1)",
+        "    start = np.zeros(nkeys + 1, np.int64)",
+        "    for i in range(first, last):",
+        "        start[kid[i] + 1] += 1",
+        "    for k in range(nkeys):",
+        "        start[k + 1] += start[k]",
+        "    for i in range(first, last):",
+        "        k = kid[i]",
+        "        at = start[k]",
+        "        start[k] = at + 1",
+        "        order[at] = i",
+        "        g_kid[at] = k",
+        "        g_seq[at] = seq[i]",
+        "        g_ts[at] = ts[i]",
+        *[f"        g{j}[at] = col{j}[i]" for j in range(ncols)], "", "",
+    ]
+    loads = [f"a{j} = g{j}[p]" for j in range(ncols)]
     kernel = [
         "@njit(cache=True, error_model='numpy')",
-        f"def kernel(i0, n, within, pcap, ccap, out_cap, pt, kid, seq, ts, {cols}"
-        f"{', ' if cols else ''}"
-        f"{', '.join(STATE_ARGS)}, {outs}, dead):",
+        f"def kernel(c0, p0, n, within, pcap, ccap, out_cap, pt, kid, seq, ts, {cols}"
+        f"{', ' if cols else ''}order, {grouped}, "
+        f"{', '.join(STATE_ARGS)}, {outs}, out_row, dead):",
         f"    status = {S.DONE}",
         "    pool = rec_i.shape[0]",
-        "    i = i0",
-        "    while i < n:",
-        "        k = kid[i]",
-        "        t = ts[i]",
-        "        sq = seq[i]",
-        f"        if t < key_i[k, {S.K_LAST_TS}]:",
-        f"            dead[ctr[{S.DEAD_N}]] = i",
-        f"            ctr[{S.DEAD_N}] += 1",
-        "            i += 1",
-        "            continue",
-        f"        npart = key_i[k, {S.K_NPART}]",
-        f"        ncomp = key_i[k, {S.K_NCOMP}]",
-        f"        need = npart * {max_takes}",
-        "        if need + 1 > pcap or ncomp + need > ccap:",
-        f"            status = {S.FULL_QUEUE}",
-        "            break",
-        f"        if ctr[{S.FREE_TOP}] + pool - ctr[{S.HIGH}] < 2 * need:",
-        f"            status = {S.FULL_POOL}",
-        "            break",
-        f"        if ctr[{S.OUT_N}] + ncomp + need > out_cap:",
-        f"            status = {S.FULL_OUTPUT}",
-        "            break",
-        *_indent(loads, 2),
-        f"        key_i[k, {S.K_LAST_TS}] = t",
-        "        if within >= 0:",
-        f"            status = advance(k, t, within, {common})",
-        f"            if status != {S.DONE}:",
+        "    first = c0",
+        "    p = p0",
+        "    while first < n:",
+        "        last = min(n, first + len(order))",
+        "        if p == 0:",
+        f"            group(first, last, kid, seq, ts, {cols}{', ' if cols else ''}order, "
+        f"{grouped})",
+        "        while p < last - first:",
+        "            i = order[p]",
+        "            k = g_kid[p]",
+        "            t = g_ts[p]",
+        "            sq = g_seq[p]",
+        f"            if t < key_i[k, {S.K_LAST_TS}]:",
+        f"                dead[ctr[{S.DEAD_N}]] = i",
+        f"                ctr[{S.DEAD_N}] += 1",
+        "                p += 1",
+        "                continue",
+        f"            npart = key_i[k, {S.K_NPART}]",
+        f"            ncomp = key_i[k, {S.K_NCOMP}]",
+        f"            need = npart * {max_takes}",
+        "            if need + 1 > pcap or ncomp + need > ccap:",
+        f"                status = {S.FULL_QUEUE}",
         "                break",
-        f"        idx = key_i[k, {S.K_ROWS}]",
-        f"        npart = key_i[k, {S.K_NPART}]",
-        "        pb = k * pcap",
-        "        nlp = 0",
-        "        nlc = 0",
+        f"            if ctr[{S.FREE_TOP}] + pool - ctr[{S.HIGH}] < 2 * need:",
+        f"                status = {S.FULL_POOL}",
+        "                break",
+        f"            if ctr[{S.OUT_N}] + ncomp + need > out_cap:",
+        f"                status = {S.FULL_OUTPUT}",
+        "                break",
+        *_indent(loads, 3),
+        f"            key_i[k, {S.K_LAST_TS}] = t",
+        f"            o0 = ctr[{S.OUT_N}]",
+        "            if within >= 0:",
+        f"                status = advance(k, t, within, {common})",
+        f"                if status != {S.DONE}:",
+        "                    break",
+        f"            idx = key_i[k, {S.K_ROWS}]",
+        f"            npart = key_i[k, {S.K_NPART}]",
+        "            pb = k * pcap",
+        "            nlp = 0",
+        "            nlc = 0",
         # the free list's top and the pool's high-water mark in locals while the row's
         # computations step (the compiler cannot tell `ctr` from the record arrays)
-        f"        free_top = ctr[{S.FREE_TOP}]",
-        f"        high = ctr[{S.HIGH}]",
-        "        for j in range(npart):",
-        *_indent(step, 3),
-        f"        ctr[{S.FREE_TOP}] = free_top",
-        f"        ctr[{S.HIGH}] = high",
-        "        cb = k * ccap",
-        f"        nc = key_i[k, {S.K_NCOMP}]",
-        "        for j in range(nlc):",
-        "            nc = heap_add(ch, cb, nc, lc[j], rec_i)",
-        "        for j in range(nlp):",
-        "            ph[pb + j] = lp[j]",
-        f"        key_i[k, {S.K_NPART}] = nlp",
-        f"        key_i[k, {S.K_NCOMP}] = nc",
-        f"        key_i[k, {S.K_ROWS}] = idx + 1",
-        "        if nc > 0:",
-        f"            status = release(k, t, {common})",
-        f"            if status != {S.DONE}:",
-        "                break",
-        "        i += 1",
-        "    return status, i", "",
+        f"            free_top = ctr[{S.FREE_TOP}]",
+        f"            high = ctr[{S.HIGH}]",
+        "            for j in range(npart - 1):",
+        *_indent(step, 4),
+        *_indent(first_step, 3),
+        f"            ctr[{S.FREE_TOP}] = free_top",
+        f"            ctr[{S.HIGH}] = high",
+        "            cb = k * ccap",
+        f"            nc = key_i[k, {S.K_NCOMP}]",
+        "            for j in range(nlc):",
+        "                nc = heap_add(ch, cb, nc, lc[j], rec_i)",
+        "            for j in range(nlp):",
+        "                ph[pb + j] = lp[j]",
+        f"            key_i[k, {S.K_NPART}] = nlp",
+        f"            key_i[k, {S.K_NCOMP}] = nc",
+        f"            key_i[k, {S.K_ROWS}] = idx + 1",
+        "            if nc > 0:",
+        f"                status = release(k, t, {common})",
+        f"                if status != {S.DONE}:",
+        "                    break",
+        f"            for q in range(o0, ctr[{S.OUT_N}]):",
+        "                out_row[q] = i",
+        "            p += 1",
+        f"        if status != {S.DONE}:",
+        "            break",
+        "        first = last",
+        "        p = 0",
+        "    return status, first, p", "",
     ]
-    del start
     return "\n".join(lines + kernel)

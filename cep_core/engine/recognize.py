@@ -14,6 +14,10 @@ State, all numpy arrays (a snapshot is arrays plus a little JSON):
   Flink's start computation) with a free list; the pool doubles when an event could need
   more than is free.
 
+The kernel takes a batch `CHUNK` rows at a time, key by key (each key's rows in their
+order; keys are independent), so that a key's records stay in the cache from one of its
+rows to the next; the composite events, which leave key by key, are put back in the order
+of the rows they left on (`_batch_order`), so a batch's output is the same as row by row.
 The kernel stops before an event that could need more room than there is (outputs,
 queue slots, records) and resumes there once Python has grown the arrays. Partial matches
 end by WITHIN on the key's next event, at `punctuate(ts)` (every key) and at `flush()`;
@@ -24,8 +28,10 @@ without WITHIN, completed matches held back by an unfinished earlier one never l
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 
 from cep_core import ast
@@ -39,6 +45,9 @@ from cep_core.kernels.string_tables import StringTables
 from cep_core.reference.recognize import RecognizeRuntimeError
 
 INT64_MIN = np.iinfo(np.int64).min
+# Rows the kernel takes key by key at a time (its scratch stays in the cache): one key's
+# rows one after another keep that key's records in the cache
+CHUNK = 16384
 _EMPTY = np.zeros(1, np.int64)
 
 
@@ -46,12 +55,15 @@ class RecognizeEngine(Engine):
     """A MATCH_RECOGNIZE query over columnar batches (see the module docstring). Options
     of other engines (`idle_timeout`, ...) are ignored: a key's state here ends by WITHIN."""
 
-    def __init__(self, program, strings: StringDictionary, **options):
+    def __init__(self, program: Any, strings: StringDictionary, **options: Any) -> None:
+        # program: a RecognizeProgram (cep_core.compiler.recognize, which the engines do
+        # not import)
         super().__init__(program.checked, strings)
         self.program = program
         self.key_attrs = [a.name for a in self.query.partition_by]
         self.keys = _Keys(self.key_attrs, self.schema)
         self._tables: StringTables | None = None
+        self._buffers: dict[str, npt.NDArray[Any]] = {}
         self._allocate(nkeys=16, pcap=4, ccap=4, pool=64, out_cap=256)
 
     # ------------------------------------------------------------ arrays
@@ -59,14 +71,13 @@ class RecognizeEngine(Engine):
     def _allocate(self, nkeys: int, pcap: int, ccap: int, pool: int, out_cap: int) -> None:
         p = self.program
         self.pcap, self.ccap, self.out_cap = pcap, ccap, out_cap
-        a: dict[str, np.ndarray] = dict(p.tables)
+        a: dict[str, npt.NDArray[Any]] = dict(p.tables)
         a["ctr"] = np.zeros(len(rt.CTR), np.int64)
         a["ctr"][rt.HIGH] = 1  # record 0: the start computation
         a["key_i"] = np.zeros((nkeys, len(rt.KEY_FIELDS)), np.int64)
         a["ph"] = np.zeros((nkeys, pcap), np.int64)
         a["ch"] = np.zeros((nkeys, ccap), np.int64)
         a["lp"] = np.zeros(pcap, np.int64)
-        a["lk"] = np.zeros(pcap, np.int64)
         a["lc"] = np.zeros(ccap, np.int64)
         a["rec_i"] = np.zeros((pool, p.rec_ints), np.int64)
         a["rec_f"] = np.zeros((pool, p.rec_floats), np.float64)
@@ -81,12 +92,12 @@ class RecognizeEngine(Engine):
     def _out_arrays(self, size: int, keep: int = 0) -> None:
         a = self.arrays
 
-        def make(name, dtype):
+        def make(name: str, dtype: npt.DTypeLike) -> None:
             new = np.zeros(size, dtype)
             if keep:
                 new[:keep] = a[name][:keep]
             a[name] = new
-        for name in ("out_key", "out_start", "out_end"):
+        for name in ("out_key", "out_start", "out_end", "out_row"):
             make(name, np.int64)
         for j, m in enumerate(self.program.measures):
             make(f"e{j}", dtype_of(m.kind))
@@ -124,7 +135,6 @@ class RecognizeEngine(Engine):
                 a[name] = grown
                 setattr(self, cap, 2 * old)
             a["lp"] = np.zeros(self.pcap, np.int64)
-            a["lk"] = np.zeros(self.pcap, np.int64)
             a["lc"] = np.zeros(self.ccap, np.int64)
         elif status == rt.FULL_POOL:
             rows = 2 * len(a["rec_i"])
@@ -162,12 +172,12 @@ class RecognizeEngine(Engine):
         for name, array in zip(("s_rank", "s_lower", "s_upper", "s_length"), tables):
             a[name] = array
 
-    def _state_args(self) -> list[np.ndarray]:
+    def _state_args(self) -> list[npt.NDArray[Any]]:
         a = self.arrays
         flat = {"ph", "ch"}
         return [a[name].reshape(-1) if name in flat else a[name] for name in rt.STATE_ARGS]
 
-    def _out_args(self) -> list[np.ndarray]:
+    def _out_args(self) -> list[npt.NDArray[Any]]:
         a = self.arrays
         return [a[name] for name in self._out_names]
 
@@ -195,20 +205,45 @@ class RecognizeEngine(Engine):
         dead = np.zeros(n, np.int64)
         ctr = a["ctr"]
         ctr[rt.OUT_N] = ctr[rt.DEAD_N] = 0
-        i = 0
+        # the kernel's scratch: a chunk of rows key by key (which row, and its columns)
+        size = min(n, CHUNK)
+        scratch = [self._scratch("order", size, np.dtype(np.int64))]
+        scratch += [self._scratch(f"g{j}", size, column.dtype)
+                    for j, column in enumerate([kid, seq, ts, *cols])]
+        first = done = 0
         while True:
-            status, i = p.module.kernel(i, n, p.within, self.pcap, self.ccap, self.out_cap,
-                                        time.time_ns() // 1_000_000, kid, seq, ts, *cols,
-                                        *self._state_args(), *self._out_args(), dead)
+            status, first, done = p.module.kernel(
+                first, done, n, p.within, self.pcap, self.ccap, self.out_cap,
+                time.time_ns() // 1_000_000, kid, seq, ts, *cols, *scratch,
+                *self._state_args(), *self._out_args(), a["out_row"], dead)
             if status == rt.DONE:
                 break
             self._grow(status)
-        for row in dead[:int(ctr[rt.DEAD_N])].tolist():
+        self._batch_order(int(ctr[rt.OUT_N]))
+        for row in np.sort(dead[:int(ctr[rt.DEAD_N])]).tolist():
             key = orjson.dumps(self._key(int(kid[row]))).decode()
             self.dead_letters.append((int(seq[row]),
                                       "event time goes backwards in partition " + key))
         out = self._results(int(ctr[rt.OUT_N]))
         return [out] if len(out) else []
+
+    def _scratch(self, name: str, size: int, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+        """A buffer of the kernel's, kept from batch to batch (no new pages each time)."""
+        buffer = self._buffers.get(name)
+        if buffer is None or len(buffer) != size or buffer.dtype != dtype:
+            buffer = self._buffers[name] = np.empty(size, dtype)
+        return buffer
+
+    def _batch_order(self, no: int) -> None:
+        """The kernel stepped its rows key by key: the composite events, in the order they
+        left, back in the order of the rows they left on (one row's stay in their order)."""
+        a = self.arrays
+        rows = a["out_row"][:no]
+        if no < 2 or bool((rows[1:] >= rows[:-1]).all()):
+            return
+        perm = np.argsort(rows, kind="stable")
+        for name in self._out_names:
+            a[name][:no] = a[name][:no][perm]
 
     def _tick(self, ts: int) -> list[CompositeBatch]:
         p, a = self.program, self.arrays
@@ -234,10 +269,10 @@ class RecognizeEngine(Engine):
     def flush_columns(self) -> list[CompositeBatch]:
         return self._tick(rt.NEVER)
 
-    def punctuate(self, ts: int) -> list[dict]:
+    def punctuate(self, ts: int) -> list[dict[str, Any]]:
         return to_dicts(self.punctuate_columns(ts))
 
-    def flush(self) -> list[dict]:
+    def flush(self) -> list[dict[str, Any]]:
         return to_dicts(self.flush_columns())
 
     def held_seq(self) -> int | None:
@@ -254,7 +289,7 @@ class RecognizeEngine(Engine):
 
     # ------------------------------------------------------------ results
 
-    def _key(self, k: int):
+    def _key(self, k: int) -> object:
         return self.decode_key(self.key_attrs, self.keys.value(k))
 
     def _results(self, no: int) -> ColumnBatch:
@@ -282,7 +317,7 @@ class RecognizeEngine(Engine):
 
     # ------------------------------------------------------------ snapshots and strings
 
-    def state(self) -> tuple[dict, dict[str, np.ndarray]]:
+    def state(self) -> tuple[dict[str, Any], dict[str, npt.NDArray[Any]]]:
         a = self.arrays
         nkeys, high = len(self.keys), int(a["ctr"][rt.HIGH])
         keys, codes = self.keys.to_state()
@@ -296,7 +331,7 @@ class RecognizeEngine(Engine):
             arrays["key_free"] = self.keys.free_ids()
         return meta, arrays
 
-    def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+    def load_state(self, meta: dict[str, Any], arrays: dict[str, npt.NDArray[Any]]) -> None:
         if "pcap" not in meta:  # e.g. the interpreter engine's (JSON) state
             raise ValueError(f"query {self.checked.name!r}: not the jitted MATCH_RECOGNIZE "
                              "engine's state (taken by the interpreter engine?)")
@@ -311,7 +346,7 @@ class RecognizeEngine(Engine):
             a[name][:len(arrays[name])] = arrays[name]
         self._keys_ready = nkeys
 
-    def _string_cells(self) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _string_cells(self) -> list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
         a, p = self.arrays, self.program
         if not p.string_columns:
             return []
@@ -320,11 +355,11 @@ class RecognizeEngine(Engine):
         at = (live[:, None] * width + np.array(p.string_columns, np.int64)).ravel()
         return [(a["rec_i"].reshape(-1), at)]
 
-    def string_codes(self) -> np.ndarray:
+    def string_codes(self) -> npt.NDArray[np.int64]:
         cells = [flat[at] for flat, at in self._string_cells()]
         return np.concatenate([np.asarray(self.keys.string_codes(), np.int64)] + cells)
 
-    def remap_strings(self, new_code: np.ndarray) -> None:
+    def remap_strings(self, new_code: npt.NDArray[np.int64]) -> None:
         new_code = np.asarray(new_code, np.int64)
         cells = self._string_cells()
         new = [new_code[flat[at]] for flat, at in cells]

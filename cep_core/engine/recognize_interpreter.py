@@ -19,9 +19,10 @@ stable numbering of the automaton's states) and its rows as (variable, row index
 from __future__ import annotations
 
 import math
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
+import numpy.typing as npt
 
 from cep_core.batch import Batch, StringDictionary
 from cep_core.checked import CheckedQuery
@@ -45,7 +46,8 @@ class RecognizeStateError(ValueError):
 class RecognizeInterpreterEngine(Engine):
     """Runs one MATCH_RECOGNIZE query with the reference interpreter (see the module)."""
 
-    def __init__(self, checked: CheckedQuery, strings: StringDictionary, **_options):
+    def __init__(self, checked: CheckedQuery, strings: StringDictionary,
+                 **_options: Any) -> None:
         super().__init__(checked, strings)
         self.interpreter = ref.RecognizeInterpreter(checked)
         self._names = list(self.schema.attributes)
@@ -55,7 +57,7 @@ class RecognizeInterpreterEngine(Engine):
 
     # ------------------------------------------------------------ running
 
-    def process(self, batch: Batch) -> list[dict]:
+    def process(self, batch: Batch) -> list[dict[str, Any]]:
         if not len(batch):
             return []
         strings = self.strings.strings
@@ -64,7 +66,7 @@ class RecognizeInterpreterEngine(Engine):
             values = batch.columns[name].tolist()
             columns.append([strings[c] for c in values] if kind is AttrType.STRING else values)
         names, step = self._names, self.interpreter.process
-        out: list[dict] = []
+        out: list[dict[str, Any]] = []
         for seq, ts, *values in zip(batch.seq.tolist(), batch.ts.tolist(), *columns):
             found = step(Event(seq, ts, dict(zip(names, values))))
             if found:
@@ -72,10 +74,10 @@ class RecognizeInterpreterEngine(Engine):
         self._take_dead_letters()
         return out
 
-    def punctuate(self, ts: int) -> list[dict]:
+    def punctuate(self, ts: int) -> list[dict[str, Any]]:
         return self.interpreter.punctuate(int(ts))
 
-    def flush(self) -> list[dict]:
+    def flush(self) -> list[dict[str, Any]]:
         return self.interpreter.flush()
 
     def held_seq(self) -> int | None:
@@ -99,20 +101,20 @@ class RecognizeInterpreterEngine(Engine):
 
     # ------------------------------------------------------------ strings
 
-    def string_codes(self) -> np.ndarray:
+    def string_codes(self) -> npt.NDArray[np.int64]:
         return np.empty(0, np.int64)  # rows are held decoded: no code to keep
 
-    def remap_strings(self, new_code: np.ndarray) -> None:
+    def remap_strings(self, new_code: npt.NDArray[np.int64]) -> None:
         pass
 
     # ------------------------------------------------------------ state
 
-    def state(self) -> tuple[dict, dict[str, np.ndarray]]:
+    def state(self) -> tuple[dict[str, Any], dict[str, npt.NDArray[Any]]]:
         interp = self.interpreter
         partitions = []
         for slot, part in interp.partitions.items():
             rows: dict[int, Event] = {}
-            queues = {}
+            queues: dict[str, list[Any]] = {}
             for name in ("partial", "completed"):
                 queues[name] = [self._computation(c, rows) for c in getattr(part, name).items]
             extra = {k: v for k, v in vars(part).items() if k not in _KNOWN}
@@ -130,23 +132,23 @@ class RecognizeInterpreterEngine(Engine):
         return {"recognize": {"version": STATE_VERSION, "automaton": self._signature(),
                               "partitions": partitions, "pending": pending}}, {}
 
-    def _saved_row(self, e: Event) -> list:
+    def _saved_row(self, e: Event) -> list[Any]:
         return [e.seq, e.ts, [_save(e.attrs.get(n)) for n in self._names]]
 
-    def _computation(self, c: ref.Computation, rows: dict[int, Event]) -> list:
+    def _computation(self, c: ref.Computation, rows: dict[int, Event]) -> list[Any]:
         for (_, event), index in zip(c.rows, c.indexes):
             rows[index] = event
         state = _FINAL_ID if c.state is ref._FINAL else self._numbering[id(c.state)]
         return [state, [[var, index] for (var, _), index in zip(c.rows, c.indexes)]]
 
-    def _signature(self) -> list:
+    def _signature(self) -> list[Any]:
         """The automaton as numbered: each state's variable, whether it is final, and its
         edges (action, target, the DEFINE it reads, the DEFINEs it must not satisfy)."""
         return [[s.var, s.final, [[t.action, self._numbering[id(t.target)],
                                    t.condition.var, list(t.condition.unless)]
                                   for t in s.transitions]] for s in self._states]
 
-    def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+    def load_state(self, meta: dict[str, Any], arrays: dict[str, npt.NDArray[Any]]) -> None:
         try:
             partitions, keys = self._loaded(meta, arrays)
             pending = self._pending(meta["recognize"].get("pending"), partitions)
@@ -165,7 +167,8 @@ class RecognizeInterpreterEngine(Engine):
         raise RecognizeStateError(f"query {self.checked.name!r}: MATCH_RECOGNIZE state "
                                   f"refused: {why}")
 
-    def _loaded(self, meta: dict, arrays: dict) -> tuple[dict, dict]:
+    def _loaded(self, meta: Any, arrays: dict[str, npt.NDArray[Any]]
+                ) -> tuple[dict[Any, ref._Partition], dict[Any, Any]]:
         refuse = self._refuse
         state = meta.get("recognize") if isinstance(meta, dict) else None
         if not isinstance(state, dict) or arrays:
@@ -177,8 +180,8 @@ class RecognizeInterpreterEngine(Engine):
             refuse("it was saved by another pattern's automaton")
         if not isinstance(state.get("partitions"), list):
             refuse("no list of partitions")
-        partitions: dict = {}
-        keys: dict = {}
+        partitions: dict[Any, ref._Partition] = {}
+        keys: dict[Any, Any] = {}
         for at, saved in enumerate(state["partitions"]):
             if not isinstance(saved, dict) or set(saved) != {
                     "key", "count", "last_ts", "rows", "partial", "completed", "extra"}:
@@ -220,7 +223,7 @@ class RecognizeInterpreterEngine(Engine):
             partitions[slot], keys[slot] = part, key
         return partitions, keys
 
-    def _rows(self, saved, count: int, last_ts, at: int) -> dict[int, Event]:
+    def _rows(self, saved: Any, count: int, last_ts: Any, at: int) -> dict[int, Event]:
         refuse = self._refuse
         rows: dict[int, Event] = {}
         if not isinstance(saved, list):
@@ -237,7 +240,7 @@ class RecognizeInterpreterEngine(Engine):
                        f"partition's last, {last_ts}")
         return rows
 
-    def _loaded_row(self, row, where: str) -> Event:
+    def _loaded_row(self, row: Any, where: str) -> Event:
         """[seq, ts, values] as the Event it was."""
         refuse = self._refuse
         if not (isinstance(row, list) and len(row) == 3):
@@ -247,7 +250,7 @@ class RecognizeInterpreterEngine(Engine):
             refuse(f"{where}: seq {seq!r}, time {ts!r}")
         if not (isinstance(values, list) and len(values) == len(self._names)):
             refuse(f"{where}: not one value per attribute")
-        attrs = {}
+        attrs: dict[str, Any] = {}
         for name, kind, value in zip(self._names, self._kinds, values):
             loaded = _load(kind, value)
             if loaded is _BAD:
@@ -257,14 +260,15 @@ class RecognizeInterpreterEngine(Engine):
             refuse(f"{where}: its time is not its {self.schema.time}")
         return Event(seq, ts, attrs)
 
-    def _pending(self, saved, partitions: dict) -> dict:
+    def _pending(self, saved: Any, partitions: dict[Any, ref._Partition]
+                 ) -> dict[Any, list[Event]]:
         """ORDER BY ts, col...: each partition's rows of one time, waiting to go in."""
         refuse = self._refuse
         if saved is None or not isinstance(saved, list):
             refuse("no list of pending rows")
         if saved and not hasattr(self.interpreter, "pending"):
             refuse("rows waiting to be sorted, which this engine does not keep")
-        pending: dict = {}
+        pending: dict[Any, list[Event]] = {}
         for at, rows in enumerate(saved):
             if not (isinstance(rows, list) and rows):
                 refuse(f"pending rows {at}: not a list of rows")
@@ -280,13 +284,13 @@ class RecognizeInterpreterEngine(Engine):
             pending[slot] = events
         return pending
 
-    def _queue(self, saved, rows: dict[int, Event], final: bool,
-               at: int) -> JavaPriorityQueue:
+    def _queue(self, saved: Any, rows: dict[int, Event], final: bool,
+               at: int) -> JavaPriorityQueue[ref.Computation]:
         refuse = self._refuse
         which = "completed" if final else "partial"
         if not isinstance(saved, list):
             refuse(f"partition {at}: {which} matches are not a list")
-        items = []
+        items: list[ref.Computation] = []
         for entry in saved:
             if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list)):
                 refuse(f"partition {at}: a {which} match is not [state, rows]")
@@ -319,11 +323,11 @@ class RecognizeInterpreterEngine(Engine):
         return queue
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _save(value):
+def _save(value: object) -> object:
     """A row's value as JSON: a float that JSON cannot hold (NaN, infinities) as its name."""
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
@@ -333,7 +337,7 @@ def _save(value):
 _BAD = object()
 
 
-def _load(kind: AttrType, value):
+def _load(kind: AttrType, value: object) -> object:
     if value is None:
         return None
     if kind is AttrType.STRING:

@@ -15,7 +15,10 @@ a pruned or released handle goes back to the free list.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 from numba import njit
+
+I64 = npt.NDArray[np.int64]
 
 NEVER = 1 << 62  # the start computation's place in a queue (after every partial match)
 
@@ -35,12 +38,12 @@ KEY_FIELDS = ("last_ts", "npart", "ncomp", "rows")
 K_LAST_TS, K_NPART, K_NCOMP, K_ROWS = range(len(KEY_FIELDS))
 # The state arrays every kernel takes, in order (after its scalars and the batch).
 STATE_ARGS = ["sc", "s_rank", "s_lower", "s_upper", "s_length", "ctr", "free", "key_i", "ph",
-              "ch", "lp", "lk", "lc", "rec_i", "rec_f", "st_var", "st_final", "tr_off",
+              "ch", "lp", "lc", "rec_i", "rec_f", "st_var", "st_final", "tr_off",
               "tr_n", "tr_act", "tr_tgt", "tr_var", "tr_unl"]
 
 
 @njit(cache=True, inline="always")
-def heap_add(heap, base, n, item, rec_i):
+def heap_add(heap: I64, base: int, n: int, item: int, rec_i: I64) -> int:
     """PriorityQueue.add (siftUp) into heap[base:base + n]; returns the new size."""
     key = rec_i[item, START]
     k = n
@@ -55,25 +58,8 @@ def heap_add(heap, base, n, item, rec_i):
     return n + 1
 
 
-@njit(cache=True, inline="always")
-def heap_add_keyed(heap, keys, n, item, key):
-    """heap_add into heap[:n] whose items' keys are kept beside them in keys[:n] (the
-    kernel's new queue of a key: no record read per comparison); returns the new size."""
-    k = n
-    while k > 0:
-        parent = (k - 1) >> 1
-        if key >= keys[parent]:
-            break
-        heap[k] = heap[parent]
-        keys[k] = keys[parent]
-        k = parent
-    heap[k] = item
-    keys[k] = key
-    return n + 1
-
-
 @njit(cache=True)
-def sift_down(heap, base, n, k, item, rec_i):
+def sift_down(heap: I64, base: int, n: int, k: int, item: int, rec_i: I64) -> None:
     key = rec_i[item, START]
     half = n >> 1
     while k < half:
@@ -90,7 +76,7 @@ def sift_down(heap, base, n, k, item, rec_i):
 
 
 @njit(cache=True)
-def heap_poll(heap, base, n, rec_i):
+def heap_poll(heap: I64, base: int, n: int, rec_i: I64) -> int:
     """PriorityQueue.poll: removes the head (the caller read it); returns the new size."""
     n -= 1
     last = heap[base + n]
@@ -100,13 +86,14 @@ def heap_poll(heap, base, n, rec_i):
 
 
 @njit(cache=True)
-def heapify(heap, base, n, rec_i):
+def heapify(heap: I64, base: int, n: int, rec_i: I64) -> None:
     for k in range((n >> 1) - 1, -1, -1):
         sift_down(heap, base, n, k, heap[base + k], rec_i)
 
 
 @njit(cache=True)
-def prune(heap, base, n, rec_i, column, limit, inclusive, free, ctr):
+def prune(heap: I64, base: int, n: int, rec_i: I64, column: int, limit: int, inclusive: bool,
+          free: I64, ctr: I64) -> int:
     """PriorityQueue.removeIf (JDK 17's bulkRemove) of the records (not the start
     computation) whose `column` is below `limit` (or equal, when `inclusive`): survivors
     keep their order, then the array is heapified; nothing removed, nothing moves. The
@@ -127,7 +114,7 @@ def prune(heap, base, n, rec_i, column, limit, inclusive, free, ctr):
 
 
 @njit(cache=True)
-def jdiv(a, b):
+def jdiv(a: int, b: int) -> int:
     """Java's integer division (truncates toward zero); the caller guards b == 0."""
     if b == 0:
         return a - a
@@ -136,12 +123,12 @@ def jdiv(a, b):
 
 
 @njit(cache=True)
-def jmod(a, b):
+def jmod(a: int, b: int) -> int:
     """Java's integer remainder (the sign of the dividend)."""
     return a - b * jdiv(a, b)
 
 
-def live_handles(ph: np.ndarray, ch: np.ndarray, key_i: np.ndarray, nkeys: int) -> np.ndarray:
+def live_handles(ph: I64, ch: I64, key_i: I64, nkeys: int) -> I64:
     """The record handles the keys' queues hold (not the start computation)."""
     npart, ncomp = key_i[:nkeys, K_NPART], key_i[:nkeys, K_NCOMP]
     parts = [ph[k, :npart[k]] for k in range(nkeys)] + [ch[k, :ncomp[k]] for k in range(nkeys)]
