@@ -37,12 +37,13 @@ from `repr` of parsed values, strings are codes (`cep_core.compiler.expressions`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import numpy as np
 import numpy.typing as npt
 
 from cep_core import ast
-from cep_core.checked import CheckedQuery
+from cep_core.checked import CheckedQuery, ExprType
 from cep_core.compiler.expressions import (
     FALSE,
     STRING_TABLE_PARAMS,
@@ -56,10 +57,26 @@ from cep_core.kernels import recognize_runtime as rt
 from cep_core.kernels.match_runtime import dtype_of
 from cep_core.recognize_pattern import recognize_elements
 from cep_core.reference.recognize import PROCEED, State, compile_nfa, number_states
+from cep_core.schema import AttrType
 
 A = ast.AggFunc
 MAX_OFFSET = 3  # FIRST/LAST(v.a, k): the kernel keeps k + 1 values per variable
 MAX_VARIABLES = 62  # variables are bits of an int64 (memo of DEFINE results, `unless`)
+INT, FLOAT = AttrType.INT, AttrType.FLOAT  # how a record column stores a value
+
+
+class Tag(StrEnum):
+    """What a record column keeps (the first item of its key, `_Record`); MIN and MAX are
+    also the generated code's function names."""
+
+    CNT = "cnt"  # rows of the variable (or of the match)
+    LAST = "last"  # LAST(v.a, k)
+    FIRST = "first"  # FIRST(v.a, k)
+    SUM = "sum"
+    MIN = "min"
+    MAX = "max"
+    FIDX = "fidx"  # the variable's first row (AFTER MATCH SKIP TO FIRST v)
+    LIDX = "lidx"  # its last row (SKIP TO LAST v)
 
 
 class RecognizeUnsupported(ValueError):
@@ -153,31 +170,31 @@ RecKey = tuple[str | int | None, ...]  # what a record column keeps (`_Record`)
 
 class _Record:
     """The columns of a record beyond the fixed ones (`rt.REC_FIXED`), by key:
-    ("cnt", var), ("last", var, attr, k), ("first", var, attr, k), ("sum"|"min"|"max", var,
-    attr), ("fidx"|"lidx", var); var None means all the match's rows."""
+    (CNT, var), (LAST, var, attr, k), (FIRST, var, attr, k), (SUM|MIN|MAX, var, attr),
+    (FIDX|LIDX, var) (`Tag`s); var None means all the match's rows."""
 
     def __init__(self, kinds: dict[str, str]) -> None:
         self.kinds = kinds  # attribute -> storage kind
-        self.ints: dict[RecKey, int] = {("cnt", None): rt.COUNT}
+        self.ints: dict[RecKey, int] = {(Tag.CNT, None): rt.COUNT}
         self.floats: dict[RecKey, int] = {}
-        self.kind_of: dict[RecKey, str] = {("cnt", None): "int"}
+        self.kind_of: dict[RecKey, str] = {(Tag.CNT, None): INT}
 
-    def col(self, key: RecKey, kind: str = "int") -> tuple[str, int]:
+    def col(self, key: RecKey, kind: str = INT) -> tuple[str, int]:
         if key not in self.kind_of:
             self.kind_of[key] = kind
-            if kind == "float":
+            if kind == FLOAT:
                 self.floats[key] = len(self.floats)
             else:
                 self.ints[key] = len(rt.REC_FIXED) + len(self.ints) - 1
         return ("rec_f", self.floats[key]) if key in self.floats else ("rec_i", self.ints[key])
 
-    def read(self, key: RecKey, kind: str = "int", row: str = "r") -> str:
+    def read(self, key: RecKey, kind: str = INT, row: str = "r") -> str:
         array, column = self.col(key, kind)
         code = f"{array}[{row}, {column}]"
-        return f"({code} != 0)" if kind == "bool" else code
+        return f"({code} != 0)" if kind == AttrType.BOOL else code
 
     def count(self, var: str | None, row: str = "r") -> str:
-        return self.read(("cnt", var), "int", row)
+        return self.read((Tag.CNT, var), INT, row)
 
 
 # ---------------------------------------------------------------- expressions
@@ -218,7 +235,7 @@ class _Compiler(ExpressionCompiler):
         if op in (ast.BinaryOp.DIV, ast.BinaryOp.MOD):
             left, right = self.compile(node.left), self.compile(node.right)
             null = _or(left.null, right.null, f"(({right.value}) == 0)")
-            ints = all(self.types[x] in ("int", "timestamp") for x in (node.left, node.right))
+            ints = all(self.types[x] == ExprType.INT for x in (node.left, node.right))
             x, y = left.value, right.value
             if ints:
                 name = "jdiv" if op is ast.BinaryOp.DIV else "jmod"
@@ -229,7 +246,7 @@ class _Compiler(ExpressionCompiler):
         if op in ("=", "!=", "<", "<=", ">", ">="):
             left, right = self.compile(node.left), self.compile(node.right)
             a, b = left.value, right.value
-            if self.types[node.left] == "string" and op not in ("=", "!="):
+            if self.types[node.left] == ExprType.STRING and op not in ("=", "!="):
                 a, b = f"s_rank[{a}]", f"s_rank[{b}]"
             py = {"=": "==", "!=": "!="}.get(op, op)
             return Code(f"({a} {py} {b})", _or(left.null, right.null))
@@ -309,8 +326,8 @@ class _Leaves:
         if k > MAX_OFFSET:
             raise RecognizeUnsupported(f"an offset over {MAX_OFFSET} (LAST/FIRST(..., {k}))")
         kind = gen.kind(attr)
-        gen.track(var, attr, "last", k)
-        value = gen.rec.read(("last", var, attr, k), kind)
+        gen.track(var, attr, Tag.LAST, k)
+        value = gen.rec.read((Tag.LAST, var, attr, k), kind)
         return Code(value, f"({gen.rec.count(var)} <= {k})")
 
     def aggregate(self, node: ast.Aggregate) -> Code:
@@ -322,7 +339,7 @@ class _Leaves:
             var = None  # COUNT(price), parsed as var "price": the rows (columns are never NULL)
         here = self.var is not None and var in (None, self.var)  # the current row counts
         cnt = gen.rec.count(var)
-        gen.rec.col(("cnt", var))
+        gen.rec.col((Tag.CNT, var))
         if func is A.COUNT:
             return Code(f"({cnt} + 1)" if here else cnt)
         assert node.arg is not None  # the checker: only COUNT(*) has none
@@ -338,20 +355,21 @@ class _Leaves:
                 return self._last(var, attr, k)
             if k == 0:
                 return Code(v)
-            gen.track(var, attr, "last", k - 1)
-            return Code(gen.rec.read(("last", var, attr, k - 1), kind), f"({cnt} < {k})")
+            gen.track(var, attr, Tag.LAST, k - 1)
+            return Code(gen.rec.read((Tag.LAST, var, attr, k - 1), kind), f"({cnt} < {k})")
         if func is A.FIRST:
-            gen.track(var, attr, "first", k)
-            first = gen.rec.read(("first", var, attr, k), kind)
+            gen.track(var, attr, Tag.FIRST, k)
+            first = gen.rec.read((Tag.FIRST, var, attr, k), kind)
             if not here:
                 return Code(first, f"({cnt} <= {k})")
             return Code(f"({first} if {cnt} > {k} else {v})", f"({cnt} < {k})")
-        if kind not in ("int", "float") and func in (A.SUM, A.AVG):
+        if kind not in (INT, FLOAT) and func in (A.SUM, A.AVG):
             raise RecognizeUnsupported(f"{func.value.upper()} of a {kind}")
-        if kind in ("string", "bool") and func in (A.MIN, A.MAX):
+        if kind in (AttrType.STRING, AttrType.BOOL) and func in (A.MIN, A.MAX):
             raise RecognizeUnsupported(f"{func.value.upper()} of a {kind}")
-        gen.track(var, attr, "sum" if func is A.AVG else func.value, 0)
-        stored = gen.rec.read(("sum" if func is A.AVG else func.value, var, attr), kind)
+        tag = Tag.SUM if func is A.AVG else Tag(func.value)
+        gen.track(var, attr, tag, 0)
+        stored = gen.rec.read((tag, var, attr), kind)
         if func is A.SUM:
             return Code(f"({stored} + {v})") if here else Code(stored, f"({cnt} == 0)")
         if func in (A.MIN, A.MAX):
@@ -361,7 +379,7 @@ class _Leaves:
         if func is A.AVG:
             total, n = (f"({stored} + {v})", f"({cnt} + 1)") if here else (stored, cnt)
             null = FALSE if here else f"({cnt} == 0)"
-            if kind == "int":
+            if kind == INT:
                 return Code(f"jdiv({total}, max({n}, 1))", null)
             return Code(f"({total} / max({n}, 1))", null)
         raise RecognizeUnsupported(f"{func.value.upper()}(...)")
@@ -396,14 +414,14 @@ class _Generator:
         self.variables = variables
         self.columns: list[str] = []
         self.rec = _Record({})
-        # (var, attr) -> {("last", k), ("first", k), ...}
-        self.tracked: dict[tuple[str | None, str], set[tuple[str, int]]] = {}
+        # (var, attr) -> {(Tag.LAST, k), (Tag.FIRST, k), ...}
+        self.tracked: dict[tuple[str | None, str], set[tuple[Tag, int]]] = {}
         self.constants = StringConstants()
         self.defined: set[int] = set()  # numbers of the variables with a DEFINE
 
-    def kind(self, attr: str) -> str:
+    def kind(self, attr: str) -> AttrType:
         kind = self.schema.attributes[attr]
-        return "int" if kind == "timestamp" else kind
+        return INT if kind == AttrType.TIMESTAMP else kind
 
     def value(self, attr: str) -> str:
         if attr == self.schema.time:
@@ -412,17 +430,17 @@ class _Generator:
             self.columns.append(attr)
         return f"a{self.columns.index(attr)}"
 
-    def track(self, var: str | None, attr: str, what: str, k: int) -> None:
+    def track(self, var: str | None, attr: str, what: Tag, k: int) -> None:
         self.value(attr)  # `take` reads it from the row
         self.tracked.setdefault((var, attr), set()).add((what, k))
-        self.rec.col(("cnt", var))
+        self.rec.col((Tag.CNT, var))
         kind = self.kind(attr)
-        if what in ("last", "first"):
+        if what in (Tag.LAST, Tag.FIRST):
             for j in range(k + 1):  # LAST shifts through 0..k; FIRST k needs only k
-                if what == "last" or j == k:
+                if what is Tag.LAST or j == k:
                     self.rec.col((what, var, attr, j), kind)
         else:
-            self.rec.col((what, var, attr), "float" if kind == "float" else "int")
+            self.rec.col((what, var, attr), FLOAT if kind == FLOAT else INT)
 
     def compiler(self, var: str | None) -> _Compiler:
         return _Compiler(_Leaves(self, var), self.constants, self.checked.types)
@@ -438,32 +456,32 @@ class _Generator:
                     continue
                 v = self.value(attr)
                 cnt = self.rec.count(var, "dst")
-                lasts = sorted(k for what, k in wants if what == "last")
+                lasts = sorted(k for what, k in wants if what is Tag.LAST)
                 for k in range(max(lasts) if lasts else -1, 0, -1):
-                    lines.append(f"{self.rec.read(('last', var, attr, k), 'int', 'dst')} = "
-                                 f"{self.rec.read(('last', var, attr, k - 1), 'int', 'dst')}")
+                    lines.append(f"{self.rec.read((Tag.LAST, var, attr, k), INT, 'dst')} = "
+                                 f"{self.rec.read((Tag.LAST, var, attr, k - 1), INT, 'dst')}")
                 if lasts:
-                    lines.append(f"{self.rec.read(('last', var, attr, 0), 'int', 'dst')} = {v}")
+                    lines.append(f"{self.rec.read((Tag.LAST, var, attr, 0), INT, 'dst')} = {v}")
                 for what, k in sorted(wants):
-                    if what == "first":
+                    if what is Tag.FIRST:
                         lines.append(f"if {cnt} == {k}:")
-                        lines.append(f"    {self.rec.read(('first', var, attr, k), 'int', 'dst')}"
+                        lines.append(f"    {self.rec.read((Tag.FIRST, var, attr, k), INT, 'dst')}"
                                      f" = {v}")
-                    elif what == "sum":
-                        ref = self.rec.read(("sum", var, attr), "int", "dst")
+                    elif what is Tag.SUM:
+                        ref = self.rec.read((Tag.SUM, var, attr), INT, "dst")
                         lines.append(f"{ref} += {v}")
-                    elif what in ("min", "max"):
-                        ref = self.rec.read((what, var, attr), "int", "dst")
+                    elif what in (Tag.MIN, Tag.MAX):
+                        ref = self.rec.read((what, var, attr), INT, "dst")
                         lines.append(f"{ref} = {v} if {cnt} == 0 else {what}({ref}, {v})")
-            for key in (("fidx", var), ("lidx", var)):
+            for key in ((Tag.FIDX, var), (Tag.LIDX, var)):
                 if key in self.rec.kind_of:
-                    ref = self.rec.read(key, "int", "dst")
-                    if key[0] == "fidx":
+                    ref = self.rec.read(key, INT, "dst")
+                    if key[0] is Tag.FIDX:
                         lines.append(f"if {self.rec.count(var, 'dst')} == 0:")
                         lines.append(f"    {ref} = idx")
                     else:
                         lines.append(f"{ref} = idx")
-            if var is not None and ("cnt", var) in self.rec.kind_of:
+            if var is not None and (Tag.CNT, var) in self.rec.kind_of:
                 lines.append(f"{self.rec.count(var, 'dst')} += 1")
             per_var[var] = lines
         out = per_var[None]
@@ -512,8 +530,8 @@ def compile_recognize(checked: CheckedQuery) -> RecognizeProgram:
         if code.nullable:
             emit.append(f"e{j}n[no] = {code.null}")
     if body.skip in (ast.SkipTo.FIRST, ast.SkipTo.LAST):
-        gen.rec.col(("cnt", body.skip_var))
-        gen.rec.col(("fidx" if body.skip is ast.SkipTo.FIRST else "lidx", body.skip_var))
+        gen.rec.col((Tag.CNT, body.skip_var))
+        gen.rec.col((Tag.FIDX if body.skip is ast.SkipTo.FIRST else Tag.LIDX, body.skip_var))
     take = gen.take_lines()
 
     outputs = [a.name for a in checked.query.partition_by] + [m.name for m in measures]
@@ -525,8 +543,8 @@ def compile_recognize(checked: CheckedQuery) -> RecognizeProgram:
     module = load_module(source)
     uses_tables = any(f"{t}[" in source for t in STRING_TABLE_PARAMS.split(", "))
     string_columns = [column for key, column in gen.rec.ints.items()
-                      if len(key) > 2 and key[0] in ("last", "first", "min", "max")
-                      and isinstance(key[2], str) and gen.kind(key[2]) == "string"]
+                      if len(key) > 2 and key[0] in (Tag.LAST, Tag.FIRST, Tag.MIN, Tag.MAX)
+                      and isinstance(key[2], str) and gen.kind(key[2]) == AttrType.STRING]
     return RecognizeProgram(
         checked=checked, module=module,
         columns=[(a, dtype_of(gen.kind(a))) for a in gen.columns],
@@ -780,12 +798,12 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
     elif skip is ast.SkipTo.NEXT_ROW:
         bound = [f"limit = rec_i[m, {S.START}]", "inclusive = True"]
     else:
-        which = "fidx" if skip is ast.SkipTo.FIRST else "lidx"
+        which = Tag.FIDX if skip is ast.SkipTo.FIRST else Tag.LIDX
         bound = [f"if {gen.rec.count(body.skip_var, 'm')} == 0:",
                  f"    ctr[{S.ERR_START}] = rec_i[m, {S.START_SEQ}]",
                  f"    ctr[{S.ERR_END}] = rec_i[m, {S.LAST_SEQ}]",
                  f"    return {S.SKIP_MISSING}",
-                 f"limit = {gen.rec.read((which, body.skip_var), 'int', 'm')}",
+                 f"limit = {gen.rec.read((which, body.skip_var), INT, 'm')}",
                  f"if limit == rec_i[m, {S.START}]:",
                  f"    ctr[{S.ERR_START}] = rec_i[m, {S.START_SEQ}]",
                  f"    ctr[{S.ERR_END}] = rec_i[m, {S.LAST_SEQ}]",
