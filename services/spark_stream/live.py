@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -51,6 +51,9 @@ from cep_core.errors import QueryError, QueryErrors
 from cep_core.schema import SchemaError, SchemaRegistry
 from cep_service.spark_stream.sequencer import CarryStore
 from cep_service.stream.control import split_query_file
+
+if TYPE_CHECKING:
+    from cep_service.stream.kafka import KafkaSettings
 
 
 class NoQueries(ValueError):
@@ -96,7 +99,7 @@ class QueryWatch:
         if control is not None:
             self._open(*control)
 
-    def _open(self, settings, topic: str) -> None:
+    def _open(self, settings: KafkaSettings, topic: str) -> None:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
         from cep_service.stream.control import control_log

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import orjson
@@ -157,7 +158,7 @@ def pack_all(routes: list[Route],
             yield packed
 
 
-def unpack_rows(frames) -> pa.Table:
+def unpack_rows(frames: Iterable[Any]) -> pa.Table:
     """A state key's packed rows (pandas frames of `PACKED_DDL`) -> the sequencer's rows,
     in the sequencer's order."""
     parts = sorted(((part, blob) for frame in frames
@@ -166,7 +167,7 @@ def unpack_rows(frames) -> pa.Table:
     return pa.concat_tables([from_ipc(blob) for _, blob in parts])
 
 
-def pack_results(batch: pa.RecordBatch | pa.Table):
+def pack_results(batch: pa.RecordBatch | pa.Table) -> Any:
     """One result row: the engines' rows as zstd-compressed Arrow IPC (composite JSON
     bodies shrink about 5 times; they cross from the shard's Python worker into the JVM,
     to the driver and into its Python as these bytes)."""

@@ -20,6 +20,7 @@ letter's JSON).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -140,7 +141,9 @@ class Sequencer:
         self.carry.time = self.guard.time
         return self.batch(table, dead)
 
-    def _checked(self, table: pa.Table, raw, position, where, source: str):
+    def _checked(self, table: pa.Table, raw: Callable[[int], bytes],
+                 position: Callable[[int], int], where: Callable[[int], tuple[int, int]],
+                 source: str) -> tuple[pa.Table, list[DeadLetter]]:
         if not table.num_rows:
             return table, []
         keep, refused, self.carry.last_seq = self.guard.accept(
@@ -187,7 +190,7 @@ class Sequencer:
 
 
 def sequence_run(sequencer: Sequencer, partition: int, values: list[bytes], offsets: np.ndarray,
-                 ends: np.ndarray, partitions: int, source: str):
+                 ends: np.ndarray, partitions: int, source: str) -> Iterator[pa.RecordBatch]:
     """The batches of one source partition's records of a step, in offset order: runs of
     JSON events between end-of-input markers (`ends`: which records are markers; the input
     ends once each of the `partitions` has sent one)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 # Deferred imports: the Kafka consumer and the broker's watermarks load only for the Kafka sink.
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -57,7 +58,7 @@ class FileSink:
         self.fs, self.root = pafs.FileSystem.from_uri(output)
         self.root = self.root.rstrip("/")
 
-    def __call__(self, df, batch_id: int) -> None:
+    def __call__(self, df: Any, batch_id: int) -> None:
         self.write(unpack_results(df.toArrow()), batch_id)
 
     def write(self, table: pa.Table, batch_id: int) -> None:
@@ -77,7 +78,7 @@ class KafkaSink:
         self.topics = topics  # query name -> INTO topic
         self.dead_letters = dead_letters
 
-    def __call__(self, df, batch_id: int) -> None:
+    def __call__(self, df: Any, batch_id: int) -> None:
         self.write(unpack_results(df.toArrow()), batch_id)
 
     def write(self, table: pa.Table, batch_id: int) -> None:
@@ -103,7 +104,8 @@ class KafkaSink:
         flush_all(producer, 60)
 
 
-def delivered(settings: KafkaSettings, partitions, batch_id: int) -> dict[tuple, int]:
+def delivered(settings: KafkaSettings, partitions: Iterable[tuple[str, int]],
+              batch_id: int) -> dict[tuple, int]:
     """How many messages of batch `batch_id` each (topic, partition) holds already (all of
     them, as a large number, when a later batch was written there)."""
     from confluent_kafka import TopicPartition

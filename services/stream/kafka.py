@@ -123,15 +123,15 @@ class KafkaSettings:
                                              else BrokerKind.KAFKA)
         return _BROKER_KINDS[self.bootstrap]
 
-    def producer_config(self, **overrides) -> dict:
+    def producer_config(self, **overrides: Any) -> dict:
         tuned = TANSU_PRODUCER_DEFAULTS if self.broker_kind() is BrokerKind.TANSU else {}
         return {**self.PRODUCER_DEFAULTS, **tuned, **self.base(),
                 "partitioner": "murmur2_random", **overrides}
 
-    def producer(self, **overrides) -> Producer:
+    def producer(self, **overrides: Any) -> Producer:
         return Producer(self.producer_config(**overrides))
 
-    def consumer_config(self, group: str | None = None, **overrides) -> dict:
+    def consumer_config(self, group: str | None = None, **overrides: Any) -> dict:
         tuned = TANSU_CONSUMER_DEFAULTS if self.broker_kind() is BrokerKind.TANSU else {}
         return {"session.timeout.ms": self.session_timeout_ms,
                 "heartbeat.interval.ms": self.heartbeat_ms, **self.CONSUMER_DEFAULTS,
@@ -140,7 +140,7 @@ class KafkaSettings:
                 "enable.auto.commit": False, "auto.offset.reset": "earliest",
                 "enable.partition.eof": False, **overrides}
 
-    def consumer(self, group: str | None = None, **overrides) -> Consumer:
+    def consumer(self, group: str | None = None, **overrides: Any) -> Consumer:
         return Consumer(self.consumer_config(group, **overrides))
 
     def admin(self) -> AdminClient:

@@ -19,9 +19,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import orjson
 
@@ -48,7 +51,7 @@ class ProcessLog:
 
     role: str
 
-    def write(self, event: str, level: str = "info", **fields) -> None:
+    def write(self, event: str, level: str = "info", **fields: Any) -> None:
         if LEVELS[level] < log_level():
             return
         _write({"ts": round(time.time(), 3), "level": level, "role": self.role,
@@ -77,7 +80,7 @@ def configure_logging(role: str) -> ProcessLog:
     return _process_log
 
 
-def log(event: str, level: str = "info", **fields) -> None:
+def log(event: str, level: str = "info", **fields: Any) -> None:
     """One JSON line of this process's log (its role: `configure_logging`)."""
     _process_log.write(event, level, **fields)
 
@@ -91,7 +94,7 @@ class JsonLogFormatter(logging.Formatter):
     """Records of Python's logging (Faust's, mode's, aiokafka's) as the same JSON lines as
     `log`: event "log", the logger's name, its message, and a traceback where there is one."""
 
-    def __init__(self, role: str, **options):
+    def __init__(self, role: str, **options: Any) -> None:
         super().__init__(**options)
         self.role = role
 
@@ -105,7 +108,7 @@ class JsonLogFormatter(logging.Formatter):
 
 
 @contextmanager
-def profiled(role: str):
+def profiled(role: str) -> Iterator[None]:
     """cProfile the calling thread while the block runs when CEP_PROFILE_DIR is set (stats
     go to DIR/ROLE-PID.prof; read them with `python -m pstats`)."""
     target = os.environ.get("CEP_PROFILE_DIR")
@@ -130,7 +133,7 @@ def stop_flag() -> threading.Event:
     """An Event set by SIGTERM, SIGINT or SIGHUP."""
     stopping = threading.Event()
 
-    def handler(signum, _frame):
+    def handler(signum: int, _frame: FrameType | None) -> None:
         log("stopping", signal=signal.Signals(signum).name)
         stopping.set()
 
@@ -144,7 +147,7 @@ def exit_on_signals() -> None:
     KeyboardInterrupt, so a command's `finally` blocks stop the processes it started. Once
     one has arrived, more are ignored, so they cannot cut that clean-up short."""
 
-    def handler(signum, _frame):
+    def handler(signum: int, _frame: FrameType | None) -> None:
         for other in STOP_SIGNALS:
             signal.signal(other, signal.SIG_IGN)
         raise SystemExit(128 + signum)

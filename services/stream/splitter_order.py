@@ -17,11 +17,13 @@ the splitter takes batches as they come. Without Kafka: reading the logged steps
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
+from typing import Any
 
 ORDER_HEADER = "order"
 
 
-def runs_of(messages) -> list[list[int]]:
+def runs_of(messages: Iterable[Any]) -> list[list[int]]:
     """The runs of consecutive messages of one source partition, in consumption order."""
     runs: list[list[int]] = []
     for message in messages:

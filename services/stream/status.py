@@ -9,6 +9,7 @@ import itertools
 import os
 import socket
 from enum import StrEnum
+from typing import Any
 
 import orjson
 
@@ -56,17 +57,17 @@ class StatusWriter:
         n = next(_instances)
         self.service = f"{role}@{socket.gethostname()}:{os.getpid()}" + (f"#{n}" if n else "")
 
-    def presence(self, producer, state: str, **fields) -> None:
+    def presence(self, producer: Any, state: str, **fields: Any) -> None:
         self._write(producer, {"event": StatusEvent.SERVICE, "state": state, **fields})
 
-    def outcome(self, producer, change: dict, outcome: Outcome, **fields) -> None:
+    def outcome(self, producer: Any, change: dict, outcome: Outcome, **fields: Any) -> None:
         self._write(producer, {"event": StatusEvent.CHANGE, **change, "outcome": outcome, **fields})
 
-    def failure(self, producer, failure: dict, **fields) -> None:
+    def failure(self, producer: Any, failure: dict, **fields: Any) -> None:
         """A query whose engine failed here (`QueryFailure.to_json()`): stopped alone."""
         self._write(producer, {"event": StatusEvent.QUERY_FAILED, **failure, **fields})
 
-    def _write(self, producer, record: dict) -> None:
+    def _write(self, producer: Any, record: dict) -> None:
         produce(producer, self.topic, orjson.dumps(
             {**record, "service": self.service, "role": self.role}))
         producer.poll(0)

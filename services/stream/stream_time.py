@@ -5,6 +5,7 @@ the clocks they read. Kafka-free."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from cep_core.schema import StreamSchema, time_amount, units_per_ms
 from cep_core.time_guard import TimeGuard, wall_clock_units
@@ -17,8 +18,9 @@ class StreamTime:
 
     def __init__(self, max_ahead: int | str | None = None,
                  max_ahead_of_clock: int | str | None = None,
-                 idleness: int | str | None = None, clock=time.monotonic,
-                 wall_clock=time.time):
+                 idleness: int | str | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         self.options = {"max_ahead": max_ahead, "max_ahead_of_clock": max_ahead_of_clock,
                         "idleness": idleness}
         self.clock, self.wall_clock = clock, wall_clock

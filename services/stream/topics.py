@@ -43,7 +43,7 @@ class Topics:
     prefix: str = ""
     shards: int = 1
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.prefix and not self.prefix.endswith((".", "-", "_")):
             self.prefix += "."
         self.source = self.source or self.stream
