@@ -17,6 +17,7 @@ import threading
 import time
 
 import numpy as np
+from numpy.typing import NDArray
 from numba import njit
 
 from cep_accel.fpga import udp, wire
@@ -102,7 +103,7 @@ class Circuit:
 
 
 @njit(cache=True, inline="always")
-def _read(buf, at, nbytes, signed):
+def _read(buf: NDArray[np.uint8], at: int, nbytes: int, signed: bool) -> np.int64:
     value = np.int64(0)
     for b in range(nbytes):
         value |= np.int64(buf[at + b]) << np.int64(8 * b)
@@ -112,8 +113,11 @@ def _read(buf, at, nbytes, signed):
 
 
 @njit(cache=True, nogil=True)
-def _run(buf, offsets, lengths, start, cfg, atoms, table, follow, el_pid, el_state,
-         el_timer, el_start, used, hkeys, hvals, ctr, out, dropped, best):
+def _run(buf: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, start: int,
+         cfg: np.ndarray, atoms: np.ndarray, table: np.ndarray, follow: np.ndarray,
+         el_pid: np.ndarray, el_state: np.ndarray, el_timer: np.ndarray, el_start: np.ndarray,
+         used: np.ndarray, hkeys: np.ndarray, hvals: np.ndarray, ctr: np.ndarray,
+         out: np.ndarray, dropped: np.ndarray, best: np.ndarray) -> tuple[int, int]:
     stream, width, npos, k = cfg[0], cfg[1], cfg[2], cfg[3]
     tick, timer_max, first, last = cfg[4], cfg[5], cfg[6], cfg[7]
     hash_bits, natoms = cfg[8], cfg[9]
@@ -242,7 +246,7 @@ def _run(buf, offsets, lengths, start, cfg, atoms, table, follow, el_pid, el_sta
 
 
 @njit(cache=True)
-def _lowest_free(used, ctr):
+def _lowest_free(used: NDArray[np.uint64], ctr: NDArray[np.int64]) -> int:
     """The lowest free element, or -1 (words before ctr[HINT] are all taken)."""
     full = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
     for w in range(ctr[HINT], used.shape[0]):
@@ -258,19 +262,20 @@ def _lowest_free(used, ctr):
 
 
 @njit(cache=True)
-def _release(used, ctr, e):
+def _release(used: NDArray[np.uint64], ctr: NDArray[np.int64], e: int) -> None:
     used[e >> 6] &= ~(np.uint64(1) << np.uint64(e & 63))
     if (e >> 6) < ctr[HINT]:
         ctr[HINT] = e >> 6
 
 
 @njit(cache=True, inline="always")
-def _slot(pid, hash_bits):
+def _slot(pid: int | np.int64, hash_bits: int) -> np.int64:
     return np.int64((np.uint64(pid) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - hash_bits))
 
 
 @njit(cache=True)
-def _lookup(hkeys, hvals, hmask, hash_bits, pid):
+def _lookup(hkeys: NDArray[np.int64], hvals: NDArray[np.int64], hmask: int, hash_bits: int,
+            pid: int | np.int64) -> int:
     h = _slot(pid, hash_bits)
     while hkeys[h] >= 0:
         if hkeys[h] == pid:
@@ -280,7 +285,8 @@ def _lookup(hkeys, hvals, hmask, hash_bits, pid):
 
 
 @njit(cache=True)
-def _insert(hkeys, hvals, hmask, hash_bits, pid, element):
+def _insert(hkeys: NDArray[np.int64], hvals: NDArray[np.int64], hmask: int, hash_bits: int,
+            pid: int | np.int64, element: int) -> None:
     h = _slot(pid, hash_bits)
     while hkeys[h] >= 0:
         h = (h + 1) & hmask
@@ -289,7 +295,8 @@ def _insert(hkeys, hvals, hmask, hash_bits, pid, element):
 
 
 @njit(cache=True)
-def _unhash(hkeys, hvals, hmask, hash_bits, pid):
+def _unhash(hkeys: NDArray[np.int64], hvals: NDArray[np.int64], hmask: int, hash_bits: int,
+            pid: int | np.int64) -> None:
     """Removes pid (linear probing with backward-shift deletion: no tombstones)."""
     h = _slot(pid, hash_bits)
     while hkeys[h] != pid:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from cep_accel.fpga.hdl_nfa import nfa_verilog
 from cep_accel.fpga.hdl_partitioner import PartitionerShape, partitioner_verilog
@@ -245,7 +246,7 @@ def write_hdl(plan: FpgaPlan, out_dir: str | Path,
     return files
 
 
-def tuples_hex(rows) -> str:
+def tuples_hex(rows: ArrayLike) -> str:
     """Packed tuples (uint8 rows) as `$readmemh` lines: each row a little-endian number."""
     rows = np.asarray(rows, dtype=np.uint8)
     if not len(rows):

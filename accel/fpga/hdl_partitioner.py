@@ -36,7 +36,7 @@ class PartitionerShape:
     timer_bits: int = 4
     tick_tuples: int = 4096
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.elements < 1 or self.positions < 1:
             raise ValueError("the partitioner needs at least one element and one position")
         if self.timer_bits < 1 or self.tick_tuples < 1:

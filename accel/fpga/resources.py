@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,7 +116,8 @@ def parse_stat(text: str, seconds: float = 0.0) -> Resources:
     return Resources(luts, flip_flops, seconds)
 
 
-def automaton_rows(values=DEFAULT_I, progress=None) -> list[Row]:
+def automaton_rows(values: Iterable[int] = DEFAULT_I,
+                   progress: Callable[[Row], object] | None = None) -> list[Row]:
     """Figure 4: NFA vs powerset DFA (one-hot, binary) of (0|1)*1(0|1)^i."""
     rows = []
     for i in values:
@@ -141,7 +143,8 @@ def partitioner_design(depth: int) -> str:
             partitioner_verilog(shape, "stream_partitioner", "nfa_update"))
 
 
-def partitioner_rows(depths=DEFAULT_DEPTHS, progress=None) -> list[Row]:
+def partitioner_rows(depths: Iterable[int] = DEFAULT_DEPTHS,
+                     progress: Callable[[Row], object] | None = None) -> list[Row]:
     """Figure 9: the stream partitioner's resources against its depth."""
     rows = []
     for depth in depths:

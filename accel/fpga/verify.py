@@ -90,7 +90,8 @@ class Verdict:
 
 
 def run_udp(checked: CheckedQuery, events: list[Event], config: CircuitConfig,
-            batch_size: int = 4096, sync_every: int = 32, timeout: float = 10.0):
+            batch_size: int = 4096, sync_every: int = 32, timeout: float = 10.0
+            ) -> tuple[list[dict], dict, np.ndarray, FpgaAdapter]:
     """The events through adapter and emulator over loopback (OS-chosen ports): (composite
     events, device STATUS counts, packed rows sent, the adapter)."""
     placeholder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -9,8 +9,10 @@ copies the whole arena to the device when a batch has terminators to evaluate.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from cep_accel.gpu import device
 from cep_accel.gpu.host_kernels import append_rows, lower_bounds
@@ -60,7 +62,8 @@ class ChannelRings:
 
     # ------------------------------------------------------------ appending
 
-    def append(self, pid, EI, EF, rows: np.ndarray, absrow: np.ndarray,
+    def append(self, pid: np.ndarray, EI: np.ndarray, EF: np.ndarray, rows: np.ndarray,
+               absrow: np.ndarray,
                threshold: np.ndarray | None) -> None:
         """Appends events `rows` (batch positions, in order) to their partitions' rings;
         a full ring first drops its rows with ts < threshold[p], then doubles."""
@@ -123,7 +126,7 @@ class ChannelRings:
 
     # ------------------------------------------------------------ device side
 
-    def sync(self, stream) -> None:
+    def sync(self, stream: Any) -> None:
         """Copies what changed to the device mirror (asynchronously on `stream`)."""
         if self.resident is not Residence.DEVICE:
             return
@@ -138,7 +141,7 @@ class ChannelRings:
         self.stale = False
         self.dirty = []
 
-    def device_arrays(self, stream):
+    def device_arrays(self, stream: Any) -> tuple[Any, Any]:
         """(int arena, float arena) on the device for a kernel launch."""
         if self.resident is Residence.DEVICE:
             self.sync(stream)
@@ -167,7 +170,8 @@ class ChannelRings:
                            np.arange(self.start[p], self.count[p]))
         return self.HI[slots], self.HF[slots]
 
-    def load(self, starts, counts, rows_i, rows_f) -> None:
+    def load(self, starts: ArrayLike, counts: ArrayLike, rows_i: np.ndarray,
+             rows_f: np.ndarray) -> None:
         """Rebuilds the rings from a snapshot: per partition, rows start..count."""
         self.start = np.asarray(starts, np.int64).copy()
         self.count = np.asarray(counts, np.int64).copy()

@@ -10,11 +10,13 @@ channel) lives at `base[p] + r % cap[p]`; rows `start[p] .. count[p]` are kept.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import NDArray
 from numba import njit
 
 
 @njit(cache=True)
-def accept_in_time(pid, ts, last_ts):
+def accept_in_time(pid: NDArray[np.int64], ts: NDArray[np.int64],
+                   last_ts: NDArray[np.int64]) -> NDArray[np.bool_]:
     """ok[t]: event t's time is not behind its partition's latest; updates last_ts."""
     ok = np.empty(pid.shape[0], np.bool_)
     for t in range(pid.shape[0]):
@@ -28,7 +30,10 @@ def accept_in_time(pid, ts, last_ts):
 
 
 @njit(cache=True)
-def append_rows(HI, HF, base, cap, start, count, pid, EI, EF, rows, at, absrow):
+def append_rows(HI: NDArray[np.int64], HF: NDArray[np.float64], base: NDArray[np.int64],
+                cap: NDArray[np.int64], start: NDArray[np.int64], count: NDArray[np.int64],
+                pid: NDArray[np.int64], EI: NDArray[np.int64], EF: NDArray[np.float64],
+                rows: NDArray[np.int64], at: int, absrow: NDArray[np.int64]) -> int:
     """Appends events `rows[at:]` to their partitions' rings; stops at the first whose
     ring is full and returns its position in `rows` (len(rows) when all went in)."""
     for k in range(at, rows.shape[0]):
@@ -47,7 +52,9 @@ def append_rows(HI, HF, base, cap, start, count, pid, EI, EF, rows, at, absrow):
 
 
 @njit(cache=True)
-def lower_bounds(HI, col, base, cap, start, count, parts, keys, out):
+def lower_bounds(HI: NDArray[np.int64], col: int, base: NDArray[np.int64],
+                 cap: NDArray[np.int64], start: NDArray[np.int64], count: NDArray[np.int64],
+                 parts: NDArray[np.int64], keys: NDArray[np.int64], out: NDArray[np.int64]) -> None:
     """out[s]: the first kept row of partition parts[s] whose column `col` (0: seq, 1: ts)
     is >= keys[s]."""
     for s in range(parts.shape[0]):
@@ -64,7 +71,8 @@ def lower_bounds(HI, col, base, cap, start, count, parts, keys, out):
 
 
 @njit(cache=True)
-def gather(H, base, cap, parts, rows, out):
+def gather(H: np.ndarray, base: NDArray[np.int64], cap: NDArray[np.int64],
+           parts: NDArray[np.int64], rows: NDArray[np.int64], out: np.ndarray) -> None:
     """out[s] = the ring row `rows[s]` of partition parts[s] (rows < 0: left as is)."""
     for s in range(parts.shape[0]):
         r = rows[s]

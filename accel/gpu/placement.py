@@ -5,6 +5,7 @@ placement "gpu" or "auto", and `run`, `cep_core.stream_engines.run` with placeme
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from cep_accel.gpu.policy import (DEFAULT_COST_THRESHOLD, DEFAULT_MIN_KEYS, estimated_cost,
                                   gpu_engine, place)
@@ -20,7 +21,7 @@ __all__ = ["DEFAULT_COST_THRESHOLD", "DEFAULT_MIN_KEYS", "PLACEMENTS", "Placemen
 def run(queries: list[CheckedQuery], stream: Iterable[Event | Punctuation],
         placement: str = "auto", batch_size: int = 65536, flush: bool = True,
         rejected: list | None = None, report: list | None = None, failures: list | None = None,
-        **options) -> list[dict]:
+        **options: Any) -> list[dict]:
     """`cep_core.stream_engines.run` with placement: composite events in deterministic order."""
     return stream_engines.run(queries, stream, batch_size, flush, rejected, failures,
                               placement=placement, report=report, **options)

@@ -10,14 +10,14 @@ EMIT and in WHERE conditions decided at an EACH step or at the terminator.
 from __future__ import annotations
 
 from cep_core import ast
-from cep_core.compiler.seq_plan import ItemKind, SeqPlan
+from cep_core.compiler.seq_plan import Conjunct, ItemKind, SeqPlan
 
 
-def has_window_aggregate(expr) -> bool:
+def has_window_aggregate(expr: ast.Expr | None) -> bool:
     return expr is not None and expr.find(ast.WindowAggregate) is not None
 
 
-def deciding_item(plan: SeqPlan, conjunct) -> int:
+def deciding_item(plan: SeqPlan, conjunct: Conjunct) -> int:
     """The positive item at which building back binds the conjunct's last variable."""
     for i in range(len(plan.items) - 1, -1, -1):
         if conjunct.vars <= plan.bound_after(i):
