@@ -4,11 +4,12 @@ a command whose extra is missing stops with the pip command that adds it."""
 from __future__ import annotations
 
 import importlib
+from types import ModuleType
 
 from cep_service.errors import MissingExtra
 
 
-def require(module: str, extra: str, feature: str):
+def require(module: str, extra: str, feature: str) -> ModuleType:
     """The imported module, or MissingExtra naming `pip install 'cep-service[extra]'`."""
     try:
         return importlib.import_module(module)

@@ -178,5 +178,5 @@ class ApiThread:
     def __enter__(self) -> ApiThread:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()

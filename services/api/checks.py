@@ -5,6 +5,8 @@ what `cep explain` says of a live query. Refusals are located problems
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from cep_core.checker import load_query_text
@@ -16,7 +18,7 @@ from cep_service.api.errors import Refused, invalid, problem, problems
 from cep_service.stream.live_changes import stream_text_from_json_schema
 
 
-def query_problems(text: str, registry) -> tuple[list[dict], list]:
+def query_problems(text: str, registry: Any) -> tuple[list[dict[str, Any]], list[Any]]:
     """(errors, checked queries) of a query text, checked against `registry`."""
     try:
         return [], load_query_text(text, registry, "<query>")
@@ -24,7 +26,7 @@ def query_problems(text: str, registry) -> tuple[list[dict], list]:
         return [err.with_source(text).problem().to_json() for err in e.errors], []
 
 
-def stream_text(data: dict, name: str | None = None) -> str:
+def stream_text(data: dict[str, Any], name: str | None = None) -> str:
     """A stream schema's JSON text from `schema` (as schemas/*.json) or `json_schema` (a
     JSON Schema of one event, with optional `time`, `time_unit`, `type_attribute`,
     `skip_optional`): the fields of a StreamCheck body given."""
@@ -51,7 +53,7 @@ def stream_name(text: str) -> str:
     return name
 
 
-def checked_stream(data: dict) -> dict:
+def checked_stream(data: dict[str, Any]) -> dict[str, Any]:
     """The answer of /api/streams/validate (a checking thread's work)."""
     try:
         text = stream_text(data)
@@ -65,7 +67,7 @@ def checked_stream(data: dict) -> dict:
     return {"ok": True, "errors": [], "schema": schema.to_dict()}
 
 
-def stream_named(data: dict, name: str | None) -> tuple[str, str]:
+def stream_named(data: dict[str, Any], name: str | None) -> tuple[str, str]:
     """(name, schema text) of a stream change's body (a checking thread's work)."""
     text = stream_text(data, name)
     given = stream_name(text)
@@ -76,7 +78,7 @@ def stream_named(data: dict, name: str | None) -> tuple[str, str]:
     return given, text
 
 
-def explained(query) -> dict:
+def explained(query: Any) -> dict[str, Any]:
     """What `cep explain` says of a live query (a checking thread's work: CPU, and
     Graphviz's dot in a child process)."""
     found = explain(query.checked)

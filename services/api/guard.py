@@ -27,8 +27,12 @@ import ipaddress
 import logging
 import urllib.parse
 
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from cep_core.errors import Category
 from cep_service.api.errors import STATUS, Refused
@@ -45,12 +49,14 @@ TOKEN_ENV = "CEP_API_TOKEN"
 logger = logging.getLogger("cep.api")
 
 
-def json_response(data, status: int = 200, headers=None) -> web.Response:
+def json_response(data: Any, status: int = 200,
+                  headers: Mapping[str, str] | None = None) -> web.Response:
     return web.Response(body=orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS),
                         status=status, content_type="application/json", headers=headers)
 
 
-def error_response(status: int, message: str, headers=None, **fields) -> web.Response:
+def error_response(status: int, message: str, headers: Mapping[str, str] | None = None,
+                   **fields: Any) -> web.Response:
     return json_response({"error": message, **fields}, status, headers)
 
 
@@ -121,8 +127,9 @@ class Guard:
     `cors_origins` (normalized origins), the token (None: changes need none), and the
     address the API is bound to."""
 
-    def __init__(self, allowed_hosts=(), cors_origins=(), token: str | None = None,
-                 bound: str | None = None, max_body: int = 1024 * 1024):
+    def __init__(self, allowed_hosts: Iterable[str] = (), cors_origins: Iterable[str] = (),
+                 token: str | None = None, bound: str | None = None,
+                 max_body: int = 1024 * 1024):
         names = set()
         for given in allowed_hosts:
             name = "*" if given.strip() == "*" else host_name(given)
@@ -211,7 +218,7 @@ class Guard:
     # ------------------------------------------------------------ aiohttp
 
     @web.middleware
-    async def middleware(self, request: web.Request, handler):
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         refused = self.refusal(request)
         if refused is not None:
             return refused

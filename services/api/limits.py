@@ -19,8 +19,10 @@ import math
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Hashable
 from concurrent.futures import Executor
 from enum import StrEnum
+from typing import Any
 
 from cep_core.errors import Category
 from cep_service.api.errors import Refused
@@ -49,10 +51,10 @@ class Limits:
 
     def __init__(self, limits: dict[str, int] | dict[LimitKind, int]):
         self.limits = {LimitKind(kind): value for kind, value in limits.items()}
-        self.in_flight: Counter = Counter()
-        self.peak: Counter = Counter()
-        self.refused: Counter = Counter()
-        self.admitted: Counter = Counter()
+        self.in_flight: Counter[LimitKind] = Counter()
+        self.peak: Counter[LimitKind] = Counter()
+        self.refused: Counter[LimitKind] = Counter()
+        self.admitted: Counter[LimitKind] = Counter()
         self._lock = threading.Lock()
 
     def enter(self, kind: LimitKind) -> None:
@@ -72,7 +74,7 @@ class Limits:
         with self._lock:
             self.in_flight[kind] -= 1
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, dict[str, int]]:
         return {kind.value: {"limit": self.limits[kind], "in_flight": self.in_flight[kind],
                        "peak": self.peak[kind], "admitted": self.admitted[kind],
                        "refused": self.refused[kind]} for kind in self.limits}
@@ -85,11 +87,12 @@ class SingleFlight:
     def __init__(self, executor: Executor, max_age_s: float, stale_s: float = 30.0):
         self.executor, self.max_age_s = executor, max_age_s
         self.stale_s = max(stale_s, max_age_s)
-        self._values: dict = {}  # key -> (loaded at, value)
-        self._loading: dict = {}  # key -> future of the load in flight
-        self.loads: Counter = Counter()  # loads started per key (tests, the benchmark)
+        self._values: dict[Hashable, tuple[float, Any]] = {}  # key -> (loaded at, value)
+        self._loading: dict[Hashable, asyncio.Future[Any]] = {}  # key -> the load in flight
+        self.loads: Counter[Hashable] = Counter()  # loads started per key (tests, the benchmark)
 
-    async def get(self, key, load, max_age_s: float | None = None):
+    async def get(self, key: Hashable, load: Callable[[], Any],
+                  max_age_s: float | None = None) -> Any:
         """The value of `key`: a kept one younger than `max_age_s` (default: the
         instance's); a kept one younger than `stale_s` while a load renews it; else the
         load's (`load()` on the executor, one per key at a time)."""
@@ -110,12 +113,12 @@ class SingleFlight:
         # a client that goes away cancels its wait, not the load the others wait on
         return await asyncio.shield(future)
 
-    def _loaded(self, key, future) -> None:
+    def _loaded(self, key: Hashable, future: asyncio.Future[Any]) -> None:
         self._loading.pop(key, None)
         if not future.cancelled() and future.exception() is None:
             self._values[key] = (time.monotonic(), future.result())
 
-    def forget(self, key=None) -> None:
+    def forget(self, key: Hashable | None = None) -> None:
         """Drop the kept value of `key` (every key: None); a load in flight stays."""
         if key is None:
             self._values.clear()

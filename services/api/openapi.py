@@ -16,9 +16,9 @@ the live API serves.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 import orjson
 from aiohttp import web
@@ -47,6 +47,10 @@ DESCRIPTION = (
     "Under load). This document is derived from the handlers' declarations "
     "(services/api/openapi.py).")
 
+# What a handler answers: a response it built (a tail), a payload for 200, or (status,
+# payload); a payload is a model or what the status's model validates.
+Answer: TypeAlias = "web.StreamResponse | BaseModel | dict[str, Any] | list[Any] | tuple[int, Any]"
+
 
 @dataclass
 class Operation:
@@ -58,7 +62,7 @@ class Operation:
 
     method: str
     path: str
-    handler: Callable
+    handler: Callable[..., Any]
     summary: str
     responses: dict[int, tuple[type[BaseModel] | None, str]]
     body: type[BaseModel] | None = None
@@ -91,7 +95,8 @@ class Routes:
         out.operations = [op for table in tables for op in table.operations]
         return out
 
-    def route(self, method: str, path: str, summary: str, responses: dict, **options):
+    def route(self, method: str, path: str, summary: str, responses: dict[int, Any],
+              **options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         def declare(handler: Callable[..., Any]) -> Callable[..., Any]:
             self.operations.append(Operation(
                 method, path, handler, summary, dict(responses),
@@ -101,7 +106,7 @@ class Routes:
 
     # ------------------------------------------------------------ serving
 
-    def add_to(self, app: web.Application, limits_of: Callable) -> None:
+    def add_to(self, app: web.Application, limits_of: Callable[[web.Request], Any]) -> None:
         """The operations as aiohttp routes; `limits_of(request)`: the Limits of the app."""
         for op in self.operations:
             if op.method == "GET":  # and HEAD
@@ -111,7 +116,7 @@ class Routes:
 
     # ------------------------------------------------------------ the document
 
-    def document(self, token: bool) -> dict:
+    def document(self, token: bool) -> dict[str, Any]:
         """The OpenAPI 3.1 document; `token`: the API was started with one (the changes
         then document the bearer token as required, and 401)."""
         models: set[tuple[type[BaseModel], JsonSchemaMode]] = {
@@ -123,7 +128,7 @@ class Routes:
                                        ref_template="#/components/schemas/{model}",
                                        schema_generator=_Schemas, by_alias=True)
         schemas = _tidy(top.get("$defs", {}))
-        paths: dict = {}
+        paths: dict[str, Any] = {}
         for op in self.operations:
             paths.setdefault(op.path, {})[op.method.lower()] = \
                 self._operation(op, refs, token)
@@ -137,11 +142,11 @@ class Routes:
                            "description": "CEP_API_TOKEN, on changes"}}
         return document
 
-    def _operation(self, op: Operation, refs: dict, token: bool) -> dict:
+    def _operation(self, op: Operation, refs: dict[Any, Any], token: bool) -> dict[str, Any]:
         def ref(model: type[BaseModel], mode: JsonSchemaMode = "serialization") -> Any:
             return _tidy(refs[(model, mode)])
 
-        out: dict = {"summary": op.summary, "operationId": _operation_id(op)}
+        out: dict[str, Any] = {"summary": op.summary, "operationId": _operation_id(op)}
         parameters = [{"name": p, "in": "path", "required": True,
                        "schema": PATH_PARAMS[p][1]} for p in op.path_params]
         if op.params is not None:
@@ -160,7 +165,7 @@ class Routes:
                 "application/json": {"schema": ref(op.body, "validation")}}}
         if op.secured and token:
             out["security"] = [{"bearer": []}]
-        responses: dict = {}
+        responses: dict[str, Any] = {}
         for status, (model, description) in sorted(op.responses.items()):
             if op.event_stream and status == 200:
                 responses["200"] = {"description": description, "content": {
@@ -168,7 +173,7 @@ class Routes:
             else:
                 responses[str(status)] = _json(ref(model) if model else {}, description)
 
-        def add(status: int, description: str, headers: dict | None = None):
+        def add(status: int, description: str, headers: dict[str, Any] | None = None) -> None:
             if str(status) not in responses:
                 responses[str(status)] = _json(ref(Error), description)
                 if headers:
@@ -196,7 +201,7 @@ class Routes:
 class _Schemas(GenerateJsonSchema):
     """pydantic's JSON Schema without titles."""
 
-    def field_title_should_be_set(self, schema) -> bool:
+    def field_title_should_be_set(self, schema: Any) -> bool:
         return False
 
 
@@ -211,7 +216,7 @@ def _tidy(schema: Any) -> Any:
     return schema
 
 
-def _json(schema: dict, description: str) -> dict:
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
@@ -223,7 +228,8 @@ def _operation_id(op: Operation) -> str:
 # ---------------------------------------------------------------- the wrapper
 
 
-def _endpoint(op: Operation, limits_of: Callable):
+def _endpoint(op: Operation, limits_of: Callable[[web.Request], Any]
+              ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def endpoint(request: web.Request) -> web.StreamResponse:
         limits = limits_of(request)
         if op.kind is not None:
@@ -259,7 +265,7 @@ def _path_param(name: str, value: str) -> str:
     return value
 
 
-def _query_of(request: web.Request) -> dict:
+def _query_of(request: web.Request) -> dict[str, str]:
     out = {}
     for key in request.query.keys():
         values = request.query.getall(key)
@@ -269,14 +275,14 @@ def _query_of(request: web.Request) -> dict:
     return out
 
 
-async def _json_body(request: web.Request):
+async def _json_body(request: web.Request) -> Any:
     try:
         return orjson.loads(await request.read())
     except orjson.JSONDecodeError as e:
         raise Refused(Category.MALFORMED, {"error": f"not JSON: {e}"}) from None
 
 
-def _validated(model: type[BaseModel], data) -> BaseModel:
+def _validated(model: type[BaseModel], data: Any) -> BaseModel:
     try:
         return model.model_validate(data)
     except ValidationError as e:
@@ -290,7 +296,8 @@ def _problem(problem: ErrorDetails) -> str:
     return f"{where}: {message}" if where else message
 
 
-def _response(op: Operation, status: int, payload, headers=None) -> web.Response:
+def _response(op: Operation, status: int, payload: Any,
+              headers: dict[str, str] | None = None) -> web.Response:
     model = op.responses.get(status, (Error if status >= 400 else None, ""))[0]
     if model is not None and not isinstance(payload, BaseModel):
         payload = model.model_validate(payload)

@@ -18,6 +18,8 @@ when its shape changes (the console writes the rates into the drawing's nodes).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -105,7 +107,7 @@ def look(found: dict, now: float) -> tuple:
     return now, found["events_in"], found["events_out"], found.get("stages", {})
 
 
-def pipeline(stream: str, topics, view: dict, processes: dict, api: dict,
+def pipeline(stream: str, topics: Any, view: dict, processes: dict, api: dict,
              bootstrap: str, now: float | None = None) -> dict:
     """The pipeline of `stream` (`topics`: its Topics): `view` is its status topic's
     services up (services_view), `processes` the endpoints' figures by service name
@@ -180,7 +182,7 @@ def _rank(role: str | None) -> int:
     return ROLES.index(role) if role in ROLES else len(ROLES)
 
 
-def _sum(values) -> float | None:
+def _sum(values: Iterable[float | None]) -> float | None:
     found = [v for v in values if v is not None]
     return round(sum(found), 1) if found else None
 
@@ -200,7 +202,7 @@ def _edges(procs: list[dict]) -> list[dict]:
     return out
 
 
-def _partitions(topics, view: dict, processes: dict, now: float) -> list[dict]:
+def _partitions(topics: Any, view: dict, processes: dict, now: float) -> list[dict]:
     """Each keyed partition: who holds it, its lag there, and the coordinators' view (the
     lowest seq and stream time of the shards, the newest frame)."""
     holders = {p: service for service, entry in view.items()

@@ -9,7 +9,7 @@ from cep_service.api.state import ApiConfig
 NOT_LIVE = (m.Error, "no live query of that name")
 
 
-def outcomes(created: bool = False) -> dict:
+def outcomes(created: bool = False) -> dict[int, tuple[type[m.Outcome], str]]:
     """A change's answers (each an Outcome)."""
     return {201 if created else 200: (m.Outcome, "applied"),
             202: (m.Outcome, "queued, or sent (not waited for)"),
@@ -20,6 +20,6 @@ def outcomes(created: bool = False) -> dict:
             504: (m.Outcome, "no outcome in time")}
 
 
-def wait_args(body, config: ApiConfig) -> tuple[bool, float]:
+def wait_args(body: m.WaitOptions, config: ApiConfig) -> tuple[bool, float]:
     given = body.model_fields_set
     return body.wait, body.timeout_s if "timeout_s" in given else float(config.timeout_s)

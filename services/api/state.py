@@ -20,6 +20,7 @@ import os
 import threading
 import time
 import urllib.request
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from concurrent.futures import ThreadPoolExecutor
 
@@ -76,7 +77,7 @@ def _positive_env(name: str, default: int) -> int:
     return value
 
 
-def _limit_kind(name) -> LimitKind | None:
+def _limit_kind(name: str) -> LimitKind | None:
     try:
         return LimitKind(name)
     except ValueError:
@@ -91,9 +92,10 @@ class ApiConfig:
     tail_buffer: events a tail may have unsent before its reader is dropped. A bad origin,
     host or limit is a ValueError here."""
 
-    def __init__(self, settings, topic_prefix: str = "", control: str = "",
-                 token: str | None = None, timeout_s: float = 30, metrics_urls=(),
-                 cache_s: float = 1.0, allowed_hosts=(), cors_origins=(),
+    def __init__(self, settings: Any, topic_prefix: str = "", control: str = "",
+                 token: str | None = None, timeout_s: float = 30,
+                 metrics_urls: Iterable[str] = (), cache_s: float = 1.0,
+                 allowed_hosts: Iterable[str] = (), cors_origins: Iterable[str] = (),
                  require_token: bool = False, limits: dict | None = None,
                  tail_buffer: int | None = None):
         self.settings, self.prefix, self.token = settings, topic_prefix, token or None
@@ -125,7 +127,7 @@ class Snapshot:
         self.stream_list = m.StreamList(streams=list(self.streams.values()))
 
 
-def stream_entry(registry, name: str) -> dict:
+def stream_entry(registry: Any, name: str) -> dict[str, Any]:
     schema = registry.get(name)
     registered = registry.streams.get(name)
     return {"name": name, "source": "control" if registered else "file",
@@ -156,7 +158,7 @@ class Api:
 
     # ------------------------------------------------------------ checking texts
 
-    async def check(self, fn, *args):
+    async def check(self, fn: Callable[..., Any], *args: Any) -> Any:
         """fn(*args) on the checking threads, awaited from the event loop (429 when
         CHECKS_AT_ONCE checks run or wait already)."""
         self.limits.enter(LimitKind.CHECK)
@@ -165,7 +167,7 @@ class Api:
         finally:
             self.limits.leave(LimitKind.CHECK)
 
-    def checked(self, fn, *args):
+    def checked(self, fn: Callable[..., Any], *args: Any) -> Any:
         """fn(*args) on the checking threads, from another thread (a change)."""
         self.limits.enter(LimitKind.CHECK)
         try:
@@ -173,7 +175,7 @@ class Api:
         finally:
             self.limits.leave(LimitKind.CHECK)
 
-    async def changed(self, *args) -> tuple[int, dict]:
+    async def changed(self, *args: Any) -> tuple[int, dict[str, Any]]:
         """`change(*args)` on a change thread (as many as the changes' limit: none
         waits); what reads keep is dropped after it."""
         try:
@@ -190,7 +192,7 @@ class Api:
             self._records = (now, control_log(self.config.settings, self.config.control))
         return self._records[1]
 
-    def live(self, fresh: bool = False):
+    def live(self, fresh: bool = False) -> LiveSet:
         return replayed(self.records(fresh))
 
     async def snapshot(self, max_age_s: float | None = None) -> Snapshot:
@@ -203,7 +205,7 @@ class Api:
         return await self.kept.get(("status", stream),
                                    lambda: services_view(self.config.settings, topic))
 
-    async def into(self, topics) -> dict[str, tuple[int | None, float | None]]:
+    async def into(self, topics: list[str]) -> dict[str, tuple[int | None, float | None]]:
         """(records, rate) of each INTO topic: one load looks at every topic asked for
         so far (the first time a topic is asked for, a new load is waited for)."""
         new = set(topics) - self._into_topics
@@ -223,14 +225,14 @@ class Api:
             return None
         return await self.kept.get("metrics", self.scrape)
 
-    def query_entry(self, query, state: dict | None) -> dict:
+    def query_entry(self, query: Any, state: dict[str, Any] | None) -> dict[str, Any]:
         entry = {"name": query.name, "stream": query.checked.schema.stream,
                  "output": query.output, "index": query.index, "text": query.text}
         if state is not None:
             entry["state"] = state
         return entry
 
-    async def states(self, queries) -> dict[str, dict]:
+    async def states(self, queries: Sequence[Any]) -> dict[str, dict[str, Any]]:
         """The state of each query (by name), from what reads keep: one load per stream's
         status topic, INTO topic and the metrics, whatever the number of queries."""
         streams = sorted({q.checked.schema.stream for q in queries})
@@ -252,7 +254,8 @@ class Api:
         return states
 
     @staticmethod
-    def state(query, held: tuple, rate: tuple, scraped: dict | None) -> dict:
+    def state(query: Any, held: tuple[Any, Any], rate: tuple[Any, Any],
+              scraped: dict[str, Any] | None) -> dict[str, Any]:
         items, parts = held
         item = items.get(query.name)
         partitions = sorted(parts.get(query.name, ()))

@@ -26,6 +26,7 @@ import queue
 import threading
 from collections import Counter, deque
 from enum import Enum, StrEnum
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -63,7 +64,8 @@ class Tail:
     __slots__ = ("wanted", "start", "buffer", "chunks", "wake", "ready", "dropped",
                  "ended", "transport", "hub")
 
-    def __init__(self, hub: TailHub, wanted: dict, start: TailFrom, buffer: int, transport):
+    def __init__(self, hub: TailHub, wanted: dict[str, Any], start: TailFrom, buffer: int,
+                 transport: Any):
         """`wanted`: INTO topic -> (the pipeline's tag, the names of the queries whose
         composite events it wants there); a replay (`start` beginning) reads one topic."""
         self.hub, self.wanted, self.start = hub, wanted, TailFrom(start)
@@ -91,7 +93,7 @@ class Tail:
 class TailHub:
     """The tails of one API: `open(...)` on the event loop, `close(tail)` when it ends."""
 
-    def __init__(self, settings, buffer: int = 1024):
+    def __init__(self, settings: Any, buffer: int = 1024):
         self.settings, self.buffer = settings, buffer
         self.loop: asyncio.AbstractEventLoop | None = None
         self.tails: set[Tail] = set()
@@ -103,7 +105,7 @@ class TailHub:
 
     # ------------------------------------------------------------ the loop's side
 
-    def open(self, wanted: dict, start: TailFrom, transport=None) -> Tail:
+    def open(self, wanted: dict[str, Any], start: TailFrom, transport: Any = None) -> Tail:
         """A tail of the composite events `wanted` (INTO topic -> (tag, query names))."""
         if self.loop is None:
             self.loop = asyncio.get_running_loop()
@@ -262,14 +264,14 @@ class TailHub:
             tail.wake.set()
 
     @staticmethod
-    def _partitions(consumer, topic: str, offset: int) -> list[TopicPartition]:
+    def _partitions(consumer: Any, topic: str, offset: int) -> list[TopicPartition]:
         metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
         partitions = sorted(metadata.partitions) if metadata and metadata.error is None \
             else [0]
         return [TopicPartition(topic, p, offset) for p in partitions]
 
     @staticmethod
-    def _route(messages, only, by_topic, batches) -> None:
+    def _route(messages: Any, only: Any, by_topic: Any, batches: Any) -> None:
         """Each record's composite to the tails it is for (`only`: a replay's tail)."""
         for message in messages:
             if message.error() is not None:

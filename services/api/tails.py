@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from aiohttp import web
+
 from cep_service.api import models as m
 from cep_service.api.replies import NOT_LIVE
 from cep_service.api.limits import LimitKind
 from cep_service.api.state import api_of
-from cep_service.api.openapi import Routes
+from cep_service.api.openapi import Answer, Routes
 from cep_service.api.tail import TailFrom
 from cep_service.api.tail import stream as tail_stream
 from cep_service.stream.kafka import Topics
@@ -19,7 +21,7 @@ ROUTES = Routes()
                                            "PARTITION:OFFSET`, `data:` one composite "
                                            "event as JSON"), 404: NOT_LIVE},
               params=m.TailParams, kind=LimitKind.TAIL, event_stream=True)
-async def tail(request, name, params):
+async def tail(request: web.Request, name: str, params: m.TailParams) -> Answer:
     api = api_of(request)
     live = (await api.snapshot()).live.get(name)
     if live is None:
@@ -43,7 +45,7 @@ async def tail(request, name, params):
                                                           "one composite event as JSON"),
                                                      404: NOT_LIVE},
               params=m.TailManyParams, kind=LimitKind.TAIL, event_stream=True)
-async def tail_many(request, params):
+async def tail_many(request: web.Request, params: m.TailManyParams) -> Answer:
     api = api_of(request)
     live = (await api.snapshot()).live
     names = params.queries.split(",") if params.queries else sorted(live)
@@ -51,7 +53,7 @@ async def tail_many(request, params):
     if missing or not names:
         return 404, {"error": f"no live query {missing[0]!r}" if missing else
                      "no live query to follow"}
-    wanted: dict[str, tuple[str, set]] = {}
+    wanted: dict[str, tuple[str, set[str]]] = {}
     for name in names:
         query = live[name]
         tag = Topics(query.checked.schema.stream, prefix=api.config.prefix).group("coordinator")
