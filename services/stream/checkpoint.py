@@ -39,8 +39,9 @@ ALT = b".alt"  # the key suffix of the odd generations
 PIPELINE_HEADER = "cep.pipeline"  # on output records: the coordinator group that wrote them
 
 
-def read_partitions(settings: KafkaSettings, partitions: list[TopicPartition], visit,
-          timeout_s: float = 30.0, idle_s: float = 2.0) -> None:
+def read_partitions(settings: KafkaSettings, partitions: list[TopicPartition],
+                    visit: Callable[[Any], None],
+                    timeout_s: float = 30.0, idle_s: float = 2.0) -> None:
     """Call `visit(message)` for every message from the given offsets up to the fetch
     high-watermark of each partition."""
     consumer = settings.consumer()
@@ -62,7 +63,7 @@ def read_partitions(settings: KafkaSettings, partitions: list[TopicPartition], v
         consumer.close()
 
 
-def _caught_up(consumer, partitions: list[TopicPartition]) -> bool:
+def _caught_up(consumer: Any, partitions: list[TopicPartition]) -> bool:
     for start, at in zip(partitions, consumer.position(partitions)):
         _, high = consumer.get_watermark_offsets(at, cached=True)
         if high < 0:
@@ -86,7 +87,7 @@ def read_latest(settings: KafkaSettings, topic: str,
         return {}
     latest: dict[bytes, bytes] = {}
 
-    def keep(message) -> None:
+    def keep(message: Any) -> None:
         if message.key() is not None:
             latest[message.key()] = message.value()
             if located is not None:
@@ -129,8 +130,8 @@ def saved_checkpoints(latest: dict[bytes, bytes], key: bytes, topic: str,
             for k in (key, key + ALT) if latest.get(k) is not None]
 
 
-def restore_newest(kind: str, saved: list[Saved], restore: Callable[[Saved], T], log,
-                   **expect) -> tuple[T, Saved] | None:
+def restore_newest(kind: str, saved: list[Saved], restore: Callable[[Saved], T],
+                   log: Callable[..., None], **expect: Any) -> tuple[T, Saved] | None:
     """Restore the newest of `saved` that can be: checkpoints whose checksum or identity
     (`expect`) is refused are skipped, the others tried in the order of their generation,
     newest first; one whose `restore(saved)` raises SnapshotError (implausible offsets) is
@@ -190,7 +191,7 @@ Watermarks = dict[tuple[str, int], tuple[int, int] | None]
 AskWatermarks = Callable[[list[tuple[str, int]]], Watermarks]
 
 
-def broker_watermarks(settings: KafkaSettings, wanted,
+def broker_watermarks(settings: KafkaSettings, wanted: Iterable[tuple[str, int]],
                       timeout_s: float = 30.0) -> Watermarks:
     """(low, high) watermarks of the (topic, partition)s `wanted` on the broker: low from
     ListOffsets "earliest", high from a fetch's high-watermark (ListOffsets "latest" is
@@ -240,7 +241,7 @@ class AskOnce:
         self.watermarks, self.first = watermarks, list(first)
         self.known: dict = {}
 
-    def __call__(self, wanted) -> dict:
+    def __call__(self, wanted: Iterable[tuple[str, int]]) -> dict:
         need = [tp for tp in dict.fromkeys([*wanted, *self.first]) if tp not in self.known]
         self.first = []
         if need:
@@ -248,7 +249,7 @@ class AskOnce:
         return {tp: self.known[tp] for tp in wanted}
 
 
-def check_offsets(watermarks, offsets: list[Offset], where: str) -> None:
+def check_offsets(watermarks: AskWatermarks | None, offsets: list[Offset], where: str) -> None:
     """Refuse (SnapshotError, with the numbers) a checkpoint holding an offset the broker
     cannot have given: an offset to read next past the partition's high watermark, below
     its low one (records deleted unread), of a partition that does not exist.
@@ -284,7 +285,7 @@ def written_since(settings: KafkaSettings, topic: str, after: int, pipeline: str
     out = []
     tag = pipeline.encode()
 
-    def keep(message) -> None:
+    def keep(message: Any) -> None:
         if (PIPELINE_HEADER, tag) in (message.headers() or ()):
             out.append(message)
 
@@ -300,7 +301,7 @@ def logged_steps(settings: KafkaSettings, keyed: str, partitions: int,
     found: dict[int, list] = {}
     name = ORDER_HEADER
 
-    def visit(message) -> None:
+    def visit(message: Any) -> None:
         for key, value in message.headers() or ():
             if key == name:
                 order = orjson.loads(value)

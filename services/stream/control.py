@@ -24,6 +24,8 @@ coordinator in its start-up `set` frame).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
+from typing import Any
 
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
@@ -44,11 +46,12 @@ from cep_core.control_message import check_query as check_query_text  # noqa: F4
 from cep_core.control_message import validate as parse_control  # noqa: F401
 from cep_core.control_ops import Outcome
 from cep_core.parser import parse
-from cep_service.stream.kafka import Deliveries, flush_all, read_all
+from cep_core.schema import SchemaRegistry
+from cep_service.stream.kafka import Deliveries, KafkaSettings, flush_all, read_all
 from cep_service.stream.status import Role, StatusEvent
 from cep_service.stream.status import StatusWriter, change_of  # noqa: F401  (their home was here)
 
-def publish(settings, topic: str, message: ControlMessage, key: bytes | None = None,
+def publish(settings: KafkaSettings, topic: str, message: ControlMessage, key: bytes | None = None,
             timeout_s: float = 10) -> int:
     """Write a control message (key `query/<name>` or `stream/<name>` unless `key` is
     given) and wait for the broker's ack; the record's offset.
@@ -61,18 +64,19 @@ def publish(settings, topic: str, message: ControlMessage, key: bytes | None = N
     return offsets[0]
 
 
-def control_records(settings, topic: str) -> list[tuple[bytes | None, bytes | None]]:
+def control_records(settings: KafkaSettings, topic: str) -> list[tuple[bytes | None, bytes | None]]:
     """(key, value) of every record of the control topic, in order."""
     return [(m.key(), m.value()) for m in read_all(settings, topic)]
 
 
-def control_log(settings, topic: str) -> list[ControlRecord]:
+def control_log(settings: KafkaSettings, topic: str) -> list[ControlRecord]:
     """Every record of the control topic, in order, with offsets and headers (the
     offsets make stream versions that compaction keeps)."""
     return [ControlRecord.of(m) for m in read_all(settings, topic)]
 
 
-def learned_live(settings, topic: str, stream: str | None = None, registry=None) -> LiveSet:
+def learned_live(settings: KafkaSettings, topic: str, stream: str | None = None,
+                 registry: SchemaRegistry | None = None) -> LiveSet:
     """The live set (queries of `stream`, every stream) the control topic gives: how a
     service learns streams registered at run time before any frame tells it."""
     return replayed(control_log(settings, topic), stream, registry)
@@ -97,7 +101,7 @@ def split_query_file(text: str, path: str = "<queries>") -> list[tuple[str, str]
 class StatusReader:
     """Follows a status topic from its beginning (one partition)."""
 
-    def __init__(self, settings, topic: str):
+    def __init__(self, settings: KafkaSettings, topic: str) -> None:
         self.consumer = settings.consumer()
         metadata = self.consumer.list_topics(topic, timeout=10).topics.get(topic)
         self.exists = metadata is not None and metadata.error is None
@@ -108,9 +112,10 @@ class StatusReader:
     def poll(self, timeout_s: float = 0.1) -> list[dict]:
         got = []
         for message in self.consumer.consume(1000, timeout_s):
-            if message.error() is None and message.value():
+            value = message.value()
+            if message.error() is None and value:
                 try:
-                    got.append(orjson.loads(message.value()))
+                    got.append(orjson.loads(value))
                 except orjson.JSONDecodeError:
                     continue
         self.records.extend(got)
@@ -164,7 +169,7 @@ def services_up(records: list[dict]) -> dict[str, dict]:
     return {s: e for s, e in view.items() if e["state"] == "up"}
 
 
-def _drop_partitions(view: dict, owner: str, partitions) -> None:
+def _drop_partitions(view: dict, owner: str, partitions: Iterable[Any]) -> None:
     for service, entry in view.items():
         if service != owner:
             for p in partitions:

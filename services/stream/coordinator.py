@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -59,6 +61,7 @@ from cep_service.stream.checkpoint import (
 )
 from cep_core.control_message import STREAM
 from cep_core.control_ops import Outcome
+from cep_core.schema import SchemaRegistry
 from cep_service.stream.control import StatusWriter, learned_live
 from cep_service.stream.kafka import (BOUNDED_CONSUMER, BOUNDED_PRODUCER, Deliveries, KafkaSettings,
                                       Topics, consume_batch, ensure_topics, produce)
@@ -73,9 +76,10 @@ STATE_KEY = b"coordinator"  # the checkpoint key with one shard (Topics.coordina
 
 class Coordinator:
     def __init__(self, settings: KafkaSettings, topics: Topics, partitions: int = 4,
-                 registry=None, metrics: Metrics | None = None, on_output=None,
+                 registry: SchemaRegistry | None = None, metrics: Metrics | None = None,
+                 on_output: Callable[[list[tuple[str, dict]]], object] | None = None,
                  checkpoint_ms: int | None = None, max_pending: int = 200_000,
-                 shard: int = 0):
+                 shard: int = 0) -> None:
         if not 0 <= shard < topics.shards:
             raise ValueError(f"shard {shard} of {topics.shards}: not in 0..{topics.shards - 1}")
         self.settings = settings
@@ -111,7 +115,7 @@ class Coordinator:
         self.watermarks: AskWatermarks | None = None
         self.deliveries = Deliveries(also=self._delivered)
 
-    def _delivered(self, err, message) -> None:
+    def _delivered(self, err: Any, message: Any) -> None:
         if err is None and message.topic() in self.scanned:
             self.delivered[message.topic()] = max(self.delivered.get(message.topic(), -1),
                                                   message.offset())
@@ -143,7 +147,7 @@ class Coordinator:
             generation=self.generation, offsets=self.offsets,
             restore_ms=round((time.perf_counter() - started) * 1000, 1))
 
-    def _loaded(self, one: Saved, marks) -> tuple:
+    def _loaded(self, one: Saved, marks: AskWatermarks | None) -> tuple:
         """(envelope, state, merger) of a checkpoint whose offsets are plausible."""
         envelope, state = snapshot_format.read_json(
             "coordinator", one.value, one.where(), stream=self.topics.stream, shard=self.shard)
@@ -182,7 +186,7 @@ class Coordinator:
                 detail="after a coordinator restart, composites released since its last "
                 "checkpoint to partitions other than 0 may be written again")
 
-    def checkpoint(self, producer) -> None:
+    def checkpoint(self, producer: Any) -> None:
         if self.offsets == self.saved:
             return
         producer.flush(30)
@@ -202,7 +206,7 @@ class Coordinator:
         self.generation = generation
         self.metrics.checkpointed(generation)
 
-    def run(self, stopping) -> None:
+    def run(self, stopping: threading.Event) -> None:
         producer = self.settings.producer(on_delivery=self.deliveries, **BOUNDED_PRODUCER)
         # the control topic's streams before the checkpoint's queries that read them
         self.merger.registry = learned_live(self.settings, self.topics.control,
@@ -245,7 +249,7 @@ class Coordinator:
     def pending(self) -> int:
         return sum(len(heap) for heap in self.merger.pending.values())
 
-    def _backpressure(self, consumer) -> None:
+    def _backpressure(self, consumer: Any) -> None:
         """Pause the partitions ahead of the slowest while too many composite events wait;
         resume those that fell back to the slowest, and all once half the bound is left."""
         low = min(self.merger.upto)
@@ -263,7 +267,7 @@ class Coordinator:
                 self.pauses += 1
                 self.metrics.paused.inc()
 
-    def handle(self, messages, producer) -> None:
+    def handle(self, messages: list[Any], producer: Any) -> None:
         received = self.merger.received
         for message in messages:
             if message.error():

@@ -62,7 +62,7 @@ class Frame:
     def __post_init__(self) -> None:
         self.kind = FrameKind(self.kind)
 
-    def get(self, name: str, default=None):
+    def get(self, name: str, default: Any = None) -> Any:
         return self.headers.get(name, default)
 
     def kafka_headers(self) -> list[tuple[str, bytes]]:
@@ -71,7 +71,7 @@ class Frame:
         return out
 
 
-def parse_headers(headers) -> dict:
+def parse_headers(headers: Any) -> dict:
     """Kafka headers (list of (name, bytes)) as a dict; integer headers as ints."""
     out: dict = {}
     for name, value in headers or ():
@@ -85,7 +85,7 @@ def parse_headers(headers) -> dict:
     return out
 
 
-def frame_of(message) -> Frame | None:
+def frame_of(message: Any) -> Frame | None:
     """The frame a consumed message holds, or None when it is a plain JSON event."""
     headers = parse_headers(message.headers())
     kind = headers.pop("kind", None)
@@ -120,7 +120,8 @@ def decode_table(payload: bytes | pa.Table) -> pa.Table:
         raise FrameError(f"not an Arrow IPC stream: {e}") from None
 
 
-def events_frame(table: pa.Table, route: str = "", encode: bool = True, **headers) -> Frame:
+def events_frame(table: pa.Table, route: str = "", encode: bool = True,
+                 **headers: Any) -> Frame:
     """`encode` False: the payload is the table itself, for a frame handed over in memory."""
     seq = table.column("seq")
     first = seq[0].as_py() if len(seq) else None
@@ -130,11 +131,11 @@ def events_frame(table: pa.Table, route: str = "", encode: bool = True, **header
                  encode_table(table) if encode else table)
 
 
-def json_frame(kind: FrameKind, obj, **headers) -> Frame:
+def json_frame(kind: FrameKind, obj: Any, **headers: Any) -> Frame:
     return Frame(kind, headers, orjson.dumps(obj))
 
 
-def json_payload(frame: Frame):
+def json_payload(frame: Frame) -> Any:
     try:
         return orjson.loads(frame.payload) if frame.payload else None
     except orjson.JSONDecodeError as e:
@@ -164,7 +165,7 @@ class ChangeFrame:
         object.__setattr__(self, "kind", Kind(self.kind))
 
     @classmethod
-    def applied(cls, named: dict, entry) -> ChangeFrame:
+    def applied(cls, named: dict, entry: Any) -> ChangeFrame:
         """From a change's names (`status.change_of`) and what the live set made of it (a
         LiveQuery or LiveStream, None for a query removed)."""
         fields = entry.to_json() if entry is not None else {}
@@ -229,7 +230,7 @@ class LiveSetFrame:
 ControlFrame = ChangeFrame | LiveSetFrame
 
 
-def control_frame(change: ControlFrame, **headers) -> Frame:
+def control_frame(change: ControlFrame, **headers: Any) -> Frame:
     return json_frame(CONTROL, change.to_payload(), **headers)
 
 

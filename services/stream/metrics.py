@@ -66,11 +66,11 @@ class _Server(ThreadingMixIn, WSGIServer):
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, *args) -> None:  # scrapes and probes are not worth a log line
+    def log_message(self, *args: Any) -> None:  # scrapes and probes are not worth a log line
         pass
 
 
-def serve_http(port: int, registry, readiness: Readiness, role: str):
+def serve_http(port: int, registry: Any, readiness: Readiness, role: str) -> WSGIServer:
     """Prometheus metrics, /healthz and /readyz on 0.0.0.0:port in a daemon thread."""
     from prometheus_client import make_wsgi_app
 
@@ -181,7 +181,7 @@ class Metrics:
             self.server.server_close()
             self.server = None
 
-    def observe_lag(self, consumer) -> None:
+    def observe_lag(self, consumer: Any) -> None:
         """Lag from the high-watermarks cached from fetches (not ListOffsets)."""
         total = 0
         answered = True
@@ -217,7 +217,8 @@ class Metrics:
         if took_s is not None:
             self.checkpoint_seconds.set(took_s)
 
-    def stages(self, service: str, services: dict[str, list[str]], counted) -> None:
+    def stages(self, service: str, services: dict[str, list[str]],
+               counted: Callable[[], dict[str, tuple[float, float]]]) -> None:
         """A chained process (services/stream/chained.py) named `service`: its role is
         `chained`; each stage's names on the status topic (`cep_stage_service{stage,
         service}`: routing the splitter's, partitions the workers', merge each coordinator
@@ -232,7 +233,7 @@ class Metrics:
                 self.stage_service.labels(stage, name).set(1)
         self.registry.register(_StageCollector(counted))
 
-    def observe_merger(self, *mergers) -> None:
+    def observe_merger(self, *mergers: Any) -> None:
         """coordinator (the mergers of a process's shards): per keyed partition the seq
         and stream time reached (the lowest of the shards) and when its last frame came;
         per INTO topic the composite events withheld and why."""
@@ -279,7 +280,7 @@ class Metrics:
         self.evicted_keys.set(evicted)
 
 
-def counted(counter) -> float:
+def counted(counter: Any) -> float:
     """An unlabelled Counter's value."""
     return next(sample.value for family in counter.collect() for sample in family.samples
                 if sample.name.endswith("_total"))
@@ -307,7 +308,7 @@ class _StageCollector:
             yield family
 
 
-def engines_by_query(states) -> dict[str, list]:
+def engines_by_query(states: Iterable[Any]) -> dict[str, list]:
     """The engines of keyed partition states (PartitionState), by query name."""
     found: dict[str, list] = {}
     for state in states:
@@ -317,7 +318,7 @@ def engines_by_query(states) -> dict[str, list]:
     return found
 
 
-def engine_counts(engine) -> dict[str, int]:
+def engine_counts(engine: Any) -> dict[str, int]:
     """The numeric entries of an engine's metrics (a dict or a method returning one)."""
     found = getattr(engine, "metrics", None)
     if callable(found):
@@ -331,7 +332,7 @@ def engine_counts(engine) -> dict[str, int]:
     return counts
 
 
-def match_slots_in_use(engine) -> int | None:
+def match_slots_in_use(engine: Any) -> int | None:
     """MATCH: slots taken (one per key holding partial matches; slot 0 is reserved)."""
     arrays = getattr(engine, "arrays", None)
     program = getattr(engine, "program", None)
@@ -346,14 +347,14 @@ def match_slots_in_use(engine) -> int | None:
         return None
 
 
-def partial_matches(engine, counts: dict[str, int]) -> int | None:
+def partial_matches(engine: Any, counts: dict[str, int]) -> int | None:
     for measure in ("instances", "pending", "keys_with_partials"):
         if measure in counts:
             return counts[measure]
     return None
 
 
-def state_bytes(engine) -> int:
+def state_bytes(engine: Any) -> int:
     """Bytes of the numpy arrays an engine holds (its state as allocated: capacity, not
     only what is in use)."""
     total = 0
@@ -363,7 +364,7 @@ def state_bytes(engine) -> int:
     return total
 
 
-def withheld(merger) -> list[tuple[str, int, int, str]]:
+def withheld(merger: Any) -> list[tuple[str, int, int, str]]:
     """(INTO topic, composite events withheld, seq of the oldest, what it waits for) of a
     coordinator's merger: `partition P` (a keyed partition short of its seq), `stream time`
     (every partition is past it, but the query's horizon has not passed yet), `end of

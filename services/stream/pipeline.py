@@ -21,7 +21,10 @@ import os
 import pkgutil
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from cep_core.schema import SchemaRegistry
 
 from cep_service.stream.chained import Chained
 from cep_service.stream.coordinator import Coordinator
@@ -65,10 +68,12 @@ class LocalPipeline:
     """Splitter, workers and coordinator as threads; `stop()` stops them in order."""
 
     def __init__(self, settings: KafkaSettings, topics: Topics, workers: int = 1,
-                 partitions: int = 4, pulse_ms: int = 100, on_output=None, registry=None,
+                 partitions: int = 4, pulse_ms: int = 100,
+                 on_output: Callable[[list[tuple[str, dict]]], object] | None = None,
+                 registry: SchemaRegistry | None = None,
                  metrics_ports: Sequence[int] = (), splitter_options: dict | None = None,
                  worker_options: dict | None = None, coordinator_options: dict | None = None,
-                 chained: bool = False):
+                 chained: bool = False) -> None:
         """`metrics_ports`: Prometheus ports of the splitter, each worker, the coordinator
         (in that order; empty: no endpoints). `chained`: the chained pipeline
         (services/stream/chained.py) in one thread instead (`worker_options` go to it;
@@ -108,7 +113,7 @@ class LocalPipeline:
         self.metrics += shard_metrics[1:]
         self.coordinator = self.coordinators[0]
 
-    def _thread(self, target, name: str) -> None:
+    def _thread(self, target: Callable[[threading.Event], object], name: str) -> None:
         stop = threading.Event()
 
         def body() -> None:
@@ -157,11 +162,12 @@ class LocalPipeline:
     def __enter__(self) -> LocalPipeline:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
-def wait_for(condition, timeout_s: float, what: str, interval_s: float = 0.05) -> None:
+def wait_for(condition: Callable[[], object], timeout_s: float, what: str,
+             interval_s: float = 0.05) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
@@ -169,8 +175,9 @@ def wait_for(condition, timeout_s: float, what: str, interval_s: float = 0.05) -
         time.sleep(interval_s)
 
 
-def wait_progressing(condition, progress, what: str, stall_s: float = 300,
-                     interval_s: float = 0.05, progress_every_s: float = 1.0) -> None:
+def wait_progressing(condition: Callable[[], object], progress: Callable[[], Any], what: str,
+                     stall_s: float = 300, interval_s: float = 0.05,
+                     progress_every_s: float = 1.0) -> None:
     """Wait until `condition()` holds, for as long as it takes while `progress()` (any
     comparable value, e.g. `LocalPipeline.progress`) keeps changing: the deadline is
     `stall_s` seconds after the last change, never a fixed budget, so a slow or loaded
@@ -191,8 +198,8 @@ def wait_progressing(condition, progress, what: str, stall_s: float = 300,
         time.sleep(interval_s)
 
 
-def flush_progressing(producer, what: str = "messages", stall_s: float = 300,
-                      moved=None) -> None:
+def flush_progressing(producer: Any, what: str = "messages", stall_s: float = 300,
+                      moved: Callable[[], object] | None = None) -> None:
     """`producer.flush()` until every message is acknowledged, for as long as the number
     still waiting changes at least every `stall_s` seconds; `moved()` is called at each
     change."""

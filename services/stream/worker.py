@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import time
+from typing import Any
 
 from confluent_kafka import TopicPartition
 
@@ -64,11 +66,13 @@ from cep_service.stream.serve import log, profiled
 
 
 class Worker:
-    def __init__(self, settings: KafkaSettings, topics: Topics, registry=None,
+    def __init__(self, settings: KafkaSettings, topics: Topics,
+                 registry: SchemaRegistry | None = None,
                  batch_size: int = 2000, metrics: Metrics | None = None,
                  idle_timeout_ms: int | None = 3_600_000, max_queued_output: int = 20000,
                  slow_down_s: float = 0.0,
-                 checkpoint_ms: int | None = None, checkpoint_batches: int | None = None):
+                 checkpoint_ms: int | None = None,
+                 checkpoint_batches: int | None = None) -> None:
         self.settings = settings
         self.topics = topics
         self.registry = registry or SchemaRegistry()
@@ -94,7 +98,7 @@ class Worker:
         # with (checkpoint.broker_watermarks, set by `run`; None: not checked)
         self.watermarks: AskWatermarks | None = None
 
-    def run(self, stopping) -> None:
+    def run(self, stopping: threading.Event) -> None:
         # the control topic's streams, and its queries checked once for all partitions
         self.registry = learned_live(self.settings, self.topics.control, self.topics.stream,
                                      self.registry).registry
@@ -145,7 +149,7 @@ class Worker:
             log("delivery_failed", level="error", error=self.deliveries.failed)
             self.deliveries.check()
 
-    def _backpressure(self, stopping) -> None:
+    def _backpressure(self, stopping: threading.Event) -> None:
         """While the output queue is over its bound, stop fetching (pause every assigned
         partition) and let the producer drain; the consumer's prefetch is bounded by
         BOUNDED_CONSUMER."""
@@ -205,7 +209,7 @@ class Worker:
         except Exception as e:  # the snapshot holds the offset; the commit is advisory
             log("commit_failed", level="warning", error=str(e))
 
-    def _on_assign(self, consumer, partitions) -> None:
+    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         started = time.perf_counter()
         self.parts.update(self.restore([tp.partition for tp in partitions]))
         for tp in partitions:
@@ -231,7 +235,7 @@ class Worker:
         for p in partitions:
             saved = saved_checkpoints(snapshots, str(p).encode(), self.topics.state, located)
 
-            def restored(one: Saved, p=p) -> PartitionState:
+            def restored(one: Saved, p: int = p) -> PartitionState:
                 state = self._new_state(p)
                 envelope = state.restore(one.value, one.where())
                 if not envelope.checked:
@@ -254,13 +258,13 @@ class Worker:
         self.status.presence(self.producer, "up", partitions={
             str(p): state.queries.summary() for p, state in self.parts.items()})
 
-    def _on_revoke(self, consumer, partitions) -> None:
+    def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         self._hand_over(consumer, partitions, commit=True)
 
-    def _on_lost(self, consumer, partitions) -> None:
+    def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         self._hand_over(consumer, partitions, commit=False)
 
-    def _hand_over(self, consumer, partitions, commit: bool) -> None:
+    def _hand_over(self, consumer: Any, partitions: list[TopicPartition], commit: bool) -> None:
         if commit:
             self.checkpoint([tp.partition for tp in partitions])
         for tp in partitions:
@@ -272,7 +276,7 @@ class Worker:
 
     # ------------------------------------------------------------ frames
 
-    def handle(self, message) -> None:
+    def handle(self, message: Any) -> None:
         state = self.parts.get(message.partition())
         if state is None:
             return
