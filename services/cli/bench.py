@@ -45,7 +45,7 @@ def bench_core(
     """A workload's events, already in columns, through the jitted engine (events/s), with
     the reference interpreter as the baseline in the same run."""
 
-    def body():
+    def body() -> None:
         from cep_service.bench.kernels import core
         from cep_core.workloads import WORKLOADS
 
@@ -70,7 +70,7 @@ def bench_gpu(
     """Cugola & Margara's R5 scenario: microseconds per event on CPU (AIP, CDP) and, on a
     real GPU only, GPU CDP; varying window, sequence length and number of rules."""
 
-    def body():
+    def body() -> None:
         from cep_service.bench.gpu_kernels import main as bench_main
 
         bench_main(count, quick)
@@ -97,7 +97,7 @@ def bench_backfill(
     """The finance workloads through the Spark backfill and, in the same run, through
     `cep run --engine jit` in one process: events/s of both and their ratio."""
 
-    def body():
+    def body() -> None:
         from cep_service.extras import require
 
         require("pyspark", "spark", "cep bench backfill")
@@ -137,7 +137,7 @@ def bench_spark_stream(
     """The Spark streaming job against `cep run --engine jit` on the same events:
     throughput, latency p50/p99 per trigger interval, state size, restart (JSON)."""
 
-    def body():
+    def body() -> None:
         from cep_service.extras import require
 
         require("pyspark", "spark", "cep bench spark-stream")
@@ -164,7 +164,7 @@ def bench_reading(
     and CSV) and finance1 read by `cep run`'s reader beside pyarrow's own reader on the same
     file, interleaved (bench/bench_realistic.py)."""
 
-    def body():
+    def body() -> None:
         from cep_service.bench.bench_realistic import run_all
 
         for row in run_all(count, repeat, processes):
@@ -187,7 +187,7 @@ def bench_peers(ctx: typer.Context) -> None:
 
     script = Path(bench.__file__).resolve().parent / "peers" / "run.py"
 
-    def body():
+    def body() -> None:
         code = subprocess.run([sys.executable, str(script), *ctx.args]).returncode
         if code:
             raise typer.Exit(code)

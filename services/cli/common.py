@@ -6,8 +6,9 @@ from __future__ import annotations
 # a command needs them, so `cep --help` and `cep schemas` import none of them.
 
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
@@ -19,7 +20,14 @@ from cep_core.runner import EngineName as Engine
 from cep_service.errors import CleanError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from cep_core import ast
+    from cep_core.checked import CheckedQuery
     from cep_core.composites import Composites
+    from cep_core.events import Event
+    from cep_core.schema import SchemaError, SchemaRegistry
+    from cep_service.stream.kafka import KafkaSettings
 
 
 stderr = Console(stderr=True, soft_wrap=True, highlight=False, emoji=False)
@@ -48,7 +56,7 @@ def print_error(message: str) -> None:
     stderr.print(message, markup=False, style="red")
 
 
-def schema_registry(schemas: list[Path] | None):
+def schema_registry(schemas: list[Path] | None) -> SchemaRegistry:
     from cep_core.schema import SchemaError, SchemaRegistry
 
     try:
@@ -65,20 +73,20 @@ def schema_registry(schemas: list[Path] | None):
     return registry
 
 
-def schema_error_text(error, prefix: str = "") -> str:
+def schema_error_text(error: SchemaError, prefix: str = "") -> str:
     """A SchemaError as an error line: a schema file that is not JSON is located
     (`file:line:col: error: not valid JSON: ...`), any other has `prefix` in front."""
     located = getattr(error, "located", None)
     return located() if located is not None else f"{prefix}{error}"
 
 
-def load_query_file(path: Path, registry):
+def load_query_file(path: Path, registry: SchemaRegistry) -> list[CheckedQuery]:
     """Checked queries of one file; CliError with every located message otherwise."""
     text, parsed = parse_query_file(path)
     return check_query_file(path, text, parsed, registry)
 
 
-def parse_query_file(path: Path):
+def parse_query_file(path: Path) -> tuple[str, ast.QueryFile]:
     """The text of a query file and its queries as parsed, not yet checked (what streams
     they read): `load_query_file`'s first half; CliError otherwise."""
     from cep_core.errors import QueryError
@@ -95,7 +103,8 @@ def parse_query_file(path: Path):
         raise CliError(f"{path}: {e}") from None
 
 
-def check_query_file(path: Path, text: str, parsed, registry):
+def check_query_file(path: Path, text: str, parsed: ast.QueryFile,
+                     registry: SchemaRegistry) -> list[CheckedQuery]:
     """`load_query_file`'s second half: the queries `parse_query_file` gave, checked."""
     from cep_core.checker import check
     from cep_core.errors import QueryError, QueryErrors
@@ -111,7 +120,7 @@ def check_query_file(path: Path, text: str, parsed, registry):
         raise CliError(f"{path}: {e}") from None
 
 
-def guard(body) -> None:
+def guard(body: Callable[[], object]) -> None:
     """Run a command body, turning errors into clean messages and exit codes."""
     try:
         body()
@@ -135,9 +144,10 @@ def is_located(message: str) -> bool:
     return ": error: " in message.split("\n", 1)[0]
 
 
-def run_queries(queries, events, engine: Engine = Engine.REFERENCE,
+def run_queries(queries: list[CheckedQuery], events: Sequence[Event] | pa.Table,
+                engine: Engine = Engine.REFERENCE,
                 placement: Placement | None = None,
-                timings: dict | None = None,
+                timings: dict[str, float] | None = None,
                 failures: list | None = None) -> tuple[Composites, list]:
     """`cep_core.runner.run_checked` (the glue the Python API uses too), printing where
     each query was placed when `placement` is given, and each query that failed (its
@@ -159,7 +169,7 @@ def run_queries(queries, events, engine: Engine = Engine.REFERENCE,
     return composites, rejected
 
 
-def count_option(what: str = "events", minimum: int = 1):
+def count_option(what: str = "events", minimum: int = 1) -> Any:
     """`--count N` / `-n N`, how many events; `--events N`, its old name, still works (an
     events *file* is `--events FILE` in `cep run`)."""
     return typer.Option("--count", "--events", "-n", min=minimum, metavar="N",
@@ -169,7 +179,7 @@ def count_option(what: str = "events", minimum: int = 1):
 def print_table(title: str, result: dict, vertical: bool = False) -> None:
     from rich.table import Table
 
-    def shown(value) -> str:
+    def shown(value: object) -> str:
         return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) \
             else str(value)
 
@@ -231,7 +241,8 @@ SchemaPaths = Annotated[list[Path] | None, typer.Option(
     "must be given the same schemas as `cep query add`.")]
 
 
-def export_schema_paths(paths: list[Path] | None, cli_error) -> None:
+def export_schema_paths(paths: list[Path] | None,
+                        cli_error: Callable[..., Exception]) -> None:
     """Put --schema paths in front of CEP_SCHEMA_PATH, so every registry this process (and
     any process it starts) makes finds them; a bad path or schema file is a clean error
     here rather than in a service later."""
@@ -250,6 +261,6 @@ def export_schema_paths(paths: list[Path] | None, cli_error) -> None:
         raise cli_error(schema_error_text(e)) from None
 
 
-def kafka_settings(bootstrap: str, kafka_config: Path | None):
+def kafka_settings(bootstrap: str, kafka_config: Path | None) -> KafkaSettings:
     from cep_service.stream.kafka import KafkaSettings
     return KafkaSettings.from_env(bootstrap, kafka_config)

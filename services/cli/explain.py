@@ -44,7 +44,7 @@ def explain_command(
     """What each query compiled to: the MATCH automaton, the SEQ plan and its algorithm,
     the WINDOW panes; the partition key, the horizon and the state per key."""
 
-    def body():
+    def body() -> None:
         from cep_core.explain import explain
 
         queries = load_query_file(query_file, schema_registry(schema))

@@ -6,12 +6,16 @@
 # invocation, `cep --help` included.
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cep_service.cli import common as cli
 from cep_service.cli.common import CliError
+
+if TYPE_CHECKING:
+    from cep_core.checked import CheckedQuery
+    from cep_core.events import Event
 
 fpga_app = typer.Typer(help="The FPGA adapter: UDP wire protocol, circuit emulator, "
                        "verification (docs/fpga.md).", no_args_is_help=True)
@@ -35,7 +39,8 @@ def _address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _queries(query_file: Path, schema, name: str | None, one: bool):
+def _queries(query_file: Path, schema: list[Path] | None, name: str | None,
+             one: bool) -> "list[CheckedQuery]":
     """The checked queries to run (each compiled for the FPGA, so unsupported ones fail
     here with the construct named)."""
     from cep_accel.fpga.plan import FpgaUnsupported, compile_fpga
@@ -57,7 +62,7 @@ def _queries(query_file: Path, schema, name: str | None, one: bool):
     return queries
 
 
-def _events(path: Path, checked):
+def _events(path: Path, checked: "CheckedQuery") -> "list[Event]":
     from cep_core.event_io import InputError, read_events
 
     try:
@@ -88,7 +93,7 @@ def send(
 ) -> None:
     """Stream events to a device (or `cep fpga emulate`); print its matches as composite
     events (JSON lines)."""
-    def body():
+    def body() -> None:
         from cep_accel.fpga.adapter import FpgaAdapter
         from cep_core.event_io import write_composites_jsonl
 
@@ -129,7 +134,7 @@ def emulate(
     query: QueryOption = None,
 ) -> None:
     """Serve the circuit of one query over UDP (a functional emulator of the FPGA)."""
-    def body():
+    def body() -> None:
         from cep_accel.fpga.emulator import Circuit, EmulatorServer
         from cep_accel.fpga.plan import CircuitConfig, compile_fpga
         from cep_core.batch import StringDictionary
@@ -164,7 +169,7 @@ def verify(
     """Run the stream through adapter + emulator (UDP), every device leg (emulator, HDL
     simulation) and the reference interpreter; print whether all agree (exit 0 only if
     they do)."""
-    def body():
+    def body() -> None:
         from cep_accel.fpga.plan import CircuitConfig
         from cep_accel.fpga.verify import verify as run_verify
 
@@ -201,7 +206,7 @@ def hdl(
 ) -> None:
     """Write the circuit of a query as synthesizable Verilog (predicate decoder, NFA,
     pipelined stream partitioner) and a testbench that reads tuples from a hex file."""
-    def body():
+    def body() -> None:
         from cep_accel.fpga.hdl import write_hdl
         from cep_accel.fpga.plan import CircuitConfig, compile_fpga
         from cep_core.batch import StringDictionary
@@ -231,7 +236,7 @@ def resources(
     """Synthesize with Yosys and print LUT and flip-flop counts: NFA vs powerset DFA
     (one-hot, binary) of (0|1)*1(0|1)^i, and the stream partitioner by depth (the paper's
     Figures 4 and 9); writes a PNG plot."""
-    def body():
+    def body() -> None:
         from cep_accel.fpga import resources as res
         from cep_service.extras import require
 
@@ -248,7 +253,7 @@ def resources(
         except res.YosysMissing as e:
             raise cli.CliError(str(e)) from None
 
-        def progress(row):
+        def progress(row: res.Row) -> None:
             cli.stderr.print(f"synthesized {row.circuit} {row.size}: "
                              f"{row.resources.luts} LUTs, {row.resources.flip_flops} FFs "
                              f"({row.resources.seconds:.1f} s)", markup=False)

@@ -6,7 +6,7 @@
 # included.
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -32,7 +32,7 @@ def verify(
 ) -> None:
     """Run the stream through the GPU path and the reference interpreter; print whether they
     agree (exit 0 only if they do)."""
-    def body():
+    def body() -> None:
         from cep_accel.gpu import device
         from cep_accel.gpu import placement as placed
         from cep_core import reference
@@ -45,7 +45,8 @@ def verify(
         except InputError as e:
             raise cli.CliError(str(e)) from None
         cli.stdout.print(f"target: {device.name()} ({target})", markup=False)
-        options = {} if memory_budget is None else {"device_memory_budget": memory_budget}
+        options: dict[str, Any] = {} if memory_budget is None else \
+            {"device_memory_budget": memory_budget}
         disagree = 0
         for q in queries:
             report: list = []

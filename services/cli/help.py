@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+from typing import Any
 
 from typer.core import TyperGroup
 
@@ -44,7 +45,7 @@ def unwrap(text: str) -> str:
     return "\n\n".join(p if p.startswith("\b") else " ".join(p.split()) for p in paragraphs)
 
 
-def plain_help(command) -> None:
+def plain_help(command: Any) -> None:
     """Plain labels for every parameter of `command` and of the commands below it."""
     if isinstance(getattr(command, "help", None), str):
         command.help = unwrap(command.help)
@@ -55,7 +56,7 @@ def plain_help(command) -> None:
         plain_help(sub)
 
 
-def _plain_param(param) -> None:
+def _plain_param(param: Any) -> None:
     if getattr(param, "_plain_help", False):
         return
     if getattr(param, "is_flag", False) or getattr(param, "count", False):
@@ -64,7 +65,7 @@ def _plain_param(param) -> None:
     if hasattr(kind, "get_metavar"):
         plain = copy.copy(kind)  # click's types can be shared: label this parameter's own
 
-        def get_metavar(param, ctx, kind=kind):
+        def get_metavar(param: Any, ctx: Any, kind: Any = kind) -> str | None:
             shown = kind.get_metavar(param=param, ctx=ctx)
             return plain_label(shown if shown is not None else f"<{kind.name}>")
 
@@ -72,7 +73,8 @@ def _plain_param(param) -> None:
         param.type = plain
     if getattr(param, "param_type_name", "") == "argument" and param.metavar is None:
 
-        def make_metavar(ctx, usage=False, param=param):  # usage: QUERY_FILE, not {query_file}
+        # usage: QUERY_FILE, not {query_file}
+        def make_metavar(ctx: Any, usage: bool = False, param: Any = param) -> str:
             name = (param.name or "").upper() + ("..." if param.nargs != 1 else "")
             return f"[{name}]" if usage and not param.required else name
 
@@ -80,12 +82,12 @@ def _plain_param(param) -> None:
     param._plain_help = True
 
 
-def _plain_help_option(command) -> None:
+def _plain_help_option(command: Any) -> None:
     make = getattr(command, "get_help_option", None)
     if make is None or getattr(command, "_plain_help", False):
         return
 
-    def get_help_option(ctx, make=make):
+    def get_help_option(ctx: Any, make: Any = make) -> Any:
         option = make(ctx)
         if option is not None:
             _plain_param(option)
@@ -98,6 +100,6 @@ def _plain_help_option(command) -> None:
 class PlainHelpGroup(TyperGroup):
     """The `cep` group: help shows click-style labels (see the module docstring)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         plain_help(self)

@@ -9,16 +9,22 @@ Exits 0 when both give the same composite events, 1 when they differ, 2 on troub
 (like diff).
 """
 
+from __future__ import annotations
+
 # Deferred imports: the engines, the reader and Kafka load when `cep query diff` runs: the CLI
 # imports this module (for its options) with every command.
 
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import orjson
 import typer
+
+if TYPE_CHECKING:
+    from cep_core.query_diff import QueryDiff
 
 DiffEvents = Annotated[Path | None, typer.Option(
     "--events", "-e", metavar="FILE", help="diff: recorded events (.jsonl, .csv, .parquet) "
@@ -28,11 +34,12 @@ DiffOld = Annotated[Path | None, typer.Option(
     "version on the control topic).")]
 
 
-def query_diff(cli_error, target: str | None, name: str | None, events: Path | None,
-               old: Path | None, bootstrap: str, control: str, topic_prefix: str,
+def query_diff(cli_error: Callable[[str, int], Exception], target: str | None, name: str | None,
+               events: Path | None, old: Path | None, bootstrap: str, control: str,
+               topic_prefix: str,
                kafka_config: Path | None, schema: list[Path] | None) -> None:
     """The body of `cep query diff`; every error exits 2 (1 means: they differ)."""
-    def error(message: str, code: int = 2):
+    def error(message: str, code: int = 2) -> Exception:
         return cli_error(message, 2)
 
     from cep_service.cli.common import export_schema_paths
@@ -78,8 +85,9 @@ def query_diff(cli_error, target: str | None, name: str | None, events: Path | N
         raise typer.Exit(1)
 
 
-def _live_version(error, new_text: str, new_source: str, name: str | None, bootstrap: str,
-                  control: str, topic_prefix: str, kafka_config: Path | None) -> tuple:
+def _live_version(error: Callable[[str], Exception], new_text: str, new_source: str,
+                  name: str | None, bootstrap: str, control: str, topic_prefix: str,
+                  kafka_config: Path | None) -> tuple:
     """(registry, text, source, name) of the version of the query live on the control
     topic: the registry holds the topic's streams too."""
     from cep_core.checker import load_query_text
@@ -111,7 +119,7 @@ def _live_version(error, new_text: str, new_source: str, name: str | None, boots
     return view.registry, live.text, f"<live {new.name}>", new.name
 
 
-def _notes(diff) -> None:
+def _notes(diff: QueryDiff) -> None:
     """Bad records and events an engine rejected, on stderr (the composite events alone
     are compared)."""
     if diff.dead_letters:

@@ -9,7 +9,7 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,6 +21,9 @@ from cep_service.cli.common import (
     schema_registry,
     stderr,
 )
+
+if TYPE_CHECKING:
+    from cep_core.checked import CheckedQuery
 
 spark_app = typer.Typer(help="Run queries on Spark (streaming; `cep backfill` for history).",
                         no_args_is_help=True)
@@ -73,7 +76,7 @@ def stream(
 ) -> None:
     """Run the queries as a Spark Structured Streaming job, until Ctrl-C (or --once)."""
 
-    def body():
+    def body() -> None:
         from cep_service.extras import require
 
         require("pyspark", "spark", "cep spark stream")
@@ -104,14 +107,24 @@ def stream(
                                log=lambda line: stderr.print(line, markup=False))
         except (NoQueries, ValueError) as e:
             raise CliError(str(e)) from None
-        source = KafkaSource(broker, topic, max_records) if topic else \
-            FileSource(input_dir, max_files)
+        source: KafkaSource | FileSource
+        if topic:
+            assert broker is not None  # a topic without a broker was refused above
+            source = KafkaSource(broker, topic, max_records)
+        else:
+            assert input_dir is not None  # no source at all was refused above
+            source = FileSource(input_dir, max_files)
         spark = spark_session(master, shuffle_partitions=shards, app_name="cep-stream",
                               **session_conf())
 
-        def start_job(queries, texts):
-            sink = KafkaSink(broker, {q.name: q.query.output for q in queries}) \
-                if to_kafka else FileSink(output)
+        def start_job(queries: "list[CheckedQuery]", texts: dict[str, str]) -> Any:
+            sink: KafkaSink | FileSink
+            if to_kafka:
+                assert broker is not None  # --to-kafka without a broker was refused above
+                sink = KafkaSink(broker, {q.name: q.query.output for q in queries})
+            else:
+                assert output is not None  # no output at all was refused above
+                sink = FileSink(output)
             return start(spark, queries, source, sink, checkpoint, texts, shards, trigger)
 
         live = LiveJob(watch, checkpoint, start_job,
