@@ -14,6 +14,8 @@ from __future__ import annotations
 # runs; the engines' Arrow core is used without them.
 
 import os
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 import orjson
@@ -45,10 +47,11 @@ class RejectedRows:
     is consumed once, by the Parquet write, and needs no cache. A task run again (a lost
     shuffle) adds its rows again: `unique_rejected` drops the copies."""
 
-    def zero(self, value):
+    def zero(self, value: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         return []
 
-    def addInPlace(self, value1, value2):  # noqa: N802 (PySpark's name)
+    def addInPlace(self, value1: list[tuple[Any, ...]],  # noqa: N802 (PySpark's name)
+                   value2: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         value1.extend(value2)
         return value1
 
@@ -63,8 +66,9 @@ class PartitionRunner:
     `rejected` (an accumulator with `RejectedRows`) takes the rejected events, which
     are otherwise yielded as `rejected` rows."""
 
-    def __init__(self, queries: list[CheckedQuery], kernel_cache: str, rows=None,
-                 options: dict | None = None, rejected=None, output: str | None = None,
+    def __init__(self, queries: list[CheckedQuery], kernel_cache: str, rows: Any = None,
+                 options: dict[str, Any] | None = None, rejected: Any = None,
+                 output: str | None = None,
                  group: int = 0):
         self.queries = queries
         self.kernel_cache = kernel_cache
@@ -82,18 +86,20 @@ class PartitionRunner:
                            for q, seq, reason, raw in rejected])
         return []
 
-    def __call__(self, batches):
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         if self.output is None:
             return self._results(batches)
         return self._write(self._results(batches))
 
-    def _write(self, results):
+    def _write(self, results: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Composite rows into one Parquet file of this task (named by its group and
         partition, so a task run again replaces its own file); yields their count."""
         from pyspark import TaskContext
 
         fs, directory = pa.fs.FileSystem.from_uri(self.output)
-        name = f"part-{self.group:03d}-{TaskContext.get().partitionId():05d}.parquet"
+        task = TaskContext.get()
+        assert task is not None, "_write runs in a Spark task, not on the driver"
+        name = f"part-{self.group:03d}-{task.partitionId():05d}.parquet"
         count = 0
         with pq.ParquetWriter(fs.open_output_stream(f"{directory}/{name}"),
                               COMPOSITE_SCHEMA) as writer:
@@ -106,7 +112,7 @@ class PartitionRunner:
                     count += composites.num_rows
         yield pa.RecordBatch.from_arrays([pa.array([count], pa.int64())], ["composites"])
 
-    def _results(self, batches):
+    def _results(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         os.environ["CEP_KERNEL_CACHE"] = self.kernel_cache  # the driver's kernel cache
 
         engines, encoder = new_engines(self.queries, **self.options)
@@ -129,7 +135,7 @@ class PartitionRunner:
             index, [(q, seq, reason, None) for q, seq, reason in rejected]))
 
 
-def _rejected_rows(rejected, table: pa.Table) -> list[tuple]:
+def _rejected_rows(rejected: list[tuple[Any, ...]], table: pa.Table) -> list[tuple[Any, ...]]:
     """(query, seq, reason, event JSON) of events an engine rejected in this batch: the
     event as `Event.to_json` gives it (seq, then the attributes in schema order)."""
     if not rejected:
@@ -144,7 +150,8 @@ def _rejected_rows(rejected, table: pa.Table) -> list[tuple]:
 RESULT_NAMES = ["kind", "query", "query_index", "key", "seq", "start_seq", "reason", "body"]
 
 
-def result_batches(found: list, index: dict[str, int], rejected: list[tuple]):
+def result_batches(found: list[Any], index: dict[str, int],
+                   rejected: list[tuple[Any, ...]]) -> Iterator[pa.RecordBatch]:
     """Result rows: one record batch per engine CompositeBatch, built from its columns
     (`composite_json.lines` for `body`, no dict per composite), then the rejected events."""
     rows: list[dict] = []
@@ -194,7 +201,7 @@ def _dict_rows(composites: list[dict], index: dict[str, int],
     ], names=RESULT_NAMES)
 
 
-def map_in_arrow(df, func, schema: str):
+def map_in_arrow(df: Any, func: Callable[..., Any], schema: str) -> Any:
     """`df.mapInArrow(func, schema)`. PySpark's public method insists on pandas only to
     wrap `func` (the workers exchange Arrow batches and never touch pandas); pandas is not
     a dependency here, so without it the same Arrow-iterator UDF is built directly."""

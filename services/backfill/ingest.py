@@ -58,7 +58,7 @@ class InputFile:
     fmt: EventFormat
 
 
-def list_inputs(spark, paths: list[str]) -> list[InputFile]:
+def list_inputs(spark: Any, paths: list[str]) -> list[InputFile]:
     """The files to read, in order: each path, or a directory's data files by name."""
     jvm = spark.sparkContext._jvm
     conf = spark.sparkContext._jsc.hadoopConfiguration()
@@ -102,7 +102,7 @@ def decoded_schema(schema: StreamSchema) -> str:
 # ------------------------------------------------------------------ the driver side
 
 
-def read_decoded(spark, files: list[InputFile], schema: StreamSchema):
+def read_decoded(spark: Any, files: list[InputFile], schema: StreamSchema) -> Any:
     """One DataFrame over every record of the inputs: `seq`, the attributes (null on bad
     rows) and the bookkeeping columns; `_error` is None on good rows.
 
@@ -142,7 +142,7 @@ def read_decoded(spark, files: list[InputFile], schema: StreamSchema):
     return reduce(lambda a, b: a.unionByName(b), frames)
 
 
-def _raw_frame(spark, f: InputFile):
+def _raw_frame(spark: Any, f: InputFile) -> Any:
     from pyspark.sql import functions as F
 
     if f.fmt is EventFormat.PARQUET:
@@ -158,7 +158,7 @@ def _raw_frame(spark, f: InputFile):
     return df
 
 
-def _is_record(df, f: InputFile):
+def _is_record(df: Any, f: InputFile) -> Any:
     """Whether a row of a raw frame is a record (the CSV header still included), not a
     blank line."""
     from pyspark.sql import functions as F
@@ -197,7 +197,7 @@ def accept(decoded: Any) -> Any:
         .withColumn("_error", error)
 
 
-def _record_columns(decoded) -> list[str]:
+def _record_columns(decoded: Any) -> list[str]:
     return [c for c in decoded.columns if not c.startswith("_")]
 
 
@@ -242,7 +242,7 @@ class SplitDecoder:
                     yield out
 
     def _decode(self, table: pa.Table, position: int, chunk: int, line: int | None,
-                prev_max: int, skip_header: bool):
+                prev_max: int, skip_header: bool) -> tuple[pa.RecordBatch | None, bool, int]:
         if self.file.fmt is EventFormat.PARQUET:
             positions = np.arange(position, position + table.num_rows, dtype=np.int64)
             decoded = decode_table(table, self.schema, positions)
@@ -288,7 +288,8 @@ class SplitDecoder:
                    "_error", "_raw"])
         return out, skip_header, int(running[-1])
 
-    def _decode_json_block(self, lines: pa.ChunkedArray, position: int, line: int):
+    def _decode_json_block(self, lines: pa.ChunkedArray, position: int,
+                           line: int) -> tuple[Any, ...]:
         """JSON lines through `event_reader`'s block decoder (pyarrow's parser, records it
         cannot vouch for by `event_io`'s reader): the same records, seqs and reasons as
         `cep run`; `line`: the file's line number of lines[0]. Every record keeps its
@@ -325,7 +326,7 @@ class SplitDecoder:
         numbers = np.flatnonzero(records) + line
         return seq, columns, errors, raw.combine_chunks(), numbers
 
-    def _decode_lines(self, lines: list[str], position: int, line: int):
+    def _decode_lines(self, lines: list[str], position: int, line: int) -> tuple[Any, ...]:
         """JSON lines or CSV rows through `cep_core.event_io`'s own decoding; `line`: the
         file's line number of lines[0]."""
         text = self.file.fmt is EventFormat.CSV
@@ -347,7 +348,7 @@ class SplitDecoder:
                 errors, raws, numbers)
 
 
-def _json_lines(lines: list[str], first: int):
+def _json_lines(lines: list[str], first: int) -> Iterator[tuple[bytes, Any, str | None, int]]:
     """(raw, record, error, line) per non-blank line, as `event_io` reads a JSON lines
     file; `first`: the line number of lines[0]."""
     for i, line in enumerate(lines):
@@ -360,7 +361,8 @@ def _json_lines(lines: list[str], first: int):
             yield data, None, f"not valid JSON: {e}", first + i
 
 
-def _csv_lines(header: str | None, lines: list[str], first: int):
+def _csv_lines(header: str | None, lines: list[str],
+               first: int) -> Iterator[tuple[Any, Any, str | None, int]]:
     """(raw, record, error, line) per CSV row, as `event_io` reads a CSV file; `first`: the
     line number of lines[0] (the header goes before them, as line 1 of the text read)."""
     if header is None:

@@ -49,6 +49,7 @@ from cep_service.backfill.scan import (
     BAD_ROWS,
     GOOD_ROWS,
     SHUFFLE,
+    ScanInput,
     scan_frame,
     scan_input,
     use_scan,
@@ -79,7 +80,7 @@ class BackfillResult:
 
 
 def spark_session(master: str = "local[*]", shuffle_partitions: int | None = None,
-                  app_name: str = "cep-backfill", **conf):
+                  app_name: str = "cep-backfill", **conf: Any) -> Any:
     """A SparkSession for backfills: UI off, case-sensitive names (attributes may differ
     only in case), Python workers on this interpreter with this process's kernel cache.
     `shuffle_partitions` (the partitions of each keyed group): default, the cores Spark
@@ -104,9 +105,9 @@ def spark_session(master: str = "local[*]", shuffle_partitions: int | None = Non
     return spark
 
 
-def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: str,
+def run_backfill(spark: Any, queries: list[CheckedQuery], inputs: list[str], output: str,
                  dead_letters: str | None = None, partitions: int | None = None,
-                 console=None, to_kafka: str | None = None,
+                 console: Any = None, to_kafka: str | None = None,
                  bootstrap: str | None = None, exchange: str = AUTO) -> BackfillResult:
     """Run `queries` (one stream) over the input files; write composite events to `output`
     and dead letters to `dead_letters` (default: `<output>_dead_letters`), both Parquet.
@@ -147,6 +148,7 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
         out_dir = _pyarrow_directory(output)  # tasks write there, or Spark does
         result_schema = "composites long" if out_dir else RESULT_SCHEMA
         if scan:
+            assert source is not None, "use_scan is true only with a source"
             return _scan_job(spark, source, schema, groups, partitions, out_dir,
                              result_schema, output, dead_letters, rows, rejected_rows)
         direct = parquet_input(spark, files)
@@ -211,9 +213,9 @@ def run_backfill(spark, queries: list[CheckedQuery], inputs: list[str], output: 
     return result
 
 
-def _scan_job(spark, source, schema, groups, partitions: int, out_dir: str | None,
-              result_schema: str, output: str, dead_letters: str, rows,
-              rejected_rows) -> BackfillResult:
+def _scan_job(spark: Any, source: ScanInput, schema: Any, groups: Any, partitions: int,
+              out_dir: str | None, result_schema: str, output: str, dead_letters: str,
+              rows: Any, rejected_rows: Any) -> BackfillResult:
     """The job with the scan exchange (`scan.py`): one Spark stage of engine tasks; the
     first task of the first group reports the input's counts and dead letters."""
     counts = spark.sparkContext.accumulator({}, SplitCounts())
@@ -236,7 +238,7 @@ def _scan_job(spark, source, schema, groups, partitions: int, out_dir: str | Non
                           0.0, describe(groups), "scan")
 
 
-def _composites_written(spark, results: list, out_dir: str | None, output: str) -> int:
+def _composites_written(spark: Any, results: list[Any], out_dir: str | None, output: str) -> int:
     """Runs the engine tasks (`results`: their DataFrames); the composite events are then
     in `output`: written by the tasks (they return counts) or here by Spark's writer."""
     from pyspark.sql import functions as F
@@ -250,7 +252,7 @@ def _composites_written(spark, results: list, out_dir: str | None, output: str) 
     return spark.read.parquet(output).count()  # from the Parquet footers
 
 
-def _rejected_list(rejected_rows) -> list[tuple]:
+def _rejected_list(rejected_rows: Any) -> list[tuple[Any, ...]]:
     """The events the engines rejected, as dead-letter rows (DEAD_LETTER_SCHEMA)."""
     return [(1, index, f"query {name}", None, seq, reason, raw)
             for index, name, seq, reason, raw in unique_rejected(rejected_rows.value)]

@@ -19,6 +19,7 @@ The readers give back exactly the dicts `cep run` writes, in its order.
 from __future__ import annotations
 
 import orjson
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cep_core.composite import sort_key
@@ -47,7 +48,7 @@ def read_dead_letters(path: str) -> list[dict]:
              if name in r and (name != "line" or r[name] is not None)} for r in rows]
 
 
-def _read(path: str, columns: list[str]):
+def _read(path: str, columns: list[str]) -> pa.Table:
     return pq.read_table(path, columns=columns)
 
 

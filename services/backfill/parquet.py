@@ -15,9 +15,12 @@ letters are read again by a second pass that yields only the bad ones (`BAD`).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs  # noqa: F401 (pa.fs)
@@ -48,8 +51,8 @@ class ParquetInput:
     rows: int  # records in all inputs
     splits_ordered: bool  # every split's seqs exceed every earlier split's (footers)
 
-    def frame(self, spark, schema: StreamSchema, mode: str = ALL, bad_counts=None,
-              split_ids: list[int] | None = None):
+    def frame(self, spark: Any, schema: StreamSchema, mode: str = ALL, bad_counts: Any = None,
+              split_ids: list[int] | None = None) -> Any:
         """The decoded rows as a DataFrame, one task per split: ALL (the columns of
         `backfill_ingest.read_decoded`), GOOD (`seq` and the attributes of accepted
         events; needs `splits_ordered`) or BAD (dead letters, decoded columns).
@@ -73,15 +76,16 @@ class SplitCounts:
     """An AccumulatorParam of a dict ({split id: count}; the scan's counts and dead
     letters by position): a task run twice sets the same entries."""
 
-    def zero(self, value):
+    def zero(self, value: dict[Any, Any]) -> dict[Any, Any]:
         return {}
 
-    def addInPlace(self, value1, value2):  # noqa: N802 (PySpark's name)
+    def addInPlace(self, value1: dict[Any, Any],  # noqa: N802 (PySpark's name)
+                   value2: dict[Any, Any]) -> dict[Any, Any]:
         value1.update(value2)
         return value1
 
 
-def parquet_input(spark, files: list[InputFile]) -> ParquetInput | None:
+def parquet_input(spark: Any, files: list[InputFile]) -> ParquetInput | None:
     """Splits of the inputs when every one is Parquet that pyarrow can open from here;
     else None (Spark's reader and the counting pass then do it). A split is at most
     `spark.sql.files.maxPartitionBytes` (compressed) and 1/defaultParallelism of the
@@ -115,14 +119,15 @@ def parquet_input(spark, files: list[InputFile]) -> ParquetInput | None:
     return ParquetInput(files, [_uri(f.path) for f in files], splits, position, ordered)
 
 
-def _metadata(uri: str):
+def _metadata(uri: str) -> pq.FileMetaData:
     fs, path = pa.fs.FileSystem.from_uri(uri)
     with fs.open_input_file(path) as handle:
         return pq.ParquetFile(handle).metadata
 
 
-def _seq_ranges(f: InputFile, meta, group: int, seq_column: int | None,
-                pieces: list[tuple[int, int]], position: int):
+def _seq_ranges(f: InputFile, meta: pq.FileMetaData, group: int, seq_column: int | None,
+                pieces: list[tuple[int, int]],
+                position: int) -> list[tuple[int | None, int | None]]:
     """(min, max) seq of each piece of a row group; (None, None) where unknown. From the
     footer's statistics for a whole row group, else from its `seq` column, read alone."""
     if seq_column is None:  # seqs are positions
@@ -145,7 +150,7 @@ def _uri(path: str) -> str:
     return path if "://" in path or path.startswith("file:") else os.path.abspath(path)
 
 
-def _seq_column(meta) -> int | None:
+def _seq_column(meta: pq.FileMetaData) -> int | None:
     """The index of the `seq` column; -1 when it is not a signed integer (then its
     statistics prove nothing); None when there is none."""
     names = [meta.schema.column(c).path for c in range(meta.num_columns)]
@@ -156,7 +161,7 @@ def _seq_column(meta) -> int | None:
     return names.index("seq") if seq_type and pa.types.is_signed_integer(seq_type) else -1
 
 
-def _seq_range(column) -> tuple[int | None, int | None]:
+def _seq_range(column: Any) -> tuple[int | None, int | None]:
     """(min, max) of a row group's `seq` column without nulls, else (None, None)."""
     stats = None if column is None else column.statistics
     if stats is None or not stats.has_min_max or stats.null_count != 0:
@@ -169,12 +174,12 @@ class SplitReader:
     Parquet `SplitDecoder` (64Ki rows at a time), keeping the rows of its mode."""
 
     def __init__(self, source: ParquetInput, schema: StreamSchema, mode: str,
-                 bad_counts=None):
+                 bad_counts: Any = None):
         self.source, self.schema, self.mode = source, schema, mode
         self.bad_counts = bad_counts
         self.names = ["seq", *schema.attributes]
 
-    def __call__(self, batches):
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for split_id in batch.column(0).to_pylist():
                 split = self.source.splits[split_id]
@@ -184,7 +189,7 @@ class SplitReader:
                 table = table.slice(split.offset, split.rows)
                 yield from self._decode(table, split, split_id)
 
-    def _decode(self, table: pa.Table, split: Split, chunk: int):
+    def _decode(self, table: pa.Table, split: Split, chunk: int) -> Iterator[pa.RecordBatch]:
         decoder = SplitDecoder(self.schema, self.source.files[split.file], None, {},
                                file_index=split.file)
         prev_max, position, bad = -1, split.position, 0
@@ -209,7 +214,7 @@ class SplitReader:
             self.bad_counts.add({chunk: bad})
 
 
-def _with_seq_errors(out: pa.RecordBatch, seq, last) -> pa.RecordBatch:
+def _with_seq_errors(out: pa.RecordBatch, seq: Any, last: Any) -> pa.RecordBatch:
     """`out` with the "seq does not increase" reason on good rows whose seq is not above
     the running maximum of their split."""
     errors = out.column("_error").to_pylist()
@@ -224,5 +229,5 @@ def _with_seq_errors(out: pa.RecordBatch, seq, last) -> pa.RecordBatch:
     return out.set_column(index, "_error", pa.array(errors, pa.string()))
 
 
-def to_bool(array) -> np.ndarray:
+def to_bool(array: Any) -> npt.NDArray[np.bool_]:
     return array.to_numpy(zero_copy_only=False).astype(bool)

@@ -4,6 +4,7 @@ tracker (active stages, their tasks) and an accumulator of rows run through the 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -13,7 +14,8 @@ class SparkProgress:
     """`with SparkProgress(spark, console, rows):` shows tasks of the running stages and the
     rows counted so far (`rows`: a Spark accumulator, updated as tasks finish)."""
 
-    def __init__(self, spark, console: Console, rows=None, interval_s: float = 0.25):
+    def __init__(self, spark: Any, console: Console, rows: Any = None,
+                 interval_s: float = 0.25):
         self.tracker = spark.sparkContext.statusTracker()
         self.rows = rows
         self.interval_s = interval_s
@@ -29,7 +31,7 @@ class SparkProgress:
         self.thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.done.set()
         self.thread.join()
         self.progress.stop()

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import io
 import zlib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -75,8 +77,9 @@ def use_scan(exchange: str, source: ScanInput | None, partitions: int) -> bool:
                                 and partitions <= SCAN_MAX_PARTITIONS)
 
 
-def scan_frame(spark, source: ScanInput, schema, keys: tuple[str, ...], partitions: int,
-               runner, result_schema: str, report=None):
+def scan_frame(spark: Any, source: ScanInput, schema: Any, keys: tuple[str, ...],
+               partitions: int, runner: Callable[..., Any], result_schema: str,
+               report: Any = None) -> Any:
     """The engine tasks of one query group as a DataFrame of `runner`'s results: one task
     per partition (one in all when `keys` is empty), each reading the whole input.
     `report`: (counts, dead letters) accumulators that the group's first task fills."""
@@ -90,20 +93,20 @@ class KeyScan:
     """The task: for each partition id it receives, `runner` over the events of the whole
     input whose keys fall in that partition, in seq order."""
 
-    def __init__(self, source: ScanInput, schema, keys: tuple[str, ...], partitions: int,
-                 runner, report=None):
+    def __init__(self, source: ScanInput, schema: Any, keys: tuple[str, ...],
+                 partitions: int, runner: Callable[..., Any], report: Any = None):
         self.source, self.schema, self.keys = source, schema, keys
         self.partitions, self.runner, self.report = partitions, runner, report
         # a wall-clock bound: the clock read once, here on the driver, for every task
         self.now = None if schema.ahead_of_clock_bound is None else \
             wall_clock_units(schema.time_unit)
 
-    def __call__(self, batches):
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[Any]:
         for batch in batches:
             for partition in batch.column(0).to_pylist():
                 yield from self.runner(self._events(partition))
 
-    def _events(self, partition: int):
+    def _events(self, partition: int) -> Iterator[pa.RecordBatch]:
         reporting = self.report is not None and partition == 0
         good = bad = position = 0
         prev_max, dead_rows = -1, {}
@@ -153,7 +156,7 @@ def key_partitions(batch: pa.RecordBatch, keys: tuple[str, ...], partitions: int
     return (mixed % np.uint64(partitions)).astype(np.int64)
 
 
-def _value_hash(value) -> int:
+def _value_hash(value: Any) -> int:
     if isinstance(value, float) and value == 0:
         value = 0.0  # -0.0 equals 0.0: one key
     return zlib.crc32(repr(value).encode()) + 1  # + 1: apart from null's 0
