@@ -32,18 +32,22 @@ and a restart takes the logged steps again as the splitter does
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING
 
 from cep_core import snapshot_format
-from cep_core.snapshot_format import SnapshotError
+from cep_core.schema import SchemaRegistry
+from cep_core.snapshot_format import Envelope, SnapshotError
 from cep_service.stream import frames
 # Deliberately like services/stream/splitter.py's: an import list of the checkpoint helpers both
 # use, not code
 from cep_service.stream.checkpoint import (
     PIPELINE_HEADER,
     AskOnce,
+    AskWatermarks,
     Offset,
     Saved,
     check_offsets,
@@ -57,6 +61,7 @@ from cep_service.stream.control import StatusWriter
 from cep_service.stream.coordinator import Coordinator
 from cep_service.stream.merge import Merger
 from cep_service.stream.kafka import KafkaSettings, produce
+from cep_service.stream.topics import Topics
 from cep_service.stream.metrics import Metrics, counted, engines_by_query
 from cep_service.stream.partition import PartitionState
 from cep_service.stream.reorder_checkpoint import saved_state
@@ -82,10 +87,10 @@ EDGE_CONSUMER = {"fetch.wait.max.ms": 20}
 class EdgeSettings(KafkaSettings):
     """KafkaSettings whose clients take EDGE_PRODUCER and EDGE_CONSUMER under the user's."""
 
-    def producer_config(self, **overrides) -> dict:
+    def producer_config(self, **overrides: Any) -> dict:
         return {**super().producer_config(), **_unset(EDGE_PRODUCER, self.extra), **overrides}
 
-    def consumer_config(self, group: str | None = None, **overrides) -> dict:
+    def consumer_config(self, group: str | None = None, **overrides: Any) -> dict:
         return {**super().consumer_config(group), **_unset(EDGE_CONSUMER, self.extra),
                 **overrides}
 
@@ -115,7 +120,8 @@ class IntoProducer:
         self.chained = chained
         self.taken_ms = b"0"
 
-    def produce(self, topic, value, key=None, partition=None, headers=None) -> None:
+    def produce(self, topic: str, value: bytes | None, key: bytes | None = None,
+                partition: int | None = None, headers: Any = None) -> None:
         if headers and headers[0][0] == PIPELINE_HEADER:
             headers = [*headers, (STAGE_HEADER, self.taken_ms)]
         produce(self.chained.producer, topic, value, key=key, partition=partition,
@@ -131,9 +137,10 @@ class IntoProducer:
 class Chained(Splitter):
     """The whole pipeline of one stream in one process (see the module's docstring)."""
 
-    def __init__(self, settings, topics, partitions: int = 4, pulse_ms: int = 100,
-                 registry=None, metrics: Metrics | None = None,
-                 idle_timeout_ms: int | None = 3_600_000, **splitter_options):
+    def __init__(self, settings: KafkaSettings, topics: Topics, partitions: int = 4,
+                 pulse_ms: int = 100, registry: SchemaRegistry | None = None,
+                 metrics: Metrics | None = None,
+                 idle_timeout_ms: int | None = 3_600_000, **splitter_options: Any) -> None:
         super().__init__(edge_settings(settings), topics, partitions, pulse_ms,
                          registry=registry, metrics=metrics, **splitter_options)
         self.idle_timeout_ms = idle_timeout_ms
@@ -236,7 +243,7 @@ class Chained(Splitter):
             self._sent(state, matches)
         self._merge(matches)
 
-    def _delivered(self, err, message_) -> None:
+    def _delivered(self, err: Any, message_: Any) -> None:
         super()._delivered(err, message_)
         for coordinator in self.coordinators:
             coordinator.deliveries(err, message_)
@@ -263,7 +270,7 @@ class Chained(Splitter):
 
     # ------------------------------------------------------------ start and stop
 
-    def start(self, stopping=None) -> bool:
+    def start(self, stopping: threading.Event | None = None) -> bool:
         if not super().start(stopping):
             return False
         for coordinator in self.coordinators:
@@ -323,7 +330,8 @@ class Chained(Splitter):
             offsets={str(p): o for p, o in offsets.items()})
         return tps
 
-    def _cut(self, one: Saved, latest: dict, located: dict, marks) -> tuple:
+    def _cut(self, one: Saved, latest: dict, located: dict,
+             marks: AskWatermarks | None) -> tuple:
         """(envelope, seq state, partition cores, [(merger, state)] per shard) of a cut
         whose every piece is good, of its generation, and whose offsets are plausible;
         SnapshotError naming the piece otherwise."""
@@ -370,7 +378,7 @@ class Chained(Splitter):
                             f"{self.topics.state}")
 
     @staticmethod
-    def _same_generation(envelope, generation: int, piece: Saved, cut: Saved) -> None:
+    def _same_generation(envelope: Envelope, generation: int, piece: Saved, cut: Saved) -> None:
         if (envelope.generation or 0) != generation:
             raise SnapshotError(f"{piece.where()} is of generation {envelope.generation}, "
                                 f"not of the cut's ({generation}, {cut.where()}): written "

@@ -8,13 +8,21 @@ from __future__ import annotations
 # when a change is made: the CLI imports this module for every command.
 
 import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from cep_core.control_ops import Kind, Op, Outcome
 
+if TYPE_CHECKING:
+    from cep_core.control_message import ControlMessage
+    from cep_service.stream.kafka import KafkaSettings
 
-def _key_for(kind: Kind, name: str, records) -> bytes:
+Records = Sequence[tuple[Any, ...]]  # the control topic's (key, value, ...) records
+
+
+def _key_for(kind: Kind, name: str, records: Records) -> bytes:
     """`kind/name`, or the bare name where the topic already holds the query so (the old
     key form): a record under a new key would not replace it on the compacted topic."""
     if kind is Kind.QUERY and any(r[0] == name.encode() for r in records):
@@ -23,7 +31,7 @@ def _key_for(kind: Kind, name: str, records) -> bytes:
 
 
 def query_changes(op: str, name: str | None, text: str | None, source: str,
-                  only: str | None, records, no_check: bool = False) -> list:
+                  only: str | None, records: Records, no_check: bool = False) -> list:
     """(message, key, stream) of each change: `remove` of query `name`, or `add`/`update`
     of each query of the query text (only the one named `only`), checked as the splitter
     checks it on the live set the control `records` give (unless `no_check`).
@@ -63,7 +71,8 @@ def query_changes(op: str, name: str | None, text: str | None, source: str,
     return out
 
 
-def stream_text_from_json_schema(document, stream: str | None = None, **options) -> str:
+def stream_text_from_json_schema(document: Any, stream: str | None = None,
+                                 **options: Any) -> str:
     """A stream schema's JSON text from the JSON Schema of one event
     (cep_core/schema_import.py); ControlMessageError says why it cannot map."""
     from cep_core.control_message import ControlMessageError
@@ -79,7 +88,7 @@ def stream_text_from_json_schema(document, stream: str | None = None, **options)
     return orjson.dumps(schema.to_dict()).decode()
 
 
-def stream_changes(op: str, name: str, text: str | None, records,
+def stream_changes(op: str, name: str, text: str | None, records: Records,
                    no_check: bool = False) -> list:
     """[(message, key, stream)] of a change of stream `name` (`text`: its schema as JSON),
     refused as a splitter would refuse it on the topic's live queries (unless
@@ -102,7 +111,7 @@ def stream_changes(op: str, name: str, text: str | None, records,
 EXIT = {Outcome.APPLIED: 0, Outcome.QUEUED: 0, Outcome.REFUSED: 1, Outcome.TIMED_OUT: 2}
 
 
-def wait_outcomes(settings, sent: list, prefix: str, control_topic: str,
+def wait_outcomes(settings: KafkaSettings, sent: list, prefix: str, control_topic: str,
                   timeout: float) -> list[dict]:
     """The outcome of each sent change ((change, message, stream) as `_change` sends
     them), followed on its stream's status topic: `applied` (the splitter applied it and
@@ -145,12 +154,12 @@ def wait_outcomes(settings, sent: list, prefix: str, control_topic: str,
     return out
 
 
-def _outcome(message, change: dict, outcome: Outcome, **fields) -> dict:
+def _outcome(message: ControlMessage, change: dict, outcome: Outcome, **fields: Any) -> dict:
     return {"kind": message.kind, "name": message.name, "op": message.op, **change,
             "outcome": outcome, **fields}
 
 
-def _settled(message, change: dict, found: dict) -> dict:
+def _settled(message: ControlMessage, change: dict, found: dict) -> dict:
     splitter, coordinator = found["splitter"], found["coordinator"]
     what = f"{message.kind} {message.name}: {message.op}"
     if splitter["outcome"] == Outcome.REFUSED:
@@ -171,7 +180,7 @@ def _settled(message, change: dict, found: dict) -> dict:
                     partitions=coordinator.get("partitions"), latency_ms=latency, said=said)
 
 
-def services_view(settings, status_topic: str) -> dict[str, dict]:
+def services_view(settings: KafkaSettings, status_topic: str) -> dict[str, dict]:
     """The services up on a status topic and what each holds (cep_service.stream.control)."""
     from cep_service.stream.control import StatusReader, services_up
 

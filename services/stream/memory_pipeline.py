@@ -19,9 +19,14 @@ restarts) and for benches of each core alone (bench/cores.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import orjson
 import pyarrow as pa
 
+from cep_core.control_message import ControlMessage
+from cep_core.schema import SchemaRegistry
 from cep_service.stream import frames
 from cep_service.stream.merge import Merger
 from cep_service.stream.partition import PartitionState
@@ -33,10 +38,10 @@ EVENTS = [("kind", b"events")]
 
 
 class MemoryPipeline:
-    def __init__(self, stream: str, partitions: int = 4, registry=None,
+    def __init__(self, stream: str, partitions: int = 4, registry: SchemaRegistry | None = None,
                  allowed_lateness_ms: int = 0, source_partitions: int = 1,
                  idle_timeout_ms: int | None = 3_600_000, shards: int = 1,
-                 **router_options):
+                 **router_options: Any) -> None:
         self.topics = Topics(stream, source=f"src.{stream}", shards=shards)
         self.router = Router(self.topics, partitions, registry,
                              allowed_lateness_ms=allowed_lateness_ms, **router_options)
@@ -53,14 +58,14 @@ class MemoryPipeline:
         self.outputs: dict[str, list[dict]] = {}
         self.sent: dict[str, list[tuple]] = {}  # other topics: (value, key, partition, headers)
 
-    def control(self, change) -> None:
+    def control(self, change: ControlMessage) -> None:
         """A ControlMessage, as the control topic would hand it to the splitter."""
         self.router.apply_control(message(0, self.control_offset, change.to_json(), None,
                                           change.key), announce=self.started)
         self.control_offset += 1
         self._deliver()
 
-    def send(self, values: list[bytes], partition: int = 0, headers=None) -> None:
+    def send(self, values: list[bytes], partition: int = 0, headers: Any = None) -> None:
         """Messages on one source partition, taken as one step."""
         self._start()
         first = self.next_offset[partition]
@@ -91,7 +96,7 @@ class MemoryPipeline:
         """Keyed frames to their partition cores, match frames to the merger."""
         self._route(self.router.out, {self.topics.keyed: None}, self._keyed)
 
-    def _keyed(self, _, value, partition, headers) -> None:
+    def _keyed(self, _: object, value: bytes | None, partition: int, headers: Any) -> None:
         frame = frames.frame_of(message(partition, 0, value, headers))
         state = self.parts[partition]
         state.handle(frame, self.keyed_offset[partition])
@@ -99,14 +104,15 @@ class MemoryPipeline:
         shards = {self.topics.matches_of(k): merger for k, merger in enumerate(self.mergers)}
         self._route(state.sent, shards, self._matches)
 
-    def _matches(self, merger: Merger, value, partition, headers) -> None:
+    def _matches(self, merger: Merger, value: bytes | None, partition: int,
+                 headers: Any) -> None:
         frame = frames.frame_of(message(partition, 0, value, headers))
         if frame is not None:  # as the coordinator does: a match topic holds only frames
             merger.feed(frame)
         for output, composite in merger.release():
             self.outputs.setdefault(output, []).append(composite)
 
-    def _route(self, box: Outbox, to: dict, handle) -> None:
+    def _route(self, box: Outbox, to: dict, handle: Callable[..., None]) -> None:
         """Records for a topic in `to` go to `handle(to[topic], ...)`, others to `sent`."""
         for record_topic, value, key, partition, headers in box.take():
             if record_topic in to:

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import orjson
@@ -54,7 +55,7 @@ from cep_core.json_batch import (
     decode_messages,
 )
 from cep_core.reorder import ReorderBuffer
-from cep_core.schema import SchemaError, StreamSchema, units_per_ms
+from cep_core.schema import SchemaError, SchemaRegistry, StreamSchema, units_per_ms
 from cep_core.time_guard import TOO_FAR_AHEAD, TimeGuard
 from cep_service.stream import frames
 from cep_service.stream.control_write_back import came_back, write_back
@@ -130,7 +131,8 @@ class PlainMessage:
         return len(self._value or b"")
 
 
-def message(partition: int, offset: int, value: bytes | None, headers=None,
+def message(partition: int, offset: int, value: bytes | None,
+            headers: list[tuple[str, bytes]] | None = None,
             key: bytes | None = None, timestamp_ms: int = 0) -> Message:
     """A consumed message without a consumer (for tests, benches and the chained
     pipeline's in-memory match frames)."""
@@ -168,7 +170,7 @@ class PlainMessages:
 
 
 def records(values: list[bytes], partition: int = 0, first_offset: int = 0,
-            headers=None) -> list[Message]:
+            headers: list[tuple[str, bytes]] | None = None) -> list[Message]:
     """Messages of one source partition at consecutive offsets."""
     return [message(partition, first_offset + i, v, headers) for i, v in enumerate(values)]
 
@@ -181,7 +183,8 @@ class Outbox:
     def __init__(self) -> None:
         self.records: list[tuple] = []
 
-    def produce(self, topic, value, key=None, partition=None, headers=None) -> None:
+    def produce(self, topic: str, value: bytes | None, key: bytes | None = None,
+                partition: int | None = None, headers: Any = None) -> None:
         self.records.append((topic, value, key, partition, headers))
 
     def poll(self, timeout: float = 0) -> int:
@@ -194,7 +197,7 @@ class Outbox:
         out, self.records = self.records, []
         return out
 
-    def to(self, producer) -> None:
+    def to(self, producer: Any) -> None:
         """Produce everything here (in order) with `producer`, and empty the box."""
         for topic, value, key, partition, headers in self.take():
             produce(producer, topic, value, key=key, partition=partition, headers=headers)
@@ -293,7 +296,8 @@ class KeyedSender:
 class Router:
     """Stamps and routes the steps of one stream's source (see services/stream/splitter.py)."""
 
-    def __init__(self, topics: Topics, partitions: int = 4, registry=None,
+    def __init__(self, topics: Topics, partitions: int = 4,
+                 registry: SchemaRegistry | None = None,
                  metrics: Metrics | None = None, allowed_lateness_ms: int = 0,
                  max_reorder_buffered: int = 100_000,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
@@ -301,8 +305,9 @@ class Router:
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  max_ahead: int | str | None = None,
                  max_ahead_of_clock: int | str | None = None,
-                 idleness: int | str | None = None, clock=time.monotonic,
-                 wall_clock=time.time):
+                 idleness: int | str | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         self.topics = topics
         self.partitions = partitions
         self.out = Outbox()
@@ -390,7 +395,7 @@ class Router:
     def _time_guard(self) -> TimeGuard:
         return self.time.guard_now(self.live_schema, self._restored())
 
-    def apply_control(self, message, announce: bool) -> None:
+    def apply_control(self, message: Any, announce: bool) -> None:
         """Check and apply one control record, a Message or a ControlRecord (once: what
         goes downstream is the checked change), and say on the status topic what became
         of it. `announce` False: while starting (a replay of the compacted topic, see
@@ -508,7 +513,7 @@ class Router:
         for step in self.logged.steps(messages, hold=self.refill is not None):
             self.process(step)
 
-    def process(self, messages) -> None:
+    def process(self, messages: list[Any]) -> None:
         """Stamp and send one step: `messages` in the order they were consumed (or logged)."""
         plain = PlainMessages.of(messages)
         runs = plain.runs() if plain is not None else runs_of(messages)
@@ -543,7 +548,7 @@ class Router:
             for letter in dead:
                 produce(self.out, self.topics.dead_letters, orjson.dumps(letter.to_json()))
 
-    def _process(self, messages) -> None:
+    def _process(self, messages: list[Any]) -> None:
         rows: list[Rows] = []
         run: list = []
         dead: list[DeadLetter] = []
@@ -597,7 +602,7 @@ class Router:
         self.ended = set()
         return True
 
-    def _put_back(self, messages) -> list:
+    def _put_back(self, messages: list[Any]) -> list:
         """After a restart: messages consumed before the checkpoint put their waiting
         events back into the reorder buffer (services/stream/reorder_checkpoint.py); the rest
         are returned to be processed."""
@@ -676,7 +681,7 @@ class Router:
             positions if every else positions[decoded.rows], partition,
             np.zeros(len(decoded.rows), np.int64)), dead))
 
-    def _framed(self, frame: Frame, message, dead: list) -> Rows:
+    def _framed(self, frame: Frame, message: Any, dead: list) -> Rows:
         """A framed batch: its rows share the frame's offset; a bad frame is one letter."""
         try:
             table = conform_table(frames.decode_table(frame.payload), self.live_schema)

@@ -59,7 +59,8 @@ from cep_core.control_message import (
 )
 from cep_core.control_ops import Op
 from cep_core.json_batch import DEFAULT_MAX_MESSAGE_BYTES
-from cep_core.schema import StreamSchema
+from cep_core.schema import SchemaRegistry, StreamSchema
+from cep_core.snapshot_format import Envelope
 from cep_core.kernel_warmer import KernelWarmer
 # Deliberately like services/stream/chained.py's: an import list of the checkpoint helpers both
 # use, not code
@@ -97,14 +98,15 @@ def _routed(name: str) -> property:
 
 class Splitter:
     def __init__(self, settings: KafkaSettings, topics: Topics, partitions: int = 4,
-                 pulse_ms: int = 100, batch_size: int = 20000, registry=None,
+                 pulse_ms: int = 100, batch_size: int = 20000,
+                 registry: SchemaRegistry | None = None,
                  metrics: Metrics | None = None, linger_ms: float = 5,
                  allowed_lateness_ms: int = 0, max_reorder_buffered: int = 100_000,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
                  checkpoint_ms: int | None = None, warm_kernels: bool | None = None,
                  warm_timeout_s: float = 600, max_ahead: int | str | None = None,
                  max_ahead_of_clock: int | str | None = None,
-                 idleness: int | str | None = None):
+                 idleness: int | str | None = None) -> None:
         self.settings = settings
         self.topics = topics
         self.partitions = partitions
@@ -173,7 +175,7 @@ class Splitter:
             self.core.out.to(self.producer)
             self.producer.poll(0)
 
-    def start(self, stopping=None) -> bool:
+    def start(self, stopping: threading.Event | None = None) -> bool:
         """Learn the live set from the control topic (waiting, until `stopping`, for the
         stream's schema when none is known yet), then resume the source. False when
         stopped before the stream was known."""
@@ -209,13 +211,13 @@ class Splitter:
 
     # ------------------------------------------------------------ the loop
 
-    def run(self, stopping, pulses: bool = True) -> None:
+    def run(self, stopping: threading.Event, pulses: bool = True) -> None:
         """Start, then move batches until `stopping` is set. `pulses=False` when another
         thread calls `pulse_if_due` (the Faust app's timer)."""
         if self.start(stopping):
             self.loop(stopping, pulses)
 
-    def loop(self, stopping, pulses: bool = True) -> None:
+    def loop(self, stopping: threading.Event, pulses: bool = True) -> None:
         last_commit = time.monotonic()
         try:
             with profiled("splitter"):
@@ -332,7 +334,7 @@ class Splitter:
             log("splitter_replaying", steps=len(self.logged.pending), after_step=self.steps)
         return tps
 
-    def load(self, envelope, state: dict | None) -> None:
+    def load(self, envelope: Envelope | None, state: dict | None) -> None:
         """Take the seq state of a restored checkpoint (its envelope and state; None:
         none)."""
         if envelope is not None:
@@ -351,7 +353,7 @@ class Splitter:
             self.ended = set(state.get("ended", ()))
             self.keyed_next = {int(p): o for p, o in (state.get("keyed") or {}).items()}
 
-    def _checked(self, one: Saved, marks) -> tuple:
+    def _checked(self, one: Saved, marks: AskWatermarks | None) -> tuple:
         """(envelope, state) of a checkpoint whose offsets are plausible: its source
         offsets and the keyed offsets its logged steps are read after."""
         envelope, state = snapshot_format.read_json("splitter", one.value, one.where(),
@@ -396,7 +398,7 @@ class Splitter:
                                                    metadata=state.decode())
                                     for p, o in offsets.items()], asynchronous=False)
 
-    def seq_state(self, offsets: dict, reorder) -> dict:
+    def seq_state(self, offsets: dict, reorder: Any) -> dict:
         """What a checkpoint holds of the seq state, resuming the source at `offsets`."""
         return {"position": self.position, "last_seq": self.last_seq, "max_ts": self.max_ts,
                 "offsets": offsets, "reorder": reorder, "steps": self.steps,
@@ -462,7 +464,7 @@ class Splitter:
             self.held.pop(0)
             self.core.apply_control(head, announce=True)
 
-    def _to_warm(self, message) -> str | None:
+    def _to_warm(self, message: Any) -> str | None:
         """The query text whose kernels to compile before `message` applies: a query add
         or update of this stream that checks (others apply at once, refusals included)."""
         if self.warmer is None or not message.value():
@@ -477,7 +479,7 @@ class Splitter:
             return None
         return change.text
 
-    def _delivered(self, err, message) -> None:
+    def _delivered(self, err: Any, message: Any) -> None:
         if err is not None:
             if self.undelivered is None:
                 self.undelivered = f"{message.topic()} [{message.partition()}]: {err}"
