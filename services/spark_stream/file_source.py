@@ -22,10 +22,11 @@ from __future__ import annotations
 # `spark` extra is installed).
 
 import io
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import orjson
+import pyarrow as pa
 import pyarrow.fs as pafs
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
@@ -86,22 +87,22 @@ class FileStepReader(DataSourceStreamReader):
         CarryStore(self.options["checkpoint"]).put(offset, Carry())
         return offset
 
-    def latestOffset(self, start: dict, limit=None) -> dict:  # noqa: N802
+    def latestOffset(self, start: dict, limit: Any = None) -> dict:  # noqa: N802
         names = self._names(start["last"])
         if self.max_files:
             names = names[:self.max_files]
         return {"last": names[-1]} if names else start
 
-    def partitions(self, start: dict, end: dict):
+    def partitions(self, start: dict, end: dict) -> list[FileStep]:
         names = [n for n in self._names(start["last"]) if n <= end["last"]]
         return [FileStep(start, end, names)]
 
     # Spark hands back each partition `partitions` made: a FileStep
-    def read(self, partition: FileStep):  # type: ignore[override]
+    def read(self, partition: FileStep) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         """The step's rows, packed by state key (`packed.py`)."""
         yield from pack_all(routes_of(self.options), self._rows(partition))
 
-    def _rows(self, partition: FileStep):
+    def _rows(self, partition: FileStep) -> Iterator[pa.RecordBatch | None]:
         schema = stream_schema(self.options)
         store = CarryStore(self.options["checkpoint"])
         sequencer = Sequencer(schema, store.get(partition.start))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 import orjson
 
@@ -76,7 +77,7 @@ def group_name(keys: tuple[str, ...]) -> str:
     return orjson.dumps(list(keys)).decode()
 
 
-def register_sources(spark) -> None:
+def register_sources(spark: Any) -> None:
     from cep_service.spark_stream.file_source import FileEventSource
     from cep_service.spark_stream.kafka_source import KafkaEventSource, KafkaRecordsSource
 
@@ -85,7 +86,7 @@ def register_sources(spark) -> None:
     spark.dataSource.register(FileEventSource)
 
 
-def kafka_reader(spark, source: KafkaSource) -> Reader:
+def kafka_reader(spark: Any, source: KafkaSource) -> Reader:
     """Which Kafka source the job uses: SPARK (Spark's own, its connector on the
     classpath) or PYTHON (`cep_kafka`, over confluent-kafka)."""
     from cep_service.spark_stream.spark_kafka import connector_available
@@ -97,8 +98,8 @@ def kafka_reader(spark, source: KafkaSource) -> Reader:
     return Reader.SPARK if connector_available(spark) else Reader.PYTHON
 
 
-def _spark_kafka_rows(spark, queries: list[CheckedQuery], source: KafkaSource,
-                      routes: list[Route], checkpoint: str):
+def _spark_kafka_rows(spark: Any, queries: list[CheckedQuery], source: KafkaSource,
+                      routes: list[Route], checkpoint: str) -> Any:
     from cep_service.spark_stream import spark_kafka
     from cep_service.stream.kafka import KafkaSettings
 
@@ -115,8 +116,8 @@ def _spark_kafka_rows(spark, queries: list[CheckedQuery], source: KafkaSource,
                                  routes, source.topic, len(topic.partitions), checkpoint)
 
 
-def read_rows(spark, queries: list[CheckedQuery], source, checkpoint: str,
-              routes: list[Route]):
+def read_rows(spark: Any, queries: list[CheckedQuery], source: KafkaSource | FileSource,
+              checkpoint: str, routes: list[Route]) -> Any:
     """The sequencer's rows, packed by state key (`packed.py`), as a streaming DataFrame."""
     register_sources(spark)
     reader = (spark.readStream.option("schema", orjson.dumps(queries[0].schema.to_dict()).decode())
@@ -203,13 +204,13 @@ class CheckpointRefused(ValueError):
     """A checkpoint this job cannot go on from, and what to do."""
 
 
-def source_name(source, reader: Reader = Reader.PYTHON) -> str:
+def source_name(source: KafkaSource | FileSource, reader: Reader = Reader.PYTHON) -> str:
     if isinstance(source, KafkaSource):
         return f"{'spark-kafka' if reader is Reader.SPARK else 'kafka'}:{source.topic}"
     return f"files:{source.path.rstrip('/')}"
 
 
-def _manifest_path(checkpoint: str):
+def _manifest_path(checkpoint: str) -> tuple[Any, str]:
     import pyarrow.fs as pafs
 
     fs, root = pafs.FileSystem.from_uri(checkpoint)
@@ -280,8 +281,9 @@ def query_texts(file_text: str) -> dict[str, str]:
     return dict(split_query_file(file_text))
 
 
-def start(spark, queries: list[CheckedQuery], source, sink, checkpoint: str,
-          texts: dict[str, str], shards: int | None = None, trigger_s: float | None = None):
+def start(spark: Any, queries: list[CheckedQuery], source: KafkaSource | FileSource,
+          sink: Any, checkpoint: str, texts: dict[str, str], shards: int | None = None,
+          trigger_s: float | None = None) -> Any:
     """Start the streaming query; returns Spark's StreamingQuery. `texts`: each query's
     text (`query_texts`): a query keeps its state across a restart while its text is
     the same. `shards`: state keys per keyed query group (default:
@@ -302,6 +304,7 @@ def start(spark, queries: list[CheckedQuery], source, sink, checkpoint: str,
     write_manifest(checkpoint, streams[0], name, shards)
     routes = balanced_slots(state_routes(queries, shards), shards)
     if reader is Reader.SPARK:
+        assert isinstance(source, KafkaSource)  # (only a Kafka source has the SPARK reader)
         rows = _spark_kafka_rows(spark, queries, source, routes, checkpoint)
     else:
         rows = read_rows(spark, queries, source, checkpoint, routes)

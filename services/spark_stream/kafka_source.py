@@ -20,11 +20,12 @@ from __future__ import annotations
 # `spark` extra is installed).
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import orjson
+import pyarrow as pa
 from confluent_kafka import TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
@@ -98,25 +99,25 @@ class KafkaStepReader(DataSourceStreamReader):
         CarryStore(self.options["checkpoint"]).put(offset, Carry())
         return offset
 
-    def getDefaultReadLimit(self):  # noqa: N802
+    def getDefaultReadLimit(self) -> ReadMaxRows | ReadAllAvailable:  # noqa: N802
         return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()
 
-    def latestOffset(self, start: dict, limit) -> dict:  # noqa: N802
+    def latestOffset(self, start: dict, limit: Any) -> dict:  # noqa: N802
         high = {str(p): h for p, (_, h) in self._watermarks().items()}
         end = {p: max(start.get(p, 0), h) for p, h in high.items()}
         if isinstance(limit, ReadMaxRows):
             end = _limited(start, end, limit.max_rows)
         return end
 
-    def partitions(self, start: dict, end: dict):
+    def partitions(self, start: dict, end: dict) -> list[KafkaStep]:
         return [KafkaStep(start, end)]
 
     # Spark hands back each partition `partitions` made: a KafkaStep
-    def read(self, partition: KafkaStep):  # type: ignore[override]
+    def read(self, partition: KafkaStep) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         """The step's rows, packed by state key (`packed.py`)."""
         yield from pack_all(routes_of(self.options), self._rows(partition))
 
-    def _rows(self, partition: KafkaStep):
+    def _rows(self, partition: KafkaStep) -> Iterator[pa.RecordBatch]:
         options = self.options
         schema = stream_schema(options)
         store = CarryStore(options["checkpoint"])
@@ -148,7 +149,7 @@ def _limited(start: dict, end: dict, most: int) -> dict:
 
 
 def _read_runs(settings: KafkaSettings, topic: str, start: dict, end: dict,
-               timeout_s: float = 120.0):
+               timeout_s: float = 120.0) -> Iterator[tuple[int, list[Any]]]:
     """(partition, its messages from start to end) in ascending partition order."""
     wanted = {int(p): (start.get(p, 0), end[p]) for p in end if end[p] > start.get(p, 0)}
     if not wanted:
@@ -204,7 +205,7 @@ class KafkaRecordsSource(DataSource):
 
 
 class KafkaRecordsReader(KafkaStepReader):
-    def read(self, partition: KafkaStep):  # type: ignore[override]  # as KafkaStepReader
+    def read(self, partition: KafkaStep) -> Iterator[tuple[Any, ...]]:  # type: ignore[override]
         for p, messages in _read_runs(self._settings(), self.topic, partition.start,
                                        partition.end):
             for m in messages:

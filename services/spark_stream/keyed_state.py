@@ -25,6 +25,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 import orjson
@@ -94,7 +96,8 @@ class ShardRunner:
                              for g, qs in groups.items()}
         self.kept_as = {g: orjson.dumps(f).decode() for g, f in self.fingerprints.items()}
 
-    def __call__(self, key, frames, state):
+    def __call__(self, key: tuple[str, int, int], frames: Iterable[Any],
+                 state: Any) -> Iterator[Any]:
         group, shard, _ = key  # the slot: where Spark runs it (packed.Route)
         table = unpack_rows(frames)  # in the sequencer's order: seq order, ends in place
         if group == DEAD_GROUP:
@@ -135,7 +138,7 @@ class ShardRunner:
                 (self.fingerprints[group][q.name], q.name, q.index), q) for q in queries]
         self._canonical = True
 
-    def _engines(self, group: str, shard: int, state):
+    def _engines(self, group: str, shard: int, state: Any) -> tuple[int, Any, Any]:
         queries = self.groups[group]
         if not state.exists:
             return (0, *new_engines(queries))
@@ -156,7 +159,7 @@ class ShardRunner:
         return version, engines, encoder
 
 
-def _frames(batches):
+def _frames(batches: Iterable[pa.RecordBatch]) -> Iterator[Any]:
     for batch in batches:
         yield pack_results(batch)
 

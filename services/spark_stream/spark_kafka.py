@@ -27,6 +27,9 @@ from __future__ import annotations
 # Deferred imports: none; pyspark is imported at the top (this module is loaded only where the
 # `spark` extra is installed).
 
+from collections.abc import Iterable, Iterator
+from typing import Any
+
 import orjson
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -43,7 +46,7 @@ END_EXPR = "exists(coalesce(headers, array()), h -> h.key = 'kind' AND " \
     "cast(h.value AS string) = 'end')"
 
 
-def connector_available(spark, class_name: str = CONNECTOR_CLASS) -> bool:
+def connector_available(spark: Any, class_name: str = CONNECTOR_CLASS) -> bool:
     """Whether Spark's Kafka connector (`class_name`) loads in the driver's JVM: jars
     given with --packages or --jars are on the context class loader."""
     try:
@@ -55,7 +58,7 @@ def connector_available(spark, class_name: str = CONNECTOR_CLASS) -> bool:
         return False
 
 
-def kafka_records(spark, bootstrap: str, topic: str, max_records: int = 0):
+def kafka_records(spark: Any, bootstrap: str, topic: str, max_records: int = 0) -> Any:
     """Spark's Kafka source over `topic`, from its earliest offsets, with headers."""
     reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
               .option("subscribe", topic).option("startingOffsets", "earliest")
@@ -65,8 +68,8 @@ def kafka_records(spark, bootstrap: str, topic: str, max_records: int = 0):
     return reader.load()
 
 
-def sequenced(records, schema_json: str, routes: list[Route], topic: str, partitions: int,
-              checkpoint: str):
+def sequenced(records: Any, schema_json: str, routes: list[Route], topic: str,
+              partitions: int, checkpoint: str) -> Any:
     """Spark's Kafka rows (`partition`, `offset`, `value`, `headers`) -> the packed rows of
     the sequencer (`PACKED_DDL`), one task per micro-batch (see the module)."""
     if "__cep_end" not in records.columns:
@@ -116,14 +119,14 @@ class SequenceStep:
     order through the `Sequencer`, from the carry of the micro-batch before."""
 
     def __init__(self, schema_json: str, routes: list[Route], topic: str, partitions: int,
-                 checkpoint: str):
+                 checkpoint: str) -> None:
         self.schema_json = schema_json
         self.routes = routes
         self.topic = topic
         self.partitions = partitions
         self.checkpoint = checkpoint
 
-    def __call__(self, batches):
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         table = pa.Table.from_batches(list(batches))
         if not table.num_rows:
             return

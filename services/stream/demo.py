@@ -18,10 +18,13 @@ import sys
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
@@ -70,7 +73,7 @@ def trade_lines(events: int, seed: int = 1) -> list[bytes]:
     return [orjson.dumps(r) for r in table.to_pylist()]
 
 
-def start_services(bootstrap: str, workers: int, log_path: Path, topics,
+def start_services(bootstrap: str, workers: int, log_path: Path, topics: Topics,
                    api_port: int = 0, distributed: bool = False) -> subprocess.Popen:
     """`cep serve all` for `topics` (its prefix, source and control topics; its shards:
     coordinators), chained or `distributed` (`workers` worker processes); the Faust web
@@ -112,8 +115,8 @@ def stop_services(process: subprocess.Popen, timeout_s: float = 60) -> int:
         return process.wait()
 
 
-def wait_status(settings, status: str, event: str, timeout_s: float, check=None,
-                **match) -> dict:
+def wait_status(settings: KafkaSettings, status: str, event: str, timeout_s: float,
+                check: Callable[[], object] | None = None, **match: Any) -> dict:
     """The first status record of `event` with the `match` fields; `check()` is called
     between reads (to fail early)."""
     deadline = time.monotonic() + timeout_s
@@ -140,7 +143,7 @@ def usable_port(port: int) -> int:
 
 
 def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rate: float,
-             console, api_port: int = 0, hold: bool = False, coordinators: int = 1,
+             console: Console, api_port: int = 0, hold: bool = False, coordinators: int = 1,
              distributed: bool = False) -> bool:
     """The demo; with `api_port`, the API and web console there too (its URL printed),
     and with `hold` everything stays up after the trades until Ctrl-C or SIGTERM;
@@ -227,7 +230,7 @@ def run_demo(events: int, workers: int, verify: bool, bootstrap: str | None, rat
             broker.stop()
 
 
-def _consumer(settings, topics: list[str]):
+def _consumer(settings: KafkaSettings, topics: list[str]) -> Consumer:
     """A consumer of every partition of the INTO topics, from the beginning."""
     consumer = settings.consumer()
     metadata = consumer.list_topics(timeout=10).topics
@@ -236,8 +239,8 @@ def _consumer(settings, topics: list[str]):
     return consumer
 
 
-def _collect(consumer, received: list, view, pipeline: str | None = None,
-             messages=None) -> None:
+def _collect(consumer: Any, received: list, view: _LiveView | None,
+             pipeline: str | None = None, messages: list[Any] | None = None) -> None:
     """Take what the consumer has (or `messages`): (topic, partition, composite) appended
     to `received`; records another pipeline wrote (a shared broker) are skipped."""
     tag = pipeline.encode() if pipeline else None
@@ -253,7 +256,8 @@ def _collect(consumer, received: list, view, pipeline: str | None = None,
         view.refresh()
 
 
-def _collect_until_end(settings, consumer, received: list, view, pipeline: str | None,
+def _collect_until_end(settings: KafkaSettings, consumer: Consumer, received: list,
+                       view: _LiveView | None, pipeline: str | None,
                        status: str, last: int, timeout_s: float, shards: int = 1) -> bool:
     """Collect until every coordinator shard's end-of-input record for seq `last` is on
     the `status` topic (False if not within `timeout_s`), then read every partition assigned
@@ -277,8 +281,8 @@ def _collect_until_end(settings, consumer, received: list, view, pipeline: str |
     return True
 
 
-def compare_outputs(expected: dict[str, list[dict]], received, index: dict[str, int]
-                    ) -> list[str]:
+def compare_outputs(expected: dict[str, list[dict]], received: list[tuple[str, int, dict]],
+                    index: dict[str, int]) -> list[str]:
     """Each INTO topic against the reference (`expected`: topic -> composites in
     `sort_key` order; `index`: query name -> its place in the query set). The coordinator
     writes a topic in `sort_key` order and the producer places each composite by its key,
@@ -304,7 +308,8 @@ def compare_outputs(expected: dict[str, list[dict]], received, index: dict[str, 
     return problems
 
 
-def _verify(queries, lines: list[bytes], received, settings) -> list[str]:
+def _verify(queries: list[tuple[str, str]], lines: list[bytes],
+            received: list[tuple[str, int, dict]], settings: KafkaSettings) -> list[str]:
     checked = [check_query(name, text) for name, text in queries]
     for i, q in enumerate(checked):
         q.index = i
@@ -325,7 +330,7 @@ class _LiveView:
     """Counts and the latest composite events of every output topic, redrawn in place (each
     topic keeps its own latest few, so a rare query's matches stay in view)."""
 
-    def __init__(self, console, per_topic: int = 6):
+    def __init__(self, console: Console, per_topic: int = 6) -> None:
         self.per_topic = per_topic
         self.counts: dict[str, int] = {}
         self.recent: dict[str, deque] = {}
