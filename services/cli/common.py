@@ -120,6 +120,11 @@ def check_query_file(path: Path, text: str, parsed: ast.QueryFile,
         raise CliError(f"{path}: {e}") from None
 
 
+# What `register` of services/cli/serve.py and live.py is given: `guard`, `CliError`.
+Guard = Callable[[Callable[[], object]], None]
+CliErrorType = Callable[..., Exception]
+
+
 def guard(body: Callable[[], object]) -> None:
     """Run a command body, turning errors into clean messages and exit codes."""
     try:

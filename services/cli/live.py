@@ -20,9 +20,10 @@ and streams, and those with a status topic on the broker.
 
 import re
 import sys
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
@@ -30,7 +31,9 @@ import typer
 from cep_core.control_ops import Kind, Outcome
 from cep_service.cli.common import (
     Bootstrap,
+    CliErrorType,
     Control,
+    Guard,
     KafkaConfig,
     SchemaPaths,
     TopicPrefix,
@@ -40,6 +43,7 @@ from cep_service.cli.common import (
 from cep_service.cli.query_diff import DiffEvents, DiffOld, query_diff
 from cep_service.stream.live_changes import (
     EXIT,
+    Records,
     live_items,
     query_changes,
     services_view,
@@ -47,6 +51,9 @@ from cep_service.stream.live_changes import (
     stream_text_from_json_schema,
     wait_outcomes,
 )
+
+if TYPE_CHECKING:
+    from cep_service.stream.kafka import KafkaSettings
 
 
 class Op(StrEnum):
@@ -76,7 +83,7 @@ DEFAULT_STREAM = "trades"  # remove --no-check: whose status topic to follow
 
 # Deliberately like services/cli/serve.py _register_serve: each command module registers its typer
 # commands
-def register(app: typer.Typer, guard, cli_error) -> None:
+def register(app: typer.Typer, guard: Guard, cli_error: CliErrorType) -> None:
 
     # Deliberately like stream() below: each typer command declares its own options (the shared
     # ones are Annotated aliases)
@@ -160,9 +167,11 @@ def register(app: typer.Typer, guard, cli_error) -> None:
                               as_json, schema, imported))
 
 
-def _change(cli_error, kind, op, target, only, stream, bootstrap, control, topic_prefix,
-            kafka_config, wait, timeout, no_check, as_json, schema=None,
-            json_schema=None) -> None:
+def _change(cli_error: CliErrorType, kind: Kind, op: Op, target: str | None,
+            only: str | None, stream: str | None, bootstrap: str, control: str,
+            topic_prefix: str, kafka_config: Path | None, wait: bool, timeout: float,
+            no_check: bool, as_json: bool, schema: list[Path] | None = None,
+            json_schema: dict[str, Any] | None = None) -> None:
     if op is Op.diff:  # `cep query diff` never comes here
         raise cli_error(f"cep {kind} diff: only queries are compared (cep query diff)", 2)
     export_schema_paths(schema, cli_error)
@@ -213,7 +222,8 @@ def _change(cli_error, kind, op, target, only, stream, bootstrap, control, topic
             raise typer.Exit(code)
 
 
-def _read_file(kind: Kind, path: Path, cli_error, json_schema=None) -> str:
+def _read_file(kind: Kind, path: Path, cli_error: CliErrorType,
+               json_schema: dict[str, Any] | None = None) -> str:
     """The text an add or update publishes: a query file's, or a stream schema's JSON (made
     from a JSON Schema with --from-jsonschema); a file that is not JSON is refused with
     file:line:col."""
@@ -239,9 +249,11 @@ def _read_file(kind: Kind, path: Path, cli_error, json_schema=None) -> str:
     return text
 
 
-def _stream_changes(op, target, text, records, no_check) -> list:
+def _stream_changes(op: Op, target: str, text: str | None, records: Records,
+                    no_check: bool) -> list:
     if op is Op.remove:
         return stream_changes(op.value, target, None, records, no_check)
+    assert text is not None  # _read_file's for every op but remove
     return stream_changes(op.value, orjson.loads(text)["stream"], text, records, no_check)
 
 
@@ -280,8 +292,9 @@ def _in_file(problems: list, path: str, text: str) -> str:
     return "\n".join(out)
 
 
-def _wait(settings, sent: list, prefix: str, control_topic: str, timeout: float,
-          in_file=lambda said, problems=None, head="": said) -> int:
+def _wait(settings: "KafkaSettings", sent: list, prefix: str, control_topic: str,
+          timeout: float,
+          in_file: Callable[..., str] = lambda said, problems=None, head="": said) -> int:
     """Follow each change on its stream's status topic, print its outcome (a refusal's
     problems `in_file`, under its first line); the exit code."""
     from cep_core.errors import Problem
@@ -297,8 +310,8 @@ def _wait(settings, sent: list, prefix: str, control_topic: str, timeout: float,
     return max([EXIT[o["outcome"]] for o in found] + [0])
 
 
-def _list(settings, stream: str | None, prefix: str, control_topic: str, kind: Kind,
-          as_json: bool) -> None:
+def _list(settings: "KafkaSettings", stream: str | None, prefix: str, control_topic: str,
+          kind: Kind, as_json: bool) -> None:
     """What is live: of `stream`'s pipeline, or (None) of every stream's (`_streams`);
     a note on stderr says where it looked when nothing is."""
     from cep_service.stream.kafka import Topics
@@ -335,7 +348,7 @@ def _list(settings, stream: str | None, prefix: str, control_topic: str, kind: K
     print(note, file=sys.stderr)
 
 
-def _streams(settings, prefix: str, control_topic: str) -> list[str]:
+def _streams(settings: "KafkaSettings", prefix: str, control_topic: str) -> list[str]:
     """Every stream `list` reads without --stream: those the control topic's queries read,
     those registered on it, and those with a status topic on the broker (a pipeline that
     ran, whatever its queries)."""

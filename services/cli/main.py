@@ -23,11 +23,12 @@ import queue
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from importlib import import_module
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import orjson
 import typer
@@ -55,6 +56,15 @@ from cep_service.cli.common import (
     stderr,
     stdout,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from cep_core import ast
+    from cep_core.checked import CheckedQuery
+    from cep_core.event_io import DeadLetter
+    from cep_core.schema import SchemaRegistry, StreamSchema
+    from cep_core.time_guard import TimeGuard
 from cep_service.cli.explain import explain_command
 from cep_service.cli.help import PlainHelpGroup
 from cep_service.cli.serve import register as register_service_commands
@@ -105,7 +115,7 @@ def check(
 ) -> None:
     """Parse and check query files; errors name file:line:col."""
 
-    def body():
+    def body() -> None:
         registry = schema_registry(schema)
         failed = 0
         for path in files:
@@ -178,7 +188,7 @@ def run(
 
     Exits 1 when no valid event could be read (dead letters are still written)."""
 
-    def body():
+    def body() -> None:
         from cep_core.event_io import (
             STDIN,
             STDIN_SOURCE,
@@ -189,7 +199,7 @@ def run(
         from cep_core.schema import SchemaError
         from cep_core.time_guard import TimeGuard
 
-        def bound(stream_schema):
+        def bound(stream_schema: "StreamSchema") -> "TimeGuard":
             """The bound on events too far ahead, the same for both engines."""
             return TimeGuard.of(stream_schema, max_ahead, max_ahead_of_clock)
 
@@ -247,7 +257,7 @@ def run(
                 raise
             read_s, count = reading.seconds, simple.num_rows
 
-        def write_dead_letters():
+        def write_dead_letters() -> None:
             if dead_letters is not None:
                 try:
                     write_dead_letters_jsonl(dead, dead_letters)
@@ -291,7 +301,7 @@ def run(
 
 
 @contextmanager
-def _collector_paused(paused: bool):
+def _collector_paused(paused: bool) -> Iterator[None]:
     """The cyclic garbage collector off for a jit run: its columns make few reference
     cycles, while the collector's passes over the objects numba and pyarrow make at
     import cost 0.1-0.2 s of CPU and stall the reading thread as they hold the GIL."""
@@ -312,7 +322,8 @@ class _Reading:
     read: their kernels hold the GIL, and a reader that needs it between its pyarrow and
     numpy calls would wait for a kernel call each time."""
 
-    def __init__(self, events, schema, fmt: str | None, guard):
+    def __init__(self, events: str | Path, schema: "StreamSchema", fmt: str | None,
+                 guard: "TimeGuard | None") -> None:
         from cep_core.event_io import STDIN, STDIN_SOURCE
         from cep_core.event_reader import read_blocks
 
@@ -322,7 +333,7 @@ class _Reading:
         self._done: queue.SimpleQueue = queue.SimpleQueue()
         source = STDIN_SOURCE if str(events) == STDIN else str(events)
 
-        def read():
+        def read() -> None:
             started = time.perf_counter()
             blocks = []
             try:
@@ -340,7 +351,9 @@ class _Reading:
         threading.Thread(target=read, name="cep run: reading events", daemon=True).start()
 
     @classmethod
-    def early(cls, parsed, registry, events, fmt: str | None, bound):
+    def early(cls, parsed: "ast.QueryFile", registry: "SchemaRegistry", events: str | Path,
+              fmt: str | None,
+              bound: "Callable[[StreamSchema], TimeGuard | None]") -> "_Reading | None":
         """Reading started before the queries are checked, where the parsed queries
         already name one known stream and its bound on events too far ahead is valid;
         else None (the checks then say what is wrong, as they would)."""
@@ -355,7 +368,7 @@ class _Reading:
         except (SchemaError, ValueError):
             return None
 
-    def result(self):
+    def result(self) -> "tuple[pa.Table, list[DeadLetter]]":
         """The table and the dead letters in file order, as `read_table` gives them; the
         reading's error (a CliError for the input's) where it failed."""
         import pyarrow as pa
@@ -384,7 +397,7 @@ def _reading_error(error: Exception, source: str) -> Exception:
     return error
 
 
-def _import_engines(queries) -> None:
+def _import_engines(queries: "list[CheckedQuery]") -> None:
     """Import the queries' engines and ready what kernels loaded from numba's cache link
     against (`cache_load.ready`), while the events are read."""
     modules = {"match": ["match"], "seq": ["seq", "seq_aip"], "window": ["window"],
@@ -397,7 +410,7 @@ def _import_engines(queries) -> None:
     cache_load.ready()
 
 
-def _where(letter) -> str:
+def _where(letter: "DeadLetter") -> str:
     """Where a dead letter came from, for messages: `file:line`, or the query and seq of
     an event an engine rejected."""
     if letter.line is None and letter.source.startswith("query "):
@@ -405,7 +418,8 @@ def _where(letter) -> str:
     return letter.where()
 
 
-def _no_events_message(source: str, dead: list, schema, dead_letters: Path | None) -> str:
+def _no_events_message(source: str, dead: list, schema: "StreamSchema",
+                       dead_letters: Path | None) -> str:
     if not dead:
         return f"{source}: no events (the input is empty)"
     attributes = ", ".join(f"{a}: {t}" for a, t in schema.attributes.items())
@@ -480,7 +494,7 @@ def schemas(
     """List the known streams, their attributes and where each schema came from; or import
     a JSON Schema: `cep schemas import FILE --out STREAM.json`."""
 
-    def body():
+    def body() -> None:
         if action is SchemasAction.import_:
             if file is None:
                 raise CliError("cep schemas import needs a JSON Schema file", 2)
@@ -494,7 +508,7 @@ def schemas(
     guard(body)
 
 
-def _list_schemas(registry, as_json: bool) -> None:
+def _list_schemas(registry: "SchemaRegistry", as_json: bool) -> None:
     from rich.table import Table
 
     from cep_core.schema import SchemaError
@@ -530,8 +544,9 @@ def _shown_origin(origin: str | None) -> str:
     return origin or "-"
 
 
-def _import_json_schema(file: Path, out: Path | None, stream, time_attribute, time_unit,
-                        type_attribute, skip_optional) -> None:
+def _import_json_schema(file: Path, out: Path | None, stream: str | None,
+                        time_attribute: str | None, time_unit: str,
+                        type_attribute: str | None, skip_optional: bool) -> None:
     from cep_core.schema import SchemaJSONError
     from cep_core.schema_import import SchemaImportError, stream_schema_from_json_schema
 
@@ -591,7 +606,7 @@ def gen(
 ) -> None:
     """Write a benchmark workload: OUT/<stream>.<format> (events) and OUT/<workload>.cep."""
 
-    def body():
+    def body() -> None:
         from cep_core.workloads import WORKLOADS, write_events
 
         chosen = WORKLOADS.get(workload)
@@ -634,7 +649,7 @@ def broker(
     """Run the embedded Kafka-protocol broker (tansu) in the foreground until Ctrl-C or
     SIGTERM."""
 
-    def body():
+    def body() -> None:
         from cep_service.stream.broker import BrokerError, EmbeddedBroker
 
         embedded = EmbeddedBroker(port=port, storage=storage)
@@ -644,11 +659,12 @@ def broker(
             raise CliError(str(e)) from None
         stderr.print(f"broker listening on {embedded.bootstrap} (storage {storage}); "
                      f"export KAFKA_BOOTSTRAP={embedded.bootstrap}", markup=False)
-        def interrupt(*_):
+        def interrupt(*_: object) -> None:
             raise KeyboardInterrupt
 
         signal.signal(signal.SIGTERM, interrupt)
         try:
+            assert embedded.process is not None  # start() made it or raised
             embedded.process.wait()
         except KeyboardInterrupt:
             pass
@@ -700,7 +716,7 @@ def backfill(
 ) -> None:
     """Run the queries over history with Spark; composite events as Parquet."""
 
-    def body():
+    def body() -> None:
         from cep_service.extras import require
 
         require("pyspark", "spark", "cep backfill")

@@ -15,17 +15,20 @@ or `--kafka-config`.
 import dataclasses
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
 
 from cep_service.cli.common import (
     Bootstrap,
+    CliErrorType,
     Control,
+    Guard,
     KafkaConfig,
     Partitions,
     SchemaPaths,
@@ -35,6 +38,9 @@ from cep_service.cli.common import (
     export_schema_paths,
     kafka_settings,
 )
+
+if TYPE_CHECKING:
+    from cep_service.stream.kafka import KafkaSettings, Topics
 
 Coordinators = Annotated[int, typer.Option(
     envvar="CEP_COORDINATORS", min=1, help="Coordinator shards (docs/scaling.md); every "
@@ -91,7 +97,7 @@ class ServeOptions:
     api_cors_origin: list[str] | None
     api_require_token: bool
 
-    def child_argv(self, bootstrap: str, topics) -> list[str]:
+    def child_argv(self, bootstrap: str, topics: "Topics") -> list[str]:
         """What every process of `cep serve all` is given (`topics`: the resolved names)."""
         argv = ["--bootstrap", bootstrap, "--source", topics.source,
                 "--control", topics.control]
@@ -110,7 +116,7 @@ class ServeOptions:
             [f"--api-cors-origin={o}" for o in self.api_cors_origin or []] + \
             (["--api-require-token"] if self.api_require_token else [])
 
-    def plan(self, bootstrap: str, topics) -> list[tuple[str, list[str]]]:
+    def plan(self, bootstrap: str, topics: "Topics") -> list[tuple[str, list[str]]]:
         """The processes of `cep serve all` (role, command-line options): the chained
         pipeline, or with `distributed` one per role; each with the next metrics port, and
         the API with `api_port`."""
@@ -129,7 +135,7 @@ class ServeOptions:
         return plan
 
 
-def _serve(role: Role, options: ServeOptions, cli_error) -> None:
+def _serve(role: Role, options: ServeOptions, cli_error: CliErrorType) -> None:
     """Run a role of the streaming pipeline (`all`: start the processes of each)."""
     from cep_service.stream.kafka import Topics
     from cep_service.stream.pipeline import create_topics
@@ -158,7 +164,8 @@ def _serve(role: Role, options: ServeOptions, cli_error) -> None:
     _run_role(role, o, settings, topics)
 
 
-def _run_role(role: Role, o: ServeOptions, settings, topics) -> None:
+def _run_role(role: Role, o: ServeOptions, settings: "KafkaSettings",
+              topics: "Topics") -> None:
     """One process of the pipeline: chained, splitter, worker or coordinator."""
     from cep_service.stream.metrics import Metrics
     from cep_service.stream.pipeline import create_topics
@@ -193,7 +200,8 @@ def _run_role(role: Role, o: ServeOptions, settings, topics) -> None:
                     shard=o.shard).run(stopping)
 
 
-def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None:
+def register(app: typer.Typer, bench_app: typer.Typer, guard: Guard,
+             cli_error: CliErrorType) -> None:
     """Add the service commands to the `cep` app (guard: cli's error handling); `cep query`
     and `cep stream` come from services/cli/live.py."""
     from cep_service.cli import live as live_cli
@@ -206,7 +214,7 @@ def register(app: typer.Typer, bench_app: typer.Typer, guard, cli_error) -> None
 
 # Deliberately like services/cli/live.py register: each command module registers its typer
 # commands
-def _register_serve(app: typer.Typer, guard, cli_error) -> None:
+def _register_serve(app: typer.Typer, guard: Guard, cli_error: CliErrorType) -> None:
     @app.command()
     def serve(
         role: Annotated[Role, typer.Argument(help="chained (splitter, workers and "
@@ -302,7 +310,7 @@ def _register_serve(app: typer.Typer, guard, cli_error) -> None:
             f.name: values[f.name] for f in dataclasses.fields(ServeOptions)}), cli_error))
 
 
-def _register_demo(app: typer.Typer, guard, cli_error) -> None:
+def _register_demo(app: typer.Typer, guard: Guard, cli_error: CliErrorType) -> None:
     @app.command()
     def demo(
         count: Annotated[int, typer.Option("--count", "--events", "-n", min=1, metavar="N",
@@ -354,7 +362,8 @@ def _register_demo(app: typer.Typer, guard, cli_error) -> None:
         guard(body)
 
 
-def _register_benches(bench_app: typer.Typer, guard, cli_error) -> None:
+def _register_benches(bench_app: typer.Typer, guard: Guard,
+                      cli_error: CliErrorType) -> None:
     @bench_app.command("e2e")
     def e2e(
         count: Annotated[int, typer.Option("--count", "--events", "-n", min=1000, metavar="N",
@@ -453,8 +462,10 @@ def _register_benches(bench_app: typer.Typer, guard, cli_error) -> None:
         guard(body)
 
 
-def _serve_api(settings, topics, host, port, metrics_urls, cli_error, allowed_hosts=(),
-               cors_origins=(), require_token=False) -> None:
+def _serve_api(settings: "KafkaSettings", topics: "Topics", host: str | None, port: int,
+               metrics_urls: list[str] | None, cli_error: CliErrorType,
+               allowed_hosts: Sequence[str] = (), cors_origins: Sequence[str] = (),
+               require_token: bool = False) -> None:
     from cep_service.api.app import TOKEN_ENV, ApiConfig, bind_host, serve_api
 
     token = os.environ.get(TOKEN_ENV) or None
