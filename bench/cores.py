@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable, Sequence
+
+import pyarrow as pa
 
 from cep_core.control_ops import Op
 from cep_core.workloads import WORKLOADS, jsonl_lines
@@ -45,7 +48,7 @@ def _router(stream: str = STREAM, queries: list[tuple[str, str]] | None = None) 
     return router
 
 
-def _timed(run) -> float:
+def _timed(run: Callable[[], object]) -> float:
     started = time.perf_counter()
     run()
     return time.perf_counter() - started
@@ -67,7 +70,7 @@ def run_bench(events: int = 200_000, batch: int = 20_000) -> dict:
     return _measure(lines, table, batch)
 
 
-def _measure(lines: list[bytes], table, batch: int) -> dict:
+def _measure(lines: list[bytes], table: pa.Table, batch: int) -> dict:
     events = len(lines)
     json_steps = [records(lines[at:at + batch], 0, at) for at in range(0, events, batch)]
     json_steps.append([message(0, events, b"", [("kind", b"end")])])
@@ -123,7 +126,8 @@ def _measure(lines: list[bytes], table, batch: int) -> dict:
 REALISTIC = ("iot", "activity", "clicks")
 
 
-def run_realistic(events: int = 200_000, batch: int = 20_000, workloads=REALISTIC,
+def run_realistic(events: int = 200_000, batch: int = 20_000, *,
+                  workloads: Sequence[str] = REALISTIC,
                   rounds: int = 3) -> dict:
     """The splitter's JSON events/s on each workload's file lines (best of `rounds`, the
     workloads taken in turn each round), with finance1 first as the baseline; each

@@ -40,9 +40,11 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
+import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from cep_service.bench.cores import written_lines
@@ -63,12 +65,13 @@ from cep_service.stream.kafka import (Deliveries, KafkaSettings, Topics, flush_a
 from cep_service.stream.pipeline import create_topics
 
 
-def _frames(lines_table, size: int) -> list[bytes]:
+def _frames(lines_table: pa.Table, size: int) -> list[bytes]:
     return [encode_table(lines_table.slice(i, size)) for i in range(0, lines_table.num_rows,
                                                                    size)]
 
 
-def _status(settings, topic: str, since: int):
+def _status(settings: KafkaSettings, topic: str,
+            since: int) -> list[tuple[int, Any, int]]:
     """(offset, record) of the status records from offset `since` on."""
     consumer = settings.consumer()
     consumer.assign([TopicPartition(topic, 0, since)])
@@ -76,8 +79,10 @@ def _status(settings, topic: str, since: int):
     quiet = time.monotonic()
     while time.monotonic() - quiet < 0.05:
         for m in consumer.consume(1000, 0.02):
+            offset, value = m.offset(), m.value()
             if not m.error():
-                out.append((m.offset(), orjson.loads(m.value()), m.timestamp()[1]))
+                assert offset is not None and value is not None  # a consumed JSON record
+                out.append((offset, orjson.loads(value), m.timestamp()[1]))
                 quiet = time.monotonic()
     consumer.close()
     return out
@@ -179,7 +184,7 @@ class Bench:
         raise TimeoutError("end of input not released")
 
 
-def raw_consume(settings, topic: str, n: int) -> float:
+def raw_consume(settings: KafkaSettings, topic: str, n: int) -> float:
     consumer = settings.consumer()
     consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     got = 0
@@ -199,7 +204,8 @@ def raw_consume(settings, topic: str, n: int) -> float:
 
 
 def run_bench(events: int, workers: int, bootstrap: str | None, latency_s: float,
-              latency_rate: float = 0, coordinators: int = 1, modes=MODES,
+              latency_rate: float = 0, coordinators: int = 1,
+              modes: tuple[str, ...] = MODES,
               workload: str = DEFAULT_WORKLOAD) -> dict:
     """Every mode of `modes` measured on one broker, one after the other, on `workload`'s
     events and queries."""
@@ -261,7 +267,8 @@ def run_mode(bench: Bench, latency_s: float, latency_rate: float) -> dict:
             "p50_ms": p50, "p99_ms": p99, "hops_ms": hops_ms, "load": load}
 
 
-def latency(bench: Bench, lines: list[bytes], rate: float, seconds: float, base: int):
+def latency(bench: Bench, lines: list[bytes], rate: float, seconds: float,
+            base: int) -> tuple[float | None, float | None, dict | None]:
     """Produce at `rate` for `seconds`; latency of each composite event from the produce
     time of its last event."""
     consumer = bench.settings.consumer()
@@ -319,7 +326,7 @@ def _stages(taken: list[tuple]) -> dict:
     that took the event began), chain (-> the INTO record)."""
     times = np.array(taken, dtype=float)
 
-    def pct(values):
+    def pct(values: np.ndarray) -> list[float]:
         return [round(float(np.percentile(values, q)), 1) for q in (50, 99)]
 
     return {"source": pct(times[:, 1] - times[:, 0]), "chain": pct(times[:, 2] - times[:, 1])}

@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import string
 import time
+from collections.abc import Iterator
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from cep_accel.gpu import device
 from cep_core.batch import BatchEncoder, StringDictionary
+from cep_core.checked import CheckedQuery
 from cep_core.checker import load_query_text
 from cep_core.engine_factory import create_engine
 from cep_core.placement import Algorithm
@@ -80,14 +83,14 @@ class Contender(StrEnum):
     GPU = "gpu"  # the GPU's CDP
 
 
-def _engine(q, strings, engine: Contender):
+def _engine(q: CheckedQuery, strings: StringDictionary, engine: Contender) -> Any:
     if engine is Contender.GPU:
         from cep_accel.gpu.seq_engine import GpuSeqEngine
         return GpuSeqEngine(q, strings)
     return create_engine(q, strings, algorithm=Algorithm(engine.value))
 
 
-def points(quick: bool):
+def points(quick: bool) -> Iterator[tuple[str, dict[str, int]]]:
     windows, lengths, rules = (WINDOWS[:2], LENGTHS[:2], RULES[:2]) if quick else \
         (WINDOWS, LENGTHS, RULES)
     for w in windows:
@@ -113,7 +116,7 @@ def main(n: int = 60_000, quick: bool = False) -> list[dict]:
     rows = []
     for varying, point in points(quick):
         for policy in ("EACH", "LAST"):
-            row = dict(point, varying=varying, policy=policy)
+            row: dict[str, Any] = dict(point, varying=varying, policy=policy)
             for engine in [Contender.AIP, Contender.CDP] + ([Contender.GPU] if gpu else []):
                 row[engine] = measure(n, point["window"], point["length"], point["rules"],
                                       policy, engine)

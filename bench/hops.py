@@ -7,19 +7,23 @@ keyed partition to pass the composite's seq. Used by `cep bench e2e` (`hops_ms`)
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from cep_service.stream import frames
 from cep_service.stream.checkpoint import read_partitions
+from cep_service.stream.kafka import KafkaSettings, Topics
 
 
-def _keyed_frames(settings, topic: str, partitions: int):
+def _keyed_frames(settings: KafkaSettings, topic: str,
+                  partitions: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(first, last, create time ms) of every events frame, sorted by first seq."""
     rows = []
 
-    def visit(message) -> None:
+    def visit(message: Any) -> None:
         frame = frames.frame_of(message)
         if frame is not None and frame.kind is frames.EVENTS and frame.get("first") is not None:
             rows.append((frame.get("first"), frame.get("last"), message.timestamp()[1]))
@@ -31,11 +35,11 @@ def _keyed_frames(settings, topic: str, partitions: int):
             np.array([r[2] for r in rows], dtype=float))
 
 
-def _match_times(settings, topic: str, partitions: int) -> dict[bytes, float]:
+def _match_times(settings: KafkaSettings, topic: str, partitions: int) -> dict[bytes, float]:
     """Create time (ms) of the match frame that carried each composite (as JSON bytes)."""
     out: dict[bytes, float] = {}
 
-    def visit(message) -> None:
+    def visit(message: Any) -> None:
         frame = frames.frame_of(message)
         if frame is not None and frame.payload and frame.kind in (frames.MATCHES, frames.END):
             for composite in orjson.loads(frame.payload):
@@ -46,8 +50,8 @@ def _match_times(settings, topic: str, partitions: int) -> dict[bytes, float]:
     return out
 
 
-def hops(settings, topics, partitions: int, output: str,
-         released: list[tuple[bytes, float, float]]) -> dict[str, list[float]]:
+def hops(settings: KafkaSettings, topics: Topics, partitions: int, output: str,
+         released: list[tuple[bytes, float, float]]) -> dict[str, list[float] | None]:
     """p50 and p99 (ms) of each hop for `released`: (INTO record value, its create time ms,
     the produce time ms of the composite's last event)."""
     firsts, lasts, keyed_at = _keyed_frames(settings, topics.keyed, partitions)
@@ -64,7 +68,7 @@ def hops(settings, topics, partitions: int, output: str,
         work.append(match - keyed_at[i])
         merge.append(out_at - match)
 
-    def pct(values):
+    def pct(values: list[float]) -> list[float] | None:
         return [round(float(np.percentile(values, q)), 1) for q in (50, 99)] if values \
             else None
 

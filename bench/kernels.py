@@ -16,10 +16,13 @@ that prefix must equal the reference's, or the result says so.
 from __future__ import annotations
 
 import time
+from typing import Any
+
+import pyarrow as pa
 
 from cep_core import stream_engines as jit
 from cep_core import reference
-from cep_core.batch import BatchEncoder, StringDictionary
+from cep_core.batch import Batch, BatchEncoder, StringDictionary
 from cep_core.checker import load_query_text
 from cep_core.composite_batch import count
 from cep_core.event_io import decode_record
@@ -32,14 +35,14 @@ STEADY_BATCH = 1 << 16
 
 
 def core(workload: str, events: int, seed: int = 1, reference_events: int | None = None,
-         repeat: int = 3, **options) -> dict:
+         repeat: int = 3, **options: Any) -> dict:
     """Measure one workload; returns a JSON-able dict with `events_per_s` and `speedup`."""
     spec = WORKLOADS[workload]
     table = spec.generate(events, seed)
     queries = load_query_text(spec.query_text(seed=seed, **options), path=f"<{workload}>")
     schema = queries[0].schema
 
-    def encoded(rows):
+    def encoded(rows: pa.Table) -> tuple[StringDictionary, Batch]:
         strings = StringDictionary()
         return strings, BatchEncoder(schema, strings).from_arrow(rows)
 

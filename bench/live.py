@@ -24,6 +24,7 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -100,7 +101,7 @@ class LiveBench:
             self.status_seen = found[-1][0] + 1
         return found
 
-    def wait(self, match, timeout_s: float) -> tuple[dict, int]:
+    def wait(self, match: Callable[[dict], bool], timeout_s: float) -> tuple[dict, int]:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for _, record, ts in self.records():
@@ -159,9 +160,13 @@ def _adds(bench: LiveBench, lines: list[bytes], base: int, rate: float, quiet_s:
             offset = publish(bench.settings, bench.topics.control,
                              ControlMessage(Op.ADD, name, text))
             key = f"query/{name}"
-            _, ts = bench.wait(lambda r, key=key, offset=offset: (
-                r.get("event") == StatusEvent.CHANGE and r.get("role") == Role.COORDINATOR and
-                r.get("key") == key and r.get("offset") == offset), 600)
+
+            def applied(r: dict, key: str = key, offset: int = offset) -> bool:
+                return (r.get("event") == StatusEvent.CHANGE and
+                        r.get("role") == Role.COORDINATOR and
+                        r.get("key") == key and r.get("offset") == offset)
+
+            _, ts = bench.wait(applied, 600)
             waits.append(ts / 1000 - t0)
         phase.append(time.time())
         done.set()

@@ -15,9 +15,12 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
 
 import pyarrow.parquet as pq
 
+from cep_core.checked import CheckedQuery
 from cep_core.checker import load_query_text
 from cep_core.event_reader import read_table
 from cep_core.runner import new_engines
@@ -31,7 +34,7 @@ FINANCE = ("finance0", "finance1", "finance2", "finance3", "finance4", "finance5
 def bench_backfill(events: int = 10_000_000, workloads: tuple[str, ...] = FINANCE,
                    master: str = "local[2]", seed: int = 1, partitions: int | None = None,
                    baseline_events: int | None = None, workdir: str | None = None,
-                   driver_memory: str = "4g", console=None) -> dict:
+                   driver_memory: str = "4g", console: Any = None) -> dict:
     chosen = [WORKLOADS[name] for name in workloads]
     if len({w.stream for w in chosen}) != 1:
         raise ValueError("the workloads of one backfill bench must read one stream")
@@ -92,7 +95,7 @@ def bench_backfill(events: int = 10_000_000, workloads: tuple[str, ...] = FINANC
     }
 
 
-def _warm_kernels(queries, events_path: Path) -> None:
+def _warm_kernels(queries: list[CheckedQuery], events_path: Path) -> None:
     """Compile (or load) every kernel once, on a few events, so neither side pays it."""
     sample = pq.ParquetFile(events_path).read_row_group(0).slice(0, 1000)
     engines, encoder = new_engines(queries)
@@ -100,7 +103,7 @@ def _warm_kernels(queries, events_path: Path) -> None:
     engines.flush()
 
 
-def _cep_run_jit(queries, events_path: Path, out: Path) -> dict:
+def _cep_run_jit(queries: list[CheckedQuery], events_path: Path, out: Path) -> dict:
     """What `cep run QUERY_FILE --events FILE --engine jit --out OUT` does, timed: the
     columnar reader (`event_reader.read_table`), the engines over the table, the composite
     events written from their columns."""

@@ -34,16 +34,19 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
+from cep_core.checked import CheckedQuery
 from cep_core.checker import load_query_text
 from cep_core.workloads import WORKLOADS, write_events
 
 WORKLOAD_NAMES = ("finance0", "finance1", "finance2")
 
 
-def _files(table, folder: Path, per_file: int, start: int = 0) -> list[Path]:
+def _files(table: pa.Table, folder: Path, per_file: int, start: int = 0) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     out = []
     for i in range(0, table.num_rows, per_file):
@@ -96,7 +99,7 @@ class TimedSink:
         self.done: dict[int, float] = {}
         self.batch_ms: list[int] = []  # each micro-batch's triggerExecution
 
-    def __call__(self, df, batch_id: int) -> None:
+    def __call__(self, df: Any, batch_id: int) -> None:
         self.sink(df, batch_id)
         self.done[batch_id] = time.time()
 
@@ -120,7 +123,7 @@ def one_master(master: str, count: int, per_file: int, triggers: list[float], se
     out: dict = {"master": master, "spark_session_s": round(time.perf_counter() - started, 2),
                  "shards": shards or int(spark.conf.get("spark.sql.shuffle.partitions"))}
 
-    def run(folder: Path, name: str, **options):
+    def run(folder: Path, name: str, **options: Any) -> tuple[float, TimedSink]:
         sink = TimedSink(str(root / name / "out"))
         t = time.perf_counter()
         job = start(spark, queries, FileSource(str(folder), max_files), sink,
@@ -162,7 +165,8 @@ def one_master(master: str, count: int, per_file: int, triggers: list[float], se
     return out
 
 
-def _latency(spark, queries, texts, table, offset: int, rate: float, trigger: float,
+def _latency(spark: Any, queries: list[CheckedQuery], texts: dict[str, str],
+             table: pa.Table, offset: int, rate: float, trigger: float,
              root: Path, shards: int = 0, seconds: float = 20.0) -> dict:
     """Files at `rate` events/s, one every trigger / 2 s, for `seconds`; latency of each."""
     from cep_service.spark_stream.job import FileSource, start
@@ -180,7 +184,7 @@ def _latency(spark, queries, texts, table, offset: int, rate: float, trigger: fl
     per_file = max(1, int(rate * every))
     written: dict[str, float] = {}
 
-    def writer():
+    def writer() -> None:
         at = offset
         deadline = time.time() + seconds
         while time.time() < deadline:
