@@ -161,8 +161,9 @@ def test_no_outcome_in_time_exits_2_and_no_pipeline_exits_0(broker, tmp_path):
 
     create_topics(broker, topics, 1)  # a splitter that says it is up, and never answers
     from cep_service.stream.control import StatusWriter
+    from cep_service.stream.status import Presence
     producer = broker.producer()
-    StatusWriter(topics.status, "splitter").presence(producer, "up")
+    StatusWriter(topics.status, "splitter").presence(producer, Presence.UP)
     producer.flush(30)
     update = subprocess.run([sys.executable, "-m", "cep_service.cli.main", "query", "update", query,
                              "--timeout", "1"], env={**os.environ,

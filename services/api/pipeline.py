@@ -24,7 +24,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from cep_core.explain import quote, svg
-from cep_service.stream.status import Role
+from cep_service.stream.status import Presence, Role
 
 ROLES = (Role.BROKER, Role.SPLITTER, Role.WORKER, Role.COORDINATOR)  # then others, the api
 RATE_PLACEHOLDER = "000,000.0 composites/s out"  # as wide as the rates the console writes
@@ -121,8 +121,8 @@ def pipeline(stream: str, topics: Any, view: dict, processes: dict, api: dict,
               for member in found.get("members", {}) if member != service}
     view = {service: _folded(service, entry, view, processes, folded)
             for service, entry in view.items() if service not in folded}
-    procs: list[dict] = [{"id": "broker", "role": Role.BROKER, "name": bootstrap, "state": "up",
-              "partitions": [], "rate": _sum(found.get("events_in_per_s")
+    procs: list[dict] = [{"id": "broker", "role": Role.BROKER, "name": bootstrap,
+              "state": Presence.UP, "partitions": [], "rate": _sum(found.get("events_in_per_s")
                                              for service, found in processes.items()
                                              if service in view and view[service]["role"]
                                              in (Role.SPLITTER, Role.CHAINED)),
@@ -132,7 +132,7 @@ def pipeline(stream: str, topics: Any, view: dict, processes: dict, api: dict,
         out_role = entry["role"] == Role.COORDINATOR
         checkpoint = found.get("checkpoint_time")
         procs.append({
-            "id": service, "role": entry["role"] or "?", "name": service, "state": "up",
+            "id": service, "role": entry["role"] or "?", "name": service, "state": Presence.UP,
             "partitions": sorted(entry["partitions"]),
             "rate": found.get("events_out_per_s" if out_role else "events_in_per_s"),
             "rate_unit": "composites/s out" if out_role else "events/s in",
@@ -143,7 +143,8 @@ def pipeline(stream: str, topics: Any, view: dict, processes: dict, api: dict,
             "checkpoint_ms": found.get("checkpoint_ms"),
             "services": entry.get("services", []),
             "stages": _stages(found) if entry["role"] == Role.CHAINED else []})
-    procs.append({"id": "api", "role": Role.API, "name": "API", "state": "up", "partitions": [],
+    procs.append({"id": "api", "role": Role.API, "name": "API", "state": Presence.UP,
+                  "partitions": [],
                   "rate": api.get("composites_per_s"), "rate_unit": "composites/s",
                   "tails": api.get("tails")})
     return {"stream": stream, "processes": procs, "edges": _edges(procs),

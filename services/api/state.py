@@ -39,6 +39,7 @@ from cep_service.api.pipeline import Drawings, endpoint_figures, look, pipeline,
 from cep_service.api.tail import TailHub
 from cep_service.stream.control import control_log, publish
 from cep_service.stream.kafka import Topics, ensure_topics
+from cep_service.stream.status import QueryState
 from cep_service.stream.live_changes import (
     EXIT,
     live_items,
@@ -263,7 +264,7 @@ class Api:
         out = {"live": item is not None, "services": item["services"] if item else [],
                "partitions": partitions, "into_records": total,
                "composites_per_s": per_s,
-               "failed": item is not None and item["state"] == "failed",
+               "failed": item is not None and item["state"] == QueryState.FAILED,
                "reason": item.get("reason") if item else None}
         if scraped is not None:
             out.update(partial_matches=scraped["partial"].get(query.name),

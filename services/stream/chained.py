@@ -58,6 +58,7 @@ from cep_service.stream.checkpoint import (
     slot_key,
 )
 from cep_service.stream.control import StatusWriter
+from cep_service.stream.status import Presence
 from cep_service.stream.coordinator import Coordinator
 from cep_service.stream.merge import Merger
 from cep_service.stream.kafka import KafkaSettings, produce
@@ -274,21 +275,22 @@ class Chained(Splitter):
         if not super().start(stopping):
             return False
         for coordinator in self.coordinators:
-            coordinator.status.presence(self.producer, "up", live=coordinator.merger.summary())
+            coordinator.status.presence(self.producer, Presence.UP,
+                                        live=coordinator.merger.summary())
         self._report_partitions()
         log("chained_started", stream=self.topics.stream, partitions=self.partitions,
             shards=self.topics.shards, generation=self.generation)
         return True
 
     def _report_partitions(self) -> None:
-        self.worker_status.presence(self.producer, "up", partitions={
+        self.worker_status.presence(self.producer, Presence.UP, partitions={
             str(s.partition): s.queries.summary() for s in self.parts})
 
     def close(self) -> None:
         if self.started:
             for coordinator in self.coordinators:
-                coordinator.status.presence(self.producer, "down")
-            self.worker_status.presence(self.producer, "down")
+                coordinator.status.presence(self.producer, Presence.DOWN)
+            self.worker_status.presence(self.producer, Presence.DOWN)
         super().close()
 
     # ------------------------------------------------------------ checkpoints

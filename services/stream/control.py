@@ -48,7 +48,7 @@ from cep_core.control_ops import Outcome
 from cep_core.parser import parse
 from cep_core.schema import SchemaRegistry
 from cep_service.stream.kafka import Deliveries, KafkaSettings, flush_all, read_all
-from cep_service.stream.status import Role, StatusEvent
+from cep_service.stream.status import Presence, Role, StatusEvent
 from cep_service.stream.status import StatusWriter, change_of  # noqa: F401  (their home was here)
 
 def publish(settings: KafkaSettings, topic: str, message: ControlMessage, key: bytes | None = None,
@@ -148,7 +148,7 @@ def services_up(records: list[dict]) -> dict[str, dict]:
         if service is None:
             continue
         entry = view.setdefault(service, {"service": service, "role": record.get("role"),
-                                          "state": "up", "live": None, "partitions": {}})
+                                          "state": Presence.UP, "live": None, "partitions": {}})
         if record["event"] == StatusEvent.SERVICE:
             entry["state"] = record["state"]
             if "live" in record:
@@ -166,7 +166,7 @@ def services_up(records: list[dict]) -> dict[str, dict]:
                 _drop_partitions(view, service, {record["partition"]})
             elif record.get("live") is not None:
                 entry["live"] = record["live"]
-    return {s: e for s, e in view.items() if e["state"] == "up"}
+    return {s: e for s, e in view.items() if e["state"] == Presence.UP}
 
 
 def _drop_partitions(view: dict, owner: str, partitions: Iterable[Any]) -> None:

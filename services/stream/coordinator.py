@@ -66,7 +66,7 @@ from cep_service.stream.control import StatusWriter, learned_live
 from cep_service.stream.kafka import (BOUNDED_CONSUMER, BOUNDED_PRODUCER, Deliveries, KafkaSettings,
                                       Topics, consume_batch, ensure_topics, produce)
 from cep_service.stream.merge import Merger
-from cep_service.stream.status import StatusEvent
+from cep_service.stream.status import Presence, StatusEvent
 from cep_service.stream.metrics import Metrics
 from cep_service.stream.serve import log, profiled
 
@@ -213,7 +213,7 @@ class Coordinator:
                                             self.topics.stream, self.merger.registry).registry
         self.watermarks = functools.partial(broker_watermarks, self.settings)
         self.restore()
-        self.status.presence(producer, "up", live=self.merger.summary())
+        self.status.presence(producer, Presence.UP, live=self.merger.summary())
         consumer = self.settings.consumer(self.topics.group(self.name), **BOUNDED_CONSUMER)
         consumer.assign([TopicPartition(self.matches, p, self.offsets[p])
                          for p in range(self.partitions)])
@@ -241,7 +241,7 @@ class Coordinator:
                     self._backpressure(consumer)
             self.checkpoint(producer)
         finally:
-            self.status.presence(producer, "down")
+            self.status.presence(producer, Presence.DOWN)
             producer.flush(30)
             consumer.close()
             log("coordinator_stopped", repeats_dropped=self.merger.repeats)

@@ -194,6 +194,8 @@ def services_view(settings: KafkaSettings, status_topic: str) -> dict[str, dict]
 def live_items(view: dict[str, dict], kind: Kind) -> list[dict]:
     """One item per live query (`index`) or stream (`version`), with the services that
     are up and hold it, in query order (streams: by name)."""
+    from cep_service.stream.status import QueryState
+
     queries = Kind(kind) is Kind.QUERY
     field = "queries" if queries else "streams"
     merged: dict[str, dict] = {}
@@ -211,9 +213,9 @@ def live_items(view: dict[str, dict], kind: Kind) -> list[dict]:
             for name, failure in (entry.get("failed") or {}).items():
                 known = merged.get(name)
                 if known is not None and "reason" not in known:
-                    known.update(state="failed", reason=failure["reason"],
+                    known.update(state=QueryState.FAILED, reason=failure["reason"],
                                 failed_in=entry["service"], partition=failure["partition"])
         for item in merged.values():
-            item.setdefault("state", "live")
+            item.setdefault("state", QueryState.LIVE)
     order = "index" if queries else "name"
     return sorted(merged.values(), key=lambda i: i[order])

@@ -78,6 +78,7 @@ from cep_service.stream.checkpoint import (
     slot_key,
 )
 from cep_service.stream.control import StatusWriter
+from cep_service.stream.status import Presence
 from cep_service.stream.kafka import KafkaSettings, Topics, consume_batch, produce
 from cep_service.stream.reorder_checkpoint import Refill, saved_state
 from cep_service.stream.splitter_order import LoggedOrder
@@ -185,11 +186,11 @@ class Splitter:
         self._drain_control(initial=True)
         if self._schema() is None:  # up: changes get their outcome, as soon as it starts
             log("waiting_for_stream", stream=self.topics.stream, control=self.topics.control)
-            self.status_writer.presence(self.producer, "up", waiting_for_stream=True)
+            self.status_writer.presence(self.producer, Presence.UP, waiting_for_stream=True)
         while self._schema() is None and not (stopping is not None and stopping.is_set()):
             self._drain_control(initial=True)
         if self._schema() is None:
-            self.status_writer.presence(self.producer, "down")
+            self.status_writer.presence(self.producer, Presence.DOWN)
             self.producer.flush(10)
             self.control.close()
             return False
@@ -203,7 +204,7 @@ class Splitter:
         self.source.assign(self._resume_at(tps))
         self.core.announce()
         self._forward()
-        self.status_writer.presence(self.producer, "up", live=self.queries.summary())
+        self.status_writer.presence(self.producer, Presence.UP, live=self.queries.summary())
         self.started = True
         log("splitter_started", stream=self.topics.stream, partitions=self.partitions,
             queries=list(self.queries.live), next_position=self.position)
@@ -285,7 +286,7 @@ class Splitter:
         with self.lock:
             self.started = False
         try:
-            self.status_writer.presence(self.producer, "down")
+            self.status_writer.presence(self.producer, Presence.DOWN)
             self.producer.flush(30)
             self.commit()
         finally:

@@ -30,6 +30,20 @@ class StatusEvent(StrEnum):
     END_OF_INPUT = "end_of_input"  # the coordinator: the input ended, released up to `upto`
 
 
+class Presence(StrEnum):
+    """A service's presence record's `state`."""
+
+    UP = "up"
+    DOWN = "down"
+
+
+class QueryState(StrEnum):
+    """A query's `state` in the live view the services' records add up to."""
+
+    LIVE = "live"
+    FAILED = "failed"
+
+
 class Role(StrEnum):
     """Who wrote a status record (its `role`)."""
 
@@ -57,7 +71,7 @@ class StatusWriter:
         n = next(_instances)
         self.service = f"{role}@{socket.gethostname()}:{os.getpid()}" + (f"#{n}" if n else "")
 
-    def presence(self, producer: Any, state: str, **fields: Any) -> None:
+    def presence(self, producer: Any, state: Presence, **fields: Any) -> None:
         self._write(producer, {"event": StatusEvent.SERVICE, "state": state, **fields})
 
     def outcome(self, producer: Any, change: dict, outcome: Outcome, **fields: Any) -> None:

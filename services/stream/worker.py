@@ -51,6 +51,7 @@ from cep_service.stream.checkpoint import (
     slot_key,
 )
 from cep_service.stream.control import StatusWriter, learned_live
+from cep_service.stream.status import Presence
 from cep_service.stream.kafka import (
     BOUNDED_CONSUMER,
     BOUNDED_PRODUCER,
@@ -106,7 +107,7 @@ class Worker:
         # its checkpoint commits past it: the restart runs again from the last checkpoint
         self.producer = self.settings.producer(on_delivery=self.deliveries, **BOUNDED_PRODUCER)
         self.watermarks = functools.partial(broker_watermarks, self.settings)
-        self.status.presence(self.producer, "up")
+        self.status.presence(self.producer, Presence.UP)
         self.consumer = self.settings.consumer(self.topics.group("workers"),
                                                **BOUNDED_CONSUMER)
         self.consumer.subscribe([self.topics.keyed], on_assign=self._on_assign,
@@ -140,7 +141,7 @@ class Worker:
                     self._backpressure(stopping)
         finally:
             self.consumer.close()  # revokes: snapshots and commits
-            self.status.presence(self.producer, "down")
+            self.status.presence(self.producer, Presence.DOWN)
             self.producer.flush(30)
             log("worker_stopped")
 
@@ -255,7 +256,7 @@ class Worker:
                               self.idle_timeout_ms, self.topics, self.metrics, self.status)
 
     def _report_partitions(self) -> None:
-        self.status.presence(self.producer, "up", partitions={
+        self.status.presence(self.producer, Presence.UP, partitions={
             str(p): state.queries.summary() for p, state in self.parts.items()})
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
