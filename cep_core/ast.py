@@ -509,6 +509,14 @@ class Policy(StrEnum):
     FIRST = "first"
 
 
+ANY_TYPE = "ANY"  # the event type of `ANY x`: every event, whatever its type
+
+
+def is_any_type(event_type: str) -> bool:
+    """Whether a step's event type is `ANY`, written in any case."""
+    return event_type.upper() == ANY_TYPE
+
+
 class StepKind(StrEnum):
     EVENT = "event"  # `T x`
     NEGATED = "negated"  # `NOT(T x)`
@@ -520,7 +528,7 @@ class Step(Node):
     child_fields = ("filter",)
 
     kind: StepKind
-    event_type: str  # a value of the stream's type attribute, or "ANY" for any type
+    event_type: str  # a value of the stream's type attribute, or ANY_TYPE (is_any_type)
     var: str
     filter: Expr | None = None  # TESLA's `B b(v > 10)`: a condition on this event alone
     policy: Policy | None = None  # TESLA per-step selection; None = the query's strategy

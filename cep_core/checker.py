@@ -249,11 +249,11 @@ class _QueryChecker(ast.Visitor):
     def event_type(self, name: str, pos: ast.Pos) -> None:
         schema = self.schema
         if schema.type_attribute is None:
-            if name != "ANY":
+            if not ast.is_any_type(name):
                 self.error(pos, f"stream '{schema.stream}' has no type attribute, so its "
                                 f"events have no type '{name}': use ANY, as in 'ANY x'")
             return
-        if name != "ANY" and schema.types is not None and name not in schema.types:
+        if not ast.is_any_type(name) and schema.types is not None and name not in schema.types:
             self.error(pos, f"unknown event type '{name}': the {schema.type_attribute} of "
                             f"stream '{schema.stream}' is one of {', '.join(schema.types)}"
                             f"{_suggest(name, schema.types)}")
@@ -479,11 +479,11 @@ class _QueryChecker(ast.Visitor):
             if element.var in variables:
                 self.error(element.pos, f"pattern variable '{element.var}' appears twice; Flink "
                                         "takes each variable once")
-            variables[element.var] = Var(ast.Step(ast.StepKind.EVENT, "ANY", element.var,
+            variables[element.var] = Var(ast.Step(ast.StepKind.EVENT, ast.ANY_TYPE, element.var,
                                                   pos=element.pos), index)
         for symbol in body.pattern.find_all(ast.RSym):  # those of a refused part too
             variables.setdefault(symbol.name, Var(ast.Step(
-                ast.StepKind.EVENT, "ANY", symbol.name, pos=symbol.pos), len(variables)))
+                ast.StepKind.EVENT, ast.ANY_TYPE, symbol.name, pos=symbol.pos), len(variables)))
         self._recognize_skip(body, variables)
         if body.within is not None:
             self.duration(body.within)

@@ -281,3 +281,13 @@ def test_only_empty_patterns():
     assert ra.matches_only_empty(pattern_of("()"))
     assert ra.matches_only_empty(pattern_of("()* ()?"))
     assert not ra.matches_only_empty(pattern_of("A*"))
+
+
+@pytest.mark.parametrize("written", ["ANY", "any", "Any"])
+def test_any_is_any_type_in_any_case_as_the_engines_read_it(written):
+    """The checker takes `any x` as the engines do (ast.is_any_type): on a stream without a
+    type attribute, and on one whose types are declared."""
+    for stream in ("trades", "rfid"):
+        [query] = checked(f"QUERY q FROM {stream} PATTERN SEQ({written} a, {written} b) "
+                          "WITHIN 1 hour")
+        assert [ast.is_any_type(s.event_type) for s in query.query.body.steps] == [True, True]

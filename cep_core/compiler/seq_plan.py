@@ -28,11 +28,7 @@ from enum import StrEnum
 from cep_core import ast
 from cep_core.checked import CheckedQuery
 
-ANY = "ANY"
-
-
-def is_any(event_type: str) -> bool:
-    return event_type.upper() == ANY
+ANY = ast.ANY_TYPE
 
 
 class VarKind(StrEnum):
@@ -258,7 +254,7 @@ class SeqPlan:
     # ------------------------------------------------------------ helpers
 
     def channel(self, event_type: str) -> int:
-        name = ANY if is_any(event_type) else event_type
+        name = ANY if ast.is_any_type(event_type) else event_type
         if name not in self.channels:
             self.channels.append(name)
         return self.channels.index(name)

@@ -154,10 +154,6 @@ def _analyse(expr: ast.Expr, kleene_vars: set[str]) -> _Conjunct:
                      frozenset(found.aggregated))
 
 
-def _is_any(event_type: str) -> bool:
-    return event_type.upper() == "ANY"
-
-
 # ---------------------------------------------------------------- expression environment
 
 
@@ -319,7 +315,7 @@ class SeqInterpreter:
                                  "later positive step")
         if self.schema.type_attribute is None:
             for s in [*self.steps.values(), *(n.step for n in self.negations)]:
-                if not _is_any(s.event_type):
+                if not ast.is_any_type(s.event_type):
                     raise ValueError(f"{s.pos}: stream {self.schema.stream} has no type "
                                      "attribute; use ANY")
 
@@ -423,7 +419,7 @@ class SeqInterpreter:
         return max(times) if times else None
 
     def has_type(self, event: Event, event_type: str) -> bool:
-        if _is_any(event_type):
+        if ast.is_any_type(event_type):
             return True
         # (a step of a type other than ANY needs a type attribute: __init__)
         return event.attrs.get(self.schema.type_attribute) == event_type  # type: ignore[arg-type]
