@@ -180,6 +180,7 @@ class Attr(Expression):
     pos: Pos = NOPOS
 
 
+# Deliberately like services/stream/status.py's enums in shape only: member declarations
 class UnaryOp(StrEnum):
     NEG = "-"
     NOT = "NOT"

@@ -30,6 +30,7 @@ class StatusEvent(StrEnum):
     END_OF_INPUT = "end_of_input"  # the coordinator: the input ended, released up to `upto`
 
 
+# Deliberately like the enums of cep_core/ast.py in shape only: member declarations
 class Presence(StrEnum):
     """A service's presence record's `state`."""
 
