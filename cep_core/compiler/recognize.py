@@ -875,12 +875,12 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
     step, first_step = _step_lines(tables, gen, row, tab, final, start)
     ncols = len(gen.columns)
     grouped = ", ".join(["g_kid", "g_seq", "g_ts"] + [f"g{j}" for j in range(ncols)])
-    lines += [  # rows first..last - 1 of a batch, key by key (a stable counting sort)
+    # rows first..last - 1 of a batch, key by key (a stable counting sort; each key's
+    # ids are filled in after the rows, in one sequential pass)
+    lines += [
         "@njit(cache=True, error_model='numpy')",
-        f"def group(first, last, kid, seq, ts, {cols}{', ' if cols else ''}order, {grouped}):",
-        "    nkeys = 0",
-        "    for i in range(first, last):",
-        "        nkeys = max(nkeys, kid[i] + 1)",
+        f"def group(first, last, nkeys, kid, seq, ts, {cols}{', ' if cols else ''}order, "
+        f"{grouped}):",
         "    start = np.zeros(nkeys + 1, np.int64)",
         "    for i in range(first, last):",
         "        start[kid[i] + 1] += 1",
@@ -891,10 +891,14 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
         "        at = start[k]",
         "        start[k] = at + 1",
         "        order[at] = i",
-        "        g_kid[at] = k",
         "        g_seq[at] = seq[i]",
         "        g_ts[at] = ts[i]",
-        *[f"        g{j}[at] = col{j}[i]" for j in range(ncols)], "", "",
+        *[f"        g{j}[at] = col{j}[i]" for j in range(ncols)],
+        "    at = 0",  # start[k]: where key k's rows end
+        "    for k in range(nkeys):",
+        "        while at < start[k]:",
+        "            g_kid[at] = k",
+        "            at += 1", "", "",
     ]
     loads = [f"a{j} = g{j}[p]" for j in range(ncols)]
     kernel = [
@@ -909,8 +913,9 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
         "    while first < n:",
         "        last = min(n, first + len(order))",
         "        if p == 0:",
-        f"            group(first, last, kid, seq, ts, {cols}{', ' if cols else ''}order, "
-        f"{grouped})",
+        # every key id of the batch is below key_i's length (the engine made the rows)
+        f"            group(first, last, key_i.shape[0], kid, seq, ts, {cols}"
+        f"{', ' if cols else ''}order, {grouped})",
         "        while p < last - first:",
         "            i = order[p]",
         "            k = g_kid[p]",
