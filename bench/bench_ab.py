@@ -35,8 +35,9 @@ from cep_core.checker import load_query_text
 from cep_core.workloads import WORKLOADS
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNS = [("finance0", {}), ("finance1", {}), ("finance2", {}), ("marathon", {}),
-        ("q9", {"queries": 1}), ("q9", {"queries": 64})]
+RUNS = [("finance0", {}), ("finance1", {}), ("finance2", {}), ("finance3", {}),
+        ("finance4", {}), ("marathon", {}),
+        ("q9", {"queries": 1}), ("q9", {"queries": 8}), ("q9", {"queries": 64})]
 
 
 def measure(workload: str, events: int, batch: int, options: dict) -> dict:
@@ -96,7 +97,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=2_000_000)
     parser.add_argument("--batch", type=int, default=65_536)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--only", nargs="*", help="workload names (q9 runs 1 and 64 queries)")
+    parser.add_argument("--only", nargs="*", help="workload names (q9 runs 1, 8 and 64 queries)")
     args = parser.parse_args()
     for name, options in RUNS:
         if args.only and name not in args.only:

@@ -37,7 +37,7 @@ from cep_core.batch import Batch, StringDictionary
 from cep_core.checked import CheckedQuery
 from cep_core.composite_batch import ColumnBatch
 from cep_core.kernels.string_tables import StringTables
-from cep_core.compiler.seq_plan import ANY, SeqPlan, Var
+from cep_core.compiler.seq_plan import SeqPlan, Var
 from cep_core.engine.base import Engine
 from cep_core.engine.keys import KeyIndex
 from cep_core.engine.seq import BACKWARDS_TIME, NotSupportedError
@@ -138,7 +138,8 @@ class GpuSeqEngine(Engine):
         if self.schema.type_attribute is not None:
             type_col = EI[:, self.layout.slots[self.schema.type_attribute][1]]
         for c, name in enumerate(self.plan.channels):
-            member = ok if name == ANY else ok & (type_col == sc[self.kernels.type_consts[name]])
+            member = (ok if name == ast.ANY_TYPE
+                      else ok & (type_col == sc[self.kernels.type_consts[name]]))
             absrow = np.full(n, -1, np.int64)
             self.rings[c].append(pid, EI, EF, np.flatnonzero(member), absrow, threshold)
             absrows.append(absrow)

@@ -33,7 +33,7 @@ from cep_core.compiler.expressions import (
 from cep_core.compiler.modules import load_module
 from cep_core.compiler.seq_cdp import Layout
 from cep_core.compiler.seq_codegen import emit_store_lines
-from cep_core.compiler.seq_plan import ANY, SeqPlan
+from cep_core.compiler.seq_plan import SeqPlan
 from cep_core.kernels.seq_layout import Row
 from cep_core.schema import AttrType
 from cep_accel.gpu.seq_support import has_window_aggregate, unsupported_reason
@@ -94,7 +94,7 @@ class SeqKernelGenerator:
         self.layout = Layout.of(plan.schema)
         self.constants = StringConstants()
         self.type_consts = {name: self.constants.index(name) for name in plan.channels
-                            if name != ANY and plan.schema.type_attribute is not None}
+                            if name != ast.ANY_TYPE and plan.schema.type_attribute is not None}
         self.reduce_threads = reduce_threads
         self.uses = list(plan.window_aggregates.values())
         self.wagg_index = {id(u.node): k for k, u in enumerate(self.uses)}

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cep_core.ast import ANY_TYPE
 from cep_core.compiler.expressions import Code, ExpressionCompiler, Leaves, StringConstants
-from cep_core.compiler.seq_plan import ANY, SeqPlan, VarKind
+from cep_core.compiler.seq_plan import SeqPlan, VarKind
 from cep_core.kernels.seq_layout import Row
 from cep_core.schema import AttrType, StreamSchema
 
@@ -104,7 +105,7 @@ class ChannelCodeGenerator:
         self.type_consts: dict[str, int] = {}
         if plan.schema.type_attribute is not None:
             for name in plan.channels:
-                if name != ANY:
+                if name != ANY_TYPE:
                     self.type_consts[name] = self.constants.index(name)
         self._counter = 0
         self.W = plan.window
@@ -172,7 +173,7 @@ class ChannelCodeGenerator:
             lines.append("thr = ets")
             evict, horizon = "np.int64(0)", "np.int64(0)"
         for c, name in enumerate(plan.channels):
-            if name == ANY:
+            if name == ANY_TYPE:
                 lines.append(f"ein{c} = True")
             else:
                 lines.append(f"ein{c} = tc == sc[{self.type_consts[name]}]")

@@ -28,8 +28,6 @@ from enum import StrEnum
 from cep_core import ast
 from cep_core.checked import CheckedQuery
 
-ANY = ast.ANY_TYPE
-
 
 class VarKind(StrEnum):
     SINGLE = "single"
@@ -254,7 +252,7 @@ class SeqPlan:
     # ------------------------------------------------------------ helpers
 
     def channel(self, event_type: str) -> int:
-        name = ANY if ast.is_any_type(event_type) else event_type
+        name = ast.ANY_TYPE if ast.is_any_type(event_type) else event_type
         if name not in self.channels:
             self.channels.append(name)
         return self.channels.index(name)
