@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -16,12 +17,19 @@ import pytest
 from cep_core import reference
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_query_text
-from cep_core.compiler.recognize import RecognizeUnsupported, compile_recognize
+from cep_core.compiler.recognize import (
+    RecognizeUnsupported,
+    compile_recognize,
+    count_facts,
+    decide,
+)
 from cep_core.engine.recognize import RecognizeEngine
 from cep_core.engine.recognize_interpreter import RecognizeInterpreterEngine
 from cep_core.engine_factory import compile_program, create_engine
 from cep_core.errors import QueryError, QueryErrors
 from cep_core.events import Event, Punctuation
+from cep_core.kernels import recognize_runtime as rt
+from cep_core.recognize_pattern import recognize_elements
 from cep_core.reference.recognize import RecognizeRuntimeError
 from engine_harness import FULL, jit_run, new_shapes, reference_run
 from tests.recognize_flink import differential
@@ -308,3 +316,60 @@ def test_a_keys_queue_of_partial_matches_stays_sorted_by_start():
                 queue = a["ph"][k, :a["key_i"][k, rt.K_NPART]]
                 starts = a["rec_i"][queue, rt.START]
                 assert queue[-1] == 0 and (starts[1:] >= starts[:-1]).all(), (skip, within)
+
+
+def test_the_automaton_bounds_each_states_row_counts():
+    # count_facts: per automaton state, each variable's row count (and the match's) in
+    # every record in that state; states no record is ever in (entered by PROCEED only)
+    # get no branch in the kernel's step
+    checked = _strict(
+        "SELECT * FROM quotes MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY ts "
+        "MEASURES COUNT(*) AS n ONE ROW PER MATCH PATTERN (S R1+ D1+ R2+? D2* E) "
+        "DEFINE R1 AS R1.price > S.price, D1 AS D1.price < LAST(R1.price), "
+        "R2 AS R2.price > LAST(D1.price), D2 AS D2.price < LAST(R2.price), "
+        "E AS E.price < S.price) AS T")
+    program = compile_recognize(checked)
+    names = [e.var for e in recognize_elements(checked.query.body.pattern)]
+    facts = count_facts(program.tables, program.start_state, names)
+    many = None
+    rows = [[(0, 0)] * 7,  # (the match, S, R1, D1, R2, D2, E)
+            [(1, 1), (1, 1)] + [(0, 0)] * 5,  # after S
+            [(2, many), (1, 1), (1, many)] + [(0, 0)] * 4,  # R1's loop
+            [(3, many), (1, 1), (1, many), (1, many)] + [(0, 0)] * 3,
+            [(4, many), (1, 1), (1, many), (1, many), (1, many), (0, 0), (0, 0)],
+            [(5, many), (1, 1), (1, many), (1, many), (1, many), (1, many), (0, 0)],
+            # the final state: after E, D2 may have no rows (5: at least 5)
+            [(5, many), (1, 1), (1, many), (1, many), (1, many), (0, many), (1, 1)]]
+    known = [f for f in facts if f is not None]
+    assert [[f[v] for v in [None, *names]] for f in known] == rows
+    never = [s for s, f in enumerate(facts) if f is None]
+    assert never and all(f"s == {s}:" not in program.source for s in never)
+    assert f"s == {facts.index(known[2])}:" in program.source
+    assert decide((1, many), "<=", 1) is None and decide((2, many), "<=", 1) is False
+    assert decide((0, 0), "==", 0) is True and decide((5, many), ">", 4) is True
+    assert decide((1, 3), "<", 4) is True and decide((1, 3), "==", 4) is False
+
+
+def test_defines_and_takes_are_generated_per_state_without_the_count_tests_it_decides():
+    # B's DEFINE after A (no B row yet: LAST(B.price, 1) is NULL, A.price is not) and in
+    # B's loop (LAST(B.price, 1) is there) tests no row count; C's reads LAST(B.price, 1),
+    # NULL where B has one row only: its generic form keeps that test. Each take knows
+    # whether the match had rows, and its variable.
+    checked = _strict(
+        "SELECT * FROM quotes MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY ts "
+        "MEASURES FIRST(A.price) AS fa, MAX(price) AS hi ONE ROW PER MATCH "
+        "PATTERN (A B+ C) "
+        "DEFINE B AS B.price > COALESCE(LAST(B.price, 1), A.price), "
+        "C AS C.price < LAST(B.price, 1)) AS T")
+    source = compile_recognize(checked).source
+    functions = dict(re.findall(r"\ndef (\w+)\(.*\n((?:    .*\n|\n)*)", source))
+    count_test = re.compile(r"rec_i\[(r|dst), \d+\] (==|<=|<|>|>=) \d+")
+    b_forms = [body for name, body in functions.items() if name.startswith("d1_")]
+    assert len(b_forms) == 2 and not any(count_test.search(body) for body in b_forms)
+    assert "d1(" not in source  # B's generic DEFINE is never called
+    assert count_test.search(functions["d2"]) and "<= 1)" in functions["d2"]
+    takes = [body for name, body in functions.items() if name.startswith("take")]
+    assert takes and not any("if v ==" in body or count_test.search(body) for body in takes)
+    # the take from the start state (the match's first row) writes where it starts
+    assert sum(f"rec_i[dst, {rt.START}] = idx" in body for body in takes) == 2
+    _same(checked, _events(differential.rows(300, random.Random(5))), (13, 2))

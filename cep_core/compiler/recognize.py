@@ -15,14 +15,18 @@ attribute (`v.a`, `LAST(v.a, k)`, `FIRST(v.a, k)`, `PREV(a)`), SUM, MIN, MAX and
 count, and for AFTER MATCH SKIP TO FIRST/LAST v the first and last row of v. A DEFINE sees
 the record plus the current row as its variable's; MEASURES see the record.
 
-Generated per query: `d<v>(...)` (the DEFINE of variable number v on the current row),
-`take` (a copy of a record plus the row) and `take_here` (a record plus the row, in place),
-`emit` (MEASURES of a released match), and the kernels that run Flink's NFA over a batch
-(`kernel`, a chunk of rows at a time grouped by key by `group`) or end partial matches at a
-time (`tick`), replaying `java.util.PriorityQueue`'s order
+Generated per query: `d<v>_<s>(...)` (the DEFINE of variable number v on the current row,
+for a record in automaton state s; `d<v>` where that state tells nothing), `take<n>` (a copy
+of a record plus the row as one variable, into one state) and `take_here<n>` (a record plus
+the row, in place), `emit` (MEASURES of a released match), and the kernels that run Flink's
+NFA over a batch (`kernel`, a chunk of rows at a time grouped by key by `group`) or end
+partial matches at a time (`tick`), replaying `java.util.PriorityQueue`'s order
 (`cep_core.kernels.recognize_runtime`). The kernel's step of a computation is unrolled
 per automaton state (`_step_lines`): the tables are constants there, every condition is
 evaluated once, and the last TAKE reuses the computation's record instead of copying it.
+The automaton bounds the row counts of a record in each state (`count_facts`: after S of
+`S R1+ ...` S has one row and R1 none), so the DEFINEs and TAKEs made for that state
+(`_specialise`) have most of their NULL and first-row tests as constants.
 
 Expressions follow SQL's three-valued logic (a NULL comes from a variable without rows,
 PREV before the first row, an aggregate of no rows, a division by zero); int `/` and `%`
@@ -36,6 +40,9 @@ from `repr` of parsed values, strings are codes (`cep_core.compiler.expressions`
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -162,6 +169,90 @@ def _tables(start: State, variables: list[str]) -> tuple[dict[str, np.ndarray], 
     return tables, index[id(start)], max(1, max(takes(s) for s in states))
 
 
+Interval = tuple[int, int | None]  # a row count's bounds: lo (COUNT_CAP: at least that), hi
+Facts = dict[str | None, Interval]  # per variable (None: the whole match)
+COUNT_CAP = MAX_OFFSET + 2  # above every k a count is compared with (`_Leaves`, `take`)
+
+
+def _chain(tables: dict[str, npt.NDArray[np.int64]], s: int) -> list[int]:
+    """The states whose edges a computation in state s follows on a row: s, then along
+    its PROCEED edges (`_step_lines`' walk)."""
+    chain = [s]
+    while True:
+        q = chain[-1]
+        off, n = int(tables["tr_off"][q]), int(tables["tr_n"][q])
+        proceed = [int(tables["tr_tgt"][e]) for e in range(off, off + n)
+                   if tables["tr_act"][e] == 1]
+        if not proceed or proceed[0] in chain:
+            return chain
+        chain.append(proceed[0])
+
+
+def _edges_of(tables: dict[str, npt.NDArray[np.int64]], q: int) -> range:
+    off = int(tables["tr_off"][q])
+    return range(off, off + int(tables["tr_n"][q]))
+
+
+def count_facts(tables: dict[str, npt.NDArray[np.int64]], start: int,
+                variables: list[str]) -> list[Facts | None]:
+    """Per state, the bounds of each variable's row count (and the match's) in every
+    record in that state (None: no record is ever in it). The start computation has no
+    rows; a record's state and counts change only where its computation TAKEs a row
+    (`take`: the variable of the state whose edge it is and the match gain one row), and a
+    PROCEED only moves the walk of a row on. Pruning, release, WITHIN and snapshots move
+    handles or copy records whole, so they never put a record in a state with other counts.
+    Counts saturate at COUNT_CAP (a fixed point of interval unions)."""
+    def add(i: Interval) -> Interval:
+        lo, hi = i
+        return min(lo + 1, COUNT_CAP), None if hi is None or hi >= COUNT_CAP else hi + 1
+
+    def join(a: Interval, b: Interval) -> Interval:
+        hi = None if a[1] is None or b[1] is None else max(a[1], b[1])
+        return min(a[0], b[0]), hi
+
+    facts: list[Facts | None] = [None] * len(tables["st_var"])
+    facts[start] = {v: (0, 0) for v in [None, *variables]}
+    work = [start]
+    while work:
+        s = work.pop()
+        here = facts[s]
+        assert here is not None
+        for q in _chain(tables, s):
+            var = int(tables["st_var"][q])
+            for e in _edges_of(tables, q):
+                if tables["tr_act"][e] == 1:
+                    continue
+                after = dict(here)
+                after[None] = add(here[None])
+                if var >= 0:
+                    after[variables[var]] = add(here[variables[var]])
+                tg = int(tables["tr_tgt"][e])
+                old = facts[tg]
+                joined = after if old is None else {v: join(old[v], after[v]) for v in old}
+                if joined != old:
+                    facts[tg] = joined
+                    work.append(tg)
+    return facts
+
+
+def decide(interval: Interval | None, op: str, k: int) -> bool | None:
+    """`count op k` for every count in the interval (True or False), or None: not known."""
+    if interval is None:
+        return None
+    assert 0 <= k < COUNT_CAP
+    lo, hi = interval
+    if op == "==":
+        if lo == hi == k:
+            return True
+        return False if k < lo or (hi is not None and k > hi) else None
+    test = _COMPARE[op]
+    at_hi = test(hi, k) if hi is not None else op in (">", ">=")  # unbounded: large
+    return at_hi if test(lo, k) == at_hi else None
+
+
+_COMPARE = {"<=": operator.le, "<": operator.lt, ">": operator.gt, ">=": operator.ge}
+
+
 # ---------------------------------------------------------------- what a record keeps
 
 
@@ -196,6 +287,20 @@ class _Record:
     def count(self, var: str | None, row: str = "r") -> str:
         return self.read((Tag.CNT, var), INT, row)
 
+    # What is known of the record's counts where code is being generated for records in one
+    # automaton state (`count_facts`; None: nothing): a count test it decides is a constant.
+    facts: Facts | None = None
+
+    def count_test(self, var: str | None, op: str, k: int, row: str = "r") -> str:
+        """`count(var) op k` as code: "True" or "False" where the facts decide it."""
+        known = decide(self.facts[var] if self.facts is not None else None, op, k)
+        return f"({self.count(var, row)} {op} {k})" if known is None else str(known)
+
+    def count_value(self, var: str | None, row: str = "r") -> str:
+        """The count as code: a number where the facts know it."""
+        lo, hi = self.facts[var] if self.facts is not None else (0, None)
+        return str(lo) if lo == hi else self.count(var, row)
+
 
 # ---------------------------------------------------------------- expressions
 
@@ -211,6 +316,8 @@ class _Compiler(ExpressionCompiler):
         if expr is None:
             return "True"
         code = self.compile(expr)
+        if code.null == TRUE:
+            return FALSE
         return code.value if not code.nullable else f"((not {code.null}) & ({code.value}))"
 
     def visit_Unary(self, node: ast.Unary) -> Code:
@@ -278,6 +385,7 @@ class _Compiler(ExpressionCompiler):
             return Code(self.compile(node.args[0]).null)
         if name == "COALESCE":
             codes = [self.compile(arg) for arg in node.args]
+            codes = [c for c in codes[:-1] if c.null != TRUE] + codes[-1:]  # always NULL
             value = codes[-1].value
             for c in reversed(codes[:-1]):
                 value = f"({c.value} if not {c.null} else {value})" if c.nullable else c.value
@@ -290,6 +398,13 @@ class _Compiler(ExpressionCompiler):
         return super().visit_Call(node)
 
 
+def _pick(test: str, then: str, otherwise: str) -> str:
+    """`then if test else otherwise` as code (one of them where the test is a constant)."""
+    return then if test == TRUE else otherwise if test == FALSE else \
+        f"({then} if {test} else {otherwise})"
+
+
+TRUE = "True"  # a NULL flag of what is always NULL (a count test the automaton decides)
 _FUNCTIONS = ("IS_NULL", "COALESCE", "ABS", "SQRT", "FLOOR", "CEIL", "LEAST", "GREATEST",
               "LOWER", "UPPER", "LENGTH")
 
@@ -298,6 +413,8 @@ def _or(*flags: str) -> str:
     flags = tuple(dict.fromkeys(f for f in flags if f != FALSE))
     if not flags:
         return FALSE
+    if TRUE in flags:
+        return TRUE
     return flags[0] if len(flags) == 1 else "(" + " | ".join(f"({f})" for f in flags) + ")"
 
 
@@ -328,7 +445,7 @@ class _Leaves:
         kind = gen.kind(attr)
         gen.track(var, attr, Tag.LAST, k)
         value = gen.rec.read((Tag.LAST, var, attr, k), kind)
-        return Code(value, f"({gen.rec.count(var)} <= {k})")
+        return Code(value, gen.rec.count_test(var, "<=", k))
 
     def aggregate(self, node: ast.Aggregate) -> Code:
         gen, func = self.gen, node.func
@@ -338,7 +455,8 @@ class _Leaves:
         if func is A.COUNT and node.arg is not None and node.arg.name == "":
             var = None  # COUNT(price), parsed as var "price": the rows (columns are never NULL)
         here = self.var is not None and var in (None, self.var)  # the current row counts
-        cnt = gen.rec.count(var)
+        test = gen.rec.count_test
+        cnt = gen.rec.count_value(var)
         gen.rec.col((Tag.CNT, var))
         if func is A.COUNT:
             return Code(f"({cnt} + 1)" if here else cnt)
@@ -356,13 +474,13 @@ class _Leaves:
             if k == 0:
                 return Code(v)
             gen.track(var, attr, Tag.LAST, k - 1)
-            return Code(gen.rec.read((Tag.LAST, var, attr, k - 1), kind), f"({cnt} < {k})")
+            return Code(gen.rec.read((Tag.LAST, var, attr, k - 1), kind), test(var, "<", k))
         if func is A.FIRST:
             gen.track(var, attr, Tag.FIRST, k)
             first = gen.rec.read((Tag.FIRST, var, attr, k), kind)
             if not here:
-                return Code(first, f"({cnt} <= {k})")
-            return Code(f"({first} if {cnt} > {k} else {v})", f"({cnt} < {k})")
+                return Code(first, test(var, "<=", k))
+            return Code(_pick(test(var, ">", k), first, v), test(var, "<", k))
         if kind not in (INT, FLOAT) and func in (A.SUM, A.AVG):
             raise RecognizeUnsupported(f"{func.value.upper()} of a {kind}")
         if kind in (AttrType.STRING, AttrType.BOOL) and func in (A.MIN, A.MAX):
@@ -371,14 +489,14 @@ class _Leaves:
         gen.track(var, attr, tag, 0)
         stored = gen.rec.read((tag, var, attr), kind)
         if func is A.SUM:
-            return Code(f"({stored} + {v})") if here else Code(stored, f"({cnt} == 0)")
+            return Code(f"({stored} + {v})") if here else Code(stored, test(var, "==", 0))
         if func in (A.MIN, A.MAX):
             if not here:
-                return Code(stored, f"({cnt} == 0)")
-            return Code(f"({v} if {cnt} == 0 else {func.value}({stored}, {v}))")
+                return Code(stored, test(var, "==", 0))
+            return Code(_pick(test(var, "==", 0), v, f"{func.value}({stored}, {v})"))
         if func is A.AVG:
             total, n = (f"({stored} + {v})", f"({cnt} + 1)") if here else (stored, cnt)
-            null = FALSE if here else f"({cnt} == 0)"
+            null = FALSE if here else test(var, "==", 0)
             if kind == INT:
                 return Code(f"jdiv({total}, max({n}, 1))", null)
             return Code(f"({total} / max({n}, 1))", null)
@@ -418,6 +536,12 @@ class _Generator:
         self.tracked: dict[tuple[str | None, str], set[tuple[Tag, int]]] = {}
         self.constants = StringConstants()
         self.defined: set[int] = set()  # numbers of the variables with a DEFINE
+        # per automaton state (`count_facts`), and the generated functions the step of a
+        # record in a state calls (`_specialise`): DEFINE (variable, state) -> name,
+        # TAKE (state, variable, target) -> names of its copying and in-place forms
+        self.facts: list[Facts | None] = []
+        self.define_names: dict[tuple[int, int], str] = {}
+        self.take_names: dict[tuple[int, int, int], tuple[str, str]] = {}
 
     def kind(self, attr: str) -> AttrType:
         kind = self.schema.attributes[attr]
@@ -445,17 +569,30 @@ class _Generator:
     def compiler(self, var: str | None) -> _Compiler:
         return _Compiler(_Leaves(self, var), self.constants, self.checked.types)
 
-    def take_lines(self) -> list[str]:
-        """Record `dst` := record `src` plus the current row as variable `v`: updates of
-        what is kept over all rows, then of each variable's own."""
-        per_var: dict[str | None, list[str]] = {}
-        for var in [None, *self.variables]:
-            lines = []
+    @contextmanager
+    def knowing(self, facts: Facts | None) -> Iterator[None]:
+        """Code generated meanwhile is for records with these counts (`count_facts`)."""
+        self.rec.facts = facts
+        try:
+            yield
+        finally:
+            self.rec.facts = None
+
+    def take_lines(self, number: int, state: int) -> list[str]:
+        """Record `dst` := record `src` plus the current row as variable `number` (-1:
+        none), in automaton state `state`: its first row's fields where it had none, updates
+        of what is kept over all rows, then of the variable's own."""
+        S = rt
+        test = self.rec.count_test
+        lines = [f"rec_i[dst, {S.STATE}] = {state}",
+                 *_when(test(None, "==", 0, "dst"), [f"rec_i[dst, {S.START}] = idx",
+                                                     f"rec_i[dst, {S.START_TS}] = t",
+                                                     f"rec_i[dst, {S.START_SEQ}] = sq"])]
+        for var in [None] if number < 0 else [None, self.variables[number]]:
             for (tvar, attr), wants in self.tracked.items():
                 if tvar != var:
                     continue
                 v = self.value(attr)
-                cnt = self.rec.count(var, "dst")
                 lasts = sorted(k for what, k in wants if what is Tag.LAST)
                 for k in range(max(lasts) if lasts else -1, 0, -1):
                     lines.append(f"{self.rec.read((Tag.LAST, var, attr, k), INT, 'dst')} = "
@@ -464,32 +601,34 @@ class _Generator:
                     lines.append(f"{self.rec.read((Tag.LAST, var, attr, 0), INT, 'dst')} = {v}")
                 for what, k in sorted(wants):
                     if what is Tag.FIRST:
-                        lines.append(f"if {cnt} == {k}:")
-                        lines.append(f"    {self.rec.read((Tag.FIRST, var, attr, k), INT, 'dst')}"
-                                     f" = {v}")
+                        ref = self.rec.read((Tag.FIRST, var, attr, k), INT, "dst")
+                        lines += _when(test(var, "==", k, "dst"), [f"{ref} = {v}"])
                     elif what is Tag.SUM:
                         ref = self.rec.read((Tag.SUM, var, attr), INT, "dst")
                         lines.append(f"{ref} += {v}")
                     elif what in (Tag.MIN, Tag.MAX):
                         ref = self.rec.read((what, var, attr), INT, "dst")
-                        lines.append(f"{ref} = {v} if {cnt} == 0 else {what}({ref}, {v})")
+                        either = _pick(test(var, "==", 0, "dst"), v, f"{what}({ref}, {v})")
+                        lines.append(f"{ref} = {either}")
             for key in ((Tag.FIDX, var), (Tag.LIDX, var)):
                 if key in self.rec.kind_of:
                     ref = self.rec.read(key, INT, "dst")
                     if key[0] is Tag.FIDX:
-                        lines.append(f"if {self.rec.count(var, 'dst')} == 0:")
-                        lines.append(f"    {ref} = idx")
+                        lines += _when(test(var, "==", 0, "dst"), [f"{ref} = idx"])
                     else:
                         lines.append(f"{ref} = idx")
             if var is not None and (Tag.CNT, var) in self.rec.kind_of:
                 lines.append(f"{self.rec.count(var, 'dst')} += 1")
-            per_var[var] = lines
-        out = per_var[None]
-        for number, var in enumerate(self.variables):
-            if per_var[var]:
-                out.append(f"if v == {number}:")
-                out += ["    " + line for line in per_var[var]]
-        return out
+        return lines + [f"rec_i[dst, {S.LAST_IDX}] = idx",
+                        f"rec_i[dst, {S.LAST_SEQ}] = sq",
+                        f"rec_i[dst, {S.COUNT}] += 1"]
+
+
+def _when(test: str, body: list[str]) -> list[str]:
+    """`if test:` and the body, or the body alone, or nothing (a constant test)."""
+    if test == TRUE:
+        return body
+    return [] if test == FALSE else [f"if {test}:", *_indent(body)]
 
 
 def _indent(lines: list[str], depth: int = 1) -> list[str]:
@@ -532,14 +671,15 @@ def compile_recognize(checked: CheckedQuery) -> RecognizeProgram:
     if body.skip in (ast.SkipTo.FIRST, ast.SkipTo.LAST):
         gen.rec.col((Tag.CNT, body.skip_var))
         gen.rec.col((Tag.FIDX if body.skip is ast.SkipTo.FIRST else Tag.LIDX, body.skip_var))
-    take = gen.take_lines()
+    gen.facts = count_facts(tables, start, variables)
+    defs, take = _specialise(gen, tables, defines, dfn)
 
     outputs = [a.name for a in checked.query.partition_by] + [m.name for m in measures]
     if body.select is not None:
         wanted = {a.name for a in body.select}
         outputs = [name for name in outputs if name in wanted]
     within = checked.time_units(body.within) if body.within is not None else -1
-    source = _module_source(gen, body, tables, start, max_takes, dfn, take, emit, measures)
+    source = _module_source(gen, body, tables, start, max_takes, defs, take, emit, measures)
     module = load_module(source)
     uses_tables = any(f"{t}[" in source for t in STRING_TABLE_PARAMS.split(", "))
     string_columns = [column for key, column in gen.rec.ints.items()
@@ -553,6 +693,58 @@ def compile_recognize(checked: CheckedQuery) -> RecognizeProgram:
         tables=tables, start_state=start, max_takes=max_takes, within=within,
         measures=measures, outputs=outputs, constants=gen.constants,
         uses_tables=uses_tables, source=source)
+
+
+def _specialise(gen: _Generator, tables: dict[str, npt.NDArray[np.int64]],
+                defines: dict[str, ast.Expr], dfn: dict[int, str]
+                ) -> tuple[dict[str, str], dict[str, tuple[bool, list[str]]]]:
+    """The DEFINEs and TAKEs the kernel's step calls, each generated for the records of
+    one automaton state, where what `count_facts` knows of their counts makes count tests
+    constants (the same text for several states: one function). Returns the DEFINE bodies
+    and the TAKE bodies (with whether it copies `src` first) by function name, and fills
+    in gen.define_names and gen.take_names."""
+    st_final, st_var = tables["st_final"].tolist(), tables["st_var"].tolist()
+    tr_act, tr_tgt = tables["tr_act"].tolist(), tables["tr_tgt"].tolist()
+    tr_var, tr_unl = tables["tr_var"].tolist(), tables["tr_unl"].tolist()
+    defs: dict[str, str] = {}
+    named: dict[str, str] = {}  # DEFINE body -> its function
+    takes: dict[str, tuple[bool, list[str]]] = {}
+    take_named: dict[str, tuple[str, str]] = {}  # TAKE body -> its functions
+
+    def tested(e: int) -> list[int]:  # the variables whose DEFINEs edge e's condition reads
+        return ([tr_var[e]] if tr_var[e] >= 0 else []) + \
+            [w for w in range(len(gen.variables)) if (tr_unl[e] >> w) & 1]
+
+    for s, facts in enumerate(gen.facts):
+        if facts is None or st_final[s] == 1:
+            continue  # never a partial match's state
+        wanted: set[int] = set()
+        for q in _chain(tables, s):
+            for e in _edges_of(tables, q):
+                wanted.update(tested(e))
+                if tr_act[e] == 1:
+                    continue
+                tg = tr_tgt[e]
+                for r in _chain(tables, tg):  # whether tg PROCEEDs to the final state
+                    wanted.update(w for e2 in _edges_of(tables, r) if tr_act[e2] == 1
+                                  for w in tested(e2))
+                with gen.knowing(facts):
+                    body = gen.take_lines(st_var[q], tg)
+                text = "\n".join(body)
+                if text not in take_named:
+                    n = len(take_named)
+                    take_named[text] = (f"take{n}", f"take_here{n}")
+                    takes[f"take{n}"], takes[f"take_here{n}"] = (True, body), (False, body)
+                gen.take_names[(s, st_var[q], tg)] = take_named[text]
+        for v in sorted(wanted & set(dfn)):
+            var = gen.variables[v]
+            with gen.knowing(facts):
+                condition = gen.compiler(var).condition(defines[var])
+            if condition not in named:
+                named[condition] = f"d{v}" if condition == dfn[v] else f"d{v}_{s}"
+                defs[named[condition]] = condition
+            gen.define_names[(v, s)] = named[condition]
+    return defs, takes
 
 
 def emit_args(measures: list[MeasureSpec]) -> list[str]:
@@ -621,11 +813,14 @@ def _step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: 
     def edges(s: int) -> range:
         return range(tr_off[s], tr_off[s] + tr_n[s])
 
+    source = start  # the state of the record whose step is being generated
+
     def holds(v: int) -> list[str]:  # m<v> := the DEFINE of variable v, once
         if v not in defined:
             return [f"m{v} = 1"]
+        name = gen.define_names[(v, source)]
         return [f"if m{v} < 0:",
-                f"    m{v} = 1 if d{v}(rec_i, rec_f, c, {row}, {tab}) else 0"]
+                f"    m{v} = 1 if {name}(rec_i, rec_f, c, {row}, {tab}) else 0"]
 
     def edge_ok(e: int, flag: str, body: list[str]) -> list[str]:
         """`body` where edge e's condition holds (its variable's DEFINE and none of its
@@ -684,18 +879,20 @@ def _step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: 
 
     branches: list[tuple[int, list[str], list[tuple[int, int]]]] = []
     for s in range(len(st_var)):
-        if st_final[s] == 1 or tr_n[s] == 0:
-            continue
+        if st_final[s] == 1 or tr_n[s] == 0 or gen.facts[s] is None:
+            continue  # no partial match is ever in state s
         takes = []
+        source = s
         evaluate = walk(s, 0, frozenset())
         branches.append((s, evaluate, takes))
 
-    def block(evaluate: list[str], its_takes: list[tuple[int, int]]) -> list[str]:
+    def block(s: int, evaluate: list[str], its_takes: list[tuple[int, int]]) -> list[str]:
         n = len(its_takes)
         lines = ["kept = False"]
         lines += [f"f{i} = False" for i in range(n)] + [f"r{i} = False" for i in range(n)]
         lines += evaluate
         for i, (var, tg) in enumerate(its_takes):
+            copy, here = gen.take_names[(s, var, tg)]
             later = " or ".join(f"f{j}" for j in range(i + 1, n))
             lines.append(f"if f{i}:")
             act = []
@@ -703,10 +900,10 @@ def _step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: 
             act += [f"if {reuse}:",
                     "    d = c",
                     "    kept = True",
-                    f"    take_here(rec_i, rec_f, d, {var}, {tg}, idx, sq, {row})",
+                    f"    {here}(rec_i, rec_f, d, idx, sq, {row})",
                     "else:",
                     *_indent(_alloc("d")),
-                    f"    take(rec_i, rec_f, c, d, {var}, {tg}, idx, sq, {row})"]
+                    f"    {copy}(rec_i, rec_f, c, d, idx, sq, {row})"]
             if st_final[tg] == 1:  # a TAKE into the final state: completed now
                 act.append("nlc = heap_add(lc, 0, nlc, d, rec_i)")
             else:
@@ -725,7 +922,7 @@ def _step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: 
     step = ["c = ph[pb + j]", f"s = rec_i[c, {S.STATE}]", *memo]
     for number, (s, evaluate, its_takes) in enumerate(branches):
         step.append(f"{'if' if number == 0 else 'elif'} s == {s}:")
-        step += _indent(block(evaluate, its_takes))
+        step += _indent(block(s, evaluate, its_takes))
     if not branches:
         step.append("kept = False")
     else:
@@ -737,7 +934,7 @@ def _step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: 
     first = ["c = 0", *memo]
     for s, evaluate, its_takes in branches:
         if s == start:
-            first += block(evaluate, its_takes)
+            first += block(s, evaluate, its_takes)
     first += ["lp[nlp] = 0", "nlp += 1"]
     return step, first
 
@@ -756,37 +953,25 @@ def _depth(line: str) -> int:
 
 def _module_source(gen: _Generator, body: ast.RecognizeQuery,
                    tables: dict[str, npt.NDArray[np.int64]], start: int, max_takes: int,
-                   dfn: dict[int, str], take: list[str], emit: list[str],
-                   measures: list[MeasureSpec]) -> str:
+                   dfn: dict[str, str], take: dict[str, tuple[bool, list[str]]],
+                   emit: list[str], measures: list[MeasureSpec]) -> str:
     row = ", ".join(["t"] + [f"a{j}" for j in range(len(gen.columns))])
     tab = "sc, " + STRING_TABLE_PARAMS + ", pt"  # pt: MATCH_PROCTIME (the call's clock)
     outs = ", ".join(["out_key", "out_start", "out_end"] + emit_args(measures))
     final = int(np.flatnonzero(tables["st_final"] == 1)[0])
     S = rt
-    take_body = [  # on `dst`, a copy of the record taking the row (or that record itself)
-        f"rec_i[dst, {S.STATE}] = st",
-        f"if rec_i[dst, {S.COUNT}] == 0:",
-        f"    rec_i[dst, {S.START}] = idx",
-        f"    rec_i[dst, {S.START_TS}] = t",
-        f"    rec_i[dst, {S.START_SEQ}] = sq",
-        *take,
-        f"rec_i[dst, {S.LAST_IDX}] = idx",
-        f"rec_i[dst, {S.LAST_SEQ}] = sq",
-        f"rec_i[dst, {S.COUNT}] += 1"]
     lines = [
         "from cep_core.kernels.recognize_runtime import heap_add, heap_poll, jdiv, jmod, prune",
         "", "",
-        *[line for v, condition in dfn.items() for line in (
+        *[line for name, condition in dfn.items() for line in (
             "@njit(cache=True, error_model='numpy')",
-            f"def d{v}(rec_i, rec_f, r, {row}, {tab}):",
+            f"def {name}(rec_i, rec_f, r, {row}, {tab}):",
             f"    return {condition}", "", "")],
-        "@njit(cache=True, error_model='numpy')",
-        f"def take(rec_i, rec_f, src, dst, v, st, idx, sq, {row}):",
-        *_indent(_copy("src", "dst", gen)),
-        *_indent(take_body), "", "",
-        "@njit(cache=True, error_model='numpy')",
-        f"def take_here(rec_i, rec_f, dst, v, st, idx, sq, {row}):",
-        *_indent(take_body), "", "",
+        *[line for name, (copies, body) in take.items() for line in (
+            "@njit(cache=True, error_model='numpy')",
+            f"def {name}(rec_i, rec_f, {'src, ' if copies else ''}dst, idx, sq, {row}):",
+            *_indent(_copy("src", "dst", gen) if copies else []),
+            *_indent(body), "", "")],
         "@njit(cache=True, error_model='numpy')",
         f"def emit(rec_i, rec_f, r, now, no, {outs}, {tab}):",
         *_indent(emit or ["pass"]), "", "",
