@@ -373,3 +373,18 @@ def test_defines_and_takes_are_generated_per_state_without_the_count_tests_it_de
     # the take from the start state (the match's first row) writes where it starts
     assert sum(f"rec_i[dst, {rt.START}] = idx" in body for body in takes) == 2
     _same(checked, _events(differential.rows(300, random.Random(5))), (13, 2))
+
+
+def test_the_start_computations_new_record_is_zeroed_not_copied_from_record_0():
+    # record 0 (the start computation) is zeros but its START, which every take from it
+    # writes: the first step writes constants instead of loading record 0 column by column
+    checked = _strict(
+        "SELECT * FROM quotes MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY ts "
+        "MEASURES FIRST(A.price) AS fa, AVG(price) AS mean ONE ROW PER MATCH "
+        "PATTERN (A B+ C) "
+        "DEFINE B AS B.price > A.price, C AS C.price < LAST(B.price)) AS T")
+    source = compile_recognize(checked).source
+    first_step = source.split("\n            c = 0\n", 1)[1].split("lp[nlp] = 0", 1)[0]
+    assert "rec_i[d, c_] = 0" in first_step
+    assert "(rec_i, rec_f, c, d," not in first_step  # no copying take
+    _same(checked, _events(differential.rows(300, random.Random(7))), (13, 2))

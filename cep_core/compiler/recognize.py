@@ -782,6 +782,18 @@ def _copy(src: str, dst: str, gen: _Generator) -> list[str]:
     return lines
 
 
+def _zero(dst: str, gen: _Generator) -> list[str]:
+    """Record `dst` := the start computation's record 0 as its TAKE reads it: zeros (its
+    START, NEVER, is written by every TAKE from it). Constants, not a copy: the compiler
+    cannot tell record 0 from `dst`, so a copy is a load and a store per column."""
+    lines = [f"for c_ in range({len(rt.REC_FIXED) + len(gen.rec.ints) - 1}):",
+             f"    rec_i[{dst}, c_] = 0"]
+    if gen.rec.floats:
+        lines += [f"for c_ in range({len(gen.rec.floats)}):",
+                  f"    rec_f[{dst}, c_] = 0.0"]
+    return lines
+
+
 def _step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: str,
                 tab: str, final: int, start: int) -> tuple[list[str], list[str]]:
     """One computation `c` (partial match j of the key's queue) on the current row, its
@@ -795,7 +807,8 @@ def _step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: 
     -1 not yet, 0 false, 1 true): which TAKE edges fire (`f<i>`) and whether each target
     PROCEEDs to the final state (`r<i>`). Then the TAKEs are made in the walk's order, the
     same queue adds as Flink's: each into a new record, except the last, which reuses `c`'s
-    (no copy; `c` is dropped after its step anyway) unless `c` is the start computation.
+    (no copy; `c` is dropped after its step anyway) unless `c` is the start computation,
+    whose new records are zeroed (`_zero`) instead of copied from its record 0.
 
     A key's queue of partial matches is always sorted by start (its heap then needs no
     sifting): the kernel steps it in order, each computation's new ones start where it did,
@@ -886,7 +899,8 @@ def _step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: 
         evaluate = walk(s, 0, frozenset())
         branches.append((s, evaluate, takes))
 
-    def block(s: int, evaluate: list[str], its_takes: list[tuple[int, int]]) -> list[str]:
+    def block(s: int, evaluate: list[str], its_takes: list[tuple[int, int]],
+              fresh: bool = False) -> list[str]:  # fresh: `c` is the start computation
         n = len(its_takes)
         lines = ["kept = False"]
         lines += [f"f{i} = False" for i in range(n)] + [f"r{i} = False" for i in range(n)]
@@ -897,13 +911,17 @@ def _step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: 
             lines.append(f"if f{i}:")
             act = []
             reuse = f"c != 0 and not ({later})" if later else "c != 0"
-            act += [f"if {reuse}:",
-                    "    d = c",
-                    "    kept = True",
-                    f"    {here}(rec_i, rec_f, d, idx, sq, {row})",
-                    "else:",
-                    *_indent(_alloc("d")),
-                    f"    {copy}(rec_i, rec_f, c, d, idx, sq, {row})"]
+            if fresh:
+                act += [*_alloc("d"), *_zero("d", gen),
+                        f"{here}(rec_i, rec_f, d, idx, sq, {row})"]
+            else:
+                act += [f"if {reuse}:",
+                        "    d = c",
+                        "    kept = True",
+                        f"    {here}(rec_i, rec_f, d, idx, sq, {row})",
+                        "else:",
+                        *_indent(_alloc("d")),
+                        f"    {copy}(rec_i, rec_f, c, d, idx, sq, {row})"]
             if st_final[tg] == 1:  # a TAKE into the final state: completed now
                 act.append("nlc = heap_add(lc, 0, nlc, d, rec_i)")
             else:
@@ -934,7 +952,7 @@ def _step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: 
     first = ["c = 0", *memo]
     for s, evaluate, its_takes in branches:
         if s == start:
-            first += block(s, evaluate, its_takes)
+            first += block(s, evaluate, its_takes, fresh=True)
     first += ["lp[nlp] = 0", "nlp += 1"]
     return step, first
 
