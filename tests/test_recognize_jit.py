@@ -290,6 +290,51 @@ def test_rows_stepped_key_by_key_leave_in_the_order_of_the_batch(monkeypatch, ch
     assert engine.flush() == other.flush()
 
 
+_GROUPED = {
+    "clicks": ("SELECT * FROM clicks MATCH_RECOGNIZE (PARTITION BY session ORDER BY ts "
+               "MEASURES FIRST(A.latency) AS fl, LAST(B.page) AS lp, LAST(B.bot) AS lb, "
+               "COUNT(*) AS n ONE ROW PER MATCH AFTER MATCH SKIP TO NEXT ROW "
+               "PATTERN (A B+? C) DEFINE A AS NOT A.bot, "
+               "B AS B.latency > PREV(latency) OR B.bot, "
+               "C AS C.page = 'cart' AND NOT C.bot) AS T"),
+    "ticks": ("SELECT * FROM ticks MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY time "
+              "MEASURES FIRST(A.price) AS fa, LAST(B.price) AS lb, SUM(B.volume) AS v "
+              "ONE ROW PER MATCH AFTER MATCH SKIP TO NEXT ROW PATTERN (A B+ C) "
+              "DEFINE B AS B.price > PREV(price) AND B.volume > 2, "
+              "C AS C.price < A.price) AS T"),
+}
+
+
+@pytest.mark.parametrize("stream", sorted(_GROUPED))
+def test_bool_string_and_float_columns_pass_through_the_grouping(monkeypatch, stream):
+    # the kernel's grouping copies each row's columns key by key (bool, string codes,
+    # floats): small chunks, keys interleaved, the interpreter engine's answers
+    import cep_core.engine.recognize as engine_module
+
+    monkeypatch.setattr(engine_module, "CHUNK", 7)
+    checked = _strict(_GROUPED[stream])
+    program = compile_recognize(checked)
+    rng = random.Random(7)
+    events = []
+    for i in range(500):
+        ts = 1000 * (i + 1)
+        if stream == "clicks":
+            row = {"session": rng.choice("uvwxy"), "page": rng.choice(["home", "cart"]),
+                   "url": "/", "referrer": "", "bot": rng.random() < 0.3,
+                   "latency": rng.randint(1, 9), "ts": ts}
+        else:
+            row = {"symbol": rng.choice("PQRST"), "price": rng.randint(90, 110) / 4,
+                   "volume": rng.randint(1, 5), "time": ts}
+        events.append(Event(i, ts, row))
+    strings = StringDictionary()
+    engine = RecognizeEngine(program, strings)
+    other = RecognizeInterpreterEngine(checked, StringDictionary())
+    got = engine.process(BatchEncoder(checked.schema, strings).from_events(events))
+    want = other.process(BatchEncoder(checked.schema, other.strings).from_events(events))
+    assert len(want) > 20 and got == want
+    assert engine.flush() == other.flush()
+
+
 def test_a_keys_queue_of_partial_matches_stays_sorted_by_start():
     # the kernel appends to a key's new queue instead of sifting a heap
     # (compiler/recognize.py _step_lines): each queue must be sorted by start, the start
