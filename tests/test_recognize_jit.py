@@ -87,6 +87,17 @@ def _same(checked, stream, sizes, restore_at=None, compact=False):
     return want[0]
 
 
+def _beside_interpreter(checked, events):
+    """The jit engine and the interpreter engine after each processed `events` as one
+    batch, and their composite events."""
+    strings = StringDictionary()
+    engine = jit(checked, strings)
+    other = RecognizeInterpreterEngine(checked, StringDictionary())
+    got = engine.process(BatchEncoder(checked.schema, strings).from_events(events))
+    want = other.process(BatchEncoder(checked.schema, other.strings).from_events(events))
+    return engine, other, got, want
+
+
 def _first_difference(want, got) -> str:
     for i, (w, g) in enumerate(zip(want, got)):
         if w != g:
@@ -280,11 +291,7 @@ def test_rows_stepped_key_by_key_leave_in_the_order_of_the_batch(monkeypatch, ch
         ts = 1000 * (i + 1) - (5000 if i == 300 else 0)  # row 300 goes back in time
         events.append(Event(i, ts, {"symbol": symbol, "price": price[symbol],
                                     "volume": 1, "ts": ts, "seqNum": i}))
-    strings = StringDictionary()
-    engine = jit(checked, strings)
-    other = RecognizeInterpreterEngine(checked, StringDictionary())
-    got = engine.process(BatchEncoder(checked.schema, strings).from_events(events))
-    want = other.process(BatchEncoder(checked.schema, other.strings).from_events(events))
+    engine, other, got, want = _beside_interpreter(checked, events)
     assert len(want) > 100 and got == want
     assert engine.dead_letters == other.dead_letters and engine.dead_letters
     assert engine.flush() == other.flush()
@@ -313,7 +320,6 @@ def test_bool_string_and_float_columns_pass_through_the_grouping(monkeypatch, st
 
     monkeypatch.setattr(engine_module, "CHUNK", 7)
     checked = _strict(_GROUPED[stream])
-    program = compile_recognize(checked)
     rng = random.Random(7)
     events = []
     for i in range(500):
@@ -326,11 +332,7 @@ def test_bool_string_and_float_columns_pass_through_the_grouping(monkeypatch, st
             row = {"symbol": rng.choice("PQRST"), "price": rng.randint(90, 110) / 4,
                    "volume": rng.randint(1, 5), "time": ts}
         events.append(Event(i, ts, row))
-    strings = StringDictionary()
-    engine = RecognizeEngine(program, strings)
-    other = RecognizeInterpreterEngine(checked, StringDictionary())
-    got = engine.process(BatchEncoder(checked.schema, strings).from_events(events))
-    want = other.process(BatchEncoder(checked.schema, other.strings).from_events(events))
+    engine, other, got, want = _beside_interpreter(checked, events)
     assert len(want) > 20 and got == want
     assert engine.flush() == other.flush()
 

@@ -180,8 +180,7 @@ def _chain(tables: dict[str, npt.NDArray[np.int64]], s: int) -> list[int]:
     chain = [s]
     while True:
         q = chain[-1]
-        off, n = int(tables["tr_off"][q]), int(tables["tr_n"][q])
-        proceed = [int(tables["tr_tgt"][e]) for e in range(off, off + n)
+        proceed = [int(tables["tr_tgt"][e]) for e in _edges_of(tables, q)
                    if tables["tr_act"][e] == 1]
         if not proceed or proceed[0] in chain:
             return chain
@@ -772,25 +771,17 @@ def kernel_args(program: RecognizeProgram) -> list[str]:
 STATE_ARGS = rt.STATE_ARGS
 
 
-def _copy(src: str, dst: str, gen: _Generator) -> list[str]:
-    """Record `dst` := record `src`, column by column (no slices: no array views made)."""
+def _copy(src: str | None, dst: str, gen: _Generator) -> list[str]:
+    """Record `dst` := record `src`, column by column (no slices: no array views made).
+    `src` None: the start computation's record 0 as its TAKE reads it, zeros (its START,
+    NEVER, is written by every TAKE from it), as constants: the compiler cannot tell record
+    0 from `dst`, so copying it is a load and a store per column."""
+    ints, floats = ("0", "0.0") if src is None else (f"rec_i[{src}, c_]", f"rec_f[{src}, c_]")
     lines = [f"for c_ in range({len(rt.REC_FIXED) + len(gen.rec.ints) - 1}):",
-             f"    rec_i[{dst}, c_] = rec_i[{src}, c_]"]
+             f"    rec_i[{dst}, c_] = {ints}"]
     if gen.rec.floats:
         lines += [f"for c_ in range({len(gen.rec.floats)}):",
-                  f"    rec_f[{dst}, c_] = rec_f[{src}, c_]"]
-    return lines
-
-
-def _zero(dst: str, gen: _Generator) -> list[str]:
-    """Record `dst` := the start computation's record 0 as its TAKE reads it: zeros (its
-    START, NEVER, is written by every TAKE from it). Constants, not a copy: the compiler
-    cannot tell record 0 from `dst`, so a copy is a load and a store per column."""
-    lines = [f"for c_ in range({len(rt.REC_FIXED) + len(gen.rec.ints) - 1}):",
-             f"    rec_i[{dst}, c_] = 0"]
-    if gen.rec.floats:
-        lines += [f"for c_ in range({len(gen.rec.floats)}):",
-                  f"    rec_f[{dst}, c_] = 0.0"]
+                  f"    rec_f[{dst}, c_] = {floats}"]
     return lines
 
 
@@ -808,7 +799,7 @@ def _step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: 
     PROCEEDs to the final state (`r<i>`). Then the TAKEs are made in the walk's order, the
     same queue adds as Flink's: each into a new record, except the last, which reuses `c`'s
     (no copy; `c` is dropped after its step anyway) unless `c` is the start computation,
-    whose new records are zeroed (`_zero`) instead of copied from its record 0.
+    whose new records are zeroed (`_copy` of None) instead of copied from its record 0.
 
     A key's queue of partial matches is always sorted by start (its heap then needs no
     sifting): the kernel steps it in order, each computation's new ones start where it did,
@@ -817,14 +808,11 @@ def _step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: 
     appended to (`lp`), as Java's PriorityQueue.add would place each one."""
     S = rt
     st_var, st_final = tables["st_var"].tolist(), tables["st_final"].tolist()
-    tr_off, tr_n = tables["tr_off"].tolist(), tables["tr_n"].tolist()
+    tr_n = tables["tr_n"].tolist()
     tr_act, tr_tgt = tables["tr_act"].tolist(), tables["tr_tgt"].tolist()
     tr_var, tr_unl = tables["tr_var"].tolist(), tables["tr_unl"].tolist()
     nvars = len(gen.variables)
     defined = gen.defined
-
-    def edges(s: int) -> range:
-        return range(tr_off[s], tr_off[s] + tr_n[s])
 
     source = start  # the state of the record whose step is being generated
 
@@ -856,7 +844,7 @@ def _step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: 
         depth, q, seen = 0, tg, set()
         while q not in seen:
             seen.add(q)
-            proceed = [e for e in edges(q) if tr_act[e] == 1]
+            proceed = [e for e in _edges_of(tables, q) if tr_act[e] == 1]
             if not proceed:
                 break
             [e] = proceed
@@ -876,7 +864,7 @@ def _step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: 
         assert s not in seen, "a cycle of PROCEED edges"  # never from compile_nfa
         lines: list[str] = []
         follow = None
-        for e in edges(s):
+        for e in _edges_of(tables, s):
             if tr_act[e] == 1:
                 follow = e
                 continue
@@ -912,7 +900,7 @@ def _step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: 
             act = []
             reuse = f"c != 0 and not ({later})" if later else "c != 0"
             if fresh:
-                act += [*_alloc("d"), *_zero("d", gen),
+                act += [*_alloc("d"), *_copy(None, "d", gen),
                         f"{here}(rec_i, rec_f, d, idx, sq, {row})"]
             else:
                 act += [f"if {reuse}:",
