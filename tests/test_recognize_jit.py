@@ -29,6 +29,7 @@ from cep_core.engine_factory import compile_program, create_engine
 from cep_core.errors import QueryError, QueryErrors
 from cep_core.events import Event, Punctuation
 from cep_core.kernels import recognize_runtime as rt
+from cep_core.workloads import MSHAPE_RECOGNIZE_DEFINE
 from cep_core.recognize_pattern import recognize_elements
 from cep_core.reference.recognize import RecognizeRuntimeError
 from engine_harness import FULL, jit_run, new_shapes, reference_run
@@ -248,6 +249,21 @@ def test_a_skip_to_a_missing_variable_stops_the_query_as_flinks_does():
     _same(checked, events, (3,))
 
 
+def test_a_skip_that_stops_the_query_names_the_first_row_it_stops_on_in_a_batch():
+    # two partitions, both stopping: the message names the earlier row in the batch (the
+    # kernel of a query whose skip can stop it takes rows in their order, not key by key)
+    text = ("SELECT * FROM quotes MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY ts "
+            "MEASURES COUNT(*) AS n ONE ROW PER MATCH AFTER MATCH SKIP TO FIRST B "
+            "PATTERN (A B* C) DEFINE B AS B.price > 1000, C AS C.price > 0) AS T")
+    checked = _strict(text)
+    rows = [{"symbol": s, "price": 5, "volume": 1, "ts": 1_000 * (i + 1), "seqNum": i}
+            for i, s in enumerate("BAAB")]  # A's match ends on seq 2, B's on seq 3
+    with pytest.raises(RecognizeRuntimeError, match="rows 1-2"):
+        reference.run([checked], _events(rows))
+    for sizes in ((4,), (1,), (2, 2)):
+        _same(checked, _events(rows), sizes)
+
+
 def test_the_planner_runs_the_jit_where_it_compiles_and_the_interpreter_elsewhere():
     ok = _checked(JITTED[0][1])
     assert isinstance(create_engine(ok, StringDictionary()), RecognizeEngine)
@@ -425,13 +441,169 @@ def test_defines_and_takes_are_generated_per_state_without_the_count_tests_it_de
 def test_the_start_computations_new_record_is_zeroed_not_copied_from_record_0():
     # record 0 (the start computation) is zeros but its START, which every take from it
     # writes: the first step writes constants instead of loading record 0 column by column
+    # (the computations layout: SUM(B.price) differs between partial matches of one start)
     checked = _strict(
         "SELECT * FROM quotes MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY ts "
-        "MEASURES FIRST(A.price) AS fa, AVG(price) AS mean ONE ROW PER MATCH "
+        "MEASURES FIRST(A.price) AS fa, SUM(B.price) AS sb ONE ROW PER MATCH "
         "PATTERN (A B+ C) "
         "DEFINE B AS B.price > A.price, C AS C.price < LAST(B.price)) AS T")
-    source = compile_recognize(checked).source
+    program = compile_recognize(checked)
+    assert program.layout == rt.COMPUTATIONS
+    source = program.source
     first_step = source.split("\n            c = 0\n", 1)[1].split("lp[nlp] = 0", 1)[0]
     assert "rec_i[d, c_] = 0" in first_step
     assert "(rec_i, rec_f, c, d," not in first_step  # no copying take
     _same(checked, _events(differential.rows(300, random.Random(7))), (13, 2))
+
+
+# ---------------------------------------------------------------- the runs layout
+
+_RUNS_MEASURES = ["COUNT(*) AS n", "MAX(price) AS hi", "SUM(volume) AS vol",
+                  "FIRST(A.seqNum) AS first_seq", "LAST(price) AS last_price",
+                  "FIRST(price, 1) AS second", "AVG(price) AS mean", "MIN(volume) AS lo"]
+
+
+def _runs_statement(rng: random.Random) -> str:
+    """A statement whose partial matches of one start read alike (`_runs_plan`): A, the
+    first row, then variables whose DEFINEs read A's row, the row before (PREV, or LAST
+    of the variable before as the M-shape does) and the current row."""
+    n = rng.randint(2, 5)
+    names = ["A", "B", "C", "D", "E"][:n]
+    middle = ["", "+", "*", "?", "{2}", "{1,3}", "+?", "*?", "{2,}"]
+    last = ["", "{2}", "+?", "*?", "{1,3}?", "?"]
+    quantified = [""] + [rng.choice(middle) for _ in names[1:-1]] + [rng.choice(last)]
+    pattern = " ".join(v + q for v, q in zip(names, quantified))
+    defines = []
+    for i, v in enumerate(names[1:], 1):
+        before = names[i - 1]
+        prev = f"COALESCE(LAST({v}.price, 1), LAST({before}.price))"
+        tests = [f"{v}.price > A.price", f"{v}.price < A.price", f"{v}.price >= {prev}",
+                 f"{v}.price < {prev}", f"{v}.price <= PREV(price)", f"{v}.volume > 4",
+                 f"{v}.price - A.price > 2", "COUNT(*) < 6"]
+        test = " AND ".join(rng.sample(tests, rng.randint(1, 2)))
+        if rng.random() < 0.2:
+            test = f"({test}) OR {v}.volume = 9"
+        defines.append(f"{v} AS {test}")
+    skip = rng.choice(["AFTER MATCH SKIP PAST LAST ROW", "AFTER MATCH SKIP TO NEXT ROW", ""])
+    within = rng.choice(["", "", "WITHIN INTERVAL '9' SECOND"])
+    measures = ", ".join(rng.sample(_RUNS_MEASURES, rng.randint(1, 4)) +
+                         [f"LAST({names[-1]}.seqNum) AS last_seq"])
+    return ("SELECT * FROM quotes MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY ts "
+            f"MEASURES {measures} ONE ROW PER MATCH {skip} PATTERN ({pattern}) {within} "
+            f"DEFINE {', '.join(defines)}) AS T")
+
+
+def _flat_rows(count: int, rng: random.Random) -> list[dict]:
+    """Prices in a narrow band (many DEFINEs hold at once: partial matches of one start
+    branch and meet again, several in one state of a run)."""
+    return [{"symbol": rng.choice("AB"), "price": rng.randint(48, 52),
+             "volume": rng.randint(1, 9), "ts": 1_000 * (i + 1), "seqNum": i}
+            for i in range(count)]
+
+
+def test_the_runs_layout_is_taken_where_partial_matches_of_one_start_read_alike():
+    mshape = compile_recognize(_strict(MSHAPE_SQL))
+    assert mshape.layout == rt.RUNS
+    # one branch-free step for every state: no dispatch on a computation's state, and the
+    # DEFINEs that read alike (the first row, the row before) generated once
+    assert "s == " not in mshape.source and "x6 != 0" not in mshape.source
+    assert len(re.findall(r"\ndef d\d", mshape.source)) == 4
+    base = ("SELECT * FROM quotes MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY ts "
+            "MEASURES {m} ONE ROW PER MATCH {skip} PATTERN (A B+ C) "
+            "DEFINE B AS B.price > {b}, C AS C.price < LAST(B.price)) AS T")
+    runs = dict(m="COUNT(*) AS n, MAX(price) AS hi", skip="", b="A.price")
+    assert compile_recognize(_strict(base.format(**runs))).layout == rt.RUNS
+    for other in (dict(runs, m="SUM(B.price) AS sb"),  # B's rows differ per partial match
+                  dict(runs, m="COUNT(B.price) AS nb"),
+                  dict(runs, b="LAST(B.price, 2)"),  # two rows back, B's or A's
+                  dict(runs, skip="AFTER MATCH SKIP TO LAST B")):
+        assert compile_recognize(_strict(base.format(**other))).layout == rt.COMPUTATIONS
+
+
+MSHAPE_SQL = ("SELECT * FROM quotes MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY ts "
+              "MEASURES FIRST(S.seqNum) AS first_seq, LAST(E.seqNum) AS last_seq, "
+              "COUNT(*) AS n, MAX(price) AS max_price ONE ROW PER MATCH "
+              f"AFTER MATCH SKIP PAST LAST ROW {MSHAPE_RECOGNIZE_DEFINE}) AS T")
+
+
+@pytest.mark.parametrize("seed", range(new_shapes(6, 60)))
+def test_runs_give_the_references_answers_in_any_batches_and_across_a_restore(seed):
+    rng = random.Random(7000 + seed)
+    statements = [_strict(MSHAPE_SQL)] if seed == 0 else []
+    while len(statements) < 4:
+        checked = _checked(_runs_statement(rng))  # (None: Flink refuses it)
+        if checked is not None and compile_recognize(checked).layout == rt.RUNS:
+            statements.append(checked)
+    for checked in statements:
+        for rows in (differential.rows(240, rng), _flat_rows(240, rng)):
+            events = _events(rows)
+            _same(checked, events, (1000,))
+            _same(checked, events, (rng.randint(1, 9), rng.randint(1, 40)),
+                  restore_at=rng.randrange(len(events)))
+
+
+def test_a_run_stands_for_several_partial_matches_in_one_state():
+    # after A, B*? both stays in B and goes on to C; the next row the one in B goes to C
+    # too: two partial matches of one start in C's loop, each completing on D, in the
+    # completed queue twice as Flink's has them
+    checked = _strict(
+        "SELECT * FROM quotes MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY ts "
+        "MEASURES COUNT(*) AS n, LAST(D.seqNum) AS last_seq ONE ROW PER MATCH "
+        "PATTERN (A B*? C+ D) DEFINE B AS B.price >= A.price, C AS C.price >= A.price, "
+        "D AS D.price < A.price) AS T")
+    program = compile_recognize(checked)
+    assert program.layout == rt.RUNS
+    mult = [int(c) for c in re.findall(r"x\d+ = ph\[c, (\d+)\]", program.source)]
+    engine = jit(checked, StringDictionary())
+    encoder = BatchEncoder(checked.schema, engine.strings)
+    rows = [{"symbol": "A", "price": p, "volume": 1, "ts": 1_000 * (i + 1), "seqNum": i}
+            for i, p in enumerate([10, 11, 12, 13, 5])]
+    most = 0
+    for event in _events(rows):
+        engine.process(encoder.from_events([event]))
+        runs = engine.arrays["ph"][0, :engine.arrays["key_i"][0, rt.K_NPART]]
+        most = max(most, int(runs[:, mult].max(initial=0)))
+    assert most >= 2
+    assert _same(checked, _events(rows), (1,))
+
+
+def test_a_snapshot_of_the_other_layout_is_refused_with_the_reason():
+    checked = _strict(MSHAPE_SQL)
+    engine = jit(checked, StringDictionary())
+    encoder = BatchEncoder(checked.schema, engine.strings)
+    engine.process(encoder.from_events(_events(differential.rows(50, random.Random(3)))))
+    meta, arrays = engine.state()
+    other = jit(checked, StringDictionary())
+    with pytest.raises(ValueError, match="keeps partial matches as computations"):
+        other.load_state(dict(meta, layout=rt.COMPUTATIONS), arrays)
+    with pytest.raises(ValueError, match="snapshot's ph is not this query's"):
+        other.load_state(meta, dict(arrays, ph=arrays["ph"][:, :, :3]))
+    with pytest.raises(ValueError, match="records keep other columns"):
+        other.load_state(dict(meta, record=meta["record"].replace("max/", "min/")), arrays)
+    other.load_state(meta, arrays)  # and the real one is restored
+    assert other.state()[1]["ph"].tobytes() == arrays["ph"].tobytes()
+
+
+def test_a_computations_snapshot_from_before_the_runs_layout_restores():
+    # the release before wrote no layout, no record columns and four columns of key_i;
+    # the computations layout numbers its record columns as it did, so such a snapshot
+    # restores and goes on as one uninterrupted engine
+    checked = _strict(
+        "SELECT * FROM quotes MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY ts "
+        "MEASURES FIRST(A.price) AS fa, SUM(B.price) AS sb ONE ROW PER MATCH "
+        "PATTERN (A B+ C) DEFINE B AS B.price > A.price, C AS C.price < LAST(B.price)) AS T")
+    assert compile_recognize(checked).layout == rt.COMPUTATIONS
+    events = _events(differential.rows(200, random.Random(4)))
+    strings = StringDictionary()
+    whole = jit(checked, strings)
+    encoder = BatchEncoder(checked.schema, strings)
+    want = whole.process(encoder.from_events(events))
+    first = jit(checked, strings)
+    got = first.process(encoder.from_events(events[:90]))
+    meta, arrays = first.state()
+    old_meta = {k: v for k, v in meta.items() if k not in ("layout", "record")}
+    old_arrays = dict(arrays, key_i=arrays["key_i"][:, :4])
+    second = jit(checked, strings)
+    second.load_state(old_meta, old_arrays)
+    got += second.process(encoder.from_events(events[90:]))
+    assert want and got == want

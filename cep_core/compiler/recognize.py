@@ -28,6 +28,14 @@ The automaton bounds the row counts of a record in each state (`count_facts`: af
 `S R1+ ...` S has one row and R1 none), so the DEFINEs and TAKEs made for that state
 (`_specialise`) have most of their NULL and first-row tests as constants.
 
+That is the computations layout: one record per Flink computation state. A match's rows
+are consecutive rows of its partition, so the partial matches of one start have the same
+rows, only mapped to other variables; where what the DEFINEs and MEASURES read of them is
+the same for all of them (`_runs_plan`: the first row, the row before, what is kept over
+all rows), the query gets the runs layout instead: one record (a run) per start, with how
+many of its partial matches are in each automaton state, stepped without a branch per state
+(`_run_step_lines`), as MATCH's kernel steps a candidate. Both give Flink's answers.
+
 Expressions follow SQL's three-valued logic (a NULL comes from a variable without rows,
 PREV before the first row, an aggregate of no rows, a division by zero); int `/` and `%`
 and AVG of ints are Java's. What this compiler does not evaluate raises
@@ -41,7 +49,8 @@ from `repr` of parsed values, strings are codes (`cep_core.compiler.expressions`
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -84,6 +93,7 @@ class Tag(StrEnum):
     MAX = "max"
     FIDX = "fidx"  # the variable's first row (AFTER MATCH SKIP TO FIRST v)
     LIDX = "lidx"  # its last row (SKIP TO LAST v)
+    MULT = "mult"  # runs layout: the run's partial matches in an automaton state
 
 
 class RecognizeUnsupported(ValueError):
@@ -109,6 +119,8 @@ class RecognizeProgram:
     rec_ints: int  # record widths
     rec_floats: int
     string_columns: list[int]  # int columns of a record that hold string codes
+    layout: str  # rt.COMPUTATIONS or rt.RUNS: what a partial match's record stands for
+    record: str  # what each record column keeps, as text (a snapshot's must be the same)
     tables: dict[str, np.ndarray]  # the automaton: tr_* per edge, st_* per state
     start_state: int
     max_takes: int
@@ -205,10 +217,6 @@ def count_facts(tables: dict[str, npt.NDArray[np.int64]], start: int,
         lo, hi = i
         return min(lo + 1, COUNT_CAP), None if hi is None or hi >= COUNT_CAP else hi + 1
 
-    def join(a: Interval, b: Interval) -> Interval:
-        hi = None if a[1] is None or b[1] is None else max(a[1], b[1])
-        return min(a[0], b[0]), hi
-
     facts: list[Facts | None] = [None] * len(tables["st_var"])
     facts[start] = {v: (0, 0) for v in [None, *variables]}
     work = [start]
@@ -227,11 +235,28 @@ def count_facts(tables: dict[str, npt.NDArray[np.int64]], start: int,
                     after[variables[var]] = add(here[variables[var]])
                 tg = int(tables["tr_tgt"][e])
                 old = facts[tg]
-                joined = after if old is None else {v: join(old[v], after[v]) for v in old}
+                joined = after if old is None else {v: _join(old[v], after[v]) for v in old}
                 if joined != old:
                     facts[tg] = joined
                     work.append(tg)
     return facts
+
+
+def _join(a: Interval, b: Interval) -> Interval:
+    hi = None if a[1] is None or b[1] is None else max(a[1], b[1])
+    return min(a[0], b[0]), hi
+
+
+def _completed_facts(tables: dict[str, npt.NDArray[np.int64]],
+                     facts: list[Facts | None]) -> Facts | None:
+    """The bounds of a completed match's counts: it is a record a TAKE put in the final
+    state, or a copy of one in a state whose PROCEED edges reach it (`st_final` 2)."""
+    joined: Facts | None = None
+    for s, known in enumerate(facts):
+        if known is not None and tables["st_final"][s] != 0:
+            joined = known if joined is None else {v: _join(joined[v], known[v])
+                                                   for v in joined}
+    return joined
 
 
 def decide(interval: Interval | None, op: str, k: int) -> bool | None:
@@ -268,8 +293,14 @@ class _Record:
         self.ints: dict[RecKey, int] = {(Tag.CNT, None): rt.COUNT}
         self.floats: dict[RecKey, int] = {}
         self.kind_of: dict[RecKey, str] = {(Tag.CNT, None): INT}
+        self.aliases: dict[RecKey, RecKey] = {}  # columns kept as one (`_Runs.aliases`)
+        # runs layout: columns a DEFINE reads of its key's row `kr` (the row before), not
+        # of the run's; `defining` while a DEFINE's code is generated
+        self.key_row: set[RecKey] = set()
+        self.defining = False
 
     def col(self, key: RecKey, kind: str = INT) -> tuple[str, int]:
+        key = self.aliases.get(key, key)
         if key not in self.kind_of:
             self.kind_of[key] = kind
             if kind == FLOAT:
@@ -279,6 +310,8 @@ class _Record:
         return ("rec_f", self.floats[key]) if key in self.floats else ("rec_i", self.ints[key])
 
     def read(self, key: RecKey, kind: str = INT, row: str = "r") -> str:
+        if self.defining and self.aliases.get(key, key) in self.key_row:
+            row = "kr"
         array, column = self.col(key, kind)
         code = f"{array}[{row}, {column}]"
         return f"({code} != 0)" if kind == AttrType.BOOL else code
@@ -540,6 +573,8 @@ class _Generator:
         # TAKE (state, variable, target) -> names of its copying and in-place forms
         self.facts: list[Facts | None] = []
         self.define_names: dict[tuple[int, int], str] = {}
+        # the code of the DEFINEs evaluated on a record in each state
+        self.state_defines: dict[int, list[str]] = {}
         self.take_names: dict[tuple[int, int, int], tuple[str, str]] = {}
 
     def kind(self, attr: str) -> AttrType:
@@ -567,6 +602,15 @@ class _Generator:
 
     def compiler(self, var: str | None) -> _Compiler:
         return _Compiler(_Leaves(self, var), self.constants, self.checked.types)
+
+    @contextmanager
+    def defining(self) -> Iterator[None]:
+        """Code generated meanwhile is a DEFINE's (`_Record.key_row`)."""
+        self.rec.defining = True
+        try:
+            yield
+        finally:
+            self.rec.defining = False
 
     @contextmanager
     def knowing(self, facts: Facts | None) -> Iterator[None]:
@@ -634,6 +678,52 @@ def _indent(lines: list[str], depth: int = 1) -> list[str]:
     return ["    " * depth + line for line in lines]
 
 
+Generated = tuple["_Generator", dict[str, str], dict[str, tuple[bool, list[str]]], list[str],
+                  list[MeasureSpec]]
+
+
+def _generate(checked: CheckedQuery, variables: list[str],
+              tables: dict[str, npt.NDArray[np.int64]], start: int,
+              runs: _Runs | None = None, completed_facts: bool = True) -> Generated:
+    """The code of the query's DEFINEs (per state, `_specialise`), TAKEs and MEASURES; in
+    the runs layout, with the record columns `runs` keeps as one, those of the row before
+    read by DEFINEs at the key's row."""
+    body = checked.query.body
+    assert isinstance(body, ast.RecognizeQuery)
+    gen = _Generator(checked, variables)
+    if runs is not None:
+        gen.rec.aliases, gen.rec.key_row = runs.aliases(), set(runs.columns(first=False))
+        for key, kind in runs.columns_first():
+            gen.rec.col(key, kind)
+    defines = {d.name: d.condition for d in body.defines}
+    dfn = {}  # variable number -> its DEFINE (the body of d<number>)
+    for number, var in enumerate(variables):
+        if var in defines:
+            with gen.defining():
+                dfn[number] = gen.compiler(var).condition(defines[var])
+    gen.defined = set(dfn)
+
+    gen.facts = count_facts(tables, start, variables)
+    measures: list[MeasureSpec] = []
+    emit = []
+    # what is known of a completed match's counts: the runs layout's plan needs the MEASURES
+    # without the count tests it decides; the computations layout numbers its columns as
+    # the releases before (their snapshots restore) without it
+    with gen.knowing(_completed_facts(tables, gen.facts) if completed_facts else None):
+        for j, item in enumerate(body.measures):
+            code = gen.compiler(None).compile(item.expr)
+            kind = checked.types[item.expr] or "int"
+            measures.append(MeasureSpec(item.name, kind, code.nullable))
+            emit.append(f"e{j}[no] = {code.value}")
+            if code.nullable:
+                emit.append(f"e{j}n[no] = {code.null}")
+    if body.skip in (ast.SkipTo.FIRST, ast.SkipTo.LAST):
+        gen.rec.col((Tag.CNT, body.skip_var))
+        gen.rec.col((Tag.FIDX if body.skip is ast.SkipTo.FIRST else Tag.LIDX, body.skip_var))
+    defs, take = _specialise(gen, tables, defines, dfn)
+    return gen, defs, take, emit, measures
+
+
 @once_per_query
 def compile_recognize(checked: CheckedQuery) -> RecognizeProgram:
     """The program of a checked MATCH_RECOGNIZE query (generated and loaded once, then
@@ -649,46 +739,47 @@ def compile_recognize(checked: CheckedQuery) -> RecognizeProgram:
         raise RecognizeUnsupported(f"more than {MAX_VARIABLES} pattern variables")
     nfa = compile_nfa(elements)
     tables, start, max_takes = _tables(nfa.start, variables)
-    gen = _Generator(checked, variables)
-    defines = {d.name: d.condition for d in body.defines}
-
-    dfn = {}  # variable number -> its DEFINE (the body of d<number>)
-    for number, var in enumerate(variables):
-        if var in defines:
-            dfn[number] = gen.compiler(var).condition(defines[var])
-    gen.defined = set(dfn)
-
-    measures: list[MeasureSpec] = []
-    emit = []
-    for j, item in enumerate(body.measures):
-        code = gen.compiler(None).compile(item.expr)
-        kind = checked.types[item.expr] or "int"
-        measures.append(MeasureSpec(item.name, kind, code.nullable))
-        emit.append(f"e{j}[no] = {code.value}")
-        if code.nullable:
-            emit.append(f"e{j}n[no] = {code.null}")
-    if body.skip in (ast.SkipTo.FIRST, ast.SkipTo.LAST):
-        gen.rec.col((Tag.CNT, body.skip_var))
-        gen.rec.col((Tag.FIDX if body.skip is ast.SkipTo.FIRST else Tag.LIDX, body.skip_var))
-    gen.facts = count_facts(tables, start, variables)
-    defs, take = _specialise(gen, tables, defines, dfn)
+    gen, defs, take, emit, measures = _generate(checked, variables, tables, start)
+    runs = _runs_plan(gen, tables, start, body.skip, emit)
+    if runs is not None:  # again, in the runs layout's columns
+        gen, defs, take, emit, measures = _generate(checked, variables, tables, start, runs)
+        for t in runs.states:
+            gen.rec.col((Tag.MULT, t))
+    else:
+        gen, defs, take, emit, measures = _generate(checked, variables, tables, start,
+                                                    completed_facts=False)
 
     outputs = [a.name for a in checked.query.partition_by] + [m.name for m in measures]
     if body.select is not None:
         wanted = {a.name for a in body.select}
         outputs = [name for name in outputs if name in wanted]
     within = checked.time_units(body.within) if body.within is not None else -1
-    source = _module_source(gen, body, tables, start, max_takes, defs, take, emit, measures)
+    source = _module_source(gen, body, tables, start, max_takes, defs, take, emit, measures,
+                            runs)
+    rec_ints, rec_floats = len(rt.REC_FIXED) + len(gen.rec.ints) - 1, max(1, len(gen.rec.floats))
+    if runs is not None:  # the columns `_Runs.columns_first` numbered first
+        used = runs.columns_first()
+        rec_ints = len(rt.REC_FIXED) + sum(kind != FLOAT for _, kind in used)
+        rec_floats = max(1, sum(kind == FLOAT for _, kind in used))
+        _check_columns(source, rec_ints, rec_floats)
     module = load_module(source)
     uses_tables = any(f"{t}[" in source for t in STRING_TABLE_PARAMS.split(", "))
+    kept = set(gen.rec.ints.values())  # the runs layout's: a run's and its key row's
+    if runs is not None:
+        ints, _, key_ints, _ = _run_columns(gen, runs)
+        kept = ints | key_ints
     string_columns = [column for key, column in gen.rec.ints.items()
                       if len(key) > 2 and key[0] in (Tag.LAST, Tag.FIRST, Tag.MIN, Tag.MAX)
-                      and isinstance(key[2], str) and gen.kind(key[2]) == AttrType.STRING]
+                      and isinstance(key[2], str) and gen.kind(key[2]) == AttrType.STRING
+                      and column in kept]
     return RecognizeProgram(
         checked=checked, module=module,
         columns=[(a, dtype_of(gen.kind(a))) for a in gen.columns],
-        rec_ints=len(rt.REC_FIXED) + len(gen.rec.ints) - 1,
-        rec_floats=max(1, len(gen.rec.floats)), string_columns=string_columns,
+        rec_ints=rec_ints, rec_floats=rec_floats, string_columns=string_columns,
+        layout=rt.COMPUTATIONS if runs is None else rt.RUNS,
+        record=" ".join(sorted(f"{'/'.join(map(str, key))}={kind}{column}" for kinds, kind in
+                               ((gen.rec.ints, INT), (gen.rec.floats, FLOAT))
+                               for key, column in kinds.items())),
         tables=tables, start_state=start, max_takes=max_takes, within=within,
         measures=measures, outputs=outputs, constants=gen.constants,
         uses_tables=uses_tables, source=source)
@@ -737,13 +828,135 @@ def _specialise(gen: _Generator, tables: dict[str, npt.NDArray[np.int64]],
                 gen.take_names[(s, st_var[q], tg)] = take_named[text]
         for v in sorted(wanted & set(dfn)):
             var = gen.variables[v]
-            with gen.knowing(facts):
+            with gen.knowing(facts), gen.defining():
                 condition = gen.compiler(var).condition(defines[var])
+            gen.state_defines.setdefault(s, []).append(condition)
             if condition not in named:
                 named[condition] = f"d{v}" if condition == dfn[v] else f"d{v}_{s}"
                 defs[named[condition]] = condition
             gen.define_names[(v, s)] = named[condition]
     return defs, takes
+
+
+@dataclass(frozen=True)
+class _Runs:
+    """The runs layout of a query's partial matches (`_runs_plan`)."""
+
+    states: list[int]  # the automaton states a run's partial matches can be in
+    firsts: list[RecKey]  # LAST(v.a)/FIRST(v.a) columns read as the match's first row's
+    lasts: list[RecKey]  # LAST(v.a) columns read as the row before the current one
+    kinds: dict[RecKey, str]  # those and what is kept over all rows, by storage kind
+
+    def columns_first(self) -> list[tuple[RecKey, str]]:
+        """The columns a run and its key's row use, to be numbered before any other (which
+        only the computations layout's code uses): a run's counts, what it keeps of its
+        first row and over all rows, then the row before."""
+        aliases = self.aliases()
+        keys: list[tuple[RecKey, str]] = [((Tag.MULT, t), INT) for t in self.states]
+        keys += [(aliases[k], self.kinds[k]) for k in self.firsts]
+        keys += [(k, kind) for k, kind in self.kinds.items() if k[1] is None]
+        keys += [(aliases[k], self.kinds[k]) for k in self.lasts]
+        return list(dict(keys).items())
+
+    def aliases(self) -> dict[RecKey, RecKey]:
+        """A run keeps each attribute of the first row and of the row before once: these
+        columns of the computations layout are those (var ROW)."""
+        return {**{key: (Tag.FIRST, ROW, key[2], 0) for key in self.firsts},
+                **{key: (Tag.LAST, ROW, key[2], 0) for key in self.lasts}}
+
+    def columns(self, first: bool) -> list[RecKey]:
+        """The columns a run keeps of its first row (`first`), or those of the row before,
+        which its key's row keeps for all its runs."""
+        keys = self.firsts if first else self.lasts
+        return sorted(set(self.aliases()[key] for key in keys), key=str)
+
+
+ROW = "*"  # the variable of a run's columns of a row (no pattern variable's name)
+
+
+def _runs_plan(gen: _Generator, tables: dict[str, npt.NDArray[np.int64]], start: int,
+               skip: ast.SkipTo, emit: list[str]) -> _Runs | None:
+    """Whether the query can keep its partial matches as runs (rt.RUNS): one record per
+    start with how many of its partial matches are in each automaton state (a MULT column
+    each), since what the DEFINEs and MEASURES read of a record is the same for all the
+    partial matches of one start. None: it cannot (rt.COMPUTATIONS).
+
+    A match's rows are consecutive rows of its partition, so two partial matches of one
+    start have the same rows, only mapped to other variables. They read alike what is kept
+    over all rows (var None), and a variable's FIRST or LAST where that is the match's
+    first row (every first TAKE is v's and, for LAST, v has one row in the reading state)
+    or, for LAST(v.a), the last row (every TAKE into the reading state is v's). Count tests
+    `count_facts` decides read nothing; any other read (a variable's count, LAST(v.a, 1),
+    SUM(v.a), the rows of v for AFTER MATCH SKIP TO) keeps the computations layout."""
+    if skip in (ast.SkipTo.FIRST, ast.SkipTo.LAST):
+        return None
+    st_var, st_final = tables["st_var"].tolist(), tables["st_final"].tolist()
+    tr_act, tr_tgt = tables["tr_act"].tolist(), tables["tr_tgt"].tolist()
+    names = gen.variables
+    entering: dict[int, set[str]] = {}  # state -> the variables of the TAKEs into it
+    for s, facts in enumerate(gen.facts):
+        if facts is None or st_final[s] == 1:
+            continue
+        for q in _chain(tables, s):
+            for e in _edges_of(tables, q):
+                if tr_act[e] == 0:
+                    entering.setdefault(tr_tgt[e], set()).add(names[st_var[q]])
+    first = {names[st_var[q]] for q in _chain(tables, start) for e in _edges_of(tables, q)
+             if tr_act[e] == 0}
+    completed = _completed_facts(tables, gen.facts)
+    readers = [(code, entering[s], gen.facts[s]) for s, code in gen.state_defines.items()
+               if s in entering]  # (the start computation's record 0 is all zeros)
+    readers.append((emit, set().union(*[v for t, v in entering.items() if st_final[t]]),
+                    completed))
+    ways: dict[RecKey, set[Tag]] = {}  # how a column reads alike: as FIRST or as LAST
+    for code, last, facts in readers:
+        assert facts is not None
+        for key in _reads(gen, code):
+            tag, var = key[0], key[1]
+            if var is None and tag in (Tag.CNT, Tag.LAST, Tag.FIRST, Tag.SUM, Tag.MIN,
+                                       Tag.MAX):
+                continue
+            if tag not in (Tag.LAST, Tag.FIRST) or key[3] != 0:
+                return None
+            assert isinstance(var, str)
+            here = set()
+            if first == {var} and (tag is Tag.FIRST or facts[var] == (1, 1)):
+                here.add(Tag.FIRST)
+            if tag is Tag.LAST and last == {var}:
+                here.add(Tag.LAST)
+            ways[key] = ways.get(key, here) & here
+            if not ways[key]:
+                return None
+    states = sorted(t for t in entering if st_final[t] != 1)
+    firsts = sorted((key for key, way in ways.items() if Tag.FIRST in way), key=str)
+    lasts = sorted((k for k in ways if k not in firsts), key=str)
+    kinds = {key: gen.rec.kind_of[key] for key in firsts + lasts}
+    kinds |= {key: kind for key, kind in gen.rec.kind_of.items()
+              if key[1] is None and key != (Tag.CNT, None)}  # kept over all rows
+    return _Runs(states, firsts, lasts, kinds)
+
+
+_COLUMN = re.compile(r"\b(rec_i|rec_f|ph|pf)\[[^\[\],]+, (\d+)\]")
+
+
+def _check_columns(source: str, ints: int, floats: int) -> None:
+    """The runs layout's records are `ints`/`floats` columns wide: its code reads and
+    writes none beyond (a column a plan missed is a compiler bug, not a wrong answer)."""
+    for array, column in _COLUMN.findall(source):
+        width = floats if array in ("rec_f", "pf") else ints
+        assert int(column) < width, f"column {column} of {array}: past {width}"
+
+
+_READ = re.compile(r"rec_([if])\[r, (\d+)\]")
+
+
+def _reads(gen: _Generator, code: list[str]) -> set[RecKey]:
+    """The record columns `code` reads of record `r`, by key (a fixed column but the
+    count: ("fixed",), which no `_runs_plan` test allows)."""
+    keys = {("i", column): key for key, column in gen.rec.ints.items()}
+    keys.update({("f", column): key for key, column in gen.rec.floats.items()})
+    return {keys.get(found, ("fixed",)) for text in code for found in
+            ((array, int(column)) for array, column in _READ.findall(text))}
 
 
 def emit_args(measures: list[MeasureSpec]) -> list[str]:
@@ -771,42 +984,36 @@ def kernel_args(program: RecognizeProgram) -> list[str]:
 STATE_ARGS = rt.STATE_ARGS
 
 
-def _copy(src: str | None, dst: str, gen: _Generator) -> list[str]:
-    """Record `dst` := record `src`, column by column (no slices: no array views made).
-    `src` None: the start computation's record 0 as its TAKE reads it, zeros (its START,
-    NEVER, is written by every TAKE from it), as constants: the compiler cannot tell record
-    0 from `dst`, so copying it is a load and a store per column."""
-    ints, floats = ("0", "0.0") if src is None else (f"rec_i[{src}, c_]", f"rec_f[{src}, c_]")
+def _copy(src: str | None, dst: str, gen: _Generator, src_arrays: str = "rec_i, rec_f",
+          dst_arrays: str = "rec_i, rec_f") -> list[str]:
+    """Record `dst` := record `src`, column by column (no slices: no array views made), of
+    the int and float arrays named (the runs layout's runs are rows of `ph, pf`). `src`
+    None: the start computation's record 0 as its TAKE reads it, zeros (its START, NEVER,
+    is written by every TAKE from it), as constants: the compiler cannot tell record 0
+    from `dst`, so copying it is a load and a store per column."""
+    si, sf = src_arrays.split(", ") if src is not None else ("", "")
+    di, df = dst_arrays.split(", ")
+    ints, floats = ("0", "0.0") if src is None else (f"{si}[{src}, c_]", f"{sf}[{src}, c_]")
     lines = [f"for c_ in range({len(rt.REC_FIXED) + len(gen.rec.ints) - 1}):",
-             f"    rec_i[{dst}, c_] = {ints}"]
+             f"    {di}[{dst}, c_] = {ints}"]
     if gen.rec.floats:
         lines += [f"for c_ in range({len(gen.rec.floats)}):",
-                  f"    rec_f[{dst}, c_] = {floats}"]
+                  f"    {df}[{dst}, c_] = {floats}"]
     return lines
 
 
-def _step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: str,
-                tab: str, final: int, start: int) -> tuple[list[str], list[str]]:
-    """One computation `c` (partial match j of the key's queue) on the current row, its
-    code unrolled per state; and the step of the start computation (always the queue's
-    last, in the start state: below), which the kernel makes after the loop over the
-    others. Flink's decision graph: a state has one PROCEED edge at most,
-    so its depth-first walk is a chain (the state's edges in order, then those of the state
-    its open PROCEED edge leads to) known here, with every table read a constant.
+Walk = tuple[int, list[str], list[tuple[int, int]]]  # (state, code, its TAKEs: var, target)
 
-    First every condition is evaluated on `c` as it is (each DEFINE once, memoized in `m<v>`:
-    -1 not yet, 0 false, 1 true): which TAKE edges fire (`f<i>`) and whether each target
-    PROCEEDs to the final state (`r<i>`). Then the TAKEs are made in the walk's order, the
-    same queue adds as Flink's: each into a new record, except the last, which reuses `c`'s
-    (no copy; `c` is dropped after its step anyway) unless `c` is the start computation,
-    whose new records are zeroed (`_copy` of None) instead of copied from its record 0.
 
-    A key's queue of partial matches is always sorted by start (its heap then needs no
-    sifting): the kernel steps it in order, each computation's new ones start where it did,
-    the start computation (start NEVER, always last) adds a match starting on this row
-    (after every other) and then itself; pruning keeps the order. So the new queue is
-    appended to (`lp`), as Java's PriorityQueue.add would place each one."""
-    S = rt
+def _walks(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: str,
+           tab: str) -> list[Walk]:
+    """Per state a partial match can be in, the code that evaluates every condition of its
+    step on record `c` as it is (each DEFINE once, memoized in `m<v>`: -1 not yet, 0 false,
+    1 true): which TAKE edges fire (`f<i>`) and whether each target PROCEEDs to the final
+    state (`r<i>`), and the TAKEs in the walk's order. Flink's decision graph: a state has
+    one PROCEED edge at most, so its depth-first walk is a chain (the state's edges in
+    order, then those of the state its open PROCEED edge leads to) known here, with every
+    table read a constant."""
     st_var, st_final = tables["st_var"].tolist(), tables["st_final"].tolist()
     tr_n = tables["tr_n"].tolist()
     tr_act, tr_tgt = tables["tr_act"].tolist(), tables["tr_tgt"].tolist()
@@ -814,7 +1021,7 @@ def _step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: 
     nvars = len(gen.variables)
     defined = gen.defined
 
-    source = start  # the state of the record whose step is being generated
+    source = -1  # the state of the record whose step is being generated
 
     def holds(v: int) -> list[str]:  # m<v> := the DEFINE of variable v, once
         if v not in defined:
@@ -886,6 +1093,31 @@ def _step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: 
         source = s
         evaluate = walk(s, 0, frozenset())
         branches.append((s, evaluate, takes))
+    return branches
+
+
+def _step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: str,
+                tab: str, final: int, start: int) -> tuple[list[str], list[str]]:
+    """One computation `c` (partial match j of the key's queue) on the current row, its
+    code unrolled per state; and the step of the start computation (always the queue's
+    last, in the start state: below), which the kernel makes after the loop over the
+    others.
+
+    First every condition is evaluated on `c` as it is (`_walks`). Then the TAKEs are made
+    in the walk's order, the
+    same queue adds as Flink's: each into a new record, except the last, which reuses `c`'s
+    (no copy; `c` is dropped after its step anyway) unless `c` is the start computation,
+    whose new records are zeroed (`_copy` of None) instead of copied from its record 0.
+
+    A key's queue of partial matches is always sorted by start (its heap then needs no
+    sifting): the kernel steps it in order, each computation's new ones start where it did,
+    the start computation (start NEVER, always last) adds a match starting on this row
+    (after every other) and then itself; pruning keeps the order. So the new queue is
+    appended to (`lp`), as Java's PriorityQueue.add would place each one."""
+    S = rt
+    st_final = tables["st_final"].tolist()
+    nvars = len(gen.variables)
+    branches = _walks(tables, gen, row, tab)
 
     def block(s: int, evaluate: list[str], its_takes: list[tuple[int, int]],
               fresh: bool = False) -> list[str]:  # fresh: `c` is the start computation
@@ -945,6 +1177,235 @@ def _step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: 
     return step, first
 
 
+def _run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: str,
+                    tab: str, start: int, runs: _Runs) -> tuple[list[str], list[str]]:
+    """`_step_lines` in the runs layout (`_runs_plan`): run `c` (row j of the key's runs in
+    `ph`/`pf`) on the current row, and then the start computation, without a branch per
+    state: every DEFINE the run's states evaluate is evaluated once (`p<n>`: one per
+    generated function, so states whose DEFINEs read alike share it), then each firing TAKE
+    edge adds the state's partial matches (`x<s>`) to its target's count (`n<t>`) or to the
+    matches completed on this row (`done`), as a sum of products (`_edge_tests`). A run some
+    partial match goes on in takes the row in place (`run_next`) and moves down over the
+    runs that ended (`w`: the key's runs stay in order of start, packed); each completed
+    match is a record of the pool, a copy of the run after the row (`run_end`; all alike:
+    what MEASURES read is the same for all of them), in the completed queue as many times
+    as Flink's has it."""
+    st_final = tables["st_final"].tolist()
+    states = runs.states
+    column = {t: gen.rec.col((Tag.MULT, t))[1] for t in states}
+    total = " + ".join(f"n{t}" for t in states) or "0"
+    ints, floats, _, _ = _run_columns(gen, runs)
+    calls: dict[str, str] = {}  # DEFINE function -> its value's local
+
+    def held(v: int, s: int) -> str:
+        if v not in gen.defined:
+            return "True"
+        name = gen.define_names[(v, s)]
+        return calls.setdefault(name, f"p{len(calls)}")
+
+    def adds(sources: list[int], weight: dict[int, str]) -> list[str]:
+        into: dict[str, list[str]] = {}
+        for s in sources:
+            def held_here(v: int, s: int = s) -> str:
+                return held(v, s)
+            for test, tg, completes in _edge_tests(tables, s, held_here):
+                target = "done" if st_final[tg] == 1 else f"n{tg}"
+                into.setdefault(target, []).append(f"{weight[s]} * ({test})")
+                if completes:
+                    into.setdefault("done", []).append(f"{weight[s]} * ({test} & {completes})")
+        return [f"{target} = " + " + ".join(into.get(target, ["0"]))
+                for target in [f"n{t}" for t in states] + ["done"]]
+
+    def copy(src: str, dst: str, arrays: str) -> list[str]:
+        di, df = arrays.split(", ")
+        return [f"{di}[{dst}, {c}] = ph[{src}, {c}]" for c in sorted(ints)] + \
+            [f"{df}[{dst}, {c}] = pf[{src}, {c}]" for c in sorted(floats)]
+
+    def after(run: str) -> list[str]:  # `run` took the row: its counts and completed matches
+        return [*[f"ph[{run}, {column[t]}] = n{t}" for t in states],
+                "branches += tot",
+                "for u_ in range(done):", *_indent(_alloc("m")),
+                *_indent(copy(run, "m", "rec_i, rec_f")),
+                f"    run_end(rec_i, rec_f, m, idx, sq, {row})",
+                "    nlc = heap_add(lc, 0, nlc, m, rec_i)"]
+
+    def evaluate(arrays: str, record: str, key_row: str) -> list[str]:
+        return [f"{local} = {name}({arrays}, {record}, {key_row}, {row}, {tab})"
+                for name, local in calls.items()]
+
+    body = adds(states, {t: f"x{t}" for t in states})
+    step = ["c = pb + 1 + j", *[f"x{t} = ph[c, {column[t]}]" for t in states],
+            *evaluate("ph, pf", "c", "kr"), *body, f"tot = {total}",
+            "if tot + done != 0:", f"    run_next(ph, pf, c, idx, sq, {row})",
+            *_indent(after("c")),
+            "    if tot != 0:",
+            "        if w != j:", *_indent(copy("c", "pb + 1 + w", "ph, pf"), 3),
+            "        w += 1"]
+    calls.clear()
+    body = adds([start], {start: "1"})
+    # the start computation: its state is the start state, its record the pool's record 0
+    # a new run's columns `run_first` adds to (its row count, SUMs) or reads are zeros
+    written = {(a, int(c)) for a, c in _ASSIGN.findall("\n".join(_run_lines(gen, runs, True)))}
+    written |= {("i", c) for c in column.values()}
+    zero = [f"ph[d, {c}] = 0" for c in sorted(ints) if ("i", c) not in written] + \
+        [f"pf[d, {c}] = 0.0" for c in sorted(floats) if ("f", c) not in written]
+    first = [*evaluate("rec_i, rec_f", "0", "0"), *body, f"tot = {total}",
+             "if tot + done != 0:", "    d = pb + 1 + w", *_indent(zero),
+             f"    run_first(ph, pf, d, idx, sq, {row})", *_indent(after("d")),
+             "    if tot != 0:", "        w += 1",
+             f"run_key(ph, pf, kr, idx, sq, {row})"]
+    return step, first
+
+
+def _edge_tests(tables: dict[str, npt.NDArray[np.int64]], s: int,
+                held: Callable[[int], str]) -> list[tuple[str, int, str | None]]:
+    """The TAKE edges a computation in state s follows on a row, in Flink's order (the walk
+    of `_walks`), each as (when it fires, its target, when the target PROCEEDs to the final
+    state or None where it cannot), the conditions as boolean code of `held(v)`, the value
+    of variable v's DEFINE."""
+    st_final = tables["st_final"].tolist()
+    tr_act, tr_tgt = tables["tr_act"].tolist(), tables["tr_tgt"].tolist()
+    tr_var, tr_unl = tables["tr_var"].tolist(), tables["tr_unl"].tolist()
+
+    def ok(e: int) -> list[str]:
+        tests = [] if tr_var[e] < 0 else [held(tr_var[e])]
+        return tests + [f"(not {held(w)})" for w in range(MAX_VARIABLES)
+                        if (tr_unl[e] >> w) & 1]
+
+    def conj(tests: list[str]) -> str:
+        return " & ".join(tests) if tests else "True"
+
+    def reaches(tg: int) -> str | None:
+        tests: list[str] = []
+        q, seen = tg, set()
+        while q not in seen:
+            seen.add(q)
+            proceed = [e for e in _edges_of(tables, q) if tr_act[e] == 1]
+            if not proceed:
+                return None
+            tests += ok(proceed[0])
+            q = tr_tgt[proceed[0]]
+            if st_final[q] == 1:
+                return conj(tests)
+        return None
+
+    out: list[tuple[str, int, str | None]] = []
+
+    def walk(q: int, path: list[str], seen: frozenset[int]) -> None:
+        for e in _edges_of(tables, q):
+            if tr_act[e] == 0:
+                tg = tr_tgt[e]
+                out.append((conj(path + ok(e)), tg, reaches(tg) if st_final[tg] == 2 else None))
+        for e in _edges_of(tables, q):
+            if tr_act[e] == 1 and tr_tgt[e] not in seen:
+                walk(tr_tgt[e], path + ok(e), seen | {q})
+
+    walk(s, [], frozenset())
+    return out
+
+
+def _run_functions(gen: _Generator, runs: _Runs) -> list[tuple[str, list[str]]]:
+    """The runs layout's functions of a record `dst` and the current row (`row`): a run's
+    first row, a later one, a completed match's end and the key's row."""
+    return [("run_first", _run_lines(gen, runs, True)), ("run_next", _run_lines(gen, runs, False)),
+            ("run_end", _run_end_lines(gen, runs)), ("run_key", _row_lines(gen, runs, "dst"))]
+
+
+def _run_lines(gen: _Generator, runs: _Runs, first: bool) -> list[str]:
+    """Run `dst` takes the current row (`first`: its first): what is kept over all the
+    match's rows and, on its first, the columns DEFINEs and MEASURES read as the match's
+    first row (`_runs_plan`). Not its last row (`run_end` writes it into a completed match)
+    nor its row count where nothing reads it before (`run_end` works it out)."""
+    everyone: Facts = {v: (0, 0 if first else None) for v in gen.variables}
+    everyone[None] = (0, 0) if first else (1, None)
+    with gen.knowing(everyone):
+        lines = gen.take_lines(-1, 0)[1:]  # not the state: a run's are its MULT counts
+    kept = {f"rec_i[dst, {rt.LAST_IDX}] = idx", f"rec_i[dst, {rt.LAST_SEQ}] = sq"}
+    if not _run_counts_rows(gen, runs):
+        kept.add(f"rec_i[dst, {rt.COUNT}] += 1")
+    lines = [line for line in lines if line not in kept]
+    for key in runs.columns(first=True) if first else []:
+        assert isinstance(key[2], str)
+        lines.append(f"{gen.rec.read(key, INT, 'dst')} = {gen.value(key[2])}")
+    return lines
+
+
+def _run_counts_rows(gen: _Generator, runs: _Runs) -> bool:
+    """Whether a run keeps its row count (COUNT): a DEFINE reads it, or what a later row
+    updates tests it."""
+    everyone: Facts = {v: (0, None) for v in gen.variables}
+    everyone[None] = (1, None)
+    with gen.knowing(everyone):
+        lines = gen.take_lines(-1, 0)
+    count = f"rec_i[dst, {rt.COUNT}]"
+    return any(count in line and line != f"{count} += 1" for line in lines) or \
+        any((Tag.CNT, None) in _reads(gen, code) for code in gen.state_defines.values())
+
+
+def _run_end_lines(gen: _Generator, runs: _Runs) -> list[str]:
+    """A completed match `dst` copied from its run (`_run_step_lines`): its last row (the
+    current one), its row count where the run does not keep it, and the row's columns the
+    MEASURES read (the key's row keeps them for the runs)."""
+    S = rt
+    lines = [f"rec_i[dst, {S.LAST_IDX}] = idx", f"rec_i[dst, {S.LAST_SEQ}] = sq"]
+    if not _run_counts_rows(gen, runs):
+        lines.append(f"rec_i[dst, {S.COUNT}] = idx - rec_i[dst, {S.START}] + 1")
+    return lines + _row_lines(gen, runs, "dst")
+
+
+def _row_lines(gen: _Generator, runs: _Runs, dst: str) -> list[str]:
+    """Record `dst` := the current row's columns that are read as the row before."""
+    lines = []
+    for key in runs.columns(first=False):
+        assert isinstance(key[2], str)
+        lines.append(f"{gen.rec.read(key, INT, dst)} = {gen.value(key[2])}")
+    return lines
+
+
+_ASSIGN = re.compile(r"^rec_([if])\[dst, (\d+)\] = (?!.*\[dst, )", re.M)  # of the row alone
+_WRITE = re.compile(r"rec_([if])\[dst, (\d+)\]")
+
+
+def _run_columns(gen: _Generator, runs: _Runs) -> tuple[set[int], set[int], set[int], set[int]]:
+    """The int and float columns of a run (where it started, what `run_first` and
+    `run_next` write, its MULT counts), and those of its key's row (`_row_lines`)."""
+    S = rt
+    ints, floats = {S.START, S.START_TS, S.START_SEQ}, set[int]()
+    for array, column in _WRITE.findall("\n".join(_run_lines(gen, runs, True) +
+                                                   _run_lines(gen, runs, False))):
+        (ints if array == "i" else floats).add(int(column))
+    ints |= {gen.rec.col((Tag.MULT, t))[1] for t in runs.states}
+    key_ints, key_floats = set[int](), set[int]()
+    for array, column in _WRITE.findall("\n".join(_row_lines(gen, runs, "dst"))):
+        (key_ints if array == "i" else key_floats).add(int(column))
+    return ints, floats, key_ints, key_floats
+
+
+def _earliest_end(runs: bool) -> list[str]:
+    """`advance`'s search for the earliest end of a partial match by WITHIN (`end`), and
+    the end of those that end then; it returns where none ends by `ts`."""
+    S = rt
+    if runs:  # the runs are in order of start, so of start time
+        return ["if npart == 0:", f"    return {S.DONE}",
+                f"end = ph[pb + 1, {S.START_TS}] + within",
+                "if end > ts:", f"    return {S.DONE}",
+                f"key_i[k, {S.K_NPART}] = drop_runs(ph, pf, pb + 1, npart, {S.START_TS}, "
+                "end - within)"]
+    return ["found = False",
+            "end = 0",
+            "for j in range(npart):",
+            "    h = ph[pb + j]",
+            "    if h != 0:",
+            f"        e = rec_i[h, {S.START_TS}] + within",
+            "        if not found or e < end:",
+            "            end = e",
+            "            found = True",
+            "if not found or end > ts:",
+            f"    return {S.DONE}",
+            f"key_i[k, {S.K_NPART}] = prune(ph, pb, npart, rec_i, {S.START_TS}, "
+            "end - within, True, free, ctr)"]
+
+
 def _alloc(handle: str) -> list[str]:
     """`handle` := a free record, from the free list or the pool's unused rows (the kernel
     checked before the row that the pool has room)."""
@@ -960,24 +1421,29 @@ def _depth(line: str) -> int:
 def _module_source(gen: _Generator, body: ast.RecognizeQuery,
                    tables: dict[str, npt.NDArray[np.int64]], start: int, max_takes: int,
                    dfn: dict[str, str], take: dict[str, tuple[bool, list[str]]],
-                   emit: list[str], measures: list[MeasureSpec]) -> str:
+                   emit: list[str], measures: list[MeasureSpec], runs: _Runs | None) -> str:
     row = ", ".join(["t"] + [f"a{j}" for j in range(len(gen.columns))])
     tab = "sc, " + STRING_TABLE_PARAMS + ", pt"  # pt: MATCH_PROCTIME (the call's clock)
     outs = ", ".join(["out_key", "out_start", "out_end"] + emit_args(measures))
     final = int(np.flatnonzero(tables["st_final"] == 1)[0])
     S = rt
     lines = [
-        "from cep_core.kernels.recognize_runtime import heap_add, heap_poll, jdiv, jmod, prune",
+        "from cep_core.kernels.recognize_runtime import drop_runs, heap_add, heap_poll, jdiv, "
+        "jmod, prune",
         "", "",
         *[line for name, condition in dfn.items() for line in (
             "@njit(cache=True, error_model='numpy')",
-            f"def {name}(rec_i, rec_f, r, {row}, {tab}):",
+            f"def {name}(rec_i, rec_f, r, {'' if runs is None else 'kr, '}{row}, {tab}):",
             f"    return {condition}", "", "")],
         *[line for name, (copies, body) in take.items() for line in (
             "@njit(cache=True, error_model='numpy')",
             f"def {name}(rec_i, rec_f, {'src, ' if copies else ''}dst, idx, sq, {row}):",
             *_indent(_copy("src", "dst", gen) if copies else []),
-            *_indent(body), "", "")],
+            *_indent(body), "", "") if runs is None],
+        *[line for name, code in (_run_functions(gen, runs) if runs is not None else [])
+          for line in ("@njit(cache=True, error_model='numpy')",
+                       f"def {name}(rec_i, rec_f, dst, idx, sq, {row}):",
+                       *_indent(code or ["pass"]), "", "")],
         "@njit(cache=True, error_model='numpy')",
         f"def emit(rec_i, rec_f, r, now, no, {outs}, {tab}):",
         *_indent(emit or ["pass"]), "", "",
@@ -1000,19 +1466,26 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
                  f"    ctr[{S.ERR_END}] = rec_i[m, {S.LAST_SEQ}]",
                  f"    return {S.SKIP_FIRST}",
                  "inclusive = False"]
-    common = f"key_i, ph, ch, pcap, ccap, rec_i, rec_f, free, ctr, {outs}, {tab}"
+    common = f"key_i, ph, pf, ch, pcap, ccap, rec_i, rec_f, free, ctr, {outs}, {tab}"
+    rows = "pcap" if runs is None else "(pcap + 1)"  # a key's rows of `ph`
+    if runs is None:  # the queue's first handle: its earliest partial match, or record 0
+        earliest = f"rec_i[ph[pb], {S.START}]"
+        drop = f"npart = prune(ph, pb, npart, rec_i, {S.START}, limit, inclusive, free, ctr)"
+    else:  # the key's first run, the earliest (a key's rows: the key's row, its runs)
+        earliest = f"(ph[pb + 1, {S.START}] if npart > 0 else {S.NEVER})"
+        drop = f"npart = drop_runs(ph, pf, pb + 1, npart, {S.START}, limit)"  # inclusive
     lines += [
         "@njit(cache=True, error_model='numpy')",
         f"def release(k, now, {common}):",
-        "    pb = k * pcap",
+        f"    pb = k * {rows}",
         "    cb = k * ccap",
         f"    npart = key_i[k, {S.K_NPART}]",
         f"    nc = key_i[k, {S.K_NCOMP}]",
-        f"    while nc > 0 and rec_i[ch[cb], {S.START}] <= rec_i[ph[pb], {S.START}]:",
+        f"    while nc > 0 and rec_i[ch[cb], {S.START}] <= {earliest}:",
         "        m = ch[cb]",
         "        nc = heap_poll(ch, cb, nc, rec_i)",
         *_indent(bound, 2),
-        f"        npart = prune(ph, pb, npart, rec_i, {S.START}, limit, inclusive, free, ctr)",
+        f"        {drop}",
         f"        nc = prune(ch, cb, nc, rec_i, {S.START}, limit, inclusive, free, ctr)",
         f"        key_i[k, {S.K_NPART}] = npart",
         f"        key_i[k, {S.K_NCOMP}] = nc",
@@ -1030,22 +1503,10 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
         # WITHIN: partial matches whose interval ends by `ts` end, in order of their end
         "@njit(cache=True, error_model='numpy')",
         f"def advance(k, ts, within, {common}):",
-        "    pb = k * pcap",
+        f"    pb = k * {rows}",
         "    while True:",
         f"        npart = key_i[k, {S.K_NPART}]",
-        "        found = False",
-        "        end = 0",
-        "        for j in range(npart):",
-        "            h = ph[pb + j]",
-        "            if h != 0:",
-        f"                e = rec_i[h, {S.START_TS}] + within",
-        "                if not found or e < end:",
-        "                    end = e",
-        "                    found = True",
-        "        if not found or end > ts:",
-        f"            return {S.DONE}",
-        f"        key_i[k, {S.K_NPART}] = prune(ph, pb, npart, rec_i, {S.START_TS}, "
-        "end - within, True, free, ctr)",
+        *_indent(_earliest_end(runs is not None), 2),
         f"        status = release(k, end, {common})",
         f"        if status != {S.DONE}:",
         "            return status", "", "",
@@ -1063,12 +1524,43 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
     cols = ", ".join(f"col{j}" for j in range(len(gen.columns)))
     loads = [f"a{j} = col{j}[i]" for j in range(len(gen.columns))]
 
-    step, first_step = _step_lines(tables, gen, row, tab, final, start)
+    if runs is None:
+        step, first_step = _step_lines(tables, gen, row, tab, final, start)
+        queue = ["for j in range(npart - 1):", *_indent(step), *first_step,
+                 "for j in range(nlp):", "    ph[pb + j] = lp[j]",
+                 f"key_i[k, {S.K_NPART}] = nlp"]
+        room = [f"need = npart * {max_takes}",
+                "if need + 1 > pcap or ncomp + need > ccap:",
+                f"    status = {S.FULL_QUEUE}",
+                "    break",
+                "if free_top + pool - high < 2 * need:",
+                f"    status = {S.FULL_POOL}",
+                "    break"]
+    else:  # a run's partial matches may each complete on every TAKE edge
+        step, first_step = _run_step_lines(tables, gen, row, tab, start, runs)
+        queue = ["kr = pb", "w = 0", "branches = 0", "for j in range(npart):",
+                 *_indent(step),
+                 *first_step, f"key_i[k, {S.K_NPART}] = w",
+                 f"key_i[k, {S.K_BRANCHES}] = branches"]
+        room = [f"need = (key_i[k, {S.K_BRANCHES}] + 1) * {max_takes}",
+                "if npart + 1 > pcap:",
+                f"    status = {S.FULL_QUEUE}",
+                "    break",
+                "if ncomp + need > ccap:",
+                f"    status = {S.FULL_COMPLETED}",
+                "    break",
+                "if free_top + pool - high < need:",
+                f"    status = {S.FULL_POOL}",
+                "    break"]
     ncols = len(gen.columns)
     grouped = ", ".join(["g_kid", "g_seq", "g_ts"] + [f"g{j}" for j in range(ncols)])
+    # a chunk's rows key by key (a key's records stay in the cache), in the computations
+    # layout; not where a skip can stop the query, which then names the row it stopped on,
+    # the first in the batch
+    by_key = runs is None and skip not in (ast.SkipTo.FIRST, ast.SkipTo.LAST)
     # rows first..last - 1 of a batch, key by key (a stable counting sort; each key's
     # ids are filled in after the rows, in one sequential pass)
-    lines += [
+    lines += [] if not by_key else [
         "@njit(cache=True, error_model='numpy')",
         f"def group(first, last, nkeys, kid, seq, ts, {cols}{', ' if cols else ''}order, "
         f"{grouped}):",
@@ -1091,7 +1583,18 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
         "            g_kid[at] = k",
         "            at += 1", "", "",
     ]
-    loads = [f"a{j} = g{j}[p]" for j in range(ncols)]
+    if by_key:
+        rows_in = ["if p == 0:",
+                   # every key id of the batch is below key_i's length (the engine made them)
+                   f"    group(first, last, key_i.shape[0], kid, seq, ts, {cols}"
+                   f"{', ' if cols else ''}order, {grouped})",
+                   "while p < last - first:",
+                   "    i = order[p]", "    k = g_kid[p]", "    t = g_ts[p]", "    sq = g_seq[p]"]
+        loads = [f"a{j} = g{j}[p]" for j in range(ncols)]
+    else:  # in their order, as MATCH's kernel (the runs layout: a key's runs are its rows)
+        rows_in = ["while p < last - first:",
+                   "    i = first + p", "    k = kid[i]", "    t = ts[i]", "    sq = seq[i]"]
+        loads = [f"a{j} = col{j}[i]" for j in range(ncols)]
     kernel = [
         "@njit(cache=True, error_model='numpy')",
         f"def kernel(c0, p0, n, within, pcap, ccap, out_cap, pt, kid, seq, ts, {cols}"
@@ -1099,19 +1602,15 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
         f"{', '.join(STATE_ARGS)}, {outs}, out_row, dead):",
         f"    status = {S.DONE}",
         "    pool = rec_i.shape[0]",
+        # the free list's top and the pool's high-water mark in locals (the compiler cannot
+        # tell `ctr` from the record arrays), in `ctr` while `advance` or `release` runs
+        f"    free_top = ctr[{S.FREE_TOP}]",
+        f"    high = ctr[{S.HIGH}]",
         "    first = c0",
         "    p = p0",
         "    while first < n:",
         "        last = min(n, first + len(order))",
-        "        if p == 0:",
-        # every key id of the batch is below key_i's length (the engine made the rows)
-        f"            group(first, last, key_i.shape[0], kid, seq, ts, {cols}"
-        f"{', ' if cols else ''}order, {grouped})",
-        "        while p < last - first:",
-        "            i = order[p]",
-        "            k = g_kid[p]",
-        "            t = g_ts[p]",
-        "            sq = g_seq[p]",
+        *_indent(rows_in, 2),
         f"            if t < key_i[k, {S.K_LAST_TS}]:",
         f"                dead[ctr[{S.DEAD_N}]] = i",
         f"                ctr[{S.DEAD_N}] += 1",
@@ -1119,13 +1618,7 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
         "                continue",
         f"            npart = key_i[k, {S.K_NPART}]",
         f"            ncomp = key_i[k, {S.K_NCOMP}]",
-        f"            need = npart * {max_takes}",
-        "            if need + 1 > pcap or ncomp + need > ccap:",
-        f"                status = {S.FULL_QUEUE}",
-        "                break",
-        f"            if ctr[{S.FREE_TOP}] + pool - ctr[{S.HIGH}] < 2 * need:",
-        f"                status = {S.FULL_POOL}",
-        "                break",
+        *_indent(room, 3),
         f"            if ctr[{S.OUT_N}] + ncomp + need > out_cap:",
         f"                status = {S.FULL_OUTPUT}",
         "                break",
@@ -1133,34 +1626,29 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
         f"            key_i[k, {S.K_LAST_TS}] = t",
         f"            o0 = ctr[{S.OUT_N}]",
         "            if within >= 0:",
+        f"                ctr[{S.FREE_TOP}] = free_top",
+        f"                ctr[{S.HIGH}] = high",
         f"                status = advance(k, t, within, {common})",
+        f"                free_top = ctr[{S.FREE_TOP}]",
         f"                if status != {S.DONE}:",
         "                    break",
         f"            idx = key_i[k, {S.K_ROWS}]",
         f"            npart = key_i[k, {S.K_NPART}]",
-        "            pb = k * pcap",
+        f"            pb = k * {rows}",
         "            nlp = 0",
         "            nlc = 0",
-        # the free list's top and the pool's high-water mark in locals while the row's
-        # computations step (the compiler cannot tell `ctr` from the record arrays)
-        f"            free_top = ctr[{S.FREE_TOP}]",
-        f"            high = ctr[{S.HIGH}]",
-        "            for j in range(npart - 1):",
-        *_indent(step, 4),
-        *_indent(first_step, 3),
-        f"            ctr[{S.FREE_TOP}] = free_top",
-        f"            ctr[{S.HIGH}] = high",
+        *_indent(queue, 3),
         "            cb = k * ccap",
         f"            nc = key_i[k, {S.K_NCOMP}]",
         "            for j in range(nlc):",
         "                nc = heap_add(ch, cb, nc, lc[j], rec_i)",
-        "            for j in range(nlp):",
-        "                ph[pb + j] = lp[j]",
-        f"            key_i[k, {S.K_NPART}] = nlp",
         f"            key_i[k, {S.K_NCOMP}] = nc",
         f"            key_i[k, {S.K_ROWS}] = idx + 1",
         "            if nc > 0:",
+        f"                ctr[{S.FREE_TOP}] = free_top",
+        f"                ctr[{S.HIGH}] = high",
         f"                status = release(k, t, {common})",
+        f"                free_top = ctr[{S.FREE_TOP}]",
         f"                if status != {S.DONE}:",
         "                    break",
         f"            for q in range(o0, ctr[{S.OUT_N}]):",
@@ -1170,6 +1658,14 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
         "            break",
         "        first = last",
         "        p = 0",
+        f"    ctr[{S.FREE_TOP}] = free_top",
+        f"    ctr[{S.HIGH}] = high",
         "    return status, first, p", "",
     ]
-    return "\n".join(lines + kernel)
+    source = "\n".join(lines + kernel)
+    if runs is not None:  # nothing allocates: no reference counts kept across calls
+        source = source.replace(_NJIT, _NJIT[:-1] + ", _nrt=False)")
+    return source
+
+
+_NJIT = "@njit(cache=True, error_model='numpy')"

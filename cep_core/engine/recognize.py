@@ -14,9 +14,16 @@ State, all numpy arrays (a snapshot is arrays plus a little JSON):
   Flink's start computation) with a free list; the pool doubles when an event could need
   more than is free.
 
-The kernel takes a batch `CHUNK` rows at a time, key by key (each key's rows in their
-order; keys are independent), so that a key's records stay in the cache from one of its
-rows to the next; the composite events, which leave key by key, are put back in the order
+That is the computations layout. Where all the partial matches of one start read alike
+(`RecognizeProgram.layout` is `runs`, see `cep_core.compiler.recognize`), a key's partial
+matches are runs, one per start, kept in the key's own rows of `ph`/`pf` (shape: keys,
+the key's row and `pcap` runs, record columns): the key's row holds the row before, the
+runs follow in order of start; only completed matches are records of the pool.
+
+The computations layout's kernel takes a batch `CHUNK` rows at a time, key by key (each
+key's rows in their order; keys are independent), so that a key's records stay in the cache
+from one of its rows to the next (the runs layout's takes rows in their order); the
+composite events, which leave key by key, are put back in the order
 of the rows they left on (`_batch_order`), so a batch's output is the same as row by row.
 The kernel stops before an event that could need more room than there is (outputs,
 queue slots, records) and resumes there once Python has grown the arrays. Partial matches
@@ -63,6 +70,7 @@ class RecognizeEngine(Engine):
         self.key_attrs = [a.name for a in self.query.partition_by]
         self.keys = _Keys(self.key_attrs, self.schema)
         self._tables: StringTables | None = None
+        self._runs = program.layout == rt.RUNS
         self._buffers: dict[str, npt.NDArray[Any]] = {}
         self._allocate(nkeys=16, pcap=4, ccap=4, pool=64, out_cap=256)
 
@@ -75,7 +83,12 @@ class RecognizeEngine(Engine):
         a["ctr"] = np.zeros(len(rt.CTR), np.int64)
         a["ctr"][rt.HIGH] = 1  # record 0: the start computation
         a["key_i"] = np.zeros((nkeys, len(rt.KEY_FIELDS)), np.int64)
-        a["ph"] = np.zeros((nkeys, pcap), np.int64)
+        if self._runs:  # a key's rows: the key's row (its row before), then `pcap` runs
+            a["ph"] = np.zeros((nkeys, pcap + 1, p.rec_ints), np.int64)
+            a["pf"] = np.zeros((nkeys, pcap + 1, p.rec_floats), np.float64)
+        else:
+            a["ph"] = np.zeros((nkeys, pcap), np.int64)
+            a["pf"] = np.zeros((1, 1), np.float64)
         a["ch"] = np.zeros((nkeys, ccap), np.int64)
         a["lp"] = np.zeros(pcap, np.int64)
         a["lc"] = np.zeros(ccap, np.int64)
@@ -111,29 +124,38 @@ class RecognizeEngine(Engine):
         if nkeys > size:
             while size < nkeys:
                 size *= 2
-            for name in ("key_i", "ph", "ch"):
-                grown = np.zeros((size, a[name].shape[1]), np.int64)
+            for name in ("key_i", "ph", "ch") + (("pf",) if self._runs else ()):
+                grown = np.zeros((size,) + a[name].shape[1:], a[name].dtype)
                 grown[:self._keys_ready] = a[name][:self._keys_ready]
                 a[name] = grown
         if nkeys > self._keys_ready:  # a new key: no event yet, only the start computation
             new = slice(self._keys_ready, nkeys)
             a["key_i"][new] = 0
             a["key_i"][new, rt.K_LAST_TS] = INT64_MIN
-            a["key_i"][new, rt.K_NPART] = 1
-            a["ph"][new, 0] = 0
+            if not self._runs:  # its queue: the start computation (record 0)
+                a["key_i"][new, rt.K_NPART] = 1
+                a["ph"][new, 0] = 0
             self._keys_ready = nkeys
 
     def _grow(self, status: int) -> None:
         a, ctr = self.arrays, self.arrays["ctr"]
         if status == rt.FULL_OUTPUT:
             self._out_arrays(2 * self.out_cap, keep=int(ctr[rt.OUT_N]))
-        elif status == rt.FULL_QUEUE:
-            for name, cap in (("ph", "pcap"), ("ch", "ccap")):
-                old = getattr(self, cap)
-                grown = np.zeros((len(a[name]), 2 * old), np.int64)
-                grown[:, :old] = a[name]
+        elif status in (rt.FULL_QUEUE, rt.FULL_COMPLETED):
+            # the computations layout's FULL_QUEUE: either queue (both grow)
+            partial = status == rt.FULL_QUEUE
+            completed = status == rt.FULL_COMPLETED or not self._runs
+            queues = [("ph", self.pcap)] if partial else []
+            queues += [("pf", self.pcap)] if partial and self._runs else []
+            queues += [("ch", self.ccap)] if completed else []
+            for name, old in queues:
+                width = a[name].shape[1]  # the runs layout's: the key's row and `old` runs
+                grown = np.zeros((len(a[name]), width + old) + a[name].shape[2:],
+                                 a[name].dtype)
+                grown[:, :width] = a[name]
                 a[name] = grown
-                setattr(self, cap, 2 * old)
+            self.pcap *= 2 if partial else 1
+            self.ccap *= 2 if completed else 1
             a["lp"] = np.zeros(self.pcap, np.int64)
             a["lc"] = np.zeros(self.ccap, np.int64)
         elif status == rt.FULL_POOL:
@@ -174,8 +196,11 @@ class RecognizeEngine(Engine):
 
     def _state_args(self) -> list[npt.NDArray[Any]]:
         a = self.arrays
-        flat = {"ph", "ch"}
-        return [a[name].reshape(-1) if name in flat else a[name] for name in rt.STATE_ARGS]
+        flat = {"ch"} if self._runs else {"ph", "ch"}
+        rows = {"ph", "pf"} if self._runs else set()  # a key's runs: rows k * pcap + j
+        return [a[name].reshape(-1) if name in flat else
+                a[name].reshape(-1, a[name].shape[2]) if name in rows else a[name]
+                for name in rt.STATE_ARGS]
 
     def _out_args(self) -> list[npt.NDArray[Any]]:
         a = self.arrays
@@ -322,10 +347,13 @@ class RecognizeEngine(Engine):
         nkeys, high = len(self.keys), int(a["ctr"][rt.HIGH])
         keys, codes = self.keys.to_state()
         meta = {"keys": keys, "pcap": self.pcap, "ccap": self.ccap,
-                "ctr": a["ctr"].tolist(), "pool": len(a["rec_i"])}
+                "ctr": a["ctr"].tolist(), "pool": len(a["rec_i"]), "layout": self.program.layout,
+                "record": self.program.record}
         arrays = {"key_i": a["key_i"][:nkeys], "ph": a["ph"][:nkeys], "ch": a["ch"][:nkeys],
                   "rec_i": a["rec_i"][:high], "rec_f": a["rec_f"][:high],
                   "free": a["free"][:int(a["ctr"][rt.FREE_TOP])]}
+        if self._runs:
+            arrays["pf"] = a["pf"][:nkeys]
         if codes is not None:
             arrays["key_codes"] = codes
             arrays["key_free"] = self.keys.free_ids()
@@ -335,6 +363,26 @@ class RecognizeEngine(Engine):
         if "pcap" not in meta:  # e.g. the interpreter engine's (JSON) state
             raise ValueError(f"query {self.checked.name!r}: not the jitted MATCH_RECOGNIZE "
                              "engine's state (taken by the interpreter engine?)")
+        name, layout = self.checked.name, meta.get("layout", rt.COMPUTATIONS)
+        if layout != self.program.layout:  # e.g. taken before the query could run as runs
+            raise ValueError(f"query {name!r}: the snapshot keeps partial matches as "
+                             f"{layout}, this engine as {self.program.layout}: restore it "
+                             "with the version that took it, or replay the stream")
+        p = self.program
+        if meta.get("record", p.record) != p.record:  # (snapshots before it have none)
+            raise ValueError(f"query {name!r}: the snapshot's records keep other columns "
+                             "than this version's compiler makes for the query: restore it "
+                             "with the version that took it, or replay the stream")
+        shapes = {"rec_i": (p.rec_ints,), "rec_f": (p.rec_floats,),
+                  "ph": (meta["pcap"] + 1, p.rec_ints) if self._runs else (meta["pcap"],)}
+        if self._runs:
+            shapes["pf"] = (meta["pcap"] + 1, p.rec_floats)
+        if arrays["key_i"].ndim != 2 or arrays["key_i"].shape[1] > len(rt.KEY_FIELDS):
+            shapes["key_i"] = (len(rt.KEY_FIELDS),)
+        for array, shape in shapes.items():
+            if array not in arrays or arrays[array].shape[1:] != shape:
+                raise ValueError(f"query {name!r}: the snapshot's {array} is not this "
+                                 "query's (another version of it?)")
         self.keys = _Keys.from_state(self.key_attrs, self.schema, meta["keys"],
                                      arrays.get("key_codes"), arrays.get("key_free"))
         nkeys = len(self.keys)
@@ -342,18 +390,26 @@ class RecognizeEngine(Engine):
                        pool=meta["pool"], out_cap=256)
         a = self.arrays
         a["ctr"][:] = meta["ctr"]
-        for name in ("key_i", "ph", "ch", "rec_i", "rec_f", "free"):
-            a[name][:len(arrays[name])] = arrays[name]
+        # key_i: snapshots before the runs layout have no `branches` (0 in computations)
+        a["key_i"][:nkeys, :arrays["key_i"].shape[1]] = arrays["key_i"]
+        for array in ("ph", "ch", "rec_i", "rec_f", "free") + (("pf",) if self._runs else ()):
+            a[array][:len(arrays[array])] = arrays[array]
         self._keys_ready = nkeys
 
     def _string_cells(self) -> list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
         a, p = self.arrays, self.program
         if not p.string_columns:
             return []
-        live = rt.live_handles(a["ph"], a["ch"], a["key_i"], len(self.keys))
-        width = a["rec_i"].shape[1]
-        at = (live[:, None] * width + np.array(p.string_columns, np.int64)).ravel()
-        return [(a["rec_i"].reshape(-1), at)]
+        nkeys = len(self.keys)
+        live = rt.live_handles(None if self._runs else a["ph"], a["ch"], a["key_i"], nkeys)
+        width, columns = a["rec_i"].shape[1], np.array(p.string_columns, np.int64)
+        cells = [(a["rec_i"].reshape(-1), (live[:, None] * width + columns).ravel())]
+        if self._runs:  # rows k * (pcap + 1) + j: the key's row (0), its runs (1..count)
+            j = np.arange(self.pcap + 1)
+            live_rows = j <= a["key_i"][:nkeys, rt.K_NPART, None]
+            rows = np.flatnonzero(live_rows)
+            cells.append((a["ph"].reshape(-1), (rows[:, None] * width + columns).ravel()))
+        return cells
 
     def string_codes(self) -> npt.NDArray[np.int64]:
         cells = [flat[at] for flat, at in self._string_cells()]

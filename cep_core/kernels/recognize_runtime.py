@@ -22,8 +22,10 @@ I64 = npt.NDArray[np.int64]
 
 NEVER = 1 << 62  # the start computation's place in a queue (after every partial match)
 
-# Status codes the kernels return with where they stopped (event index or key id).
-DONE, FULL_OUTPUT, FULL_QUEUE, FULL_POOL, SKIP_MISSING, SKIP_FIRST = range(6)
+# Status codes the kernels return with where they stopped (event index or key id); the
+# runs layout's kernels say which queue is full (FULL_QUEUE: the partial matches'),
+# the computations layout's FULL_QUEUE for either.
+DONE, FULL_OUTPUT, FULL_QUEUE, FULL_POOL, SKIP_MISSING, SKIP_FIRST, FULL_COMPLETED = range(7)
 # Counters (`ctr`): free list top, pool high-water mark, outputs, dead letters, and the
 # start and end seq of a match that made AFTER MATCH SKIP fail.
 CTR = ("free_top", "high", "out_n", "dead_n", "err_start", "err_end")
@@ -33,12 +35,16 @@ FREE_TOP, HIGH, OUT_N, DEAD_N, ERR_START, ERR_END = range(len(CTR))
 REC_FIXED = ("state", "start", "start_ts", "start_seq", "last_idx", "last_seq", "count")
 STATE, START, START_TS, START_SEQ, LAST_IDX, LAST_SEQ, COUNT = range(len(REC_FIXED))
 # A key's row (`key_i`): its last accepted event time, partial and completed matches in its
-# queues, rows seen (the next row's index).
-KEY_FIELDS = ("last_ts", "npart", "ncomp", "rows")
-K_LAST_TS, K_NPART, K_NCOMP, K_ROWS = range(len(KEY_FIELDS))
+# queues, rows seen (the next row's index), and in the runs layout (`cep_core.compiler.
+# recognize`) the partial matches its runs stand for after its last row.
+KEY_FIELDS = ("last_ts", "npart", "ncomp", "rows", "branches")
+K_LAST_TS, K_NPART, K_NCOMP, K_ROWS, K_BRANCHES = range(len(KEY_FIELDS))
+# How a program's records stand for partial matches: one record each (Flink's computation
+# states), or one per start with how many are in each automaton state (`RecognizeProgram`)
+COMPUTATIONS, RUNS = "computations", "runs"
 # The state arrays every kernel takes, in order (after its scalars and the batch).
 STATE_ARGS = ["sc", "s_rank", "s_lower", "s_upper", "s_length", "ctr", "free", "key_i", "ph",
-              "ch", "lp", "lc", "rec_i", "rec_f", "st_var", "st_final", "tr_off",
+              "pf", "ch", "lp", "lc", "rec_i", "rec_f", "st_var", "st_final", "tr_off",
               "tr_n", "tr_act", "tr_tgt", "tr_var", "tr_unl"]
 
 
@@ -114,6 +120,25 @@ def prune(heap: I64, base: int, n: int, rec_i: I64, column: int, limit: int, inc
 
 
 @njit(cache=True)
+def drop_runs(ph: I64, pf: npt.NDArray[np.float64], base: int, n: int, column: int,
+              limit: int) -> int:
+    """The runs layout: drops the runs of rows ph[base:base + n] (and pf's) whose `column`
+    is at most `limit`, a prefix (the runs are in order of start, so of start time too),
+    moving the others down; returns how many are left. The records they drop are gone
+    (no free list: the queue holds the records)."""
+    cut = 0
+    while cut < n and ph[base + cut, column] <= limit:
+        cut += 1
+    if cut:
+        for j in range(cut, n):
+            for c in range(ph.shape[1]):
+                ph[base + j - cut, c] = ph[base + j, c]
+            for c in range(pf.shape[1]):
+                pf[base + j - cut, c] = pf[base + j, c]
+    return n - cut
+
+
+@njit(cache=True)
 def jdiv(a: int, b: int) -> int:
     """Java's integer division (truncates toward zero); the caller guards b == 0."""
     if b == 0:
@@ -128,9 +153,12 @@ def jmod(a: int, b: int) -> int:
     return a - b * jdiv(a, b)
 
 
-def live_handles(ph: I64, ch: I64, key_i: I64, nkeys: int) -> I64:
-    """The record handles the keys' queues hold (not the start computation)."""
+def live_handles(ph: I64 | None, ch: I64, key_i: I64, nkeys: int) -> I64:
+    """The record handles the keys' queues hold (not the start computation; ph None: the
+    runs layout, whose partial matches are not records of the pool)."""
     npart, ncomp = key_i[:nkeys, K_NPART], key_i[:nkeys, K_NCOMP]
-    parts = [ph[k, :npart[k]] for k in range(nkeys)] + [ch[k, :ncomp[k]] for k in range(nkeys)]
+    parts = [ch[k, :ncomp[k]] for k in range(nkeys)]
+    if ph is not None:
+        parts += [ph[k, :npart[k]] for k in range(nkeys)]
     handles = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     return np.unique(handles[handles != 0])
