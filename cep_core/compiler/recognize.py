@@ -971,12 +971,12 @@ def emit_args(measures: list[MeasureSpec]) -> list[str]:
 
 def kernel_args(program: RecognizeProgram) -> list[str]:
     """The kernel's array parameters (after its scalars), in order; `tick` takes the
-    same minus the batch and its scratch (kid, seq, ts, columns, order, g_*, out_row,
-    dead)."""
+    same minus the batch and its scratch (kid, seq, ts, columns, order, g_*, counts,
+    out_row, dead)."""
     ncols = len(program.columns)
     columns = [f"col{j}" for j in range(ncols)]
     grouped = ["g_kid", "g_seq", "g_ts"] + [f"g{j}" for j in range(ncols)]
-    return (["kid", "seq", "ts"] + columns + ["order"] + grouped + STATE_ARGS +
+    return (["kid", "seq", "ts"] + columns + ["order"] + grouped + ["counts"] + STATE_ARGS +
             ["out_key", "out_start", "out_end"] + emit_args(program.measures) +
             ["out_row", "dead"])
 
@@ -1555,16 +1555,16 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
     ncols = len(gen.columns)
     grouped = ", ".join(["g_kid", "g_seq", "g_ts"] + [f"g{j}" for j in range(ncols)])
     # a chunk's rows key by key (a key's records stay in the cache), in the computations
-    # layout; not where a skip can stop the query, which then names the row it stopped on,
-    # the first in the batch
-    by_key = runs is None and skip not in (ast.SkipTo.FIRST, ast.SkipTo.LAST)
+    # layout
+    by_key = runs is None
     # rows first..last - 1 of a batch, key by key (a stable counting sort; each key's
     # ids are filled in after the rows, in one sequential pass)
     lines += [] if not by_key else [
         "@njit(cache=True, error_model='numpy')",
         f"def group(first, last, nkeys, kid, seq, ts, {cols}{', ' if cols else ''}order, "
-        f"{grouped}):",
-        "    start = np.zeros(nkeys + 1, np.int64)",
+        f"{grouped}, start):",
+        "    for k in range(nkeys + 1):",
+        "        start[k] = 0",
         "    for i in range(first, last):",
         "        start[kid[i] + 1] += 1",
         "    for k in range(nkeys):",
@@ -1583,11 +1583,25 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
         "            g_kid[at] = k",
         "            at += 1", "", "",
     ]
+    stopping: list[str] = []
+    if by_key and skip in (ast.SkipTo.FIRST, ast.SkipTo.LAST):
+        # a key whose skip stops the query stops: the other keys go on, so that the batch
+        # stops on its first row that stops (the rows are stepped key by key)
+        stopping = [f"if status == {S.SKIP_MISSING} or status == {S.SKIP_FIRST}:",
+                    f"    if ctr[{S.STOP}] == {S.DONE} or i < ctr[{S.STOP_ROW}]:",
+                    f"        ctr[{S.STOP}] = status",
+                    f"        ctr[{S.STOP_ROW}] = i",
+                    f"        ctr[{S.STOP_START}] = ctr[{S.ERR_START}]",
+                    f"        ctr[{S.STOP_END}] = ctr[{S.ERR_END}]",
+                    f"    key_i[k, {S.K_LAST_TS}] = {S.NEVER}",
+                    f"    status = {S.DONE}",
+                    "    p += 1",
+                    "    continue"]
     if by_key:
         rows_in = ["if p == 0:",
                    # every key id of the batch is below key_i's length (the engine made them)
                    f"    group(first, last, key_i.shape[0], kid, seq, ts, {cols}"
-                   f"{', ' if cols else ''}order, {grouped})",
+                   f"{', ' if cols else ''}order, {grouped}, counts)",
                    "while p < last - first:",
                    "    i = order[p]", "    k = g_kid[p]", "    t = g_ts[p]", "    sq = g_seq[p]"]
         loads = [f"a{j} = g{j}[p]" for j in range(ncols)]
@@ -1598,7 +1612,7 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
     kernel = [
         "@njit(cache=True, error_model='numpy')",
         f"def kernel(c0, p0, n, within, pcap, ccap, out_cap, pt, kid, seq, ts, {cols}"
-        f"{', ' if cols else ''}order, {grouped}, "
+        f"{', ' if cols else ''}order, {grouped}, counts, "
         f"{', '.join(STATE_ARGS)}, {outs}, out_row, dead):",
         f"    status = {S.DONE}",
         "    pool = rec_i.shape[0]",
@@ -1630,6 +1644,7 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
         f"                ctr[{S.HIGH}] = high",
         f"                status = advance(k, t, within, {common})",
         f"                free_top = ctr[{S.FREE_TOP}]",
+        *_indent(stopping, 4),
         f"                if status != {S.DONE}:",
         "                    break",
         f"            idx = key_i[k, {S.K_ROWS}]",
@@ -1649,6 +1664,7 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
         f"                ctr[{S.HIGH}] = high",
         f"                status = release(k, t, {common})",
         f"                free_top = ctr[{S.FREE_TOP}]",
+        *_indent(stopping, 4),
         f"                if status != {S.DONE}:",
         "                    break",
         f"            for q in range(o0, ctr[{S.OUT_N}]):",
@@ -1660,12 +1676,15 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
         "        p = 0",
         f"    ctr[{S.FREE_TOP}] = free_top",
         f"    ctr[{S.HIGH}] = high",
+        *([f"    if status == {S.DONE} and ctr[{S.STOP}] != {S.DONE}:",
+           f"        ctr[{S.ERR_START}] = ctr[{S.STOP_START}]",
+           f"        ctr[{S.ERR_END}] = ctr[{S.STOP_END}]",
+           f"        return ctr[{S.STOP}], first, p"] if stopping else []),
         "    return status, first, p", "",
     ]
-    source = "\n".join(lines + kernel)
-    if runs is not None:  # nothing allocates: no reference counts kept across calls
-        source = source.replace(_NJIT, _NJIT[:-1] + ", _nrt=False)")
-    return source
+    # nothing allocates (the engine gives the kernel its scratch): no reference counts kept
+    # across calls (numba's atomic increments and decrements of each array argument)
+    return "\n".join(lines + kernel).replace(_NJIT, _NJIT[:-1] + ", _nrt=False)")
 
 
 _NJIT = "@njit(cache=True, error_model='numpy')"

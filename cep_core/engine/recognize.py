@@ -229,12 +229,14 @@ class RecognizeEngine(Engine):
                 for name, dtype in p.columns]
         dead = np.zeros(n, np.int64)
         ctr = a["ctr"]
-        ctr[rt.OUT_N] = ctr[rt.DEAD_N] = 0
-        # the kernel's scratch: a chunk of rows key by key (which row, and its columns)
+        ctr[rt.OUT_N] = ctr[rt.DEAD_N] = ctr[rt.STOP] = 0
+        # the kernel's scratch: a chunk of rows key by key (which row, and its columns; the
+        # rows per key)
         size = min(n, CHUNK)
         scratch = [self._scratch("order", size, np.dtype(np.int64))]
         scratch += [self._scratch(f"g{j}", size, column.dtype)
                     for j, column in enumerate([kid, seq, ts, *cols])]
+        scratch.append(self._scratch("counts", len(a["key_i"]) + 1, np.dtype(np.int64)))
         first = done = 0
         while True:
             status, first, done = p.module.kernel(
@@ -389,7 +391,7 @@ class RecognizeEngine(Engine):
         self._allocate(nkeys=max(16, nkeys), pcap=meta["pcap"], ccap=meta["ccap"],
                        pool=meta["pool"], out_cap=256)
         a = self.arrays
-        a["ctr"][:] = meta["ctr"]
+        a["ctr"][:len(meta["ctr"])] = meta["ctr"]  # (older snapshots: fewer counters)
         # key_i: snapshots before the runs layout have no `branches` (0 in computations)
         a["key_i"][:nkeys, :arrays["key_i"].shape[1]] = arrays["key_i"]
         for array in ("ph", "ch", "rec_i", "rec_f", "free") + (("pf",) if self._runs else ()):

@@ -26,10 +26,13 @@ NEVER = 1 << 62  # the start computation's place in a queue (after every partial
 # runs layout's kernels say which queue is full (FULL_QUEUE: the partial matches'),
 # the computations layout's FULL_QUEUE for either.
 DONE, FULL_OUTPUT, FULL_QUEUE, FULL_POOL, SKIP_MISSING, SKIP_FIRST, FULL_COMPLETED = range(7)
-# Counters (`ctr`): free list top, pool high-water mark, outputs, dead letters, and the
-# start and end seq of a match that made AFTER MATCH SKIP fail.
-CTR = ("free_top", "high", "out_n", "dead_n", "err_start", "err_end")
-FREE_TOP, HIGH, OUT_N, DEAD_N, ERR_START, ERR_END = range(len(CTR))
+# Counters (`ctr`): free list top, pool high-water mark, outputs, dead letters, the start
+# and end seq of a match that made AFTER MATCH SKIP fail, and the batch's first such stop
+# (a kernel stepping rows key by key goes on with the other keys: its status, row, match).
+CTR = ("free_top", "high", "out_n", "dead_n", "err_start", "err_end", "stop", "stop_row",
+       "stop_start", "stop_end")
+(FREE_TOP, HIGH, OUT_N, DEAD_N, ERR_START, ERR_END, STOP, STOP_ROW, STOP_START,
+ STOP_END) = range(len(CTR))
 # Fixed int columns of a record: its automaton state, the partition-local index, time and
 # seq of its first row, index and seq of its last row, how many rows it has.
 REC_FIXED = ("state", "start", "start_ts", "start_seq", "last_idx", "last_seq", "count")
