@@ -607,3 +607,46 @@ def test_a_computations_snapshot_from_before_the_runs_layout_restores():
     second.load_state(old_meta, old_arrays)
     got += second.process(encoder.from_events(events[90:]))
     assert want and got == want
+
+
+_RUNS_TYPED = {
+    "ticks": ("SELECT * FROM ticks MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY time "
+              "MEASURES FIRST(A.price) AS fa, MAX(price) AS hi, SUM(price) AS s, "
+              "LAST(C.price) AS lc, AVG(price) AS m ONE ROW PER MATCH "
+              "AFTER MATCH SKIP PAST LAST ROW PATTERN (A B+ C) "
+              "DEFINE B AS B.price > PREV(price) AND B.price > A.price, "
+              "C AS C.price < A.price) AS T"),
+    "clicks": ("SELECT * FROM clicks MATCH_RECOGNIZE (PARTITION BY session ORDER BY ts "
+               "MEASURES FIRST(A.page) AS fp, LAST(C.page) AS lp, LAST(C.bot) AS lb, "
+               "COUNT(*) AS n ONE ROW PER MATCH AFTER MATCH SKIP TO NEXT ROW "
+               "PATTERN (A B*? C) DEFINE A AS NOT A.bot, "
+               "B AS B.latency > PREV(latency) OR B.bot, "
+               "C AS C.page = 'cart' AND C.page <> FIRST(A.page)) AS T"),
+}
+
+
+@pytest.mark.parametrize("stream", sorted(_RUNS_TYPED))
+def test_runs_keep_float_string_and_bool_columns(stream):
+    # a run's columns and its key's row hold floats (pf), string codes (remapped when the
+    # dictionary is compacted) and bools: against the interpreter engine and the reference
+    checked = _strict(_RUNS_TYPED[stream])
+    program = compile_recognize(checked)
+    assert program.layout == rt.RUNS
+    assert program.rec_floats > 1 if stream == "ticks" else program.string_columns
+    rng = random.Random(7)
+    events = []
+    for i in range(600):
+        ts = 1000 * (i + 1)
+        if stream == "clicks":
+            row = {"session": rng.choice("uvwxy"), "page": rng.choice(["home", "cart", "list"]),
+                   "url": "/", "referrer": "", "bot": rng.random() < 0.3,
+                   "latency": rng.randint(1, 9), "ts": ts}
+        else:
+            row = {"symbol": rng.choice("PQRST"), "price": rng.randint(90, 110) / 4,
+                   "volume": rng.randint(1, 5), "time": ts}
+        events.append(Event(i, ts, row))
+    engine, other, got, want = _beside_interpreter(checked, events)
+    assert len(want) > 50 and got == want
+    assert engine.flush() == other.flush()
+    for sizes, restore_at in (((7, 3, 50), 300), ((1,), 123)):
+        _same(checked, events, sizes, restore_at=restore_at, compact=True)
