@@ -313,6 +313,24 @@ def test_rows_stepped_key_by_key_leave_in_the_order_of_the_batch(monkeypatch, ch
     assert engine.flush() == other.flush()
 
 
+def _typed_events(stream: str, count: int, pages: list[str]) -> list[Event]:
+    """Rows of the clicks schema (string, bool and int columns) or of the ticks schema
+    (float prices), keys interleaved, drawn with seed 7."""
+    rng = random.Random(7)
+    events = []
+    for i in range(count):
+        ts = 1000 * (i + 1)
+        if stream == "clicks":
+            row = {"session": rng.choice("uvwxy"), "page": rng.choice(pages),
+                   "url": "/", "referrer": "", "bot": rng.random() < 0.3,
+                   "latency": rng.randint(1, 9), "ts": ts}
+        else:
+            row = {"symbol": rng.choice("PQRST"), "price": rng.randint(90, 110) / 4,
+                   "volume": rng.randint(1, 5), "time": ts}
+        events.append(Event(i, ts, row))
+    return events
+
+
 _GROUPED = {
     "clicks": ("SELECT * FROM clicks MATCH_RECOGNIZE (PARTITION BY session ORDER BY ts "
                "MEASURES FIRST(A.latency) AS fl, LAST(B.page) AS lp, LAST(B.bot) AS lb, "
@@ -336,18 +354,7 @@ def test_bool_string_and_float_columns_pass_through_the_grouping(monkeypatch, st
 
     monkeypatch.setattr(engine_module, "CHUNK", 7)
     checked = _strict(_GROUPED[stream])
-    rng = random.Random(7)
-    events = []
-    for i in range(500):
-        ts = 1000 * (i + 1)
-        if stream == "clicks":
-            row = {"session": rng.choice("uvwxy"), "page": rng.choice(["home", "cart"]),
-                   "url": "/", "referrer": "", "bot": rng.random() < 0.3,
-                   "latency": rng.randint(1, 9), "ts": ts}
-        else:
-            row = {"symbol": rng.choice("PQRST"), "price": rng.randint(90, 110) / 4,
-                   "volume": rng.randint(1, 5), "time": ts}
-        events.append(Event(i, ts, row))
+    events = _typed_events(stream, 500, ["home", "cart"])
     engine, other, got, want = _beside_interpreter(checked, events)
     assert len(want) > 20 and got == want
     assert engine.flush() == other.flush()
@@ -357,8 +364,6 @@ def test_a_keys_queue_of_partial_matches_stays_sorted_by_start():
     # the kernel appends to a key's new queue instead of sifting a heap
     # (compiler/recognize.py _step_lines): each queue must be sorted by start, the start
     # computation last, after every row, for every skip mode and WITHIN
-    from cep_core.kernels import recognize_runtime as rt
-
     rows = differential.rows(300, random.Random(11))
     for skip, within in _SKIP_CASES:
         checked = _strict(
@@ -633,18 +638,7 @@ def test_runs_keep_float_string_and_bool_columns(stream):
     program = compile_recognize(checked)
     assert program.layout == rt.RUNS
     assert program.rec_floats > 1 if stream == "ticks" else program.string_columns
-    rng = random.Random(7)
-    events = []
-    for i in range(600):
-        ts = 1000 * (i + 1)
-        if stream == "clicks":
-            row = {"session": rng.choice("uvwxy"), "page": rng.choice(["home", "cart", "list"]),
-                   "url": "/", "referrer": "", "bot": rng.random() < 0.3,
-                   "latency": rng.randint(1, 9), "ts": ts}
-        else:
-            row = {"symbol": rng.choice("PQRST"), "price": rng.randint(90, 110) / 4,
-                   "volume": rng.randint(1, 5), "time": ts}
-        events.append(Event(i, ts, row))
+    events = _typed_events(stream, 600, ["home", "cart", "list"])
     engine, other, got, want = _beside_interpreter(checked, events)
     assert len(want) > 50 and got == want
     assert engine.flush() == other.flush()

@@ -1522,7 +1522,6 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
         f"    return {S.DONE}, nkeys", "", "",
     ]
     cols = ", ".join(f"col{j}" for j in range(len(gen.columns)))
-    loads = [f"a{j} = col{j}[i]" for j in range(len(gen.columns))]
 
     if runs is None:
         step, first_step = _step_lines(tables, gen, row, tab, final, start)
