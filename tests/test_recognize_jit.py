@@ -558,7 +558,9 @@ def test_a_run_stands_for_several_partial_matches_in_one_state():
         "D AS D.price < A.price) AS T")
     program = compile_recognize(checked)
     assert program.layout == rt.RUNS
-    mult = [int(c) for c in re.findall(r"x\d+ = ph\[c, (\d+)\]", program.source)]
+    mult = [int(c) for c in re.findall(r"x\d+ = phf\[U\(\(c\) \* \d+ \+ (\d+)\)\]",
+                                        program.source)]
+    assert mult
     engine = jit(checked, StringDictionary())
     encoder = BatchEncoder(checked.schema, engine.strings)
     rows = [{"symbol": "A", "price": p, "volume": 1, "ts": 1_000 * (i + 1), "seqNum": i}

@@ -92,6 +92,7 @@ class RecognizeEngine(Engine):
         a["ch"] = np.zeros((nkeys, ccap), np.int64)
         a["lp"] = np.zeros(pcap, np.int64)
         a["lc"] = np.zeros(ccap, np.int64)
+        self._completing(a, pcap)
         a["rec_i"] = np.zeros((pool, p.rec_ints), np.int64)
         a["rec_f"] = np.zeros((pool, p.rec_floats), np.float64)
         a["rec_i"][0, rt.STATE] = p.start_state
@@ -101,6 +102,13 @@ class RecognizeEngine(Engine):
         self.arrays = a
         self._keys_ready = 0
         self._out_arrays(out_cap)
+
+    def _completing(self, a: dict[str, npt.NDArray[Any]], pcap: int) -> None:
+        """The runs layout's copies of the runs that complete matches on a row (at most
+        `pcap`); the computations layout has none."""
+        p, rows = self.program, pcap if self._runs else 1
+        a["qi"] = np.zeros((rows, p.rec_ints), np.int64)
+        a["qf"] = np.zeros((rows, p.rec_floats), np.float64)
 
     def _out_arrays(self, size: int, keep: int = 0) -> None:
         a = self.arrays
@@ -158,6 +166,7 @@ class RecognizeEngine(Engine):
             self.ccap *= 2 if completed else 1
             a["lp"] = np.zeros(self.pcap, np.int64)
             a["lc"] = np.zeros(self.ccap, np.int64)
+            self._completing(a, self.pcap)
         elif status == rt.FULL_POOL:
             rows = 2 * len(a["rec_i"])
             for name in ("rec_i", "rec_f", "free"):

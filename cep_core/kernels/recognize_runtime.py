@@ -45,10 +45,11 @@ K_LAST_TS, K_NPART, K_NCOMP, K_ROWS, K_BRANCHES = range(len(KEY_FIELDS))
 # How a program's records stand for partial matches: one record each (Flink's computation
 # states), or one per start with how many are in each automaton state (`RecognizeProgram`)
 COMPUTATIONS, RUNS = "computations", "runs"
-# The state arrays every kernel takes, in order (after its scalars and the batch).
+# The state arrays every kernel takes, in order (after its scalars and the batch); `qi`/`qf`
+# are the runs layout's scratch: copies of the runs that complete matches on a row.
 STATE_ARGS = ["sc", "s_rank", "s_lower", "s_upper", "s_length", "ctr", "free", "key_i", "ph",
-              "pf", "ch", "lp", "lc", "rec_i", "rec_f", "st_var", "st_final", "tr_off",
-              "tr_n", "tr_act", "tr_tgt", "tr_var", "tr_unl"]
+              "pf", "ch", "lp", "lc", "qi", "qf", "rec_i", "rec_f", "st_var", "st_final",
+              "tr_off", "tr_n", "tr_act", "tr_tgt", "tr_var", "tr_unl"]
 
 
 @njit(cache=True, inline="always")
