@@ -429,9 +429,11 @@ def test_defines_and_takes_are_generated_per_state_without_the_count_tests_it_de
         "PATTERN (A B+ C) "
         "DEFINE B AS B.price > COALESCE(LAST(B.price, 1), A.price), "
         "C AS C.price < LAST(B.price, 1)) AS T")
-    source = compile_recognize(checked).source
+    program = compile_recognize(checked)
+    source, width = program.source, program.rec_ints
     functions = dict(re.findall(r"\ndef (\w+)\(.*\n((?:    .*\n|\n)*)", source))
-    count_test = re.compile(r"rec_i\[(r|dst), \d+\] (==|<=|<|>|>=) \d+")
+    # a record's cell, as the functions index their flat views
+    count_test = re.compile(r"rec_i\[U\(\((r|dst)\) \* \d+ \+ \d+\)\] (==|<=|<|>|>=) \d+")
     b_forms = [body for name, body in functions.items() if name.startswith("d1_")]
     assert len(b_forms) == 2 and not any(count_test.search(body) for body in b_forms)
     assert "d1(" not in source  # B's generic DEFINE is never called
@@ -439,7 +441,7 @@ def test_defines_and_takes_are_generated_per_state_without_the_count_tests_it_de
     takes = [body for name, body in functions.items() if name.startswith("take")]
     assert takes and not any("if v ==" in body or count_test.search(body) for body in takes)
     # the take from the start state (the match's first row) writes where it starts
-    assert sum(f"rec_i[dst, {rt.START}] = idx" in body for body in takes) == 2
+    assert sum(f"rec_i[U((dst) * {width} + {rt.START})] = idx" in body for body in takes) == 2
     _same(checked, _events(differential.rows(300, random.Random(5))), (13, 2))
 
 
@@ -456,8 +458,9 @@ def test_the_start_computations_new_record_is_zeroed_not_copied_from_record_0():
     assert program.layout == rt.COMPUTATIONS
     source = program.source
     first_step = source.split("\n            c = 0\n", 1)[1].split("lp[nlp] = 0", 1)[0]
-    assert "rec_i[d, c_] = 0" in first_step
-    assert "(rec_i, rec_f, c, d," not in first_step  # no copying take
+    assert f"rif[U((d) * {program.rec_ints} + c_)] = 0" in first_step
+    assert "(rif, rff, c, d," not in first_step  # no copying take
+    assert "(rif, rff, d," in first_step
     _same(checked, _events(differential.rows(300, random.Random(7))), (13, 2))
 
 

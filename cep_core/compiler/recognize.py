@@ -938,7 +938,7 @@ def _runs_plan(gen: _Generator, tables: dict[str, npt.NDArray[np.int64]], start:
 
 
 _COLUMN = re.compile(r"\b(rec_i|rec_f|ph|pf)\[[^\[\],]+, (\d+)\]")
-_CELL = re.compile(r"\b(rec_i|rec_f|ph|pf|key_i)\[([^\[\],]+), (\d+)\]")
+_CELL = re.compile(r"\b(rec_i|rec_f|ph|pf|key_i)\[([^\[\],]+), (\d+|c_)\]")
 
 
 def _flat_cells(lines: list[str], flat: dict[str, tuple[str, int]]) -> list[str]:
@@ -950,7 +950,7 @@ def _flat_cells(lines: list[str], flat: dict[str, tuple[str, int]]) -> list[str]
         if m[1] not in flat:
             return m[0]
         view, width = flat[m[1]]
-        assert int(m[3]) < width, f"column {m[3]} of {m[1]}: past {width}"
+        assert m[3] == "c_" or int(m[3]) < width, f"column {m[3]} of {m[1]}: past {width}"
         return f"{view}[U(({m[2]}) * {width} + {m[3]})]"
     return [_CELL.sub(cell, line) for line in lines]
 
@@ -1044,7 +1044,7 @@ def _walks(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: str,
             return [f"m{v} = 1"]
         name = gen.define_names[(v, source)]
         return [f"if m{v} < 0:",
-                f"    m{v} = 1 if {name}(rec_i, rec_f, c, {row}, {tab}) else 0"]
+                f"    m{v} = 1 if {name}(rif, rff, c, {row}, {tab}) else 0"]
 
     def edge_ok(e: int, flag: str, body: list[str]) -> list[str]:
         """`body` where edge e's condition holds (its variable's DEFINE and none of its
@@ -1149,15 +1149,15 @@ def _step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, row: 
             reuse = f"c != 0 and not ({later})" if later else "c != 0"
             if fresh:
                 act += [*_alloc("d"), *_copy(None, "d", gen),
-                        f"{here}(rec_i, rec_f, d, idx, sq, {row})"]
+                        f"{here}(rif, rff, d, idx, sq, {row})"]
             else:
                 act += [f"if {reuse}:",
                         "    d = c",
                         "    kept = True",
-                        f"    {here}(rec_i, rec_f, d, idx, sq, {row})",
+                        f"    {here}(rif, rff, d, idx, sq, {row})",
                         "else:",
                         *_indent(_alloc("d")),
-                        f"    {copy}(rec_i, rec_f, c, d, idx, sq, {row})"]
+                        f"    {copy}(rif, rff, c, d, idx, sq, {row})"]
             if st_final[tg] == 1:  # a TAKE into the final state: completed now
                 act.append("nlc = heap_add(lc, 0, nlc, d, rec_i)")
             else:
@@ -1451,9 +1451,7 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
     row = ", ".join(["t"] + [f"a{j}" for j in range(len(gen.columns))])
 
     def flat_body(code: list[str]) -> list[str]:
-        """The runs layout's DEFINEs and run functions take their records as flat views."""
-        if runs is None:
-            return code
+        """DEFINEs, TAKEs and run functions take their records' arrays as flat views."""
         flat = {"rec_i": ("rec_i", widths[0]), "rec_f": ("rec_f", widths[1])}
         return ["U = np.uint64", *_flat_cells(code, flat)]
     tab = "sc, " + STRING_TABLE_PARAMS + ", pt"  # pt: MATCH_PROCTIME (the call's clock)
@@ -1469,11 +1467,11 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
             "@njit(cache=True, error_model='numpy')",
             f"def {name}(rec_i, rec_f, r, {'' if runs is None else 'kr, '}{row}, {tab}):",
             *_indent(flat_body([f"return {condition}"])), "", "")],
-        *[line for name, (copies, body) in take.items() for line in (
+        *[line for name, (copies, body) in (take.items() if runs is None else [])
+          for line in (
             "@njit(cache=True, error_model='numpy')",
             f"def {name}(rec_i, rec_f, {'src, ' if copies else ''}dst, idx, sq, {row}):",
-            *_indent(_copy("src", "dst", gen) if copies else []),
-            *_indent(body), "", "") if runs is None],
+            *_indent(flat_body((_copy("src", "dst", gen) if copies else []) + body)), "", "")],
         *[line for name, code in (_run_functions(gen, runs) if runs is not None else [])
           for line in ("@njit(cache=True, error_model='numpy')",
                        f"def {name}(rec_i, rec_f, dst, idx, sq, {row}):",
@@ -1654,10 +1652,9 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
         f"def kernel(c0, p0, n, within, pcap, ccap, out_cap, pt, kid, seq, ts, {cols}"
         f"{', ' if cols else ''}order, {grouped}, counts, "
         f"{', '.join(STATE_ARGS)}, {outs}, out_row, dead):",
-        *([] if by_key else ["    U = np.uint64",  # flat views of the arrays of key rows
-                             "    phf, pff, kif = ph.reshape(-1), pf.reshape(-1), "
-                             "key_i.reshape(-1)",
-                             "    rif, rff = rec_i.reshape(-1), rec_f.reshape(-1)"]),
+        "    U = np.uint64",  # flat views of the record arrays and the key rows
+        "    phf, pff, kif = ph.reshape(-1), pf.reshape(-1), key_i.reshape(-1)",
+        "    rif, rff = rec_i.reshape(-1), rec_f.reshape(-1)",
         f"    status = {S.DONE}",
         "    pool = rec_i.shape[0]",
         # the free list's top and the pool's high-water mark in locals (the compiler cannot
@@ -1726,9 +1723,10 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
            f"        return ctr[{S.STOP}], first, p"] if stopping else []),
         "    return status, first, p", "",
     ]
-    if not by_key:
-        kernel = _flat_cells(kernel, {"ph": ("phf", widths[0]), "pf": ("pff", widths[1]),
-                                      "key_i": ("kif", len(S.KEY_FIELDS))})
+    flat = {"key_i": ("kif", len(S.KEY_FIELDS))}
+    flat.update({"ph": ("phf", widths[0]), "pf": ("pff", widths[1])} if runs is not None else
+                {"rec_i": ("rif", widths[0]), "rec_f": ("rff", widths[1])})
+    kernel = _flat_cells(kernel, flat)
     # nothing allocates (the engine gives the kernel its scratch): no reference counts kept
     # across calls (numba's atomic increments and decrements of each array argument)
     return "\n".join(lines + kernel).replace(_NJIT, _NJIT[:-1] + ", _nrt=False)")
