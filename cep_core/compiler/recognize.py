@@ -944,8 +944,8 @@ _CELL = re.compile(r"\b(rec_i|rec_f|ph|pf|key_i)\[([^\[\],]+), (\d+|c_)\]")
 def _flat_cells(lines: list[str], flat: dict[str, tuple[str, int]]) -> list[str]:
     """`lines` with each cell `array[row, column]` of an array in `flat` (its flat view's
     name and its rows' width) as `view[U((row) * width + column)]`: numba then neither
-    wraps a negative index nor multiplies by a stride it reads from the array (the runs
-    layout's rows and columns are never negative; 1.09x on the M-shape)."""
+    wraps a negative index nor multiplies by a stride it reads from the array (records,
+    key rows and columns are never negative; 1.07-1.09x on the M-shape in either layout)."""
     def cell(m: re.Match[str]) -> str:
         if m[1] not in flat:
             return m[0]
