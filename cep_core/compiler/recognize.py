@@ -1652,9 +1652,9 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
         f"def kernel(c0, p0, n, within, pcap, ccap, out_cap, pt, kid, seq, ts, {cols}"
         f"{', ' if cols else ''}order, {grouped}, counts, "
         f"{', '.join(STATE_ARGS)}, {outs}, out_row, dead):",
-        "    U = np.uint64",  # flat views of the record arrays and the key rows
-        "    phf, pff, kif = ph.reshape(-1), pf.reshape(-1), key_i.reshape(-1)",
-        "    rif, rff = rec_i.reshape(-1), rec_f.reshape(-1)",
+        "    U = np.uint64",  # flat views of the key rows, the records and a key's runs
+        "    kif, rif, rff = key_i.reshape(-1), rec_i.reshape(-1), rec_f.reshape(-1)",
+        *([] if by_key else ["    phf, pff = ph.reshape(-1), pf.reshape(-1)"]),
         f"    status = {S.DONE}",
         "    pool = rec_i.shape[0]",
         # the free list's top and the pool's high-water mark in locals (the compiler cannot
