@@ -1201,13 +1201,16 @@ def _run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, r
     generated function, so states whose DEFINEs read alike share it), then each firing TAKE
     edge adds the state's partial matches (`x<s>`) to its target's count (`n<t>`) or to the
     matches completed on this row (`done`), as a sum of products (`_edge_tests`). A run some
-    partial match goes on in takes the row in place (`run_next`) and moves down over the
-    runs that ended (`w`: the key's runs stay in order of start, packed); each completed
-    match is a record of the pool, a copy of the run after the row (`run_end`; all alike:
-    what MEASURES read is the same for all of them), in the completed queue as many times
-    as Flink's has it. Those of the runs are made after the runs' loop, from copies the
-    loop keeps (`qi`/`qf`, with how many in `lp`): the loop then holds fewer values
-    (1.05x on the M-shape)."""
+    partial match goes on in moves down over the runs that ended (`w`: the key's runs stay
+    in order of start, packed) and takes the row there (`run_next`). Every run is written
+    at `w`, and `w` steps when it lives, without a branch (a run that ended is written over
+    by the next; 1.18x on the M-shape: whether a run lives is a coin toss to the branch
+    predictor). Each completed match is a record of the pool, a copy of the run after the
+    row (`run_end`; all alike: what MEASURES read is the same for all of them), in the
+    completed queue as many times as Flink's has it. Those are made after the runs' loop
+    from the runs themselves (where they are: column 0 of `qi`, how many: `lp`), so a run
+    whose partial matches all completed stays until then and leaves after (`gone`: the
+    first such run's place)."""
     st_final = tables["st_final"].tolist()
     states = runs.states
     column = {t: gen.rec.col((Tag.MULT, t))[1] for t in states}
@@ -1249,21 +1252,29 @@ def _run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, r
     def after(run: str) -> list[str]:  # `run` took the row: its counts and completed matches
         return [*[f"ph[{run}, {column[t]}] = n{t}" for t in states], "branches += tot"]
 
-    kept = ["if done != 0:", "    lp[ncq] = done", *_indent(copy("c", "ncq", "qi, qf")),
-            "    ncq += 1"]
-
     def evaluate(arrays: str, record: str, key_row: str) -> list[str]:
         return [f"{local} = {name}({arrays}, {record}, {key_row}, {row}, {tab})"
                 for name, local in calls.items()]
 
+    counts = set(column.values())
+    moved = [f"ph[dw, {c}] = ph[c, {c}]" for c in sorted(ints - counts)] + \
+        [f"pf[dw, {c}] = pf[c, {c}]" for c in sorted(floats)]
     body = adds(states, {t: f"x{t}" for t in states})
-    step = ["c = pb + 1 + j", *[f"x{t} = ph[c, {column[t]}]" for t in states],
-            *evaluate("phf, pff", "c", "kr"), *body, f"tot = {total}",
-            "if tot + done != 0:", f"    run_next(phf, pff, c, idx, sq, {row})",
-            *_indent(after("c")), *_indent(kept),
-            "    if tot != 0:",
-            "        if w != j:", *_indent(copy("c", "pb + 1 + w", "ph, pf"), 3),
-            "        w += 1"]
+    take = ["c = pb + 1 + j", *[f"x{t} = ph[c, {column[t]}]" for t in states],
+            *evaluate("phf, pff", "c", "kr"), *body, f"tot = {total}"]
+
+    def completed(at: str) -> list[str]:  # where the run is now
+        return ["if done != 0:", "    lp[ncq] = done", f"    qi[ncq, 0] = {at}", "    ncq += 1",
+                "    if tot == 0 and gone == npart:", f"        gone = {at}"]
+    step = ["for j in range(npart):", *_indent(take), "    dw = pb + 1 + w",
+            *_indent(moved), *_indent(after("dw")),
+            f"    run_next(phf, pff, dw, idx, sq, {row})",
+            *_indent(completed("w")), "    w += (tot + done) != 0"]
+    live = " + ".join(f"ph[c, {column[t]}]" for t in states) or "0"
+    leave = ["if gone < npart:  # the runs whose partial matches all completed leave",
+             "    live = gone", "    for j in range(gone, w):", "        c = pb + 1 + j",
+             f"        if {live} != 0:", "            dw = pb + 1 + live",
+             *_indent(copy("c", "dw", "ph, pf"), 3), "            live += 1", "    w = live"]
     calls.clear()
     body = adds([start], {start: "1"})
     # the start computation: its state is the start state, its record the pool's record 0
@@ -1272,7 +1283,8 @@ def _run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, r
     written |= {("i", c) for c in column.values()}
     zero = [f"ph[d, {c}] = 0" for c in sorted(ints) if ("i", c) not in written] + \
         [f"pf[d, {c}] = 0.0" for c in sorted(floats) if ("f", c) not in written]
-    first = ["for q_ in range(ncq):", *_indent(complete("q_", "qi, qf", "lp[q_]")),
+    first = ["for q_ in range(ncq):", "    c = pb + 1 + qi[q_, 0]",
+             *_indent(complete("c", "ph, pf", "lp[q_]")), *leave,
              *evaluate("rif, rff", "0", "0"), *body, f"tot = {total}",
              "if tot + done != 0:", "    d = pb + 1 + w", *_indent(zero),
              f"    run_first(phf, pff, d, idx, sq, {row})", *_indent(after("d")),
@@ -1570,8 +1582,7 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
                 "    break"]
     else:  # a run's partial matches may each complete on every TAKE edge
         step, first_step = _run_step_lines(tables, gen, row, tab, start, runs)
-        queue = ["kr = pb", "w = 0", "branches = 0", "ncq = 0", "for j in range(npart):",
-                 *_indent(step),
+        queue = ["kr = pb", "w = 0", "branches = 0", "ncq = 0", "gone = npart", *step,
                  *first_step, f"key_i[k, {S.K_NPART}] = w",
                  f"key_i[k, {S.K_BRANCHES}] = branches"]
         room = [f"need = (key_i[k, {S.K_BRANCHES}] + 1) * {max_takes}",
