@@ -39,6 +39,7 @@ candidates in its own row instead of a slot (one cache line per event;
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -415,15 +416,7 @@ class MatchEngine(Engine):
                            a["out_end"][:no].copy(), a["out_start"][:no].copy(), fields)
 
     def _key_column(self, ids: I64) -> Keys:
-        """The composites' keys, taken now: ids of evicted keys go to other keys later."""
-        if not self.key_attrs:
-            return Keys(np.zeros(len(ids), np.int64), lambda distinct: [None] * len(distinct))
-        if self.keys.fast:
-            kind = self.schema.attributes[self.key_attrs[0]]
-            decoder = Decoder(self.strings.strings)
-            return Keys(self.keys.codes[ids], lambda codes: decoder.values(kind, codes))
-        keys = {k: self._key(k) for k in np.unique(ids).tolist()}
-        return Keys(ids.copy(), lambda distinct: [keys[k] for k in distinct.tolist()])
+        return self.keys.column(ids, self.schema, self.strings, self._key)
 
     # ------------------------------------------------------------ snapshots
 
@@ -556,6 +549,19 @@ class _Keys:
     def __len__(self) -> int:
         """The id range: ids in use or released."""
         return self.count if self.index is None else len(self.index)
+
+    def column(self, ids: I64, schema: StreamSchema, strings: StringDictionary,
+               key_of: Callable[[int], object]) -> Keys:
+        """The composites' keys (`key_of`: a key id's decoded key), taken now: ids of
+        evicted keys go to other keys later. One coded attribute is decoded only when read."""
+        if not self.attrs:
+            return Keys(np.zeros(len(ids), np.int64), lambda distinct: [None] * len(distinct))
+        if self.fast:
+            kind = schema.attributes[self.attrs[0]]
+            decoder = Decoder(strings.strings)
+            return Keys(self.codes[ids], lambda codes: decoder.values(kind, codes))
+        keys = {k: key_of(k) for k in np.unique(ids).tolist()}
+        return Keys(ids.copy(), lambda distinct: [keys[k] for k in distinct.tolist()])
 
     def value(self, k: int) -> Key:
         """The key of an id in use."""

@@ -43,7 +43,7 @@ import orjson
 
 from cep_core import ast
 from cep_core.batch import Batch, StringDictionary
-from cep_core.composite_batch import ColumnBatch, CompositeBatch, Decoder, Field, Keys, to_dicts
+from cep_core.composite_batch import ColumnBatch, CompositeBatch, Decoder, Field, to_dicts
 from cep_core.engine.base import Engine
 from cep_core.engine.match import _Keys
 from cep_core.kernels import recognize_runtime as rt
@@ -104,8 +104,8 @@ class RecognizeEngine(Engine):
         self._out_arrays(out_cap)
 
     def _completing(self, a: dict[str, npt.NDArray[Any]], pcap: int) -> None:
-        """The runs layout's copies of the runs that complete matches on a row (at most
-        `pcap`); the computations layout has none."""
+        """The runs layout's scratch for the runs that complete matches on a row (at most
+        `pcap`; `rt.STATE_ARGS`); the computations layout has none."""
         p, rows = self.program, pcap if self._runs else 1
         a["qi"] = np.zeros((rows, p.rec_ints), np.int64)
         a["qf"] = np.zeros((rows, p.rec_floats), np.float64)
@@ -342,11 +342,7 @@ class RecognizeEngine(Engine):
         for j, m in enumerate(p.measures):
             fields[m.name] = Field(m.name, m.kind, a[f"e{j}"][:no].copy(),
                                    a[f"e{j}n"][:no].copy() if m.nullable else None)
-        if not self.key_attrs:
-            keys = Keys(np.zeros(no, np.int64), lambda distinct: [None] * len(distinct))
-        else:
-            decoded = {k: self._key(k) for k in np.unique(ids).tolist()}
-            keys = Keys(ids, lambda distinct: [decoded[k] for k in distinct.tolist()])
+        keys = self.keys.column(ids, self.schema, self.strings, self._key)
         return ColumnBatch(self.checked.name, Decoder(self.strings.strings), keys,
                            a["out_end"][:no].copy(), a["out_start"][:no].copy(),
                            [fields[name] for name in p.outputs])
