@@ -255,7 +255,8 @@ class RecognizeEngine(Engine):
             if status == rt.DONE:
                 break
             self._grow(status)
-        self._batch_order(int(ctr[rt.OUT_N]))
+        if not self._runs:  # (the runs layout steps the rows in their order)
+            self._batch_order(int(ctr[rt.OUT_N]))
         for row in np.sort(dead[:int(ctr[rt.DEAD_N])]).tolist():
             key = orjson.dumps(self._key(int(kid[row]))).decode()
             self.dead_letters.append((int(seq[row]),
