@@ -998,6 +998,9 @@ def kernel_args(program: RecognizeProgram) -> list[str]:
 
 
 STATE_ARGS = rt.STATE_ARGS
+# the runs layout's loop over a key's runs on a row (`_run_step_lines`): what it takes
+# before the row's values and the string tables
+RUNS_STEP = "phf, pff, lp, lq, pb, npart, kr, idx, sq"
 
 
 def _copy(src: str | None, dst: str, gen: _Generator, src_arrays: str = "rec_i, rec_f",
@@ -1208,9 +1211,11 @@ def _run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, r
     predictor). Each completed match is a record of the pool, a copy of the run after the
     row (`run_end`; all alike: what MEASURES read is the same for all of them), in the
     completed queue as many times as Flink's has it. Those are made after the runs' loop
-    from the runs themselves (where they are: column 0 of `qi`, how many: `lp`), so a run
-    whose partial matches all completed stays until then and leaves after (`gone`: the
-    first such run's place)."""
+    from the runs themselves (where they are: `lq`, how many: `lp`), so a run whose
+    partial matches all completed stays until then and leaves after (`gone`: the first
+    such run's place). The loop is a function of its own (`step_runs`, `RUNS_STEP`): in
+    the kernel, how fast it ran hung on the kernel's other arguments and values (LLVM's
+    registers: one argument fewer made it 1.2x slower)."""
     st_final = tables["st_final"].tolist()
     states = runs.states
     column = {t: gen.rec.col((Tag.MULT, t))[1] for t in states}
@@ -1264,12 +1269,14 @@ def _run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, r
             *evaluate("phf, pff", "c", "kr"), *body, f"tot = {total}"]
 
     def completed(at: str) -> list[str]:  # where the run is now
-        return ["if done != 0:", "    lp[ncq] = done", f"    qi[ncq, 0] = {at}", "    ncq += 1",
+        return ["if done != 0:", "    lp[ncq] = done", f"    lq[ncq] = {at}", "    ncq += 1",
                 "    if tot == 0 and gone == npart:", f"        gone = {at}"]
-    step = ["for j in range(npart):", *_indent(take), "    dw = pb + 1 + w",
+    step = ["U = np.uint64", "w = 0", "branches = 0", "ncq = 0", "gone = npart",
+            "for j in range(npart):", *_indent(take), "    dw = pb + 1 + w",
             *_indent(moved), *_indent(after("dw")),
             f"    run_next(phf, pff, dw, idx, sq, {row})",
-            *_indent(completed("w")), "    w += (tot + done) != 0"]
+            *_indent(completed("w")), "    w += (tot + done) != 0",
+            "return w, branches, ncq, gone"]
     live = " + ".join(f"ph[c, {column[t]}]" for t in states) or "0"
     leave = ["if gone < npart:  # the runs whose partial matches all completed leave",
              "    live = gone", "    for j in range(gone, w):", "        c = pb + 1 + j",
@@ -1283,7 +1290,7 @@ def _run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, r
     written |= {("i", c) for c in column.values()}
     zero = [f"ph[d, {c}] = 0" for c in sorted(ints) if ("i", c) not in written] + \
         [f"pf[d, {c}] = 0.0" for c in sorted(floats) if ("f", c) not in written]
-    first = ["for q_ in range(ncq):", "    c = pb + 1 + qi[q_, 0]",
+    first = ["for q_ in range(ncq):", "    c = pb + 1 + lq[q_]",
              *_indent(complete("c", "ph, pf", "lp[q_]")), *leave,
              *evaluate("rif, rff", "0", "0"), *body, f"tot = {total}",
              "if tot + done != 0:", "    d = pb + 1 + w", *_indent(zero),
@@ -1582,7 +1589,11 @@ def _module_source(gen: _Generator, body: ast.RecognizeQuery,
                 "    break"]
     else:  # a run's partial matches may each complete on every TAKE edge
         step, first_step = _run_step_lines(tables, gen, row, tab, start, runs)
-        queue = ["kr = pb", "w = 0", "branches = 0", "ncq = 0", "gone = npart", *step,
+        runs_flat = {"ph": ("phf", widths[0]), "pf": ("pff", widths[1])}
+        lines += ["@njit(cache=True, error_model='numpy')",
+                  f"def step_runs({RUNS_STEP}, {row}, {tab}):",
+                  *_indent(_flat_cells(step, runs_flat)), "", ""]
+        queue = ["kr = pb", f"w, branches, ncq, gone = step_runs({RUNS_STEP}, {row}, {tab})",
                  *first_step, f"key_i[k, {S.K_NPART}] = w",
                  f"key_i[k, {S.K_BRANCHES}] = branches"]
         room = [f"need = (key_i[k, {S.K_BRANCHES}] + 1) * {max_takes}",

@@ -104,11 +104,9 @@ class RecognizeEngine(Engine):
         self._out_arrays(out_cap)
 
     def _completing(self, a: dict[str, npt.NDArray[Any]], pcap: int) -> None:
-        """The runs layout's scratch for the runs that complete matches on a row (at most
-        `pcap`; `rt.STATE_ARGS`); the computations layout has none."""
-        p, rows = self.program, pcap if self._runs else 1
-        a["qi"] = np.zeros((rows, p.rec_ints), np.int64)
-        a["qf"] = np.zeros((rows, p.rec_floats), np.float64)
+        """The runs layout's places of the runs that complete matches on a row (at most
+        `pcap`); the computations layout has none."""
+        a["lq"] = np.zeros(pcap if self._runs else 1, np.int64)
 
     def _out_arrays(self, size: int, keep: int = 0) -> None:
         a = self.arrays

@@ -45,12 +45,10 @@ K_LAST_TS, K_NPART, K_NCOMP, K_ROWS, K_BRANCHES = range(len(KEY_FIELDS))
 # How a program's records stand for partial matches: one record each (Flink's computation
 # states), or one per start with how many are in each automaton state (`RecognizeProgram`)
 COMPUTATIONS, RUNS = "computations", "runs"
-# The state arrays every kernel takes, in order (after its scalars and the batch); `qi`/`qf`
-# are the runs layout's scratch: qi's column 0 holds where the runs that complete matches on
-# a row are. qf is not read: the runs kernel's loop compiled to 1.2x slower code without it
-# (LLVM spilled the loop counter), so the arguments stay as they are.
+# The state arrays every kernel takes, in order (after its scalars and the batch); `lq` is
+# the runs layout's scratch: where the runs that complete matches on a row are.
 STATE_ARGS = ["sc", "s_rank", "s_lower", "s_upper", "s_length", "ctr", "free", "key_i", "ph",
-              "pf", "ch", "lp", "lc", "qi", "qf", "rec_i", "rec_f", "st_var", "st_final",
+              "pf", "ch", "lp", "lc", "lq", "rec_i", "rec_f", "st_var", "st_final",
               "tr_off", "tr_n", "tr_act", "tr_tgt", "tr_var", "tr_unl"]
 
 
