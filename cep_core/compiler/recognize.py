@@ -1213,9 +1213,10 @@ def _run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, r
     completed queue as many times as Flink's has it. Those are made after the runs' loop
     from the runs themselves (where they are: `lq`, how many: `lp`), so a run whose
     partial matches all completed stays until then and leaves after (`gone`: the first
-    such run's place). The loop is a function of its own (`step_runs`, `RUNS_STEP`): in
-    the kernel, how fast it ran hung on the kernel's other arguments and values (LLVM's
-    registers: one argument fewer made it 1.2x slower)."""
+    such run's place). The loop is a function of its own (`step_runs`, `RUNS_STEP`), which
+    LLVM inlines into the kernel again: written in the kernel, the same loop ran 1.2x
+    slower with one kernel argument fewer (register allocation); written this way it ran at
+    its best with `lq` alone (measured, not a guarantee: docs/benchmarks.md)."""
     st_final = tables["st_final"].tolist()
     states = runs.states
     column = {t: gen.rec.col((Tag.MULT, t))[1] for t in states}
