@@ -1243,15 +1243,15 @@ def _run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, r
         return [f"{target} = " + " + ".join(into.get(target, ["0"]))
                 for target in [f"n{t}" for t in states] + ["done"]]
 
-    def copy(src: str, dst: str, arrays: str, src_arrays: str = "ph, pf") -> list[str]:
+    def copy(src: str, dst: str, arrays: str, int_columns: set[int] = ints) -> list[str]:
+        """Run `src`'s columns into `dst` of `arrays` (all of them, or `int_columns`)."""
         di, df = arrays.split(", ")
-        si, sf = src_arrays.split(", ")
-        return [f"{di}[{dst}, {c}] = {si}[{src}, {c}]" for c in sorted(ints)] + \
-            [f"{df}[{dst}, {c}] = {sf}[{src}, {c}]" for c in sorted(floats)]
+        return [f"{di}[{dst}, {c}] = ph[{src}, {c}]" for c in sorted(int_columns)] + \
+            [f"{df}[{dst}, {c}] = pf[{src}, {c}]" for c in sorted(floats)]
 
-    def complete(src: str, arrays: str, times: str) -> list[str]:
+    def complete(src: str, times: str) -> list[str]:
         return [f"for u_ in range({times}):", *_indent(_alloc("m")),
-                *_indent(copy(src, "m", "rec_i, rec_f", arrays)),
+                *_indent(copy(src, "m", "rec_i, rec_f")),
                 f"    run_end(rec_i, rec_f, m, idx, sq, {row})",
                 "    nlc = heap_add(lc, 0, nlc, m, rec_i)"]
 
@@ -1262,26 +1262,22 @@ def _run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, r
         return [f"{local} = {name}({arrays}, {record}, {key_row}, {row}, {tab})"
                 for name, local in calls.items()]
 
-    counts = set(column.values())
-    moved = [f"ph[dw, {c}] = ph[c, {c}]" for c in sorted(ints - counts)] + \
-        [f"pf[dw, {c}] = pf[c, {c}]" for c in sorted(floats)]
+    moved = copy("c", "dw", "ph, pf", ints - set(column.values()))  # (the counts are new)
     body = adds(states, {t: f"x{t}" for t in states})
     take = ["c = pb + 1 + j", *[f"x{t} = ph[c, {column[t]}]" for t in states],
             *evaluate("phf, pff", "c", "kr"), *body, f"tot = {total}"]
-
-    def completed(at: str) -> list[str]:  # where the run is now
-        return ["if done != 0:", "    lp[ncq] = done", f"    lq[ncq] = {at}", "    ncq += 1",
-                "    if tot == 0 and gone == npart:", f"        gone = {at}"]
+    completed = ["if done != 0:", "    lp[ncq] = done", "    lq[ncq] = w", "    ncq += 1",
+                 "    if tot == 0 and gone == npart:", "        gone = w"]
     step = ["U = np.uint64", "w = 0", "branches = 0", "ncq = 0", "gone = npart",
             "for j in range(npart):", *_indent(take), "    dw = pb + 1 + w",
             *_indent(moved), *_indent(after("dw")),
             f"    run_next(phf, pff, dw, idx, sq, {row})",
-            *_indent(completed("w")), "    w += (tot + done) != 0",
+            *_indent(completed), "    w += (tot + done) != 0",
             "return w, branches, ncq, gone"]
-    live = " + ".join(f"ph[c, {column[t]}]" for t in states) or "0"
+    partial_matches = " + ".join(f"ph[c, {column[t]}]" for t in states) or "0"
     leave = ["if gone < npart:  # the runs whose partial matches all completed leave",
              "    live = gone", "    for j in range(gone, w):", "        c = pb + 1 + j",
-             f"        if {live} != 0:", "            dw = pb + 1 + live",
+             f"        if {partial_matches} != 0:", "            dw = pb + 1 + live",
              *_indent(copy("c", "dw", "ph, pf"), 3), "            live += 1", "    w = live"]
     calls.clear()
     body = adds([start], {start: "1"})
@@ -1292,11 +1288,11 @@ def _run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: _Generator, r
     zero = [f"ph[d, {c}] = 0" for c in sorted(ints) if ("i", c) not in written] + \
         [f"pf[d, {c}] = 0.0" for c in sorted(floats) if ("f", c) not in written]
     first = ["for q_ in range(ncq):", "    c = pb + 1 + lq[q_]",
-             *_indent(complete("c", "ph, pf", "lp[q_]")), *leave,
+             *_indent(complete("c", "lp[q_]")), *leave,
              *evaluate("rif, rff", "0", "0"), *body, f"tot = {total}",
              "if tot + done != 0:", "    d = pb + 1 + w", *_indent(zero),
              f"    run_first(phf, pff, d, idx, sq, {row})", *_indent(after("d")),
-             *_indent(complete("d", "ph, pf", "done")),
+             *_indent(complete("d", "done")),
              "    if tot != 0:", "        w += 1",
              f"run_key(phf, pff, kr, idx, sq, {row})"]
     return step, first
