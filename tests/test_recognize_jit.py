@@ -17,12 +17,8 @@ import pytest
 from cep_core import reference
 from cep_core.batch import BatchEncoder, StringDictionary
 from cep_core.checker import load_query_text
-from cep_core.compiler.recognize import (
-    RecognizeUnsupported,
-    compile_recognize,
-    count_facts,
-    decide,
-)
+from cep_core.compiler.recognize import RecognizeUnsupported, compile_recognize
+from cep_core.compiler.recognize_automaton import count_facts, decide
 from cep_core.engine.recognize import RecognizeEngine
 from cep_core.engine.recognize_interpreter import RecognizeInterpreterEngine
 from cep_core.engine_factory import compile_program, create_engine
