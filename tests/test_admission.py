@@ -76,22 +76,22 @@ JIT_FALLBACK = ("not a refusal of the query: RecognizeUnsupported makes engine_f
                 "(tests/test_recognize_jit.py)")
 # Deliberately like each other, INTERNAL's entries: a table, one raise site and its reason each
 INTERNAL = {
-    ("recognize.py", "f\"PREV with an offset other than"): JIT_FALLBACK,
-    ("recognize.py", "\"a pattern without a final state\""): "compile_nfa always builds "
+    ("recognize_codegen.py", "f\"PREV with an offset other than"): JIT_FALLBACK,
+    ("recognize_automaton.py", "\"a pattern without a final state\""): "compile_nfa always builds "
     "one",
-    ("recognize.py", "f\"{func.value.upper()}(...)\""): "the checker admits FIRST, LAST, "
+    ("recognize_codegen.py", "f\"{func.value.upper()}(...)\""): "the checker admits FIRST, LAST, "
     "COUNT, SUM, AVG, MIN and MAX only",
-    ("recognize.py", "f\"function {node.name}()\""): JIT_FALLBACK,
+    ("recognize_codegen.py", "f\"function {node.name}()\""): JIT_FALLBACK,
     ("recognize.py", "f\"query {checked.name} is not a MATCH_RECOGNIZE query"): "as for "
     "match.py",
-    ("recognize.py", "f\"an offset over {MAX_OFFSET}"): JIT_FALLBACK,
-    ("recognize.py", "\"an aggregate inside PREV\""): JIT_FALLBACK,
+    ("recognize_codegen.py", "f\"an offset over {MAX_OFFSET}"): JIT_FALLBACK,
+    ("recognize_codegen.py", "\"an aggregate inside PREV\""): JIT_FALLBACK,
     ("recognize.py", "\"ORDER BY with columns after the time"): JIT_FALLBACK,
-    ("recognize.py", "\"PREV inside PREV\""): JIT_FALLBACK,
-    ("recognize.py", "f\"{func.value.upper()} of a {kind}\""): JIT_FALLBACK,
-    ("recognize.py", "\"a state with two PROCEED edges\""): "compile_nfa gives a state "
+    ("recognize_codegen.py", "\"PREV inside PREV\""): JIT_FALLBACK,
+    ("recognize_codegen.py", "f\"{func.value.upper()} of a {kind}\""): JIT_FALLBACK,
+    ("recognize_automaton.py", "\"a state with two PROCEED edges\""): "compile_nfa gives a state "
     "one PROCEED edge at most",
-    ("recognize.py", "\"a window aggregate\""): "the grammar has no window aggregate in "
+    ("recognize_codegen.py", "\"a window aggregate\""): "the grammar has no window aggregate in "
     "MATCH_RECOGNIZE",
     ("recognize.py", "f\"more than {MAX_VARIABLES} pattern"): JIT_FALLBACK,
     ("expressions.py", "f\"unknown operator"): "the checker admits only the operators the "

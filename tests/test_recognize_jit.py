@@ -358,7 +358,7 @@ def test_bool_string_and_float_columns_pass_through_the_grouping(monkeypatch, st
 
 def test_a_keys_queue_of_partial_matches_stays_sorted_by_start():
     # the kernel appends to a key's new queue instead of sifting a heap
-    # (compiler/recognize.py _step_lines): each queue must be sorted by start, the start
+    # (compiler/recognize_kernel.py _step_lines): each queue must be sorted by start, the start
     # computation last, after every row, for every skip mode and WITHIN
     rows = differential.rows(300, random.Random(11))
     for skip, within in _SKIP_CASES:
