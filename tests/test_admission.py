@@ -86,7 +86,6 @@ INTERNAL = {
     "match.py",
     ("recognize_codegen.py", "f\"an offset over {MAX_OFFSET}"): JIT_FALLBACK,
     ("recognize_codegen.py", "\"an aggregate inside PREV\""): JIT_FALLBACK,
-    ("recognize.py", "\"ORDER BY with columns after the time"): JIT_FALLBACK,
     ("recognize_codegen.py", "\"PREV inside PREV\""): JIT_FALLBACK,
     ("recognize_codegen.py", "f\"{func.value.upper()} of a {kind}\""): JIT_FALLBACK,
     ("recognize_automaton.py", "\"a state with two PROCEED edges\""): "compile_nfa gives a state "

@@ -165,8 +165,6 @@ def compile_recognize(checked: CheckedQuery) -> RecognizeProgram:
     body = checked.query.body
     if not isinstance(body, ast.RecognizeQuery):
         raise TypeError(f"query {checked.name} is not a MATCH_RECOGNIZE query")
-    if getattr(body, "then_by", None):
-        raise RecognizeUnsupported("ORDER BY with columns after the time attribute")
     elements = recognize_elements(body.pattern)
     variables = [e.var for e in elements]
     if len(variables) > MAX_VARIABLES:

@@ -30,6 +30,13 @@ queue slots, records) and resumes there once Python has grown the arrays. Partia
 end by WITHIN on the key's next event, at `punctuate(ts)` (every key) and at `flush()`;
 without WITHIN, completed matches held back by an unfinished earlier one never leave
 (as in Flink, and the reference).
+
+With `ORDER BY ts, col...` the rows of a partition's latest time wait
+(`cep_core.engine.recognize_ties`) and go into the kernel sorted by those columns when a
+later row of the partition comes, at a punctuation past their time or at the end; the
+kernel takes them in that order, so the composite events and dead letters come in the
+interpreter's order. `punctuate` and `flush` end partial matches by WITHIN in the order the
+partitions took their first rows (`_fed_rank`), as the interpreter does.
 """
 
 from __future__ import annotations
@@ -46,10 +53,12 @@ from cep_core.batch import Batch, StringDictionary
 from cep_core.composite_batch import ColumnBatch, CompositeBatch, Decoder, Field, to_dicts
 from cep_core.engine.base import Engine
 from cep_core.engine.match import _Keys
+from cep_core.engine.recognize_ties import PendingRows, Sent, number_firsts
 from cep_core.kernels import recognize_runtime as rt
 from cep_core.kernels.match_runtime import dtype_of
 from cep_core.kernels.string_tables import StringTables
 from cep_core.reference.recognize import RecognizeRuntimeError
+from cep_core.schema import AttrType
 
 INT64_MIN = np.iinfo(np.int64).min
 # Rows the kernel takes key by key at a time (its scratch stays in the cache): one key's
@@ -72,6 +81,12 @@ class RecognizeEngine(Engine):
         self._tables: StringTables | None = None
         self._runs = program.layout == rt.RUNS
         self._buffers: dict[str, npt.NDArray[Any]] = {}
+        body = self.query.body
+        assert isinstance(body, ast.RecognizeQuery)
+        # ORDER BY ts, col...: the rows of a partition's latest time wait (recognize_ties)
+        self._then_by = [(a.name, desc) for a, desc in zip(body.then_by, body.then_desc)]
+        self._pending: PendingRows | None = None
+        self._rank: tuple[tuple[int, int], npt.NDArray[np.int64]] | None = None
         self._allocate(nkeys=16, pcap=4, ccap=4, pool=64, out_cap=256)
 
     # ------------------------------------------------------------ arrays
@@ -102,6 +117,12 @@ class RecognizeEngine(Engine):
         self.arrays = a
         self._keys_ready = 0
         self._out_arrays(out_cap)
+        if self._then_by:
+            self._pending = PendingRows(self.schema, self._then_by, [n for n, _ in p.columns])
+        # ORDER BY ts, col...: each key's place in the order of partitions' first rows in
+        # (-1: none yet), the order `_tick` takes them in, as the interpreter does
+        self._fed_rank = np.full(nkeys, -1, np.int64)
+        self._fed = 0
 
     def _completing(self, a: dict[str, npt.NDArray[Any]], pcap: int) -> None:
         """The runs layout's places of the runs that complete matches on a row (at most
@@ -134,6 +155,9 @@ class RecognizeEngine(Engine):
                 grown = np.zeros((size,) + a[name].shape[1:], a[name].dtype)
                 grown[:self._keys_ready] = a[name][:self._keys_ready]
                 a[name] = grown
+        if len(self._fed_rank) < size:
+            self._fed_rank = np.concatenate([self._fed_rank,
+                                             np.full(size - len(self._fed_rank), -1, np.int64)])
         if nkeys > self._keys_ready:  # a new key: no event yet, only the start computation
             new = slice(self._keys_ready, nkeys)
             a["key_i"][new] = 0
@@ -227,16 +251,32 @@ class RecognizeEngine(Engine):
         if n == 0:
             return []
         self._strings()
-        p, a = self.program, self.arrays
         kid = self.keys.assign(batch)
         self._ensure_keys(len(self.keys))
         seq = np.ascontiguousarray(batch.seq, dtype=np.int64)
         ts = np.ascontiguousarray(batch.ts, dtype=np.int64)
+        if self._pending is not None:  # ORDER BY ts, col...: rows of a time wait
+            sent = self._pending.take(kid, seq, ts, batch.columns, len(self.keys),
+                                      self._ranks())
+            return self._send(sent)
         cols = [np.ascontiguousarray(batch.columns[name], dtype=dtype)
-                for name, dtype in p.columns]
+                for name, dtype in self.program.columns]
+        out, dead = self._run(kid, seq, ts, cols)
+        self._dead_letters(kid[dead], seq[dead])
+        return out
+
+    def _run(self, kid: npt.NDArray[np.int64], seq: npt.NDArray[np.int64],
+             ts: npt.NDArray[np.int64], cols: list[npt.NDArray[Any]]
+             ) -> tuple[list[CompositeBatch], npt.NDArray[np.int64]]:
+        """The kernel over these rows: their composite events, and the rows (in order) that
+        came too late for their partition."""
+        p, a = self.program, self.arrays
+        n = len(kid)
         dead = np.zeros(n, np.int64)
         ctr = a["ctr"]
         ctr[rt.OUT_N] = ctr[rt.DEAD_N] = ctr[rt.STOP] = 0
+        if n == 0:
+            return [], dead
         # the kernel's scratch: a chunk of rows key by key (which row, and its columns; the
         # rows per key)
         size = min(n, CHUNK)
@@ -255,12 +295,30 @@ class RecognizeEngine(Engine):
             self._grow(status)
         if not self._runs:  # (the runs layout steps the rows in their order)
             self._batch_order(int(ctr[rt.OUT_N]))
-        for row in np.sort(dead[:int(ctr[rt.DEAD_N])]).tolist():
-            key = orjson.dumps(self._key(int(kid[row]))).decode()
-            self.dead_letters.append((int(seq[row]),
-                                      "event time goes backwards in partition " + key))
         out = self._results(int(ctr[rt.OUT_N]))
-        return [out] if len(out) else []
+        return [out] if len(out) else [], np.sort(dead[:int(ctr[rt.DEAD_N])])
+
+    def _dead_letters(self, kid: npt.NDArray[np.int64], seq: npt.NDArray[np.int64]) -> None:
+        for k, s in zip(kid.tolist(), seq.tolist()):
+            key = orjson.dumps(self._key(k)).decode()
+            self.dead_letters.append((s, "event time goes backwards in partition " + key))
+
+    def _send(self, sent: Sent) -> list[CompositeBatch]:
+        """ORDER BY ts, col...: the rows sent in, through the kernel; the dead letters of
+        the rows late on arrival and of those late when they went in, in the order the
+        interpreter makes them (by the row whose arrival made each)."""
+        cols = [np.ascontiguousarray(sent.columns[name], dtype=dtype)
+                for name, dtype in self.program.columns]
+        # the interpreter makes a partition on its first row in: `_tick` takes them so
+        self._fed = number_firsts(sent.kid, self._fed_rank, self._fed)
+        out, dead = self._run(sent.kid, sent.seq, sent.ts, cols)
+        at = np.concatenate([sent.late, sent.sent_at[dead]])
+        after = np.concatenate([np.full(len(sent.late), -1, np.int64), dead])
+        rows = np.lexsort([after, at])
+        late_kid = np.concatenate([sent.late_kid, sent.kid[dead]])[rows]
+        late_seq = np.concatenate([sent.late_seq, sent.seq[dead]])[rows]
+        self._dead_letters(late_kid, late_seq)
+        return out
 
     def _scratch(self, name: str, size: int, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
         """A buffer of the kernel's, kept from batch to batch (no new pages each time)."""
@@ -272,11 +330,14 @@ class RecognizeEngine(Engine):
     def _batch_order(self, no: int) -> None:
         """The kernel stepped its rows key by key: the composite events, in the order they
         left, back in the order of the rows they left on (one row's stay in their order)."""
-        a = self.arrays
-        rows = a["out_row"][:no]
-        if no < 2 or bool((rows[1:] >= rows[:-1]).all()):
+        self._order_outputs(self.arrays["out_row"][:no])
+
+    def _order_outputs(self, by: npt.NDArray[np.int64]) -> None:
+        """The first len(by) composite events in the (stable) order of `by`."""
+        a, no = self.arrays, len(by)
+        if no < 2 or bool((by[1:] >= by[:-1]).all()):
             return
-        perm = np.argsort(rows, kind="stable")
+        perm = np.argsort(by, kind="stable")
         for name in self._out_names:
             a[name][:no] = a[name][:no][perm]
 
@@ -295,14 +356,39 @@ class RecognizeEngine(Engine):
             if status == rt.DONE:
                 break
             self._grow(status)
-        out = self._results(int(ctr[rt.OUT_N]))
+        no = int(ctr[rt.OUT_N])
+        if self._pending is not None:  # keys in the order their partitions began
+            self._order_outputs(self._fed_rank[a["out_key"][:no]])
+        out = self._results(no)
         return [out] if len(out) else []
 
     def punctuate_columns(self, ts: int) -> list[CompositeBatch]:
-        return self._tick(ts)
+        return self._drain(ts) + self._tick(ts)
 
     def flush_columns(self) -> list[CompositeBatch]:
-        return self._tick(rt.NEVER)
+        return self._drain(None) + self._tick(rt.NEVER)
+
+    def _drain(self, before: int | None) -> list[CompositeBatch]:
+        """ORDER BY ts, col...: the rows waiting whose time ended by `before` (None: the
+        end) go in."""
+        if self._pending is None or not len(self._pending):
+            return []
+        self._strings()
+        return self._send(self._pending.drain(before, self._ranks()))
+
+    def _ranks(self) -> npt.NDArray[np.int64]:
+        """Each string code's place in the strings' sorted order (ORDER BY a string), made
+        again when the dictionary changed."""
+        strings = self.strings
+        if not any(self.schema.attributes[a] is AttrType.STRING for a, _ in self._then_by):
+            return _EMPTY
+        version = (len(strings), strings.generation)
+        if self._rank is None or self._rank[0] != version:
+            texts = strings.strings
+            rank = np.zeros(max(len(texts), 1), np.int64)
+            rank[sorted(range(len(texts)), key=texts.__getitem__)] = np.arange(len(texts))
+            self._rank = (version, rank)
+        return self._rank[1]
 
     def punctuate(self, ts: int) -> list[dict[str, Any]]:
         return to_dicts(self.punctuate_columns(ts))
@@ -317,10 +403,13 @@ class RecognizeEngine(Engine):
         a = self.arrays
         nkeys = len(self.keys)
         ncomp = a["key_i"][:nkeys, rt.K_NCOMP]
+        # ORDER BY ts, col...: a row waiting for its time to end may end a match
+        pending = None if self._pending is None else self._pending.held_seq()
         if not ncomp.any():
-            return None
+            return pending
         waiting = a["ch"][:nkeys][np.arange(a["ch"].shape[1]) < ncomp[:, None]]
-        return int(a["rec_i"][waiting, rt.LAST_SEQ].min())
+        held = int(a["rec_i"][waiting, rt.LAST_SEQ].min())
+        return held if pending is None else min(held, pending)
 
     # ------------------------------------------------------------ results
 
@@ -363,6 +452,9 @@ class RecognizeEngine(Engine):
         if codes is not None:
             arrays["key_codes"] = codes
             arrays["key_free"] = self.keys.free_ids()
+        if self._pending is not None:
+            arrays.update(self._pending.arrays())
+            arrays["tie_rank"] = self._fed_rank[:nkeys]
         return meta, arrays
 
     def load_state(self, meta: dict[str, Any], arrays: dict[str, npt.NDArray[Any]]) -> None:
@@ -401,6 +493,28 @@ class RecognizeEngine(Engine):
         for array in ("ph", "ch", "rec_i", "rec_f", "free") + (("pf",) if self._runs else ()):
             a[array][:len(arrays[array])] = arrays[array]
         self._keys_ready = nkeys
+        if self._pending is not None:
+            self._load_pending(arrays, nkeys)
+        elif any(name.startswith("tie_") for name in arrays):
+            raise ValueError(f"query {name!r}: the snapshot has rows waiting for ORDER BY's "
+                             "columns, which this query does not have")
+
+    def _load_pending(self, arrays: dict[str, npt.NDArray[Any]], nkeys: int) -> None:
+        """ORDER BY ts, col...: the rows waiting and the order the partitions began in,
+        checked (`PendingRows.load`)."""
+        assert self._pending is not None
+        where = f"query {self.checked.name!r}"
+        self._pending.load(arrays, nkeys, len(self.strings), where)
+        rank = arrays.get("tie_rank")
+        if rank is None:
+            return
+        rank = np.asarray(rank)
+        began = rank[rank >= 0]
+        if rank.ndim != 1 or len(rank) != nkeys or rank.dtype != np.int64 or \
+                (rank < -1).any() or len(np.unique(began)) != len(began):
+            raise ValueError(f"{where}: the snapshot's order of partitions is damaged")
+        self._fed_rank[:nkeys] = rank
+        self._fed = int(began.max()) + 1 if len(began) else 0
 
     def _string_cells(self) -> list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
         a, p = self.arrays, self.program
@@ -417,18 +531,29 @@ class RecognizeEngine(Engine):
             cells.append((a["ph"].reshape(-1), (rows[:, None] * width + columns).ravel()))
         return cells
 
+    def _pending_strings(self) -> list[npt.NDArray[Any]]:
+        """ORDER BY ts, col...: the string columns of the rows waiting."""
+        if self._pending is None:
+            return []
+        return [self._pending.columns[name] for name in self._pending.string_columns()]
+
     def string_codes(self) -> npt.NDArray[np.int64]:
         cells = [flat[at] for flat, at in self._string_cells()]
-        return np.concatenate([np.asarray(self.keys.string_codes(), np.int64)] + cells)
+        return np.concatenate([np.asarray(self.keys.string_codes(), np.int64)] + cells +
+                              self._pending_strings())
 
     def remap_strings(self, new_code: npt.NDArray[np.int64]) -> None:
         new_code = np.asarray(new_code, np.int64)
         cells = self._string_cells()
         new = [new_code[flat[at]] for flat, at in cells]
-        if any(len(codes) and codes.min() < 0 for codes in new):
+        waiting = [new_code[codes] for codes in self._pending_strings()]
+        if any(len(codes) and codes.min() < 0 for codes in new + waiting):
             raise ValueError("the string dictionary dropped a string MATCH_RECOGNIZE "
                              "state holds")
         self.keys.remap_strings(new_code)
         for (flat, at), codes in zip(cells, new):
             flat[at] = codes
+        for codes, remapped in zip(self._pending_strings(), waiting):
+            codes[:] = remapped
+        self._rank = None
 
