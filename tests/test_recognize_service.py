@@ -126,13 +126,15 @@ def test_added_beside_a_match_query_then_removed(broker, chained):
     assert got == {"double_tops": want_m, output: want_r}
 
 
-def test_a_chained_pipeline_started_again_from_its_cut(broker):
+@pytest.mark.parametrize("order", ["ts", "ts, price DESC"])
+def test_a_chained_pipeline_started_again_from_its_cut(broker, order):
     """Stopped half way (the cut: every core and the source offsets) with matches of the
     MATCH_RECOGNIZE query partial and waiting, started again: the INTO topics hold exactly
-    the reference's composite events, none twice."""
+    the reference's composite events, none twice. With `ORDER BY ts, price DESC` each
+    partition's rows of its latest time wait in the engine too (held, and in the cut)."""
     run = uuid.uuid4().hex[:8]
     output = f"mr_tops_{run}"
-    text = MR.format(output=output)
+    text = MR.format(output=output).replace("ORDER BY ts", f"ORDER BY {order}")
     queries = load_queries(EXAMPLES / "finance.cep") + load_query_text(text)
     for index, query in enumerate(queries):
         query.index = index
