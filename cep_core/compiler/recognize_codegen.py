@@ -5,6 +5,7 @@ from the checked AST only (`cep_core.compiler.expressions`)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from cep_core.schema import AttrType
 
 A = ast.AggFunc
 INT, FLOAT = AttrType.INT, AttrType.FLOAT  # how a record column stores a value
+# a cell of a record, run or key row in generated code: `array[row, column]`
+CELL = re.compile(r"\b(rec_i|rec_f|ph|pf|key_i)\[([^\[\],]+), (\d+|c_)\]")
 
 
 

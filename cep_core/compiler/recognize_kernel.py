@@ -13,7 +13,15 @@ import numpy.typing as npt
 from cep_core import ast
 from cep_core.compiler.expressions import STRING_TABLE_PARAMS
 from cep_core.compiler.recognize_automaton import edges_of
-from cep_core.compiler.recognize_codegen import INT, Generator, MeasureSpec, Tag, alloc, indent
+from cep_core.compiler.recognize_codegen import (
+    CELL,
+    INT,
+    Generator,
+    MeasureSpec,
+    Tag,
+    alloc,
+    indent,
+)
 from cep_core.compiler.recognize_runs import RUNS_STEP, Runs, run_functions, run_step_lines
 from cep_core.kernels import recognize_runtime as rt
 
@@ -32,10 +40,7 @@ def emit_args(measures: list[MeasureSpec]) -> list[str]:
 STATE_ARGS = rt.STATE_ARGS
 
 
-_CELL = re.compile(r"\b(rec_i|rec_f|ph|pf|key_i)\[([^\[\],]+), (\d+|c_)\]")
-
-
-def _flat_cells(lines: list[str], flat: dict[str, tuple[str, int]]) -> list[str]:
+def flat_cells(lines: list[str], flat: dict[str, tuple[str, int]]) -> list[str]:
     """`lines` with each cell `array[row, column]` of an array in `flat` (its flat view's
     name and its rows' width) as `view[U((row) * width + column)]`: numba then neither
     wraps a negative index nor multiplies by a stride it reads from the array (records,
@@ -46,7 +51,7 @@ def _flat_cells(lines: list[str], flat: dict[str, tuple[str, int]]) -> list[str]
         view, width = flat[m[1]]
         assert m[3] == "c_" or int(m[3]) < width, f"column {m[3]} of {m[1]}: past {width}"
         return f"{view}[U(({m[2]}) * {width} + {m[3]})]"
-    return [_CELL.sub(cell, line) for line in lines]
+    return [CELL.sub(cell, line) for line in lines]
 
 
 def _copy(src: str | None, dst: str, gen: Generator, src_arrays: str = "rec_i, rec_f",
@@ -281,7 +286,7 @@ def _row_functions(gen: Generator, runs: Runs | None, dfn: dict[str, str],
     def flat_body(code: list[str]) -> list[str]:
         """DEFINEs, TAKEs and run functions take their records' arrays as flat views."""
         flat = {"rec_i": ("rec_i", widths[0]), "rec_f": ("rec_f", widths[1])}
-        return ["U = np.uint64", *_flat_cells(code, flat)]
+        return ["U = np.uint64", *flat_cells(code, flat)]
 
     return [
         *[line for name, condition in dfn.items() for line in (
@@ -453,7 +458,7 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
         runs_flat = {"ph": ("phf", widths[0]), "pf": ("pff", widths[1])}
         lines += ["@njit(cache=True, error_model='numpy')",
                   f"def step_runs({RUNS_STEP}, {row}, {tab}):",
-                  *indent(_flat_cells(step, runs_flat)), "", ""]
+                  *indent(flat_cells(step, runs_flat)), "", ""]
         queue = ["kr = pb", f"w, branches, ncq, gone = step_runs({RUNS_STEP}, {row}, {tab})",
                  *first_step, f"key_i[k, {S.K_NPART}] = w",
                  f"key_i[k, {S.K_BRANCHES}] = branches"]
@@ -584,7 +589,7 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
     flat = {"key_i": ("kif", len(S.KEY_FIELDS))}
     flat.update({"ph": ("phf", widths[0]), "pf": ("pff", widths[1])} if runs is not None else
                 {"rec_i": ("rif", widths[0]), "rec_f": ("rff", widths[1])})
-    kernel = _flat_cells(kernel, flat)
+    kernel = flat_cells(kernel, flat)
     # nothing allocates (the engine gives the kernel its scratch): no reference counts kept
     # across calls (numba's atomic increments and decrements of each array argument)
     return "\n".join(lines + kernel).replace(_NJIT, _NJIT[:-1] + ", _nrt=False)")

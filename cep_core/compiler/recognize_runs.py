@@ -19,7 +19,15 @@ from cep_core.compiler.recognize_automaton import (
     completed_facts,
     edges_of,
 )
-from cep_core.compiler.recognize_codegen import INT, Generator, RecKey, Tag, alloc, indent
+from cep_core.compiler.recognize_codegen import (
+    CELL,
+    INT,
+    Generator,
+    RecKey,
+    Tag,
+    alloc,
+    indent,
+)
 from cep_core.kernels import recognize_runtime as rt
 
 
@@ -139,15 +147,14 @@ def _reads(gen: Generator, code: list[str]) -> set[RecKey]:
             ((array, int(column)) for array, column in _READ.findall(text))}
 
 
-_COLUMN = re.compile(r"\b(rec_i|rec_f|ph|pf)\[[^\[\],]+, (\d+)\]")
-
-
 def check_columns(source: str, ints: int, floats: int) -> None:
     """The runs layout's records are `ints`/`floats` columns wide: its code reads and
-    writes none beyond (a column a plan missed is a compiler bug, not a wrong answer)."""
-    for array, column in _COLUMN.findall(source):
-        width = floats if array in ("rec_f", "pf") else ints
-        assert int(column) < width, f"column {column} of {array}: past {width}"
+    writes none beyond (a column a plan missed is a compiler bug, not a wrong answer; the
+    cells `flat_cells` rewrote it checked then)."""
+    for array, _, column in CELL.findall(source):
+        if array != "key_i" and column != "c_":
+            width = floats if array in ("rec_f", "pf") else ints
+            assert int(column) < width, f"column {column} of {array}: past {width}"
 
 
 def run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: Generator, row: str,
