@@ -25,11 +25,12 @@ def messy_trades(tmp_path_factory) -> Path:
     return path
 
 
-def _queries():
-    """MATCH mshape, the Flink M-shape by symbol, and a V-shape over the whole stream
-    with WITHIN (its partial matches end with time), one file's order."""
+def _queries(order: str = "ts"):
+    """MATCH mshape, the Flink M-shape by symbol (its rows of one time ordered by `order`),
+    and a V-shape over the whole stream with WITHIN (its partial matches end with time),
+    one file's order."""
     text = (EXAMPLES / "finance.cep").read_text().split("QUERY activity")[0]
-    text += MR.format(output="mr_tops")
+    text += MR.format(output="mr_tops").replace("ORDER BY ts", f"ORDER BY {order}")
     text += """QUERY dips INTO dips
 SELECT * FROM trades MATCH_RECOGNIZE (
   ORDER BY ts
@@ -45,9 +46,9 @@ SELECT * FROM trades MATCH_RECOGNIZE (
     return queries
 
 
-@pytest.mark.parametrize("partitions", [3])
-def test_backfill_equals_cep_run(spark, messy_trades, tmp_path, partitions):
-    queries = _queries()
+@pytest.mark.parametrize("partitions, order", [(3, "ts"), (3, "ts, price DESC")])
+def test_backfill_equals_cep_run(spark, messy_trades, tmp_path, partitions, order):
+    queries = _queries(order)
     assert sorted(g.keys for g in plan(queries)) == [(), ("symbol",)]
     got, dead = assert_backfill_matches(spark, queries, [messy_trades], tmp_path, partitions)
     by_query = {name: [c for c in got if c["query"] == name]
