@@ -16,7 +16,6 @@ sort read), saved in snapshots and checked when loaded.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cmp_to_key
 from typing import Any
@@ -211,35 +210,37 @@ class PendingRows:
         """The order of rows that go in: by group (ascending), then by the ORDER BY columns
         after the time, then as they came (a stable sort)."""
         keys = np.empty((len(self.then_by), len(group)), np.int64)
-        nan = False
+        nan = np.zeros(len(group), np.bool_)
         for j, (name, desc) in enumerate(self.then_by):
             kind = self.schema.attributes[name]
             values = ts if name == self.schema.time else cols[name]
             if kind is AttrType.STRING:
                 values = rank[values]
             if kind is AttrType.FLOAT:
-                nan = nan or bool(np.isnan(values).any())
+                nan |= np.isnan(values)
                 values = _float_order(values)
             values = np.asarray(values, np.int64)
             keys[j] = ~values if desc else values  # (~ reverses, and never overflows)
         order = tie_order(group, keys)
-        if nan:
-            self._nan_groups(order, group, ts, cols, rank)
+        if nan.any():
+            self._nan_groups(order, group, nan, ts, cols, rank)
         return order
 
-    def _nan_groups(self, order: I64, group: I64, ts: I64, cols: Columns, rank: I64) -> None:
-        """A group with a NaN in a float ORDER BY column is sorted as Python's `sorted`
-        sorts it in the interpreter (NaN is neither less nor greater), in place."""
+    def _nan_groups(self, order: I64, group: I64, nan: npt.NDArray[np.bool_], ts: I64,
+                    cols: Columns, rank: I64) -> None:
+        """A group going in with a NaN (`nan`: per row) in a float ORDER BY column is
+        sorted as Python's `sorted` sorts it in the interpreter (NaN is neither less nor
+        greater), in place."""
         kinds = [self.schema.attributes[name] for name, _ in self.then_by]
         sorted_group = group[order]
         starts = np.flatnonzero(np.r_[True, sorted_group[1:] != sorted_group[:-1]])
         ends = np.r_[starts[1:], len(order)]
-        for a, b in zip(starts.tolist(), ends.tolist()):
+        with_nan = np.add.reduceat(nan[order], starts) > 0
+        with_nan &= sorted_group[starts] > 0  # (group 0 does not go in)
+        for a, b in zip(starts[with_nan].tolist(), ends[with_nan].tolist()):
             rows = np.sort(order[a:b])  # as they came
             values = [[(ts if name == self.schema.time else cols[name])[r] for r in rows]
                       for name, _ in self.then_by]
-            if not any(isinstance(v, float) and math.isnan(v) for col in values for v in col):
-                continue
 
             def compare(x: int, y: int, values: list[list[Any]] = values) -> int:
                 # the interpreter's sort keys are tuples: the first column whose values are
