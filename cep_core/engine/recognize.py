@@ -56,7 +56,7 @@ from cep_core.engine.match import _Keys
 from cep_core.engine.recognize_ties import PendingRows, Sent, number_firsts
 from cep_core.kernels import recognize_runtime as rt
 from cep_core.kernels.match_runtime import dtype_of
-from cep_core.kernels.string_tables import StringTables
+from cep_core.kernels.string_tables import StringTables, string_ranks
 from cep_core.reference.recognize import RecognizeRuntimeError
 from cep_core.schema import AttrType
 
@@ -384,10 +384,8 @@ class RecognizeEngine(Engine):
             return _EMPTY
         version = (len(strings), strings.generation)
         if self._rank is None or self._rank[0] != version:
-            texts = strings.strings
-            rank = np.zeros(max(len(texts), 1), np.int64)
-            rank[sorted(range(len(texts)), key=texts.__getitem__)] = np.arange(len(texts))
-            self._rank = (version, rank)
+            # (not StringTables': it adds every string's lower and upper case to the strings)
+            self._rank = (version, string_ranks(strings.strings))
         return self._rank[1]
 
     def punctuate(self, ts: int) -> list[dict[str, Any]]:

@@ -9,6 +9,13 @@ import numpy as np
 from cep_core.batch import StringDictionary
 
 
+def string_ranks(texts: list[str]) -> np.ndarray:
+    """Per code, its string's place in sorted order (at least one entry)."""
+    rank = np.zeros(max(len(texts), 1), dtype=np.int64)
+    rank[sorted(range(len(texts)), key=texts.__getitem__)] = np.arange(len(texts))
+    return rank
+
+
 class StringTables:
     """Per-code tables kernels use for what needs a string's text.
 
@@ -31,9 +38,7 @@ class StringTables:
             self.strings.code(s.lower())
             self.strings.code(s.upper())
         texts = self.strings.strings
-        order = sorted(range(len(texts)), key=texts.__getitem__)
-        self.rank = np.empty(max(len(texts), 1), dtype=np.int64)
-        self.rank[order] = np.arange(len(texts), dtype=np.int64)
+        self.rank = string_ranks(texts)
         self.lower = np.array([self.strings.codes[s.lower()] for s in texts] or [0], np.int64)
         self.upper = np.array([self.strings.codes[s.upper()] for s in texts] or [0], np.int64)
         self.length = np.array([len(s) for s in texts] or [0], dtype=np.int64)
