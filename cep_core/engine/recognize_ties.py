@@ -28,6 +28,7 @@ from cep_core.schema import AttrType, StreamSchema
 
 I64 = npt.NDArray[np.int64]
 Columns = dict[str, npt.NDArray[Any]]
+_NONE = np.empty(0, np.int64)
 
 
 @njit(cache=True)
@@ -180,8 +181,8 @@ class PendingRows:
         waiting, order = np.sort(order[:stay]), order[stay:]
         waiting = waiting[slot[waiting] == 0]
         late = np.flatnonzero(slot[m:] < 0)
-        sent = self._sent(all_kid, all_seq, all_ts, cols, order, slot[order] - 1 - m)
-        sent.late, sent.late_kid, sent.late_seq = late, kid[late], seq[late]
+        sent = self._sent(all_kid, all_seq, all_ts, cols, order, slot[order] - 1 - m,
+                          (late, kid[late], seq[late]))
         self._keep(all_kid, all_seq, all_ts, cols, waiting)
         return sent
 
@@ -197,10 +198,12 @@ class PendingRows:
         return sent
 
     @staticmethod
-    def _sent(kid: I64, seq: I64, ts: I64, cols: Columns, order: I64, at: I64) -> Sent:
-        empty = np.empty(0, np.int64)
+    def _sent(kid: I64, seq: I64, ts: I64, cols: Columns, order: I64, at: I64,
+              late: tuple[I64, I64, I64] = (_NONE, _NONE, _NONE)) -> Sent:
+        """Rows `order` going in, sent by the rows at `at`; `late`: the positions, key ids
+        and seqs of rows late on arrival."""
         return Sent(kid[order], seq[order], ts[order],
-                    {name: c[order] for name, c in cols.items()}, at, empty, empty, empty)
+                    {name: c[order] for name, c in cols.items()}, at, *late)
 
     def _keep(self, kid: I64, seq: I64, ts: I64, cols: Columns, rows: I64) -> None:
         self.kid, self.seq, self.ts = kid[rows], seq[rows], ts[rows]
