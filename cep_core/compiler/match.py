@@ -64,6 +64,7 @@ from cep_core.kernels.match_runtime import (
     FULL_OUTPUT,
     FULL_SLOTS,
     HEAD,
+    PREFETCH,
 )
 from cep_core.kernels.match_runtime import dtype_of as _dtype
 from cep_core.schema import AttrType
@@ -650,6 +651,5 @@ def _kernel_source(gen: _Generator, auto: Automaton, static: list[tuple[int, str
     return "\n".join(lines)
 
 
-PREFETCH = 16  # events ahead
 _CTR_LOCALS = ("free_top", "high", "no", "nd", "clock", "ln", "cn")
 assert len(_CTR_LOCALS) == len(CTR)

@@ -24,6 +24,7 @@ from cep_core.compiler.recognize_codegen import (
 )
 from cep_core.compiler.recognize_runs import RUNS_STEP, Runs, run_functions, run_step_lines
 from cep_core.kernels import recognize_runtime as rt
+from cep_core.kernels.match_runtime import PREFETCH
 
 
 
@@ -502,12 +503,12 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
         loads = [f"a{j} = g{j}[p]" for j in range(ncols)]
     else:  # in their order, as MATCH's kernel (the runs layout: a key's runs are its rows),
         # with the key's row and first run fetched into the cache some rows ahead
-        width, fields = widths[0], len(S.KEY_FIELDS)
+        width, fields, half = widths[0], len(S.KEY_FIELDS), PREFETCH // 2
         rows_in = ["while p < last - first:", "    i = first + p",
-                   "    if i + 16 < n:",
-                   f"        prefetch(kif, U(kid[U(i + 16)] * {fields}))",
-                   "    if i + 8 < n:",
-                   f"        prefetch(phf, U((kid[U(i + 8)] * (pcap + 1) + 1) * {width}))",
+                   f"    if i + {PREFETCH} < n:",
+                   f"        prefetch(kif, U(kid[U(i + {PREFETCH})] * {fields}))",
+                   f"    if i + {half} < n:",
+                   f"        prefetch(phf, U((kid[U(i + {half})] * (pcap + 1) + 1) * {width}))",
                    "    k = kid[U(i)]", "    t = ts[U(i)]", "    sq = seq[U(i)]"]
         loads = [f"a{j} = col{j}[U(i)]" for j in range(ncols)]
     kernel = [

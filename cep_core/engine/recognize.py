@@ -417,10 +417,11 @@ class RecognizeEngine(Engine):
     def _results(self, no: int) -> ColumnBatch:
         a, p = self.arrays, self.program
         ids = a["out_key"][:no].copy()
+        keys = self.keys.column(ids, self.schema, self.strings, self._key)
         fields = {}
         for j, attr in enumerate(self.key_attrs):
-            if self.keys.fast:
-                values = self.keys.codes[ids]
+            if self.keys.fast:  # one attribute: the keys' own codes
+                values = keys.ids
             else:
                 values = np.array([self.keys.value(k)[j] for k in ids.tolist()],
                                   dtype_of(self.schema.attributes[attr]))
@@ -428,7 +429,6 @@ class RecognizeEngine(Engine):
         for j, m in enumerate(p.measures):
             fields[m.name] = Field(m.name, m.kind, a[f"e{j}"][:no].copy(),
                                    a[f"e{j}n"][:no].copy() if m.nullable else None)
-        keys = self.keys.column(ids, self.schema, self.strings, self._key)
         return ColumnBatch(self.checked.name, Decoder(self.strings.strings), keys,
                            a["out_end"][:no].copy(), a["out_start"][:no].copy(),
                            [fields[name] for name in p.outputs])

@@ -34,6 +34,11 @@ def dtype_of(kind: str) -> str:
 Codegen = Callable[[BaseContext, Any, Signature, Sequence[Any]], Any]
 
 
+# How many rows ahead the kernels fetch a key's row into the cache; its records (MATCH's
+# candidates, MATCH_RECOGNIZE's runs) half as many, once the key's row says where they are.
+PREFETCH = 16
+
+
 @intrinsic
 def prefetch(typingctx: Context, array: types.Type, index: types.Type
              ) -> tuple[Signature, Codegen] | None:
