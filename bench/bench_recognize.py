@@ -15,7 +15,8 @@ events as columns); `cpu_events_per_s` the same over the thread's CPU time (what
 other processes share the cores). The jitted MATCH_RECOGNIZE engine's output on a prefix is
 compared with the reference interpreter's (`agrees_with_reference`).
 
-Run: `.venv/bin/python -m cep_service.bench.bench_recognize [--events N] [--repeat R] [--json]`.
+Run: `.venv/bin/python -m cep_service.bench.bench_recognize [--events N] [--repeat R]
+[--symbols K] [--json]`.
 """
 
 from __future__ import annotations
@@ -63,18 +64,19 @@ def _timed(make, batch, repeat: int) -> tuple[float, float, int]:
     return wall, cpu, found
 
 
-def run(events: int, repeat: int = 3, reference_events: int = 20_000) -> dict:
+def run(events: int, repeat: int = 3, reference_events: int = 20_000,
+        symbols: int = 390) -> dict:
     [match] = load_query_text(MSHAPE)
     [recognize] = load_query_text(MSHAPE_RECOGNIZE)
     [ties] = load_query_text(MSHAPE_RECOGNIZE_TIES)
-    batch, strings = trades(events)
+    batch, strings = trades(events, symbols)
     match_program, recognize_program = compile_match(match), compile_recognize(recognize)
     ties_program = compile_recognize(ties)
     warm = batch.slice(0, min(events, 2000))  # numba compiles at the first call: not timed
     MatchEngine(match_program, _copy(strings)).process_columns(warm)
     RecognizeEngine(recognize_program, _copy(strings)).process_columns(warm)
     RecognizeEngine(ties_program, _copy(strings)).process_columns(warm)
-    out = {"events": events, "repeat": repeat}
+    out = {"events": events, "repeat": repeat, "symbols": symbols}
     for name, make in (("match", lambda: MatchEngine(match_program, _copy(strings))),
                        ("recognize", lambda: RecognizeEngine(recognize_program,
                                                              _copy(strings))),
@@ -107,13 +109,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--symbols", type=int, default=390,
+                    help="keys (partitions): with thousands, their partial matches are not "
+                         "in the cache")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    result = run(args.events, args.repeat)
+    result = run(args.events, args.repeat, symbols=args.symbols)
     if args.json:
         print(json.dumps(result))
         return
-    print(f"M-shape over {args.events:,} trades (390 symbols), best of {args.repeat}:")
+    print(f"M-shape over {args.events:,} trades ({args.symbols:,} symbols), best of "
+          f"{args.repeat}:")
     for name in ("match", "recognize", "recognize_ties"):
         r = result[name]
         print(f"  {name:14s} {r['events_per_s']:>12,} events/s  ({r['cpu_events_per_s']:,} "

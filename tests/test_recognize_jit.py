@@ -12,6 +12,7 @@ import random
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cep_core import reference
@@ -604,6 +605,45 @@ def test_a_computations_snapshot_from_before_the_runs_layout_restores():
     second.load_state(old_meta, old_arrays)
     got += second.process(encoder.from_events(events[90:]))
     assert want and got == want
+
+
+
+# Snapshots (`Engine.snapshot()`) that 4cbfb86 took of runs-layout queries mid-stream, when
+# a run's row of ph/pf was as wide as a record, its columns where a record has them: the
+# M-shape, with WITHIN, and _RUNS_TYPED's (floats; strings and bools), each after its first
+# `cut` rows (made at that commit by a script over these tests' statements and rows).
+WIDE_ROWS = Path(__file__).parent / "fixtures" / "recognize_runs_wide_rows.npz"
+
+
+@pytest.mark.parametrize("name", ["mshape", "mshape_within", "ticks", "clicks"])
+def test_a_runs_snapshot_from_before_the_narrow_rows_restores(name):
+    with np.load(WIDE_ROWS) as fixture:
+        text, cut = str(fixture[f"{name}/statement"]), int(fixture[f"{name}/cut"])
+        rows = json.loads(str(fixture[f"{name}/rows"]))
+        snapshot = fixture[f"{name}/snapshot"].tobytes()
+    checked = _strict(text)
+    program = compile_recognize(checked)
+    assert program.layout == rt.RUNS and program.rows.widths[0] < program.rec_ints
+    time = "time" if name == "ticks" else "ts"
+    events = [Event(i, row[time], row) for i, row in enumerate(rows)]
+    whole = jit(checked, StringDictionary())
+    want = whole.process(BatchEncoder(checked.schema, whole.strings).from_events(events))
+    want += whole.flush()
+    first = jit(checked, StringDictionary())
+    got = first.process(BatchEncoder(checked.schema, first.strings).from_events(events[:cut]))
+    second = jit(checked, StringDictionary())
+    second.restore(snapshot)  # the old rows, moved to where this version keeps them
+    for array in ("key_i", "ph", "pf", "ch", "rec_i", "rec_f"):
+        assert np.array_equal(second.state()[1][array], first.state()[1][array]), array
+    after = second.process(BatchEncoder(checked.schema, second.strings).from_events(
+        events[cut:])) + second.flush()
+    assert got and after and got + after == want
+    meta, arrays = second.state()
+    with pytest.raises(ValueError, match="runs keep their columns elsewhere"):
+        jit(checked, StringDictionary()).load_state(dict(meta, rows="i1>0"), arrays)
+    with pytest.raises(ValueError, match="snapshot's ph is not this query's"):
+        old = {k: v for k, v in meta.items() if k != "rows"}
+        jit(checked, StringDictionary()).load_state(old, dict(arrays, ph=arrays["ph"][:, :, :3]))
 
 
 _RUNS_TYPED = {

@@ -76,7 +76,13 @@ from cep_core.compiler.recognize_automaton import (
 )
 from cep_core.compiler.recognize_codegen import FLOAT, INT, Generator, MeasureSpec, Tag
 from cep_core.compiler.recognize_kernel import module_source
-from cep_core.compiler.recognize_runs import Runs, check_columns, run_columns, runs_plan
+from cep_core.compiler.recognize_runs import (
+    Runs,
+    RunRows,
+    check_columns,
+    run_rows,
+    runs_plan,
+)
 from cep_core.kernels import recognize_runtime as rt
 from cep_core.kernels.match_runtime import dtype_of
 from cep_core.recognize_pattern import recognize_elements
@@ -99,6 +105,7 @@ class RecognizeProgram:
     rec_ints: int  # record widths
     rec_floats: int
     string_columns: list[int]  # int columns of a record that hold string codes
+    rows: RunRows | None  # the runs layout's: where ph/pf's rows keep a record's columns
     layout: str  # rt.COMPUTATIONS or rt.RUNS: what a partial match's record stands for
     record: str  # what each record column keeps, as text (a snapshot's must be the same)
     tables: dict[str, np.ndarray]  # the automaton: tr_* per edge, st_* per state
@@ -191,16 +198,16 @@ def compile_recognize(checked: CheckedQuery) -> RecognizeProgram:
         used = runs.columns_first()
         rec_ints = len(rt.REC_FIXED) + sum(kind != FLOAT for _, kind in used)
         rec_floats = max(1, sum(kind == FLOAT for _, kind in used))
+    places = None if runs is None else run_rows(gen, runs)
     source = module_source(gen, body, tables, start, max_takes, defs, take, emit, measures,
-                            runs, (rec_ints, rec_floats))
-    if runs is not None:
-        check_columns(source, rec_ints, rec_floats)
+                            runs, (rec_ints, rec_floats), places)
+    if places is not None:
+        check_columns(source, (rec_ints, rec_floats), places.widths)
     module = load_module(source)
     uses_tables = any(f"{t}[" in source for t in STRING_TABLE_PARAMS.split(", "))
     kept = set(gen.rec.ints.values())  # the runs layout's: a run's and its key row's
-    if runs is not None:
-        ints, _, key_ints, _ = run_columns(gen, runs)
-        kept = ints | key_ints
+    if places is not None:
+        kept = set(places.run_ints + places.key_ints)
     string_columns = [column for key, column in gen.rec.ints.items()
                       if len(key) > 2 and key[0] in (Tag.LAST, Tag.FIRST, Tag.MIN, Tag.MAX)
                       and isinstance(key[2], str) and gen.kind(key[2]) == AttrType.STRING
@@ -209,6 +216,7 @@ def compile_recognize(checked: CheckedQuery) -> RecognizeProgram:
         checked=checked, module=module,
         columns=[(a, dtype_of(gen.kind(a))) for a in gen.columns],
         rec_ints=rec_ints, rec_floats=rec_floats, string_columns=string_columns,
+        rows=places,
         layout=rt.COMPUTATIONS if runs is None else rt.RUNS,
         record=" ".join(sorted(f"{'/'.join(map(str, key))}={kind}{column}" for kinds, kind in
                                ((gen.rec.ints, INT), (gen.rec.floats, FLOAT))

@@ -22,7 +22,13 @@ from cep_core.compiler.recognize_codegen import (
     alloc,
     indent,
 )
-from cep_core.compiler.recognize_runs import RUNS_STEP, Runs, run_functions, run_step_lines
+from cep_core.compiler.recognize_runs import (
+    RUNS_STEP,
+    Runs,
+    RunRows,
+    run_functions,
+    run_step_lines,
+)
 from cep_core.kernels import recognize_runtime as rt
 from cep_core.kernels.match_runtime import PREFETCH
 
@@ -41,17 +47,24 @@ def emit_args(measures: list[MeasureSpec]) -> list[str]:
 STATE_ARGS = rt.STATE_ARGS
 
 
-def flat_cells(lines: list[str], flat: dict[str, tuple[str, int]]) -> list[str]:
+def flat_cells(lines: list[str], flat: dict[str, tuple[str, int]],
+               places: dict[str, dict[int, int]] | None = None) -> list[str]:
     """`lines` with each cell `array[row, column]` of an array in `flat` (its flat view's
     name and its rows' width) as `view[U((row) * width + column)]`: numba then neither
     wraps a negative index nor multiplies by a stride it reads from the array (records,
-    key rows and columns are never negative; 1.07-1.09x on the M-shape in either layout)."""
+    key rows and columns are never negative; 1.07-1.09x on the M-shape in either layout).
+    An array in `places` has its record columns elsewhere in its rows (`RunRows`)."""
     def cell(m: re.Match[str]) -> str:
         if m[1] not in flat:
             return m[0]
         view, width = flat[m[1]]
-        assert m[3] == "c_" or int(m[3]) < width, f"column {m[3]} of {m[1]}: past {width}"
-        return f"{view}[U(({m[2]}) * {width} + {m[3]})]"
+        column = m[3]
+        if places is not None and m[1] in places:
+            assert column != "c_" and int(column) in places[m[1]], \
+                f"column {column} of {m[1]}: not in its rows"
+            column = str(places[m[1]][int(column)])
+        assert column == "c_" or int(column) < width, f"column {column} of {m[1]}: past {width}"
+        return f"{view}[U(({m[2]}) * {width} + {column})]"
     return [CELL.sub(cell, line) for line in lines]
 
 
@@ -248,15 +261,16 @@ def _step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: Generator, row: s
     return step, first
 
 
-def _earliest_end(runs: bool) -> list[str]:
+def _earliest_end(places: RunRows | None) -> list[str]:
     """`advance`'s search for the earliest end of a partial match by WITHIN (`end`), and
     the end of those that end then; it returns where none ends by `ts`."""
     S = rt
-    if runs:  # the runs are in order of start, so of start time
+    if places is not None:  # the runs are in order of start, so of start time
+        start_ts = places.ints[S.START_TS]
         return ["if npart == 0:", f"    return {S.DONE}",
-                f"end = ph[pb + 1, {S.START_TS}] + within",
+                f"end = ph[pb + 1, {start_ts}] + within",
                 "if end > ts:", f"    return {S.DONE}",
-                f"key_i[k, {S.K_NPART}] = drop_runs(ph, pf, pb + 1, npart, {S.START_TS}, "
+                f"key_i[k, {S.K_NPART}] = drop_runs(ph, pf, pb + 1, npart, {start_ts}, "
                 "end - within)"]
     return ["found = False",
             "end = 0",
@@ -280,14 +294,17 @@ def _depth(line: str) -> int:
 
 def _row_functions(gen: Generator, runs: Runs | None, dfn: dict[str, str],
                    take: dict[str, tuple[bool, list[str]]], emit: list[str], row: str,
-                   tab: str, outs: str, widths: tuple[int, int]) -> list[str]:
+                   tab: str, outs: str, widths: tuple[int, int],
+                   places: RunRows | None) -> list[str]:
     """The functions of a record and the current row: the DEFINEs, the TAKEs (computations
-    layout) or the run functions (runs layout), and `emit`."""
+    layout) or the run functions (runs layout), and `emit`. `widths`: the rows of the
+    arrays the DEFINEs read (records, or in the runs layout the runs' rows, `places`)."""
 
     def flat_body(code: list[str]) -> list[str]:
         """DEFINEs, TAKEs and run functions take their records' arrays as flat views."""
         flat = {"rec_i": ("rec_i", widths[0]), "rec_f": ("rec_f", widths[1])}
-        return ["U = np.uint64", *flat_cells(code, flat)]
+        moved = None if places is None else {"rec_i": places.ints, "rec_f": places.floats}
+        return ["U = np.uint64", *flat_cells(code, flat, moved)]
 
     return [
         *[line for name, condition in dfn.items() for line in (
@@ -310,7 +327,7 @@ def _row_functions(gen: Generator, runs: Runs | None, dfn: dict[str, str],
     ]
 
 
-def _queue_functions(gen: Generator, body: ast.RecognizeQuery, runs: Runs | None,
+def _queue_functions(gen: Generator, body: ast.RecognizeQuery, places: RunRows | None,
                      common: str, rows: str, outs: str, tab: str) -> list[str]:
     """`release` (Flink's completed matches leave while none that started earlier is
     alive), `advance` (WITHIN: partial matches whose interval ends by `ts` end, in order of
@@ -333,12 +350,13 @@ def _queue_functions(gen: Generator, body: ast.RecognizeQuery, runs: Runs | None
                  f"    ctr[{S.ERR_END}] = rec_i[m, {S.LAST_SEQ}]",
                  f"    return {S.SKIP_FIRST}",
                  "inclusive = False"]
-    if runs is None:  # the queue's first handle: its earliest partial match, or record 0
+    if places is None:  # the queue's first handle: its earliest partial match, or record 0
         earliest = f"rec_i[ph[pb], {S.START}]"
         drop = f"npart = prune(ph, pb, npart, rec_i, {S.START}, limit, inclusive, free, ctr)"
     else:  # the key's first run, the earliest (a key's rows: the key's row, its runs)
-        earliest = f"(ph[pb + 1, {S.START}] if npart > 0 else {S.NEVER})"
-        drop = f"npart = drop_runs(ph, pf, pb + 1, npart, {S.START}, limit)"  # inclusive
+        start = places.ints[S.START]
+        earliest = f"(ph[pb + 1, {start}] if npart > 0 else {S.NEVER})"
+        drop = f"npart = drop_runs(ph, pf, pb + 1, npart, {start}, limit)"  # inclusive
     return [
         "@njit(cache=True, error_model='numpy')",
         f"def release(k, now, {common}):",
@@ -371,7 +389,7 @@ def _queue_functions(gen: Generator, body: ast.RecognizeQuery, runs: Runs | None
         f"    pb = k * {rows}",
         "    while True:",
         f"        npart = key_i[k, {S.K_NPART}]",
-        *indent(_earliest_end(runs is not None), 2),
+        *indent(_earliest_end(places), 2),
         f"        status = release(k, end, {common})",
         f"        if status != {S.DONE}:",
         "            return status", "", "",
@@ -423,7 +441,12 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
                    tables: dict[str, npt.NDArray[np.int64]], start: int, max_takes: int,
                    dfn: dict[str, str], take: dict[str, tuple[bool, list[str]]],
                    emit: list[str], measures: list[MeasureSpec], runs: Runs | None,
-                   widths: tuple[int, int]) -> str:
+                   widths: tuple[int, int], places: RunRows | None = None) -> str:
+    """The module of a query. `widths`: its records' (ints, floats); in the runs layout
+    (`runs`, `places`) the functions on a run's row read the rows of ph/pf instead."""
+    if places is not None:
+        widths = places.widths
+    moved = None if places is None else {"ph": places.ints, "pf": places.floats}
     row = ", ".join(["t"] + [f"a{j}" for j in range(len(gen.columns))])
     tab = "sc, " + STRING_TABLE_PARAMS + ", pt"  # pt: MATCH_PROCTIME (the call's clock)
     outs = ", ".join(["out_key", "out_start", "out_end"] + emit_args(measures))
@@ -434,12 +457,12 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
         "from cep_core.kernels.recognize_runtime import drop_runs, heap_add, heap_poll, jdiv, "
         "jmod, prune",
         "", "",
-        *_row_functions(gen, runs, dfn, take, emit, row, tab, outs, widths),
+        *_row_functions(gen, runs, dfn, take, emit, row, tab, outs, widths, places),
     ]
     skip = body.skip
     common = f"key_i, ph, pf, ch, pcap, ccap, rec_i, rec_f, free, ctr, {outs}, {tab}"
     rows = "pcap" if runs is None else "(pcap + 1)"  # a key's rows of `ph`
-    lines += _queue_functions(gen, body, runs, common, rows, outs, tab)
+    lines += _queue_functions(gen, body, places, common, rows, outs, tab)
     cols = ", ".join(f"col{j}" for j in range(len(gen.columns)))
 
     if runs is None:
@@ -459,7 +482,7 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
         runs_flat = {"ph": ("phf", widths[0]), "pf": ("pff", widths[1])}
         lines += ["@njit(cache=True, error_model='numpy')",
                   f"def step_runs({RUNS_STEP}, {row}, {tab}):",
-                  *indent(flat_cells(step, runs_flat)), "", ""]
+                  *indent(flat_cells(step, runs_flat, moved)), "", ""]
         queue = ["kr = pb", f"w, branches, ncq, gone = step_runs({RUNS_STEP}, {row}, {tab})",
                  *first_step, f"key_i[k, {S.K_NPART}] = w",
                  f"key_i[k, {S.K_BRANCHES}] = branches"]
@@ -590,7 +613,7 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
     flat = {"key_i": ("kif", len(S.KEY_FIELDS))}
     flat.update({"ph": ("phf", widths[0]), "pf": ("pff", widths[1])} if runs is not None else
                 {"rec_i": ("rif", widths[0]), "rec_f": ("rff", widths[1])})
-    kernel = flat_cells(kernel, flat)
+    kernel = flat_cells(kernel, flat, moved)
     # nothing allocates (the engine gives the kernel its scratch): no reference counts kept
     # across calls (numba's atomic increments and decrements of each array argument)
     return "\n".join(lines + kernel).replace(_NJIT, _NJIT[:-1] + ", _nrt=False)")

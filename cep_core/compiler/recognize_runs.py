@@ -147,14 +147,58 @@ def _reads(gen: Generator, code: list[str]) -> set[RecKey]:
             ((array, int(column)) for array, column in _READ.findall(text))}
 
 
-def check_columns(source: str, ints: int, floats: int) -> None:
-    """The runs layout's records are `ints`/`floats` columns wide: its code reads and
-    writes none beyond (a column a plan missed is a compiler bug, not a wrong answer; the
-    cells `flat_cells` rewrote it checked then)."""
+def check_columns(source: str, records: tuple[int, int], rows: tuple[int, int]) -> None:
+    """The runs layout's records are `records` (ints, floats) columns wide and its runs'
+    rows `rows`: its code reads and writes none beyond (a column a plan missed is a
+    compiler bug, not a wrong answer; the cells `flat_cells` rewrote it checked then)."""
     for array, _, column in CELL.findall(source):
         if array != "key_i" and column != "c_":
-            width = floats if array in ("rec_f", "pf") else ints
+            widths = rows if array in ("ph", "pf") else records
+            width = widths[1] if array in ("rec_f", "pf") else widths[0]
             assert int(column) < width, f"column {column} of {array}: past {width}"
+
+
+@dataclass(frozen=True)
+class RunRows:
+    """Where a run keeps its columns in its row of `ph`/`pf`, and the key's row those of
+    the row before: only those, so a row is narrower than a record (136 bytes -> 88 on the
+    M-shape; 1.2x at 5,000 keys, where the runs of the keys a row touches are not in the
+    cache: docs/benchmarks.md). A run has none of a record's state, last row or row count
+    (a completed match's record gets them), nor the row before; a key's row only that, in
+    columns a run uses for others. Columns 0 and 1 are a run's START_SEQ and START, which
+    no DEFINE reads: a DEFINE that the start computation evaluates on record 0 (all zeros
+    but its STATE and START) reads zeros, as it does in record columns."""
+
+    ints: dict[int, int]  # record int column -> its place in a row of ph
+    floats: dict[int, int]  # record float column -> its place in a row of pf
+    run_ints: tuple[int, ...]  # the record columns a run keeps, and its key's row
+    run_floats: tuple[int, ...]
+    key_ints: tuple[int, ...]
+    key_floats: tuple[int, ...]
+
+    @property
+    def widths(self) -> tuple[int, int]:
+        """The widths of ph's and pf's rows."""
+        return (max(self.ints.values()) + 1, max(self.floats.values(), default=0) + 1)
+
+    def describe(self) -> str:
+        """The places as text (a snapshot's must be the same)."""
+        return " ".join([f"i{c}>{j}" for c, j in sorted(self.ints.items())] +
+                        [f"f{c}>{j}" for c, j in sorted(self.floats.items())])
+
+
+def run_rows(gen: Generator, runs: Runs) -> RunRows:
+    """The places of the runs' and their keys' columns in the rows of ph/pf (`RunRows`)."""
+    ints, floats, key_ints, key_floats = run_columns(gen, runs)
+    S = rt
+    firsts = [S.START_SEQ, S.START]
+    run_i = firsts + sorted(ints - set(firsts))
+    places = {c: j for j, c in enumerate(run_i)}
+    places.update({c: len(firsts) + j for j, c in enumerate(sorted(key_ints))})
+    fplaces = {c: j for j, c in enumerate(sorted(floats))}
+    fplaces.update({c: j for j, c in enumerate(sorted(key_floats))})
+    return RunRows(places, fplaces, tuple(run_i), tuple(sorted(floats)),
+                   tuple(sorted(key_ints)), tuple(sorted(key_floats)))
 
 
 def run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: Generator, row: str,

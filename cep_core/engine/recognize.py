@@ -42,7 +42,7 @@ partitions took their first rows (`_fed_rank`), as the interpreter does.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -59,6 +59,9 @@ from cep_core.kernels.match_runtime import dtype_of
 from cep_core.kernels.string_tables import StringTables, string_ranks
 from cep_core.reference.recognize import RecognizeRuntimeError
 from cep_core.schema import AttrType
+
+if TYPE_CHECKING:
+    from cep_core.compiler.recognize_runs import RunRows
 
 INT64_MIN = np.iinfo(np.int64).min
 # Rows the kernel takes key by key at a time (its scratch stays in the cache): one key's
@@ -98,9 +101,10 @@ class RecognizeEngine(Engine):
         a["ctr"] = np.zeros(len(rt.CTR), np.int64)
         a["ctr"][rt.HIGH] = 1  # record 0: the start computation
         a["key_i"] = np.zeros((nkeys, len(rt.KEY_FIELDS)), np.int64)
-        if self._runs:  # a key's rows: the key's row (its row before), then `pcap` runs
-            a["ph"] = np.zeros((nkeys, pcap + 1, p.rec_ints), np.int64)
-            a["pf"] = np.zeros((nkeys, pcap + 1, p.rec_floats), np.float64)
+        if p.rows is not None:  # a key's rows: the key's row (its row before), `pcap` runs
+            ints, floats = p.rows.widths
+            a["ph"] = np.zeros((nkeys, pcap + 1, ints), np.int64)
+            a["pf"] = np.zeros((nkeys, pcap + 1, floats), np.float64)
         else:
             a["ph"] = np.zeros((nkeys, pcap), np.int64)
             a["pf"] = np.zeros((1, 1), np.float64)
@@ -442,6 +446,8 @@ class RecognizeEngine(Engine):
         meta = {"keys": keys, "pcap": self.pcap, "ccap": self.ccap,
                 "ctr": a["ctr"].tolist(), "pool": len(a["rec_i"]), "layout": self.program.layout,
                 "record": self.program.record}
+        if self.program.rows is not None:
+            meta["rows"] = self.program.rows.describe()
         arrays = {"key_i": a["key_i"][:nkeys], "ph": a["ph"][:nkeys], "ch": a["ch"][:nkeys],
                   "rec_i": a["rec_i"][:high], "rec_f": a["rec_f"][:high],
                   "free": a["free"][:int(a["ctr"][rt.FREE_TOP])]}
@@ -469,10 +475,13 @@ class RecognizeEngine(Engine):
             raise ValueError(f"query {name!r}: the snapshot's records keep other columns "
                              "than this version's compiler makes for the query: restore it "
                              "with the version that took it, or replay the stream")
+        if p.rows is not None:
+            arrays = self._rows_of(meta, arrays, p.rows)
+        widths = (p.rec_ints, p.rec_floats) if p.rows is None else p.rows.widths
         shapes = {"rec_i": (p.rec_ints,), "rec_f": (p.rec_floats,),
-                  "ph": (meta["pcap"] + 1, p.rec_ints) if self._runs else (meta["pcap"],)}
+                  "ph": (meta["pcap"] + 1, widths[0]) if self._runs else (meta["pcap"],)}
         if self._runs:
-            shapes["pf"] = (meta["pcap"] + 1, p.rec_floats)
+            shapes["pf"] = (meta["pcap"] + 1, widths[1])
         if arrays["key_i"].ndim != 2 or arrays["key_i"].shape[1] > len(rt.KEY_FIELDS):
             shapes["key_i"] = (len(rt.KEY_FIELDS),)
         for array, shape in shapes.items():
@@ -496,6 +505,36 @@ class RecognizeEngine(Engine):
         elif any(name.startswith("tie_") for name in arrays):
             raise ValueError(f"query {name!r}: the snapshot has rows waiting for ORDER BY's "
                              "columns, which this query does not have")
+
+    def _rows_of(self, meta: dict[str, Any], arrays: dict[str, npt.NDArray[Any]],
+                 rows: RunRows) -> dict[str, npt.NDArray[Any]]:
+        """The runs layout's ph/pf as this version keeps them: a snapshot from before
+        `RunRows` (no "rows") has rows as wide as records, with the columns where records
+        have them; one with other places is refused."""
+        name, p = self.checked.name, self.program
+        if "rows" in meta:
+            if meta["rows"] != rows.describe():
+                raise ValueError(f"query {name!r}: the snapshot's runs keep their columns "
+                                 "elsewhere than this version's compiler puts them: restore "
+                                 "it with the version that took it, or replay the stream")
+            return arrays
+        ph, pf = arrays.get("ph"), arrays.get("pf")
+        if ph is None or pf is None or ph.ndim != 3 or pf.ndim != 3 or \
+                ph.shape[2] != p.rec_ints or pf.shape[2] != p.rec_floats or \
+                ph.shape[:2] != pf.shape[:2]:
+            return arrays  # (the shape check refuses it)
+        ints, floats = rows.widths
+        new_ph = np.zeros(ph.shape[:2] + (ints,), np.int64)
+        new_pf = np.zeros(pf.shape[:2] + (floats,), np.float64)
+        for new, old, run, key, places in ((new_ph, ph, rows.run_ints, rows.key_ints,
+                                            rows.ints),
+                                           (new_pf, pf, rows.run_floats, rows.key_floats,
+                                            rows.floats)):
+            for column in run:  # rows 1.. of a key: its runs; row 0 the key's row
+                new[:, 1:, places[column]] = old[:, 1:, column]
+            for column in key:
+                new[:, 0, places[column]] = old[:, 0, column]
+        return dict(arrays, ph=new_ph, pf=new_pf)
 
     def _load_pending(self, arrays: dict[str, npt.NDArray[Any]], nkeys: int) -> None:
         """ORDER BY ts, col...: the rows waiting and the order the partitions began in,
@@ -522,11 +561,15 @@ class RecognizeEngine(Engine):
         live = rt.live_handles(None if self._runs else a["ph"], a["ch"], a["key_i"], nkeys)
         width, columns = a["rec_i"].shape[1], np.array(p.string_columns, np.int64)
         cells = [(a["rec_i"].reshape(-1), (live[:, None] * width + columns).ravel())]
-        if self._runs:  # rows k * (pcap + 1) + j: the key's row (0), its runs (1..count)
+        if p.rows is not None:  # rows k * (pcap + 1) + j: the key's row (0), its runs
             j = np.arange(self.pcap + 1)
-            live_rows = j <= a["key_i"][:nkeys, rt.K_NPART, None]
-            rows = np.flatnonzero(live_rows)
-            cells.append((a["ph"].reshape(-1), (rows[:, None] * width + columns).ravel()))
+            npart = a["key_i"][:nkeys, rt.K_NPART, None]
+            width, flat = a["ph"].shape[2], a["ph"].reshape(-1)
+            for rows, kept in ((np.flatnonzero((j >= 1) & (j <= npart)), p.rows.run_ints),
+                               (np.arange(nkeys) * (self.pcap + 1), p.rows.key_ints)):
+                places = np.array([p.rows.ints[c] for c in p.string_columns if c in kept],
+                                  np.int64)
+                cells.append((flat, (rows[:, None] * width + places).ravel()))
         return cells
 
     def _pending_strings(self) -> list[npt.NDArray[Any]]:
