@@ -15,7 +15,8 @@ events as columns); `cpu_events_per_s` the same over the thread's CPU time (what
 other processes share the cores). The jitted MATCH_RECOGNIZE engine's output on a prefix is
 compared with the reference interpreter's (`agrees_with_reference`).
 
-Run: `.venv/bin/python -m cep_service.bench.bench_recognize [--events N] [--repeat R]
+Run: `.venv/bin/cep bench recognize [--count N] [--repeat R] [--symbols K] [--json]`, or
+`.venv/bin/python -m cep_service.bench.bench_recognize [--events N] [--repeat R]
 [--symbols K] [--json]`.
 """
 
@@ -105,6 +106,21 @@ def run(events: int, repeat: int = 3, reference_events: int = 20_000,
     return out
 
 
+def report(result: dict) -> list[str]:
+    """`run`'s result as lines of text."""
+    lines = [f"M-shape over {result['events']:,} trades ({result['symbols']:,} symbols), best "
+             f"of {result['repeat']}:"]
+    for name in ("match", "recognize", "recognize_ties"):
+        r = result[name]
+        lines.append(f"  {name:14s} {r['events_per_s']:>12,} events/s  "
+                     f"({r['cpu_events_per_s']:,} per CPU s)  {r['composite_events']:,} matches")
+    lines.append(f"  MATCH_RECOGNIZE / MATCH: {result['recognize_over_match']}x; agrees with the "
+                 f"reference on {result['reference_events']:,} events: "
+                 f"{result['agrees_with_reference']} (ORDER BY ts, price DESC: "
+                 f"{result['ties_agree_with_reference']})")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=1_000_000)
@@ -115,19 +131,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     result = run(args.events, args.repeat, symbols=args.symbols)
-    if args.json:
-        print(json.dumps(result))
-        return
-    print(f"M-shape over {args.events:,} trades ({args.symbols:,} symbols), best of "
-          f"{args.repeat}:")
-    for name in ("match", "recognize", "recognize_ties"):
-        r = result[name]
-        print(f"  {name:14s} {r['events_per_s']:>12,} events/s  ({r['cpu_events_per_s']:,} "
-              f"per CPU s)  {r['composite_events']:,} matches")
-    print(f"  MATCH_RECOGNIZE / MATCH: {result['recognize_over_match']}x; agrees with the "
-          f"reference on {result['reference_events']:,} events: "
-          f"{result['agrees_with_reference']} (ORDER BY ts, price DESC: "
-          f"{result['ties_agree_with_reference']})")
+    print(json.dumps(result) if args.json else "\n".join(report(result)))
 
 
 if __name__ == "__main__":

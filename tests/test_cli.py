@@ -489,3 +489,17 @@ def test_a_schema_file_cut_short_gives_the_json_error_where_it_is(tmp_path):
     assert result.returncode == 1
     assert f"{query}:1:1: error: schema of stream 'trades': {where}: not valid JSON: " \
         in result.stderr, result.stderr
+
+
+def test_bench_recognize_compares_match_recognize_with_match_and_the_reference():
+    # issue 32's kernel target as a command: both M-shapes on the same trades, the
+    # MATCH_RECOGNIZE engines' output on the trades checked against the reference
+    result = cep("bench", "recognize", "--count", "3000", "--repeat", "1", "--symbols", "40",
+                 "--json")
+    assert result.returncode == 0, result.stderr
+    out = orjson.loads(result.stdout)
+    assert out["events"] == out["reference_events"] == 3000 and out["symbols"] == 40
+    assert out["agrees_with_reference"] is True and out["ties_agree_with_reference"] is True
+    assert all(out[name]["composite_events"] > 0 and out[name]["cpu_events_per_s"] > 0
+               for name in ("match", "recognize", "recognize_ties"))
+    assert out["recognize_over_match"] > 0

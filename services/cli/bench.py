@@ -176,6 +176,34 @@ def bench_reading(
     guard(body)
 
 
+@bench_app.command("recognize")
+def bench_recognize(
+    count: Annotated[int, count_option()] = 1_000_000,
+    repeat: Annotated[int, typer.Option(min=1, help="Fresh engines per query (the best "
+                                        "kept).")] = 3,
+    symbols: Annotated[int, typer.Option(min=1, metavar="K", help="Keys of the trades "
+                                         "(with thousands, their partial matches are not in "
+                                         "the cache).")] = 390,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """MATCH_RECOGNIZE against MATCH: the M-shape as Flink writes it through the jitted
+    MATCH_RECOGNIZE engine, beside our MATCH M-shape through the jitted MATCH engine, on the
+    same trades (and with ORDER BY ts, price DESC); their output on a prefix checked against
+    the reference interpreter (bench/bench_recognize.py)."""
+
+    def body() -> None:
+        from cep_service.bench.bench_recognize import report, run
+
+        result = run(count, repeat, symbols=symbols)
+        if as_json:
+            print_json(result)
+        else:
+            for line in report(result):
+                print(line)
+
+    guard(body)
+
+
 @bench_app.command("peers", context_settings={"allow_extra_args": True,
                                               "ignore_unknown_options": True,
                                               "help_option_names": []})
