@@ -30,6 +30,7 @@ import argparse
 import json
 import time
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +41,7 @@ from cep_core.engine.match import MatchEngine
 from cep_core.events import Event
 from cep_core.reference.match import MatchInterpreter
 from cep_core.workloads import WORKLOADS
-from cep_core.schema import AttrType
+from cep_core.schema import AttrType, StreamSchema
 
 MSHAPE = WORKLOADS["finance1"].query_text()
 
@@ -98,7 +99,8 @@ def checkpoints(n: int, concurrent: int = 50_000, cheat_every: int = 12, seed: i
     return Batch(np.arange(len(ts), dtype=np.int64), ts, columns), strings
 
 
-def events_of(batch: Batch, schema, strings: StringDictionary, limit: int) -> list[Event]:
+def events_of(batch: Batch, schema: StreamSchema, strings: StringDictionary, limit: int
+              ) -> list[Event]:
     """The first `limit` events of a batch as the reference interpreter's Events."""
     out = []
     cols = {name: batch.columns[name][:limit].tolist() for name in schema.attributes}
@@ -114,10 +116,10 @@ def events_of(batch: Batch, schema, strings: StringDictionary, limit: int) -> li
 class _Timed:
     """Wraps a kernel to add up the seconds spent inside it."""
 
-    def __init__(self, kernel):
+    def __init__(self, kernel: Any) -> None:  # (a MatchProgram kernel: numba, untyped)
         self.kernel, self.seconds = kernel, 0.0
 
-    def __call__(self, *args):
+    def __call__(self, *args: Any) -> Any:
         started = time.perf_counter()
         try:
             return self.kernel(*args)
@@ -133,7 +135,7 @@ def measure(name: str, text: str, batch: Batch, strings: StringDictionary, batch
     program = compile_match(checked)
     MatchEngine(program, StringDictionary(strings.strings)).process(batch.slice(0, 1000))
 
-    best = None
+    best: tuple[float, float, int, float] | None = None
     for _ in range(repeat):
         timed = _Timed(program.kernel)
         engine = MatchEngine(replace(program, kernel=timed), StringDictionary(strings.strings))
@@ -145,6 +147,7 @@ def measure(name: str, text: str, batch: Batch, strings: StringDictionary, batch
         cpu = time.thread_time() - cpu_started
         if best is None or seconds < best[0]:
             best = (seconds, timed.seconds, found, cpu)
+    assert best is not None  # (repeat >= 1)
     seconds, kernel_seconds, found, cpu = best
 
     events = events_of(batch, checked.schema, strings, sample)

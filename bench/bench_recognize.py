@@ -25,12 +25,15 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
+from typing import Any
 
 from cep_core import reference
-from cep_core.batch import StringDictionary
+from cep_core.batch import Batch, StringDictionary
 from cep_core.checker import load_query_text
 from cep_core.compiler.match import compile_match
 from cep_core.compiler.recognize import compile_recognize
+from cep_core.engine.base import Engine
 from cep_core.engine.match import MatchEngine
 from cep_core.engine.recognize import RecognizeEngine
 from cep_core.events import Event
@@ -52,7 +55,8 @@ def _copy(strings: StringDictionary) -> StringDictionary:
     return StringDictionary(list(strings.strings))
 
 
-def _timed(make, batch, repeat: int) -> tuple[float, float, int]:
+def _timed(make: Callable[[], Engine], batch: Batch, repeat: int
+           ) -> tuple[float, float, int]:
     """(best wall seconds, best CPU seconds, composite events) over fresh engines."""
     wall, cpu, found = float("inf"), float("inf"), 0
     for _ in range(repeat):
@@ -77,7 +81,7 @@ def run(events: int, repeat: int = 3, reference_events: int = 20_000,
     MatchEngine(match_program, _copy(strings)).process_columns(warm)
     RecognizeEngine(recognize_program, _copy(strings)).process_columns(warm)
     RecognizeEngine(ties_program, _copy(strings)).process_columns(warm)
-    out = {"events": events, "repeat": repeat, "symbols": symbols}
+    out: dict[str, Any] = {"events": events, "repeat": repeat, "symbols": symbols}
     for name, make in (("match", lambda: MatchEngine(match_program, _copy(strings))),
                        ("recognize", lambda: RecognizeEngine(recognize_program,
                                                              _copy(strings))),
