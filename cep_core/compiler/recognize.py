@@ -78,12 +78,12 @@ from cep_core.compiler.recognize_codegen import FLOAT, INT, Generator, MeasureSp
 from cep_core.compiler.recognize_kernel import module_source
 from cep_core.compiler.recognize_runs import (
     Runs,
-    RunRows,
     check_columns,
     run_rows,
     runs_plan,
 )
 from cep_core.kernels import recognize_runtime as rt
+from cep_core.kernels.recognize_runtime import RunRows
 from cep_core.kernels.match_runtime import dtype_of
 from cep_core.recognize_pattern import recognize_elements
 from cep_core.reference.recognize import compile_nfa

@@ -25,11 +25,11 @@ from cep_core.compiler.recognize_codegen import (
 from cep_core.compiler.recognize_runs import (
     RUNS_STEP,
     Runs,
-    RunRows,
     run_functions,
     run_step_lines,
 )
 from cep_core.kernels import recognize_runtime as rt
+from cep_core.kernels.recognize_runtime import RunRows
 from cep_core.kernels.match_runtime import PREFETCH
 
 

@@ -29,6 +29,7 @@ from cep_core.compiler.recognize_codegen import (
     indent,
 )
 from cep_core.kernels import recognize_runtime as rt
+from cep_core.kernels.recognize_runtime import RunRows
 
 
 
@@ -156,35 +157,6 @@ def check_columns(source: str, records: tuple[int, int], rows: tuple[int, int]) 
             widths = rows if array in ("ph", "pf") else records
             width = widths[1] if array in ("rec_f", "pf") else widths[0]
             assert int(column) < width, f"column {column} of {array}: past {width}"
-
-
-@dataclass(frozen=True)
-class RunRows:
-    """Where a run keeps its columns in its row of `ph`/`pf`, and the key's row those of
-    the row before: only those, so a row is narrower than a record (136 bytes -> 88 on the
-    M-shape; 1.2x at 5,000 keys, where the runs of the keys a row touches are not in the
-    cache: docs/benchmarks.md). A run has none of a record's state, last row or row count
-    (a completed match's record gets them), nor the row before; a key's row only that, in
-    columns a run uses for others. Columns 0 and 1 are a run's START_SEQ and START, which
-    no DEFINE reads: a DEFINE that the start computation evaluates on record 0 (all zeros
-    but its STATE and START) reads zeros, as it does in record columns."""
-
-    ints: dict[int, int]  # record int column -> its place in a row of ph
-    floats: dict[int, int]  # record float column -> its place in a row of pf
-    run_ints: tuple[int, ...]  # the record columns a run keeps, and its key's row
-    run_floats: tuple[int, ...]
-    key_ints: tuple[int, ...]
-    key_floats: tuple[int, ...]
-
-    @property
-    def widths(self) -> tuple[int, int]:
-        """The widths of ph's and pf's rows."""
-        return (max(self.ints.values()) + 1, max(self.floats.values(), default=0) + 1)
-
-    def describe(self) -> str:
-        """The places as text (a snapshot's must be the same)."""
-        return " ".join([f"i{c}>{j}" for c, j in sorted(self.ints.items())] +
-                        [f"f{c}>{j}" for c, j in sorted(self.floats.items())])
 
 
 def run_rows(gen: Generator, runs: Runs) -> RunRows:

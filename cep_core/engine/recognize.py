@@ -42,7 +42,7 @@ partitions took their first rows (`_fed_rank`), as the interpreter does.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -55,13 +55,11 @@ from cep_core.engine.base import Engine
 from cep_core.engine.match import _Keys
 from cep_core.engine.recognize_ties import PendingRows, Sent, number_firsts
 from cep_core.kernels import recognize_runtime as rt
+from cep_core.kernels.recognize_runtime import RunRows
 from cep_core.kernels.match_runtime import dtype_of
 from cep_core.kernels.string_tables import StringTables, string_ranks
 from cep_core.reference.recognize import RecognizeRuntimeError
 from cep_core.schema import AttrType
-
-if TYPE_CHECKING:
-    from cep_core.compiler.recognize_runs import RunRows
 
 INT64_MIN = np.iinfo(np.int64).min
 # Rows the kernel takes key by key at a time (its scratch stays in the cache): one key's

@@ -14,6 +14,8 @@ a pruned or released handle goes back to the free list.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import numpy.typing as npt
 from numba import njit
@@ -50,6 +52,36 @@ COMPUTATIONS, RUNS = "computations", "runs"
 STATE_ARGS = ["sc", "s_rank", "s_lower", "s_upper", "s_length", "ctr", "free", "key_i", "ph",
               "pf", "ch", "lp", "lc", "lq", "rec_i", "rec_f", "st_var", "st_final",
               "tr_off", "tr_n", "tr_act", "tr_tgt", "tr_var", "tr_unl"]
+
+
+@dataclass(frozen=True)
+class RunRows:
+    """Where a run keeps its columns in its row of `ph`/`pf`, and the key's row those of
+    the row before: only those, so a row is narrower than a record (136 bytes -> 88 on the
+    M-shape; 1.2x at 5,000 keys, where the runs of the keys a row touches are not in the
+    cache: docs/benchmarks.md). A run has none of a record's state, last row or row count
+    (a completed match's record gets them), nor the row before; a key's row only that, in
+    columns a run uses for others. Columns 0 and 1 are a run's START_SEQ and START, which
+    no DEFINE reads: a DEFINE that the start computation evaluates on record 0 (all zeros
+    but its STATE and START) reads zeros, as it does in record columns. The compiler makes
+    it (`recognize_runs.run_rows`); the engine allocates and restores by it."""
+
+    ints: dict[int, int]  # record int column -> its place in a row of ph
+    floats: dict[int, int]  # record float column -> its place in a row of pf
+    run_ints: tuple[int, ...]  # the record columns a run keeps, and its key's row
+    run_floats: tuple[int, ...]
+    key_ints: tuple[int, ...]
+    key_floats: tuple[int, ...]
+
+    @property
+    def widths(self) -> tuple[int, int]:
+        """The widths of ph's and pf's rows."""
+        return (max(self.ints.values()) + 1, max(self.floats.values(), default=0) + 1)
+
+    def describe(self) -> str:
+        """The places as text (a snapshot's must be the same)."""
+        return " ".join([f"i{c}>{j}" for c, j in sorted(self.ints.items())] +
+                        [f"f{c}>{j}" for c, j in sorted(self.floats.items())])
 
 
 @njit(cache=True, inline="always")
