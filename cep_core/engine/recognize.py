@@ -99,7 +99,7 @@ class RecognizeEngine(Engine):
         a["ctr"] = np.zeros(len(rt.CTR), np.int64)
         a["ctr"][rt.HIGH] = 1  # record 0: the start computation
         a["key_i"] = np.zeros((nkeys, len(rt.KEY_FIELDS)), np.int64)
-        if p.rows is not None:  # a key's rows: the key's row (its row before), `pcap` runs
+        if self._runs:  # a key's rows: the key's row (its row before), then `pcap` runs
             ints, floats = p.rows.widths
             a["ph"] = np.zeros((nkeys, pcap + 1, ints), np.int64)
             a["pf"] = np.zeros((nkeys, pcap + 1, floats), np.float64)
@@ -473,13 +473,12 @@ class RecognizeEngine(Engine):
             raise ValueError(f"query {name!r}: the snapshot's records keep other columns "
                              "than this version's compiler makes for the query: restore it "
                              "with the version that took it, or replay the stream")
-        if p.rows is not None:
+        shapes: dict[str, tuple[int, ...]] = {"rec_i": (p.rec_ints,), "rec_f": (p.rec_floats,),
+                                              "ph": (meta["pcap"],)}
+        if self._runs:  # a key's rows: the key's row, then `pcap` runs
             arrays = self._rows_of(meta, arrays, p.rows)
-        widths = (p.rec_ints, p.rec_floats) if p.rows is None else p.rows.widths
-        shapes = {"rec_i": (p.rec_ints,), "rec_f": (p.rec_floats,),
-                  "ph": (meta["pcap"] + 1, widths[0]) if self._runs else (meta["pcap"],)}
-        if self._runs:
-            shapes["pf"] = (meta["pcap"] + 1, widths[1])
+            ints, floats = p.rows.widths
+            shapes["ph"], shapes["pf"] = (meta["pcap"] + 1, ints), (meta["pcap"] + 1, floats)
         if arrays["key_i"].ndim != 2 or arrays["key_i"].shape[1] > len(rt.KEY_FIELDS):
             shapes["key_i"] = (len(rt.KEY_FIELDS),)
         for array, shape in shapes.items():
@@ -559,7 +558,7 @@ class RecognizeEngine(Engine):
         live = rt.live_handles(None if self._runs else a["ph"], a["ch"], a["key_i"], nkeys)
         width, columns = a["rec_i"].shape[1], np.array(p.string_columns, np.int64)
         cells = [(a["rec_i"].reshape(-1), (live[:, None] * width + columns).ravel())]
-        if p.rows is not None:  # rows k * (pcap + 1) + j: the key's row (0), its runs
+        if self._runs:  # rows k * (pcap + 1) + j: the key's row (0), its runs
             j = np.arange(self.pcap + 1)
             npart = a["key_i"][:nkeys, rt.K_NPART, None]
             width, flat = a["ph"].shape[2], a["ph"].reshape(-1)
