@@ -641,9 +641,11 @@ def test_a_runs_snapshot_from_before_the_narrow_rows_restores(name):
     meta, arrays = second.state()
     with pytest.raises(ValueError, match="runs keep their columns elsewhere"):
         jit(checked, StringDictionary()).load_state(dict(meta, rows="i1>0"), arrays)
+    old = {k: v for k, v in meta.items() if k != "rows"}
     with pytest.raises(ValueError, match="snapshot's ph is not this query's"):
-        old = {k: v for k, v in meta.items() if k != "rows"}
         jit(checked, StringDictionary()).load_state(old, dict(arrays, ph=arrays["ph"][:, :, :3]))
+    with pytest.raises(ValueError, match="snapshot's ph is not this query's"):
+        jit(checked, StringDictionary()).load_state(old, arrays)  # narrow, yet says it is not
 
 
 _RUNS_TYPED = {

@@ -518,8 +518,9 @@ class RecognizeEngine(Engine):
         ph, pf = arrays.get("ph"), arrays.get("pf")
         if ph is None or pf is None or ph.ndim != 3 or pf.ndim != 3 or \
                 ph.shape[2] != p.rec_ints or pf.shape[2] != p.rec_floats or \
-                ph.shape[:2] != pf.shape[:2]:
-            return arrays  # (the shape check refuses it)
+                ph.shape[:2] != pf.shape[:2]:  # (not as wide as records, as it says)
+            raise ValueError(f"query {name!r}: the snapshot's ph is not this query's "
+                             "(another version of it?)")
         ints, floats = rows.widths
         new_ph = np.zeros(ph.shape[:2] + (ints,), np.int64)
         new_pf = np.zeros(pf.shape[:2] + (floats,), np.float64)
