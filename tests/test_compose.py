@@ -233,7 +233,7 @@ def test_queries_service_registers_the_queries_of_cep_stream(tmp_path):
                           env={**os.environ, "CEP_SCHEMA_PATH": str(tmp_path / "schemas")})
     assert made.returncode == 0, made.stderr
     files = {line.split()[0]: line.split()[1:] for line in made.stdout.splitlines()}
-    assert files["trades"] == ["examples/finance.cep"]
+    assert files["trades"] == ["examples/finance.cep", "examples/recognize.cep"]
     assert files["orders"] == ["examples/own_stream/orders.cep"]
     assert set(files) >= {"rfid", "sensors", "stocks", "ticks", "bids"}
     written = sorted(str(p) for p in (tmp_path / "queries").glob("*.cep"))

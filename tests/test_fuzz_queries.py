@@ -1,4 +1,5 @@
-"""Fuzzing the query parser and checker: any text, and mutations of the example queries.
+"""Fuzzing the query parser and checker: any text, and mutations of the example queries
+(our language and MATCH_RECOGNIZE's: examples/recognize.cep).
 
 `load_query_text` either returns checked queries or raises QueryError / QueryErrors whose
 every message starts with `path:line:col: error:`; nothing else escapes, and no input takes
@@ -21,7 +22,14 @@ TOKENS = ["QUERY", "FROM", "PATTERN", "DEFINE", "AS", "EMIT", "SEQ", "NOT", "KLE
           "*", "+", "?", "|", ",", ";", ".", "=", "!=", "<", ">=", "'", "'x'", "0", "1e309",
           "99999999999999999999999", "-", "/", "%", "count(", "avg(", "Last(", "Delta(ts)",
           "minutes", "ms", "EACH", "LAST", "FIRST", "AND", "OR", "IN", "TRUE", "\n", " ", "--",
-          "ORDER BY ts", "ON TIMEOUT EMIT PARTIAL", "price", "ts", "a", "b", "\x00", "é"]
+          "ORDER BY ts", "ON TIMEOUT EMIT PARTIAL", "price", "ts", "a", "b", "\x00", "é",
+          # MATCH_RECOGNIZE (examples/recognize.cep)
+          "MATCH_RECOGNIZE", "MEASURES", "ONE ROW PER MATCH", "ALL ROWS PER MATCH",
+          "AFTER MATCH SKIP", "PAST LAST ROW", "TO NEXT ROW", "TO FIRST", "INTERVAL '10' SECOND",
+          "INTERVAL '-1' DAY",
+          "PREV(price)", "PREV(price, 9999999999)", "LAST(", "FIRST(", "COALESCE(", "IS NULL",
+          "MATCH_ROWTIME()", "CLASSIFIER()", "+?", "*?", "??", "{2,}", "{3,1}", "{,2}?", "DESC",
+          "S.price", "E.price"]
 LOCATED = re.compile(r"^<fuzz>:\d+:\d+: error: ", re.MULTILINE)
 FUZZ = settings(max_examples=150, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 REGISTRY = SchemaRegistry()

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cep_core.reference as reference
-from cep_core.checker import load_query_text
+from cep_core.checker import load_queries, load_query_text
 from cep_core.errors import QueryError, QueryErrors
 from cep_core.events import Event
 from tests.recognize_flink import differential
@@ -219,6 +219,17 @@ def test_flinks_committed_answers(statement, rows, flink):
         assert isinstance(mine, dict), f"Flink refuses: {flink['error']}"
     else:
         assert sorted(map(json.dumps, mine)) == sorted(map(json.dumps, flink))
+
+
+def test_the_examples_fixture_is_what_examples_recognize_cep_says():
+    # regenerate it (its made_by) after editing examples/recognize.cep or its sample data
+    spec = json.loads((Path(__file__).parent / "fixtures" /
+                       "recognize_flink_examples.json").read_text())
+    names = {q.name for q in load_queries(differential.EXAMPLE)}
+    assert set(spec["statements"]) == names == {"price_dips", "double_tops"}
+    assert spec["statements"] == differential.example_statements()
+    assert spec["rows"] == differential.example_rows()
+    assert all(len(spec["flink"][name]) > 20 for name in names)  # Flink finds them
 
 
 def test_flinks_documented_price_down_pattern_with_logical_offsets():

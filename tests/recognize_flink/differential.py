@@ -3,11 +3,14 @@ the same generated rows through Flink (tests/recognize_flink/flink_run.py under 
 through the reference interpreter, row for row.
 
     .venv/bin/python tests/recognize_flink/differential.py --cases 60 --seed 1 [--save FIXTURE]
-        [--family base|navigation|ties]
+        [--family base|navigation|ties|examples]
 
-`make test-full` runs it (tests/recognize_flink/test_flink_differential.py, CEP_TEST_FULL=1 with
-`.venv-flink` present); `--save` writes the statements, rows and Flink's answers as a
-fixture that tests/test_recognize_flink_fixtures.py replays without Flink.
+`--family examples` takes examples/recognize.cep's statements over examples/data/trades.jsonl
+(what a user pastes and runs first). `make test-full` runs it
+(tests/recognize_flink/test_flink_differential.py, CEP_TEST_FULL=1 with `.venv-flink`
+present); `--save` writes the statements, rows and Flink's answers as a fixture
+(tests/fixtures/recognize_flink_*.json) that the reference, jit and engine tests replay
+without Flink.
 """
 
 from __future__ import annotations
@@ -151,6 +154,24 @@ MSHAPE = """SELECT * FROM quotes MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY r
   """ + MSHAPE_RECOGNIZE_DEFINE + ") AS T"
 
 
+EXAMPLE = ROOT / "examples" / "recognize.cep"
+EXAMPLE_ROWS = ROOT / "examples" / "data" / "trades.jsonl"
+
+
+def example_statements() -> dict[str, str]:
+    """examples/recognize.cep's statements as Flink takes them (the table `quotes`, its time
+    attribute `rowtime`), by query name."""
+    found = re.findall(r"^QUERY (\w+) INTO \w+\n(SELECT .*?\) AS T);", EXAMPLE.read_text(),
+                       re.MULTILINE | re.DOTALL)
+    return {name: text.replace("FROM trades", "FROM quotes").replace("ORDER BY ts",
+                                                                      "ORDER BY rowtime")
+            for name, text in found}
+
+
+def example_rows() -> list[dict]:
+    return [json.loads(line) for line in EXAMPLE_ROWS.read_text().splitlines()]
+
+
 def run_flink(statements: dict[str, str], data: list[dict], watermark_delay_ms: int = 0) -> dict:
     """Flink's answers; rows of one time need `watermark_delay_ms` (tied_rows: 1)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -230,15 +251,20 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=120)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--save", type=Path)
-    parser.add_argument("--family", choices=["base", "navigation", "ties"], default="base",
+    parser.add_argument("--family", choices=["base", "navigation", "ties", "examples"],
+                        default="base",
                         help="base: the statements above and the M-shape; navigation: "
-                             "navigation_statement; ties: ordered_statement over tied_rows")
+                             "navigation_statement; ties: ordered_statement over tied_rows; "
+                             "examples: examples/recognize.cep over its sample trades")
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    make = {"base": statement, "navigation": navigation_statement,
-            "ties": ordered_statement}[args.family]
-    data = (tied_rows if args.family == "ties" else rows)(args.rows, rng)
-    statements = {f"case{i}": make(rng) for i in range(args.cases)}
+    if args.family == "examples":
+        data, statements = example_rows(), example_statements()
+    else:
+        make = {"base": statement, "navigation": navigation_statement,
+                "ties": ordered_statement}[args.family]
+        data = (tied_rows if args.family == "ties" else rows)(args.rows, rng)
+        statements = {f"case{i}": make(rng) for i in range(args.cases)}
     if args.family == "base":
         statements["mshape"] = MSHAPE
     delay = 1 if args.family == "ties" else 0
@@ -248,7 +274,10 @@ def main() -> int:
     for problem in problems:
         print(problem)
     if args.save:
-        fixture = {"rows": data, "statements": statements, "flink": answers}
+        fixture = {"rows": data, "statements": statements, "flink": answers,
+                   "made_by": "Apache Flink 2.3.0 (PyFlink, streaming, parallelism 1): "
+                              ".venv/bin/python tests/recognize_flink/differential.py "
+                              + " ".join(sys.argv[1:])}
         if delay:
             fixture["watermark_delay_ms"] = delay
         args.save.write_text(json.dumps(fixture, indent=1, sort_keys=True) + "\n")
