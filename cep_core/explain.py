@@ -64,7 +64,8 @@ def unparse(node: ast.Expr | ast.Regex, parent: int = 0) -> str:
     if isinstance(node, ast.Call):
         return f"{node.name}({', '.join(unparse(a) for a in node.args)})"
     if isinstance(node, ast.Aggregate):
-        return f"{node.func.value}({'*' if node.arg is None else unparse(node.arg)})"
+        offset = f", {node.offset}" if node.offset else ""  # MATCH_RECOGNIZE's LAST(B.x, 1)
+        return f"{node.func.value}({'*' if node.arg is None else unparse(node.arg)}{offset})"
     if isinstance(node, ast.WindowAggregate):
         what = f"{node.event_type}({unparse(node.filter)})" if node.filter else node.event_type
         attr = f".{node.attr}" if node.attr else ""

@@ -47,6 +47,9 @@ def expressions(checked):
         if body.where is not None:
             yield body.where
         yield from (e.expr for e in body.emit)
+    elif isinstance(body, ast.RecognizeQuery):  # shown in our words, not parsed back
+        yield from (d.condition for d in body.defines)
+        yield from (m.expr for m in body.measures)
     else:
         if body.where is not None:
             yield body.where
