@@ -15,17 +15,24 @@ events as columns); `cpu_events_per_s` the same over the thread's CPU time (what
 other processes share the cores). The jitted MATCH_RECOGNIZE engine's output on a prefix is
 compared with the reference interpreter's (`agrees_with_reference`).
 
-Run: `.venv/bin/cep bench recognize [--count N] [--repeat R] [--symbols K] [--json]`, or
-`.venv/bin/python -m cep_service.bench.bench_recognize [--events N] [--repeat R]
-[--symbols K] [--json]`.
+`--processes` adds the user's path (`processes`): each M-shape as a whole `cep run` process
+over the same CSV of finance1 trades (`cep gen`), file in, composite events written,
+imports, code generation and kernel loads included (numba's cache warmed by a first,
+untimed run), the two interleaved, best of `--repeat`.
+
+Run: `.venv/bin/cep bench recognize [--count N] [--repeat R] [--symbols K] [--processes]
+[--json]`, or `.venv/bin/python -m cep_service.bench.bench_recognize [--events N]
+[--repeat R] [--symbols K] [--processes] [--json]`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from cep_core import reference
@@ -36,10 +43,12 @@ from cep_core.compiler.recognize import compile_recognize
 from cep_core.engine.base import Engine
 from cep_core.engine.match import MatchEngine
 from cep_core.engine.recognize import RecognizeEngine
+from cep_core.event_io import EventFormat
 from cep_core.events import Event
 from cep_core.workloads import MSHAPE_RECOGNIZE_DEFINE
 
 from cep_service.bench.bench_match import MSHAPE, trades
+from cep_service.bench.bench_run import cep, cep_times, generate
 
 MSHAPE_RECOGNIZE = """SELECT * FROM trades MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY ts
   MEASURES FIRST(S.seqNum) AS first_seq, LAST(E.seqNum) AS last_seq, COUNT(*) AS n,
@@ -110,6 +119,36 @@ def run(events: int, repeat: int = 3, reference_events: int = 20_000,
     return out
 
 
+def processes(events: int, repeat: int = 3, directory: Path | None = None) -> dict:
+    """Both M-shapes as whole `cep run` processes over the same CSV of trades (module doc)."""
+    directory = directory or Path(tempfile.gettempdir()) / f"bench_run_{events}"
+    directory.mkdir(parents=True, exist_ok=True)
+    trades_csv = generate(directory, events)[EventFormat.CSV]
+    queries = {"match": directory / "mshape_match.cep",
+               "recognize": directory / "mshape_recognize.cep"}
+    queries["match"].write_text(MSHAPE + "\n")
+    queries["recognize"].write_text("QUERY mshape_recognize INTO mshape_recognize\n"
+                                    + MSHAPE_RECOGNIZE + ";\n")
+    outputs = {name: directory / f"{name}.jsonl" for name in queries}
+    runs = {name: ("run", query, "--events", trades_csv, "-o", outputs[name])
+            for name, query in queries.items()}
+    for run_args in runs.values():
+        cep(*run_args)  # warms numba's kernel cache
+    best = {name: (float("inf"), float("inf")) for name in queries}
+    for _ in range(repeat):
+        for name, run_args in runs.items():  # interleaved: a load moves both
+            wall, cpu = cep_times(*run_args)
+            best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
+    out: dict[str, Any] = {"events": events, "repeat": repeat, "file": str(trades_csv)}
+    for name, (wall, cpu) in best.items():
+        with outputs[name].open("rb") as written:
+            found = sum(1 for _ in written)
+        out[name] = {"seconds": round(wall, 3), "cpu_seconds": round(cpu, 3),
+                     "events_per_s": round(events / wall), "composite_events": found}
+    out["recognize_over_match"] = round(best["match"][0] / best["recognize"][0], 2)
+    return out
+
+
 def report(result: dict) -> list[str]:
     """`run`'s result as lines of text."""
     lines = [f"M-shape over {result['events']:,} trades ({result['symbols']:,} symbols), best "
@@ -122,6 +161,16 @@ def report(result: dict) -> list[str]:
                  f"reference on {result['reference_events']:,} events: "
                  f"{result['agrees_with_reference']} (ORDER BY ts, price DESC: "
                  f"{result['ties_agree_with_reference']})")
+    if "processes" in result:
+        whole = result["processes"]
+        lines.append(f"Whole `cep run` processes over {whole['events']:,} trades "
+                     f"({whole['file']}), best of {whole['repeat']}:")
+        for name in ("match", "recognize"):
+            r = whole[name]
+            lines.append(f"  {name:14s} {r['seconds']:>8.3f} s  {r['events_per_s']:>12,} "
+                         f"events/s  ({r['cpu_seconds']:.2f} CPU s)  "
+                         f"{r['composite_events']:,} matches")
+        lines.append(f"  MATCH_RECOGNIZE / MATCH: {whole['recognize_over_match']}x")
     return lines
 
 
@@ -132,9 +181,13 @@ def main() -> None:
     ap.add_argument("--symbols", type=int, default=390,
                     help="keys (partitions): with thousands, their partial matches are not "
                          "in the cache")
+    ap.add_argument("--processes", action="store_true",
+                    help="also both as whole `cep run` processes over a CSV of trades")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     result = run(args.events, args.repeat, symbols=args.symbols)
+    if args.processes:
+        result["processes"] = processes(args.events, args.repeat)
     print(json.dumps(result) if args.json else "\n".join(report(result)))
 
 

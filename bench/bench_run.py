@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pyarrow.csv as pcsv
@@ -28,17 +30,18 @@ import pyarrow.parquet as pq
 from cep_core.checker import load_queries
 from cep_core.event_io import EventFormat, read_events
 from cep_core.event_reader import read_table
+from cep_core.schema import StreamSchema
 
 ROOT = Path(__file__).resolve().parent.parent
 CEP = Path(sys.executable).with_name("cep")
 
 
-def cep(*args) -> float:
+def cep(*args: object) -> float:
     """Seconds one `cep` command takes, as a process (output to /dev/null)."""
     return cep_times(*args)[0]
 
 
-def cep_times(*args) -> tuple[float, float]:
+def cep_times(*args: object) -> tuple[float, float]:
     """Wall and CPU seconds (user + system) of one `cep` command, as a process."""
     command = [str(CEP)] if CEP.exists() else [sys.executable, "-m", "cep_service.cli.main"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -75,7 +78,7 @@ def generated_files_parser(doc: str) -> argparse.ArgumentParser:
     return parser
 
 
-def best(repeat: int, measure) -> float:
+def best(repeat: int, measure: Callable[[], float]) -> float:
     return min(measure() for _ in range(repeat))
 
 
@@ -97,7 +100,8 @@ def main() -> None:
     tiny = directory / "first1000.jsonl"
     with files[EventFormat.JSONL].open("rb") as f:
         tiny.write_bytes(b"".join(f.readline() for _ in range(1000)))
-    processes = [("start-up", "cep run, first 1000 events", tiny, "/dev/null", 1000)]
+    processes: list[tuple[str, str, Path, Path | str, int]] = [
+        ("start-up", "cep run, first 1000 events", tiny, "/dev/null", 1000)]
     processes += [(fmt, "cep run --engine jit (process)", path, "/dev/null", n)
                   for fmt, path in files.items()]
     processes.append(("parquet", "cep run, Parquet out (process)", files[EventFormat.PARQUET],
@@ -108,15 +112,15 @@ def main() -> None:
         wall, cpu = min(cep_times(*run) for _ in range(args.repeat))
         print(f"{fmt:8} {what:34} {wall:8.3f} {events / wall:12,.0f} {cpu:6.2f}")
     for fmt, path in ({} if args.processes_only else files).items():
-        new = best(args.repeat, lambda path=path: _timed(read_table, path, schema))
-        old = best(1, lambda path=path: _timed(read_events, path, schema))
+        new = best(args.repeat, partial(_timed, read_table, path, schema))
+        old = best(1, partial(_timed, read_events, path, schema))
         for what, seconds in (("read_table (columnar reader)", new),
                               ("read_events (record reader)", old)):
             print(f"{fmt:8} {what:34} {seconds:8.3f} {n / seconds:12,.0f}")
         print(f"{fmt:8} {'reader speed-up':34} {old / new:8.1f}x")
 
 
-def _timed(read, path, schema) -> float:
+def _timed(read: Callable[..., object], path: Path, schema: StreamSchema) -> float:
     started = time.perf_counter()
     read(path, schema)
     return time.perf_counter() - started

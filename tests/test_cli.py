@@ -491,11 +491,14 @@ def test_a_schema_file_cut_short_gives_the_json_error_where_it_is(tmp_path):
         in result.stderr, result.stderr
 
 
-def test_bench_recognize_compares_match_recognize_with_match_and_the_reference():
+def test_bench_recognize_compares_match_recognize_with_match_and_the_reference(
+        tmp_path, monkeypatch):
     # issue 32's kernel target as a command: both M-shapes on the same trades, the
-    # MATCH_RECOGNIZE engines' output on the trades checked against the reference
+    # MATCH_RECOGNIZE engines' output on the trades checked against the reference; with
+    # --processes both as whole `cep run` processes over a generated CSV (in TMPDIR)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     result = cep("bench", "recognize", "--count", "3000", "--repeat", "1", "--symbols", "40",
-                 "--json")
+                 "--processes", "--json")
     assert result.returncode == 0, result.stderr
     out = orjson.loads(result.stdout)
     assert out["events"] == out["reference_events"] == 3000 and out["symbols"] == 40
@@ -503,3 +506,8 @@ def test_bench_recognize_compares_match_recognize_with_match_and_the_reference()
     assert all(out[name]["composite_events"] > 0 and out[name]["cpu_events_per_s"] > 0
                for name in ("match", "recognize", "recognize_ties"))
     assert out["recognize_over_match"] > 0
+    whole = out["processes"]
+    assert whole["events"] == 3000 and whole["file"].startswith(str(tmp_path))
+    for name in ("match", "recognize"):  # the written files' lines are the matches
+        assert whole[name]["composite_events"] > 0 and whole[name]["seconds"] > 0
+    assert whole["recognize_over_match"] > 0

@@ -184,17 +184,24 @@ def bench_recognize(
     symbols: Annotated[int, typer.Option(min=1, metavar="K", help="Keys of the trades "
                                          "(with thousands, their partial matches are not in "
                                          "the cache).")] = 390,
+    processes: Annotated[bool, typer.Option(
+        help="Also both as whole `cep run` processes over the same CSV of trades, "
+             "interleaved.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """MATCH_RECOGNIZE against MATCH: the M-shape as Flink writes it through the jitted
     MATCH_RECOGNIZE engine, beside our MATCH M-shape through the jitted MATCH engine, on the
     same trades (and with ORDER BY ts, price DESC); their output on a prefix checked against
-    the reference interpreter (bench/bench_recognize.py)."""
+    the reference interpreter; with --processes, the user's path too (file in, output
+    written, start-up included) (bench/bench_recognize.py)."""
 
     def body() -> None:
+        from cep_service.bench.bench_recognize import processes as whole_processes
         from cep_service.bench.bench_recognize import report, run
 
         result = run(count, repeat, symbols=symbols)
+        if processes:
+            result["processes"] = whole_processes(count, repeat)
         if as_json:
             print_json(result)
         else:
