@@ -66,7 +66,7 @@ demo: venv
 bench: venv
 	$(BIN)/python -m cep_service.bench.bench_reference
 	$(BIN)/python -m cep_service.bench.bench_core --record
-	$(BIN)/python -m cep_service.bench.bench_recognize
+	$(BIN)/python -m cep_service.bench.bench_recognize --processes
 	$(BIN)/python -m cep_service.bench.bench_backfill
 	$(BIN)/python -m cep_service.bench.bench_fpga
 	$(BIN)/python -m cep_service.bench.bench_gpu
