@@ -321,11 +321,10 @@ def test_explain_keeps_a_logical_offset():
     from cep_core.explain import explain
 
     # LAST(x, 1) is the row before LAST(x): the drawing must not show them alike
-    dips = load_queries(differential.EXAMPLE)[0]
+    dips, tops = load_queries(differential.EXAMPLE)
     down = next(line for line in explain(dips).lines if "take PRICE_DOWN" in line)
     assert ("IS_NULL(last(PRICE_DOWN.price, 1)) AND PRICE_DOWN.price < START_ROW.price OR "
             "PRICE_DOWN.price < last(PRICE_DOWN.price, 1)") in down
-    tops = load_queries(differential.EXAMPLE)[1]
     d1 = next(line for line in explain(tops).lines if "s3 --take D1" in line)
     assert "COALESCE(last(D1.price, 1), last(R1.price))" in d1
 
