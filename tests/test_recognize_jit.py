@@ -501,7 +501,7 @@ def _flat_rows(count: int, rng: random.Random) -> list[dict]:
 
 def test_the_runs_layout_is_taken_where_partial_matches_of_one_start_read_alike():
     mshape = compile_recognize(_strict(MSHAPE_SQL))
-    assert mshape.layout == rt.RUNS
+    assert mshape.layout == rt.STATES  # runs of one partial match each (below)
     # one branch-free step for every state: no dispatch on a computation's state, and the
     # DEFINEs that read alike (the first row, the row before) generated once
     assert "s == " not in mshape.source and "x6 != 0" not in mshape.source
@@ -510,7 +510,10 @@ def test_the_runs_layout_is_taken_where_partial_matches_of_one_start_read_alike(
             "MEASURES {m} ONE ROW PER MATCH {skip} PATTERN (A B+ C) "
             "DEFINE B AS B.price > {b}, C AS C.price < LAST(B.price)) AS T")
     runs = dict(m="COUNT(*) AS n, MAX(price) AS hi", skip="", b="A.price")
-    assert compile_recognize(_strict(base.format(**runs))).layout == rt.RUNS
+    assert compile_recognize(_strict(base.format(**runs))).layout == rt.STATES
+    branching = base.replace("B+ C", "B*? C+ D").replace(
+        "C.price < LAST(B.price)", "C.price >= A.price, D AS D.price < A.price")
+    assert compile_recognize(_strict(branching.format(**runs))).layout == rt.RUNS
     for other in (dict(runs, m="SUM(B.price) AS sb"),  # B's rows differ per partial match
                   dict(runs, m="COUNT(B.price) AS nb"),
                   dict(runs, b="LAST(B.price, 2)"),  # two rows back, B's or A's
@@ -530,7 +533,7 @@ def test_runs_give_the_references_answers_in_any_batches_and_across_a_restore(se
     statements = [_strict(MSHAPE_SQL)] if seed == 0 else []
     while len(statements) < 4:
         checked = _checked(_runs_statement(rng))  # (None: Flink refuses it)
-        if checked is not None and compile_recognize(checked).layout == rt.RUNS:
+        if checked is not None and compile_recognize(checked).layout in (rt.RUNS, rt.STATES):
             statements.append(checked)
     for checked in statements:
         for rows in (differential.rows(240, rng), _flat_rows(240, rng)):
@@ -538,6 +541,75 @@ def test_runs_give_the_references_answers_in_any_batches_and_across_a_restore(se
             _same(checked, events, (1000,))
             _same(checked, events, (rng.randint(1, 9), rng.randint(1, 40)),
                   restore_at=rng.randrange(len(events)))
+
+
+def test_runs_of_one_partial_match_are_stepped_by_a_table_of_states():
+    # the M-shape's greedy quantifiers: from every state, at most one TAKE edge fires on a
+    # row (after R1+, D1 takes a row only where R1 does not hold); R2 and D2 both stay in
+    # R2's loop unless the row is below the row before (`>=` against `<` of the same
+    # operands), so a run is one state, stepped by one lookup
+    program = compile_recognize(_strict(MSHAPE_SQL))
+    assert program.layout == rt.STATES
+    assert "STEP = np.array(" in program.source and "v = STEP[U(x * 16 + " in program.source
+    assert len(program.rows.counts) == 5  # S R1 D1 R2 D2's loops, numbered 1-5
+    assert program.rows.widths[0] == 7  # one column for the five counts
+    # the same but D2 may hold where R2 does (`<=`): a run in R2 goes on in both
+    overlapping = MSHAPE_SQL.replace("D2.price < COALESCE(LAST(D2.price, 1)",
+                                     "D2.price <= COALESCE(LAST(D2.price, 1)")
+    assert overlapping != MSHAPE_SQL
+    assert compile_recognize(_strict(overlapping)).layout == rt.RUNS
+    rng = random.Random(11)
+    for text in (MSHAPE_SQL, overlapping):
+        events = _events(_flat_rows(400, rng))
+        assert _same(_strict(text), events, (1000,))
+        _same(_strict(text), events, (1, 7, 60), restore_at=150)
+
+
+def test_a_runs_snapshot_of_a_query_now_kept_as_states_restores_or_is_refused():
+    # a run of one partial match: its counts become its state's number; counts that are
+    # not one partial match are not this query's runs
+    checked = _strict(MSHAPE_SQL)
+    program = compile_recognize(checked)
+    events = _events(differential.rows(300, random.Random(5)))
+    strings = StringDictionary()
+    encoder = BatchEncoder(checked.schema, strings)
+    whole = jit(checked, strings)
+    want = whole.process(encoder.from_events(events))
+    first = jit(checked, strings)
+    got = first.process(encoder.from_events(events[:170]))
+    meta, arrays = first.state()
+    rows, npart = program.rows, arrays["key_i"][:, rt.K_NPART]
+    assert npart.max() >= 2
+    # the same state as the runs layout keeps it: every count in a column of its own
+    places = {c: j for j, c in enumerate(sorted(set(rows.ints) | set(rows.counts)))}
+    ph = np.zeros(arrays["ph"].shape[:2] + (len(places),), np.int64)
+    for column in rows.run_ints:
+        ph[:, 1:, places[column]] = arrays["ph"][:, 1:, rows.ints[column]]
+    for column in rows.key_ints:
+        ph[:, 0, places[column]] = arrays["ph"][:, 0, rows.ints[column]]
+    state = arrays["ph"][:, 1:, rows.ints[rows.counts[0]]]
+    for number, column in enumerate(rows.counts, 1):
+        ph[:, 1:, places[column]] = state == number
+    described = " ".join(f"i{c}>{j}" for c, j in sorted(places.items()))
+    runs_meta = dict(meta, layout=rt.RUNS, rows=described)
+    second = jit(checked, strings)
+    second.load_state(runs_meta, dict(arrays, ph=ph))
+    live = np.arange(ph.shape[1] - 1)[None, :] < npart[:, None]
+    assert np.array_equal(second.state()[1]["ph"][:, 1:][live], arrays["ph"][:, 1:][live])
+    got += second.process(encoder.from_events(events[170:]))
+    assert want and got == want
+    key = int(np.flatnonzero(npart)[0])
+    for bad in (2, 0):  # two partial matches of a run, or none
+        damaged = ph.copy()
+        damaged[key, 1, places[rows.counts[0]]] = bad
+        damaged[key, 1, places[rows.counts[1]]] = 0 if bad == 0 else 1
+        damaged[key, 1, [places[c] for c in rows.counts[2:]]] = 0
+        with pytest.raises(ValueError, match="other numbers of partial matches"):
+            jit(checked, strings).load_state(runs_meta, dict(arrays, ph=damaged))
+    with pytest.raises(ValueError, match="snapshot's runs: not a place"):
+        jit(checked, strings).load_state(dict(runs_meta, rows="x1>2"), dict(arrays, ph=ph))
+    with pytest.raises(ValueError, match="snapshot's ph is not this query's"):
+        jit(checked, strings).load_state(runs_meta, dict(arrays, ph=ph[:, :, :4]))
 
 
 def test_a_run_stands_for_several_partial_matches_in_one_state():
@@ -625,7 +697,7 @@ def test_a_runs_snapshot_from_before_the_narrow_rows_restores(name):
         snapshot = fixture[f"{name}/snapshot"].tobytes()
     checked = _strict(text)
     program = compile_recognize(checked)
-    assert program.layout == rt.RUNS and program.rows.widths[0] < program.rec_ints
+    assert program.layout in (rt.RUNS, rt.STATES) and program.rows.widths[0] < program.rec_ints
     time = "time" if name == "ticks" else "ts"
     events = [Event(i, row[time], row) for i, row in enumerate(rows)]
     whole = jit(checked, StringDictionary())
@@ -635,8 +707,7 @@ def test_a_runs_snapshot_from_before_the_narrow_rows_restores(name):
     got = first.process(BatchEncoder(checked.schema, first.strings).from_events(events[:cut]))
     second = jit(checked, StringDictionary())
     second.restore(snapshot)  # the old rows, moved to where this version keeps them
-    for array in ("key_i", "ph", "pf", "ch", "rec_i", "rec_f"):
-        assert np.array_equal(second.state()[1][array], first.state()[1][array]), array
+    assert _live(second, program) == _live(first, program)
     after = second.process(BatchEncoder(checked.schema, second.strings).from_events(
         events[cut:])) + second.flush()
     assert got and after and got + after == want
@@ -648,6 +719,22 @@ def test_a_runs_snapshot_from_before_the_narrow_rows_restores(name):
         jit(checked, StringDictionary()).load_state(old, dict(arrays, ph=arrays["ph"][:, :, :3]))
     with pytest.raises(ValueError, match="snapshot's ph is not this query's"):
         jit(checked, StringDictionary()).load_state(old, arrays)  # narrow, yet says it is not
+
+
+def _live(engine, program) -> list:
+    """What an engine of the runs or states layout holds, per key: its row, its key's row
+    and runs, its completed matches' records in its queue's order (not their counts, which
+    the states layout's do not keep) (not the queues' capacities or what lies past them)."""
+    a = engine.arrays
+    kept = [c for c in range(program.rec_ints) if c not in program.rows.counts]
+    held = []
+    for k in range(len(engine.keys)):
+        npart, ncomp = a["key_i"][k, rt.K_NPART], a["key_i"][k, rt.K_NCOMP]
+        held.append((a["key_i"][k, :rt.K_BRANCHES].tolist(),
+                     a["ph"][k, :npart + 1].tolist(), a["pf"][k, :npart + 1].tolist(),
+                     [(a["rec_i"][h, kept].tolist(), a["rec_f"][h].tolist())
+                      for h in a["ch"][k, :ncomp]]))
+    return held
 
 
 _RUNS_TYPED = {
@@ -663,6 +750,21 @@ _RUNS_TYPED = {
                "PATTERN (A B*? C) DEFINE A AS NOT A.bot, "
                "B AS B.latency > PREV(latency) OR B.bot, "
                "C AS C.page = 'cart' AND C.page <> FIRST(A.page)) AS T"),
+    # patterns that branch (B*? and C+ may both take a row): the runs layout's counts
+    "ticks branching": (
+        "SELECT * FROM ticks MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY time "
+        "MEASURES FIRST(A.price) AS fa, MAX(price) AS hi, SUM(price) AS s, "
+        "LAST(D.price) AS ld, AVG(price) AS m ONE ROW PER MATCH "
+        "AFTER MATCH SKIP TO NEXT ROW PATTERN (A B*? C+ D) "
+        "DEFINE B AS B.price >= A.price, C AS C.price >= A.price, "
+        "D AS D.price < A.price) AS T"),
+    "clicks branching": (
+        "SELECT * FROM clicks MATCH_RECOGNIZE (PARTITION BY session ORDER BY ts "
+        "MEASURES FIRST(A.page) AS fp, LAST(D.page) AS lp, LAST(D.bot) AS lb, "
+        "COUNT(*) AS n ONE ROW PER MATCH AFTER MATCH SKIP TO NEXT ROW "
+        "PATTERN (A B*? C+ D) DEFINE A AS NOT A.bot, B AS B.latency > 2, "
+        "C AS C.latency > 4 OR C.bot, "
+        "D AS D.page = 'cart' AND D.page <> FIRST(A.page)) AS T"),
 }
 
 
@@ -672,9 +774,9 @@ def test_runs_keep_float_string_and_bool_columns(stream):
     # dictionary is compacted) and bools: against the interpreter engine and the reference
     checked = _strict(_RUNS_TYPED[stream])
     program = compile_recognize(checked)
-    assert program.layout == rt.RUNS
-    assert program.rec_floats > 1 if stream == "ticks" else program.string_columns
-    events = _typed_events(stream, 600, ["home", "cart", "list"])
+    assert program.layout == (rt.RUNS if "branching" in stream else rt.STATES)
+    assert program.rec_floats > 1 if "ticks" in stream else program.string_columns
+    events = _typed_events(stream.split()[0], 600, ["home", "cart", "list"])
     engine, other, got, want = _beside_interpreter(checked, events)
     assert len(want) > 50 and got == want
     assert engine.flush() == other.flush()

@@ -36,6 +36,9 @@ the same for all of them (`recognize_runs.runs_plan`: the first row, the row bef
 is kept over all rows), the query gets the runs layout instead: one record (a run) per
 start, with how many of its partial matches are in each automaton state, stepped without a
 branch per state (`recognize_runs.run_step_lines`), as MATCH's kernel steps a candidate.
+Where no run ever stands for more than one partial match (Flink's greedy quantifiers make
+most patterns so: `recognize_states`), a run keeps its one state's number instead of the
+counts, and a row steps it by one lookup in a table (the states layout).
 Both give Flink's answers.
 
 Expressions follow SQL's three-valued logic (a NULL comes from a variable without rows,
@@ -55,7 +58,7 @@ and what it bounds (`recognize_automaton`), records and the code of expressions 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -76,9 +79,11 @@ from cep_core.compiler.recognize_automaton import (
 )
 from cep_core.compiler.recognize_codegen import FLOAT, INT, Generator, MeasureSpec, Tag
 from cep_core.compiler.recognize_kernel import module_source
+from cep_core.compiler.recognize_states import state_table
 from cep_core.compiler.recognize_runs import (
     Runs,
     check_columns,
+    edge_literals,
     run_rows,
     runs_plan,
 )
@@ -106,7 +111,7 @@ class RecognizeProgram:
     rec_floats: int
     string_columns: list[int]  # int columns of a record that hold string codes
     rows: RunRows | None  # the runs layout's: where ph/pf's rows keep a record's columns
-    layout: str  # rt.COMPUTATIONS or rt.RUNS: what a partial match's record stands for
+    layout: str  # rt.COMPUTATIONS, RUNS or STATES: what a partial match's record stands for
     record: str  # what each record column keeps, as text (a snapshot's must be the same)
     tables: dict[str, np.ndarray]  # the automaton: tr_* per edge, st_* per state
     start_state: int
@@ -184,6 +189,9 @@ def compile_recognize(checked: CheckedQuery) -> RecognizeProgram:
         gen, defs, take, emit, measures = _generate(checked, variables, tables, start, runs)
         for t in runs.states:
             gen.rec.col((Tag.MULT, t))
+        step = state_table(tables, gen, runs.states, start, defs,
+                           lambda s: edge_literals(tables, s))
+        runs = replace(runs, step=step)  # None: a run may stand for two partial matches
     else:
         gen, defs, take, emit, measures = _generate(checked, variables, tables, start,
                                                     facts_of_completed=False)
@@ -217,7 +225,7 @@ def compile_recognize(checked: CheckedQuery) -> RecognizeProgram:
         columns=[(a, dtype_of(gen.kind(a))) for a in gen.columns],
         rec_ints=rec_ints, rec_floats=rec_floats, string_columns=string_columns,
         rows=places,
-        layout=rt.COMPUTATIONS if runs is None else rt.RUNS,
+        layout=rt.COMPUTATIONS if runs is None else rt.RUNS if runs.step is None else rt.STATES,
         record=" ".join(sorted(f"{'/'.join(map(str, key))}={kind}{column}" for kinds, kind in
                                ((gen.rec.ints, INT), (gen.rec.floats, FLOAT))
                                for key, column in kinds.items())),

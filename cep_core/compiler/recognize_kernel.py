@@ -459,6 +459,8 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
         "", "",
         *_row_functions(gen, runs, dfn, take, emit, row, tab, outs, widths, places),
     ]
+    if runs is not None and runs.step is not None:  # the states layout's step (a constant)
+        lines += [f"STEP = np.array({list(runs.step.table)!r}, np.int64)", "", ""]
     skip = body.skip
     common = f"key_i, ph, pf, ch, pcap, ccap, rec_i, rec_f, free, ctr, {outs}, {tab}"
     rows = "pcap" if runs is None else "(pcap + 1)"  # a key's rows of `ph`
@@ -486,6 +488,9 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
         queue = ["kr = pb", f"w, branches, ncq, gone = step_runs({RUNS_STEP}, {row}, {tab})",
                  *first_step, f"key_i[k, {S.K_NPART}] = w",
                  f"key_i[k, {S.K_BRANCHES}] = branches"]
+        if runs.step is not None:  # the states layout: no partial matches to count
+            queue = ["kr = pb", f"w, ncq, gone = step_runs({RUNS_STEP}, {row}, {tab})",
+                     *first_step, f"key_i[k, {S.K_NPART}] = w"]
         room = [f"need = (key_i[k, {S.K_BRANCHES}] + 1) * {max_takes}",
                 "if npart + 1 > pcap:",
                 f"    status = {S.FULL_QUEUE}",
@@ -496,6 +501,18 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
                 "if free_top + pool - high < need:",
                 f"    status = {S.FULL_POOL}",
                 "    break"]
+    room += [f"if ctr[{S.OUT_N}] + ncomp + need > out_cap:", f"    status = {S.FULL_OUTPUT}",
+             "    break"]
+    if runs is not None and runs.step is not None:
+        # the states layout: each run (and the start computation) completes one match at
+        # most on a row; the tests in one branch, as MATCH's kernel makes them
+        full = {S.FULL_QUEUE: "npart + 1 > pcap", S.FULL_COMPLETED: "ncomp + need > ccap",
+                S.FULL_POOL: "free_top + pool - high < need",
+                S.FULL_OUTPUT: f"ctr[{S.OUT_N}] + ncomp + need > out_cap"}
+        room = ["need = npart + 1", f"if {' or '.join(full.values())}:",
+                "    status = " + " else ".join(f"{status} if {test}" for status, test in
+                                                list(full.items())[:-1]) +
+                f" else {S.FULL_OUTPUT}", "    break"]
     ncols = len(gen.columns)
     grouped = ", ".join(["g_kid", "g_seq", "g_ts"] + [f"g{j}" for j in range(ncols)])
     # a chunk's rows key by key (a key's records stay in the cache), in the computations
@@ -561,9 +578,6 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
         f"            npart = key_i[k, {S.K_NPART}]",
         f"            ncomp = key_i[k, {S.K_NCOMP}]",
         *indent(room, 3),
-        f"            if ctr[{S.OUT_N}] + ncomp + need > out_cap:",
-        f"                status = {S.FULL_OUTPUT}",
-        "                break",
         *indent(loads, 3),
         f"            key_i[k, {S.K_LAST_TS}] = t",
         *([f"            o0 = ctr[{S.OUT_N}]"] if by_key else []),

@@ -28,6 +28,7 @@ from cep_core.compiler.recognize_codegen import (
     alloc,
     indent,
 )
+from cep_core.compiler.recognize_states import EdgeLiterals, Literal, StateTable
 from cep_core.kernels import recognize_runtime as rt
 from cep_core.kernels.recognize_runtime import RunRows
 
@@ -46,6 +47,7 @@ class Runs:
     firsts: list[RecKey]  # LAST(v.a)/FIRST(v.a) columns read as the match's first row's
     lasts: list[RecKey]  # LAST(v.a) columns read as the row before the current one
     kinds: dict[RecKey, str]  # those and what is kept over all rows, by storage kind
+    step: StateTable | None = None  # the states layout's (`recognize_states`)
 
     def columns_first(self) -> list[tuple[RecKey, str]]:
         """The columns a run and its key's row use, to be numbered before any other (which
@@ -169,8 +171,10 @@ def run_rows(gen: Generator, runs: Runs) -> RunRows:
     places.update({c: len(firsts) + j for j, c in enumerate(sorted(key_ints))})
     fplaces = {c: j for j, c in enumerate(sorted(floats))}
     fplaces.update({c: j for j, c in enumerate(sorted(key_floats))})
+    counts = () if runs.step is None else \
+        tuple(gen.rec.col((Tag.MULT, t))[1] for t in runs.step.states)
     return RunRows(places, fplaces, tuple(run_i), tuple(sorted(floats)),
-                   tuple(sorted(key_ints)), tuple(sorted(key_floats)))
+                   tuple(sorted(key_ints)), tuple(sorted(key_floats)), counts)
 
 
 def run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: Generator, row: str,
@@ -197,6 +201,7 @@ def run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: Generator, row
     st_final = tables["st_final"].tolist()
     states = runs.states
     column = {t: gen.rec.col((Tag.MULT, t))[1] for t in states}
+    table = runs.step  # the states layout: a run's number of its state, in column[states[0]]
     total = " + ".join(f"n{t}" for t in states) or "0"
     ints, floats, _, _ = run_columns(gen, runs)
     calls: dict[str, str] = {}  # DEFINE function -> its value's local
@@ -232,7 +237,10 @@ def run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: Generator, row
                 f"    run_end(rec_i, rec_f, m, idx, sq, {row})",
                 "    nlc = heap_add(lc, 0, nlc, m, rec_i)"]
 
-    def after(run: str) -> list[str]:  # `run` took the row: its counts and completed matches
+    def after(run: str, state: str) -> list[str]:  # `run` took the row: its counts (its
+        # state: `state`) and completed matches
+        if table is not None:
+            return [f"ph[{run}, {column[states[0]]}] = {state}"]
         return [*[f"ph[{run}, {column[t]}] = n{t}" for t in states], "branches += tot"]
 
     def evaluate(arrays: str, record: str, key_row: str) -> list[str]:
@@ -240,18 +248,31 @@ def run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: Generator, row
                 for name, local in calls.items()]
 
     moved = copy("c", "dw", "ph, pf", ints - set(column.values()))  # (the counts are new)
-    body = adds(states, {t: f"x{t}" for t in states})
-    take = ["c = pb + 1 + j", *[f"x{t} = ph[c, {column[t]}]" for t in states],
-            *evaluate("phf, pff", "c", "kr"), *body, f"tot = {total}"]
+    if table is None:
+        body = adds(states, {t: f"x{t}" for t in states})
+        take = ["c = pb + 1 + j", *[f"x{t} = ph[c, {column[t]}]" for t in states],
+                *evaluate("phf, pff", "c", "kr"), *body, f"tot = {total}"]
+    else:  # one lookup of the run's state and the DEFINEs' values
+        calls.update({name: f"p{j}" for j, name in enumerate(table.calls)})
+        bits = " | ".join([f"(p{j} << {j})" if j else "p0" for j in range(len(table.calls))])
+        take = ["c = pb + 1 + j", f"x = ph[c, {column[states[0]]}]",
+                *evaluate("phf, pff", "c", "kr"),
+                f"v = STEP[U(x * {1 << len(table.calls)} + ({bits or 0}))]",
+                f"nxt = v & {(1 << table.shift) - 1}", f"done = v >> {table.shift}",
+                "tot = nxt != 0"]
     completed = ["if done != 0:", "    lp[ncq] = done", "    lq[ncq] = w", "    ncq += 1",
                  "    if tot == 0 and gone == npart:", "        gone = w"]
     step = ["U = np.uint64", "w = 0", "branches = 0", "ncq = 0", "gone = npart",
             "for j in range(npart):", *indent(take), "    dw = pb + 1 + w",
-            *indent(moved), *indent(after("dw")),
+            *indent(moved), *indent(after("dw", "nxt")),
             f"    run_next(phf, pff, dw, idx, sq, {row})",
             *indent(completed), "    w += (tot + done) != 0",
-            "return w, branches, ncq, gone"]
+            "return w, branches, ncq, gone" if table is None else "return w, ncq, gone"]
+    if table is not None:
+        step.remove("branches = 0")
     partial_matches = " + ".join(f"ph[c, {column[t]}]" for t in states) or "0"
+    if table is not None:
+        partial_matches = f"ph[c, {column[states[0]]}]"
     leave = ["if gone < npart:  # the runs whose partial matches all completed leave",
              "    live = gone", "    for j in range(gone, w):", "        c = pb + 1 + j",
              f"        if {partial_matches} != 0:", "            dw = pb + 1 + live",
@@ -268,7 +289,9 @@ def run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: Generator, row
              *indent(complete("c", "lp[q_]")), *leave,
              *evaluate("rif, rff", "0", "0"), *body, f"tot = {total}",
              "if tot + done != 0:", "    d = pb + 1 + w", *indent(zero),
-             f"    run_first(phf, pff, d, idx, sq, {row})", *indent(after("d")),
+             f"    run_first(phf, pff, d, idx, sq, {row})",
+             *indent(after("d", " + ".join(f"{table.number(t)} * n{t}" for t in states)
+                           if table is not None else "")),
              *indent(complete("d", "done")),
              "    if tot != 0:", "        w += 1",
              f"run_key(phf, pff, kr, idx, sq, {row})"]
@@ -277,24 +300,30 @@ def run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: Generator, row
 
 def _edge_tests(tables: dict[str, npt.NDArray[np.int64]], s: int,
                 held: Callable[[int], str]) -> list[tuple[str, int, str | None]]:
+    """`edge_literals` as boolean code of `held(v)`, the value of variable v's DEFINE."""
+    def conj(literals: list[Literal]) -> str:
+        tests = [held(v) if want else f"(not {held(v)})" for v, want in literals]
+        return " & ".join(tests) if tests else "True"
+
+    return [(conj(literals), tg, None if completes is None else conj(completes))
+            for literals, tg, completes in edge_literals(tables, s)]
+
+
+def edge_literals(tables: dict[str, npt.NDArray[np.int64]], s: int) -> EdgeLiterals:
     """The TAKE edges a computation in state s follows on a row, in Flink's order (the walk
     of `_walks`), each as (when it fires, its target, when the target PROCEEDs to the final
-    state or None where it cannot), the conditions as boolean code of `held(v)`, the value
-    of variable v's DEFINE."""
+    state or None where it cannot), the conditions as conjunctions of DEFINEs that hold
+    and that do not."""
     st_final = tables["st_final"].tolist()
     tr_act, tr_tgt = tables["tr_act"].tolist(), tables["tr_tgt"].tolist()
     tr_var, tr_unl = tables["tr_var"].tolist(), tables["tr_unl"].tolist()
 
-    def ok(e: int) -> list[str]:
-        tests = [] if tr_var[e] < 0 else [held(tr_var[e])]
-        return tests + [f"(not {held(w)})" for w in range(MAX_VARIABLES)
-                        if (tr_unl[e] >> w) & 1]
+    def ok(e: int) -> list[Literal]:
+        tests: list[Literal] = [] if tr_var[e] < 0 else [(tr_var[e], True)]
+        return tests + [(w, False) for w in range(MAX_VARIABLES) if (tr_unl[e] >> w) & 1]
 
-    def conj(tests: list[str]) -> str:
-        return " & ".join(tests) if tests else "True"
-
-    def reaches(tg: int) -> str | None:
-        tests: list[str] = []
+    def reaches(tg: int) -> list[Literal] | None:
+        tests: list[Literal] = []
         q, seen = tg, set()
         while q not in seen:
             seen.add(q)
@@ -304,16 +333,16 @@ def _edge_tests(tables: dict[str, npt.NDArray[np.int64]], s: int,
             tests += ok(proceed[0])
             q = tr_tgt[proceed[0]]
             if st_final[q] == 1:
-                return conj(tests)
+                return tests
         return None
 
-    out: list[tuple[str, int, str | None]] = []
+    out: EdgeLiterals = []
 
-    def walk(q: int, path: list[str], seen: frozenset[int]) -> None:
+    def walk(q: int, path: list[Literal], seen: frozenset[int]) -> None:
         for e in edges_of(tables, q):
             if tr_act[e] == 0:
                 tg = tr_tgt[e]
-                out.append((conj(path + ok(e)), tg, reaches(tg) if st_final[tg] == 2 else None))
+                out.append((path + ok(e), tg, reaches(tg) if st_final[tg] == 2 else None))
         for e in edges_of(tables, q):
             if tr_act[e] == 1 and tr_tgt[e] not in seen:
                 walk(tr_tgt[e], path + ok(e), seen | {q})
@@ -392,7 +421,7 @@ def run_columns(gen: Generator, runs: Runs) -> tuple[set[int], set[int], set[int
     for array, column in _WRITE.findall("\n".join(_run_lines(gen, runs, True) +
                                                    _run_lines(gen, runs, False))):
         (ints if array == "i" else floats).add(int(column))
-    ints |= {gen.rec.col((Tag.MULT, t))[1] for t in runs.states}
+    ints |= {gen.rec.col((Tag.MULT, t))[1] for t in runs.states[:1 if runs.step else None]}
     key_ints, key_floats = set[int](), set[int]()
     for array, column in _WRITE.findall("\n".join(_row_lines(gen, runs, "dst"))):
         (key_ints if array == "i" else key_floats).add(int(column))

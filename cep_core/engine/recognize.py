@@ -18,7 +18,11 @@ That is the computations layout. Where all the partial matches of one start read
 (`RecognizeProgram.layout` is `runs`, see `cep_core.compiler.recognize`), a key's partial
 matches are runs, one per start, kept in the key's own rows of `ph`/`pf` (shape: keys,
 the key's row and `pcap` runs, record columns): the key's row holds the row before, the
-runs follow in order of start; only completed matches are records of the pool.
+runs follow in order of start; only completed matches are records of the pool. Where a
+run never stands for more than one partial match (`states`, `cep_core.compiler.
+recognize_states`), it keeps the number of its one automaton state instead of a count per
+state; a runs snapshot of such a query is moved into that layout when restored
+(`_states_of`).
 
 The computations layout's kernel takes a batch `CHUNK` rows at a time, key by key (each
 key's rows in their order; keys are independent), so that a key's records stay in the cache
@@ -80,7 +84,7 @@ class RecognizeEngine(Engine):
         self.key_attrs = [a.name for a in self.query.partition_by]
         self.keys = _Keys(self.key_attrs, self.schema)
         self._tables: StringTables | None = None
-        self._runs = program.layout == rt.RUNS
+        self._runs = program.layout in (rt.RUNS, rt.STATES)
         self._buffers: dict[str, npt.NDArray[Any]] = {}
         body = self.query.body
         assert isinstance(body, ast.RecognizeQuery)
@@ -464,6 +468,10 @@ class RecognizeEngine(Engine):
             raise ValueError(f"query {self.checked.name!r}: not the jitted MATCH_RECOGNIZE "
                              "engine's state (taken by the interpreter engine?)")
         name, layout = self.checked.name, meta.get("layout", rt.COMPUTATIONS)
+        if layout == rt.RUNS and self.program.layout == rt.STATES:  # taken before states
+            arrays = self._states_of(meta, arrays)
+            layout = rt.STATES
+            meta = dict(meta, layout=layout, rows=self.program.rows.describe())
         if layout != self.program.layout:  # e.g. taken before the query could run as runs
             raise ValueError(f"query {name!r}: the snapshot keeps partial matches as "
                              f"{layout}, this engine as {self.program.layout}: restore it "
@@ -533,6 +541,52 @@ class RecognizeEngine(Engine):
             for column in key:
                 new[:, 0, places[column]] = old[:, 0, column]
         return dict(arrays, ph=new_ph, pf=new_pf)
+
+    def _states_of(self, meta: dict[str, Any], arrays: dict[str, npt.NDArray[Any]]
+                   ) -> dict[str, npt.NDArray[Any]]:
+        """A runs layout's snapshot of a query this version keeps in the states layout:
+        its ph/pf moved to this version's places, each run's counts (one partial match in
+        one state) its state's number. Refused where a run stands for another number of
+        partial matches (not a snapshot of this query)."""
+        name, rows = self.checked.name, self.program.rows
+        wide = {c: c for c in range(self.program.rec_ints)}, \
+            {c: c for c in range(self.program.rec_floats)}
+        try:
+            ints, floats = rt.places_of(meta["rows"]) if "rows" in meta else wide
+        except ValueError as e:
+            raise ValueError(f"query {name!r}: the snapshot's runs: {e}") from None
+        ph, pf, key_i = arrays.get("ph"), arrays.get("pf"), arrays.get("key_i")
+        if ph is None or pf is None or key_i is None or ph.ndim != 3 or pf.ndim != 3 or \
+                ph.shape[:2] != pf.shape[:2] or key_i.ndim != 2 or \
+                len(key_i) != len(ph) or key_i.shape[1] <= rt.K_NPART or \
+                ph.shape[2] != max(ints.values(), default=-1) + 1 or \
+                pf.shape[2] != max(floats.values(), default=0) + 1 or \
+                not set(rows.run_ints + rows.key_ints + rows.counts) <= set(ints) or \
+                not set(rows.run_floats + rows.key_floats) <= set(floats):
+            raise ValueError(f"query {name!r}: the snapshot's ph is not this query's "
+                             "(another version of it?)")
+        width_i, width_f = rows.widths
+        new_ph = np.zeros(ph.shape[:2] + (width_i,), np.int64)
+        new_pf = np.zeros(pf.shape[:2] + (width_f,), np.float64)
+        for new, old, run, key, places, olds in (
+                (new_ph, ph, rows.run_ints, rows.key_ints, rows.ints, ints),
+                (new_pf, pf, rows.run_floats, rows.key_floats, rows.floats, floats)):
+            for column in run:  # rows 1.. of a key: its runs; row 0 the key's row
+                new[:, 1:, places[column]] = old[:, 1:, olds[column]]
+            for column in key:
+                new[:, 0, places[column]] = old[:, 0, olds[column]]
+        counts = np.stack([ph[:, 1:, ints[c]] for c in rows.counts], axis=2)
+        live = np.arange(ph.shape[1] - 1)[None, :] < key_i[:, rt.K_NPART, None]
+        one = (counts == 1).sum(axis=2) == 1
+        if (counts[live] != 0).sum(axis=1).max(initial=1) != 1 or not one[live].all():
+            raise ValueError(f"query {name!r}: the snapshot's runs stand for other numbers "
+                             "of partial matches than one (not a snapshot of this query?)")
+        # (rows past a key's runs: what the kernel left there, as it would have)
+        new_ph[:, 1:, rows.ints[rows.counts[0]]] = \
+            np.where(one, (counts == 1).argmax(axis=2) + 1, 0)
+        key_i = key_i.copy()
+        key_i[:, rt.K_BRANCHES:] = 0  # (the states layout counts no partial matches)
+        return dict(arrays, ph=new_ph, pf=new_pf, key_i=key_i)
 
     def _load_pending(self, arrays: dict[str, npt.NDArray[Any]], nkeys: int) -> None:
         """ORDER BY ts, col...: the rows waiting and the order the partitions began in,

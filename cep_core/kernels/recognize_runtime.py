@@ -45,8 +45,9 @@ STATE, START, START_TS, START_SEQ, LAST_IDX, LAST_SEQ, COUNT = range(len(REC_FIX
 KEY_FIELDS = ("last_ts", "npart", "ncomp", "rows", "branches")
 K_LAST_TS, K_NPART, K_NCOMP, K_ROWS, K_BRANCHES = range(len(KEY_FIELDS))
 # How a program's records stand for partial matches: one record each (Flink's computation
-# states), or one per start with how many are in each automaton state (`RecognizeProgram`)
-COMPUTATIONS, RUNS = "computations", "runs"
+# states), one per start with how many are in each automaton state, or one per start with
+# the one automaton state its one partial match is in (`RecognizeProgram`)
+COMPUTATIONS, RUNS, STATES = "computations", "runs", "states"
 # The state arrays every kernel takes, in order (after its scalars and the batch); `lq` is
 # the runs layout's scratch: where the runs that complete matches on a row are.
 STATE_ARGS = ["sc", "s_rank", "s_lower", "s_upper", "s_length", "ctr", "free", "key_i", "ph",
@@ -72,6 +73,9 @@ class RunRows:
     run_floats: tuple[int, ...]
     key_ints: tuple[int, ...]
     key_floats: tuple[int, ...]
+    # the states layout's: the runs layout's count columns, in the order of the states'
+    # numbers; the first one's place keeps a run's state number
+    counts: tuple[int, ...] = ()
 
     @property
     def widths(self) -> tuple[int, int]:
@@ -82,6 +86,17 @@ class RunRows:
         """The places as text (a snapshot's must be the same)."""
         return " ".join([f"i{c}>{j}" for c, j in sorted(self.ints.items())] +
                         [f"f{c}>{j}" for c, j in sorted(self.floats.items())])
+
+
+def places_of(described: str) -> tuple[dict[int, int], dict[int, int]]:
+    """The int and float places `RunRows.describe` wrote (ValueError: it is not that)."""
+    places: dict[str, dict[int, int]] = {"i": {}, "f": {}}
+    for item in described.split():
+        column, _, place = item[1:].partition(">")
+        if item[:1] not in places or not column.isdigit() or not place.isdigit():
+            raise ValueError(f"not a place of a run's column: {item[:40]!r}")
+        places[item[0]][int(column)] = int(place)
+    return places["i"], places["f"]
 
 
 @njit(cache=True, inline="always")
