@@ -90,7 +90,7 @@ def _outcomes(tables: dict[str, npt.NDArray[np.int64]], gen: Generator, s: int,
     """For each combination of the calls' values that can hold (`bits`), the states a
     partial match in state s goes on in and how many matches it completes."""
     st_final = tables["st_final"].tolist()
-    never = _exclusive(calls, defs)
+    never = exclusive_pairs(calls, defs)
     for bits in range(1 << len(calls)):
         if any(bits >> a & 1 and bits >> b & 1 for a, b in never):
             continue
@@ -125,7 +125,7 @@ _ORDERS = {py.Lt: {"<"}, py.LtE: {"<", "="}, py.Gt: {">"}, py.GtE: {">", "="},
 _FLIP = {"<": ">", ">": "<", "=": "="}
 
 
-def _exclusive(calls: list[str], defs: dict[str, str]) -> list[tuple[int, int]]:
+def exclusive_pairs(calls: list[str], defs: dict[str, str]) -> list[tuple[int, int]]:
     """The pairs of calls (by index) that never hold together (the module docstring)."""
     facts = [_comparisons(defs[name]) for name in calls]
     pairs = []

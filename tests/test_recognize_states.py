@@ -1,0 +1,33 @@
+"""Which DEFINEs never hold together (`recognize_states.exclusive_pairs`), from the generated
+conditions' top-level comparisons: what lets the states layout prove a run is one partial
+match."""
+
+import pytest
+
+from cep_core.compiler.recognize_states import exclusive_pairs
+
+
+@pytest.mark.parametrize("a, b, never", [
+    ("(a0 >= rec_i[kr, 2])", "(a0 < rec_i[kr, 2])", True),  # complements
+    ("(a0 > rec_i[r, 9])", "(a0 < rec_i[r, 9])", True),  # neither holds on a tie
+    ("(a0 > rec_i[r, 9])", "(rec_i[r, 9] > a0)", True),  # the same, operands swapped
+    ("(a1 == 3)", "(a1 != 3)", True),
+    ("(a0 >= rec_i[r, 9])", "(a0 <= rec_i[r, 9])", False),  # both hold on a tie
+    ("(a0 > rec_i[r, 9])", "(a0 < rec_i[r, 8])", False),  # other operands
+    ("(a0 > rec_i[r, 9])", "(a1 < rec_i[r, 9])", False),
+    # conjuncts: one complementary pair is enough, under `&` or `and`, nested
+    ("((a0 > rec_i[r, 9])) & ((a0 >= rec_i[kr, 2]))",
+     "((a0 >= rec_i[r, 9])) & ((a0 < rec_i[kr, 2]))", True),
+    ("(a2 == 1) and ((a0 < 5) & (a1 > 0))", "(a0 >= 5)", True),
+    # a disjunction proves nothing, nor a negation, nor a chained comparison
+    ("(a0 < 5) | (a1 > 0)", "(a0 >= 5)", False),
+    ("not (a0 >= 5)", "(a0 >= 5)", False),
+    ("(1 < a0 < 5)", "(a0 <= 1)", False),
+])
+def test_defines_with_comparisons_no_order_satisfies_never_hold_together(a, b, never):
+    assert exclusive_pairs(["x", "y"], {"x": a, "y": b}) == ([(0, 1)] if never else [])
+
+
+def test_every_pair_is_tried():
+    defs = {"r": "(a0 >= p)", "d": "(a0 < p)", "e": "(a0 < p) & (a0 < s)", "t": "True"}
+    assert exclusive_pairs(["r", "d", "e", "t"], defs) == [(0, 1), (0, 2)]
