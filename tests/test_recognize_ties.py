@@ -209,3 +209,32 @@ def test_waiting_rows_are_refused_by_a_query_without_a_secondary_order():
     _, engine, meta, arrays = _waiting()
     with pytest.raises(ValueError, match="does not have"):
         _load(_checked("ts"), engine.strings, meta, arrays)
+
+
+@pytest.mark.parametrize("end", ["punctuate", "flush"])
+def test_a_late_row_that_waited_is_a_dead_letter_when_its_time_ends(end):
+    # a row earlier than its partition's last taken time waits with its time's rows; when
+    # a punctuation or the flush ends that time it goes in late: both engines report it
+    # then, not at the next batch (the interpreter engine reported it only then: found by
+    # the ties fuzzer, seed 367)
+    [checked] = load_query_text(
+        "SELECT * FROM ticks MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY ts, venue DESC "
+        "MEASURES FIRST(A.price) AS a ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW "
+        "PATTERN (A B) DEFINE B AS B.price < A.price) AS T", REGISTRY)
+    rows = [("A", 1000), ("A", 1000), ("B", 2000), ("A", -1000)]
+    events = [Event(i, ts, {"symbol": s, "price": 5, "volume": 1, "ts": ts, "seqNum": i,
+                            "venue": "X", "score": 0.0, "flag": False})
+              for i, (s, ts) in enumerate(rows)]
+    for engine in (RecognizeEngine(compile_recognize(checked), StringDictionary()),
+                   RecognizeInterpreterEngine(checked, StringDictionary())):
+        encoder = BatchEncoder(checked.schema, engine.strings)
+        engine.process(encoder.from_events(events[:3]))
+        engine.punctuate(1500)  # A's rows of time 1000 go in
+        engine.process(encoder.from_events(events[3:]))
+        assert engine.dead_letters == []  # it waits with its time's rows
+        if end == "punctuate":
+            engine.punctuate(4000)
+        else:
+            engine.flush()
+        assert engine.dead_letters == [(3, 'event time goes backwards in partition "A"')], \
+            type(engine).__name__

@@ -75,10 +75,14 @@ class RecognizeInterpreterEngine(Engine):
         return out
 
     def punctuate(self, ts: int) -> list[dict[str, Any]]:
-        return self.interpreter.punctuate(int(ts))
+        out = self.interpreter.punctuate(int(ts))
+        self._take_dead_letters()  # (ORDER BY ts, col...: rows held till then, late)
+        return out
 
     def flush(self) -> list[dict[str, Any]]:
-        return self.interpreter.flush()
+        out = self.interpreter.flush()
+        self._take_dead_letters()
+        return out
 
     def held_seq(self) -> int | None:
         """The smallest seq of a composite event still to come that ends at or before the
