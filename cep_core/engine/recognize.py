@@ -57,6 +57,7 @@ from cep_core.batch import Batch, StringDictionary
 from cep_core.composite_batch import ColumnBatch, CompositeBatch, Decoder, Field, to_dicts
 from cep_core.engine.base import Engine
 from cep_core.engine.match import _Keys
+from cep_core.engine.recognize_checks import check_state
 from cep_core.engine.recognize_ties import PendingRows, Sent, number_firsts
 from cep_core.kernels import recognize_runtime as rt
 from cep_core.kernels.recognize_runtime import RunRows
@@ -493,8 +494,10 @@ class RecognizeEngine(Engine):
             if array not in arrays or arrays[array].shape[1:] != shape:
                 raise ValueError(f"query {name!r}: the snapshot's {array} is not this "
                                  "query's (another version of it?)")
-        self.keys = _Keys.from_state(self.key_attrs, self.schema, meta["keys"],
-                                     arrays.get("key_codes"), arrays.get("key_free"))
+        keys = _Keys.from_state(self.key_attrs, self.schema, meta["keys"],
+                                arrays.get("key_codes"), arrays.get("key_free"))
+        check_state(name, p, meta, arrays, len(keys))  # before the kernels index by them
+        self.keys = keys
         nkeys = len(self.keys)
         self._allocate(nkeys=max(16, nkeys), pcap=meta["pcap"], ccap=meta["ccap"],
                        pool=meta["pool"], out_cap=256)
