@@ -552,7 +552,8 @@ def test_runs_of_one_partial_match_are_stepped_by_a_table_of_states():
     assert program.layout == rt.STATES
     assert "STEP = np.array(" in program.source and "v = STEP[U(x * 16 + " in program.source
     assert len(program.rows.counts) == 5  # S R1 D1 R2 D2's loops, numbered 1-5
-    assert program.rows.widths[0] == 7  # one column for the five counts
+    assert max(program.rows.ints.values()) + 1 == 7  # one column for the five counts
+    assert program.rows.widths[0] == 8  # (rows of whole cache lines)
     # the same but D2 may hold where R2 does (`<=`): a run in R2 goes on in both
     overlapping = MSHAPE_SQL.replace("D2.price < COALESCE(LAST(D2.price, 1)",
                                      "D2.price <= COALESCE(LAST(D2.price, 1)")

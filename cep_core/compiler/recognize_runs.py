@@ -174,7 +174,8 @@ def run_rows(gen: Generator, runs: Runs) -> RunRows:
     counts = () if runs.step is None else \
         tuple(gen.rec.col((Tag.MULT, t))[1] for t in runs.step.states)
     return RunRows(places, fplaces, tuple(run_i), tuple(sorted(floats)),
-                   tuple(sorted(key_ints)), tuple(sorted(key_floats)), counts)
+                   tuple(sorted(key_ints)), tuple(sorted(key_floats)), counts,
+                   padded=runs.step is not None)
 
 
 def run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: Generator, row: str,

@@ -76,22 +76,28 @@ class RunRows:
     # the states layout's: the runs layout's count columns, in the order of the states'
     # numbers; the first one's place keeps a run's state number
     counts: tuple[int, ...] = ()
+    padded: bool = False  # ph's rows whole cache lines (8 ints): 1.08-1.12x on the M-shape
 
     @property
     def widths(self) -> tuple[int, int]:
         """The widths of ph's and pf's rows."""
-        return (max(self.ints.values()) + 1, max(self.floats.values(), default=0) + 1)
+        ints = max(self.ints.values()) + 1
+        return (-(-ints // 8) * 8 if self.padded else ints,
+                max(self.floats.values(), default=0) + 1)
 
     def describe(self) -> str:
         """The places as text (a snapshot's must be the same)."""
         return " ".join([f"i{c}>{j}" for c, j in sorted(self.ints.items())] +
-                        [f"f{c}>{j}" for c, j in sorted(self.floats.items())])
+                        [f"f{c}>{j}" for c, j in sorted(self.floats.items())] +
+                        (["padded"] if self.padded else []))
 
 
 def places_of(described: str) -> tuple[dict[int, int], dict[int, int]]:
     """The int and float places `RunRows.describe` wrote (ValueError: it is not that)."""
     places: dict[str, dict[int, int]] = {"i": {}, "f": {}}
     for item in described.split():
+        if item == "padded":
+            continue
         column, _, place = item[1:].partition(">")
         if item[:1] not in places or not column.isdigit() or not place.isdigit():
             raise ValueError(f"not a place of a run's column: {item[:40]!r}")
