@@ -198,7 +198,11 @@ def run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: Generator, row
     such run's place). The loop is a function of its own (`step_runs`, `RUNS_STEP`), which
     LLVM inlines into the kernel again: written in the kernel, the same loop ran 1.2x
     slower with one kernel argument fewer (register allocation); written this way it ran at
-    its best with `lq` alone (measured, not a guarantee: docs/benchmarks.md)."""
+    its best with `lq` alone (measured, not a guarantee: docs/benchmarks.md).
+
+    In the states layout (`runs.step`, `recognize_states`) a run is one partial match: its
+    state's number replaces the counts, and the sum of products is one lookup in the
+    module's STEP table by that number and the DEFINEs' values (bit j: `p<j>`)."""
     st_final = tables["st_final"].tolist()
     states = runs.states
     column = {t: gen.rec.col((Tag.MULT, t))[1] for t in states}
