@@ -22,7 +22,7 @@ runs follow in order of start; only completed matches are records of the pool. W
 run never stands for more than one partial match (`states`, `cep_core.compiler.
 recognize_states`), it keeps the number of its one automaton state instead of a count per
 state; a runs snapshot of such a query is moved into that layout when restored
-(`_states_of`).
+(`recognize_rows.states_of`).
 
 The computations layout's kernel takes a batch `CHUNK` rows at a time, key by key (each
 key's rows in their order; keys are independent), so that a key's records stay in the cache
@@ -58,9 +58,9 @@ from cep_core.composite_batch import ColumnBatch, CompositeBatch, Decoder, Field
 from cep_core.engine.base import Engine
 from cep_core.engine.match import _Keys
 from cep_core.engine.recognize_checks import check_state
+from cep_core.engine.recognize_rows import rows_of, states_of
 from cep_core.engine.recognize_ties import PendingRows, Sent, number_firsts
 from cep_core.kernels import recognize_runtime as rt
-from cep_core.kernels.recognize_runtime import RunRows
 from cep_core.kernels.match_runtime import dtype_of
 from cep_core.kernels.string_tables import StringTables, string_ranks
 from cep_core.reference.recognize import RecognizeRuntimeError
@@ -470,7 +470,7 @@ class RecognizeEngine(Engine):
                              "engine's state (taken by the interpreter engine?)")
         name, layout = self.checked.name, meta.get("layout", rt.COMPUTATIONS)
         if layout == rt.RUNS and self.program.layout == rt.STATES:  # taken before states
-            arrays = self._states_of(meta, arrays)
+            arrays = states_of(name, self.program, meta, arrays)
             layout = rt.STATES
             meta = dict(meta, layout=layout, rows=self.program.rows.describe())
         if layout != self.program.layout:  # e.g. taken before the query could run as runs
@@ -485,7 +485,7 @@ class RecognizeEngine(Engine):
         shapes: dict[str, tuple[int, ...]] = {"rec_i": (p.rec_ints,), "rec_f": (p.rec_floats,),
                                               "ph": (meta["pcap"],)}
         if self._runs:  # a key's rows: the key's row, then `pcap` runs
-            arrays = self._rows_of(meta, arrays, p.rows)
+            arrays = rows_of(name, p, meta, arrays)
             ints, floats = p.rows.widths
             shapes["ph"], shapes["pf"] = (meta["pcap"] + 1, ints), (meta["pcap"] + 1, floats)
         if arrays["key_i"].ndim != 2 or arrays["key_i"].shape[1] > len(rt.KEY_FIELDS):
@@ -513,83 +513,6 @@ class RecognizeEngine(Engine):
         elif any(name.startswith("tie_") for name in arrays):
             raise ValueError(f"query {name!r}: the snapshot has rows waiting for ORDER BY's "
                              "columns, which this query does not have")
-
-    def _rows_of(self, meta: dict[str, Any], arrays: dict[str, npt.NDArray[Any]],
-                 rows: RunRows) -> dict[str, npt.NDArray[Any]]:
-        """The runs layout's ph/pf as this version keeps them: a snapshot from before
-        `RunRows` (no "rows") has rows as wide as records, with the columns where records
-        have them; one with other places is refused."""
-        name, p = self.checked.name, self.program
-        if "rows" in meta:
-            if meta["rows"] != rows.describe():
-                raise ValueError(f"query {name!r}: the snapshot's runs keep their columns "
-                                 "elsewhere than this version's compiler puts them: restore "
-                                 "it with the version that took it, or replay the stream")
-            return arrays
-        ph, pf = arrays.get("ph"), arrays.get("pf")
-        if ph is None or pf is None or ph.ndim != 3 or pf.ndim != 3 or \
-                ph.shape[2] != p.rec_ints or pf.shape[2] != p.rec_floats or \
-                ph.shape[:2] != pf.shape[:2]:  # (not as wide as records, as it says)
-            raise ValueError(f"query {name!r}: the snapshot's ph is not this query's "
-                             "(another version of it?)")
-        ints, floats = rows.widths
-        new_ph = np.zeros(ph.shape[:2] + (ints,), np.int64)
-        new_pf = np.zeros(pf.shape[:2] + (floats,), np.float64)
-        for new, old, run, key, places in ((new_ph, ph, rows.run_ints, rows.key_ints,
-                                            rows.ints),
-                                           (new_pf, pf, rows.run_floats, rows.key_floats,
-                                            rows.floats)):
-            for column in run:  # rows 1.. of a key: its runs; row 0 the key's row
-                new[:, 1:, places[column]] = old[:, 1:, column]
-            for column in key:
-                new[:, 0, places[column]] = old[:, 0, column]
-        return dict(arrays, ph=new_ph, pf=new_pf)
-
-    def _states_of(self, meta: dict[str, Any], arrays: dict[str, npt.NDArray[Any]]
-                   ) -> dict[str, npt.NDArray[Any]]:
-        """A runs layout's snapshot of a query this version keeps in the states layout:
-        its ph/pf moved to this version's places, each run's counts (one partial match in
-        one state) its state's number. Refused where a run stands for another number of
-        partial matches (not a snapshot of this query)."""
-        name, rows = self.checked.name, self.program.rows
-        wide = {c: c for c in range(self.program.rec_ints)}, \
-            {c: c for c in range(self.program.rec_floats)}
-        try:
-            ints, floats = rt.places_of(meta["rows"]) if "rows" in meta else wide
-        except ValueError as e:
-            raise ValueError(f"query {name!r}: the snapshot's runs: {e}") from None
-        ph, pf, key_i = arrays.get("ph"), arrays.get("pf"), arrays.get("key_i")
-        if ph is None or pf is None or key_i is None or ph.ndim != 3 or pf.ndim != 3 or \
-                ph.shape[:2] != pf.shape[:2] or key_i.ndim != 2 or \
-                len(key_i) != len(ph) or key_i.shape[1] <= rt.K_NPART or \
-                ph.shape[2] != max(ints.values(), default=-1) + 1 or \
-                pf.shape[2] != max(floats.values(), default=0) + 1 or \
-                not set(rows.run_ints + rows.key_ints + rows.counts) <= set(ints) or \
-                not set(rows.run_floats + rows.key_floats) <= set(floats):
-            raise ValueError(f"query {name!r}: the snapshot's ph is not this query's "
-                             "(another version of it?)")
-        width_i, width_f = rows.widths
-        new_ph = np.zeros(ph.shape[:2] + (width_i,), np.int64)
-        new_pf = np.zeros(pf.shape[:2] + (width_f,), np.float64)
-        for new, old, run, key, places, olds in (
-                (new_ph, ph, rows.run_ints, rows.key_ints, rows.ints, ints),
-                (new_pf, pf, rows.run_floats, rows.key_floats, rows.floats, floats)):
-            for column in run:  # rows 1.. of a key: its runs; row 0 the key's row
-                new[:, 1:, places[column]] = old[:, 1:, olds[column]]
-            for column in key:
-                new[:, 0, places[column]] = old[:, 0, olds[column]]
-        counts = np.stack([ph[:, 1:, ints[c]] for c in rows.counts], axis=2)
-        live = np.arange(ph.shape[1] - 1)[None, :] < key_i[:, rt.K_NPART, None]
-        one = (counts == 1).sum(axis=2) == 1
-        if (counts[live] != 0).sum(axis=1).max(initial=1) != 1 or not one[live].all():
-            raise ValueError(f"query {name!r}: the snapshot's runs stand for other numbers "
-                             "of partial matches than one (not a snapshot of this query?)")
-        # (rows past a key's runs: what the kernel left there, as it would have)
-        new_ph[:, 1:, rows.ints[rows.counts[0]]] = \
-            np.where(one, (counts == 1).argmax(axis=2) + 1, 0)
-        key_i = key_i.copy()
-        key_i[:, rt.K_BRANCHES:] = 0  # (the states layout counts no partial matches)
-        return dict(arrays, ph=new_ph, pf=new_pf, key_i=key_i)
 
     def _load_pending(self, arrays: dict[str, npt.NDArray[Any]], nkeys: int) -> None:
         """ORDER BY ts, col...: the rows waiting and the order the partitions began in,
