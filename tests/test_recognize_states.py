@@ -2,9 +2,16 @@
 conditions' top-level comparisons: what lets the states layout prove a run is one partial
 match."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from cep_core.compiler.recognize_states import exclusive_pairs
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("a, b, never", [
@@ -31,3 +38,17 @@ def test_defines_with_comparisons_no_order_satisfies_never_hold_together(a, b, n
 def test_every_pair_is_tried():
     defs = {"r": "(a0 >= p)", "d": "(a0 < p)", "e": "(a0 < p) & (a0 < s)", "t": "True"}
     assert exclusive_pairs(["r", "d", "e", "t"], defs) == [(0, 1), (0, 2)]
+
+
+def test_the_generated_module_is_the_same_in_every_process():
+    # the table's bits are the DEFINE functions in one order whatever the hash seed: a
+    # module that differs by process is compiled again by each (it is cached by its text)
+    script = ("import hashlib, sys; sys.path[:0] = ['.', 'tests']\n"
+              "from test_recognize_jit import MSHAPE_SQL, _strict\n"
+              "from cep_core.compiler.recognize import compile_recognize\n"
+              "print(hashlib.sha256(compile_recognize(_strict(MSHAPE_SQL)).source.encode())"
+              ".hexdigest())")
+    digests = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                              check=True, env={**os.environ, "PYTHONHASHSEED": seed},
+                              cwd=ROOT).stdout for seed in ("1", "2", "3")}
+    assert len(digests) == 1 and len(digests.pop()) == 65

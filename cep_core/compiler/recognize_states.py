@@ -58,19 +58,21 @@ def state_table(tables: dict[str, npt.NDArray[np.int64]], gen: Generator, states
     computation in state s follows on a row (`recognize_runs.edge_literals`)."""
     calls: list[str] = []
     for s in states:
-        for name in _calls_of(gen, s, edge_literals(s)):
+        for name in sorted(_calls_of(gen, s, edge_literals(s))):  # (the same every process)
             if name not in calls:
                 calls.append(name)
     if (len(states) + 1) << len(calls) > MAX_TABLE:
         return None
     firsts = sorted(_calls_of(gen, start, edge_literals(start)))
     if any(len(goes) > 1 or done > 1 for _, goes, done in
-           _outcomes(tables, gen, start, firsts, defs, edge_literals(start))):
+           _outcomes(tables, gen, start, firsts, exclusive_pairs(firsts, defs),
+                     edge_literals(start))):
         return None  # the start computation may make two partial matches
     shift = max(1, len(states).bit_length())
     table = [0] * ((len(states) + 1) << len(calls))
+    never = exclusive_pairs(calls, defs)
     for number, s in enumerate(states, 1):
-        for bits, goes, done in _outcomes(tables, gen, s, calls, defs, edge_literals(s)):
+        for bits, goes, done in _outcomes(tables, gen, s, calls, never, edge_literals(s)):
             if len(goes) > 1 or done > 1:
                 return None
             table[(number << len(calls)) + bits] = \
@@ -85,12 +87,13 @@ def _calls_of(gen: Generator, s: int, edges: EdgeLiterals) -> set[str]:
 
 
 def _outcomes(tables: dict[str, npt.NDArray[np.int64]], gen: Generator, s: int,
-              calls: list[str], defs: dict[str, str], edges: EdgeLiterals
+              calls: list[str], never: list[tuple[int, int]], edges: EdgeLiterals
               ) -> Iterator[tuple[int, list[int], int]]:
-    """For each combination of the calls' values that can hold (`bits`), the states a
-    partial match in state s goes on in and how many matches it completes."""
+    """For each combination of the calls' values that can hold (`bits`; `never`: the
+    pairs of calls that do not hold together), the states a partial match in state s goes
+    on in and how many matches it completes."""
     st_final = tables["st_final"].tolist()
-    never = exclusive_pairs(calls, defs)
+    bit = {name: j for j, name in enumerate(calls)}
     for bits in range(1 << len(calls)):
         if any(bits >> a & 1 and bits >> b & 1 for a, b in never):
             continue
@@ -98,7 +101,7 @@ def _outcomes(tables: dict[str, npt.NDArray[np.int64]], gen: Generator, s: int,
         def holds(literals: list[Literal], bits: int = bits) -> bool:
             for v, want in literals:
                 name = _call(gen, v, s)
-                if name is not None and bool(bits >> calls.index(name) & 1) != want:
+                if name is not None and bool(bits >> bit[name] & 1) != want:
                     return False
             return True
 
