@@ -485,34 +485,36 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
         lines += ["@njit(cache=True, error_model='numpy')",
                   f"def step_runs({RUNS_STEP}, {row}, {tab}):",
                   *indent(flat_cells(step, runs_flat, moved)), "", ""]
-        queue = ["kr = pb", f"w, branches, ncq, gone = step_runs({RUNS_STEP}, {row}, {tab})",
-                 *first_step, f"key_i[k, {S.K_NPART}] = w",
-                 f"key_i[k, {S.K_BRANCHES}] = branches"]
-        if runs.step is not None:  # the states layout: no partial matches to count
+        if runs.step is None:
+            queue = ["kr = pb",
+                     f"w, branches, ncq, gone = step_runs({RUNS_STEP}, {row}, {tab})",
+                     *first_step, f"key_i[k, {S.K_NPART}] = w",
+                     f"key_i[k, {S.K_BRANCHES}] = branches"]
+            room = [f"need = (key_i[k, {S.K_BRANCHES}] + 1) * {max_takes}",
+                    "if npart + 1 > pcap:",
+                    f"    status = {S.FULL_QUEUE}",
+                    "    break",
+                    "if ncomp + need > ccap:",
+                    f"    status = {S.FULL_COMPLETED}",
+                    "    break",
+                    "if free_top + pool - high < need:",
+                    f"    status = {S.FULL_POOL}",
+                    "    break"]
+        else:  # the states layout: no partial matches to count; each run (and the start
+            # computation) completes one match at most on a row; the tests in one branch,
+            # as MATCH's kernel makes them
             queue = ["kr = pb", f"w, ncq, gone = step_runs({RUNS_STEP}, {row}, {tab})",
                      *first_step, f"key_i[k, {S.K_NPART}] = w"]
-        room = [f"need = (key_i[k, {S.K_BRANCHES}] + 1) * {max_takes}",
-                "if npart + 1 > pcap:",
-                f"    status = {S.FULL_QUEUE}",
-                "    break",
-                "if ncomp + need > ccap:",
-                f"    status = {S.FULL_COMPLETED}",
-                "    break",
-                "if free_top + pool - high < need:",
-                f"    status = {S.FULL_POOL}",
-                "    break"]
-    room += [f"if ctr[{S.OUT_N}] + ncomp + need > out_cap:", f"    status = {S.FULL_OUTPUT}",
-             "    break"]
-    if runs is not None and runs.step is not None:
-        # the states layout: each run (and the start computation) completes one match at
-        # most on a row; the tests in one branch, as MATCH's kernel makes them
-        full = {S.FULL_QUEUE: "npart + 1 > pcap", S.FULL_COMPLETED: "ncomp + need > ccap",
-                S.FULL_POOL: "free_top + pool - high < need",
-                S.FULL_OUTPUT: f"ctr[{S.OUT_N}] + ncomp + need > out_cap"}
-        room = ["need = npart + 1", f"if {' or '.join(full.values())}:",
-                "    status = " + " else ".join(f"{status} if {test}" for status, test in
-                                                list(full.items())[:-1]) +
-                f" else {S.FULL_OUTPUT}", "    break"]
+            full = {S.FULL_QUEUE: "npart + 1 > pcap", S.FULL_COMPLETED: "ncomp + need > ccap",
+                    S.FULL_POOL: "free_top + pool - high < need",
+                    S.FULL_OUTPUT: f"ctr[{S.OUT_N}] + ncomp + need > out_cap"}
+            room = ["need = npart + 1", f"if {' or '.join(full.values())}:",
+                    "    status = " + " else ".join(f"{status} if {test}" for status, test in
+                                                    list(full.items())[:-1]) +
+                    f" else {S.FULL_OUTPUT}", "    break"]
+    if runs is None or runs.step is None:
+        room += [f"if ctr[{S.OUT_N}] + ncomp + need > out_cap:",
+                 f"    status = {S.FULL_OUTPUT}", "    break"]
     ncols = len(gen.columns)
     grouped = ", ".join(["g_kid", "g_seq", "g_ts"] + [f"g{j}" for j in range(ncols)])
     # a chunk's rows key by key (a key's records stay in the cache), in the computations

@@ -267,17 +267,15 @@ def run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: Generator, row
                 "tot = nxt != 0"]
     completed = ["if done != 0:", "    lp[ncq] = done", "    lq[ncq] = w", "    ncq += 1",
                  "    if tot == 0 and gone == npart:", "        gone = w"]
-    step = ["U = np.uint64", "w = 0", "branches = 0", "ncq = 0", "gone = npart",
+    step = ["U = np.uint64", "w = 0", *(["branches = 0"] if table is None else []),
+            "ncq = 0", "gone = npart",
             "for j in range(npart):", *indent(take), "    dw = pb + 1 + w",
             *indent(moved), *indent(after("dw", "nxt")),
             f"    run_next(phf, pff, dw, idx, sq, {row})",
             *indent(completed), "    w += (tot + done) != 0",
             "return w, branches, ncq, gone" if table is None else "return w, ncq, gone"]
-    if table is not None:
-        step.remove("branches = 0")
-    partial_matches = " + ".join(f"ph[c, {column[t]}]" for t in states) or "0"
-    if table is not None:
-        partial_matches = f"ph[c, {column[states[0]]}]"
+    partial_matches = (" + ".join(f"ph[c, {column[t]}]" for t in states) or "0"
+                       if table is None else f"ph[c, {column[states[0]]}]")
     leave = ["if gone < npart:  # the runs whose partial matches all completed leave",
              "    live = gone", "    for j in range(gone, w):", "        c = pb + 1 + j",
              f"        if {partial_matches} != 0:", "            dw = pb + 1 + live",

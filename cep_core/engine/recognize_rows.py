@@ -31,18 +31,32 @@ def rows_of(name: str, p: Any, meta: dict[str, Any], arrays: dict[str, npt.NDArr
             ph.shape[:2] != pf.shape[:2]:  # (not as wide as records, as it says)
         raise ValueError(f"query {name!r}: the snapshot's ph is not this query's "
                          "(another version of it?)")
-    ints, floats = rows.widths
-    new_ph = np.zeros(ph.shape[:2] + (ints,), np.int64)
-    new_pf = np.zeros(pf.shape[:2] + (floats,), np.float64)
-    for new, old, run, key, places in ((new_ph, ph, rows.run_ints, rows.key_ints,
-                                        rows.ints),
-                                       (new_pf, pf, rows.run_floats, rows.key_floats,
-                                        rows.floats)):
-        for column in run:  # rows 1.. of a key: its runs; row 0 the key's row
-            new[:, 1:, places[column]] = old[:, 1:, column]
-        for column in key:
-            new[:, 0, places[column]] = old[:, 0, column]
+    new_ph, new_pf = _moved(ph, pf, rows, *_wide(p))
     return dict(arrays, ph=new_ph, pf=new_pf)
+
+
+def _wide(p: Any) -> tuple[dict[int, int], dict[int, int]]:
+    """The places of a snapshot's run rows as wide as records: each column where records
+    have it."""
+    return {c: c for c in range(p.rec_ints)}, {c: c for c in range(p.rec_floats)}
+
+
+def _moved(ph: npt.NDArray[np.int64], pf: npt.NDArray[np.float64], rows: rt.RunRows,
+           ints: dict[int, int], floats: dict[int, int]
+           ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """A snapshot's ph/pf, whose rows keep record column c at `ints[c]` (`floats[c]`),
+    with the columns of this version's runs and key rows moved to `rows`' places."""
+    width_i, width_f = rows.widths
+    new_ph = np.zeros(ph.shape[:2] + (width_i,), np.int64)
+    new_pf = np.zeros(pf.shape[:2] + (width_f,), np.float64)
+    for new, old, run, key, places, olds in (
+            (new_ph, ph, rows.run_ints, rows.key_ints, rows.ints, ints),
+            (new_pf, pf, rows.run_floats, rows.key_floats, rows.floats, floats)):
+        for column in run:  # rows 1.. of a key: its runs; row 0 the key's row
+            new[:, 1:, places[column]] = old[:, 1:, olds[column]]
+        for column in key:
+            new[:, 0, places[column]] = old[:, 0, olds[column]]
+    return new_ph, new_pf
 
 
 def states_of(name: str, p: Any, meta: dict[str, Any], arrays: dict[str, npt.NDArray[Any]]
@@ -52,9 +66,8 @@ def states_of(name: str, p: Any, meta: dict[str, Any], arrays: dict[str, npt.NDA
     one state) its state's number. Refused where a run stands for another number of
     partial matches (not a snapshot of this query)."""
     rows = p.rows
-    wide = {c: c for c in range(p.rec_ints)}, {c: c for c in range(p.rec_floats)}
     try:
-        ints, floats = rt.places_of(meta["rows"]) if "rows" in meta else wide
+        ints, floats = rt.places_of(meta["rows"]) if "rows" in meta else _wide(p)
     except ValueError as e:
         raise ValueError(f"query {name!r}: the snapshot's runs: {e}") from None
     ph, pf, key_i = arrays.get("ph"), arrays.get("pf"), arrays.get("key_i")
@@ -67,16 +80,7 @@ def states_of(name: str, p: Any, meta: dict[str, Any], arrays: dict[str, npt.NDA
             not set(rows.run_floats + rows.key_floats) <= set(floats):
         raise ValueError(f"query {name!r}: the snapshot's ph is not this query's "
                          "(another version of it?)")
-    width_i, width_f = rows.widths
-    new_ph = np.zeros(ph.shape[:2] + (width_i,), np.int64)
-    new_pf = np.zeros(pf.shape[:2] + (width_f,), np.float64)
-    for new, old, run, key, places, olds in (
-            (new_ph, ph, rows.run_ints, rows.key_ints, rows.ints, ints),
-            (new_pf, pf, rows.run_floats, rows.key_floats, rows.floats, floats)):
-        for column in run:  # rows 1.. of a key: its runs; row 0 the key's row
-            new[:, 1:, places[column]] = old[:, 1:, olds[column]]
-        for column in key:
-            new[:, 0, places[column]] = old[:, 0, olds[column]]
+    new_ph, new_pf = _moved(ph, pf, rows, ints, floats)
     counts = np.stack([ph[:, 1:, ints[c]] for c in rows.counts], axis=2)
     live = np.arange(ph.shape[1] - 1)[None, :] < key_i[:, rt.K_NPART, None]
     one = (counts == 1).sum(axis=2) == 1
