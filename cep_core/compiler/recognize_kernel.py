@@ -321,7 +321,7 @@ def _row_functions(gen: Generator, runs: Runs | None, dfn: dict[str, str],
                        f"def {name}(rec_i, rec_f, dst, idx, sq, {row}):",
                        *indent((code if name == "run_end" else flat_body(code)) or ["pass"]),
                        "", "")],
-        "@njit(cache=True, error_model='numpy')",
+        _inline(f"rec_i, rec_f, r, now, no, {outs}, {tab}"),
         f"def emit(rec_i, rec_f, r, now, no, {outs}, {tab}):",
         *indent(emit or ["pass"]), "", "",
     ]
@@ -358,7 +358,7 @@ def _queue_functions(gen: Generator, body: ast.RecognizeQuery, places: RunRows |
         earliest = f"(ph[pb + 1, {start}] if npart > 0 else {S.NEVER})"
         drop = f"npart = drop_runs(ph, pf, pb + 1, npart, {start}, limit)"  # inclusive
     return [
-        "@njit(cache=True, error_model='numpy')",
+        _inline(f"k, now, {common}"),
         f"def release(k, now, {common}):",
         f"    pb = k * {rows}",
         "    cb = k * ccap",
@@ -384,7 +384,7 @@ def _queue_functions(gen: Generator, body: ast.RecognizeQuery, places: RunRows |
         f"    key_i[k, {S.K_NCOMP}] = nc",
         f"    return {S.DONE}", "", "",
         # WITHIN: partial matches whose interval ends by `ts` end, in order of their end
-        "@njit(cache=True, error_model='numpy')",
+        _inline(f"k, ts, within, {common}"),
         f"def advance(k, ts, within, {common}):",
         f"    pb = k * {rows}",
         "    while True:",
@@ -583,14 +583,15 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
         *indent(loads, 3),
         f"            key_i[k, {S.K_LAST_TS}] = t",
         *([f"            o0 = ctr[{S.OUT_N}]"] if by_key else []),
-        "            if within >= 0:",
-        f"                ctr[{S.FREE_TOP}] = free_top",
-        f"                ctr[{S.HIGH}] = high",
-        f"                status = advance(k, t, within, {common})",
-        f"                free_top = ctr[{S.FREE_TOP}]",
-        *indent(stopping, 4),
-        f"                if status != {S.DONE}:",
-        "                    break",
+        *([] if body.within is None else [
+            "            if within >= 0:",
+            f"                ctr[{S.FREE_TOP}] = free_top",
+            f"                ctr[{S.HIGH}] = high",
+            f"                status = advance(k, t, within, {common})",
+            f"                free_top = ctr[{S.FREE_TOP}]",
+            *indent(stopping, 4),
+            f"                if status != {S.DONE}:",
+            "                    break"]),
         f"            idx = key_i[k, {S.K_ROWS}]",
         f"            npart = key_i[k, {S.K_NPART}]",
         f"            pb = k * {rows}",
@@ -632,7 +633,19 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
     kernel = flat_cells(kernel, flat, moved)
     # nothing allocates (the engine gives the kernel its scratch): no reference counts kept
     # across calls (numba's atomic increments and decrements of each array argument)
-    return "\n".join(lines + kernel).replace(_NJIT, _NJIT[:-1] + ", _nrt=False)")
+    return "\n".join(lines + kernel).replace(_NJIT, _NJIT[:-1] + ", _nrt=False)").replace(
+        _INLINE, _INLINE[:-1] + ", _nrt=False)")
 
 
 _NJIT = "@njit(cache=True, error_model='numpy')"
+# what the kernel calls on a row, inlined (numba's, before LLVM sees it): a call left in
+# the kernel's loop over rows, even one never made, costs every row (the M-shape's 0.87x of
+# MATCH -> 0.92x with these and no WITHIN block; docs/benchmarks.md)
+_INLINE = "@njit(cache=True, error_model='numpy', inline='always')"
+
+
+def _inline(params: str) -> str:
+    """The decorator of a function the kernel calls on a row with these parameters:
+    inlined, unless a call passes more than 30 arguments, which CPython compiles as a call
+    with *args (its STACK_USE_GUIDELINE), a call numba cannot inline (many MEASURES)."""
+    return _INLINE if params.count(",") + 1 <= 30 else _NJIT

@@ -121,7 +121,7 @@ def heap_add(heap: I64, base: int, n: int, item: int, rec_i: I64) -> int:
     return n + 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def sift_down(heap: I64, base: int, n: int, k: int, item: int, rec_i: I64) -> None:
     key = rec_i[item, START]
     half = n >> 1
@@ -138,7 +138,7 @@ def sift_down(heap: I64, base: int, n: int, k: int, item: int, rec_i: I64) -> No
     heap[base + k] = item
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def heap_poll(heap: I64, base: int, n: int, rec_i: I64) -> int:
     """PriorityQueue.poll: removes the head (the caller read it); returns the new size."""
     n -= 1
@@ -148,13 +148,13 @@ def heap_poll(heap: I64, base: int, n: int, rec_i: I64) -> int:
     return n
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def heapify(heap: I64, base: int, n: int, rec_i: I64) -> None:
     for k in range((n >> 1) - 1, -1, -1):
         sift_down(heap, base, n, k, heap[base + k], rec_i)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def prune(heap: I64, base: int, n: int, rec_i: I64, column: int, limit: int, inclusive: bool,
           free: I64, ctr: I64) -> int:
     """PriorityQueue.removeIf (JDK 17's bulkRemove) of the records (not the start
@@ -176,7 +176,7 @@ def prune(heap: I64, base: int, n: int, rec_i: I64, column: int, limit: int, inc
     return w
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def drop_runs(ph: I64, pf: npt.NDArray[np.float64], base: int, n: int, column: int,
               limit: int) -> int:
     """The runs layout: drops the runs of rows ph[base:base + n] (and pf's) whose `column`
