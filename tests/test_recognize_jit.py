@@ -783,3 +783,23 @@ def test_runs_keep_float_string_and_bool_columns(stream):
     assert engine.flush() == other.flush()
     for sizes, restore_at in (((7, 3, 50), 300), ((1,), 123)):
         _same(checked, events, sizes, restore_at=restore_at, compact=True)
+
+
+def test_the_kernel_calls_nothing_on_a_row_where_numba_can_inline_it():
+    # a call left in the kernel's loop over rows, even one it never makes, costs every row
+    # (docs/benchmarks.md); numba cannot inline a call of more than 30 arguments, which
+    # CPython passes as *args: a query with many MEASURES keeps the call, and its answers
+    inline = "inline='always', _nrt=False)\ndef {}("
+    mshape = compile_recognize(_strict(MSHAPE_SQL)).source
+    assert all(inline.format(name) in mshape for name in ("release", "emit"))
+    assert "advance(" not in mshape.split("\ndef kernel(")[1]  # no WITHIN: no block for it
+    within = MSHAPE_SQL.replace("PATTERN (S R1+ D1+ R2+? D2* E)",
+                                "PATTERN (S R1+ D1+ R2+? D2* E) WITHIN INTERVAL '1' MINUTE")
+    assert inline.format("advance") in compile_recognize(_strict(within)).source
+    measures = ", ".join(f"{f}(price) AS m{j}" for j, f in enumerate(["MAX", "MIN", "SUM"] * 4))
+    wide = _strict(MSHAPE_SQL.replace("MAX(price) AS max_price", measures))
+    source = compile_recognize(wide).source
+    assert inline.format("release") not in source and "def release(" in source
+    rng = random.Random(11)
+    events = _events(differential.rows(600, rng))
+    assert _same(wide, events, (1000,)) and _same(wide, events, (7, 13), restore_at=300)

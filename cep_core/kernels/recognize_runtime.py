@@ -10,6 +10,8 @@ engine makes it. A record is in one queue at a time and changes only while its c
 steps: a TAKE makes a new record, but the computation's last TAKE on a row updates its own
 record in place (the computation leaves its queue on every row). A heap holds handles only;
 a pruned or released handle goes back to the free list.
+The helpers are inlined where they are called (numba's `inline='always'`): a call left in
+the kernel's loop over rows costs every row, made or not (docs/benchmarks.md).
 """
 
 from __future__ import annotations
