@@ -106,8 +106,8 @@ class Engine(ABC):
                 self.strings.code(s)
             if self.strings.strings[:len(meta["strings"])] != meta["strings"]:
                 raise ValueError("snapshot was taken with another string dictionary")
+        self.load_state(meta, arrays)  # (refused: nothing changed)
         self.dead_letters = [tuple(d) for d in meta["dead_letters"]]
-        self.load_state(meta, arrays)
 
     # ------------------------------------------------------------ decoding results
 

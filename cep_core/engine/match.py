@@ -55,6 +55,7 @@ from cep_core.kernels.string_tables import StringTables
 from cep_core.composite_batch import ColumnBatch, CompositeBatch, Decoder, Field, Keys
 from cep_core.engine.base import Arrays, Composite, Engine, Meta
 from cep_core.engine.keys import Key, KeyIndex
+from cep_core.engine.match_checks import check_state, string_columns
 from cep_core.schema import AttrType, StreamSchema
 
 I64 = npt.NDArray[np.int64]
@@ -367,8 +368,8 @@ class MatchEngine(Engine):
         key_i = a["key_i"]
         width = key_i.shape[1]
         live = np.flatnonzero(key_i[:len(self.keys), p.keys.ints[("last_ts",)]] != INT64_MIN)
-        cells = [(key_i.reshape(-1), (live[:, None] * width + _string_columns(p.keys)).ravel())]
-        rec_columns = _string_columns(p.records)
+        cells = [(key_i.reshape(-1), (live[:, None] * width + string_columns(p.keys)).ravel())]
+        rec_columns = string_columns(p.records)
         rec_width = p.records.arrays()[0][1]
         count = p.keys.ints[("n",)]
         if len(rec_columns) and p.per_key:  # candidates follow the key's fields
@@ -446,8 +447,13 @@ class MatchEngine(Engine):
     def load_state(self, meta: Meta, arrays: Arrays) -> None:
         p = self.program
         ctr = meta["ctr"]
-        self.keys = _Keys.from_state(self.key_attrs, self.schema, meta["keys"],
-                                     arrays.get("key_codes"), arrays.get("key_free"))
+        keys = _Keys.from_state(self.key_attrs, self.schema, meta["keys"],
+                                arrays.get("key_codes"), arrays.get("key_free"))
+        logs = [name for (name, _), attr in zip(p.log_fields, _collected(self.query))
+                if self.schema.attributes[attr] == AttrType.STRING]
+        # before the kernel indexes by them, and before anything here changes
+        check_state(self.checked.name, p, meta, arrays, len(keys), len(self.strings), logs)
+        self.keys = keys
         nkeys = len(self.keys)
         self._key_cache = {}
         self.metrics = {"released_keys": 0, **meta["metrics"]}
@@ -490,13 +496,6 @@ def _grown(array: npt.NDArray[Any], rows: int) -> npt.NDArray[Any]:
 
 _MISSING = object()
 _NO_CODES = np.zeros(0, np.int64)  # `_Keys.codes` once it uses `KeyIndex` (not read then)
-
-
-def _string_columns(table: Any) -> I64:
-    """Indexes of a state table's (`Program.records`, `.keys`, `.slots`) int columns that
-    hold string codes."""
-    return np.array([table.ints[key] for key, kind in table.kinds.items()
-                     if kind == AttrType.STRING], np.int64)
 
 
 def _rows(starts: I64, counts: I64, stride: int) -> I64:
