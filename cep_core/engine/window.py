@@ -50,6 +50,7 @@ from cep_core.kernels.string_tables import StringTables
 from cep_core.kernels import window_kernels as wk
 from cep_core.engine.base import Arrays, Composite, Engine, Meta
 from cep_core.engine.keys import Key, KeyIndex
+from cep_core.engine.window_checks import check_state, live_rows
 from cep_core.composite_batch import row_builder
 from cep_core.schema import AttrType, StreamSchema
 
@@ -257,14 +258,9 @@ class _Query:
             self.key_values, self.key_parts = [], []
 
     def _live_rows(self) -> npt.NDArray[np.bool_]:
-        """Which pane rows of the groups in use a window still to be released may read:
-        those tagged with a pane at or after the first pane of the first such window."""
-        tags = self.base[:int(self.st[wk.ST_NG]) * self.plan.panes, wk.B_TAG]
-        live: npt.NDArray[np.bool_] = tags != wk.I64_MIN
-        clock = int(self.st[wk.ST_R])
-        if clock != wk.NEG_INF:  # windows ending below the clock have been released
-            live &= tags >= -(-clock // self.plan.slide) - self.plan.panes + 1
-        return live
+        """Which pane rows of the groups in use a window still to be released may read."""
+        return live_rows(self.base[:int(self.st[wk.ST_NG]) * self.plan.panes], self.st,
+                         self.plan)
 
     def string_codes(self, positions: list[int]) -> I64:
         """Codes in the groups' keys (at `positions`) and in string min/max panes."""
@@ -305,9 +301,14 @@ class _Query:
         return {"name": self.name, "keys": [list(k) for k in self.keys],
                 "dead": self.dead}, arrays
 
-    def load_state(self, meta: Meta, arrays: Arrays) -> None:
-        if not np.array_equal(arrays["cfg"], self.cfg):
+    def check_state(self, meta: Meta, arrays: Arrays, nstrings: int) -> None:
+        """ValueError where `load_state` of these would take the kernel out of its arrays,
+        or they are another query's."""
+        if "cfg" not in arrays or not np.array_equal(arrays["cfg"], self.cfg):
             raise ValueError(f"snapshot of query {self.name!r} has another window or WHERE")
+        check_state(self, meta, arrays, nstrings)
+
+    def load_state(self, meta: Meta, arrays: Arrays) -> None:
         groups = int(arrays["st"][wk.ST_NG])
         self._allocate(max(groups, self.first_groups),
                        {k: arrays[k] for k in ("base", "ist", "fst", "xst", "lastpane",
@@ -803,14 +804,22 @@ class WindowQuerySet:
         names = [q["name"] for q in meta["queries"]]
         if sorted(names) != sorted(self.queries):
             raise ValueError(f"snapshot holds queries {names}, this set {list(self.queries)}")
-        for number, query_meta in enumerate(meta["queries"]):
-            prefix = f"q{number}_"
-            self.queries[query_meta["name"]].load_state(
-                query_meta, {k[len(prefix):]: v for k, v in arrays.items()
-                             if k.startswith(prefix)})
+        states = [(self.queries[query_meta["name"]], query_meta,
+                   {k[len(f"q{number}_"):]: v for k, v in arrays.items()
+                    if k.startswith(f"q{number}_")})
+                  for number, query_meta in enumerate(meta["queries"])]
+        for query, query_meta, query_arrays in states:  # all, before any changes
+            query.check_state(query_meta, query_arrays, len(self.strings))
+        indexes = {}
         for entry in meta["groupings"]:
-            grouping = self.groupings[tuple(entry["attrs"])]
-            grouping.index = KeyIndex.from_state(list(grouping.attrs), entry["keys"])
+            attrs = tuple(entry["attrs"])
+            if attrs not in self.groupings:
+                raise ValueError(f"snapshot groups by {list(attrs)}, which no query here does")
+            indexes[attrs] = KeyIndex.from_state(list(attrs), entry["keys"])
+        for query, query_meta, query_arrays in states:
+            query.load_state(query_meta, query_arrays)
+        for attrs, index in indexes.items():
+            self.groupings[attrs].index = index
         self._seen_strings = -1
 
 
