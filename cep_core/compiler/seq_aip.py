@@ -1060,6 +1060,9 @@ class AipKernel:
         self.holes = gen.holes
         self.kslots = gen.kslots
         self.pkslots = [gen.pending_slot[v.name] for v in plan.positive if v.kind == VarKind.KLEENE]
+        # (pending record column, channel, Kleene?) of each variable a pending match binds
+        self.pending_vars = [(gen.pending_slot[v.name], v.channel, v.kind == VarKind.KLEENE)
+                             for v in plan.positive]
         self.equality = gen.eq
 
     def templates(self) -> npt.NDArray[np.int64]:

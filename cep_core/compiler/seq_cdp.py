@@ -606,3 +606,6 @@ class CdpKernel:
         self.n_emit = self.generator.n_emit
         self.kleene_slots = [self.generator.pending_slot[v.name] for v in plan.positive
                              if v.kind == VarKind.KLEENE]
+        # (pending record column, channel, Kleene?) of each variable a pending match binds
+        self.pending_vars = [(self.generator.pending_slot[v.name], v.channel,
+                              v.kind == VarKind.KLEENE) for v in plan.positive]

@@ -44,6 +44,7 @@ from cep_core.batch import Batch, StringDictionary
 from cep_core.composite_batch import CompositeBatch, to_dicts
 from cep_core.engine.base import Arrays, Composite, Meta
 from cep_core.engine.seq_base import BACKWARDS_TIME, Overflow, SeqEngineBase
+from cep_core.engine.seq_checks import check_channel_state
 from cep_core.engine.seq_idle import drop_events, idle_partitions
 from cep_core.kernels.seq_layout import ERR, OVF, PALIVE
 
@@ -168,5 +169,6 @@ class SeqEngine(SeqEngineBase):
         return self._channel_state()
 
     def load_state(self, meta: Meta, arrays: Arrays) -> None:
+        check_channel_state(self, meta, arrays, len(self.strings))  # before any change
         self._reset()
         self._load_channel_state(meta, arrays)

@@ -46,6 +46,7 @@ from cep_core.batch import Batch, StringDictionary
 from cep_core.composite_batch import ColumnBatch, CompositeBatch, to_dicts
 from cep_core.engine.base import Arrays, Composite, Meta
 from cep_core.engine.seq_base import F64, I64, Overflow, SeqEngineBase
+from cep_core.engine.seq_checks import check_channel_state
 from cep_core.engine.seq_idle import (
     Table,
     assign_instance_keys,
@@ -361,6 +362,7 @@ class SeqAipEngine(SeqEngineBase):
         return meta, arrays
 
     def load_state(self, meta: Meta, arrays: Arrays) -> None:
+        check_channel_state(self, meta, arrays, len(self.strings))  # (not its instances)
         self._reset()
         self._load_channel_state(meta, arrays)
         Q = int(meta["instance_keys"])
