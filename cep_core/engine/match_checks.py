@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 import numpy as np
 import numpy.typing as npt
 
+from cep_core.arrow_numpy import segment_rows
 from cep_core.kernels import match_runtime as layout
 from cep_core.schema import AttrType
 
@@ -68,11 +69,12 @@ def check_state(name: str, program: Any, meta: dict[str, Any],
     if ((counts < 0) | (counts > cap)).any():
         refuse("keys hold more candidates than a slot has room for")
     live = np.flatnonzero(counts)
+    within = segment_rows(np.zeros(len(live), np.int64), counts[live])  # (each key's 0, 1, ..)
     if program.per_key:  # a key's candidates follow its fields
         width = program.records.arrays()[0][1]
         records = key_i[:, len(keys.ints):len(keys.ints) + cap * width]
         candidates = records.reshape(nkeys, cap, width)[
-            np.repeat(live, counts[live]), _within(counts[live])]
+            np.repeat(live, counts[live]), within]
     else:
         slots = key_i[:, keys.ints[("slot",)]]
         used = slots[slots != 0]
@@ -84,7 +86,7 @@ def check_state(name: str, program: Any, meta: dict[str, Any],
             refuse("slots name other keys than those holding them")
         records = arrays["rec_i"].reshape(high, cap, -1)
         candidates = records[slots[live][np.repeat(np.arange(len(live)), counts[live])],
-                             _within(counts[live])]
+                             within]
     masks = candidates[:, program.records.ints[("mask",)]]
     if ((masks < 0) | (masks >= np.asarray(program.ftab).size)).any():  # ftab[mask]
         refuse("candidates are in states the query does not have")
@@ -126,12 +128,6 @@ def _chain_lengths(prev: I64) -> I64:
         length[on] += length[jump[on]]
         jump[on] = jump[jump[on]]
     return length
-
-
-def _within(counts: I64) -> I64:
-    """0..counts[0]-1, 0..counts[1]-1, ... concatenated."""
-    firsts = np.cumsum(counts) - counts
-    return np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(firsts, counts)
 
 
 def string_columns(table: Any) -> I64:

@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 import numpy as np
 import numpy.typing as npt
 
+from cep_core.arrow_numpy import segment_rows
 from cep_core.kernels.seq_layout import (
     CTR_SIZE,
     P_CNT,
@@ -104,14 +105,9 @@ def _check_pending(refuse: Any, engine: Any, arrays: dict[str, npt.NDArray[Any]]
             start, count = live[:, slot], live[:, slot + 1]
             if ((start < 0) | (count < 0) | (start + count > pkn)).any():
                 refuse("pending matches' Kleene rows are out of their array")
-            at = np.repeat(start, count) + _within(count)
+            at = segment_rows(start, count)
             rows = pk[at] - np.repeat(gone, count)
             held = np.repeat(held, count)
         if ((rows < 0) | (rows >= held)).any():
             refuse("pending matches bind events their partitions do not hold")
 
-
-def _within(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """0..counts[0]-1, 0..counts[1]-1, ... concatenated."""
-    firsts = np.cumsum(counts) - counts
-    return np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(firsts, counts)
