@@ -85,8 +85,7 @@ def check_state(name: str, program: Any, meta: dict[str, Any],
         if (owner[slots[slots != 0]] != np.flatnonzero(slots)).any():
             refuse("slots name other keys than those holding them")
         records = arrays["rec_i"].reshape(high, cap, -1)
-        candidates = records[slots[live][np.repeat(np.arange(len(live)), counts[live])],
-                             within]
+        candidates = records[np.repeat(slots[live], counts[live]), within]
     masks = candidates[:, program.records.ints[("mask",)]]
     if ((masks < 0) | (masks >= np.asarray(program.ftab).size)).any():  # ftab[mask]
         refuse("candidates are in states the query does not have")
@@ -96,7 +95,7 @@ def check_state(name: str, program: Any, meta: dict[str, Any],
     codes += [arrays[array] for array in string_logs if program.collect]
     if any(((c < -1) | (c >= nstrings)).any() for c in codes):
         refuse("string codes are not the dictionary's")
-    if program.collect:
+    if program.collect:  # (never with candidates in their keys' rows)
         _check_log(refuse, arrays, program, candidates, slots[live], counts[live], log_n)
 
 
