@@ -321,7 +321,7 @@ def _row_functions(gen: Generator, runs: Runs | None, dfn: dict[str, str],
                        f"def {name}(rec_i, rec_f, dst, idx, sq, {row}):",
                        *indent((code if name == "run_end" else flat_body(code)) or ["pass"]),
                        "", "")],
-        _inline(f"rec_i, rec_f, r, now, no, {outs}, {tab}"),
+        _inline(f"rec_i, rec_f, r, now, no, {outs}, {tab}", runs is not None),
         f"def emit(rec_i, rec_f, r, now, no, {outs}, {tab}):",
         *indent(emit or ["pass"]), "", "",
     ]
@@ -358,7 +358,7 @@ def _queue_functions(gen: Generator, body: ast.RecognizeQuery, places: RunRows |
         earliest = f"(ph[pb + 1, {start}] if npart > 0 else {S.NEVER})"
         drop = f"npart = drop_runs(ph, pf, pb + 1, npart, {start}, limit)"  # inclusive
     return [
-        _inline(f"k, now, {common}"),
+        _inline(f"k, now, {common}", places is not None),
         f"def release(k, now, {common}):",
         f"    pb = k * {rows}",
         "    cb = k * ccap",
@@ -384,7 +384,7 @@ def _queue_functions(gen: Generator, body: ast.RecognizeQuery, places: RunRows |
         f"    key_i[k, {S.K_NCOMP}] = nc",
         f"    return {S.DONE}", "", "",
         # WITHIN: partial matches whose interval ends by `ts` end, in order of their end
-        _inline(f"k, ts, within, {common}"),
+        _inline(f"k, ts, within, {common}", places is not None),
         f"def advance(k, ts, within, {common}):",
         f"    pb = k * {rows}",
         "    while True:",
@@ -453,7 +453,8 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
     final = int(np.flatnonzero(tables["st_final"] == 1)[0])
     S = rt
     lines = [
-        *([] if runs is None else ["from cep_core.kernels.match_runtime import prefetch"]),
+        *([] if runs is None else ["from cep_core.kernels.match_runtime import prefetch", "",
+                                   "INLINE_RUNTIME = True  # (recognize_runtime.inlined_here)"]),
         "from cep_core.kernels.recognize_runtime import drop_runs, heap_add, heap_poll, jdiv, "
         "jmod, prune",
         "", "",
@@ -644,8 +645,10 @@ _NJIT = "@njit(cache=True, error_model='numpy')"
 _INLINE = "@njit(cache=True, error_model='numpy', inline='always')"
 
 
-def _inline(params: str) -> str:
+def _inline(params: str, runs: bool) -> str:
     """The decorator of a function the kernel calls on a row with these parameters:
-    inlined, unless a call passes more than 30 arguments, which CPython compiles as a call
-    with *args (its STACK_USE_GUIDELINE), a call numba cannot inline (many MEASURES)."""
-    return _INLINE if params.count(",") + 1 <= 30 else _NJIT
+    inlined in the runs and states layouts, unless a call passes more than 30 arguments,
+    which CPython compiles as a call with *args (its STACK_USE_GUIDELINE), a call numba
+    cannot inline (many MEASURES). The computations layout keeps its calls: inlined, its
+    kernels took 14% longer to compile, for a speed not measured."""
+    return _INLINE if runs and params.count(",") + 1 <= 30 else _NJIT

@@ -10,13 +10,14 @@ engine makes it. A record is in one queue at a time and changes only while its c
 steps: a TAKE makes a new record, but the computation's last TAKE on a row updates its own
 record in place (the computation leaves its queue on every row). A heap holds handles only;
 a pruned or released handle goes back to the free list.
-The helpers are inlined where they are called (numba's `inline='always'`): a call left in
-the kernel's loop over rows costs every row, made or not (docs/benchmarks.md).
+The helpers are inlined into the runs and states layouts' kernels (`inlined_here`): a call
+left in the kernel's loop over rows costs every row, made or not (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -107,6 +108,13 @@ def places_of(described: str) -> tuple[dict[int, int], dict[int, int]]:
     return places["i"], places["f"]
 
 
+def inlined_here(call: Any, caller: Any, callee: Any) -> bool:
+    """numba's inline cost model of the helpers below: inlined where the generated module
+    asks for it (`INLINE_RUNTIME`: the runs and states layouts), called elsewhere (inlined,
+    the computations layout's kernels took up to 1.5x as long to compile)."""
+    return bool(caller.func_id.func.__globals__.get("INLINE_RUNTIME", False))
+
+
 @njit(cache=True, inline="always")
 def heap_add(heap: I64, base: int, n: int, item: int, rec_i: I64) -> int:
     """PriorityQueue.add (siftUp) into heap[base:base + n]; returns the new size."""
@@ -123,7 +131,7 @@ def heap_add(heap: I64, base: int, n: int, item: int, rec_i: I64) -> int:
     return n + 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline=inlined_here)
 def sift_down(heap: I64, base: int, n: int, k: int, item: int, rec_i: I64) -> None:
     key = rec_i[item, START]
     half = n >> 1
@@ -140,7 +148,7 @@ def sift_down(heap: I64, base: int, n: int, k: int, item: int, rec_i: I64) -> No
     heap[base + k] = item
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline=inlined_here)
 def heap_poll(heap: I64, base: int, n: int, rec_i: I64) -> int:
     """PriorityQueue.poll: removes the head (the caller read it); returns the new size."""
     n -= 1
@@ -150,13 +158,13 @@ def heap_poll(heap: I64, base: int, n: int, rec_i: I64) -> int:
     return n
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline=inlined_here)
 def heapify(heap: I64, base: int, n: int, rec_i: I64) -> None:
     for k in range((n >> 1) - 1, -1, -1):
         sift_down(heap, base, n, k, heap[base + k], rec_i)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline=inlined_here)
 def prune(heap: I64, base: int, n: int, rec_i: I64, column: int, limit: int, inclusive: bool,
           free: I64, ctr: I64) -> int:
     """PriorityQueue.removeIf (JDK 17's bulkRemove) of the records (not the start
@@ -178,7 +186,7 @@ def prune(heap: I64, base: int, n: int, rec_i: I64, column: int, limit: int, inc
     return w
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline=inlined_here)
 def drop_runs(ph: I64, pf: npt.NDArray[np.float64], base: int, n: int, column: int,
               limit: int) -> int:
     """The runs layout: drops the runs of rows ph[base:base + n] (and pf's) whose `column`
