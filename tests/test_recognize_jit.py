@@ -796,6 +796,12 @@ def test_the_kernel_calls_nothing_on_a_row_where_numba_can_inline_it():
     within = MSHAPE_SQL.replace("PATTERN (S R1+ D1+ R2+? D2* E)",
                                 "PATTERN (S R1+ D1+ R2+? D2* E) WITHIN INTERVAL '1' MINUTE")
     assert inline.format("advance") in compile_recognize(_strict(within)).source
+    # the computations layout keeps its calls (inlined, its kernels compile much longer)
+    steps = compile_recognize(_strict(MSHAPE_SQL.replace(
+        "AFTER MATCH SKIP PAST LAST ROW", "AFTER MATCH SKIP TO LAST R2")))
+    assert steps.layout == rt.COMPUTATIONS
+    assert "inline='always'" not in steps.source and "INLINE_RUNTIME" not in steps.source
+    assert "INLINE_RUNTIME = True" in mshape
     measures = ", ".join(f"{f}(price) AS m{j}" for j, f in enumerate(["MAX", "MIN", "SUM"] * 4))
     wide = _strict(MSHAPE_SQL.replace("MAX(price) AS max_price", measures))
     source = compile_recognize(wide).source

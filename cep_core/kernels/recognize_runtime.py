@@ -111,7 +111,7 @@ def places_of(described: str) -> tuple[dict[int, int], dict[int, int]]:
 def inlined_here(call: Any, caller: Any, callee: Any) -> bool:
     """numba's inline cost model of the helpers below: inlined where the generated module
     asks for it (`INLINE_RUNTIME`: the runs and states layouts), called elsewhere (inlined,
-    the computations layout's kernels took up to 1.5x as long to compile)."""
+    some of the computations layout's kernels took 1.5x as long to compile)."""
     return bool(caller.func_id.func.__globals__.get("INLINE_RUNTIME", False))
 
 
