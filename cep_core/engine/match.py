@@ -385,10 +385,13 @@ class MatchEngine(Engine):
                           (rows[:, None] * rec_width + rec_columns).ravel()))
         if p.collect:
             used = np.arange(int(a["ctr"][_CTR["log_n"]]))
-            for (name, _), attr in zip(p.log_fields, _collected(self.query)):
-                if self.schema.attributes[attr] == AttrType.STRING:
-                    cells.append((a[name], used))
+            cells += [(a[name], used) for name in self._string_logs()]
         return cells
+
+    def _string_logs(self) -> list[str]:
+        """The Collect log's arrays that hold string codes."""
+        return [name for (name, _), attr in zip(self.program.log_fields, _collected(self.query))
+                if self.schema.attributes[attr] == AttrType.STRING]
 
     # ------------------------------------------------------------ results
 
@@ -449,10 +452,9 @@ class MatchEngine(Engine):
         ctr = meta["ctr"]
         keys = _Keys.from_state(self.key_attrs, self.schema, meta["keys"],
                                 arrays.get("key_codes"), arrays.get("key_free"))
-        logs = [name for (name, _), attr in zip(p.log_fields, _collected(self.query))
-                if self.schema.attributes[attr] == AttrType.STRING]
         # before the kernel indexes by them, and before anything here changes
-        check_state(self.checked.name, p, meta, arrays, len(keys), len(self.strings), logs)
+        check_state(self.checked.name, p, meta, arrays, len(keys), len(self.strings),
+                    self._string_logs())
         self.keys = keys
         nkeys = len(self.keys)
         self._key_cache = {}

@@ -8,17 +8,17 @@ refuse a crafted one, or one of a version that kept other numbers."""
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from cep_core.arrow_numpy import segment_rows
 from cep_core.kernels import match_runtime as layout
+from cep_core.engine.state_checks import LIMIT, refuser, whole
 from cep_core.schema import AttrType
 
 I64 = npt.NDArray[np.int64]
-LIMIT = 1 << 28  # the most slots, candidates a slot or log entries a snapshot may ask for
 ROWS = 1 << 31  # the most candidate rows (slots times candidates a slot, or keys times it)
 _CTR = {name: i for i, name in enumerate(layout.CTR)}
 
@@ -30,20 +30,14 @@ def check_state(name: str, program: Any, meta: dict[str, Any],
     its arrays. `program`: the engine's `cep_core.compiler.match.Program`; `nkeys` keys
     and `nstrings` strings restored with it; `string_logs`: the Collect log's arrays of
     string codes."""
-    def refuse(what: str) -> NoReturn:
-        raise ValueError(f"query {name!r}: the snapshot's {what} (damaged, or not this "
-                         "version's?)")
-
-    def number(value: object) -> bool:
-        return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
+    refuse = refuser(name)
     sizes, ctr = (meta.get("cap"), meta.get("nslots")), meta.get("ctr")
-    if not all(number(v) and 1 <= v <= LIMIT for v in sizes):  # type: ignore[operator]
+    if not all(whole(v) and 1 <= v <= LIMIT for v in sizes):  # type: ignore[operator]
         refuse("capacities are out of range")
     cap, nslots = (int(v) for v in sizes)  # type: ignore[arg-type]
     if nslots * cap > ROWS or max(nkeys, 16) * cap > ROWS:  # what restoring allocates
         refuse("capacities ask for more candidates than any state this engine makes")
-    if not isinstance(ctr, list) or len(ctr) != len(layout.CTR) or not all(map(number, ctr)):
+    if not isinstance(ctr, list) or len(ctr) != len(layout.CTR) or not all(map(whole, ctr)):
         refuse("counters are not counters")
     high, free_top, log_n = (int(ctr[_CTR[c]]) for c in ("high", "free_top", "log_n"))
     if not (1 <= high <= nslots and 0 <= free_top < high and 0 <= log_n <= LIMIT):
@@ -69,12 +63,10 @@ def check_state(name: str, program: Any, meta: dict[str, Any],
     if ((counts < 0) | (counts > cap)).any():
         refuse("keys hold more candidates than a slot has room for")
     live = np.flatnonzero(counts)
-    within = segment_rows(np.zeros(len(live), np.int64), counts[live])  # (each key's 0, 1, ..)
     if program.per_key:  # a key's candidates follow its fields
         width = program.records.arrays()[0][1]
         records = key_i[:, len(keys.ints):len(keys.ints) + cap * width]
-        candidates = records.reshape(nkeys, cap, width)[
-            np.repeat(live, counts[live]), within]
+        candidates = records.reshape(nkeys * cap, width)[segment_rows(live * cap, counts[live])]
     else:
         slots = key_i[:, keys.ints[("slot",)]]
         used = slots[slots != 0]
@@ -84,8 +76,7 @@ def check_state(name: str, program: Any, meta: dict[str, Any],
         owner = arrays["slot_i"][:, program.slots.ints[("key",)]]
         if (owner[slots[slots != 0]] != np.flatnonzero(slots)).any():
             refuse("slots name other keys than those holding them")
-        records = arrays["rec_i"].reshape(high, cap, -1)
-        candidates = records[np.repeat(slots[live], counts[live]), within]
+        candidates = arrays["rec_i"][segment_rows(slots[live] * cap, counts[live])]
     masks = candidates[:, program.records.ints[("mask",)]]
     if ((masks < 0) | (masks >= np.asarray(program.ftab).size)).any():  # ftab[mask]
         refuse("candidates are in states the query does not have")

@@ -6,14 +6,13 @@ these refuse a crafted one, or one of a version that kept other numbers."""
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from cep_core.engine.state_checks import LIMIT, refuser, whole
 from cep_core.kernels import recognize_runtime as rt
-
-LIMIT = 1 << 28  # the most rows of a queue or records of the pool a snapshot may ask for
 
 
 def check_state(name: str, program: Any, meta: dict[str, Any],
@@ -21,17 +20,14 @@ def check_state(name: str, program: Any, meta: dict[str, Any],
     """ValueError (naming query `name`) where the snapshot's numbers could take a kernel
     out of its arrays. `program`: the engine's RecognizeProgram; the arrays' shapes are
     checked already (`RecognizeEngine.load_state`)."""
-    def refuse(what: str) -> NoReturn:
-        raise ValueError(f"query {name!r}: the snapshot's {what} (damaged, or not this "
-                         "version's?)")
-
+    refuse = refuser(name)
     sizes = [meta.get(k) for k in ("pcap", "ccap", "pool")]
-    if not all(isinstance(v, (int, np.integer)) and 1 <= v <= LIMIT for v in sizes):
+    if not all(whole(v) and 1 <= v <= LIMIT for v in sizes):  # type: ignore[operator]
         refuse("queue capacities or pool size are out of range")
     pcap, ccap, pool = (int(v) for v in sizes)  # type: ignore[arg-type]
     ctr = meta.get("ctr")
     if not isinstance(ctr, list) or not 2 <= len(ctr) <= len(rt.CTR) or \
-            not all(isinstance(v, (int, np.integer)) for v in ctr):
+            not all(map(whole, ctr)):
         refuse("counters are not counters")
     high, free_top = int(ctr[rt.HIGH]), int(ctr[rt.FREE_TOP])
     rec_i, free = arrays["rec_i"], arrays["free"]

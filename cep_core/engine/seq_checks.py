@@ -9,12 +9,13 @@ checked here."""
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from cep_core.arrow_numpy import segment_rows
+from cep_core.engine.state_checks import LIMIT, refuser, whole
 from cep_core.kernels.seq_layout import (
     CTR_SIZE,
     P_CNT,
@@ -26,20 +27,15 @@ from cep_core.kernels.seq_layout import (
     PN,
 )
 
-LIMIT = 1 << 28  # the most partitions, stored events or pending matches a snapshot may hold
-
 
 def check_channel_state(engine: Any, meta: dict[str, Any],
                         arrays: dict[str, npt.NDArray[Any]], nstrings: int) -> None:
     """ValueError (naming the query) where the snapshot could take a kernel out of its
     arrays. `engine`: the SEQ engine restoring it (its kernel's layout and pending record
     slots, its channels and string columns); `nstrings` strings restored with it."""
-    def refuse(what: str) -> NoReturn:
-        raise ValueError(f"query {engine.checked.name!r}: the snapshot's {what} (damaged, "
-                         "or not this version's?)")
-
+    refuse = refuser(engine.checked.name)
     partitions = meta.get("partitions")
-    if not isinstance(partitions, int) or not 0 <= partitions <= LIMIT:
+    if not whole(partitions) or not 0 <= partitions <= LIMIT:  # type: ignore[operator]
         refuse("number of partitions is out of range")
     P, C = partitions, engine.n_channels
     ctr = arrays.get("ctr")

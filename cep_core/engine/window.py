@@ -864,7 +864,7 @@ class WindowEngine(Engine):
         return self.set.state()
 
     def load_state(self, meta: Meta, arrays: Arrays) -> None:
-        dead = self.dead_letters  # Engine.restore has set them already
+        dead = self.dead_letters  # (the set's state has each query's: Engine.restore's)
         self.set.load_state(meta, arrays)
         self.dead_letters = dead
 

@@ -8,14 +8,13 @@ one of a version that kept other numbers."""
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from cep_core.engine.state_checks import LIMIT, refuser
 from cep_core.kernels import window_kernels as wk
-
-LIMIT = 1 << 28  # the most groups, or pane rows, a snapshot may ask for
 
 
 def check_state(query: Any, meta: dict[str, Any], arrays: dict[str, npt.NDArray[Any]],
@@ -23,10 +22,7 @@ def check_state(query: Any, meta: dict[str, Any], arrays: dict[str, npt.NDArray[
     """ValueError (naming the query) where the snapshot could take the kernel out of its
     arrays. `query`: the engine's `_Query` (its plan, string accumulators and name);
     `nstrings` strings restored with it."""
-    def refuse(what: str) -> NoReturn:
-        raise ValueError(f"query {query.name!r}: the snapshot's {what} (damaged, or not "
-                         "this version's?)")
-
+    refuse = refuser(query.name)
     plan, st = query.plan, arrays.get("st")
     if st is None or st.shape != (wk.ST_SIZE,) or st.dtype.kind != "i":
         refuse("counters are not counters")
