@@ -584,15 +584,14 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
         *indent(loads, 3),
         f"            key_i[k, {S.K_LAST_TS}] = t",
         *([f"            o0 = ctr[{S.OUT_N}]"] if by_key else []),
-        *([] if body.within is None else [
-            "            if within >= 0:",
-            f"                ctr[{S.FREE_TOP}] = free_top",
-            f"                ctr[{S.HIGH}] = high",
-            f"                status = advance(k, t, within, {common})",
-            f"                free_top = ctr[{S.FREE_TOP}]",
-            *indent(stopping, 4),
-            f"                if status != {S.DONE}:",
-            "                    break"]),
+        *([] if body.within is None else [  # (`within`: the query's, never -1 then)
+            f"            ctr[{S.FREE_TOP}] = free_top",
+            f"            ctr[{S.HIGH}] = high",
+            f"            status = advance(k, t, within, {common})",
+            f"            free_top = ctr[{S.FREE_TOP}]",
+            *indent(stopping, 3),
+            f"            if status != {S.DONE}:",
+            "                break"]),
         f"            idx = key_i[k, {S.K_ROWS}]",
         f"            npart = key_i[k, {S.K_NPART}]",
         f"            pb = k * {rows}",
@@ -649,6 +648,6 @@ def _inline(params: str, runs: bool) -> str:
     """The decorator of a function the kernel calls on a row with these parameters:
     inlined in the runs and states layouts, unless a call passes more than 30 arguments,
     which CPython compiles as a call with *args (its STACK_USE_GUIDELINE), a call numba
-    cannot inline (many MEASURES). The computations layout keeps its calls: inlined, its
-    kernels took 14% longer to compile, for a speed not measured."""
+    cannot inline (many MEASURES). The computations layout keeps its calls: inlined, some
+    of its kernels took 1.5x as long to compile, for a speed not measured."""
     return _INLINE if runs and params.count(",") + 1 <= 30 else _NJIT
