@@ -550,7 +550,11 @@ def test_runs_of_one_partial_match_are_stepped_by_a_table_of_states():
     # operands), so a run is one state, stepped by one lookup
     program = compile_recognize(_strict(MSHAPE_SQL))
     assert program.layout == rt.STATES
-    assert "STEP = np.array(" in program.source and "v = STEP[U(x * 16 + " in program.source
+    assert "STEP = np.array(" in program.source
+    # indexed by the DEFINEs' conjuncts: a run's two comparisons with its first row's price
+    # (`<` is `>=`'s negation: ints), and once per row the one with the row before
+    assert "    base = q0 * 4\n" in program.source
+    assert "v = STEP[U(x * 8 + base + (p0 | (p1 << 1)))]" in program.source
     assert len(program.rows.counts) == 5  # S R1 D1 R2 D2's loops, numbered 1-5
     assert max(program.rows.ints.values()) + 1 == 7  # one column for the five counts
     assert program.rows.widths[0] == 8  # (rows of whole cache lines)
@@ -564,6 +568,24 @@ def test_runs_of_one_partial_match_are_stepped_by_a_table_of_states():
         events = _events(_flat_rows(400, rng))
         assert _same(_strict(text), events, (1000,))
         _same(_strict(text), events, (1, 7, 60), restore_at=150)
+
+
+def test_float_comparisons_are_each_a_conjunct_of_the_table_and_answer_as_the_reference():
+    # a float may be NaN, where `<` and `>=` both fail: neither stands for the other's
+    # negation, so a run's step compares three times and the row's two bits are its own
+    text = (MSHAPE_SQL.replace("FROM quotes", "FROM ticks")
+            .replace("ORDER BY ts", "ORDER BY time")
+            .replace("S.seqNum", "S.volume").replace("E.seqNum", "E.volume"))
+    program = compile_recognize(_strict(text))
+    assert program.layout == rt.STATES
+    assert "    base = q0 * 8 + q1 * 16\n" in program.source
+    assert "v = STEP[U(x * 32 + base + (p0 | (p1 << 1) | (p2 << 2)))]" in program.source
+    rng = random.Random(12)
+    rows = [{"symbol": rng.choice("AB"), "price": rng.choice([49.5, 50.0, 50.25, 51.0]),
+             "volume": i, "time": 1_000 * (i + 1)} for i in range(400)]
+    events = [Event(i, row["time"], row) for i, row in enumerate(rows)]
+    assert _same(_strict(text), events, (1000,))
+    _same(_strict(text), events, (1, 7, 60), restore_at=150)
 
 
 def test_a_runs_snapshot_of_a_query_now_kept_as_states_restores_or_is_refused():

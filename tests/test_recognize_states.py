@@ -2,6 +2,7 @@
 conditions' top-level comparisons: what lets the states layout prove a run is one partial
 match."""
 
+import itertools
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cep_core.compiler.recognize_states import exclusive_pairs
+from cep_core.compiler.recognize_states import StateTable, by_conjuncts, exclusive_pairs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,3 +53,56 @@ def test_the_generated_module_is_the_same_in_every_process():
                               check=True, env={**os.environ, "PYTHONHASHSEED": seed},
                               cwd=ROOT).stdout for seed in ("1", "2", "3")}
     assert len(digests) == 1 and len(digests.pop()) == 65
+
+
+# the M-shape's DEFINEs (R1's first row, R1, D1, E) as the compiler generates them: `r` a
+# run, `kr` its key's row (the row before)
+MSHAPE_DEFS = {"d1": "(((a0 > rec_i[r, 13])) & ((a0 >= rec_i[r, 13])))",
+               "d2": "(((a0 > rec_i[r, 13])) & ((a0 >= rec_i[kr, 15])))",
+               "d3": "(((a0 >= rec_i[r, 13])) & ((a0 < rec_i[kr, 15])))",
+               "d4": "(((a0 < rec_i[r, 13])) & ((a0 < rec_i[kr, 15])))"}
+
+
+def _table(calls, states=2):
+    # an arbitrary table: every entry its own number
+    n = (states + 1) << len(calls)
+    return StateTable(tuple(range(1, states + 1)), tuple(calls), tuple(range(n)), 2)
+
+
+def test_a_table_by_conjuncts_looks_up_what_the_table_by_defines_does():
+    calls = list(MSHAPE_DEFS)
+    table = _table(calls)
+    by = by_conjuncts(table, MSHAPE_DEFS, {"t", "a0"})
+    # a0 > first, a0 >= first on the run; a0 >= before once per row; `<` is `>=` negated
+    assert [code for _, code in by.functions] == [
+        "a0 > rec_i[r, 13]", "a0 >= rec_i[r, 13]", "a0 >= rec_i[kr, 15]"]
+    assert by.row_calls == 1 and len(by.table) == 3 << 3
+    for price, first, before, number in itertools.product(range(3), range(3), range(3),
+                                                           range(3)):
+        defines = [price > first, price > first and price >= before,
+                   price >= first and price < before, price < first and price < before]
+        conjuncts = [price > first, price >= first, price >= before]
+        want = table.table[(number << 4) + sum(v << j for j, v in enumerate(defines))]
+        bits = sum(v << j for j, v in enumerate(conjuncts))
+        assert by.table[(number << 3) + bits] == want
+
+
+def test_a_float_comparison_is_no_negation_of_its_opposite():
+    # NaN: `a0 < x` and `a0 >= x` both fail, so each is a conjunct of its own
+    defs = {"u": "((a0 >= rec_i[r, 3])) & ((a0 < rec_f[kr, 1]))",
+            "d": "((a0 < rec_i[r, 3])) & ((a0 >= rec_f[kr, 1]))"}
+    as_floats = by_conjuncts(_table(list(defs)), defs, {"t"})
+    assert len(as_floats.functions) == 4 and as_floats.row_calls == 2
+    as_ints = by_conjuncts(_table(list(defs)), defs, {"t", "a0"})
+    assert [c for _, c in as_ints.functions] == ["a0 >= rec_i[r, 3]", "a0 < rec_f[kr, 1]",
+                                                 "a0 >= rec_f[kr, 1]"]
+
+
+def test_the_table_by_defines_stays_where_conjuncts_would_not_pay():
+    # more comparisons on a run than DEFINEs, or a table past MAX_CONJUNCT_TABLE entries
+    defs = {"x": " & ".join(f"(a0 > rec_i[r, {c}])" for c in range(3))}
+    table = _table(list(defs))
+    assert by_conjuncts(table, defs, {"a0"}) is table
+    wide = {f"x{j}": f"(a{j} > 3) & (a{j} < 9)" for j in range(6)}  # 12 row conjuncts
+    table = _table(list(wide))
+    assert by_conjuncts(table, wide, {f"a{j}" for j in range(6)}) is table

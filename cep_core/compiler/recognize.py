@@ -79,7 +79,7 @@ from cep_core.compiler.recognize_automaton import (
 )
 from cep_core.compiler.recognize_codegen import FLOAT, INT, Generator, MeasureSpec, Tag
 from cep_core.compiler.recognize_kernel import module_source
-from cep_core.compiler.recognize_states import state_table
+from cep_core.compiler.recognize_states import by_conjuncts, state_table
 from cep_core.compiler.recognize_runs import (
     Runs,
     check_columns,
@@ -191,6 +191,11 @@ def compile_recognize(checked: CheckedQuery) -> RecognizeProgram:
             gen.rec.col((Tag.MULT, t))
         step = state_table(tables, gen, runs.states, start, defs,
                            lambda s: edge_literals(tables, s))
+        if step is not None:
+            ints = {"t", *(f"a{j}" for j, a in enumerate(gen.columns)
+                           if dtype_of(gen.kind(a)) != "float64")}
+            step = by_conjuncts(step, defs, ints)
+            defs = {**defs, **dict(step.functions)}
         runs = replace(runs, step=step)  # None: a run may stand for two partial matches
     else:
         gen, defs, take, emit, measures = _generate(checked, variables, tables, start,

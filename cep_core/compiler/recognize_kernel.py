@@ -483,7 +483,8 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
     else:  # a run's partial matches may each complete on every TAKE edge
         step, first_step = run_step_lines(tables, gen, row, tab, start, runs)
         runs_flat = {"ph": ("phf", widths[0]), "pf": ("pff", widths[1])}
-        lines += ["@njit(cache=True, error_model='numpy')",
+        # (the states layout's inlined by numba: LLVM leaves the loop by conjuncts a call)
+        lines += [_inline(f"{RUNS_STEP}, {row}, {tab}", runs.step is not None),
                   f"def step_runs({RUNS_STEP}, {row}, {tab}):",
                   *indent(flat_cells(step, runs_flat, moved)), "", ""]
         if runs.step is None:

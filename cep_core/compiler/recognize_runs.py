@@ -257,18 +257,25 @@ def run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: Generator, row
         body = adds(states, {t: f"x{t}" for t in states})
         take = ["c = pb + 1 + j", *[f"x{t} = ph[c, {column[t]}]" for t in states],
                 *evaluate("phf, pff", "c", "kr"), *body, f"tot = {total}"]
-    else:  # one lookup of the run's state and the DEFINEs' values
-        calls.update({name: f"p{j}" for j, name in enumerate(table.calls)})
-        bits = " | ".join([f"(p{j} << {j})" if j else "p0" for j in range(len(table.calls))])
+    else:  # one lookup of the run's state and the DEFINEs' (or conjuncts') values
+        on_run = len(table.calls) - table.row_calls
+        calls.update({name: f"p{j}" for j, name in enumerate(table.calls[:on_run])})
+        bits = " | ".join([f"(p{j} << {j})" if j else "p0" for j in range(on_run)])
+        row_bits = " + ".join(f"q{j} * {1 << (on_run + j)}" for j in range(table.row_calls))
         take = ["c = pb + 1 + j", f"x = ph[c, {column[states[0]]}]",
                 *evaluate("phf, pff", "c", "kr"),
-                f"v = STEP[U(x * {1 << len(table.calls)} + ({bits or 0}))]",
+                f"v = STEP[U(x * {1 << len(table.calls)} + {'base + ' if row_bits else ''}"
+                f"({bits or 0}))]",
                 f"nxt = v & {(1 << table.shift) - 1}", f"done = v >> {table.shift}",
                 "tot = nxt != 0"]
     completed = ["if done != 0:", "    lp[ncq] = done", "    lq[ncq] = w", "    ncq += 1",
                  "    if tot == 0 and gone == npart:", "        gone = w"]
+    once = []  # the conjuncts that read no run, once per row (the table's row: `base`)
+    if table is not None and table.row_calls:
+        once = [f"q{j} = {name}(phf, pff, kr, kr, {row}, {tab})"
+                for j, name in enumerate(table.calls[on_run:])] + [f"base = {row_bits}"]
     step = ["U = np.uint64", "w = 0", *(["branches = 0"] if table is None else []),
-            "ncq = 0", "gone = npart",
+            "ncq = 0", "gone = npart", *once,
             "for j in range(npart):", *indent(take), "    dw = pb + 1 + w",
             *indent(moved), *indent(after("dw", "nxt")),
             f"    run_next(phf, pff, dw, idx, sq, {row})",

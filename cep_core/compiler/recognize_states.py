@@ -15,13 +15,20 @@ operands that no order of them satisfies both (`a > b` and `a <= b`, `a < b` and
 Flink's greedy quantifiers make most patterns so: after `B+` the next variable takes a row
 only where B's DEFINE does not hold. A pattern that branches (`A B* C` where B and C may
 hold together) keeps the runs layout.
+
+The table is then indexed by the DEFINEs' conjuncts rather than the DEFINEs (`by_conjuncts`),
+where that makes it no larger than `MAX_CONJUNCT_TABLE`: the conjuncts that read no run (the
+row against the row before: the M-shape's `price < LAST(price)`) are evaluated once per row
+and give the table's row, and a run's step evaluates the others alone, once each (the
+M-shape's four DEFINEs are three comparisons of the price with the first row's). 1.02-1.09x
+on the M-shape (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import ast as py
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +39,7 @@ Literal = tuple[int, bool]  # a variable's number and whether its DEFINE holds
 EdgeLiterals = list[tuple[list[Literal], int, list[Literal] | None]]
 
 MAX_TABLE = 1 << 14  # the most table entries a query may have: (states + 1) << calls
+MAX_CONJUNCT_TABLE = 1 << 10  # (8 KiB, in the L1 cache) the most by conjuncts
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,10 @@ class StateTable:
     calls: tuple[str, ...]  # the DEFINE functions the table's bits are the values of
     table: tuple[int, ...]
     shift: int
+    # by conjuncts: the last `row_calls` calls read no run (evaluated once per row), and
+    # the functions (name, condition) of the calls, which are conjuncts, not DEFINEs
+    row_calls: int = 0
+    functions: tuple[tuple[str, str], ...] = ()
 
     def number(self, state: int) -> int:
         return self.states.index(state) + 1
@@ -78,6 +90,99 @@ def state_table(tables: dict[str, npt.NDArray[np.int64]], gen: Generator, states
             table[(number << len(calls)) + bits] = \
                 (states.index(goes[0]) + 1 if goes else 0) | done << shift
     return StateTable(tuple(states), tuple(calls), tuple(table), shift)
+
+
+def by_conjuncts(table: StateTable, defs: dict[str, str], ints: set[str]) -> StateTable:
+    """The same table indexed by the distinct top-level conjuncts of its DEFINEs (those that
+    read no run last), where that is no larger than MAX_CONJUNCT_TABLE and a run's step
+    evaluates no more of them than of DEFINEs; else `table` itself. A combination of
+    conjuncts makes each DEFINE the conjunction of its own; one that makes two DEFINEs hold
+    that never hold together cannot happen (`exclusive_pairs` reads the same conjuncts).
+    A comparison of two ints whose negation is a conjunct already is not one more: it
+    holds where that does not (`ints`: the row's values that are ints, as named in code;
+    a float may be NaN, where `a < b` and `a >= b` both fail)."""
+    parts = {name: _conjuncts(defs[name]) for name in table.calls}
+    found = list(dict.fromkeys(c for name in table.calls for c in parts[name]))
+    negated = _negations(found, ints)  # conjunct -> the one it is the negation of
+    kept = [c for c in found if c not in negated]
+    reads_run = [c for c in kept if _reads_run(c)]
+    conjuncts = reads_run + [c for c in kept if c not in reads_run]
+    if len(reads_run) > len(table.calls) or \
+            (len(table.states) + 1) << len(conjuncts) > MAX_CONJUNCT_TABLE:
+        return table
+    bit = {c: j for j, c in enumerate(conjuncts)}
+    ncalls, entries = len(table.calls), []
+    for number in range(len(table.states) + 1):
+        for bits in range(1 << len(conjuncts)):
+            holds = {c: bool(bits >> j & 1) for c, j in bit.items()}
+            holds.update({c: not holds[of] for c, of in negated.items()})
+            calls = sum(1 << j for j, name in enumerate(table.calls)
+                        if all(holds[c] for c in parts[name]))
+            entries.append(table.table[(number << ncalls) + calls])
+    names = tuple(f"c{j}" for j in range(len(conjuncts)))
+    return replace(table, calls=names, table=tuple(entries),
+                   row_calls=len(conjuncts) - len(reads_run),
+                   functions=tuple(zip(names, conjuncts)))
+
+
+def _conjuncts(code: str) -> list[str]:
+    """The top-level conjuncts (`&`) of generated boolean code, as their text."""
+    found, todo = [], [py.parse(code, mode="eval").body]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, py.BinOp) and isinstance(node.op, py.BitAnd):
+            todo += [node.right, node.left]
+        else:
+            text = py.get_source_segment(code, node)
+            assert text is not None  # (a node of the parsed code)
+            found.append(text)
+    return found
+
+
+_NEGATED = {py.Lt: py.GtE, py.GtE: py.Lt, py.Gt: py.LtE, py.LtE: py.Gt, py.Eq: py.NotEq,
+            py.NotEq: py.Eq}
+_SWAPPED = {py.Lt: py.Gt, py.Gt: py.Lt, py.LtE: py.GtE, py.GtE: py.LtE, py.Eq: py.Eq,
+            py.NotEq: py.NotEq}
+_INT_ARRAYS = {"rec_i", "sc", "s_rank", "s_lower", "s_upper", "s_length"}
+
+
+def _negations(conjuncts: list[str], ints: set[str]) -> dict[str, str]:
+    """The conjuncts that are comparisons of two ints negating an earlier conjunct, each
+    with that one."""
+    seen: dict[tuple[str, str, type], str] = {}
+    negated = {}
+    for code in conjuncts:
+        node = py.parse(code, mode="eval").body
+        if not (isinstance(node, py.Compare) and len(node.ops) == 1 and
+                type(node.ops[0]) in _NEGATED and _is_int(node.left, ints) and
+                _is_int(node.comparators[0], ints)):
+            continue
+        left, right, op = py.dump(node.left), py.dump(node.comparators[0]), type(node.ops[0])
+        if left > right:
+            left, right, op = right, left, _SWAPPED[op]
+        of = seen.get((left, right, _NEGATED[op]))
+        if of is not None and of not in negated:
+            negated[code] = of
+        else:
+            seen.setdefault((left, right, op), code)
+    return negated
+
+
+def _is_int(node: py.expr, ints: set[str]) -> bool:
+    """Whether generated code is an int for sure (never NaN): an int literal, one of
+    `ints`, or a cell of an int array."""
+    if isinstance(node, py.Constant):
+        return isinstance(node.value, int)
+    if isinstance(node, py.Name):
+        return node.id in ints
+    return isinstance(node, py.Subscript) and isinstance(node.value, py.Name) and \
+        node.value.id in _INT_ARRAYS
+
+
+def _reads_run(code: str) -> bool:
+    """Whether a condition reads its run (record `r`), not only the row and its key's row."""
+    return any(isinstance(node, py.Name) and node.id == "r"
+               for node in py.walk(py.parse(code, mode="eval")))
 
 
 def _calls_of(gen: Generator, s: int, edges: EdgeLiterals) -> set[str]:
