@@ -556,7 +556,8 @@ def test_runs_of_one_partial_match_are_stepped_by_a_table_of_states():
     assert "    base = q0 * 4\n" in program.source
     assert "v = STEP[U(x * 8 + base + (p0 | (p1 << 1)))]" in program.source
     assert len(program.rows.counts) == 5  # S R1 D1 R2 D2's loops, numbered 1-5
-    assert max(program.rows.ints.values()) + 1 == 7  # one column for the five counts
+    # one column for the five counts, and no start time (no WITHIN)
+    assert max(program.rows.ints.values()) + 1 == 6
     assert program.rows.widths[0] == 8  # (rows of whole cache lines)
     # the same but D2 may hold where R2 does (`<=`): a run in R2 goes on in both
     overlapping = MSHAPE_SQL.replace("D2.price < COALESCE(LAST(D2.price, 1)",
@@ -586,6 +587,44 @@ def test_float_comparisons_are_each_a_conjunct_of_the_table_and_answer_as_the_re
     events = [Event(i, row["time"], row) for i, row in enumerate(rows)]
     assert _same(_strict(text), events, (1000,))
     _same(_strict(text), events, (1, 7, 60), restore_at=150)
+
+
+def test_a_snapshot_whose_runs_keep_their_start_time_restores_without_it():
+    # before 2026-11-30 a run kept its start time (START_TS) without WITHIN too: such a
+    # snapshot's columns move to this version's places; one lacking a column is refused
+    checked = _strict(MSHAPE_SQL)
+    program = compile_recognize(checked)
+    rows = program.rows
+    assert rt.START_TS not in rows.ints  # (no WITHIN: nothing reads it)
+    events = _events(differential.rows(300, random.Random(6)))
+    strings = StringDictionary()
+    encoder = BatchEncoder(checked.schema, strings)
+    want = jit(checked, strings).process(encoder.from_events(events))
+    first = jit(checked, strings)
+    got = first.process(encoder.from_events(events[:170]))
+    meta, arrays = first.state()
+    assert arrays["key_i"][:, rt.K_NPART].max() >= 2
+    # the old places (`run_rows` then): START_TS after where and when a run started
+    firsts = [rt.START_SEQ, rt.START]
+    run = firsts + sorted((set(rows.run_ints) | {rt.START_TS}) - set(firsts))
+    places = {c: j for j, c in enumerate(run)}
+    key = {c: len(firsts) + j for j, c in enumerate(sorted(rows.key_ints))}
+    ph = np.full(arrays["ph"].shape[:2] + (8,), -7, np.int64)
+    for column in rows.run_ints:
+        ph[:, 1:, places[column]] = arrays["ph"][:, 1:, rows.ints[column]]
+    for column in rows.key_ints:
+        ph[:, 0, key[column]] = arrays["ph"][:, 0, rows.ints[column]]
+    places |= key
+    described = " ".join(f"i{c}>{j}" for c, j in sorted(places.items())) + " padded"
+    assert described != rows.describe()
+    second = jit(checked, strings)
+    second.load_state(dict(meta, rows=described), dict(arrays, ph=ph))
+    got += second.process(encoder.from_events(events[170:]))
+    assert want and got == want
+    lacking = " ".join(f"i{c}>{j}" for c, j in sorted(places.items())[1:])
+    for bad in (lacking, "i1>99", 5):
+        with pytest.raises(ValueError, match="snapshot's runs keep other columns"):
+            jit(checked, strings).load_state(dict(meta, rows=bad), dict(arrays, ph=ph))
 
 
 def test_a_runs_snapshot_of_a_query_now_kept_as_states_restores_or_is_refused():
@@ -735,7 +774,7 @@ def test_a_runs_snapshot_from_before_the_narrow_rows_restores(name):
         events[cut:])) + second.flush()
     assert got and after and got + after == want
     meta, arrays = second.state()
-    with pytest.raises(ValueError, match="runs keep their columns elsewhere"):
+    with pytest.raises(ValueError, match="runs keep other columns"):
         jit(checked, StringDictionary()).load_state(dict(meta, rows="i1>0"), arrays)
     old = {k: v for k, v in meta.items() if k != "rows"}
     with pytest.raises(ValueError, match="snapshot's ph is not this query's"):
@@ -747,9 +786,11 @@ def test_a_runs_snapshot_from_before_the_narrow_rows_restores(name):
 def _live(engine, program) -> list:
     """What an engine of the runs or states layout holds, per key: its row, its key's row
     and runs, its completed matches' records in its queue's order (not their counts, which
-    the states layout's do not keep) (not the queues' capacities or what lies past them)."""
+    the states layout's do not keep, nor their start time where the runs do not keep it:
+    no WITHIN) (not the queues' capacities or what lies past them)."""
     a = engine.arrays
-    kept = [c for c in range(program.rec_ints) if c not in program.rows.counts]
+    unkept = set(program.rows.counts) | ({rt.START_TS} - set(program.rows.ints))
+    kept = [c for c in range(program.rec_ints) if c not in unkept]
     held = []
     for k in range(len(engine.keys)):
         npart, ncomp = a["key_i"][k, rt.K_NPART], a["key_i"][k, rt.K_NCOMP]

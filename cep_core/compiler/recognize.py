@@ -184,7 +184,7 @@ def compile_recognize(checked: CheckedQuery) -> RecognizeProgram:
     nfa = compile_nfa(elements)
     tables, start, max_takes = automaton_tables(nfa.start, variables)
     gen, defs, take, emit, measures = _generate(checked, variables, tables, start)
-    runs = runs_plan(gen, tables, start, body.skip, emit)
+    runs = runs_plan(gen, tables, start, body.skip, emit, body.within is not None)
     if runs is not None:  # again, in the runs layout's columns
         gen, defs, take, emit, measures = _generate(checked, variables, tables, start, runs)
         for t in runs.states:

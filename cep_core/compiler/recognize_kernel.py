@@ -265,6 +265,8 @@ def _earliest_end(places: RunRows | None) -> list[str]:
     """`advance`'s search for the earliest end of a partial match by WITHIN (`end`), and
     the end of those that end then; it returns where none ends by `ts`."""
     S = rt
+    if places is not None and S.START_TS not in places.ints:  # (no WITHIN: not called)
+        return [f"return {S.DONE}"]
     if places is not None:  # the runs are in order of start, so of start time
         start_ts = places.ints[S.START_TS]
         return ["if npart == 0:", f"    return {S.DONE}",
@@ -599,11 +601,13 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
         "            nlp = 0",
         "            nlc = 0",
         *indent(queue, 3),
-        "            cb = k * ccap",
-        f"            nc = key_i[k, {S.K_NCOMP}]",
-        "            for j in range(nlc):",
-        "                nc = heap_add(ch, cb, nc, lc[j], rec_i)",
-        f"            key_i[k, {S.K_NCOMP}] = nc",
+        # the key's completed matches (`advance` may have released some: WITHIN)
+        f"            nc = {'ncomp' if body.within is None else f'key_i[k, {S.K_NCOMP}]'}",
+        "            if nlc > 0:",
+        "                cb = k * ccap",
+        "                for j in range(nlc):",
+        "                    nc = heap_add(ch, cb, nc, lc[j], rec_i)",
+        f"                key_i[k, {S.K_NCOMP}] = nc",
         f"            key_i[k, {S.K_ROWS}] = idx + 1",
         "            if nc > 0:",
         f"                ctr[{S.FREE_TOP}] = free_top",

@@ -48,6 +48,7 @@ class Runs:
     lasts: list[RecKey]  # LAST(v.a) columns read as the row before the current one
     kinds: dict[RecKey, str]  # those and what is kept over all rows, by storage kind
     step: StateTable | None = None  # the states layout's (`recognize_states`)
+    timed: bool = True  # a run keeps its start time (START_TS): WITHIN ends it by that
 
     def columns_first(self) -> list[tuple[RecKey, str]]:
         """The columns a run and its key's row use, to be numbered before any other (which
@@ -77,7 +78,7 @@ ROW = "*"  # the variable of a run's columns of a row (no pattern variable's nam
 
 
 def runs_plan(gen: Generator, tables: dict[str, npt.NDArray[np.int64]], start: int,
-               skip: ast.SkipTo, emit: list[str]) -> Runs | None:
+               skip: ast.SkipTo, emit: list[str], within: bool) -> Runs | None:
     """Whether the query can keep its partial matches as runs (rt.RUNS): one record per
     start with how many of its partial matches are in each automaton state (a MULT column
     each), since what the DEFINEs and MEASURES read of a record is the same for all the
@@ -89,7 +90,8 @@ def runs_plan(gen: Generator, tables: dict[str, npt.NDArray[np.int64]], start: i
     first row (every first TAKE is v's and, for LAST, v has one row in the reading state)
     or, for LAST(v.a), the last row (every TAKE into the reading state is v's). Count tests
     `count_facts` decides read nothing; any other read (a variable's count, LAST(v.a, 1),
-    SUM(v.a), the rows of v for AFTER MATCH SKIP TO) keeps the computations layout."""
+    SUM(v.a), the rows of v for AFTER MATCH SKIP TO) keeps the computations layout. A run
+    keeps its start time only for WITHIN (`within`): nothing else reads it."""
     if skip in (ast.SkipTo.FIRST, ast.SkipTo.LAST):
         return None
     st_var, st_final = tables["st_var"].tolist(), tables["st_final"].tolist()
@@ -135,7 +137,7 @@ def runs_plan(gen: Generator, tables: dict[str, npt.NDArray[np.int64]], start: i
     kinds = {key: gen.rec.kind_of[key] for key in firsts + lasts}
     kinds |= {key: kind for key, kind in gen.rec.kind_of.items()
               if key[1] is None and key != (Tag.CNT, None)}  # kept over all rows
-    return Runs(states, firsts, lasts, kinds)
+    return Runs(states, firsts, lasts, kinds, timed=within)
 
 
 _READ = re.compile(r"rec_([if])\[r, (\d+)\]")
@@ -378,6 +380,8 @@ def _run_lines(gen: Generator, runs: Runs, first: bool) -> list[str]:
     with gen.knowing(everyone):
         lines = gen.take_lines(-1, 0)[1:]  # not the state: a run's are its MULT counts
     kept = {f"rec_i[dst, {rt.LAST_IDX}] = idx", f"rec_i[dst, {rt.LAST_SEQ}] = sq"}
+    if not runs.timed:
+        kept.add(f"rec_i[dst, {rt.START_TS}] = t")
     if not _run_counts_rows(gen, runs):
         kept.add(f"rec_i[dst, {rt.COUNT}] += 1")
     lines = [line for line in lines if line not in kept]
@@ -427,7 +431,7 @@ def run_columns(gen: Generator, runs: Runs) -> tuple[set[int], set[int], set[int
     """The int and float columns of a run (where it started, what `run_first` and
     `run_next` write, its MULT counts), and those of its key's row (`_row_lines`)."""
     S = rt
-    ints, floats = {S.START, S.START_TS, S.START_SEQ}, set[int]()
+    ints, floats = {S.START, S.START_SEQ} | ({S.START_TS} if runs.timed else set()), set[int]()
     for array, column in _WRITE.findall("\n".join(_run_lines(gen, runs, True) +
                                                    _run_lines(gen, runs, False))):
         (ints if array == "i" else floats).add(int(column))

@@ -17,14 +17,14 @@ def rows_of(name: str, p: Any, meta: dict[str, Any], arrays: dict[str, npt.NDArr
             ) -> dict[str, npt.NDArray[Any]]:
     """The runs layout's ph/pf as this version keeps them: a snapshot from before
     `RunRows` (no "rows") has rows as wide as records, with the columns where records
-    have them; one with other places is refused."""
+    have them; one with other places has its columns moved where it keeps every column
+    this version's runs do (a run's start time without WITHIN, kept before 2026-11-30, is
+    left out), and is refused where it does not."""
     rows = p.rows
     if "rows" in meta:
-        if meta["rows"] != rows.describe():
-            raise ValueError(f"query {name!r}: the snapshot's runs keep their columns "
-                             "elsewhere than this version's compiler puts them: restore "
-                             "it with the version that took it, or replay the stream")
-        return arrays
+        if meta["rows"] == rows.describe():
+            return arrays
+        return _from_places(name, rows, meta["rows"], arrays)
     ph, pf = arrays.get("ph"), arrays.get("pf")
     if ph is None or pf is None or ph.ndim != 3 or pf.ndim != 3 or \
             ph.shape[2] != p.rec_ints or pf.shape[2] != p.rec_floats or \
@@ -32,6 +32,31 @@ def rows_of(name: str, p: Any, meta: dict[str, Any], arrays: dict[str, npt.NDArr
         raise ValueError(f"query {name!r}: the snapshot's ph is not this query's "
                          "(another version of it?)")
     new_ph, new_pf = _moved(ph, pf, rows, *_wide(p))
+    return dict(arrays, ph=new_ph, pf=new_pf)
+
+
+def _from_places(name: str, rows: rt.RunRows, described: Any,
+                 arrays: dict[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
+    """ph/pf of a snapshot whose rows keep their columns at the places `described`, moved
+    to `rows`' places; refused where it lacks one of this version's columns."""
+    refusal = ValueError(f"query {name!r}: the snapshot's runs keep other columns than "
+                         "this version's compiler gives them: restore it with the version "
+                         "that took it, or replay the stream")
+    if not isinstance(described, str):
+        raise refusal
+    try:
+        ints, floats = rt.places_of(described)
+    except ValueError:
+        raise refusal from None
+    ph, pf = arrays.get("ph"), arrays.get("pf")
+    if ph is None or pf is None or ph.ndim != 3 or pf.ndim != 3 or \
+            ph.shape[:2] != pf.shape[:2] or \
+            ph.shape[2] <= max(ints.values(), default=-1) or \
+            pf.shape[2] <= max(floats.values(), default=-1) or \
+            not set(rows.run_ints + rows.key_ints) <= set(ints) or \
+            not set(rows.run_floats + rows.key_floats) <= set(floats):
+        raise refusal
+    new_ph, new_pf = _moved(ph, pf, rows, ints, floats)
     return dict(arrays, ph=new_ph, pf=new_pf)
 
 
