@@ -558,6 +558,10 @@ def test_runs_of_one_partial_match_are_stepped_by_a_table_of_states():
     assert len(program.rows.counts) == 5  # S R1 D1 R2 D2's loops, numbered 1-5
     # one column for the five counts, and no start time (no WITHIN)
     assert max(program.rows.ints.values()) + 1 == 6
+    # the key's row keeps the price before alone: LAST(E.seqNum), which no DEFINE reads,
+    # a completed match takes from its last row
+    assert len(program.rows.key_ints) == 1 and "rec_i[dst, 16] = a1" in \
+        program.source.split("def run_end(")[1].split("\n\n")[0]
     assert program.rows.widths[0] == 8  # (rows of whole cache lines)
     # the same but D2 may hold where R2 does (`<=`): a run in R2 goes on in both
     overlapping = MSHAPE_SQL.replace("D2.price < COALESCE(LAST(D2.price, 1)",

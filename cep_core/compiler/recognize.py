@@ -84,6 +84,7 @@ from cep_core.compiler.recognize_runs import (
     Runs,
     check_columns,
     edge_literals,
+    end_columns,
     run_rows,
     runs_plan,
 )
@@ -218,9 +219,10 @@ def compile_recognize(checked: CheckedQuery) -> RecognizeProgram:
         check_columns(source, (rec_ints, rec_floats), places.widths)
     module = load_module(source)
     uses_tables = any(f"{t}[" in source for t in STRING_TABLE_PARAMS.split(", "))
-    kept = set(gen.rec.ints.values())  # the runs layout's: a run's and its key row's
-    if places is not None:
-        kept = set(places.run_ints + places.key_ints)
+    kept = set(gen.rec.ints.values())  # the runs layout's: a run's, its key row's and
+    if places is not None:  # those a completed match takes from its last row
+        assert runs is not None
+        kept = set(places.run_ints + places.key_ints) | end_columns(gen, runs)
     string_columns = [column for key, column in gen.rec.ints.items()
                       if len(key) > 2 and key[0] in (Tag.LAST, Tag.FIRST, Tag.MIN, Tag.MAX)
                       and isinstance(key[2], str) and gen.kind(key[2]) == AttrType.STRING

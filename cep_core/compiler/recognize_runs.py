@@ -367,7 +367,7 @@ def run_functions(gen: Generator, runs: Runs) -> list[tuple[str, list[str]]]:
     """The runs layout's functions of a record `dst` and the current row (`row`): a run's
     first row, a later one, a completed match's end and the key's row."""
     return [("run_first", _run_lines(gen, runs, True)), ("run_next", _run_lines(gen, runs, False)),
-            ("run_end", _run_end_lines(gen, runs)), ("run_key", _row_lines(gen, runs, "dst"))]
+            ("run_end", _run_end_lines(gen, runs)), ("run_key", _key_row_lines(gen, runs))]
 
 
 def _run_lines(gen: Generator, runs: Runs, first: bool) -> list[str]:
@@ -423,8 +423,24 @@ def _row_lines(gen: Generator, runs: Runs, dst: str) -> list[str]:
     return lines
 
 
+def end_columns(gen: Generator, runs: Runs) -> set[int]:
+    """The int columns a completed match takes from its last row (`run_end`)."""
+    return {int(column) for array, column in _WRITE.findall("\n".join(
+        _run_end_lines(gen, runs))) if array == "i"}
+
+
+def _key_row_lines(gen: Generator, runs: Runs) -> list[str]:
+    """The key's row `dst` := the current row's columns a DEFINE reads as the row before
+    (those only MEASURES read, a completed match takes from its last row: `run_end`)."""
+    read = {(array, int(column)) for codes in gen.state_defines.values() for code in codes
+            for array, column in _KEY_READ.findall(code)}
+    return [line for line in _row_lines(gen, runs, "dst")
+            if (m := _WRITE.match(line)) is not None and (m[1], int(m[2])) in read]
+
+
 _ASSIGN = re.compile(r"^rec_([if])\[dst, (\d+)\] = (?!.*\[dst, )", re.M)  # of the row alone
 _WRITE = re.compile(r"rec_([if])\[dst, (\d+)\]")
+_KEY_READ = re.compile(r"rec_([if])\[kr, (\d+)\]")
 
 
 def run_columns(gen: Generator, runs: Runs) -> tuple[set[int], set[int], set[int], set[int]]:
@@ -437,6 +453,6 @@ def run_columns(gen: Generator, runs: Runs) -> tuple[set[int], set[int], set[int
         (ints if array == "i" else floats).add(int(column))
     ints |= {gen.rec.col((Tag.MULT, t))[1] for t in runs.states[:1 if runs.step else None]}
     key_ints, key_floats = set[int](), set[int]()
-    for array, column in _WRITE.findall("\n".join(_row_lines(gen, runs, "dst"))):
+    for array, column in _WRITE.findall("\n".join(_key_row_lines(gen, runs))):
         (key_ints if array == "i" else key_floats).add(int(column))
     return ints, floats, key_ints, key_floats
