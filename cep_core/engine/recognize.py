@@ -144,8 +144,12 @@ class RecognizeEngine(Engine):
             if keep:
                 new[:keep] = a[name][:keep]
             a[name] = new
-        for name in ("out_key", "out_start", "out_end", "out_row"):
+        for name in ("out_key", "out_start", "out_end"):
             make(name, np.int64)
+        if self._runs:  # (their kernel steps the rows in their order: no row to sort by)
+            a["out_row"] = _EMPTY
+        else:
+            make("out_row", np.int64)
         for j, m in enumerate(self.program.measures):
             make(f"e{j}", dtype_of(m.kind))
             if m.nullable:
@@ -423,7 +427,7 @@ class RecognizeEngine(Engine):
 
     def _results(self, no: int) -> ColumnBatch:
         a, p = self.arrays, self.program
-        ids = a["out_key"][:no].copy()
+        ids = a["out_key"][:no]  # (`column` takes what it keeps: a gather or a copy)
         keys = self.keys.column(ids, self.schema, self.strings, self._key)
         fields = {}
         for j, attr in enumerate(self.key_attrs):
