@@ -511,13 +511,13 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
                      *first_step, f"key_i[k, {S.K_NPART}] = w"]
             full = {S.FULL_QUEUE: "npart + 1 > pcap", S.FULL_COMPLETED: "ncomp + need > ccap",
                     S.FULL_POOL: "free_top + pool - high < need",
-                    S.FULL_OUTPUT: f"ctr[{S.OUT_N}] + ncomp + need > out_cap"}
+                    S.FULL_OUTPUT: "no + ncomp + need > out_cap"}
             room = ["need = npart + 1", f"if {' or '.join(full.values())}:",
                     "    status = " + " else ".join(f"{status} if {test}" for status, test in
                                                     list(full.items())[:-1]) +
                     f" else {S.FULL_OUTPUT}", "    break"]
     if runs is None or runs.step is None:
-        room += [f"if ctr[{S.OUT_N}] + ncomp + need > out_cap:",
+        room += ["if no + ncomp + need > out_cap:",
                  f"    status = {S.FULL_OUTPUT}", "    break"]
     ncols = len(gen.columns)
     grouped = ", ".join(["g_kid", "g_seq", "g_ts"] + [f"g{j}" for j in range(ncols)])
@@ -571,6 +571,7 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
         # tell `ctr` from the record arrays), in `ctr` while `advance` or `release` runs
         f"    free_top = ctr[{S.FREE_TOP}]",
         f"    high = ctr[{S.HIGH}]",
+        f"    no = ctr[{S.OUT_N}]",  # (`release` alone adds to it: 1.01-1.02x on the M-shape)
         "    first = c0",
         "    p = p0",
         "    while first < n:",
@@ -592,6 +593,7 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
             f"            ctr[{S.HIGH}] = high",
             f"            status = advance(k, t, within, {common})",
             f"            free_top = ctr[{S.FREE_TOP}]",
+            f"            no = ctr[{S.OUT_N}]",
             *indent(stopping, 3),
             f"            if status != {S.DONE}:",
             "                break"]),
@@ -614,6 +616,7 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
         f"                ctr[{S.HIGH}] = high",
         f"                status = release(k, t, {common})",
         f"                free_top = ctr[{S.FREE_TOP}]",
+        f"                no = ctr[{S.OUT_N}]",
         *indent(stopping, 4),
         f"                if status != {S.DONE}:",
         "                    break",
