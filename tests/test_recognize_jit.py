@@ -575,6 +575,29 @@ def test_runs_of_one_partial_match_are_stepped_by_a_table_of_states():
         _same(_strict(text), events, (1, 7, 60), restore_at=150)
 
 
+def test_a_run_completing_before_any_other_ends_the_step_past_last_row():
+    # AFTER MATCH SKIP PAST LAST ROW: a match completed by the key's first live run, with
+    # none waiting, leaves on this row and every run with it, so the runs after it are not
+    # stepped; not so where the skip keeps later runs (TO NEXT ROW), nor where a match
+    # waits (it is not the first), nor past an earlier run
+    past = compile_recognize(_strict(MSHAPE_SQL)).source
+    assert "            if w == 0 and waiting == 0:\n                w = 1\n                break" \
+        in past
+    next_row = MSHAPE_SQL.replace("SKIP PAST LAST ROW", "SKIP TO NEXT ROW")
+    assert compile_recognize(_strict(next_row)).layout == rt.STATES
+    assert "waiting == 0" not in compile_recognize(_strict(next_row)).source
+    within = MSHAPE_SQL.replace("PATTERN (S R1+ D1+ R2+? D2* E)",
+                                "PATTERN (S R1+ D1+ R2+? D2* E) WITHIN INTERVAL '40' SECOND")
+    assert "waiting = key_i[k, 2]" in compile_recognize(_strict(within)).source.replace(
+        "kif[U((k) * 5 + 2)]", "key_i[k, 2]")  # (after `advance`, which may release some)
+    rng = random.Random(14)
+    for text in (MSHAPE_SQL, next_row, within):
+        for rows in (_flat_rows(500, rng), differential.rows(500, rng)):
+            events = _events(rows)
+            assert _same(_strict(text), events, (1000,)) or text == within
+            _same(_strict(text), events, (1, 9, 80), restore_at=rng.randrange(500))
+
+
 def test_float_comparisons_are_each_a_conjunct_of_the_table_and_answer_as_the_reference():
     # a float may be NaN, where `<` and `>=` both fail: neither stands for the other's
     # negation, so a run's step compares three times and the row's two bits are its own

@@ -483,14 +483,17 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
                 f"    status = {S.FULL_POOL}",
                 "    break"]
     else:  # a run's partial matches may each complete on every TAKE edge
-        step, first_step = run_step_lines(tables, gen, row, tab, start, runs)
+        step, first_step = run_step_lines(tables, gen, row, tab, start, runs,
+                                          skip is ast.SkipTo.PAST_LAST_ROW)
         runs_flat = {"ph": ("phf", widths[0]), "pf": ("pff", widths[1])}
+        # (`advance` may have released some: WITHIN)
+        waiting = [f"waiting = {'ncomp' if body.within is None else f'key_i[k, {S.K_NCOMP}]'}"]
         # (the states layout's inlined by numba: LLVM leaves the loop by conjuncts a call)
         lines += [_inline(f"{RUNS_STEP}, {row}, {tab}", runs.step is not None),
                   f"def step_runs({RUNS_STEP}, {row}, {tab}):",
                   *indent(flat_cells(step, runs_flat, moved)), "", ""]
         if runs.step is None:
-            queue = ["kr = pb",
+            queue = ["kr = pb", *waiting,
                      f"w, branches, ncq, gone = step_runs({RUNS_STEP}, {row}, {tab})",
                      *first_step, f"key_i[k, {S.K_NPART}] = w",
                      f"key_i[k, {S.K_BRANCHES}] = branches"]
@@ -507,7 +510,7 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
         else:  # the states layout: no partial matches to count; each run (and the start
             # computation) completes one match at most on a row; the tests in one branch,
             # as MATCH's kernel makes them
-            queue = ["kr = pb", f"w, ncq, gone = step_runs({RUNS_STEP}, {row}, {tab})",
+            queue = ["kr = pb", *waiting, f"w, ncq, gone = step_runs({RUNS_STEP}, {row}, {tab})",
                      *first_step, f"key_i[k, {S.K_NPART}] = w"]
             full = {S.FULL_QUEUE: "npart + 1 > pcap", S.FULL_COMPLETED: "ncomp + need > ccap",
                     S.FULL_POOL: "free_top + pool - high < need",

@@ -36,7 +36,8 @@ from cep_core.kernels.recognize_runtime import RunRows
 
 # the runs layout's loop over a key's runs on a row (`run_step_lines`): what it takes
 # before the row's values and the string tables
-RUNS_STEP = "phf, pff, lp, lq, pb, npart, kr, idx, sq"
+RUNS_STEP = "phf, pff, lp, lq, pb, npart, waiting, kr, idx, sq"  # (waiting: the key's
+# completed matches that wait for an earlier partial one)
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,8 @@ def run_rows(gen: Generator, runs: Runs) -> RunRows:
 
 
 def run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: Generator, row: str,
-                    tab: str, start: int, runs: Runs) -> tuple[list[str], list[str]]:
+                    tab: str, start: int, runs: Runs, past_last_row: bool
+                    ) -> tuple[list[str], list[str]]:
     """`_step_lines` in the runs layout (`runs_plan`): run `c` (row j of the key's runs in
     `ph`/`pf`) on the current row, and then the start computation, without a branch per
     state: every DEFINE the run's states evaluate is evaluated once (`p<n>`: one per
@@ -204,7 +206,11 @@ def run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: Generator, row
 
     In the states layout (`runs.step`, `recognize_states`) a run is one partial match: its
     state's number replaces the counts, and the sum of products is one lookup in the
-    module's STEP table by that number and the DEFINEs' values (bit j: `p<j>`)."""
+    module's STEP table by that number and the DEFINEs' values (bit j: `p<j>`). With AFTER
+    MATCH SKIP PAST LAST ROW (`past_last_row`), a run that completes a match with no run
+    before it and no completed match waiting (`waiting`) ends the loop, as MATCH's kernel
+    ends it on its first match: that match leaves on this row (`release`) and every run of
+    the key with it, the runs after it unstepped (1.04-1.07x on the M-shape)."""
     st_final = tables["st_final"].tolist()
     states = runs.states
     column = {t: gen.rec.col((Tag.MULT, t))[1] for t in states}
@@ -272,6 +278,8 @@ def run_step_lines(tables: dict[str, npt.NDArray[np.int64]], gen: Generator, row
                 "tot = nxt != 0"]
     completed = ["if done != 0:", "    lp[ncq] = done", "    lq[ncq] = w", "    ncq += 1",
                  "    if tot == 0 and gone == npart:", "        gone = w"]
+    if table is not None and past_last_row:
+        completed += ["    if w == 0 and waiting == 0:", "        w = 1", "        break"]
     once = []  # the conjuncts that read no run, once per row (the table's row: `base`)
     if table is not None and table.row_calls:
         once = [f"q{j} = {name}(phf, pff, kr, kr, {row}, {tab})"
