@@ -454,6 +454,8 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
     outs = ", ".join(["out_key", "out_start", "out_end"] + emit_args(measures))
     final = int(np.flatnonzero(tables["st_final"] == 1)[0])
     S = rt
+    # the key's completed matches after the WITHIN block (`advance` may release some)
+    completed = "ncomp" if body.within is None else f"key_i[k, {S.K_NCOMP}]"
     lines = [
         *([] if runs is None else ["from cep_core.kernels.match_runtime import prefetch", "",
                                    "INLINE_RUNTIME = True  # (recognize_runtime.inlined_here)"]),
@@ -486,8 +488,7 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
         step, first_step = run_step_lines(tables, gen, row, tab, start, runs,
                                           skip is ast.SkipTo.PAST_LAST_ROW)
         runs_flat = {"ph": ("phf", widths[0]), "pf": ("pff", widths[1])}
-        # (`advance` may have released some: WITHIN)
-        waiting = [f"waiting = {'ncomp' if body.within is None else f'key_i[k, {S.K_NCOMP}]'}"]
+        waiting = [f"waiting = {completed}"]
         # (the states layout's inlined by numba: LLVM leaves the loop by conjuncts a call)
         lines += [_inline(f"{RUNS_STEP}, {row}, {tab}", runs.step is not None),
                   f"def step_runs({RUNS_STEP}, {row}, {tab}):",
@@ -606,8 +607,7 @@ def module_source(gen: Generator, body: ast.RecognizeQuery,
         "            nlp = 0",
         "            nlc = 0",
         *indent(queue, 3),
-        # the key's completed matches (`advance` may have released some: WITHIN)
-        f"            nc = {'ncomp' if body.within is None else f'key_i[k, {S.K_NCOMP}]'}",
+        f"            nc = {completed}",
         "            if nlc > 0:",
         "                cb = k * ccap",
         "                for j in range(nlc):",

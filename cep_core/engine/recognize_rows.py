@@ -49,15 +49,22 @@ def _from_places(name: str, rows: rt.RunRows, described: Any,
     except ValueError:
         raise refusal from None
     ph, pf = arrays.get("ph"), arrays.get("pf")
-    if ph is None or pf is None or ph.ndim != 3 or pf.ndim != 3 or \
-            ph.shape[:2] != pf.shape[:2] or \
-            ph.shape[2] <= max(ints.values(), default=-1) or \
-            pf.shape[2] <= max(floats.values(), default=-1) or \
-            not set(rows.run_ints + rows.key_ints) <= set(ints) or \
-            not set(rows.run_floats + rows.key_floats) <= set(floats):
+    if ph is None or pf is None or not _holds(ph, pf, rows, ints, floats):
         raise refusal
     new_ph, new_pf = _moved(ph, pf, rows, ints, floats)
     return dict(arrays, ph=new_ph, pf=new_pf)
+
+
+def _holds(ph: npt.NDArray[Any], pf: npt.NDArray[Any], rows: rt.RunRows,
+           ints: dict[int, int], floats: dict[int, int], more_ints: tuple[int, ...] = ()
+           ) -> bool:
+    """Whether a snapshot's ph/pf (a key's rows each) reach every place it names, and it
+    names every column of this version's runs and key rows (and `more_ints`)."""
+    return ph.ndim == 3 and pf.ndim == 3 and ph.shape[:2] == pf.shape[:2] and \
+        ph.shape[2] > max(ints.values(), default=-1) and \
+        pf.shape[2] > max(floats.values(), default=-1) and \
+        set(rows.run_ints + rows.key_ints + more_ints) <= set(ints) and \
+        set(rows.run_floats + rows.key_floats) <= set(floats)
 
 
 def _wide(p: Any) -> tuple[dict[int, int], dict[int, int]]:
@@ -96,13 +103,11 @@ def states_of(name: str, p: Any, meta: dict[str, Any], arrays: dict[str, npt.NDA
     except ValueError as e:
         raise ValueError(f"query {name!r}: the snapshot's runs: {e}") from None
     ph, pf, key_i = arrays.get("ph"), arrays.get("pf"), arrays.get("key_i")
-    if ph is None or pf is None or key_i is None or ph.ndim != 3 or pf.ndim != 3 or \
-            ph.shape[:2] != pf.shape[:2] or key_i.ndim != 2 or \
+    if ph is None or pf is None or key_i is None or \
+            not _holds(ph, pf, rows, ints, floats, rows.counts) or key_i.ndim != 2 or \
             len(key_i) != len(ph) or key_i.shape[1] <= rt.K_NPART or \
             ph.shape[2] != max(ints.values(), default=-1) + 1 or \
-            pf.shape[2] != max(floats.values(), default=0) + 1 or \
-            not set(rows.run_ints + rows.key_ints + rows.counts) <= set(ints) or \
-            not set(rows.run_floats + rows.key_floats) <= set(floats):
+            pf.shape[2] != max(floats.values(), default=0) + 1:  # (as wide as it names)
         raise ValueError(f"query {name!r}: the snapshot's ph is not this query's "
                          "(another version of it?)")
     new_ph, new_pf = _moved(ph, pf, rows, ints, floats)
